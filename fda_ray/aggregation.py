@@ -1,0 +1,160 @@
+"""Aggregation rules of FDA as pure functions over flat tensors (no Ray, no I/O).
+
+Notation: `target` (M,) is the target delta g_T, `sources` (N, M) the source deltas g_i, `offsets` (L + 1,)
+int64 the layer boundaries of the flat layout (first 0, last M), `weights` (N,) the alpha_i (data
+fractions n_i / sum n, summing to 1), `beta` a float or (N,) tensor in [0, 1] weighting the source side.
+
+Every rule returns the aggregated update (M,)
+
+    sum_i weights_i * (beta_i * s_i + (1 - beta_i) * target)
+
+where s_i = sources_i for FedDA (seed 001 Def. 3.2), and for FedGP, layer by layer (seed 001 Def. 3.1 and
+the authors' code, see REFERENCE.md):
+  projection="cosine" (default, the authors' code):  s_i = align_i * cos(target, sources_i) * sources_i
+  projection="exact"  (the paper's definition):      s_i = align_i * <target, sources_i> / |sources_i|^2 * sources_i
+and with filter=True a layer whose cosine is not > 0 contributes 0 to s_i.
+"""
+from __future__ import annotations
+
+import torch
+
+# torch.nn.functional.cosine_similarity's default eps: cos = <a, b> / sqrt(max(|a|^2 |b|^2, eps^2)).
+COSINE_EPS = 1e-8
+WEIGHT_SUM_TOL = 1e-4
+PROJECTIONS = ("cosine", "exact")
+
+
+# ---------------------------------------------------------------- validation
+
+def _check_flat(target: torch.Tensor, sources: torch.Tensor) -> tuple[int, int]:
+    if not isinstance(target, torch.Tensor) or target.dim() != 1:
+        raise ValueError(f"target must be a 1-D tensor (M,), got shape {tuple(getattr(target, 'shape', ()))}")
+    if not isinstance(sources, torch.Tensor) or sources.dim() != 2:
+        raise ValueError(f"sources must be a 2-D tensor (N, M), got shape {tuple(getattr(sources, 'shape', ()))}")
+    n, m = sources.shape
+    if m != target.shape[0]:
+        raise ValueError(f"sources has M={m} parameters per row but target has M={target.shape[0]}")
+    if n < 1:
+        raise ValueError("sources must hold at least one source (N >= 1), got N=0")
+    if not (target.is_floating_point() and sources.is_floating_point()):
+        raise ValueError(f"target and sources must be floating point, got {target.dtype} and {sources.dtype}")
+    return n, m
+
+
+def _per_source(name: str, value: float | torch.Tensor, n: int, like: torch.Tensor) -> torch.Tensor:
+    t = torch.as_tensor(value, dtype=like.dtype, device=like.device)
+    if t.dim() == 0:
+        t = t.expand(n)
+    if t.shape != (n,):
+        raise ValueError(f"{name} must be a float or an (N,) = ({n},) tensor, got shape {tuple(t.shape)}")
+    if not torch.isfinite(t).all():
+        raise ValueError(f"{name} must be finite, got {t.tolist()}")
+    return t
+
+
+def check_beta(beta: float | torch.Tensor, n: int, like: torch.Tensor) -> torch.Tensor:
+    b = _per_source("beta", beta, n, like)
+    if ((b < 0) | (b > 1)).any():
+        raise ValueError(f"beta must lie in [0, 1], got {b.tolist()}")
+    return b
+
+
+def check_weights(weights: torch.Tensor, n: int, like: torch.Tensor) -> torch.Tensor:
+    w = _per_source("weights", weights, n, like)
+    if (w < 0).any():
+        raise ValueError(f"weights must be >= 0, got {w.tolist()}")
+    if abs(float(w.sum()) - 1.0) > WEIGHT_SUM_TOL:
+        raise ValueError(f"weights must sum to 1 (within {WEIGHT_SUM_TOL}), got sum {float(w.sum()):.6g}")
+    return w
+
+
+def check_offsets(offsets: torch.Tensor, m: int) -> torch.Tensor:
+    if not isinstance(offsets, torch.Tensor) or offsets.dtype != torch.int64 or offsets.dim() != 1:
+        raise ValueError(f"offsets must be a 1-D int64 tensor (L + 1,), got "
+                         f"{getattr(offsets, 'dtype', type(offsets))} of shape {tuple(getattr(offsets, 'shape', ()))}")
+    if offsets.numel() < 2:
+        raise ValueError(f"offsets must hold at least 2 entries (one layer), got {offsets.numel()}")
+    o = offsets.cpu()
+    if int(o[0]) != 0 or int(o[-1]) != m:
+        raise ValueError(f"offsets must start at 0 and end at M={m}, got first {int(o[0])} and last {int(o[-1])}")
+    if (o[1:] < o[:-1]).any():
+        raise ValueError("offsets must be non-decreasing")
+    return offsets
+
+
+# ---------------------------------------------------------------- per-layer statistics
+
+def layer_ids(offsets: torch.Tensor, device: torch.device | None = None) -> torch.Tensor:
+    """(M,) int64: the layer index of every flat position."""
+    sizes = (offsets[1:] - offsets[:-1]).to(device or offsets.device)
+    return torch.repeat_interleave(torch.arange(sizes.numel(), device=sizes.device), sizes)
+
+
+def layer_stats(target: torch.Tensor, sources: torch.Tensor, offsets: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-layer <g_T, g_i> (N, L), |g_i|^2 (N, L) and |g_T|^2 (L,), accumulated in float64."""
+    n, m = _check_flat(target, sources)
+    check_offsets(offsets, m)
+    num_layers = offsets.numel() - 1
+    ids = layer_ids(offsets, target.device)  # (M,)
+    t = target.double()
+    s = sources.double()
+    dots = torch.zeros(n, num_layers, dtype=torch.float64, device=target.device).index_add_(1, ids, s * t)
+    s_sq = torch.zeros(n, num_layers, dtype=torch.float64, device=target.device).index_add_(1, ids, s * s)
+    t_sq = torch.zeros(num_layers, dtype=torch.float64, device=target.device).index_add_(0, ids, t * t)
+    return dots, s_sq, t_sq
+
+
+def layer_cosines(dots: torch.Tensor, s_sq: torch.Tensor, t_sq: torch.Tensor) -> torch.Tensor:
+    """(N, L) cosine per source and layer, torch's convention; zero-norm layers give 0, never NaN."""
+    return dots / torch.sqrt(torch.clamp_min(s_sq * t_sq.unsqueeze(0), COSINE_EPS**2))
+
+
+def projection_coefficients(dots: torch.Tensor, s_sq: torch.Tensor, t_sq: torch.Tensor, *,
+                            filter: bool = True, projection: str = "cosine") -> torch.Tensor:
+    """(N, L) the factor c_il with s_i = align_i * c_il * g_i on layer l (before weights and beta)."""
+    if projection not in PROJECTIONS:
+        raise ValueError(f"projection must be one of {PROJECTIONS}, got {projection!r}")
+    cos = layer_cosines(dots, s_sq, t_sq)
+    if projection == "cosine":
+        coef = cos
+    else:
+        coef = torch.where(s_sq > 0, dots / torch.where(s_sq > 0, s_sq, torch.ones_like(s_sq)), torch.zeros_like(s_sq))
+    if filter:
+        coef = torch.where(cos > 0, coef, torch.zeros_like(coef))
+    return coef
+
+
+# ---------------------------------------------------------------- the rules
+
+def fedavg(sources: torch.Tensor, *, weights: torch.Tensor) -> torch.Tensor:
+    """Source Only: the weighted average of the source deltas (M,)."""
+    if sources.dim() != 2:
+        raise ValueError(f"sources must be a 2-D tensor (N, M), got shape {tuple(sources.shape)}")
+    w = check_weights(weights, sources.shape[0], sources)
+    return w @ sources
+
+
+def fedda(target: torch.Tensor, sources: torch.Tensor, *, beta: float | torch.Tensor,
+          weights: torch.Tensor) -> torch.Tensor:
+    """FedDA: sum_i w_i (beta_i g_i + (1 - beta_i) g_T)."""
+    n, _ = _check_flat(target, sources)
+    b = check_beta(beta, n, target)
+    w = check_weights(weights, n, target)
+    return (w * b) @ sources + (w * (1 - b)).sum() * target
+
+
+def fedgp(target: torch.Tensor, sources: torch.Tensor, offsets: torch.Tensor, *, beta: float | torch.Tensor,
+          weights: torch.Tensor, align: torch.Tensor | None = None, filter: bool = True,
+          projection: str = "cosine") -> torch.Tensor:
+    """FedGP: sum_i w_i (beta_i s_i + (1 - beta_i) g_T) with the layerwise projections s_i (module docstring)."""
+    n, _ = _check_flat(target, sources)
+    b = check_beta(beta, n, target)
+    w = check_weights(weights, n, target)
+    a = torch.ones(n, dtype=target.dtype, device=target.device) if align is None else _per_source("align", align, n, target)
+    dots, s_sq, t_sq = layer_stats(target, sources, offsets)
+    coef = projection_coefficients(dots, s_sq, t_sq, filter=filter, projection=projection)  # (N, L) float64
+    scale = coef * (w * b * a).double().unsqueeze(1)  # (N, L)
+    ids = layer_ids(offsets, target.device)
+    projected = (scale[:, ids].to(sources.dtype) * sources).sum(0)  # (M,)
+    return projected + (w * (1 - b)).sum() * target

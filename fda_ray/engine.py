@@ -1,0 +1,212 @@
+"""The round loop of Algorithm 1 (seed 004, App. C.1), written once and run by an executor.
+
+    warm-up rounds: FedAvg over the sources
+    each round: sources and target train one local epoch from the global weights (in parallel under Ray),
+                beta_i = static beta or auto-weighted from the estimators, the method's rule makes the
+                update, global += update, the global (= target) model is evaluated on the target test set
+    finetune_offline: after the rounds, fine-tuning epochs on the target's labelled data
+
+The executor decides where clients live and train (`SerialExecutor` here: plain objects in this process);
+everything else, including the seeds of every draw, is the same for every executor, so a serial and a
+parallel run of one config give the same numbers.
+"""
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass
+from typing import Callable, Protocol, Sequence
+
+import torch
+
+from fda_ray.aggregation import layer_cosines, layer_stats
+from fda_ray.client import Client, ClientUpdate, evaluate
+from fda_ray.config import RunConfig
+from fda_ray.data import load as load_dataset
+from fda_ray.estimators import auto_beta, estimate
+from fda_ray.history import History
+from fda_ray.layout import ParamLayout
+from fda_ray.methods import METHODS, Method, combine
+from fda_ray.models import build_model
+from fda_ray.seeding import derive_seed, generator
+from fda_ray.shifts import Setting, build_setting
+
+
+@dataclass(frozen=True)
+class TrainRequest:
+    client: int
+    lr: float
+    batch: int
+    record_steps: bool = False
+
+
+class Executor(Protocol):
+    def train(self, global_flat: torch.Tensor, round_idx: int, requests: Sequence[TrainRequest]) -> list[ClientUpdate]: ...
+
+
+class SerialExecutor:
+    """Clients as plain objects, trained one after the other in this process: the reference executor."""
+
+    def __init__(self, clients: Sequence[Client]) -> None:
+        self.clients = list(clients)
+
+    def train(self, global_flat: torch.Tensor, round_idx: int, requests: Sequence[TrainRequest]) -> list[ClientUpdate]:
+        return [self.clients[r.client].train(global_flat, round_idx, lr=r.lr, batch=r.batch, record_steps=r.record_steps)
+                for r in requests]
+
+
+@dataclass
+class Experiment:
+    """Everything a run needs that is built from the config: data setting, model, layout, clients."""
+
+    cfg: RunConfig
+    method: Method
+    setting: Setting
+    model: torch.nn.Module
+    layout: ParamLayout
+    clients: list[Client]  # sources 0..N-1, then the target at index N
+
+    @property
+    def target_index(self) -> int:
+        return self.cfg.num_sources
+
+
+def build_experiment(cfg: RunConfig) -> Experiment:
+    cfg = cfg.resolved()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    method = METHODS.get(cfg.method)
+    split = load_dataset(cfg.dataset, cfg.data_dir, cfg.download)
+    setting = build_setting(split, cfg)
+    torch.manual_seed(derive_seed(cfg.seed, purpose="init"))  # the initial global model
+    model = build_model(cfg.model, setting.input_shape, setting.num_outputs).to(cfg.device)
+    layout = ParamLayout.from_model(model)
+    clients = [Client(i, x, y, copy.deepcopy(model), layout, seed=cfg.seed, task=setting.task, device=cfg.device)
+               for i, (x, y) in enumerate(setting.sources)]
+    tx, ty = setting.target_pool if method.oracle else setting.target_train
+    clients.append(Client(cfg.num_sources, tx, ty, copy.deepcopy(model), layout, seed=cfg.seed,
+                          noise=setting.noise, task=setting.task, device=cfg.device))
+    return Experiment(cfg, method, setting, model, layout, clients)
+
+
+def source_weights(clients: Sequence[Client], n: int) -> torch.Tensor:
+    """alpha_i = n_i / sum n over the sources (FedAvg weights)."""
+    counts = torch.tensor([c.num_samples for c in clients[:n]], dtype=torch.float32)
+    return counts / counts.sum()
+
+
+def alignment(exp: Experiment) -> torch.Tensor:
+    """(N,) magnitude alignment of each source delta to the target's (REFERENCE.md):
+    (lr_T / lr_S) * (target steps per round, n_target / batch_T as a float) / (source full batches per round)."""
+    cfg = exp.cfg
+    n_t = exp.clients[exp.target_index].num_samples
+    target_steps = n_t / cfg.batch_target
+    src_steps = torch.tensor([c.steps_per_epoch(cfg.batch_source) for c in exp.clients[: cfg.num_sources]], dtype=torch.float32)
+    return (cfg.lr_target / cfg.lr_source) * target_steps / src_steps
+
+
+def _evaluate_row(exp: Experiment, flat: torch.Tensor, round_idx: int, eval_model: torch.nn.Module) -> dict:
+    s = exp.setting
+    x, y = s.target_test
+    gen = generator(exp.cfg.seed, round_idx, exp.target_index, "eval", device=exp.cfg.device)
+    acc, loss = evaluate(eval_model, exp.layout, flat, x, y, noise=s.noise, gen=gen, task=s.task)
+    row = {"accuracy": acc, "loss": loss}
+    if exp.cfg.eval_noise:
+        extra = []
+        for std in exp.cfg.eval_noise:
+            # The same stream as the main evaluation: a run with noise=std would draw exactly this noise.
+            g = generator(exp.cfg.seed, round_idx, exp.target_index, "eval", device=exp.cfg.device)
+            extra.append(evaluate(eval_model, exp.layout, flat, x, y, noise=float(std), gen=g, task=s.task)[0])
+        row["eval_noise_accuracy"] = extra
+    return row
+
+
+def run_rounds(exp: Experiment, executor: Executor, progress: Callable[[dict], None] | None = None,
+               start_flat: torch.Tensor | None = None, skip_rounds: bool = False) -> History:
+    """The warm-up and main rounds (and fine-tuning for finetune_offline) of one run."""
+    cfg, method, layout = exp.cfg, exp.method, exp.layout
+    n, t_idx = cfg.num_sources, exp.target_index
+    weights = source_weights(exp.clients, n)  # (N,)
+    align = alignment(exp)  # (N,)
+    lr_ratio = cfg.lr_target / cfg.lr_source
+    src_steps = torch.tensor([c.steps_per_epoch(cfg.batch_source) for c in exp.clients[:n]], dtype=torch.float32)
+    eval_model = copy.deepcopy(exp.model)
+    flat = layout.flatten_model(exp.model) if start_flat is None else start_flat.clone()
+    hist = History(config=cfg.to_dict())
+    t0 = time.perf_counter()
+    total = cfg.warmup_rounds + cfg.rounds
+    for r in range(0 if skip_rounds else total):
+        tr = time.perf_counter()
+        warm = r < cfg.warmup_rounds
+        scale = cfg.auto_lr_factor if (method.auto_rule and not warm) else 1.0
+        lr_s, lr_t = cfg.lr_source * scale, cfg.lr_target * scale
+        reqs = []
+        if warm or method.train_sources:
+            reqs += [TrainRequest(i, lr_s, cfg.batch_source) for i in range(n)]
+        if not warm and method.train_target:
+            reqs.append(TrainRequest(t_idx, lr_t, cfg.batch_target, record_steps=method.auto_rule is not None))
+        updates = {u.client: u for u in executor.train(flat, r, reqs)}
+        src = torch.stack([updates[i].delta for i in range(n)]) if 0 in updates else None  # (N, M)
+        tgt = updates[t_idx].delta if t_idx in updates else None  # (M,)
+        row: dict = {"round": r, "phase": "warmup" if warm else "main"}
+        beta: float | torch.Tensor = cfg.beta
+        if warm:
+            update = combine(METHODS.get("source_only"), None, src, layout.offsets, weights=weights, beta=1.0, align=None)
+        else:
+            if method.auto_rule is not None:
+                # Sources as per-step deltas at the target's learning rate, comparable with the target's steps.
+                aligned = src / src_steps.unsqueeze(1) * lr_ratio  # (N, M)
+                stats = estimate(updates[t_idx].step_deltas, aligned)
+                rule = cfg.auto_beta_rule if method.auto_rule == "fedgp" else "fedda"
+                beta = auto_beta(stats, rule).float()
+                row.update(sigma2=stats["sigma2"], d2_i=stats["d2"].tolist(), tau2d2_i=stats["tau2d2"].tolist(),
+                           delta_i=stats["delta"].tolist(), gbar2=stats["gbar2"])
+            update = combine(method, tgt, src, layout.offsets, weights=weights, beta=beta, align=align,
+                             filter=cfg.filter, projection=cfg.projection)
+            if src is not None and tgt is not None:
+                cos = layer_cosines(*layer_stats(tgt, src, layout.offsets))  # (N, L)
+                row["cosine_mean_i"] = cos.mean(1).tolist()
+                row["filtered_share_i"] = (cos <= 0).double().mean(1).tolist()
+            if method.uses_beta:
+                row["beta_i"] = (beta.tolist() if isinstance(beta, torch.Tensor) else [float(beta)] * n)
+        flat = flat + update
+        row.update(_evaluate_row(exp, flat, r, eval_model))
+        row["train_loss_target"] = updates[t_idx].loss if t_idx in updates else None
+        row["seconds"] = time.perf_counter() - tr
+        hist.rows.append(row)
+        if progress:
+            progress(row)
+    if method.finetune:
+        target = exp.clients[t_idx]
+        for e, w, loss in target.finetune(flat, cfg.finetune_epochs, lr=cfg.lr_target, batch=cfg.batch_target,
+                                          first_round=total):
+            tr = time.perf_counter()
+            flat = w
+            row = {"round": total + e, "phase": "finetune", "train_loss_target": loss}
+            row.update(_evaluate_row(exp, flat, total + e, eval_model))
+            row["seconds"] = time.perf_counter() - tr
+            hist.rows.append(row)
+            if progress:
+                progress(row)
+    hist.final_weights = flat
+    hist.seconds = time.perf_counter() - t0
+    return hist
+
+
+def finetune_from(cfg: RunConfig, start_flat: torch.Tensor, progress: Callable[[dict], None] | None = None) -> History:
+    """Only the fine-tuning phase of finetune_offline, from given FedAvg weights (M,).
+
+    The FedAvg phase of finetune_offline never reads the target, so its weights equal those of a
+    source_only run of the same seed; starting from them here gives the same result as a full run.
+    """
+    cfg = cfg.resolved()
+    if not METHODS.get(cfg.method).finetune:
+        raise ValueError(f"method={cfg.method!r} is invalid for finetune_from: only finetune_offline fine-tunes")
+    exp = build_experiment(cfg)
+    return run_rounds(exp, SerialExecutor(exp.clients), progress, start_flat=start_flat, skip_rounds=True)
+
+
+def run(cfg: RunConfig, progress: Callable[[dict], None] | None = None) -> History:
+    """One federated run of `cfg` with the serial executor."""
+    exp = build_experiment(cfg)
+    return run_rounds(exp, SerialExecutor(exp.clients), progress)

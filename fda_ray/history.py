@@ -1,0 +1,63 @@
+"""History of one run: the resolved config, one metrics row per round, the final global weights.
+
+Rows hold scalars and per-source lists (beta_i, cosines, estimates); `to_parquet` writes one row per round
+with the config's hyper-parameters as columns (atomically: a temporary file renamed into place).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+@dataclass
+class History:
+    config: dict[str, Any]
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    final_weights: torch.Tensor | None = None  # (M,) flat global weights after the last row
+    seconds: float = 0.0
+
+    @property
+    def final_accuracy(self) -> float:
+        return float(self.rows[-1]["accuracy"]) if self.rows else float("nan")
+
+    @property
+    def final_loss(self) -> float:
+        return float(self.rows[-1]["loss"]) if self.rows else float("nan")
+
+    def column(self, name: str) -> list[Any]:
+        return [r.get(name) for r in self.rows]
+
+    def to_records(self) -> list[dict[str, Any]]:
+        """Rows with the config's scalar fields as columns (prefixed by nothing; row keys win on clashes)."""
+        cfg = {k: (json.dumps(v) if isinstance(v, (list, tuple, dict)) else v) for k, v in self.config.items()}
+        return [{**cfg, **row} for row in self.rows]
+
+    def to_parquet(self, path: str | os.PathLike) -> Path:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        table = pa.Table.from_pylist(self.to_records())
+        tmp = path.with_name(path.name + ".tmp")
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)
+        return path
+
+    def to_json(self) -> dict[str, Any]:
+        def clean(v: Any) -> Any:
+            if isinstance(v, float) and not math.isfinite(v):
+                return None
+            if isinstance(v, list):
+                return [clean(x) for x in v]
+            return v
+
+        return {"config": self.config, "seconds": self.seconds,
+                "final_accuracy": clean(self.final_accuracy),
+                "rounds": [{k: clean(v) for k, v in r.items()} for r in self.rows]}

@@ -1,0 +1,118 @@
+"""Model registry: the NIID-Bench simple CNN, DomainBed's ColoredMNIST CNN, ResNet-18, and the synthetic
+experiment's one-hidden-layer sigmoid network.
+
+Each builder takes (input_shape, num_outputs, **options) and returns an nn.Module; parameters are
+initialised from torch's global RNG, which the engine seeds per (trial seed, "init") before building.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import nn
+
+from fda_ray.registry import Registry
+
+MODELS: Registry[Callable[..., nn.Module]] = Registry("model")
+
+
+class SimpleCNN(nn.Module):
+    """NIID-Bench "simple CNN": conv5x5(6) - pool - conv5x5(16) - pool - fc 120 - fc 84 - fc classes, ReLU.
+
+    1x28x28 input gives 16*4*4 = 256 features, 3x32x32 gives 16*5*5 = 400.
+    """
+
+    def __init__(self, in_channels: int, image_size: int, num_classes: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, 6, 5)
+        self.pool = nn.MaxPool2d(2, 2)
+        self.conv2 = nn.Conv2d(6, 16, 5)
+        side = ((image_size - 4) // 2 - 4) // 2
+        self.fc1 = nn.Linear(16 * side * side, 120)
+        self.fc2 = nn.Linear(120, 84)
+        self.fc3 = nn.Linear(84, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (n, C, H, W) -> (n, classes)
+        x = self.pool(torch.relu(self.conv1(x)))
+        x = self.pool(torch.relu(self.conv2(x)))
+        x = x.flatten(1)
+        x = torch.relu(self.fc1(x))
+        x = torch.relu(self.fc2(x))
+        return self.fc3(x)
+
+
+class ColoredMNISTCNN(nn.Module):
+    """DomainBed's MNIST_CNN featurizer (four 3x3 convs 64, 128/2, 128, 128, each ReLU + GroupNorm(8),
+    global average pool) followed by a linear classifier."""
+
+    def __init__(self, in_channels: int, num_classes: int) -> None:
+        super().__init__()
+        chans = [(in_channels, 64, 1), (64, 128, 2), (128, 128, 1), (128, 128, 1)]
+        layers: list[nn.Module] = []
+        for cin, cout, stride in chans:
+            layers += [nn.Conv2d(cin, cout, 3, stride=stride, padding=1), nn.ReLU(), nn.GroupNorm(8, cout)]
+        self.features = nn.Sequential(*layers)
+        self.pool = nn.AdaptiveAvgPool2d((1, 1))
+        self.classifier = nn.Linear(128, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.pool(self.features(x)).flatten(1))
+
+
+class SigmoidMLP(nn.Module):
+    """One hidden layer with sigmoid activation (the synthetic experiment of 004 Appendix B)."""
+
+    def __init__(self, in_features: int, num_outputs: int, hidden: int = 64) -> None:
+        super().__init__()
+        self.hidden = nn.Linear(in_features, hidden)
+        self.out = nn.Linear(hidden, num_outputs)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(torch.sigmoid(self.hidden(x)))
+
+
+@MODELS.register("simple_cnn")
+def simple_cnn(input_shape: tuple[int, ...], num_outputs: int) -> nn.Module:
+    c, h, _ = input_shape
+    return SimpleCNN(c, h, num_outputs)
+
+
+@MODELS.register("colored_mnist_cnn")
+def colored_mnist_cnn(input_shape: tuple[int, ...], num_outputs: int) -> nn.Module:
+    return ColoredMNISTCNN(input_shape[0], num_outputs)
+
+
+@MODELS.register("resnet18")
+def resnet18(input_shape: tuple[int, ...], num_outputs: int, weights_path: str | None = None,
+             freeze_bn: bool = True) -> nn.Module:
+    """torchvision ResNet-18; `weights_path` loads an ImageNet state dict from a local file (no hub download).
+
+    With pretrained weights the final fc is replaced by a fresh one for `num_outputs`, and BatchNorm layers
+    are frozen (eval mode, no grad) as in the DomainBed experiments of the seeds.
+    """
+    import torchvision
+
+    model = torchvision.models.resnet18(weights=None)
+    if weights_path is not None:
+        state = torch.load(weights_path, map_location="cpu", weights_only=True)
+        model.load_state_dict(state)
+    if input_shape[0] != 3:
+        model.conv1 = nn.Conv2d(input_shape[0], 64, 7, stride=2, padding=3, bias=False)
+    model.fc = nn.Linear(model.fc.in_features, num_outputs)
+    if freeze_bn and weights_path is not None:
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.eval()
+                m.train = lambda mode=True, _m=m: _m  # type: ignore[method-assign]  # stays in eval mode
+                for p in m.parameters():
+                    p.requires_grad_(False)
+    return model
+
+
+@MODELS.register("mlp_sigmoid")
+def mlp_sigmoid(input_shape: tuple[int, ...], num_outputs: int, hidden: int = 64) -> nn.Module:
+    return SigmoidMLP(input_shape[0], num_outputs, hidden)
+
+
+def build_model(name: str, input_shape: tuple[int, ...], num_outputs: int, **options) -> nn.Module:
+    return MODELS.get(name)(input_shape, num_outputs, **options)

@@ -1,0 +1,171 @@
+"""Partitions and shifts: who holds which samples, and the target's feature noise (REFERENCE.md).
+
+Pure functions of (Split, RunConfig): every random choice comes from a generator seeded by the trial seed
+and a purpose, so a setting is the same in every process and executor.
+  homo         equal random shards; 9 sources + 1 target; the target's labelled subset is a count or a
+               share of its shard; its test set is the dataset's test set (Fashion-MNIST covariate shift).
+  label_shift  classes {8, 6, 9} give their first eta share to the sources and the rest to the target;
+               classes {0, 1, 2, 3, 4, 5, 7} the first eta share to the target and the rest to the sources;
+               15 % of the target's part is labelled (default), the rest is its test set.
+  classes4     client i holds class i mod 10 plus 3 random others, each class split evenly among its
+               holders; 10 % of the target's part is labelled (default), the rest is its test set (CIFAR-10).
+  domains      each source is one extra domain of the dataset (synthetic D_2..D_9); the target subsamples D_1.
+Noise: x + N(0, std^2), no clipping, drawn afresh every time an image is read, on target train and test only.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from fda_ray.config import RunConfig
+from fda_ray.data import Split
+from fda_ray.seeding import np_rng
+
+LABEL_SHIFT_SOURCE_CLASSES = (8, 6, 9)  # D1: mostly target when eta is small
+LABEL_SHIFT_TARGET_CLASSES = (0, 1, 2, 3, 4, 5, 7)  # D2: mostly sources when eta is small
+LABEL_SHIFT_LABELLED = 0.15
+CLASSES4_LABELLED = 0.10
+
+Pair = tuple[torch.Tensor, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Setting:
+    """The data of one FDA run: source shards, the target's labelled set, its whole pool, its test set."""
+
+    sources: tuple[Pair, ...]
+    target_train: Pair  # labelled target samples
+    target_pool: Pair  # all of the target's training-domain data (the oracle trains on it)
+    target_test: Pair
+    noise: float
+    num_outputs: int
+    input_shape: tuple[int, ...]
+    task: str
+
+
+def add_noise(x: torch.Tensor, std: float, gen: torch.Generator | None) -> torch.Tensor:
+    """x + N(0, std^2) drawn from `gen` (no clipping, no normalisation)."""
+    if std == 0:
+        return x
+    return x + std * torch.randn(x.shape, generator=gen, device=x.device, dtype=x.dtype)
+
+
+def _take(x: torch.Tensor, y: torch.Tensor, idx: np.ndarray) -> Pair:
+    t = torch.from_numpy(np.ascontiguousarray(idx, dtype=np.int64))
+    return x[t], y[t]
+
+
+def _labelled_count(cfg: RunConfig, pool_size: int, default_fraction: float | None) -> int:
+    if cfg.target_labelled is not None:
+        if cfg.target_labelled > pool_size:
+            raise ValueError(f"target_labelled={cfg.target_labelled} is invalid: the target holds only {pool_size} samples")
+        return cfg.target_labelled
+    frac = cfg.target_fraction if cfg.target_fraction is not None else default_fraction
+    if frac is None:
+        raise ValueError("target_labelled is invalid: give target_labelled or target_fraction")
+    return max(2, int(round(frac * pool_size)))
+
+
+def _cap(idx: np.ndarray, cap: int | None) -> np.ndarray:
+    return idx if cap is None else idx[:cap]
+
+
+def homo_shards(n: int, clients: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Equal random shards of range(n) (the remainder n mod clients is left out, like NIID-Bench)."""
+    perm = rng.permutation(n)
+    size = n // clients
+    return [perm[k * size : (k + 1) * size] for k in range(clients)]
+
+
+def label_shift_split(labels: np.ndarray, eta: float, num_sources: int, rng: np.random.Generator
+                      ) -> tuple[list[np.ndarray], np.ndarray]:
+    """(source index lists, target indices) of the eta label-shift split."""
+    src_parts, tgt_parts = [], []
+    for c in sorted(set(LABEL_SHIFT_SOURCE_CLASSES) | set(LABEL_SHIFT_TARGET_CLASSES)):
+        idx = rng.permutation(np.flatnonzero(labels == c))
+        k = int(round(eta * idx.size))
+        first, rest = idx[:k], idx[k:]
+        if c in LABEL_SHIFT_SOURCE_CLASSES:
+            src_parts.append(first)
+            tgt_parts.append(rest)
+        else:
+            tgt_parts.append(first)
+            src_parts.append(rest)
+    src = rng.permutation(np.concatenate(src_parts))
+    return [np.sort(p) for p in np.array_split(src, num_sources)], rng.permutation(np.concatenate(tgt_parts))
+
+
+def classes4_split(labels: np.ndarray, clients: int, rng: np.random.Generator, num_classes: int = 10,
+                   per_client: int = 4) -> list[np.ndarray]:
+    """Client i holds class i mod num_classes plus per_client - 1 random others; classes split evenly."""
+    holders: list[list[int]] = [[] for _ in range(num_classes)]
+    for i in range(clients):
+        own = i % num_classes
+        others = rng.choice([c for c in range(num_classes) if c != own], size=per_client - 1, replace=False)
+        for c in (own, *others.tolist()):
+            holders[c].append(i)
+    parts: list[list[np.ndarray]] = [[] for _ in range(clients)]
+    for c in range(num_classes):
+        if not holders[c]:
+            continue
+        idx = rng.permutation(np.flatnonzero(labels == c))
+        for h, chunk in zip(holders[c], np.array_split(idx, len(holders[c]))):
+            parts[h].append(chunk)
+    return [rng.permutation(np.concatenate(p)) if p else np.zeros(0, dtype=np.int64) for p in parts]
+
+
+def build_setting(split: Split, cfg: RunConfig) -> Setting:
+    """The FDA setting of a resolved config on a loaded dataset."""
+    cfg = cfg.resolved()
+    rng = np_rng(cfg.seed, purpose="partition")
+    n_src = cfg.num_sources
+    ytr = split.y_train.numpy()
+    if cfg.partition == "homo":
+        shards = homo_shards(len(ytr), n_src + 1, rng)
+        src_idx = [_cap(s, cfg.samples_per_client) for s in shards[:n_src]]
+        pool = _cap(shards[n_src], cfg.samples_per_client)
+        k = _labelled_count(cfg, pool.size, None)
+        target_train = _take(split.x_train, split.y_train, pool[:k])
+        target_pool = _take(split.x_train, split.y_train, pool)
+        test_idx = _cap(np_rng(cfg.seed, purpose="test").permutation(len(split.y_test)), cfg.test_samples)
+        target_test = _take(split.x_test, split.y_test, np.sort(test_idx))
+        sources = tuple(_take(split.x_train, split.y_train, s) for s in src_idx)
+    elif cfg.partition in ("label_shift", "classes4"):
+        if cfg.partition == "label_shift":
+            src_idx, tgt = label_shift_split(ytr, cfg.eta, n_src, rng)
+            default_frac = LABEL_SHIFT_LABELLED
+        else:
+            parts = classes4_split(ytr, n_src + 1, rng, num_classes=split.num_classes)
+            src_idx, tgt = parts[:n_src], parts[n_src]
+            default_frac = CLASSES4_LABELLED
+        src_idx = [_cap(s, cfg.samples_per_client) for s in src_idx]
+        tgt = _cap(tgt, cfg.samples_per_client)
+        k = _labelled_count(cfg, tgt.size, default_frac)
+        labelled, test = tgt[:k], _cap(tgt[k:], cfg.test_samples)
+        if test.size == 0:
+            raise ValueError("target_labelled is invalid: it leaves no target samples for the test set")
+        sources = tuple(_take(split.x_train, split.y_train, s) for s in src_idx)
+        target_train = _take(split.x_train, split.y_train, labelled)
+        target_pool = target_train  # the rest of the target's part is its test set
+        target_test = _take(split.x_train, split.y_train, test)
+    elif cfg.partition == "domains":
+        if len(split.domains) < n_src:
+            raise ValueError(f"num_sources={n_src} is invalid: dataset {cfg.dataset!r} has {len(split.domains)} source domains")
+        sources = tuple((x[: cfg.samples_per_client], y[: cfg.samples_per_client]) for x, y in split.domains[:n_src])
+        perm = rng.permutation(len(split.y_train))
+        k = _labelled_count(cfg, perm.size, None)
+        target_train = _take(split.x_train, split.y_train, perm[:k])
+        target_pool = (split.x_train, split.y_train)
+        target_test = (split.x_test[: cfg.test_samples], split.y_test[: cfg.test_samples])
+    else:  # unreachable: RunConfig validates the partition
+        raise ValueError(f"partition={cfg.partition!r} is invalid")
+    for i, (x, _) in enumerate(sources):
+        if len(x) < cfg.batch_source:
+            raise ValueError(f"batch_source={cfg.batch_source} is invalid: source {i} holds only {len(x)} samples")
+    if len(target_train[0]) < 2 * cfg.batch_target and cfg.method.endswith("_auto"):
+        raise ValueError(f"batch_target={cfg.batch_target} is invalid: auto-weighting needs >= 2 target steps "
+                         f"but the target holds {len(target_train[0])} labelled samples")
+    return Setting(sources, target_train, target_pool, target_test, float(cfg.noise), split.num_classes,
+                   split.input_shape, split.task)
