@@ -28,7 +28,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--projection", default="cosine", help="cosine (authors' code) or exact (paper's definition)")
     p.add_argument("--no-filter", action="store_true", help="FedGP: keep layers with cosine <= 0")
     p.add_argument("--auto-beta-rule", default=None, help="fedgp_auto: fedgp_thresh (default) or fedgp")
-    p.add_argument("--num-sources", type=int, default=9)
+    p.add_argument("--num-sources", type=int, default=None, help="default 9 (8 for synthetic)")
     p.add_argument("--target-labelled", type=int, default=None)
     p.add_argument("--target-fraction", type=float, default=None)
     p.add_argument("--samples-per-client", type=int, default=None)

@@ -19,16 +19,18 @@ AUTO_BETA_RULES = ("fedda", "fedgp", "fedgp_thresh")
 PAPER_DEFAULTS: dict[str, dict[str, Any]] = {
     "fashion-mnist": dict(model="simple_cnn", partition="homo", lr_source=0.01, lr_target=0.005,
                           batch_source=64, batch_target=16, auto_batch_target=4, auto_lr_factor=0.1,
-                          target_labelled=100, target_fraction=None, auto_beta_rule="fedgp_thresh"),
+                          target_labelled=100, target_fraction=None, auto_beta_rule="fedgp_thresh", num_sources=9),
     "cifar10": dict(model="simple_cnn", partition="classes4", lr_source=0.005, lr_target=0.0025,
                     batch_source=64, batch_target=16, auto_batch_target=16, auto_lr_factor=0.35,
-                    target_labelled=None, target_fraction=0.1, auto_beta_rule="fedgp_thresh"),
+                    target_labelled=None, target_fraction=0.1, auto_beta_rule="fedgp_thresh", num_sources=9),
     # Not in the papers' tables: the synthetic data is run by the diagnostics experiment; these make
     # the engine usable on it.
     "synthetic": dict(model="mlp_sigmoid", partition="domains", lr_source=0.01, lr_target=0.01,
                       batch_source=64, batch_target=16, auto_batch_target=4, auto_lr_factor=1.0,
-                      target_labelled=100, target_fraction=None, auto_beta_rule="fedgp"),
+                      target_labelled=100, target_fraction=None, auto_beta_rule="fedgp", num_sources=8),
 }
+# The labelled target share of the partitions whose target test set is the rest of the target's part.
+PARTITION_LABELLED_FRACTION: dict[str, float] = {"label_shift": 0.15, "classes4": 0.10}
 
 
 def _err(field: str, value: Any, allowed: str) -> ValueError:
@@ -46,7 +48,7 @@ class RunConfig:
     eta: float = 0.5  # label-shift share (partition="label_shift"); 0.5 = no shift
     rounds: int = 50
     warmup_rounds: int = 2
-    num_sources: int = 9
+    num_sources: int | None = None  # None: 9 (8 for synthetic: D_2..D_9)
     beta: float = 0.5  # static beta of fedda / fedgp (weight of the source side)
     projection: str = "cosine"
     filter: bool = True
@@ -92,6 +94,8 @@ class RunConfig:
             raise _err("beta", self.beta, "a number in [0, 1]")
         for name, lo in (("rounds", 1), ("warmup_rounds", 0), ("num_sources", 1)):
             v = getattr(self, name)
+            if v is None and name == "num_sources":
+                continue
             if not isinstance(v, int) or v < lo:
                 raise _err(name, v, f"an integer >= {lo}")
         if self.projection not in PROJECTIONS:
@@ -129,14 +133,19 @@ class RunConfig:
         d = PAPER_DEFAULTS[self.dataset]
         auto = METHODS.get(self.method).auto_rule is not None
         fill: dict[str, Any] = {}
-        for name in ("model", "partition", "lr_source", "lr_target", "batch_source", "auto_lr_factor", "auto_beta_rule"):
+        for name in ("model", "partition", "lr_source", "lr_target", "batch_source", "auto_lr_factor", "auto_beta_rule",
+                     "num_sources"):
             if getattr(self, name) is None:
                 fill[name] = d[name]
+        partition = self.partition or d["partition"]
         if self.batch_target is None:
             fill["batch_target"] = d["auto_batch_target"] if auto else d["batch_target"]
         if self.target_labelled is None and self.target_fraction is None:
-            fill["target_labelled"] = d["target_labelled"]
-            fill["target_fraction"] = d["target_fraction"]
+            if partition in PARTITION_LABELLED_FRACTION:
+                fill["target_fraction"] = PARTITION_LABELLED_FRACTION[partition]
+            else:
+                fill["target_labelled"] = d["target_labelled"]
+                fill["target_fraction"] = d["target_fraction"]
         if self.finetune_epochs is None:
             fill["finetune_epochs"] = self.rounds
         return dataclasses.replace(self, **fill) if fill else self

@@ -69,11 +69,16 @@ FMNIST_SYSTEM_DIR = "/usr/share/datasets/fashion-mnist"
 def read_idx(path: Path) -> np.ndarray:
     """Read one IDX file (optionally gzip-compressed) into a numpy array."""
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as f:
-        data = f.read()
+    try:
+        with opener(path, "rb") as f:
+            data = f.read()
+    except (OSError, EOFError) as e:  # broken gzip stream
+        raise ValueError(f"{path}: unreadable ({e})") from None
     if len(data) < 4 or data[0] != 0 or data[1] != 0:
         raise ValueError(f"{path}: not an IDX file (bad magic number)")
     dtype_code, ndim = data[2], data[3]
+    if len(data) < 4 + 4 * ndim:
+        raise ValueError(f"{path}: truncated IDX header")
     if dtype_code != 0x08:
         raise ValueError(f"{path}: IDX type 0x{dtype_code:02x} is not supported (only unsigned byte, 0x08)")
     dims = struct.unpack(">" + "I" * ndim, data[4 : 4 + 4 * ndim])
@@ -185,7 +190,9 @@ def synthetic_domains(seed: int = 0, n: int = 5000, dim: int = 50, outputs: int 
         x = centres[comp] + rng.normal(size=(n, dim))  # (n, dim)
         mu_k = mu + s * d_mu
         width_k = width * (1.0 + s * d_width)
-        sq = ((x[:, None, None, :] - mu_k[None]) ** 2).sum(-1)  # (n, outputs, n_basis)
+        # |x - mu|^2 expanded, so no (n, outputs, n_basis, dim) intermediate is built
+        sq = np.clip((x**2).sum(1)[:, None, None] - 2 * np.einsum("nd,obd->nob", x, mu_k)
+                     + (mu_k**2).sum(-1)[None], 0.0, None)  # (n, outputs, n_basis)
         y = np.exp(-sq / (2.0 * width_k[None]) ** 2).sum(-1)  # (n, outputs)
         out.append((torch.from_numpy(x.astype(np.float32)), torch.from_numpy(y.astype(np.float32))))
     return out

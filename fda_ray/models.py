@@ -59,6 +59,13 @@ class ColoredMNISTCNN(nn.Module):
         return self.classifier(self.pool(self.features(x)).flatten(1))
 
 
+class FrozenBatchNorm2d(nn.BatchNorm2d):
+    """BatchNorm that stays in eval mode (running statistics fixed), for pretrained backbones."""
+
+    def train(self, mode: bool = True) -> "FrozenBatchNorm2d":
+        return super().train(False)
+
+
 class SigmoidMLP(nn.Module):
     """One hidden layer with sigmoid activation (the synthetic experiment of 004 Appendix B)."""
 
@@ -102,8 +109,8 @@ def resnet18(input_shape: tuple[int, ...], num_outputs: int, weights_path: str |
     if freeze_bn and weights_path is not None:
         for m in model.modules():
             if isinstance(m, nn.BatchNorm2d):
+                m.__class__ = FrozenBatchNorm2d  # picklable, unlike a patched train method
                 m.eval()
-                m.train = lambda mode=True, _m=m: _m  # type: ignore[method-assign]  # stays in eval mode
                 for p in m.parameters():
                     p.requires_grad_(False)
     return model

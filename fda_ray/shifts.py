@@ -6,9 +6,9 @@ and a purpose, so a setting is the same in every process and executor.
                share of its shard; its test set is the dataset's test set (Fashion-MNIST covariate shift).
   label_shift  classes {8, 6, 9} give their first eta share to the sources and the rest to the target;
                classes {0, 1, 2, 3, 4, 5, 7} the first eta share to the target and the rest to the sources;
-               15 % of the target's part is labelled (default), the rest is its test set.
+               15 % of the target's part is labelled (config default), the rest is its test set.
   classes4     client i holds class i mod 10 plus 3 random others, each class split evenly among its
-               holders; 10 % of the target's part is labelled (default), the rest is its test set (CIFAR-10).
+               holders; 10 % of the target's part is labelled (config default), the rest is its test set (CIFAR-10).
   domains      each source is one extra domain of the dataset (synthetic D_2..D_9); the target subsamples D_1.
 Noise: x + N(0, std^2), no clipping, drawn afresh every time an image is read, on target train and test only.
 """
@@ -25,8 +25,6 @@ from fda_ray.seeding import np_rng
 
 LABEL_SHIFT_SOURCE_CLASSES = (8, 6, 9)  # D1: mostly target when eta is small
 LABEL_SHIFT_TARGET_CLASSES = (0, 1, 2, 3, 4, 5, 7)  # D2: mostly sources when eta is small
-LABEL_SHIFT_LABELLED = 0.15
-CLASSES4_LABELLED = 0.10
 
 Pair = tuple[torch.Tensor, torch.Tensor]
 
@@ -57,12 +55,12 @@ def _take(x: torch.Tensor, y: torch.Tensor, idx: np.ndarray) -> Pair:
     return x[t], y[t]
 
 
-def _labelled_count(cfg: RunConfig, pool_size: int, default_fraction: float | None) -> int:
+def _labelled_count(cfg: RunConfig, pool_size: int) -> int:
     if cfg.target_labelled is not None:
         if cfg.target_labelled > pool_size:
             raise ValueError(f"target_labelled={cfg.target_labelled} is invalid: the target holds only {pool_size} samples")
         return cfg.target_labelled
-    frac = cfg.target_fraction if cfg.target_fraction is not None else default_fraction
+    frac = cfg.target_fraction
     if frac is None:
         raise ValueError("target_labelled is invalid: give target_labelled or target_fraction")
     return max(2, int(round(frac * pool_size)))
@@ -126,7 +124,7 @@ def build_setting(split: Split, cfg: RunConfig) -> Setting:
         shards = homo_shards(len(ytr), n_src + 1, rng)
         src_idx = [_cap(s, cfg.samples_per_client) for s in shards[:n_src]]
         pool = _cap(shards[n_src], cfg.samples_per_client)
-        k = _labelled_count(cfg, pool.size, None)
+        k = _labelled_count(cfg, pool.size)
         target_train = _take(split.x_train, split.y_train, pool[:k])
         target_pool = _take(split.x_train, split.y_train, pool)
         test_idx = _cap(np_rng(cfg.seed, purpose="test").permutation(len(split.y_test)), cfg.test_samples)
@@ -135,14 +133,12 @@ def build_setting(split: Split, cfg: RunConfig) -> Setting:
     elif cfg.partition in ("label_shift", "classes4"):
         if cfg.partition == "label_shift":
             src_idx, tgt = label_shift_split(ytr, cfg.eta, n_src, rng)
-            default_frac = LABEL_SHIFT_LABELLED
         else:
             parts = classes4_split(ytr, n_src + 1, rng, num_classes=split.num_classes)
             src_idx, tgt = parts[:n_src], parts[n_src]
-            default_frac = CLASSES4_LABELLED
         src_idx = [_cap(s, cfg.samples_per_client) for s in src_idx]
         tgt = _cap(tgt, cfg.samples_per_client)
-        k = _labelled_count(cfg, tgt.size, default_frac)
+        k = _labelled_count(cfg, tgt.size)
         labelled, test = tgt[:k], _cap(tgt[k:], cfg.test_samples)
         if test.size == 0:
             raise ValueError("target_labelled is invalid: it leaves no target samples for the test set")
@@ -155,7 +151,7 @@ def build_setting(split: Split, cfg: RunConfig) -> Setting:
             raise ValueError(f"num_sources={n_src} is invalid: dataset {cfg.dataset!r} has {len(split.domains)} source domains")
         sources = tuple((x[: cfg.samples_per_client], y[: cfg.samples_per_client]) for x, y in split.domains[:n_src])
         perm = rng.permutation(len(split.y_train))
-        k = _labelled_count(cfg, perm.size, None)
+        k = _labelled_count(cfg, perm.size)
         target_train = _take(split.x_train, split.y_train, perm[:k])
         target_pool = (split.x_train, split.y_train)
         target_test = (split.x_test[: cfg.test_samples], split.y_test[: cfg.test_samples])

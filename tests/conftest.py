@@ -1,0 +1,63 @@
+"""Shared test fixtures: one torch thread (CI has 2 cores), tiny generated datasets."""
+from __future__ import annotations
+
+import gzip
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+torch.set_num_threads(1)
+
+
+def write_idx(path: Path, array: np.ndarray) -> None:
+    """Write a uint8 array in IDX format (gzip if the name ends with .gz)."""
+    header = struct.pack(">BBBB", 0, 0, 0x08, array.ndim) + struct.pack(">" + "I" * array.ndim, *array.shape)
+    data = header + np.ascontiguousarray(array, dtype=np.uint8).tobytes()
+    if path.suffix == ".gz":
+        with gzip.open(path, "wb") as f:
+            f.write(data)
+    else:
+        path.write_bytes(data)
+
+
+def make_fmnist_dir(root: Path, n_train: int = 1200, n_test: int = 300, seed: int = 0) -> Path:
+    """Four IDX files of a tiny learnable Fashion-MNIST stand-in: class k brightens row band k."""
+    rng = np.random.default_rng(seed)
+    root.mkdir(parents=True, exist_ok=True)
+
+    def make(n: int) -> tuple[np.ndarray, np.ndarray]:
+        y = rng.integers(0, 10, size=n).astype(np.uint8)
+        x = rng.integers(0, 60, size=(n, 28, 28)).astype(np.uint8)
+        for i, k in enumerate(y):
+            x[i, 2 * k + 4 : 2 * k + 7, :] = 220
+        return x, y
+
+    xtr, ytr = make(n_train)
+    xte, yte = make(n_test)
+    write_idx(root / "train-images-idx3-ubyte.gz", xtr)
+    write_idx(root / "train-labels-idx1-ubyte.gz", ytr)
+    write_idx(root / "t10k-images-idx3-ubyte.gz", xte)
+    write_idx(root / "t10k-labels-idx1-ubyte.gz", yte)
+    return root
+
+
+@pytest.fixture(scope="session")
+def fmnist_dir(tmp_path_factory) -> Path:
+    return make_fmnist_dir(tmp_path_factory.mktemp("fmnist"))
+
+
+@pytest.fixture
+def tiny(fmnist_dir):
+    """A factory of tiny RunConfigs on the generated Fashion-MNIST files."""
+    from fda_ray.config import RunConfig
+
+    def make(**kw) -> RunConfig:
+        base = dict(dataset="fashion-mnist", data_dir=str(fmnist_dir), num_sources=3, rounds=2, warmup_rounds=1,
+                    samples_per_client=128, test_samples=100, target_labelled=32, threads=1)
+        base.update(kw)
+        return RunConfig(**base)
+
+    return make

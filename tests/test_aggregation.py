@@ -1,0 +1,144 @@
+"""The rules against hand-computed cases and against a per-tensor loop like the authors' code."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fda_ray.aggregation import fedavg, fedda, fedgp, layer_cosines, layer_stats
+
+R = 1 / math.sqrt(2)
+
+
+def case():
+    t = torch.tensor([1.0, 0.0, 1.0, 1.0])
+    s = torch.tensor([[2.0, 0.0, -1.0, -1.0], [1.0, 1.0, 0.0, 2.0]])
+    off = torch.tensor([0, 2, 4])
+    return t, s, off
+
+
+def test_fedgp_cosine_hand_case():
+    t, s, off = case()
+    out = fedgp(t, s, off, beta=0.5, weights=torch.tensor([0.5, 0.5]))
+    # layer 0: cos(t, s1) = 1, cos(t, s2) = 1/sqrt2; layer 1: cos(t, s1) = -1 (filtered), cos(t, s2) = 1/sqrt2
+    s1p = torch.tensor([2.0, 0.0, 0.0, 0.0])
+    s2p = torch.tensor([R, R, 0.0, 2 * R])
+    expected = 0.25 * (s1p + s2p) + 0.5 * t
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(out, torch.tensor([1 + 0.25 * (2 + R) - 0.5, 0.25 * R, 0.5, 0.5 + 0.5 * R]))
+
+
+def test_fedgp_exact_projection_hand_case():
+    t, s, off = case()
+    out = fedgp(t, s, off, beta=0.5, weights=torch.tensor([0.5, 0.5]), projection="exact")
+    # <t, s>/|s|^2: layer 0: 2/4 and 1/2; layer 1: s1 filtered, s2: 2/4
+    torch.testing.assert_close(out, torch.tensor([0.875, 0.125, 0.5, 0.75]))
+
+
+def test_fedgp_without_filter_keeps_negative_layers():
+    t, s, off = case()
+    out = fedgp(t, s, off, beta=0.5, weights=torch.tensor([0.5, 0.5]), filter=False)
+    # s1 on layer 1: cos = -1 -> -1 * [-1, -1] = [1, 1]
+    torch.testing.assert_close(out, torch.tensor([0.5 + 0.25 * (2 + R), 0.25 * R, 0.75, 0.5 + 0.25 * (1 + 2 * R)]))
+
+
+def test_fedgp_per_source_beta_and_align():
+    t, s, off = case()
+    out = fedgp(t, s, off, beta=torch.tensor([1.0, 0.0]), weights=torch.tensor([0.25, 0.75]),
+                align=torch.tensor([3.0, 5.0]))
+    # source 1 fully projected (beta 1) with align 3; source 2 only contributes its target share 0.75 * t
+    expected = 0.25 * 3.0 * torch.tensor([2.0, 0.0, 0.0, 0.0]) + 0.75 * t
+    torch.testing.assert_close(out, expected)
+
+
+def test_fedda_hand_case():
+    t = torch.tensor([1.0, 2.0])
+    s = torch.tensor([[3.0, 4.0], [5.0, 6.0]])
+    out = fedda(t, s, beta=torch.tensor([0.2, 1.0]), weights=torch.tensor([0.25, 0.75]))
+    torch.testing.assert_close(out, torch.tensor([4.1, 5.1]))
+    torch.testing.assert_close(fedda(t, s, beta=0.0, weights=torch.tensor([0.5, 0.5])), t)
+    torch.testing.assert_close(fedavg(s, weights=torch.tensor([0.5, 0.5])), torch.tensor([4.0, 5.0]))
+
+
+def loop_reference(t, s, off, beta, w, align, filter=True, projection="cosine"):
+    """Per-tensor Python loop, the way the authors' code aggregates (one cosine per tensor per source)."""
+    out = torch.zeros_like(t, dtype=torch.float64)
+    for i in range(s.shape[0]):
+        for l in range(len(off) - 1):
+            lo, hi = int(off[l]), int(off[l + 1])
+            if hi == lo:
+                continue
+            tl, sl = t[lo:hi].double(), s[i, lo:hi].double()
+            cos = float(F.cosine_similarity(tl, sl, dim=0))
+            coef = cos if projection == "cosine" else (float(tl @ sl) / float(sl @ sl) if float(sl @ sl) > 0 else 0.0)
+            if filter and not cos > 0:
+                coef = 0.0
+            out[lo:hi] += w[i] * (beta[i] * align[i] * coef * sl + (1 - beta[i]) * tl)
+    return out.float()
+
+
+@pytest.mark.parametrize("projection", ["cosine", "exact"])
+@pytest.mark.parametrize("filter", [True, False])
+def test_fedgp_matches_loop_reference(projection, filter):
+    g = torch.Generator().manual_seed(0)
+    sizes = [0, 1, 7, 300, 1, 0, 53]
+    off = torch.tensor([0] + sizes).cumsum(0)
+    m, n = int(off[-1]), 5
+    t = torch.randn(m, generator=g)
+    s = torch.randn(n, m, generator=g)
+    s[1, 8:308] = 0.0  # a zero-norm layer of one source
+    beta = torch.rand(n, generator=g)
+    w = torch.rand(n, generator=g)
+    w = w / w.sum()
+    align = torch.rand(n, generator=g) + 0.5
+    out = fedgp(t, s, off, beta=beta, weights=w, align=align, filter=filter, projection=projection)
+    ref = loop_reference(t, s, off, beta, w, align, filter, projection)
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_zero_norm_layers_give_no_nan_and_cosine_zero_is_filtered():
+    t = torch.tensor([0.0, 0.0, 1.0, 0.0])
+    s = torch.tensor([[1.0, 1.0, 0.0, 1.0]])  # layer 0: target zero; layer 1: cosine exactly 0
+    off = torch.tensor([0, 2, 4])
+    for projection in ("cosine", "exact"):
+        out = fedgp(t, s, off, beta=1.0, weights=torch.tensor([1.0]), projection=projection)
+        assert torch.isfinite(out).all()
+        torch.testing.assert_close(out, torch.zeros(4))
+    cos = layer_cosines(*layer_stats(t, s, off))
+    assert torch.equal(cos, torch.zeros(1, 2, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(beta=1.5), "beta must lie in"),
+    (dict(beta=-0.1), "beta must lie in"),
+    (dict(weights=torch.tensor([0.5, 0.6])), "weights must sum to 1"),
+    (dict(weights=torch.tensor([1.0])), r"weights must be a float or an \(N,\)"),
+    (dict(beta=torch.tensor([0.5, 0.5, 0.5])), r"beta must be a float or an \(N,\)"),
+])
+def test_bad_rule_input(kwargs, match):
+    t, s, off = case()
+    args = dict(beta=0.5, weights=torch.tensor([0.5, 0.5]))
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        fedgp(t, s, off, **args)
+    with pytest.raises(ValueError, match=match):
+        fedda(t, s, **args)
+
+
+def test_bad_shapes_and_offsets():
+    t, s, off = case()
+    w = torch.tensor([0.5, 0.5])
+    with pytest.raises(ValueError, match="target has M=3"):
+        fedda(t[:3], s, beta=0.5, weights=w)
+    with pytest.raises(ValueError, match="sources must be a 2-D"):
+        fedda(t, s[0], beta=0.5, weights=w)
+    with pytest.raises(ValueError, match="end at M=4"):
+        fedgp(t, s, torch.tensor([0, 2, 5]), beta=0.5, weights=w)
+    with pytest.raises(ValueError, match="int64"):
+        fedgp(t, s, torch.tensor([0, 2, 4], dtype=torch.int32), beta=0.5, weights=w)
+    with pytest.raises(ValueError, match="non-decreasing"):
+        fedgp(t, s, torch.tensor([0, 3, 2, 4]), beta=0.5, weights=w)
+    with pytest.raises(ValueError, match="projection"):
+        fedgp(t, s, off, beta=0.5, weights=w, projection="orthogonal")

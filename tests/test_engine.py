@@ -1,0 +1,115 @@
+"""The serial engine (Algorithm 1) on tiny generated Fashion-MNIST files: every method, determinism, and
+identities between methods that must hold exactly."""
+from __future__ import annotations
+
+import math
+
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from fda_ray.engine import build_experiment, finetune_from, run
+from fda_ray.methods import METHODS
+
+
+@pytest.mark.parametrize("method", METHODS.names())
+def test_every_method_runs_and_records_its_metrics(tiny, method):
+    cfg = tiny(method=method, noise=0.3, finetune_epochs=2, batch_target=8)
+    hist = run(cfg)
+    m = METHODS.get(method)
+    expected_rows = cfg.warmup_rounds + cfg.rounds + (2 if m.finetune else 0)
+    assert len(hist.rows) == expected_rows
+    assert [r["phase"] for r in hist.rows][:2] == ["warmup", "main"]
+    for r in hist.rows:
+        assert 0.0 <= r["accuracy"] <= 1.0 and math.isfinite(r["loss"])
+    main = [r for r in hist.rows if r["phase"] == "main"]
+    if m.uses_beta:
+        for r in main:
+            assert len(r["beta_i"]) == cfg.num_sources
+            assert all(0.0 <= b <= 1.0 for b in r["beta_i"])
+            assert len(r["cosine_mean_i"]) == cfg.num_sources and len(r["filtered_share_i"]) == cfg.num_sources
+    if m.auto_rule:
+        assert all(r["sigma2"] >= 0 and len(r["d2_i"]) == cfg.num_sources for r in main)
+        assert any(b != 0.5 for r in main for b in r["beta_i"])  # betas come from the estimators
+    assert hist.final_weights is not None and torch.isfinite(hist.final_weights).all()
+
+
+def test_same_config_same_numbers_and_seed_changes_them(tiny):
+    cfg = tiny(method="fedgp_auto", noise=0.2, batch_target=8)
+    a, b = run(cfg), run(cfg)
+    assert [r["accuracy"] for r in a.rows] == [r["accuracy"] for r in b.rows]
+    assert torch.equal(a.final_weights, b.final_weights)
+    c = run(cfg.replace(seed=1))
+    assert not torch.equal(a.final_weights, c.final_weights)
+
+
+def test_fedgp_beta0_is_target_only_and_fedda_beta1_is_source_only(tiny):
+    """Clients draw from seeds of their own (seed, round, client, purpose), so which other clients train
+    does not change a client's update: the rules' limits must give the baselines' weights exactly."""
+    target_only = run(tiny(method="target_only", noise=0.4))
+    fedgp0 = run(tiny(method="fedgp", beta=0.0, noise=0.4))
+    torch.testing.assert_close(fedgp0.final_weights, target_only.final_weights, rtol=0, atol=1e-6)
+    source_only = run(tiny(method="source_only", noise=0.4))
+    fedda1 = run(tiny(method="fedda", beta=1.0, noise=0.4))
+    torch.testing.assert_close(fedda1.final_weights, source_only.final_weights, rtol=0, atol=1e-6)
+
+
+def test_eval_noise_equals_a_run_at_that_noise(tiny):
+    clean = run(tiny(method="source_only", noise=0.0, eval_noise=(0.0, 0.5)))
+    noisy = run(tiny(method="source_only", noise=0.5))
+    assert [r["eval_noise_accuracy"][1] for r in clean.rows] == [r["accuracy"] for r in noisy.rows]
+    assert [r["eval_noise_accuracy"][0] for r in clean.rows] == [r["accuracy"] for r in clean.rows]
+
+
+def test_finetune_from_source_only_weights_equals_full_finetune_offline(tiny):
+    full = run(tiny(method="finetune_offline", noise=0.3, finetune_epochs=3))
+    src = run(tiny(method="source_only", noise=0.3))
+    part = finetune_from(tiny(method="finetune_offline", noise=0.3, finetune_epochs=3), src.final_weights)
+    assert [r["accuracy"] for r in part.rows] == [r["accuracy"] for r in full.rows if r["phase"] == "finetune"]
+    assert torch.equal(part.final_weights, full.final_weights)
+    with pytest.raises(ValueError, match="method='fedgp' is invalid"):
+        finetune_from(tiny(method="fedgp"), src.final_weights)
+
+
+def test_oracle_trains_on_the_whole_target_shard(tiny):
+    exp = build_experiment(tiny(method="oracle"))
+    target = exp.clients[exp.target_index]
+    assert target.num_samples == 128  # samples_per_client, not target_labelled = 32
+    exp = build_experiment(tiny(method="target_only"))
+    assert exp.clients[exp.target_index].num_samples == 32
+
+
+def test_auto_methods_lower_learning_rates_after_warmup(tiny, monkeypatch):
+    from fda_ray import client as client_mod
+
+    seen = []
+    orig = client_mod.Client.train
+
+    def spy(self, flat, round_idx, *, lr, batch, record_steps=False):
+        seen.append((round_idx, self.index, lr, batch, record_steps))
+        return orig(self, flat, round_idx, lr=lr, batch=batch, record_steps=record_steps)
+
+    monkeypatch.setattr(client_mod.Client, "train", spy)
+    cfg = tiny(method="fedda_auto").resolved()
+    run(cfg)
+    warm = [s for s in seen if s[0] == 0]
+    main = [s for s in seen if s[0] == 1]
+    assert {s[2] for s in warm} == {cfg.lr_source} and all(s[1] < cfg.num_sources for s in warm)
+    assert {s[2] for s in main if s[1] < cfg.num_sources} == {cfg.lr_source * 0.1}
+    assert [s[2:] for s in main if s[1] == cfg.num_sources] == [(cfg.lr_target * 0.1, 4, True)]
+
+
+def test_learns_above_chance(tiny):
+    hist = run(tiny(method="fedgp", rounds=4, samples_per_client=256))
+    assert hist.final_accuracy > 0.5  # 10 balanced classes: chance is 0.1
+
+
+def test_history_parquet_round_trip(tiny, tmp_path):
+    hist = run(tiny(method="fedgp_auto", batch_target=8))
+    path = hist.to_parquet(tmp_path / "h.parquet")
+    rows = pq.read_table(path).to_pylist()
+    assert len(rows) == len(hist.rows)
+    assert rows[-1]["method"] == "fedgp_auto" and rows[-1]["noise"] == 0.0
+    assert rows[-1]["beta_i"] == pytest.approx(hist.rows[-1]["beta_i"])
+    assert rows[0]["beta_i"] is None  # warm-up rounds have no beta
+    assert not (tmp_path / "h.parquet.tmp").exists()

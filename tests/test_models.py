@@ -1,0 +1,131 @@
+"""Every registered model builds on a tiny input and gives finite (batch, outputs); ResNet-18 local weights."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from fda_ray.models import MODELS, build_model
+
+NUM_OUTPUTS = 10
+
+# name -> input shapes to build it on
+TINY_INPUTS: dict[str, list[tuple[int, ...]]] = {
+    "simple_cnn": [(1, 28, 28), (3, 32, 32)],
+    "colored_mnist_cnn": [(2, 28, 28)],
+    "resnet18": [(3, 32, 32)],
+    "mlp_sigmoid": [(50,)],
+}
+
+
+def test_every_tiny_input_is_registered():
+    assert set(TINY_INPUTS) <= set(MODELS.names())
+
+
+@pytest.mark.parametrize("name", MODELS.names())
+def test_model_forward(name):
+    if name not in TINY_INPUTS:
+        pytest.fail(f"model {name!r} is registered but tests/test_models.py has no tiny input for it")
+    for shape in TINY_INPUTS[name]:
+        torch.manual_seed(0)
+        model = build_model(name, shape, NUM_OUTPUTS)
+        assert isinstance(model, nn.Module)
+        model.eval()
+        with torch.no_grad():
+            out = model(torch.rand(2, *shape))
+        assert out.shape == (2, NUM_OUTPUTS), (name, shape)
+        assert torch.isfinite(out).all()
+        assert any(p.requires_grad for p in model.parameters())
+
+
+@pytest.mark.parametrize("shape, features", [((1, 28, 28), 256), ((3, 32, 32), 400)])
+def test_simple_cnn_fc1_features(shape, features):
+    model = build_model("simple_cnn", shape, 7)
+    assert model.fc1.in_features == features
+    assert model.conv1.in_channels == shape[0]
+    assert model.fc3.out_features == 7
+
+
+def test_build_is_seeded_by_global_rng():
+    torch.manual_seed(3)
+    a = build_model("simple_cnn", (1, 28, 28), 10)
+    torch.manual_seed(3)
+    b = build_model("simple_cnn", (1, 28, 28), 10)
+    torch.manual_seed(4)
+    c = build_model("simple_cnn", (1, 28, 28), 10)
+    assert torch.equal(a.conv1.weight, b.conv1.weight)
+    assert not torch.equal(a.conv1.weight, c.conv1.weight)
+
+
+def test_mlp_sigmoid_hidden_option():
+    m = build_model("mlp_sigmoid", (50,), 3, hidden=17)
+    assert m.hidden.in_features == 50 and m.hidden.out_features == 17 and m.out.out_features == 3
+
+
+def test_unknown_model_lists_known():
+    with pytest.raises(ValueError, match="simple_cnn"):
+        build_model("no_such_model", (1, 28, 28), 10)
+
+
+@pytest.fixture(scope="module")
+def resnet_weights(tmp_path_factory):
+    import torchvision
+
+    torch.manual_seed(11)
+    ref = torchvision.models.resnet18(weights=None)
+    with torch.no_grad():  # non-default running stats, so that loading them is visible
+        for m in ref.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.uniform_(-1, 1)
+                m.running_var.uniform_(0.5, 2)
+    state = ref.state_dict()
+    path = tmp_path_factory.mktemp("weights") / "resnet18.pth"
+    torch.save(state, path)
+    return path, state
+
+
+def test_resnet18_local_weights(resnet_weights):
+    path, saved = resnet_weights
+    torch.manual_seed(0)
+    model = build_model("resnet18", (3, 32, 32), 5, weights_path=str(path))
+    assert torch.equal(model.conv1.weight, saved["conv1.weight"])
+    assert torch.equal(model.layer3[1].conv2.weight, saved["layer3.1.conv2.weight"])
+    assert torch.equal(model.layer1[0].bn1.running_mean, saved["layer1.0.bn1.running_mean"])
+    assert model.fc.out_features == 5 and model.fc.weight.shape == (5, 512)
+
+    model.train()
+    assert model.training and model.layer1[0].conv1.training
+    bns = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
+    assert len(bns) == 20
+    assert all(not m.training for m in bns)  # BatchNorm stays in eval mode
+    assert all(not p.requires_grad for m in bns for p in m.parameters())
+    assert model.conv1.weight.requires_grad and model.fc.weight.requires_grad
+
+    # a training-mode forward leaves the frozen running statistics alone
+    rm = model.bn1.running_mean.clone()
+    out = model(torch.rand(2, 3, 32, 32))
+    assert out.shape == (2, 5) and torch.isfinite(out).all()
+    assert torch.equal(model.bn1.running_mean, rm)
+    assert torch.equal(model.bn1.running_mean, saved["bn1.running_mean"])
+
+    model.eval()
+    model.train(True)
+    assert all(not m.training for m in bns)
+
+
+def test_resnet18_without_weights_trains_batchnorm():
+    model = build_model("resnet18", (3, 32, 32), 10)
+    model.train()
+    bns = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
+    assert all(m.training for m in bns)
+    assert all(p.requires_grad for m in bns for p in m.parameters())
+
+
+def test_resnet18_weights_other_channels(resnet_weights):
+    path, saved = resnet_weights
+    model = build_model("resnet18", (1, 32, 32), 10, weights_path=str(path))
+    assert model.conv1.in_channels == 1
+    assert torch.equal(model.layer1[0].conv1.weight, saved["layer1.0.conv1.weight"])
+    model.eval()
+    with torch.no_grad():
+        assert model(torch.rand(2, 1, 32, 32)).shape == (2, 10)
