@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from fda_ray.config import RunConfig
+from fda_ray.methods import METHODS
 from tuning.grids import GRIDS, Grid
 
 
@@ -46,19 +47,28 @@ def _job(kind: str, cfg: RunConfig, path: str, weights_from: str | None) -> tupl
 
 
 def plan(grid: Grid, overrides: dict, out: Path) -> list[tuple[str, RunConfig, Path, Path | None]]:
-    """(kind, config, output path, weights it needs) for every run of the grid, heavy-and-first-seed first."""
+    """(kind, config, output path, weights it needs) for every run of the grid.
+
+    Order: by seed; within a seed the cheap runs first (source_only, then the methods that train only the
+    target), then the runs that train every client, grid value by value starting from the middle, so an
+    interrupted grid has whole columns rather than whole rows.
+    """
     jobs = []
     max_seeds = max(grid.seeds_for(v) for v in grid.values)
+    middle_out = sorted(grid.values, key=lambda v: abs(grid.values.index(v) - (len(grid.values) - 1) / 2))
     for seed in range(max_seeds):
-        values = [v for v in grid.values if seed < grid.seeds_for(v)]
+        values = [v for v in middle_out if seed < grid.seeds_for(v)]
         base = RunConfig(dataset=grid.dataset, seed=seed, threads=1, **overrides)
         src_path = out / (_name("source_only", grid, None, seed) + ".parquet")
         if "source_only" in grid.methods or "finetune_offline" in grid.methods:
-            jobs.append(("run", base.replace(method="source_only", eval_noise=tuple(values)), src_path, None))
-        for m in grid.methods:
-            if m in ("source_only",):
-                continue
-            for v in values:
+            jobs.append(("run", base.replace(method="source_only", eval_noise=tuple(sorted(values))), src_path, None))
+        cheap = [m for m in grid.methods if m != "source_only" and not METHODS.get(m).train_sources]
+        heavy = [m for m in grid.methods if m != "source_only" and METHODS.get(m).train_sources]
+        for v in values:
+            for m in cheap:
+                jobs.append(("run", base.replace(method=m, **{grid.variable: v}), out / (_name(m, grid, v, seed) + ".parquet"), None))
+        for v in values:
+            for m in heavy:
                 cfg = base.replace(method=m, **{grid.variable: v})
                 path = out / (_name(m, grid, v, seed) + ".parquet")
                 if m == "finetune_offline":
