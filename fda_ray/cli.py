@@ -34,6 +34,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--samples-per-client", type=int, default=None)
     p.add_argument("--test-samples", type=int, default=None)
     p.add_argument("--model", default=None)
+    p.add_argument("--model-weights", default=None, help="resnet18: local pretrained state-dict file")
     p.add_argument("--data-dir", default=None)
     p.add_argument("--download", action="store_true", help="download the dataset with torchvision (needs internet)")
     p.add_argument("--threads", type=int, default=None)
@@ -49,6 +50,7 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
                      projection=a.projection, filter=not a.no_filter, auto_beta_rule=a.auto_beta_rule,
                      num_sources=a.num_sources, target_labelled=a.target_labelled, target_fraction=a.target_fraction,
                      samples_per_client=a.samples_per_client, test_samples=a.test_samples, model=a.model,
+                     model_weights=a.model_weights,
                      data_dir=a.data_dir, download=a.download, threads=a.threads, device=a.device)
 
 

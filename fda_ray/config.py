@@ -54,6 +54,7 @@ class RunConfig:
     filter: bool = True
     partition: str | None = None
     model: str | None = None
+    model_weights: str | None = None  # resnet18: a local ImageNet state-dict file (no hub download)
     lr_source: float | None = None
     lr_target: float | None = None
     batch_source: int | None = None
@@ -82,6 +83,8 @@ class RunConfig:
             raise _err("method", self.method, f"known methods: {', '.join(METHODS.names())}")
         if self.model is not None and self.model not in MODELS:
             raise _err("model", self.model, f"known models: {', '.join(MODELS.names())}")
+        if self.model_weights is not None and self.model not in (None, "resnet18"):
+            raise _err("model_weights", self.model_weights, "only model='resnet18' loads pretrained weights")
         if not isinstance(self.seed, int) or self.seed < 0:
             raise _err("seed", self.seed, "an integer >= 0")
         for name in ("noise",):

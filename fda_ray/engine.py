@@ -79,7 +79,8 @@ def build_experiment(cfg: RunConfig) -> Experiment:
     split = load_dataset(cfg.dataset, cfg.data_dir, cfg.download)
     setting = build_setting(split, cfg)
     torch.manual_seed(derive_seed(cfg.seed, purpose="init"))  # the initial global model
-    model = build_model(cfg.model, setting.input_shape, setting.num_outputs).to(cfg.device)
+    options = {"weights_path": cfg.model_weights} if cfg.model_weights else {}
+    model = build_model(cfg.model, setting.input_shape, setting.num_outputs, **options).to(cfg.device)
     layout = ParamLayout.from_model(model)
     clients = [Client(i, x, y, copy.deepcopy(model), layout, seed=cfg.seed, task=setting.task, device=cfg.device)
                for i, (x, y) in enumerate(setting.sources)]

@@ -113,3 +113,22 @@ def test_history_parquet_round_trip(tiny, tmp_path):
     assert rows[-1]["beta_i"] == pytest.approx(hist.rows[-1]["beta_i"])
     assert rows[0]["beta_i"] is None  # warm-up rounds have no beta
     assert not (tmp_path / "h.parquet.tmp").exists()
+
+
+def test_model_weights_only_for_resnet18(tiny):
+    with pytest.raises(ValueError, match="model_weights='w.pt' is invalid: only model='resnet18'"):
+        tiny(model="simple_cnn", model_weights="w.pt")
+
+
+def test_other_models_and_datasets_run_through_the_engine(tiny):
+    hist = run(tiny(method="fedgp", model="colored_mnist_cnn", rounds=1, samples_per_client=64))
+    assert len(hist.rows) == 2 and 0 <= hist.final_accuracy <= 1
+    syn = run(_synthetic_config())
+    assert math.isnan(syn.final_accuracy) and math.isfinite(syn.final_loss)
+
+
+def _synthetic_config():
+    from fda_ray.config import RunConfig
+
+    return RunConfig(dataset="synthetic", method="fedgp_auto", num_sources=2, rounds=1, warmup_rounds=1,
+                     samples_per_client=128, test_samples=100, target_labelled=40, batch_target=8, threads=1)

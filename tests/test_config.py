@@ -1,0 +1,70 @@
+"""RunConfig validation and the papers' defaults; seed derivation; registries."""
+from __future__ import annotations
+
+import pytest
+
+from fda_ray.config import RunConfig
+from fda_ray.methods import METHODS
+from fda_ray.registry import Registry
+from fda_ray.seeding import derive_seed
+
+
+@pytest.mark.parametrize("field,value,allowed", [
+    ("noise", -0.1, "a finite number >= 0"),
+    ("noise", float("nan"), "a finite number >= 0"),
+    ("eta", 0.7, "a share in [0, 0.5]"),
+    ("rounds", 0, "an integer >= 1"),
+    ("num_sources", 0, "an integer >= 1"),
+    ("batch_target", 0, "a positive integer"),
+    ("lr_source", 0.0, "a finite number > 0"),
+    ("target_fraction", 1.5, "a share in (0, 1]"),
+    ("partition", "dirichlet", "one of homo, label_shift, classes4, domains"),
+    ("auto_beta_rule", "fedavg", "one of fedda, fedgp, fedgp_thresh"),
+    ("model", "vgg", "known models: simple_cnn"),
+    ("device", "tpu", "'cpu' or 'cuda[:i]'"),
+    ("seed", -1, "an integer >= 0"),
+])
+def test_invalid_fields_name_field_value_and_allowed(field, value, allowed):
+    with pytest.raises(ValueError) as e:
+        RunConfig(**{field: value})
+    msg = str(e.value)
+    assert msg.startswith(f"{field}={value!r} is invalid") and allowed in msg and "\n" not in msg
+
+
+def test_labelled_count_and_fraction_are_exclusive():
+    with pytest.raises(ValueError, match="not both"):
+        RunConfig(target_labelled=10, target_fraction=0.5)
+
+
+def test_resolved_paper_defaults():
+    c = RunConfig(method="fedgp").resolved()
+    assert (c.lr_source, c.lr_target, c.batch_source, c.batch_target, c.target_labelled) == (0.01, 0.005, 64, 16, 100)
+    assert c.num_sources == 9 and c.finetune_epochs == c.rounds and c.model == "simple_cnn"
+    a = RunConfig(method="fedgp_auto").resolved()
+    assert a.batch_target == 4 and a.auto_lr_factor == 0.1 and a.auto_beta_rule == "fedgp_thresh"
+    ls = RunConfig(partition="label_shift", eta=0.1).resolved()
+    assert ls.target_labelled is None and ls.target_fraction == 0.15
+    cifar = RunConfig(dataset="cifar10").resolved()
+    assert (cifar.partition, cifar.target_fraction, cifar.lr_source, cifar.auto_lr_factor) == ("classes4", 0.1, 0.005, 0.35)
+    assert RunConfig(dataset="synthetic").resolved().num_sources == 8
+    # explicit values win over defaults
+    assert RunConfig(method="fedgp_auto", batch_target=8).resolved().batch_target == 8
+
+
+def test_seeds_differ_per_coordinate_and_are_stable():
+    base = derive_seed(0, 1, 2, "train/shuffle")
+    others = {derive_seed(1, 1, 2, "train/shuffle"), derive_seed(0, 2, 2, "train/shuffle"),
+              derive_seed(0, 1, 3, "train/shuffle"), derive_seed(0, 1, 2, "train/noise")}
+    assert base not in others and len(others) == 4
+    assert derive_seed(0, 1, 2, "train/shuffle") == base and 0 <= base < 2**63
+
+
+def test_registry_lists_known_names_on_typo():
+    r: Registry[int] = Registry("widget")
+    r.add("a", 1)
+    with pytest.raises(ValueError, match="unknown widget 'b'; known: a"):
+        r.get("b")
+    with pytest.raises(ValueError, match="registered twice"):
+        r.add("a", 2)
+    assert set(METHODS.names()) == {"source_only", "target_only", "fedda", "fedgp", "fedda_auto", "fedgp_auto",
+                                    "finetune_offline", "oracle"}
