@@ -167,7 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if not a.only_table:
         execute(plan(grid, grid.profiles[a.profile], out), a.workers)
-    text = table(grid, collect(grid, out), "python -m fda_ray.reproduce " + " ".join(argv if argv is not None else sys.argv[1:]))
+    # The command that computes (or resumes) these runs; --only-table just re-reads them.
+    command = f"python -m fda_ray.reproduce --grid {a.grid} --profile {a.profile} --out {a.out} --workers {a.workers}"
+    text = table(grid, collect(grid, out), command)
     print(text)
     if a.table:
         Path(a.table).write_text(text)
