@@ -96,14 +96,19 @@ def source_weights(clients: Sequence[Client], n: int) -> torch.Tensor:
     return counts / counts.sum()
 
 
+def source_steps(exp: Experiment) -> torch.Tensor:
+    """(N,) full source batches per local epoch (loaders drop the last partial batch)."""
+    return torch.tensor([c.steps_per_epoch(exp.cfg.batch_source) for c in exp.clients[: exp.cfg.num_sources]],
+                        dtype=torch.float32)
+
+
 def alignment(exp: Experiment) -> torch.Tensor:
     """(N,) magnitude alignment of each source delta to the target's (REFERENCE.md):
     (lr_T / lr_S) * (target steps per round, n_target / batch_T as a float) / (source full batches per round)."""
     cfg = exp.cfg
     n_t = exp.clients[exp.target_index].num_samples
     target_steps = n_t / cfg.batch_target
-    src_steps = torch.tensor([c.steps_per_epoch(cfg.batch_source) for c in exp.clients[: cfg.num_sources]], dtype=torch.float32)
-    return (cfg.lr_target / cfg.lr_source) * target_steps / src_steps
+    return (cfg.lr_target / cfg.lr_source) * target_steps / source_steps(exp)
 
 
 def _evaluate_row(exp: Experiment, flat: torch.Tensor, round_idx: int, eval_model: torch.nn.Module) -> dict:
@@ -130,7 +135,7 @@ def run_rounds(exp: Experiment, executor: Executor, progress: Callable[[dict], N
     weights = source_weights(exp.clients, n)  # (N,)
     align = alignment(exp)  # (N,)
     lr_ratio = cfg.lr_target / cfg.lr_source
-    src_steps = torch.tensor([c.steps_per_epoch(cfg.batch_source) for c in exp.clients[:n]], dtype=torch.float32)
+    src_steps = source_steps(exp)  # (N,)
     eval_model = copy.deepcopy(exp.model)
     flat = layout.flatten_model(exp.model) if start_flat is None else start_flat.clone()
     hist = History(config=cfg.to_dict())

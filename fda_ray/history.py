@@ -48,8 +48,7 @@ class History:
         # from_pylist infers the columns from the first row alone: warm-up rows lack beta_i and friends,
         # so give it the union of the keys in first-seen order.
         keys = list(dict.fromkeys(k for r in records for k in r))
-        table = pa.Table.from_pylist(records, schema=None) if not records else pa.Table.from_pydict(
-            {k: [r.get(k) for r in records] for k in keys})
+        table = pa.Table.from_pydict({k: [r.get(k) for r in records] for k in keys})
         tmp = path.with_name(path.name + ".tmp")
         pq.write_table(table, tmp)
         os.replace(tmp, path)
