@@ -39,6 +39,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--download", action="store_true", help="download the dataset with torchvision (needs internet)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--device", default="cpu")
+    p.add_argument("--executor", default="serial", help="serial (this process) or ray (one actor per client)")
+    p.add_argument("--cpus-per-client", type=float, default=None, help="ray: CPUs per client actor (default: share)")
+    p.add_argument("--gpus-per-client", type=float, default=0.0, help="ray: GPU fraction per client actor")
+    p.add_argument("--ray-address", default=None, help="ray: an existing cluster (default: $RAY_ADDRESS or local)")
+    p.add_argument("--client-retries", type=int, default=3, help="ray: redo a failed client round this often")
     p.add_argument("--parquet", default=None, help="write the per-round history to this Parquet file")
     p.add_argument("--json", action="store_true", help="print one JSON object (config and per-round metrics)")
     return p
@@ -51,11 +56,13 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
                      num_sources=a.num_sources, target_labelled=a.target_labelled, target_fraction=a.target_fraction,
                      samples_per_client=a.samples_per_client, test_samples=a.test_samples, model=a.model,
                      model_weights=a.model_weights,
-                     data_dir=a.data_dir, download=a.download, threads=a.threads, device=a.device)
+                     data_dir=a.data_dir, download=a.download, threads=a.threads, device=a.device,
+                     executor=a.executor, cpus_per_client=a.cpus_per_client, gpus_per_client=a.gpus_per_client,
+                     ray_address=a.ray_address, client_retries=a.client_retries)
 
 
 def main(argv: list[str] | None = None) -> int:
-    from fda_ray.engine import run
+    from fda_ray.engine import RunFailed, run
 
     a = parser().parse_args(argv)
     try:
@@ -83,6 +90,14 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except RunFailed as e:
+        # Keep what was computed: the finished rounds go where the full history would have gone.
+        kept = ""
+        if a.parquet and e.history.rows:
+            e.history.to_parquet(a.parquet)
+            kept = f"; the {len(e.history.rows)} finished rounds are in {a.parquet}"
+        print(f"error: {e}{kept}", file=sys.stderr)
+        return 1
     if a.parquet:
         hist.to_parquet(a.parquet)
     if a.json:

@@ -1,14 +1,20 @@
 """One client: its data shard as tensors on its device, a model built once, and one local epoch per round.
 
 Local training follows the authors' code: start from the round's global weights, a fresh Adam optimizer
-every round, one epoch over shuffled full batches (the last partial batch is dropped), cross-entropy (MSE
+every round (built once, its state cleared each round: the same arithmetic), one epoch over shuffled full batches (the last partial batch is dropped), cross-entropy (MSE
 for regression). The client returns its delta (new minus start weights) as one flat float32 vector, and
 the target also its per-step deltas (B, M) when the auto-weighting estimators need them.
 Target noise is drawn afresh for every batch read, from a generator seeded by (seed, round, client).
+
+A client is stateful: `state` survives across rounds (the serial executor keeps the object; the Ray executor
+keeps it inside the client's actor, and restores it from the last snapshot when it replaces a dead actor).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import time
+from typing import Any
 
 import torch
 from torch import nn
@@ -29,6 +35,8 @@ class ClientUpdate:
     num_steps: int
     loss: float  # mean training loss of the epoch
     step_deltas: torch.Tensor | None = None  # (B, M) per-step deltas (target, auto methods)
+    seconds: float = 0.0  # wall time of the local training, measured where the client runs
+    state: dict[str, Any] | None = None  # the client's state after this round (a snapshot)
 
 
 def loss_fn(task: str, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -49,6 +57,30 @@ class Client:
         self.seed = seed
         self.noise = noise
         self.task = task
+        # Built once; `_fresh_optimizer` clears its state, which equals constructing a new Adam.
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-3)
+        # State kept across rounds; small and picklable so it can be snapshotted and restored.
+        self.state: dict[str, Any] = {"rounds_trained": 0, "steps_total": 0, "last_round": -1, "last_loss": None}
+
+    def to(self, device: str | torch.device) -> "Client":
+        """Move data, model and optimizer to `device` (an actor moves its client onto its own GPU)."""
+        self.device = torch.device(device)
+        self.x, self.y = self.x.to(self.device), self.y.to(self.device)
+        self.model = self.model.to(self.device)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-3)
+        return self
+
+    def snapshot(self) -> dict[str, Any]:
+        return dict(self.state)
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.state = dict(state)
+
+    def _fresh_optimizer(self, lr: float) -> torch.optim.Optimizer:
+        self.optimizer.state.clear()
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return self.optimizer
 
     @property
     def num_samples(self) -> int:
@@ -83,19 +115,24 @@ class Client:
     def train(self, global_flat: torch.Tensor, round_idx: int, *, lr: float, batch: int,
               record_steps: bool = False) -> ClientUpdate:
         """One local epoch from `global_flat` (M,) with a fresh Adam; returns the delta."""
+        t0 = time.perf_counter()
         start = global_flat.to(self.device)
         self.layout.load_into(self.model, start)
-        opt = torch.optim.Adam(self.model.parameters(), lr=lr)
+        opt = self._fresh_optimizer(lr)
         steps, loss, rows = self._epoch(opt, batch, round_idx, "train", record_steps)
         delta = self.layout.flatten_model(self.model) - start
         step_deltas = torch.stack(rows) if record_steps and rows else None
-        return ClientUpdate(self.index, delta.cpu(), self.num_samples, steps, loss,
-                            None if step_deltas is None else step_deltas.cpu())
+        self.state.update(rounds_trained=self.state["rounds_trained"] + 1, steps_total=self.state["steps_total"] + steps,
+                          last_round=round_idx, last_loss=loss)
+        out = ClientUpdate(self.index, delta.cpu(), self.num_samples, steps, loss,
+                           None if step_deltas is None else step_deltas.cpu(), state=self.snapshot())
+        out.seconds = time.perf_counter() - t0  # after the copies to CPU, which a GPU client also pays
+        return out
 
     def finetune(self, start_flat: torch.Tensor, epochs: int, *, lr: float, batch: int, first_round: int):
         """Offline fine-tuning: `epochs` epochs with one Adam; yields (epoch, flat weights, loss) per epoch."""
         self.layout.load_into(self.model, start_flat.to(self.device))
-        opt = torch.optim.Adam(self.model.parameters(), lr=lr)
+        opt = self._fresh_optimizer(lr)
         for e in range(epochs):
             _, loss, _ = self._epoch(opt, batch, first_round + e, "finetune", False)
             yield e, self.layout.flatten_model(self.model).cpu(), loss

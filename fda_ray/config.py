@@ -13,6 +13,7 @@ from typing import Any
 
 PARTITIONS = ("homo", "label_shift", "classes4", "domains")
 PROJECTIONS = ("cosine", "exact")
+EXECUTORS = ("serial", "ray")
 AUTO_BETA_RULES = ("fedda", "fedgp", "fedgp_thresh")
 
 # The authors' settings (REFERENCE.md, seed 004 C.6): Adam, 1 local epoch, 2 warm-up rounds, 50 rounds.
@@ -70,7 +71,13 @@ class RunConfig:
     data_dir: str | None = None
     download: bool = False
     threads: int | None = None  # torch threads in this process; None = torch's default
-    device: str = "cpu"
+    device: str = "cpu"  # the driver's device (evaluation); under Ray clients use a GPU iff gpus_per_client > 0
+    # Execution: where clients train. None of these changes the numbers a run produces.
+    executor: str = "serial"  # "serial" (in this process) or "ray" (one actor per client)
+    cpus_per_client: float | None = None  # Ray: CPUs reserved per client actor; None = share the cluster's CPUs
+    gpus_per_client: float = 0.0  # Ray: fraction of a GPU per client actor (0 = CPU clients)
+    ray_address: str | None = None  # Ray: an existing cluster ("auto", "ray://..."); None = $RAY_ADDRESS or local
+    client_retries: int = 3  # Ray: times a failed client round is redone (on a new actor) before the run stops
 
     def __post_init__(self) -> None:
         from fda_ray.data import DATASETS
@@ -125,6 +132,16 @@ class RunConfig:
                 raise _err("eval_noise", self.eval_noise, "finite noise levels >= 0")
         if not (self.device == "cpu" or self.device.startswith("cuda")):
             raise _err("device", self.device, "'cpu' or 'cuda[:i]'")
+        if self.executor not in EXECUTORS:
+            raise _err("executor", self.executor, f"one of {', '.join(EXECUTORS)}")
+        if self.cpus_per_client is not None and not (
+                isinstance(self.cpus_per_client, (int, float)) and 0 < self.cpus_per_client <= 1024):
+            raise _err("cpus_per_client", self.cpus_per_client, "a number of CPUs > 0 (fractions allowed)")
+        g = self.gpus_per_client
+        if not (isinstance(g, (int, float)) and (0 <= g <= 1 or (g > 1 and float(g).is_integer()))):
+            raise _err("gpus_per_client", g, "a fraction in [0, 1] or a whole number of GPUs")
+        if not isinstance(self.client_retries, int) or self.client_retries < 0:
+            raise _err("client_retries", self.client_retries, "an integer >= 0")
 
     def replace(self, **changes: Any) -> "RunConfig":
         return dataclasses.replace(self, **changes)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import time
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence
+from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence
 
 import torch
 
@@ -41,7 +41,32 @@ class TrainRequest:
 
 
 class Executor(Protocol):
-    def train(self, global_flat: torch.Tensor, round_idx: int, requests: Sequence[TrainRequest]) -> list[ClientUpdate]: ...
+    """Where clients live and train. `submit` starts a round's local training (it may return at once);
+    `collect` waits for it and returns the updates in request order. The loop submits round r+1 before it
+    evaluates round r, so a parallel executor trains while the driver evaluates."""
+
+    def submit(self, global_flat: torch.Tensor, round_idx: int, requests: Sequence[TrainRequest]) -> Any: ...
+    def collect(self, pending: Any) -> list[ClientUpdate]: ...
+    def finetune(self, client: int, start_flat: torch.Tensor, epochs: int, *, lr: float, batch: int,
+                 first_round: int) -> Iterable[tuple[int, torch.Tensor, float]]: ...
+    def client_states(self) -> list[dict]: ...
+    def shutdown(self) -> None: ...
+
+
+class ClientFailure(RuntimeError):
+    """A client failed a round more often than the executor retries it."""
+
+    def __init__(self, client: int, round_idx: int, attempts: int, cause: str) -> None:
+        super().__init__(f"client {client} failed round {round_idx} {attempts} times; last error: {cause}")
+        self.client, self.round_idx, self.attempts = client, round_idx, attempts
+
+
+class RunFailed(RuntimeError):
+    """A run stopped early; `history` holds the rounds that finished (and the weights after the last one)."""
+
+    def __init__(self, message: str, history: History) -> None:
+        super().__init__(message)
+        self.history = history
 
 
 class SerialExecutor:
@@ -50,9 +75,26 @@ class SerialExecutor:
     def __init__(self, clients: Sequence[Client]) -> None:
         self.clients = list(clients)
 
-    def train(self, global_flat: torch.Tensor, round_idx: int, requests: Sequence[TrainRequest]) -> list[ClientUpdate]:
+    def submit(self, global_flat: torch.Tensor, round_idx: int, requests: Sequence[TrainRequest]) -> Any:
+        return global_flat, round_idx, list(requests)  # trains on collect: same numbers, no overlap
+
+    def collect(self, pending: Any) -> list[ClientUpdate]:
+        global_flat, round_idx, requests = pending
         return [self.clients[r.client].train(global_flat, round_idx, lr=r.lr, batch=r.batch, record_steps=r.record_steps)
                 for r in requests]
+
+    def train(self, global_flat: torch.Tensor, round_idx: int, requests: Sequence[TrainRequest]) -> list[ClientUpdate]:
+        return self.collect(self.submit(global_flat, round_idx, requests))
+
+    def finetune(self, client: int, start_flat: torch.Tensor, epochs: int, *, lr: float, batch: int,
+                 first_round: int) -> Iterator[tuple[int, torch.Tensor, float]]:
+        return self.clients[client].finetune(start_flat, epochs, lr=lr, batch=batch, first_round=first_round)
+
+    def client_states(self) -> list[dict]:
+        return [c.snapshot() for c in self.clients]
+
+    def shutdown(self) -> None:
+        pass
 
 
 @dataclass
@@ -127,9 +169,27 @@ def _evaluate_row(exp: Experiment, flat: torch.Tensor, round_idx: int, eval_mode
     return row
 
 
+def _requests(exp: Experiment, r: int) -> list[TrainRequest]:
+    """Who trains in round r, with which learning rate and batch."""
+    cfg, method = exp.cfg, exp.method
+    n, t_idx = cfg.num_sources, exp.target_index
+    warm = r < cfg.warmup_rounds
+    scale = cfg.auto_lr_factor if (method.auto_rule and not warm) else 1.0
+    lr_s, lr_t = cfg.lr_source * scale, cfg.lr_target * scale
+    reqs = []
+    if warm or method.train_sources:
+        reqs += [TrainRequest(i, lr_s, cfg.batch_source) for i in range(n)]
+    if not warm and method.train_target:
+        reqs.append(TrainRequest(t_idx, lr_t, cfg.batch_target, record_steps=method.auto_rule is not None))
+    return reqs
+
+
 def run_rounds(exp: Experiment, executor: Executor, progress: Callable[[dict], None] | None = None,
                start_flat: torch.Tensor | None = None, skip_rounds: bool = False) -> History:
-    """The warm-up and main rounds (and fine-tuning for finetune_offline) of one run."""
+    """The warm-up and main rounds (and fine-tuning for finetune_offline) of one run.
+
+    If a client fails for good (ClientFailure), raises RunFailed carrying the finished rounds' History.
+    """
     cfg, method, layout = exp.cfg, exp.method, exp.layout
     n, t_idx = cfg.num_sources, exp.target_index
     weights = source_weights(exp.clients, n)  # (N,)
@@ -139,19 +199,19 @@ def run_rounds(exp: Experiment, executor: Executor, progress: Callable[[dict], N
     eval_model = copy.deepcopy(exp.model)
     flat = layout.flatten_model(exp.model) if start_flat is None else start_flat.clone()
     hist = History(config=cfg.to_dict())
+    hist.final_weights = flat
     t0 = time.perf_counter()
     total = cfg.warmup_rounds + cfg.rounds
-    for r in range(0 if skip_rounds else total):
-        tr = time.perf_counter()
+    trained = 0 if skip_rounds else total  # rounds run here (fine-tuning epochs are numbered after `total`)
+    pending = executor.submit(flat, 0, _requests(exp, 0)) if trained else None
+    tr = time.perf_counter()
+    for r in range(trained):
         warm = r < cfg.warmup_rounds
-        scale = cfg.auto_lr_factor if (method.auto_rule and not warm) else 1.0
-        lr_s, lr_t = cfg.lr_source * scale, cfg.lr_target * scale
-        reqs = []
-        if warm or method.train_sources:
-            reqs += [TrainRequest(i, lr_s, cfg.batch_source) for i in range(n)]
-        if not warm and method.train_target:
-            reqs.append(TrainRequest(t_idx, lr_t, cfg.batch_target, record_steps=method.auto_rule is not None))
-        updates = {u.client: u for u in executor.train(flat, r, reqs)}
+        try:
+            updates = {u.client: u for u in executor.collect(pending)}
+        except ClientFailure as e:
+            hist.seconds = time.perf_counter() - t0
+            raise RunFailed(f"run stopped in round {r}: {e}; {len(hist.rows)} finished rounds kept", hist) from e
         src = torch.stack([updates[i].delta for i in range(n)]) if 0 in updates else None  # (N, M)
         tgt = updates[t_idx].delta if t_idx in updates else None  # (M,)
         row: dict = {"round": r, "phase": "warmup" if warm else "main"}
@@ -176,25 +236,29 @@ def run_rounds(exp: Experiment, executor: Executor, progress: Callable[[dict], N
             if method.uses_beta:
                 row["beta_i"] = (beta.tolist() if isinstance(beta, torch.Tensor) else [float(beta)] * n)
         flat = flat + update
+        if r + 1 < trained:  # the clients start the next round while this one is evaluated
+            pending = executor.submit(flat, r + 1, _requests(exp, r + 1))
         row.update(_evaluate_row(exp, flat, r, eval_model))
         row["train_loss_target"] = updates[t_idx].loss if t_idx in updates else None
-        row["seconds"] = time.perf_counter() - tr
+        row["client_seconds_max"] = max(u.seconds for u in updates.values())
+        now = time.perf_counter()
+        row["seconds"], tr = now - tr, now
         hist.rows.append(row)
+        hist.final_weights = flat
         if progress:
             progress(row)
     if method.finetune:
-        target = exp.clients[t_idx]
-        for e, w, loss in target.finetune(flat, cfg.finetune_epochs, lr=cfg.lr_target, batch=cfg.batch_target,
-                                          first_round=total):
-            tr = time.perf_counter()
+        for e, w, loss in executor.finetune(t_idx, flat, cfg.finetune_epochs, lr=cfg.lr_target,
+                                            batch=cfg.batch_target, first_round=total):
             flat = w
             row = {"round": total + e, "phase": "finetune", "train_loss_target": loss}
             row.update(_evaluate_row(exp, flat, total + e, eval_model))
-            row["seconds"] = time.perf_counter() - tr
+            now = time.perf_counter()
+            row["seconds"], tr = now - tr, now
             hist.rows.append(row)
+            hist.final_weights = flat
             if progress:
                 progress(row)
-    hist.final_weights = flat
     hist.seconds = time.perf_counter() - t0
     return hist
 
@@ -213,6 +277,10 @@ def finetune_from(cfg: RunConfig, start_flat: torch.Tensor, progress: Callable[[
 
 
 def run(cfg: RunConfig, progress: Callable[[dict], None] | None = None) -> History:
-    """One federated run of `cfg` with the serial executor."""
+    """One federated run of `cfg` with the executor it names (`cfg.executor`: "serial" or "ray")."""
+    if cfg.executor == "ray":
+        from fda_ray.driver import run_ray  # Ray is imported only when it is used
+
+        return run_ray(cfg, progress)
     exp = build_experiment(cfg)
     return run_rounds(exp, SerialExecutor(exp.clients), progress)

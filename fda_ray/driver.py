@@ -1,0 +1,71 @@
+"""The driver of a Ray run: it owns the global model and the round loop, and its clients are actors.
+
+    run_ray(cfg)               in this process (connects to a cluster or starts a local Ray)
+    DriverActor.remote(cfg)    the same driver as a Ray actor, so one program can run many runs at once
+
+The round loop is `fda_ray.engine.run_rounds`, the serial engine's own loop, with a `RayExecutor`. The
+driver loads the dataset and ships each client's shard to its actor through the object store, so the nodes
+that host clients need no copy of the dataset.
+"""
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+import ray
+
+from fda_ray.config import RunConfig
+from fda_ray.engine import build_experiment, run_rounds
+from fda_ray.history import History
+from fda_ray.ray_executor import RayExecutor
+
+
+def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
+    """Connect to Ray: keep a running session; else join `address` (or $RAY_ADDRESS); else start a local Ray."""
+    if ray.is_initialized():
+        return
+    address = address or os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, log_to_driver=True)
+    else:
+        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True)
+
+
+class Driver:
+    """One run of `cfg` with its clients as Ray actors."""
+
+    def __init__(self, cfg: RunConfig, faults: dict[tuple[int, int], list[str]] | None = None) -> None:
+        self.cfg = cfg.resolved()
+        self.faults = faults
+        self.executor: RayExecutor | None = None
+
+    def run(self, progress: Callable[[dict], None] | None = None) -> History:
+        cfg = self.cfg
+        exp = build_experiment(cfg)
+        self.executor = RayExecutor(exp.clients, cpus_per_client=cfg.cpus_per_client,
+                                    gpus_per_client=cfg.gpus_per_client, retries=cfg.client_retries,
+                                    threads=cfg.threads, faults=self.faults)
+        try:
+            return run_rounds(exp, self.executor, progress)
+        finally:
+            self.executor.shutdown()
+
+
+@ray.remote(num_cpus=0)
+class DriverActor:
+    """A driver as an actor (it asks no CPU of its own: its clients hold the resources)."""
+
+    def __init__(self, cfg: RunConfig, faults: dict[tuple[int, int], list[str]] | None = None) -> None:
+        self.driver = Driver(cfg, faults)
+
+    def run(self, print_progress: bool = False) -> History:
+        progress = (lambda row: print(f"round {row['round']} acc {row['accuracy']:.4f}", flush=True)) \
+            if print_progress else None
+        return self.driver.run(progress)
+
+
+def run_ray(cfg: RunConfig, progress: Callable[[dict], None] | None = None,
+            faults: dict[tuple[int, int], list[str]] | None = None) -> History:
+    """One run of `cfg` with Ray client actors, driven from this process."""
+    ensure_ray(cfg.ray_address)
+    return Driver(cfg, faults).run(progress)

@@ -1,0 +1,124 @@
+"""The Ray executor against the serial reference: same metrics, same weights, same client state, also
+after injected faults; a client that keeps failing ends the run with the finished rounds kept."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import ray
+import torch
+
+from fda_ray import engine
+from fda_ray.cli import main
+from fda_ray.driver import DriverActor, run_ray
+from fda_ray.engine import RunFailed, SerialExecutor, build_experiment, run_rounds
+from fda_ray.ray_executor import RayExecutor
+
+# Per-round values that must agree between executors (timings are excluded).
+COMPARED = ("round", "phase", "accuracy", "loss", "beta_i", "cosine_mean_i", "filtered_share_i", "sigma2", "d2_i",
+            "tau2d2_i", "delta_i", "gbar2", "train_loss_target")
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def _assert_same_rows(a: list[dict], b: list[dict]) -> None:
+    assert len(a) == len(b)
+    for ra, rb in zip(a, b):
+        for k in COMPARED:
+            va, vb = ra.get(k), rb.get(k)
+            if isinstance(va, float) and isinstance(vb, float):
+                assert math.isclose(va, vb, rel_tol=1e-5, abs_tol=1e-7), (k, ra["round"], va, vb)
+            elif isinstance(va, list):
+                assert vb is not None and torch.allclose(torch.tensor(va), torch.tensor(vb), rtol=1e-5, atol=1e-7), k
+            else:
+                assert va == vb, (k, va, vb)
+
+
+def _serial(cfg):
+    exp = build_experiment(cfg)
+    ex = SerialExecutor(exp.clients)
+    return run_rounds(exp, ex), ex.client_states()
+
+
+def _ray(cfg, faults=None):
+    exp = build_experiment(cfg)
+    ex = RayExecutor(exp.clients, cpus_per_client=cfg.cpus_per_client, retries=cfg.client_retries, faults=faults)
+    try:
+        return run_rounds(exp, ex), ex.client_states(), list(ex.restarts)
+    finally:
+        ex.shutdown()
+
+
+@pytest.mark.parametrize("method", ["source_only", "fedgp", "fedgp_auto"])
+def test_ray_equals_serial(local_ray, tiny, method):
+    cfg = tiny(method=method, rounds=2)  # 3 sources, 1 warm-up + 2 rounds
+    h_serial, states_serial = _serial(cfg)
+    h_ray, states_ray, restarts = _ray(cfg.replace(executor="ray"))
+    assert restarts == []
+    _assert_same_rows(h_serial.rows, h_ray.rows)
+    torch.testing.assert_close(h_ray.final_weights, h_serial.final_weights, rtol=1e-5, atol=1e-6)
+    assert states_ray == states_serial
+    # The state really was kept across rounds: the target trains in 2 rounds, each source in all 3
+    # (except target_only-like methods, which fedgp/source_only are not).
+    trains_target = method != "source_only"
+    assert states_serial[-1]["rounds_trained"] == (2 if trains_target else 0)
+    assert states_serial[0]["rounds_trained"] == 3 and states_serial[0]["last_round"] == 2
+
+
+@pytest.mark.parametrize("faults", [{(1, 1): ["kill"]}, {(3, 2): ["raise"], (0, 0): ["kill", "raise"]}],
+                         ids=["killed-process", "raised-error"])
+def test_faulty_client_is_restarted_and_round_redone(local_ray, tiny, faults):
+    cfg = tiny(method="fedgp_auto", rounds=2)
+    h_serial, states_serial = _serial(cfg)
+    h_ray, states_ray, restarts = _ray(cfg.replace(executor="ray"), faults=faults)
+    assert len(restarts) == sum(len(v) for v in faults.values())
+    assert {(c, r) for c, r, _ in restarts} == set(faults)
+    _assert_same_rows(h_serial.rows, h_ray.rows)
+    torch.testing.assert_close(h_ray.final_weights, h_serial.final_weights, rtol=1e-5, atol=1e-6)
+    assert states_ray == states_serial  # restored from the snapshot, then trained the redone round
+
+
+def test_client_that_keeps_failing_stops_the_run_and_keeps_finished_rounds(local_ray, tiny):
+    cfg = tiny(method="fedgp", rounds=3, executor="ray", client_retries=2)
+    with pytest.raises(RunFailed, match=r"round 2: client 3 failed round 2 3 times.*injected fault") as info:
+        run_ray(cfg, faults={(3, 2): ["raise"] * 5})
+    hist = info.value.history
+    assert [r["round"] for r in hist.rows] == [0, 1]
+    h_serial, _ = _serial(tiny(method="fedgp", rounds=1))  # the same first two rounds, undisturbed
+    _assert_same_rows(h_serial.rows, hist.rows)
+    torch.testing.assert_close(hist.final_weights, h_serial.final_weights, rtol=1e-5, atol=1e-6)
+
+
+def test_driver_actor_and_cli(local_ray, tiny, capsys, tmp_path):
+    cfg = tiny(method="fedda", rounds=1)
+    h_serial, _ = _serial(cfg)
+    h_actor = ray.get(DriverActor.remote(cfg.replace(executor="ray")).run.remote())
+    _assert_same_rows(h_serial.rows, h_actor.rows)
+    args = ["--dataset", "fashion-mnist", "--data-dir", cfg.data_dir, "--method", "fedda", "--num-sources", "3",
+            "--rounds", "1", "--warmup-rounds", "1", "--samples-per-client", "128", "--test-samples", "100",
+            "--target-labelled", "32", "--threads", "1", "--json", "--executor", "ray", "--cpus-per-client", "0.5"]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["config"]["executor"] == "ray" and out["config"]["cpus_per_client"] == 0.5
+    _assert_same_rows(h_serial.rows, out["rounds"])
+
+
+def test_run_dispatches_on_executor(local_ray, tiny):
+    cfg = tiny(method="target_only", rounds=1)
+    _assert_same_rows(engine.run(cfg).rows, engine.run(cfg.replace(executor="ray")).rows)
+
+
+@pytest.mark.parametrize("flag,value,field", [("--executor", "spark", "executor"),
+                                              ("--gpus-per-client", "1.5", "gpus_per_client"),
+                                              ("--cpus-per-client", "0", "cpus_per_client"),
+                                              ("--client-retries", "-1", "client_retries")])
+def test_cli_rejects_bad_executor_settings(flag, value, field, capsys):
+    assert main([flag, value]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"error: {field}=")
