@@ -38,6 +38,7 @@ class Driver:
         self.cfg = cfg.resolved()
         self.faults = faults
         self.executor: RayExecutor | None = None
+        self.gpu_memory: list[dict[str, int]] = []  # per client actor, read at the end of a GPU run
 
     def run(self, progress: Callable[[dict], None] | None = None) -> History:
         cfg = self.cfg
@@ -46,7 +47,10 @@ class Driver:
                                     gpus_per_client=cfg.gpus_per_client, retries=cfg.client_retries,
                                     threads=cfg.threads, faults=self.faults)
         try:
-            return run_rounds(exp, self.executor, progress)
+            hist = run_rounds(exp, self.executor, progress)
+            if cfg.gpus_per_client > 0:
+                self.gpu_memory = self.executor.gpu_memory()
+            return hist
         finally:
             self.executor.shutdown()
 
@@ -62,6 +66,9 @@ class DriverActor:
         progress = (lambda row: print(f"round {row['round']} acc {row['accuracy']:.4f}", flush=True)) \
             if print_progress else None
         return self.driver.run(progress)
+
+    def gpu_memory(self) -> list[dict[str, int]]:
+        return self.driver.gpu_memory
 
 
 def run_ray(cfg: RunConfig, progress: Callable[[dict], None] | None = None,

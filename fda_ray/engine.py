@@ -212,6 +212,7 @@ def run_rounds(exp: Experiment, executor: Executor, progress: Callable[[dict], N
         except ClientFailure as e:
             hist.seconds = time.perf_counter() - t0
             raise RunFailed(f"run stopped in round {r}: {e}; {len(hist.rows)} finished rounds kept", hist) from e
+        t_collected = time.perf_counter()
         src = torch.stack([updates[i].delta for i in range(n)]) if 0 in updates else None  # (N, M)
         tgt = updates[t_idx].delta if t_idx in updates else None  # (M,)
         row: dict = {"round": r, "phase": "warmup" if warm else "main"}
@@ -240,9 +241,11 @@ def run_rounds(exp: Experiment, executor: Executor, progress: Callable[[dict], N
             pending = executor.submit(flat, r + 1, _requests(exp, r + 1))
         row.update(_evaluate_row(exp, flat, r, eval_model))
         row["train_loss_target"] = updates[t_idx].loss if t_idx in updates else None
-        row["client_seconds_max"] = max(u.seconds for u in updates.values())
+        row["client_seconds_max"] = max(u.seconds for u in updates.values())  # the slowest client's training
+        row["client_seconds_sum"] = sum(u.seconds for u in updates.values())
         now = time.perf_counter()
         row["seconds"], tr = now - tr, now
+        row["driver_seconds"] = now - t_collected  # aggregation, submission and evaluation in the driver
         hist.rows.append(row)
         hist.final_weights = flat
         if progress:

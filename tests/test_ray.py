@@ -122,3 +122,11 @@ def test_cli_rejects_bad_executor_settings(flag, value, field, capsys):
     assert main([flag, value]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith(f"error: {field}=")
+
+
+def test_engine_benchmark_rejects_unknown_settings(capsys):
+    from fda_ray.bench.engine import main as bench_main
+
+    assert bench_main(["--settings", "serial-1t,spark"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "settings='serial-1t,spark'" in err and "ray-cold" in err

@@ -1,0 +1,158 @@
+"""Engine benchmark: seconds per round of the serial and the Ray executor on the default Fashion-MNIST setup.
+
+    python -m fda_ray.bench.engine [--rounds 5] [--settings serial-1t,serial-2t,ray,ray-cold] [--json]
+    python -m fda_ray.bench.engine --settings ray,ray-x2 --gpus-per-client 0.1 --device cuda   # on a GPU
+
+Setup: 9 sources and the target (FedGP, so all 10 clients train every round), one local epoch, no warm-up.
+Each setting runs in a fresh process (thread settings and start-up costs do not leak between settings):
+
+    serial-1t / serial-2t   the serial executor with 1 / 2 torch threads
+    ray                     the Ray executor, Ray already running when the run is called (a cluster, a sweep)
+    ray-cold                the same, but the call also starts Ray
+    ray-x2                  two runs side by side in one Ray, each driven by a DriverActor
+
+Columns (medians over rounds 2..R): s/round; the slowest client's training time; driver s/round, the driver's
+own work (aggregation, submitting the next round, evaluation), and its share of the round; round beyond the
+slowest client, the round's wall time minus its slowest client's training (minus all clients' training for
+serial): under Ray the driver evaluates round r while the clients already train round r+1, so this can be
+below the driver's own time, even negative. First round is the time from the call to the end of round 1 (data loading, actor start-up
+and round 1); GPU MiB is the peak memory allocated per client actor.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+SETTINGS = ("serial-1t", "serial-2t", "ray", "ray-cold", "ray-x2")
+
+
+def _config(a: argparse.Namespace, executor: str, threads: int | None):
+    from fda_ray.config import RunConfig
+
+    return RunConfig(dataset="fashion-mnist", method="fedgp", rounds=a.rounds, warmup_rounds=0, data_dir=a.data_dir,
+                     threads=threads, executor=executor, gpus_per_client=a.gpus_per_client,
+                     cpus_per_client=a.cpus_per_client, device=a.device)
+
+
+def _summary(name: str, rows: list[dict], first_round: float, ray_exec: bool, gpu: list[dict] | None = None) -> dict:
+    steady = rows[1:] or rows
+    per_round = statistics.median(r["seconds"] for r in steady)
+    driver = statistics.median(r["driver_seconds"] for r in steady)
+    # What the round costs beyond its slowest client's training (serial: beyond all clients' training).
+    exposed = statistics.median(r["seconds"] - (r["client_seconds_max"] if ray_exec else r["client_seconds_sum"])
+                                for r in steady)
+    out = {"setting": name, "rounds": len(rows), "seconds_per_round": per_round, "driver_seconds_per_round": driver,
+           "driver_share": driver / per_round, "beyond_slowest_client_seconds": exposed,
+           "slowest_client_seconds": statistics.median(r["client_seconds_max"] for r in steady),
+           "first_round_seconds": first_round,
+           "final_accuracy": rows[-1]["accuracy"]}
+    if gpu:
+        out["gpu_mib_per_client_peak"] = max(g["peak_allocated"] for g in gpu) / 2**20
+    return out
+
+
+def run_one(name: str, a: argparse.Namespace) -> list[dict]:
+    """One setting in this process; returns its summary rows (two for ray-x2, one per run)."""
+    import torch
+
+    from fda_ray.engine import run
+
+    marks: list[float] = []
+    if name.startswith("serial"):
+        cfg = _config(a, "serial", 1 if name == "serial-1t" else 2)
+        t0 = time.perf_counter()
+        hist = run(cfg, lambda row: marks.append(time.perf_counter()))
+        return [_summary(name, hist.rows, marks[0] - t0, False)]
+
+    import ray
+
+    from fda_ray.driver import Driver, DriverActor, ensure_ray
+
+    cfg = _config(a, "ray", None)
+    if name == "ray-cold":
+        t0 = time.perf_counter()
+        ensure_ray(num_cpus=os.cpu_count())
+    else:
+        ensure_ray(num_cpus=os.cpu_count())
+        ray.get(ray.remote(lambda: None).remote())  # the cluster is up and answering
+        t0 = time.perf_counter()
+    if name in ("ray", "ray-cold"):
+        driver = Driver(cfg)
+        hist = driver.run(lambda row: marks.append(time.perf_counter()))
+        return [_summary(name, hist.rows, marks[0] - t0, True, driver.gpu_memory)]
+    # ray-x2: two independent runs (seeds 0 and 1) at once; their clients share the machine.
+    per = (cfg.cpus_per_client or round(os.cpu_count() / 20, 2))
+    drivers = [DriverActor.remote(cfg.replace(seed=s, cpus_per_client=per)) for s in (0, 1)]
+    hists = ray.get([d.run.remote() for d in drivers])
+    gpus = ray.get([d.gpu_memory.remote() for d in drivers])
+    total = time.perf_counter() - t0
+    return [_summary(f"{name} run {i}", h.rows, float("nan"), True, g) | {"both_runs_seconds": total}
+            for i, (h, g) in enumerate(zip(hists, gpus))]
+
+
+def _table(results: list[dict]) -> str:
+    lines = ["| setting | s/round | slowest client s | driver s/round | driver share | round beyond slowest client (s) "
+             "| first round (s) | GPU MiB/client | final acc |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        gpu = f"{r['gpu_mib_per_client_peak']:.0f}" if "gpu_mib_per_client_peak" in r else "-"
+        first = "-" if r["first_round_seconds"] != r["first_round_seconds"] else f"{r['first_round_seconds']:.2f}"
+        lines.append(f"| {r['setting']} | {r['seconds_per_round']:.2f} | {r['slowest_client_seconds']:.2f} | "
+                     f"{r['driver_seconds_per_round']:.3f} | {100 * r['driver_share']:.1f} % | "
+                     f"{r['beyond_slowest_client_seconds']:+.3f} | {first} | {gpu} | {100 * r['final_accuracy']:.2f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m fda_ray.bench.engine", description=__doc__.splitlines()[0])
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--settings", default="serial-1t,serial-2t,ray,ray-cold")
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--cpus-per-client", type=float, default=None)
+    p.add_argument("--gpus-per-client", type=float, default=0.0)
+    p.add_argument("--device", default="cpu", help="the driver's device")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--one", default=None, help=argparse.SUPPRESS)  # internal: run one setting in this process
+    a = p.parse_args(argv)
+    if a.one:
+        print("BENCH " + json.dumps(run_one(a.one, a)), flush=True)
+        return 0
+    names = [s for s in a.settings.split(",") if s]
+    bad = [s for s in names if s not in SETTINGS]
+    if bad or a.rounds < 2:
+        print(f"error: settings={a.settings!r} rounds={a.rounds} is invalid: settings from {', '.join(SETTINGS)}, "
+              "rounds >= 2", file=sys.stderr)
+        return 2
+    from fda_ray.config import RunConfig
+    from fda_ray.data import DatasetNotFound, load
+
+    try:
+        RunConfig(data_dir=a.data_dir, gpus_per_client=a.gpus_per_client, cpus_per_client=a.cpus_per_client,
+                  device=a.device)
+        load("fashion-mnist", a.data_dir)
+    except (ValueError, DatasetNotFound) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    results = []
+    forwarded = [arg for arg in (argv if argv is not None else sys.argv[1:]) if arg != "--json"]
+    for name in names:
+        proc = subprocess.run([sys.executable, "-m", "fda_ray.bench.engine", *forwarded, "--one", name],
+                              capture_output=True, text=True)
+        line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("BENCH ")), None)
+        if proc.returncode != 0 or line is None:
+            print(f"error: setting {name} failed:\n{proc.stderr[-2000:]}", file=sys.stderr)
+            return 1
+        results += json.loads(line[len("BENCH "):])
+        if not a.json:
+            print(f"{name}: done", file=sys.stderr, flush=True)
+    print(json.dumps(results, indent=1) if a.json else _table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
