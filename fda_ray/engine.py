@@ -83,9 +83,6 @@ class SerialExecutor:
         return [self.clients[r.client].train(global_flat, round_idx, lr=r.lr, batch=r.batch, record_steps=r.record_steps)
                 for r in requests]
 
-    def train(self, global_flat: torch.Tensor, round_idx: int, requests: Sequence[TrainRequest]) -> list[ClientUpdate]:
-        return self.collect(self.submit(global_flat, round_idx, requests))
-
     def finetune(self, client: int, start_flat: torch.Tensor, epochs: int, *, lr: float, batch: int,
                  first_round: int) -> Iterator[tuple[int, torch.Tensor, float]]:
         return self.clients[client].finetune(start_flat, epochs, lr=lr, batch=batch, first_round=first_round)
@@ -205,6 +202,17 @@ def run_rounds(exp: Experiment, executor: Executor, progress: Callable[[dict], N
     trained = 0 if skip_rounds else total  # rounds run here (fine-tuning epochs are numbered after `total`)
     pending = executor.submit(flat, 0, _requests(exp, 0)) if trained else None
     tr = time.perf_counter()
+
+    def finish(row: dict, weights: torch.Tensor) -> float:
+        """Time the row since the previous one, record it with the weights it evaluated; returns now."""
+        now = time.perf_counter()
+        row["seconds"] = now - tr
+        hist.rows.append(row)
+        hist.final_weights = weights
+        if progress:
+            progress(row)
+        return now
+
     for r in range(trained):
         warm = r < cfg.warmup_rounds
         try:
@@ -243,25 +251,16 @@ def run_rounds(exp: Experiment, executor: Executor, progress: Callable[[dict], N
         row["train_loss_target"] = updates[t_idx].loss if t_idx in updates else None
         row["client_seconds_max"] = max(u.seconds for u in updates.values())  # the slowest client's training
         row["client_seconds_sum"] = sum(u.seconds for u in updates.values())
-        now = time.perf_counter()
-        row["seconds"], tr = now - tr, now
-        row["driver_seconds"] = now - t_collected  # aggregation, submission and evaluation in the driver
-        hist.rows.append(row)
-        hist.final_weights = flat
-        if progress:
-            progress(row)
+        # The driver's own work: aggregation, submission and evaluation.
+        row["driver_seconds"] = time.perf_counter() - t_collected
+        tr = finish(row, flat)
     if method.finetune:
         for e, w, loss in executor.finetune(t_idx, flat, cfg.finetune_epochs, lr=cfg.lr_target,
                                             batch=cfg.batch_target, first_round=total):
             flat = w
             row = {"round": total + e, "phase": "finetune", "train_loss_target": loss}
             row.update(_evaluate_row(exp, flat, total + e, eval_model))
-            now = time.perf_counter()
-            row["seconds"], tr = now - tr, now
-            hist.rows.append(row)
-            hist.final_weights = flat
-            if progress:
-                progress(row)
+            tr = finish(row, flat)
     hist.seconds = time.perf_counter() - t0
     return hist
 

@@ -86,7 +86,9 @@ def run_one(name: str, a: argparse.Namespace) -> list[dict]:
         hist = driver.run(lambda row: marks.append(time.perf_counter()))
         return [_summary(name, hist.rows, marks[0] - t0, True, driver.gpu_memory)]
     # ray-x2: two independent runs (seeds 0 and 1) at once; their clients share the machine.
-    per = (cfg.cpus_per_client or round(os.cpu_count() / 20, 2))
+    from fda_ray.ray_executor import auto_cpus_per_client
+
+    per = cfg.cpus_per_client or auto_cpus_per_client(2 * (cfg.resolved().num_sources + 1))  # both runs' clients fit
     drivers = [DriverActor.remote(cfg.replace(seed=s, cpus_per_client=per)) for s in (0, 1)]
     hists = ray.get([d.run.remote() for d in drivers])
     gpus = ray.get([d.gpu_memory.remote() for d in drivers])
