@@ -42,6 +42,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--executor", default="serial", help="serial (this process) or ray (one actor per client)")
     p.add_argument("--cpus-per-client", type=float, default=None, help="ray: CPUs per client actor (default: share)")
     p.add_argument("--gpus-per-client", type=float, default=0.0, help="ray: GPU fraction per client actor")
+    p.add_argument("--clients-per-actor", type=int, default=1,
+                   help="ray: clients one actor hosts and trains in turn (default 1; more when cores < clients)")
     p.add_argument("--ray-address", default=None, help="ray: an existing cluster (default: $RAY_ADDRESS or local)")
     p.add_argument("--client-retries", type=int, default=3, help="ray: redo a failed client round this often")
     p.add_argument("--parquet", default=None, help="write the per-round history to this Parquet file")
@@ -58,7 +60,7 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
                      model_weights=a.model_weights,
                      data_dir=a.data_dir, download=a.download, threads=a.threads, device=a.device,
                      executor=a.executor, cpus_per_client=a.cpus_per_client, gpus_per_client=a.gpus_per_client,
-                     ray_address=a.ray_address, client_retries=a.client_retries)
+                     clients_per_actor=a.clients_per_actor, ray_address=a.ray_address, client_retries=a.client_retries)
 
 
 def main(argv: list[str] | None = None) -> int:

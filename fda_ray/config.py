@@ -76,6 +76,7 @@ class RunConfig:
     executor: str = "serial"  # "serial" (in this process) or "ray" (one actor per client)
     cpus_per_client: float | None = None  # Ray: CPUs reserved per client actor; None = share the cluster's CPUs
     gpus_per_client: float = 0.0  # Ray: fraction of a GPU per client actor (0 = CPU clients)
+    clients_per_actor: int = 1  # Ray: clients hosted (and trained in turn) by one actor; >1 for fewer cores than clients
     ray_address: str | None = None  # Ray: an existing cluster ("auto", "ray://..."); None = $RAY_ADDRESS or local
     client_retries: int = 3  # Ray: times a failed client round is redone (on a new actor) before the run stops
 
@@ -140,6 +141,8 @@ class RunConfig:
         g = self.gpus_per_client
         if not (isinstance(g, (int, float)) and (0 <= g <= 1 or (g > 1 and float(g).is_integer()))):
             raise _err("gpus_per_client", g, "a fraction in [0, 1] or a whole number of GPUs")
+        if not isinstance(self.clients_per_actor, int) or self.clients_per_actor < 1:
+            raise _err("clients_per_actor", self.clients_per_actor, "an integer >= 1")
         if not isinstance(self.client_retries, int) or self.client_retries < 0:
             raise _err("client_retries", self.client_retries, "an integer >= 0")
 

@@ -42,10 +42,16 @@ class Driver:
 
     def run(self, progress: Callable[[dict], None] | None = None) -> History:
         cfg = self.cfg
-        exp = build_experiment(cfg)
-        self.executor = RayExecutor(exp.clients, cpus_per_client=cfg.cpus_per_client,
-                                    gpus_per_client=cfg.gpus_per_client, retries=cfg.client_retries,
-                                    threads=cfg.threads, faults=self.faults)
+        # The actors' processes start first: they import torch while this process loads the dataset.
+        self.executor = RayExecutor(num_clients=cfg.num_sources + 1, cpus_per_client=cfg.cpus_per_client,
+                                    gpus_per_client=cfg.gpus_per_client, clients_per_actor=cfg.clients_per_actor,
+                                    retries=cfg.client_retries, threads=cfg.threads, faults=self.faults)
+        try:
+            exp = build_experiment(cfg)
+            self.executor.load(exp.clients)
+        except BaseException:
+            self.executor.shutdown()
+            raise
         try:
             hist = run_rounds(exp, self.executor, progress)
             if cfg.gpus_per_client > 0:

@@ -251,6 +251,7 @@ def run_rounds(exp: Experiment, executor: Executor, progress: Callable[[dict], N
         row["train_loss_target"] = updates[t_idx].loss if t_idx in updates else None
         row["client_seconds_max"] = max(u.seconds for u in updates.values())  # the slowest client's training
         row["client_seconds_sum"] = sum(u.seconds for u in updates.values())
+        row["client_seconds_i"] = [updates[i].seconds if i in updates else 0.0 for i in range(len(exp.clients))]
         # The driver's own work: aggregation, submission and evaluation.
         row["driver_seconds"] = time.perf_counter() - t_collected
         tr = finish(row, flat)

@@ -48,7 +48,8 @@ def _serial(cfg):
 
 def _ray(cfg, faults=None):
     exp = build_experiment(cfg)
-    ex = RayExecutor(exp.clients, cpus_per_client=cfg.cpus_per_client, retries=cfg.client_retries, faults=faults)
+    ex = RayExecutor(exp.clients, cpus_per_client=cfg.cpus_per_client, retries=cfg.client_retries, faults=faults,
+                     clients_per_actor=cfg.clients_per_actor)
     try:
         return run_rounds(exp, ex), ex.client_states(), list(ex.restarts)
     finally:
@@ -84,6 +85,28 @@ def test_faulty_client_is_restarted_and_round_redone(local_ray, tiny, faults):
     assert states_ray == states_serial  # restored from the snapshot, then trained the redone round
 
 
+@pytest.mark.parametrize("faults", [{}, {(2, 1): ["kill"]}, {(1, 2): ["raise"], (3, 1): ["kill"]}],
+                         ids=["undisturbed", "killed-process", "raised-and-killed"])
+def test_pooled_actors_equal_serial(local_ray, tiny, faults):
+    """Two clients per actor (4 clients on 2 actors): the same numbers and states, also when an actor that
+    hosts two clients dies with a call of its other client still queued."""
+    cfg = tiny(method="fedgp_auto", rounds=2)
+    h_serial, states_serial = _serial(cfg)
+    pooled = cfg.replace(executor="ray", clients_per_actor=2)
+    exp = build_experiment(pooled)
+    ex = RayExecutor(exp.clients, clients_per_actor=2, faults=faults)
+    try:
+        assert ex.num_actors == 2 and ex.groups == [[0, 2], [1, 3]]
+        h_ray = run_rounds(exp, ex)
+        states_ray, restarts = ex.client_states(), list(ex.restarts)
+    finally:
+        ex.shutdown()
+    assert len(restarts) == sum(len(v) for v in faults.values())
+    _assert_same_rows(h_serial.rows, h_ray.rows)
+    torch.testing.assert_close(h_ray.final_weights, h_serial.final_weights, rtol=1e-5, atol=1e-6)
+    assert states_ray == states_serial
+
+
 def test_client_that_keeps_failing_stops_the_run_and_keeps_finished_rounds(local_ray, tiny):
     cfg = tiny(method="fedgp", rounds=3, executor="ray", client_retries=2)
     with pytest.raises(RunFailed, match=r"round 2: client 3 failed round 2 3 times.*injected fault") as info:
@@ -117,7 +140,8 @@ def test_run_dispatches_on_executor(local_ray, tiny):
 @pytest.mark.parametrize("flag,value,field", [("--executor", "spark", "executor"),
                                               ("--gpus-per-client", "1.5", "gpus_per_client"),
                                               ("--cpus-per-client", "0", "cpus_per_client"),
-                                              ("--client-retries", "-1", "client_retries")])
+                                              ("--client-retries", "-1", "client_retries"),
+                                              ("--clients-per-actor", "0", "clients_per_actor")])
 def test_cli_rejects_bad_executor_settings(flag, value, field, capsys):
     assert main([flag, value]) == 2
     err = capsys.readouterr().err.strip()
