@@ -13,10 +13,20 @@ the authors' code, see REFERENCE.md):
   projection="cosine" (default, the authors' code):  s_i = align_i * cos(target, sources_i) * sources_i
   projection="exact"  (the paper's definition):      s_i = align_i * <target, sources_i> / |sources_i|^2 * sources_i
 and with filter=True a layer whose cosine is not > 0 contributes 0 to s_i.
+
+Every rule reads the deltas in two passes, through fda_ray.kernels: one for the per-layer statistics, one for
+the combination with the per-layer coefficients (the (N, L) coefficient math in between is tiny). By default
+float32 inputs run the C++/CUDA kernel and other dtypes the reference; `impl="reference"` (or
+$FDA_RAY_KERNELS=reference) runs the PyTorch reference, the specification the kernel is tested against.
 """
 from __future__ import annotations
 
 import torch
+
+from fda_ray import kernels
+from fda_ray.kernels.checks import check_flat as _check_flat
+from fda_ray.kernels.checks import check_offsets
+from fda_ray.kernels.reference import layer_ids
 
 # torch.nn.functional.cosine_similarity's default eps: cos = <a, b> / sqrt(max(|a|^2 |b|^2, eps^2)).
 COSINE_EPS = 1e-8
@@ -25,21 +35,6 @@ PROJECTIONS = ("cosine", "exact")
 
 
 # ---------------------------------------------------------------- validation
-
-def _check_flat(target: torch.Tensor, sources: torch.Tensor) -> tuple[int, int]:
-    if not isinstance(target, torch.Tensor) or target.dim() != 1:
-        raise ValueError(f"target must be a 1-D tensor (M,), got shape {tuple(getattr(target, 'shape', ()))}")
-    if not isinstance(sources, torch.Tensor) or sources.dim() != 2:
-        raise ValueError(f"sources must be a 2-D tensor (N, M), got shape {tuple(getattr(sources, 'shape', ()))}")
-    n, m = sources.shape
-    if m != target.shape[0]:
-        raise ValueError(f"sources has M={m} parameters per row but target has M={target.shape[0]}")
-    if n < 1:
-        raise ValueError("sources must hold at least one source (N >= 1), got N=0")
-    if not (target.is_floating_point() and sources.is_floating_point()):
-        raise ValueError(f"target and sources must be floating point, got {target.dtype} and {sources.dtype}")
-    return n, m
-
 
 def _per_source(name: str, value: float | torch.Tensor, n: int, like: torch.Tensor) -> torch.Tensor:
     t = torch.as_tensor(value, dtype=like.dtype, device=like.device)
@@ -68,41 +63,22 @@ def check_weights(weights: torch.Tensor, n: int, like: torch.Tensor) -> torch.Te
     return w
 
 
-def check_offsets(offsets: torch.Tensor, m: int) -> torch.Tensor:
-    if not isinstance(offsets, torch.Tensor) or offsets.dtype != torch.int64 or offsets.dim() != 1:
-        raise ValueError(f"offsets must be a 1-D int64 tensor (L + 1,), got "
-                         f"{getattr(offsets, 'dtype', type(offsets))} of shape {tuple(getattr(offsets, 'shape', ()))}")
-    if offsets.numel() < 2:
-        raise ValueError(f"offsets must hold at least 2 entries (one layer), got {offsets.numel()}")
-    o = offsets.cpu()
-    if int(o[0]) != 0 or int(o[-1]) != m:
-        raise ValueError(f"offsets must start at 0 and end at M={m}, got first {int(o[0])} and last {int(o[-1])}")
-    if (o[1:] < o[:-1]).any():
-        raise ValueError("offsets must be non-decreasing")
-    return offsets
+def _impl(impl: str | None, *tensors: torch.Tensor) -> str:
+    """The kernels take float32; other dtypes (float64 in exactness tests) run the reference."""
+    impl = impl or kernels.default_impl()
+    if impl not in kernels.IMPLS:
+        raise ValueError(f"impl={impl!r} is invalid: one of {', '.join(kernels.IMPLS)}")
+    return impl if all(t.dtype == torch.float32 for t in tensors) else "reference"
 
 
 # ---------------------------------------------------------------- per-layer statistics
 
-def layer_ids(offsets: torch.Tensor, device: torch.device | None = None) -> torch.Tensor:
-    """(M,) int64: the layer index of every flat position."""
-    sizes = (offsets[1:] - offsets[:-1]).to(device or offsets.device)
-    return torch.repeat_interleave(torch.arange(sizes.numel(), device=sizes.device), sizes)
-
-
-def layer_stats(target: torch.Tensor, sources: torch.Tensor, offsets: torch.Tensor
+def layer_stats(target: torch.Tensor, sources: torch.Tensor, offsets: torch.Tensor, *, impl: str | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-layer <g_T, g_i> (N, L), |g_i|^2 (N, L) and |g_T|^2 (L,), accumulated in float64."""
-    n, m = _check_flat(target, sources)
-    check_offsets(offsets, m)
-    num_layers = offsets.numel() - 1
-    ids = layer_ids(offsets, target.device)  # (M,)
-    t = target.double()
-    s = sources.double()
-    dots = torch.zeros(n, num_layers, dtype=torch.float64, device=target.device).index_add_(1, ids, s * t)
-    s_sq = torch.zeros(n, num_layers, dtype=torch.float64, device=target.device).index_add_(1, ids, s * s)
-    t_sq = torch.zeros(num_layers, dtype=torch.float64, device=target.device).index_add_(0, ids, t * t)
-    return dots, s_sq, t_sq
+    _check_flat(target, sources)
+    impl = _impl(impl, target, sources)
+    return kernels.layer_stats(target.contiguous(), sources.contiguous(), offsets, impl=impl)
 
 
 def layer_cosines(dots: torch.Tensor, s_sq: torch.Tensor, t_sq: torch.Tensor) -> torch.Tensor:
@@ -136,25 +112,28 @@ def fedavg(sources: torch.Tensor, *, weights: torch.Tensor) -> torch.Tensor:
 
 
 def fedda(target: torch.Tensor, sources: torch.Tensor, *, beta: float | torch.Tensor,
-          weights: torch.Tensor) -> torch.Tensor:
+          weights: torch.Tensor, impl: str | None = None) -> torch.Tensor:
     """FedDA: sum_i w_i (beta_i g_i + (1 - beta_i) g_T)."""
-    n, _ = _check_flat(target, sources)
+    n, m = _check_flat(target, sources)
     b = check_beta(beta, n, target)
     w = check_weights(weights, n, target)
-    return (w * b) @ sources + (w * (1 - b)).sum() * target
+    whole = torch.tensor([0, m], dtype=torch.int64)  # one "layer": FedDA does not look at layers
+    scale = (w * b).double().unsqueeze(1)  # (N, 1)
+    return kernels.layer_combine(target.contiguous(), sources.contiguous(), whole, scale, float((w * (1 - b)).sum()),
+                                 impl=_impl(impl, target, sources))
 
 
 def fedgp(target: torch.Tensor, sources: torch.Tensor, offsets: torch.Tensor, *, beta: float | torch.Tensor,
           weights: torch.Tensor, align: torch.Tensor | None = None, filter: bool = True,
-          projection: str = "cosine") -> torch.Tensor:
+          projection: str = "cosine", impl: str | None = None) -> torch.Tensor:
     """FedGP: sum_i w_i (beta_i s_i + (1 - beta_i) g_T) with the layerwise projections s_i (module docstring)."""
     n, _ = _check_flat(target, sources)
     b = check_beta(beta, n, target)
     w = check_weights(weights, n, target)
     a = torch.ones(n, dtype=target.dtype, device=target.device) if align is None else _per_source("align", align, n, target)
-    dots, s_sq, t_sq = layer_stats(target, sources, offsets)
+    impl = _impl(impl, target, sources)
+    target, sources = target.contiguous(), sources.contiguous()
+    dots, s_sq, t_sq = kernels.layer_stats(target, sources, offsets, impl=impl)  # pass 1
     coef = projection_coefficients(dots, s_sq, t_sq, filter=filter, projection=projection)  # (N, L) float64
     scale = coef * (w * b * a).double().unsqueeze(1)  # (N, L)
-    ids = layer_ids(offsets, target.device)
-    projected = (scale[:, ids].to(sources.dtype) * sources).sum(0)  # (M,)
-    return projected + (w * (1 - b)).sum() * target
+    return kernels.layer_combine(target, sources, offsets, scale, float((w * (1 - b)).sum()), impl=impl)  # pass 2

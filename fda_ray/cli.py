@@ -39,6 +39,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--download", action="store_true", help="download the dataset with torchvision (needs internet)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--device", default="cpu")
+    p.add_argument("--aggregation-impl", default="kernel",
+                   help="kernel (C++/CUDA, default) or reference (the PyTorch specification)")
     p.add_argument("--executor", default="serial", help="serial (this process) or ray (one actor per client)")
     p.add_argument("--cpus-per-client", type=float, default=None, help="ray: CPUs per client actor (default: share)")
     p.add_argument("--gpus-per-client", type=float, default=0.0, help="ray: GPU fraction per client actor")
@@ -59,6 +61,7 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
                      samples_per_client=a.samples_per_client, test_samples=a.test_samples, model=a.model,
                      model_weights=a.model_weights,
                      data_dir=a.data_dir, download=a.download, threads=a.threads, device=a.device,
+                     aggregation_impl=a.aggregation_impl,
                      executor=a.executor, cpus_per_client=a.cpus_per_client, gpus_per_client=a.gpus_per_client,
                      clients_per_actor=a.clients_per_actor, ray_address=a.ray_address, client_retries=a.client_retries)
 

@@ -71,6 +71,7 @@ class RunConfig:
     data_dir: str | None = None
     download: bool = False
     threads: int | None = None  # torch threads in this process; None = torch's default
+    aggregation_impl: str = "kernel"  # "kernel" (C++/CUDA, fda_ray.kernels) or "reference" (the PyTorch specification)
     device: str = "cpu"  # the driver's device (evaluation); under Ray clients use a GPU iff gpus_per_client > 0
     # Execution: where clients train. None of these changes the numbers a run produces.
     executor: str = "serial"  # "serial" (in this process) or "ray" (one actor per client)
@@ -133,6 +134,8 @@ class RunConfig:
                 raise _err("eval_noise", self.eval_noise, "finite noise levels >= 0")
         if not (self.device == "cpu" or self.device.startswith("cuda")):
             raise _err("device", self.device, "'cpu' or 'cuda[:i]'")
+        if self.aggregation_impl not in ("kernel", "reference"):
+            raise _err("aggregation_impl", self.aggregation_impl, "one of kernel, reference")
         if self.executor not in EXECUTORS:
             raise _err("executor", self.executor, f"one of {', '.join(EXECUTORS)}")
         if self.cpus_per_client is not None and not (

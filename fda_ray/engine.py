@@ -231,15 +231,15 @@ def run_rounds(exp: Experiment, executor: Executor, progress: Callable[[dict], N
             if method.auto_rule is not None:
                 # Sources as per-step deltas at the target's learning rate, comparable with the target's steps.
                 aligned = src / src_steps.unsqueeze(1) * lr_ratio  # (N, M)
-                stats = estimate(updates[t_idx].step_deltas, aligned)
+                stats = estimate(updates[t_idx].step_deltas, aligned, impl=cfg.aggregation_impl)
                 rule = cfg.auto_beta_rule if method.auto_rule == "fedgp" else "fedda"
                 beta = auto_beta(stats, rule).float()
                 row.update(sigma2=stats["sigma2"], d2_i=stats["d2"].tolist(), tau2d2_i=stats["tau2d2"].tolist(),
                            delta_i=stats["delta"].tolist(), gbar2=stats["gbar2"])
             update = combine(method, tgt, src, layout.offsets, weights=weights, beta=beta, align=align,
-                             filter=cfg.filter, projection=cfg.projection)
+                             filter=cfg.filter, projection=cfg.projection, impl=cfg.aggregation_impl)
             if src is not None and tgt is not None:
-                cos = layer_cosines(*layer_stats(tgt, src, layout.offsets))  # (N, L)
+                cos = layer_cosines(*layer_stats(tgt, src, layout.offsets, impl=cfg.aggregation_impl))  # (N, L)
                 row["cosine_mean_i"] = cos.mean(1).tolist()
                 row["filtered_share_i"] = (cos <= 0).double().mean(1).tolist()
             if method.uses_beta:

@@ -11,26 +11,30 @@ the authors' code:
   tau2d2_i = max(mean_b |R_b|^2 / M - sum_b |R_b - R_bar|^2 / (B - 1) / M, 0)
   delta_i  = 1 - (1 - p_i) / B,  p_i = share of b with <G_b, g_i> > 0
 
-Everything is an inner product, so the estimators run on the Gram matrix of [G; sources] (one matrix
-product, float64) and never hold more than the inputs.
+Everything is an inner product, so the estimators run on the Gram matrix of [G; sources] (fda_ray.kernels.gram:
+one pass over the inputs, float64 sums) and never hold more than the inputs.
 """
 from __future__ import annotations
 
 import torch
+
+from fda_ray import kernels
 
 AUTO_RULES = ("fedda", "fedgp", "fedgp_thresh")
 # beta when the Delta error does not depend on beta (0 / 0): the static default of Algorithm 1.
 INDIFFERENT_BETA = 0.5
 
 
-def gram(target_steps: torch.Tensor, sources: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """K_GG (B, B), K_GS (B, N) and |g_i|^2 (N,) in float64."""
-    g = target_steps.double()
-    s = sources.double()
-    return g @ g.T, g @ s.T, (s * s).sum(1)
+def gram(target_steps: torch.Tensor, sources: torch.Tensor, *, impl: str | None = None
+         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """K_GG (B, B), K_GS (B, N) and |g_i|^2 (N,) in float64 (the kernel for float32, else the reference)."""
+    if target_steps.dtype != torch.float32 or sources.dtype != torch.float32:
+        impl = "reference"
+    return kernels.gram(target_steps.contiguous(), sources.contiguous(), impl=impl)
 
 
-def estimate(target_steps: torch.Tensor, sources: torch.Tensor) -> dict[str, torch.Tensor | float]:
+def estimate(target_steps: torch.Tensor, sources: torch.Tensor, *, impl: str | None = None
+             ) -> dict[str, torch.Tensor | float]:
     """sigma2 (float), d2, tau2d2, delta (each (N,) float64) and gbar2 = |g_bar|^2 / M (float)."""
     if not isinstance(target_steps, torch.Tensor) or target_steps.dim() != 2:
         raise ValueError(f"target_steps must be a 2-D tensor (B, M), got shape {tuple(getattr(target_steps, 'shape', ()))}")
@@ -43,7 +47,7 @@ def estimate(target_steps: torch.Tensor, sources: torch.Tensor) -> dict[str, tor
         raise ValueError(f"target_steps needs B >= 2 steps to estimate a variance, got B={b}")
     if sources.shape[0] < 1 or m < 1:
         raise ValueError(f"need N >= 1 sources and M >= 1 parameters, got N={sources.shape[0]}, M={m}")
-    k_gg, k_gs, s_sq = gram(target_steps, sources)
+    k_gg, k_gs, s_sq = gram(target_steps, sources, impl=impl)
     diag = k_gg.diagonal()  # (B,) |G_b|^2
     gbar_sq = k_gg.sum() / b**2  # |g_bar|^2
     centred_sq = diag - 2 * k_gg.mean(1) + gbar_sq  # (B,) |G_b - g_bar|^2

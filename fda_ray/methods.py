@@ -50,7 +50,7 @@ for _m in (
 
 def combine(method: Method, target: torch.Tensor | None, sources: torch.Tensor | None, offsets: torch.Tensor, *,
             weights: torch.Tensor, beta: float | torch.Tensor, align: torch.Tensor | None,
-            filter: bool = True, projection: str = "cosine") -> torch.Tensor:
+            filter: bool = True, projection: str = "cosine", impl: str | None = None) -> torch.Tensor:
     """The update (M,) of one round of `method` from the round's target delta (M,) and source deltas (N, M)."""
     if method.rule == "fedavg":
         assert sources is not None
@@ -60,5 +60,6 @@ def combine(method: Method, target: torch.Tensor | None, sources: torch.Tensor |
         return target.clone()
     assert target is not None and sources is not None
     if method.rule == "fedda":
-        return fedda(target, sources, beta=beta, weights=weights)
-    return fedgp(target, sources, offsets, beta=beta, weights=weights, align=align, filter=filter, projection=projection)
+        return fedda(target, sources, beta=beta, weights=weights, impl=impl)
+    return fedgp(target, sources, offsets, beta=beta, weights=weights, align=align, filter=filter, projection=projection,
+                 impl=impl)
