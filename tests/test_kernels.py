@@ -15,7 +15,8 @@ from fda_ray.aggregation import fedda, fedgp, layer_cosines, projection_coeffici
 from fda_ray.estimators import estimate
 from fda_ray.kernels import loader, reference
 
-DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device here: the CUDA kernel is compile-checked only"))]
 HAS_CXX = shutil.which(os.environ.get("CXX", "c++")) is not None
 
 
@@ -276,3 +277,28 @@ def test_cuda_source_compiles(monkeypatch):
     loader.build("cuda")
     assert loader.status()["cuda"] == "ok"
     assert torch._C._dispatch_has_kernel_for_dispatch_key("fda_ray::layer_stats", "CUDA")
+
+
+@pytest.mark.parametrize("method", ["fedda", "fedgp", "fedgp_auto"])
+def test_a_run_with_the_kernel_equals_a_run_with_the_reference(tiny, method):
+    """The whole round loop (aggregation, estimators, logged cosines) through the kernel and the reference."""
+    from fda_ray.engine import run
+
+    cfg = tiny(method=method, rounds=3)
+    a, b = run(cfg), run(cfg.replace(aggregation_impl="reference"))
+    assert len(a.rows) == len(b.rows) == 4
+    for ra, rb in zip(a.rows, b.rows):
+        assert ra["accuracy"] == pytest.approx(rb["accuracy"], abs=0.011)  # at most one of 100 test images
+        assert ra["loss"] == pytest.approx(rb["loss"], rel=1e-4)
+        for key in ("beta_i", "cosine_mean_i"):
+            if ra.get(key) is not None:
+                torch.testing.assert_close(torch.tensor(ra[key]), torch.tensor(rb[key]), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(a.final_weights, b.final_weights, rtol=1e-4, atol=1e-5)
+
+
+def test_cli_rejects_a_bad_aggregation_impl(capsys):
+    from fda_ray.cli import main
+
+    assert main(["--aggregation-impl", "fast"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error: aggregation_impl='fast'")
