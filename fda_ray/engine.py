@@ -50,6 +50,7 @@ class Executor(Protocol):
     def finetune(self, client: int, start_flat: torch.Tensor, epochs: int, *, lr: float, batch: int,
                  first_round: int) -> Iterable[tuple[int, torch.Tensor, float]]: ...
     def client_states(self) -> list[dict]: ...
+    def restore_states(self, states: Sequence[dict]) -> None: ...
     def shutdown(self) -> None: ...
 
 
@@ -89,6 +90,10 @@ class SerialExecutor:
 
     def client_states(self) -> list[dict]:
         return [c.snapshot() for c in self.clients]
+
+    def restore_states(self, states: Sequence[dict]) -> None:
+        for c, st in zip(self.clients, states):
+            c.restore(st)
 
     def shutdown(self) -> None:
         pass
@@ -182,10 +187,16 @@ def _requests(exp: Experiment, r: int) -> list[TrainRequest]:
 
 
 def run_rounds(exp: Experiment, executor: Executor, progress: Callable[[dict], None] | None = None,
-               start_flat: torch.Tensor | None = None, skip_rounds: bool = False) -> History:
+               start_flat: torch.Tensor | None = None, skip_rounds: bool = False,
+               resume: dict | None = None, checkpoint: Callable[[dict], None] | None = None) -> History:
     """The warm-up and main rounds (and fine-tuning for finetune_offline) of one run.
 
-    If a client fails for good (ClientFailure), raises RunFailed carrying the finished rounds' History.
+    checkpoint(state) is called after every warm-up and main round with what `resume` needs to go on from
+    there: {"next_round", "flat", "rows", "client_states"} (client states as returned with the updates, so
+    taking it never waits for the round already submitted). Every draw is seeded by (seed, round, client,
+    purpose), so a resumed run gives the numbers of an uninterrupted one. Fine-tuning (finetune_offline) is
+    redone whole on resume. If a client fails for good (ClientFailure), raises RunFailed carrying the
+    finished rounds' History.
     """
     cfg, method, layout = exp.cfg, exp.method, exp.layout
     n, t_idx = cfg.num_sources, exp.target_index
@@ -200,7 +211,16 @@ def run_rounds(exp: Experiment, executor: Executor, progress: Callable[[dict], N
     t0 = time.perf_counter()
     total = cfg.warmup_rounds + cfg.rounds
     trained = 0 if skip_rounds else total  # rounds run here (fine-tuning epochs are numbered after `total`)
-    pending = executor.submit(flat, 0, _requests(exp, 0)) if trained else None
+    start = 0
+    states = executor.client_states() if checkpoint else []
+    if resume is not None:
+        start = int(resume["next_round"])
+        flat = resume["flat"].clone()
+        hist.rows = [dict(row) for row in resume["rows"] if row["round"] < start]
+        hist.final_weights = flat
+        states = [dict(st) for st in resume["client_states"]]
+        executor.restore_states(states)
+    pending = executor.submit(flat, start, _requests(exp, start)) if start < trained else None
     tr = time.perf_counter()
 
     def finish(row: dict, weights: torch.Tensor) -> float:
@@ -213,7 +233,7 @@ def run_rounds(exp: Experiment, executor: Executor, progress: Callable[[dict], N
             progress(row)
         return now
 
-    for r in range(trained):
+    for r in range(start, trained):
         warm = r < cfg.warmup_rounds
         try:
             updates = {u.client: u for u in executor.collect(pending)}
@@ -255,6 +275,11 @@ def run_rounds(exp: Experiment, executor: Executor, progress: Callable[[dict], N
         # The driver's own work: aggregation, submission and evaluation.
         row["driver_seconds"] = time.perf_counter() - t_collected
         tr = finish(row, flat)
+        if checkpoint:
+            for i, u in updates.items():
+                states[i] = u.state
+            checkpoint({"next_round": r + 1, "flat": flat.clone(), "rows": [dict(x) for x in hist.rows],
+                        "client_states": [dict(st) for st in states]})
     if method.finetune:
         for e, w, loss in executor.finetune(t_idx, flat, cfg.finetune_epochs, lr=cfg.lr_target,
                                             batch=cfg.batch_target, first_round=total):

@@ -240,6 +240,11 @@ class RayExecutor:
             merged.update(part)
         return [merged[i] for i in range(self.num_clients)]
 
+    def restore_states(self, states: Sequence[dict]) -> None:
+        """Set every client's state (a resumed run): in the actors, and for rebuilding a dead one."""
+        self._states = [dict(st) for st in states]
+        ray.get([self.actors[self.slot_of[i]].restore.remote(i, st) for i, st in enumerate(self._states)])
+
     def gpu_memory(self) -> list[dict[str, int]]:
         """Per actor (one entry per client when each actor hosts one)."""
         return ray.get([a.gpu_memory.remote() for a in self.actors])

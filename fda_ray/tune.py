@@ -1,0 +1,117 @@
+"""Ray Tune integration (the only module that imports ray.tune): one trial is one federated run.
+
+    from ray import tune
+    import fda_ray.tune as ft
+    tuner = tune.Tuner(ft.with_resources(space), param_space=ft.search_space(method=tune.grid_search(["fedgp", "fedda"]),
+                                                                             noise=tune.grid_search([0.2, 0.8])))
+    results = tuner.fit()
+
+A trial's parameters are RunConfig fields (`search_space` checks them). The trainable is the run's driver:
+it builds the experiment, trains its clients in its own process (executor "serial") or as Ray actors
+(executor "ray", placed in the trial's placement group), reports one result per round (so schedulers such as
+ASHA can stop a trial early) with a checkpoint, and resumes from its last checkpoint when Tune restarts it
+(every draw is seeded by (seed, round, client, purpose): a resumed trial gives an uninterrupted one's numbers).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from ray import tune
+
+from fda_ray.config import RunConfig
+
+RUN_FIELDS = tuple(f.name for f in dataclasses.fields(RunConfig))
+CHECKPOINT_FILE = "state.pt"
+DRIVER_CPUS = 1.0  # the driver aggregates and evaluates
+
+
+def search_space(**params: Any) -> dict[str, Any]:
+    """A param_space of RunConfig fields; values may be Tune search objects (tune.grid_search, ...).
+    `run` may hold a dict of fields (or a grid_search over such dicts: irregular grids, as fda_ray.sweep uses)."""
+    bad = sorted(k for k in params if k not in RUN_FIELDS and k != "run")
+    if bad:
+        raise ValueError(f"search space field {bad[0]!r} is invalid: RunConfig fields are {', '.join(RUN_FIELDS)}")
+    return dict(params)
+
+
+def config_from_params(params: dict[str, Any]) -> RunConfig:
+    """The trial's RunConfig (validated: a bad value fails the trial with the config's one-line error)."""
+    params = {**params.get("run", {}), **{k: v for k, v in params.items() if k != "run"}}
+    search_space(**params)
+    values = {k: (tuple(v) if k == "eval_noise" else v) for k, v in params.items()}
+    return RunConfig(**values).resolved()
+
+
+def resources(cfg: RunConfig) -> tune.PlacementGroupFactory:
+    """The trial's bundles: the driver, then (executor "ray") one per client actor."""
+    if cfg.executor == "serial":
+        gpu = {"GPU": 1} if cfg.device.startswith("cuda") else {}
+        return tune.PlacementGroupFactory([{"CPU": float(cfg.threads or 1), **gpu}])
+    num_clients = (cfg.num_sources or 0) + 1
+    actors = math.ceil(num_clients / cfg.clients_per_actor)
+    per_actor = {"CPU": float(cfg.cpus_per_client or 1.0) * cfg.clients_per_actor}
+    if cfg.gpus_per_client > 0:
+        per_actor["GPU"] = min(1.0, cfg.gpus_per_client * cfg.clients_per_actor)
+    return tune.PlacementGroupFactory([{"CPU": DRIVER_CPUS}] + [per_actor] * actors)
+
+
+def metrics(row: dict[str, Any]) -> dict[str, Any]:
+    """What a trial reports for one round: the row's numbers (lists stay lists), without NaN surprises."""
+    out: dict[str, Any] = {}
+    for k, v in row.items():
+        if isinstance(v, float) and not math.isfinite(v):
+            v = None
+        out[k] = v
+    return out
+
+
+def trainable(params: dict[str, Any]) -> None:
+    """One run of the RunConfig `params`, as a Tune function trainable."""
+    from fda_ray.engine import SerialExecutor, build_experiment, run_rounds
+
+    cfg = config_from_params(params)
+    resume = None
+    ckpt = tune.get_checkpoint()
+    if ckpt is not None:
+        with ckpt.as_directory() as d:
+            resume = torch.load(Path(d) / CHECKPOINT_FILE, weights_only=False)
+    exp = build_experiment(cfg)
+    if cfg.executor == "ray":
+        from fda_ray.ray_executor import RayExecutor
+
+        executor: Any = RayExecutor(exp.clients, cpus_per_client=cfg.cpus_per_client or 1.0,
+                                    gpus_per_client=cfg.gpus_per_client, clients_per_actor=cfg.clients_per_actor,
+                                    retries=cfg.client_retries, threads=cfg.threads)
+    else:
+        executor = SerialExecutor(exp.clients)
+
+    def on_round(state: dict) -> None:
+        with tempfile.TemporaryDirectory() as d:
+            torch.save(state, Path(d) / CHECKPOINT_FILE)
+            tune.report(metrics(state["rows"][-1]), checkpoint=tune.Checkpoint.from_directory(d))
+
+    def on_row(row: dict) -> None:  # fine-tuning rows (finetune_offline) have no checkpoint
+        if row.get("phase") == "finetune":
+            tune.report(metrics(row))
+
+    try:
+        run_rounds(exp, executor, on_row, resume=resume, checkpoint=on_round)
+    finally:
+        executor.shutdown()
+
+
+def with_resources(cfg_or_params: RunConfig | dict[str, Any] | None = None):
+    """The trainable with the bundles of a config (by default one CPU: the serial executor)."""
+    if cfg_or_params is None:
+        cfg = RunConfig()
+    elif isinstance(cfg_or_params, RunConfig):
+        cfg = cfg_or_params
+    else:
+        plain = {k: v for k, v in cfg_or_params.items() if not isinstance(v, dict) and not hasattr(v, "sample")}
+        cfg = config_from_params(plain)
+    return tune.with_resources(trainable, resources(cfg.resolved()))
