@@ -96,3 +96,23 @@ def test_search_space_rejects_unknown_fields():
 
     with pytest.raises(ValueError, match=r"search space field 'lr' is invalid: RunConfig fields are"):
         ft.search_space(method="fedgp", lr=0.1)
+
+
+def test_programmatic_tuner(fmnist_dir, tmp_path, no_ray):
+    """The README's Tune API path: a Tuner over RunConfig fields; each trial's last round equals a plain run."""
+    from ray import tune
+
+    import fda_ray.tune as ft
+    from fda_ray.config import RunConfig
+    from fda_ray.engine import run
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    space = ft.search_space(dataset="fashion-mnist", data_dir=str(fmnist_dir), threads=1,
+                            method=tune.grid_search(["fedda", "target_only"]), noise=0.4, **TINY)
+    results = tune.Tuner(ft.with_resources(space), param_space=space,
+                         run_config=tune.RunConfig(storage_path=str(tmp_path), name="api", verbose=0)).fit()
+    assert len(results) == 2 and not results.errors
+    for r in results:
+        assert r.metrics["round"] == 2
+        cfg = RunConfig(**{k: v for k, v in r.config.items()})
+        assert r.metrics["accuracy"] == pytest.approx(run(cfg).final_accuracy)
