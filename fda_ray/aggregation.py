@@ -25,8 +25,6 @@ import torch
 
 from fda_ray import kernels
 from fda_ray.kernels.checks import check_flat as _check_flat
-from fda_ray.kernels.checks import check_offsets
-from fda_ray.kernels.reference import layer_ids
 
 # torch.nn.functional.cosine_similarity's default eps: cos = <a, b> / sqrt(max(|a|^2 |b|^2, eps^2)).
 COSINE_EPS = 1e-8

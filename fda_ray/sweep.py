@@ -58,7 +58,7 @@ def _fmt_s(s: float) -> str:
     return f"{s // 3600}h{s // 60 % 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
-def progress_callback(total: int, already: int = 0):
+def progress_callback(total: int):
     from ray import tune
 
     class Progress(tune.Callback):
@@ -66,18 +66,16 @@ def progress_callback(total: int, already: int = 0):
 
         def __init__(self) -> None:
             self.t0 = time.time()
-            self.done = already
+            self.done = 0
             self.failed = 0
 
         def _line(self, trial: Any, what: str) -> None:
             self.done += 1
             elapsed = time.time() - self.t0
-            fresh = self.done - already
-            left = elapsed / fresh * (total - self.done) if fresh else float("nan")
+            left = elapsed / self.done * (total - self.done)
             run = trial.config.get("run", {})
             name = f"{run.get('method')} {run.get('seed')}" if run else trial.trial_id
-            print(f"[{self.done}/{total}] {what}: {name}; elapsed {_fmt_s(elapsed)}, left ~{_fmt_s(left)}"
-                  if math.isfinite(left) else f"[{self.done}/{total}] {what}: {name}", flush=True)
+            print(f"[{self.done}/{total}] {what}: {name}; elapsed {_fmt_s(elapsed)}, left ~{_fmt_s(left)}", flush=True)
 
         def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
             self._line(trial, "done")
@@ -229,15 +227,10 @@ def main(argv: list[str] | None = None) -> int:
     from fda_ray.driver import ensure_ray
 
     ensure_ray(a.address, num_cpus=None)
-    trainable = tune.with_resources(ft.trainable, ft.resources(RunConfig(**todo[0]).resolved()))
+    trainable = ft.with_resources(RunConfig(**todo[0]))  # every trial of a grid asks the same resources
     t0 = time.time()
-    already = 0
-    if a.resume:
+    if a.resume:  # Tune keeps no callbacks across a restore: no progress lines then
         tuner = tune.Tuner.restore(str(exp_dir), trainable, resume_unfinished=True, resume_errored=True)
-        try:
-            already = sum(1 for r in tuner.get_results() if r.error is None and r.metrics.get("done"))
-        except Exception:
-            already = 0
     else:
         out.mkdir(parents=True, exist_ok=True)
         tuner = tune.Tuner(

@@ -174,6 +174,19 @@ def test_float64_inputs_take_the_reference_in_the_rules():
     torch.testing.assert_close(out, fedgp(t64, s64, off, beta=0.5, weights=torch.tensor([0.5, 0.5]), impl="reference"))
 
 
+def _bad_inputs(case: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(target (30,), sources (2, 30), offsets) with one thing wrong, as `case` names."""
+    target, sources, off = _inputs([10, 20], 2, "cpu")
+    bad = {"float64": lambda: (target.double(), sources, off),
+           "non-contiguous": lambda: (target, torch.randn(30, 2).T, off),
+           "offsets-dtype": lambda: (target, sources, off.int()),
+           "offsets-end": lambda: (target, sources, torch.tensor([0, 10, 29])),
+           "offsets-decreasing": lambda: (target, sources, torch.tensor([0, 20, 10, 30])),
+           "offsets-short": lambda: (target, sources, torch.tensor([0])),
+           "shape": lambda: (target, torch.randn(2, 31), off)}
+    return bad[case]()
+
+
 @pytest.mark.parametrize("case,match", [
     ("float64", r"target must be float32 for the kernel, got torch.float64"),
     ("non-contiguous", r"sources must be contiguous for the kernel"),
@@ -184,21 +197,7 @@ def test_float64_inputs_take_the_reference_in_the_rules():
     ("shape", r"sources has M=31 parameters per row but target has M=30"),
 ])
 def test_bad_inputs_give_one_clear_line(case, match):
-    target, sources, off = _inputs([10, 20], 2, "cpu")
-    if case == "float64":
-        target = target.double()
-    elif case == "non-contiguous":
-        sources = torch.randn(30, 2).T
-    elif case == "offsets-dtype":
-        off = off.int()
-    elif case == "offsets-end":
-        off = torch.tensor([0, 10, 29])
-    elif case == "offsets-decreasing":
-        off = torch.tensor([0, 20, 10, 30])
-    elif case == "offsets-short":
-        off = torch.tensor([0])
-    elif case == "shape":
-        sources = torch.randn(2, 31)
+    target, sources, off = _bad_inputs(case)
     with pytest.raises(ValueError, match=match) as info:
         kernels.layer_stats(target, sources, off, impl="kernel")
     assert len(str(info.value).splitlines()) == 1
@@ -213,15 +212,7 @@ def test_bad_inputs_give_one_clear_line(case, match):
 def test_the_registered_operator_checks_its_inputs_too(case, match):
     """Called directly (torch.ops.fda_ray.*), the C++ operator refuses what the wrapper refuses."""
     assert kernels.implementation("cpu") == "cpp"
-    target, sources, off = _inputs([10, 20], 2, "cpu")
-    if case == "float64":
-        target = target.double()
-    elif case == "non-contiguous":
-        sources = torch.randn(30, 2).T
-    elif case == "offsets-end":
-        off = torch.tensor([0, 10, 29])
-    elif case == "offsets-decreasing":
-        off = torch.tensor([0, 20, 10, 30])
+    target, sources, off = _bad_inputs(case)
     with pytest.raises(RuntimeError, match=match):
         torch.ops.fda_ray.layer_stats(target, sources, off)
     with pytest.raises(RuntimeError, match=r"fda_ray.layer_combine: scale must have shape \(N, L\) = \(2, 2\)"):

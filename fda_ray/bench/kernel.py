@@ -156,8 +156,9 @@ def main(argv: list[str] | None = None) -> int:
         sources = [int(s) for s in a.sources.split(",") if s]
     except ValueError:
         sources = []
-    problems = [f"layouts={a.layouts!r} (one or more of {', '.join(LAYOUTS)})" for s in layouts[:1]
-                if any(x not in LAYOUTS for x in layouts)]
+    problems = []
+    if not layouts or any(x not in LAYOUTS for x in layouts):
+        problems.append(f"layouts={a.layouts!r} (one or more of {', '.join(LAYOUTS)})")
     if not sources or any(n < 1 for n in sources):
         problems.append(f"sources={a.sources!r} (comma-separated integers >= 1)")
     if not impls or any(x not in IMPLS for x in impls):

@@ -51,6 +51,27 @@ inline at::Tensor check_layer_inputs(const char* op, const at::Tensor& target, c
   return o;
 }
 
+// target_steps (B, M), sources (N, M): float32, contiguous, one device, B, N >= 1.
+inline void check_gram_inputs(const char* op, const at::Tensor& target_steps, const at::Tensor& sources) {
+  check_flat(op, target_steps, "target_steps", 2);
+  check_flat(op, sources, "sources", 2);
+  TORCH_CHECK(sources.size(1) == target_steps.size(1), "fda_ray.", op, ": sources has M=", sources.size(1),
+              " parameters per row but target_steps has M=", target_steps.size(1));
+  TORCH_CHECK(target_steps.size(0) >= 1 && sources.size(0) >= 1, "fda_ray.", op,
+              ": need B >= 1 target steps and N >= 1 sources, got B=", target_steps.size(0), ", N=", sources.size(0));
+  TORCH_CHECK(sources.device() == target_steps.device(), "fda_ray.", op,
+              ": target_steps and sources must be on one device, got ", target_steps.device(), " and ",
+              sources.device());
+}
+
+// scale (N, L), floating point.
+inline void check_scale(const char* op, const at::Tensor& scale, int64_t n, int64_t num_layers) {
+  TORCH_CHECK(scale.dim() == 2 && scale.size(0) == n && scale.size(1) == num_layers, "fda_ray.", op,
+              ": scale must have shape (N, L) = (", n, ", ", num_layers, "), got ", scale.sizes());
+  TORCH_CHECK(at::isFloatingType(scale.scalar_type()), "fda_ray.", op, ": scale must be floating point, got ",
+              scale.scalar_type());
+}
+
 inline Segments make_segments(const at::Tensor& offsets_cpu, int64_t chunk) {
   const int64_t* p = offsets_cpu.data_ptr<int64_t>();
   const int64_t num_layers = offsets_cpu.numel() - 1;

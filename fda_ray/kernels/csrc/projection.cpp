@@ -110,10 +110,7 @@ at::Tensor layer_combine_cpu(const at::Tensor& target, const at::Tensor& sources
   const at::Tensor o = check_layer_inputs("layer_combine", target, sources, offsets);
   TORCH_CHECK(target.device().is_cpu(), "fda_ray.layer_combine: CPU implementation called with ", target.device());
   const int64_t n = sources.size(0), m = target.size(0), num_layers = o.numel() - 1;
-  TORCH_CHECK(scale.dim() == 2 && scale.size(0) == n && scale.size(1) == num_layers,
-              "fda_ray.layer_combine: scale must have shape (N, L) = (", n, ", ", num_layers, "), got ", scale.sizes());
-  TORCH_CHECK(at::isFloatingType(scale.scalar_type()), "fda_ray.layer_combine: scale must be floating point, got ",
-              scale.scalar_type());
+  check_scale("layer_combine", scale, n, num_layers);
   // The multiply is in float32, as in the reference (scale cast to the sources' dtype).
   const at::Tensor sc = scale.to(at::kCPU, at::kFloat).contiguous();
   const float* c = sc.data_ptr<float>();
@@ -148,13 +145,7 @@ at::Tensor layer_combine_cpu(const at::Tensor& target, const at::Tensor& sources
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> gram_cpu(const at::Tensor& target_steps, const at::Tensor& sources) {
-  check_flat("gram", target_steps, "target_steps", 2);
-  check_flat("gram", sources, "sources", 2);
-  TORCH_CHECK(sources.size(1) == target_steps.size(1), "fda_ray.gram: sources has M=", sources.size(1),
-              " parameters per row but target_steps has M=", target_steps.size(1));
-  TORCH_CHECK(target_steps.size(0) >= 1 && sources.size(0) >= 1,
-              "fda_ray.gram: need B >= 1 target steps and N >= 1 sources, got B=", target_steps.size(0),
-              ", N=", sources.size(0));
+  check_gram_inputs("gram", target_steps, sources);
   TORCH_CHECK(target_steps.device().is_cpu() && sources.device().is_cpu(),
               "fda_ray.gram: CPU implementation called with ", target_steps.device(), " and ", sources.device());
   const int64_t b = target_steps.size(0), n = sources.size(0), m = target_steps.size(1);

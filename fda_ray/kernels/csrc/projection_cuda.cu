@@ -336,10 +336,7 @@ at::Tensor layer_combine_cuda(const at::Tensor& target, const at::Tensor& source
   const at::Tensor o = check_layer_inputs("layer_combine", target, sources, offsets);
   c10::cuda::CUDAGuard device_guard(target.device());
   const int64_t n = sources.size(0), m = target.size(0), num_layers = o.numel() - 1;
-  TORCH_CHECK(scale.dim() == 2 && scale.size(0) == n && scale.size(1) == num_layers,
-              "fda_ray.layer_combine: scale must have shape (N, L) = (", n, ", ", num_layers, "), got ", scale.sizes());
-  TORCH_CHECK(at::isFloatingType(scale.scalar_type()), "fda_ray.layer_combine: scale must be floating point, got ",
-              scale.scalar_type());
+  check_scale("layer_combine", scale, n, num_layers);
   // The multiply is in float32, as in the reference (scale cast to the sources' dtype).
   const at::Tensor sc = scale.to(target.device(), at::kFloat).contiguous();  // (N, L)
   at::Tensor out = at::empty({m}, target.options());
@@ -366,16 +363,8 @@ at::Tensor layer_combine_cuda(const at::Tensor& target, const at::Tensor& source
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> gram_cuda(const at::Tensor& target_steps, const at::Tensor& sources) {
-  check_flat("gram", target_steps, "target_steps", 2);
-  check_flat("gram", sources, "sources", 2);
-  TORCH_CHECK(sources.size(1) == target_steps.size(1), "fda_ray.gram: sources has M=", sources.size(1),
-              " parameters per row but target_steps has M=", target_steps.size(1));
-  TORCH_CHECK(target_steps.size(0) >= 1 && sources.size(0) >= 1,
-              "fda_ray.gram: need B >= 1 target steps and N >= 1 sources, got B=", target_steps.size(0),
-              ", N=", sources.size(0));
+  check_gram_inputs("gram", target_steps, sources);
   check_cuda("gram", target_steps, "target_steps");
-  TORCH_CHECK(sources.device() == target_steps.device(), "fda_ray.gram: target_steps and sources must be on one device, got ",
-              target_steps.device(), " and ", sources.device());
   c10::cuda::CUDAGuard device_guard(target_steps.device());
   const int64_t b = target_steps.size(0), n = sources.size(0), m = target_steps.size(1);
   auto opts = target_steps.options().dtype(at::kDouble);
