@@ -5,15 +5,23 @@
     python -m fda_ray.sweep --grid noise --resume             # go on after an interruption
 
 Each trial is one run (fda_ray.tune.trainable), one result per round. Output in --out (default
-sweeps/<grid>-<profile>): Tune's experiment directory (tune/, checkpoints, what --resume reads),
-results.parquet (a row per trial and round, the hyper-parameters as columns) and summary.md (final target
-accuracy per method and grid value, mean +- std over seeds, the paper's number beside it; failed trials
-listed). A failing trial is retried (--max-failures) and, if it keeps failing, reported while the others
-finish.
+sweeps/<grid>-<profile>):
+- trials/<method>-<variable><value>-seed<k>-<hash>/: the trial's own record, state.pt after every round
+  (written atomically) and rows.pt once it is done. This, not Tune's experiment state, is what --resume
+  reads: finished trials are kept as they are, a trial cut off mid-run goes on from its last round, so a
+  sweep killed at any moment (Ctrl-C, OOM, a lost node, a power cut) loses at most one round per trial;
+- tune/launch-<n>/: Tune's logs of each launch;
+- results.parquet: a row per trial and round, the hyper-parameters as columns;
+- summary.md: final target accuracy per method and grid value, mean +- std over seeds, the paper's number
+  beside it, failed trials listed (a failing trial is retried --max-failures times, then reported while
+  the others finish);
+- accuracy.png (accuracy against the grid variable per method, the paper's beside it) and
+  beta_<method>.png for auto-weighted methods (beta_i per round, a panel per grid value).
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -23,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fda_ray.tune import RECORD_KEY, ROWS_FILE
 from tuning.grids import GRIDS, Grid
 
 PROFILES = ("quick", "paper")
@@ -58,7 +67,7 @@ def _fmt_s(s: float) -> str:
     return f"{s // 3600}h{s // 60 % 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
-def progress_callback(total: int):
+def progress_callback(total: int, variable: str):
     from ray import tune
 
     class Progress(tune.Callback):
@@ -74,7 +83,8 @@ def progress_callback(total: int):
             elapsed = time.time() - self.t0
             left = elapsed / self.done * (total - self.done)
             run = trial.config.get("run", {})
-            name = f"{run.get('method')} {run.get('seed')}" if run else trial.trial_id
+            name = (f"{run.get('method')} {variable}={run.get(variable)} seed {run.get('seed')}" if run
+                    else trial.trial_id)
             print(f"[{self.done}/{total}] {what}: {name}; elapsed {_fmt_s(elapsed)}, left ~{_fmt_s(left)}", flush=True)
 
         def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
@@ -87,32 +97,53 @@ def progress_callback(total: int):
     return Progress()
 
 
-def collect(result_grid: Any, grid: Grid) -> tuple[list[dict], list[dict]]:
-    """(rows, failures): a row per (trial, round) with the trial's config as columns; failed trials."""
-    rows: list[dict] = []
-    failures: list[dict] = []
+def trial_key(params: dict[str, Any], variable: str) -> str:
+    """A trial's directory name under trials/: readable, and unique per config (a hash of every field)."""
+    digest = hashlib.sha1(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()[:8]
+    return f"{params['method']}-{variable}{params[variable]}-seed{params['seed']}-{digest}"
+
+
+def trial_dirname(trial: Any) -> str:
+    """Tune's trial directories named like the trial records (Tune's default spells out the whole config)."""
+    record = trial.config.get("run", {}).get(RECORD_KEY)
+    return f"{Path(record).name}-{trial.trial_id}" if record else trial.trial_id
+
+
+def attempts(trial_path: str | None) -> int:
+    """How often a failed trial ran: Tune appends a "Failure # k" entry to error.txt per failure."""
+    err = Path(trial_path or "") / "error.txt"
+    return err.read_text(errors="replace").count("Failure # ") if err.is_file() else 1
+
+
+def is_done(params: dict[str, Any]) -> bool:
+    return (Path(params[RECORD_KEY]) / ROWS_FILE).is_file()
+
+
+def failures_of(result_grid: Any) -> list[dict]:
+    """The trials of a Tune run that failed for good: their config, last error line and attempts."""
+    out = []
     for result in result_grid:
-        run = dict(result.config.get("run", {}))
-        trial_id = Path(result.path).name if result.path else ""
         if result.error is not None:
-            failures.append({**run, "trial": trial_id, "error": str(result.error).strip().splitlines()[-1][:300]})
-        df = result.metrics_dataframe
-        if df is None or df.empty:
+            run = {k: v for k, v in result.config.get("run", {}).items() if k != RECORD_KEY}
+            out.append({**run, "trial": Path(result.path).name if result.path else "",
+                        "error": str(result.error).strip().splitlines()[-1][:300], "attempts": attempts(result.path)})
+    return out
+
+
+def collect(todo: list[dict[str, Any]], grid: Grid) -> list[dict]:
+    """A row per (finished trial, round) from the trials' own records, the trial's config as columns."""
+    import torch
+
+    rows: list[dict] = []
+    for params in todo:
+        if not is_done(params):
             continue
-        by_round: dict[int, dict] = {}
-        for rec in df.to_dict("records"):
-            if "round" not in rec or rec["round"] is None or (isinstance(rec["round"], float) and math.isnan(rec["round"])):
-                continue
-            # A trial restored from its checkpoint may report a round twice: the last report wins.
-            by_round[int(rec["round"])] = rec
-        for r in sorted(by_round):
-            rec = by_round[r]
-            keep = {k: v for k, v in rec.items() if not k.startswith(("config/", "time_", "timestamp", "date",
-                                                                          "hostname", "node_ip", "pid", "done",
-                                                                          "checkpoint_dir", "iterations_since"))}
-            rows.append({**run, "grid": grid.name, "grid_variable": grid.variable, "grid_value": run.get(grid.variable),
-                         "trial": trial_id, **keep, "round": r})
-    return rows, failures
+        record = torch.load(Path(params[RECORD_KEY]) / ROWS_FILE, weights_only=False)
+        run = {k: v for k, v in params.items() if k != RECORD_KEY}
+        for row in record["rows"]:
+            rows.append({**run, "grid": grid.name, "grid_variable": grid.variable, "grid_value": run[grid.variable],
+                         "trial": Path(params[RECORD_KEY]).name, **row})
+    return rows
 
 
 def write_parquet(rows: list[dict], path: Path) -> None:
@@ -161,9 +192,21 @@ def summarize(rows: list[dict], failures: list[dict], grid: Grid, profile: str) 
     lines += ["", "Cells: ours / paper where the paper gives a number."]
     if failures:
         lines += ["", f"## Failed trials ({len(failures)})", ""]
-        lines += [f"- {f.get('method')} {grid.variable}={f.get(grid.variable)} seed={f.get('seed')}: {f['error']}"
-                  for f in failures]
+        lines += [f"- {f.get('method')} {grid.variable}={f.get(grid.variable)} seed={f.get('seed')} "
+                  f"({f.get('attempts', 1)} attempts): {f['error']}" for f in failures]
     return "\n".join(lines) + "\n", {"grid": grid.name, "profile": profile, "cells": cells, "failures": failures}
+
+
+def figures(rows: list[dict], summary: dict, grid: Grid, out: Path) -> str:
+    """Writes the sweep's PNG plots into `out`; returns the summary.md lines that show them."""
+    from fda_ray.figures import accuracy_figure, beta_figure
+
+    lines = ["", "![final target accuracy](accuracy.png)"]
+    accuracy_figure(summary, grid, out / "accuracy.png")
+    for m in grid.methods:
+        if beta_figure(rows, grid, m, out / f"beta_{m}.png"):
+            lines.append(f"![{m}: beta_i per round](beta_{m}.png)")
+    return "\n".join(lines) + "\n"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -204,12 +247,14 @@ def main(argv: list[str] | None = None) -> int:
             extra.update(executor="ray", gpus_per_client=a.gpus_per_client, cpus_per_client=1.0)
         todo = trials(grid, a.profile, a.seeds, extra)
         out = Path(a.out or f"sweeps/{grid.name}-{a.profile}").resolve()
-        exp_dir = out / "tune"
-        if exp_dir.exists() and not a.resume:
+        records = out / "trials"
+        if records.exists() and not a.resume:
             raise SweepError(f"out={str(out)!r} is invalid: it holds a sweep already; pass --resume to continue it "
                              "or choose another --out")
-        if a.resume and not exp_dir.exists():
-            raise SweepError(f"resume=True is invalid: {str(exp_dir)!r} does not exist (nothing to resume)")
+        if a.resume and not records.exists():
+            raise SweepError(f"resume=True is invalid: {str(records)!r} does not exist (nothing to resume)")
+        for params in todo:
+            params[RECORD_KEY] = str(records / trial_key(params, grid.variable))
         from fda_ray.data import DatasetNotFound, load
         load(grid.dataset, a.data_dir)
     except (SweepError, ValueError) as e:
@@ -226,32 +271,40 @@ def main(argv: list[str] | None = None) -> int:
     from fda_ray.config import RunConfig
     from fda_ray.driver import ensure_ray
 
-    ensure_ray(a.address, num_cpus=None)
-    trainable = ft.with_resources(RunConfig(**todo[0]))  # every trial of a grid asks the same resources
+    pending = [p for p in todo if not is_done(p)]
+    print(f"sweep {grid.name} ({a.profile}): {len(todo)} trials -> {out}"
+          + (f"; resuming, {len(todo) - len(pending)} finished before" if a.resume else ""), flush=True)
+    records.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    if a.resume:  # Tune keeps no callbacks across a restore: no progress lines then
-        tuner = tune.Tuner.restore(str(exp_dir), trainable, resume_unfinished=True, resume_errored=True)
-    else:
-        out.mkdir(parents=True, exist_ok=True)
+    failures: list[dict] = []
+    if pending:
+        ensure_ray(a.address, num_cpus=None)
+        # Each launch is its own Tune run: what carries over is in the trial records (trials/<key>/).
+        launch = f"launch-{sum(1 for _ in (out / 'tune').glob('launch-*')) + 1}" if (out / "tune").exists() else "launch-1"
         tuner = tune.Tuner(
-            trainable,
-            param_space={"run": tune.grid_search(todo)},
-            tune_config=tune.TuneConfig(max_concurrent_trials=a.max_concurrent),
+            ft.with_resources(RunConfig(**{k: v for k, v in todo[0].items() if k != RECORD_KEY})),
+            param_space={"run": tune.grid_search(pending)},
+            # reuse_actors: a trial's process (torch imported, kernels loaded) runs the next trial too.
+            tune_config=tune.TuneConfig(max_concurrent_trials=a.max_concurrent, reuse_actors=True,
+                                        trial_dirname_creator=trial_dirname),
             run_config=tune.RunConfig(
-                name="tune", storage_path=str(out), verbose=0,
+                name=launch, storage_path=str(out / "tune"), verbose=0,
                 failure_config=tune.FailureConfig(max_failures=a.max_failures),
-                checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
-                callbacks=[progress_callback(len(todo))]))
-    print(f"sweep {grid.name} ({a.profile}): {len(todo)} trials -> {out}", flush=True)
-    results = tuner.fit()
-    rows, failures = collect(results, grid)
+                callbacks=[progress_callback(len(pending), grid.variable)]))
+        failures = failures_of(tuner.fit())
+    rows = collect(todo, grid)
     write_parquet(rows, out / "results.parquet")
     text, summary = summarize(rows, failures, grid, a.profile)
     summary["wall_seconds"] = time.time() - t0
-    text += f"\nWall time: {summary['wall_seconds']:.0f} s for {len(todo)} trials" + (" (resumed)" if a.resume else "") + ".\n"
+    summary["resumed"] = a.resume
+    summary["trials_run"] = len(pending)
+    text += (f"\nWall time: {summary['wall_seconds']:.0f} s for {len(pending)} trials"
+             + (f" ({len(todo) - len(pending)} more had finished before --resume)" if len(pending) < len(todo) else "") + ".\n")
+    text += figures(rows, summary, grid, out)
     (out / "summary.md").write_text(text)
     print(json.dumps(summary, indent=1) if a.json else text)
-    ray.shutdown()
+    if ray.is_initialized():
+        ray.shutdown()
     return 0
 
 

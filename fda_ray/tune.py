@@ -27,13 +27,19 @@ from fda_ray.config import RunConfig
 
 RUN_FIELDS = tuple(f.name for f in dataclasses.fields(RunConfig))
 CHECKPOINT_FILE = "state.pt"
+RECORD_KEY = "record_dir"  # a trial parameter that is not a RunConfig field: see trainable()
+STATE_FILE, ROWS_FILE = "state.pt", "rows.pt"
 DRIVER_CPUS = 1.0  # the driver aggregates and evaluates
+# A custom resource the head node of cluster.yaml declares. Trial drivers ask for one unit, so they run on
+# the head and their checkpoints stay on its disk: Tune needs S3 or NFS for checkpoints written on other
+# nodes, while client actors (which never checkpoint) go wherever GPUs are.
+DRIVER_RESOURCE = "fda_driver"
 
 
 def search_space(**params: Any) -> dict[str, Any]:
     """A param_space of RunConfig fields; values may be Tune search objects (tune.grid_search, ...).
     `run` may hold a dict of fields (or a grid_search over such dicts: irregular grids, as fda_ray.sweep uses)."""
-    bad = sorted(k for k in params if k not in RUN_FIELDS and k != "run")
+    bad = sorted(k for k in params if k not in RUN_FIELDS and k not in ("run", RECORD_KEY))
     if bad:
         raise ValueError(f"search space field {bad[0]!r} is invalid: RunConfig fields are {', '.join(RUN_FIELDS)}")
     return dict(params)
@@ -42,22 +48,32 @@ def search_space(**params: Any) -> dict[str, Any]:
 def config_from_params(params: dict[str, Any]) -> RunConfig:
     """The trial's RunConfig (validated: a bad value fails the trial with the config's one-line error)."""
     params = {**params.get("run", {}), **{k: v for k, v in params.items() if k != "run"}}
+    params.pop(RECORD_KEY, None)
     search_space(**params)
     values = {k: (tuple(v) if k == "eval_noise" else v) for k, v in params.items()}
     return RunConfig(**values).resolved()
 
 
-def resources(cfg: RunConfig) -> tune.PlacementGroupFactory:
-    """The trial's bundles: the driver, then (executor "ray") one per client actor."""
+def driver_placement() -> dict[str, float]:
+    """{DRIVER_RESOURCE: 1} on a cluster whose nodes declare it (cluster.yaml's head), else {}."""
+    import ray
+
+    return {DRIVER_RESOURCE: 1.0} if ray.is_initialized() and ray.cluster_resources().get(DRIVER_RESOURCE) else {}
+
+
+def resources(cfg: RunConfig, driver_extra: dict[str, float] | None = None) -> tune.PlacementGroupFactory:
+    """The trial's bundles: the driver (plus `driver_extra`, e.g. DRIVER_RESOURCE), then (executor "ray")
+    one per client actor."""
+    extra = dict(driver_extra or {})
     if cfg.executor == "serial":
         gpu = {"GPU": 1} if cfg.device.startswith("cuda") else {}
-        return tune.PlacementGroupFactory([{"CPU": float(cfg.threads or 1), **gpu}])
+        return tune.PlacementGroupFactory([{"CPU": float(cfg.threads or 1), **gpu, **extra}])
     num_clients = (cfg.num_sources or 0) + 1
     actors = math.ceil(num_clients / cfg.clients_per_actor)
     per_actor = {"CPU": float(cfg.cpus_per_client or 1.0) * cfg.clients_per_actor}
     if cfg.gpus_per_client > 0:
         per_actor["GPU"] = min(1.0, cfg.gpus_per_client * cfg.clients_per_actor)
-    return tune.PlacementGroupFactory([{"CPU": DRIVER_CPUS}] + [per_actor] * actors)
+    return tune.PlacementGroupFactory([{"CPU": DRIVER_CPUS, **extra}] + [per_actor] * actors)
 
 
 def metrics(row: dict[str, Any]) -> dict[str, Any]:
@@ -70,16 +86,37 @@ def metrics(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _load_state(path: Path) -> dict | None:
+    return torch.load(path, weights_only=False) if path.is_file() else None
+
+
+def _save_atomic(obj: Any, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    tmp.replace(path)  # a kill mid-write leaves the previous file whole
+
+
 def trainable(params: dict[str, Any]) -> None:
-    """One run of the RunConfig `params`, as a Tune function trainable."""
+    """One run of the RunConfig `params`, as a Tune function trainable.
+
+    params[RECORD_KEY] (optional, set by fda_ray.sweep): a directory where the trial keeps its own record:
+    state.pt after every round (atomic), rows.pt once the run is done. A trial started again in any later
+    Tune run (a resumed sweep) goes on from state.pt; without it, the trial checkpoints through Tune."""
     from fda_ray.engine import SerialExecutor, build_experiment, run_rounds
 
+    record_dir = params.get(RECORD_KEY) or params.get("run", {}).get(RECORD_KEY)
+    record = Path(record_dir) if record_dir else None
     cfg = config_from_params(params)
     resume = None
+    if record is not None:
+        record.mkdir(parents=True, exist_ok=True)
+        resume = _load_state(record / STATE_FILE)
     ckpt = tune.get_checkpoint()
-    if ckpt is not None:
+    if ckpt is not None:  # Tune restarted this trial: its checkpoint, unless the record is further along
         with ckpt.as_directory() as d:
-            resume = torch.load(Path(d) / CHECKPOINT_FILE, weights_only=False)
+            tuned = _load_state(Path(d) / CHECKPOINT_FILE)
+        if tuned is not None and (resume is None or tuned["next_round"] > resume["next_round"]):
+            resume = tuned
     exp = build_experiment(cfg)
     if cfg.executor == "ray":
         from fda_ray.ray_executor import RayExecutor
@@ -91,6 +128,10 @@ def trainable(params: dict[str, Any]) -> None:
         executor = SerialExecutor(exp.clients)
 
     def on_round(state: dict) -> None:
+        if record is not None:
+            _save_atomic(state, record / STATE_FILE)
+            tune.report(metrics(state["rows"][-1]))
+            return
         with tempfile.TemporaryDirectory() as d:
             torch.save(state, Path(d) / CHECKPOINT_FILE)
             tune.report(metrics(state["rows"][-1]), checkpoint=tune.Checkpoint.from_directory(d))
@@ -100,13 +141,16 @@ def trainable(params: dict[str, Any]) -> None:
             tune.report(metrics(row))
 
     try:
-        run_rounds(exp, executor, on_row, resume=resume, checkpoint=on_round)
+        hist = run_rounds(exp, executor, on_row, resume=resume, checkpoint=on_round)
     finally:
         executor.shutdown()
+    if record is not None:
+        _save_atomic({"config": cfg.to_dict(), "rows": hist.rows}, record / ROWS_FILE)
 
 
 def with_resources(cfg_or_params: RunConfig | dict[str, Any] | None = None):
-    """The trainable with the bundles of a config (by default one CPU: the serial executor)."""
+    """The trainable with the bundles of a config (by default one CPU: the serial executor); on a cluster
+    that declares DRIVER_RESOURCE (connect with ray.init first) the driver bundle asks for it."""
     if cfg_or_params is None:
         cfg = RunConfig()
     elif isinstance(cfg_or_params, RunConfig):
@@ -114,4 +158,4 @@ def with_resources(cfg_or_params: RunConfig | dict[str, Any] | None = None):
     else:
         plain = {k: v for k, v in cfg_or_params.items() if not isinstance(v, dict) and not hasattr(v, "sample")}
         cfg = config_from_params(plain)
-    return tune.with_resources(trainable, resources(cfg.resolved()))
+    return tune.with_resources(trainable, resources(cfg.resolved(), driver_placement()))

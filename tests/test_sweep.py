@@ -1,9 +1,15 @@
-"""Sweeps through Ray Tune end to end on a tiny grid: Parquet rows, summary, resume, the Tuner API, and
-one-line errors for bad grids and values."""
+"""Sweeps through Ray Tune end to end on a tiny grid: Parquet rows, summary, plots, resume (of a finished
+sweep and of one killed midway), a trial that keeps failing, the Tuner API, and one-line errors for bad
+grids and values."""
 from __future__ import annotations
 
 import json
-import shutil
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -16,11 +22,16 @@ TINY = {"num_sources": 3, "rounds": 2, "warmup_rounds": 1, "samples_per_client":
         "target_labelled": 32}
 
 
+def make_tiny_grid(**overrides) -> Grid:
+    profile = {**TINY, **overrides}
+    return Grid(name="tiny-noise", dataset="fashion-mnist", variable="noise", values=(0.0, 0.8),
+                methods=("fedgp_auto", "target_only"), seeds={}, profiles={"quick": profile, "paper": dict(profile)},
+                paper={"fedgp_auto": {0.0: 76.22}}, paper_ref="test numbers")
+
+
 @pytest.fixture
 def tiny_grid(monkeypatch):
-    grid = Grid(name="tiny-noise", dataset="fashion-mnist", variable="noise", values=(0.0, 0.8),
-                methods=("fedgp", "target_only"), seeds={}, profiles={"quick": dict(TINY), "paper": dict(TINY)},
-                paper={"fedgp": {0.0: 76.33}}, paper_ref="test numbers")
+    grid = make_tiny_grid()
     monkeypatch.setitem(GRIDS, grid.name, grid)
     return grid
 
@@ -46,14 +57,22 @@ def test_sweep_end_to_end_and_resume(tiny_grid, fmnist_dir, tmp_path, capsys, no
     table = pq.read_table(out / "results.parquet").to_pylist()
     # 2 methods x 2 noise values x 1 seed, 3 rounds each (1 warm-up + 2), hyper-parameters as columns.
     assert len(table) == 4 * 3
-    assert {(r["method"], r["noise"]) for r in table} == {(m, v) for m in ("fedgp", "target_only") for v in (0.0, 0.8)}
+    assert {(r["method"], r["noise"]) for r in table} == {(m, v) for m in ("fedgp_auto", "target_only") for v in (0.0, 0.8)}
     assert sorted({r["round"] for r in table}) == [0, 1, 2]
     assert all(r["grid_value"] == r["noise"] and r["samples_per_client"] == 128 for r in table)
     finals = {(r["method"], r["noise"]): r["accuracy"] for r in table if r["round"] == 2}
-    assert summary["cells"]["fedgp"]["0"]["mean"] == pytest.approx(100 * finals[("fedgp", 0.0)])
-    assert summary["cells"]["fedgp"]["0"]["paper"] == 76.33 and summary["failures"] == []
+    assert summary["cells"]["fedgp_auto"]["0"]["mean"] == pytest.approx(100 * finals[("fedgp_auto", 0.0)])
+    assert summary["cells"]["fedgp_auto"]["0"]["paper"] == 76.22 and summary["failures"] == []
     text = (out / "summary.md").read_text()
-    assert f"{100 * finals[('fedgp', 0.0)]:.2f} / 76.33" in text and "Wall time" in text
+    assert f"{100 * finals[('fedgp_auto', 0.0)]:.2f} / 76.22" in text and "Wall time" in text
+    # Plots: accuracy against noise (ours and the paper's panel), beta_i per round for the auto method only.
+    from fda_ray.plot import read_png
+
+    assert "![final target accuracy](accuracy.png)" in text and "(beta_fedgp_auto.png)" in text
+    assert not (out / "beta_target_only.png").exists()
+    for name in ("accuracy.png", "beta_fedgp_auto.png"):
+        img = read_png(out / name)
+        assert img.shape[0] > 200 and img.shape[1] > 400 and img.std() > 10  # drawn, not blank
     # The trials equal plain runs of the same configs.
     from fda_ray.config import RunConfig
     from fda_ray.engine import run
@@ -116,3 +135,116 @@ def test_programmatic_tuner(fmnist_dir, tmp_path, no_ray):
         assert r.metrics["round"] == 2
         cfg = RunConfig(**{k: v for k, v in r.config.items()})
         assert r.metrics["accuracy"] == pytest.approx(run(cfg).final_accuracy)
+
+
+def test_trial_that_keeps_failing_is_reported_while_others_finish(fmnist_dir, tmp_path, capsys, monkeypatch, no_ray):
+    # 5000 labelled target samples cannot be drawn from a 128-sample target: the run fails each attempt.
+    grid = Grid(name="tiny-size", dataset="fashion-mnist", variable="target_labelled", values=(32, 5000),
+                methods=("target_only",), seeds={},
+                profiles={"quick": {k: v for k, v in TINY.items() if k != "target_labelled"}})
+    monkeypatch.setitem(GRIDS, grid.name, grid)
+    out = tmp_path / "fail"
+    args = ["--grid", "tiny-size", "--data-dir", str(fmnist_dir), "--out", str(out), "--max-failures", "1", "--json"]
+    assert sweep.main(args) == 0
+    printed = capsys.readouterr().out
+    summary = json.loads(printed[printed.index("{"):])
+    assert [(f["target_labelled"], f["method"]) for f in summary["failures"]] == [(5000, "target_only")]
+    assert "target_labelled=5000 is invalid" in summary["failures"][0]["error"]
+    assert summary["failures"][0]["attempts"] == 2  # the first try and one retry (--max-failures 1)
+    assert summary["cells"]["target_only"]["32"]["n"] == 1 and "5000" not in summary["cells"]["target_only"]
+    text = (out / "summary.md").read_text()
+    assert "## Failed trials (1)" in text and "target_labelled=5000" in text
+    rows = pq.read_table(out / "results.parquet").to_pylist()
+    assert {r["target_labelled"] for r in rows} == {32} and len(rows) == 3
+
+
+_DRIVER = """
+import sys
+sys.path[:0] = [{tests!r}, {root!r}]
+from test_sweep import make_tiny_grid
+from tuning.grids import GRIDS
+GRIDS["tiny-noise"] = make_tiny_grid(rounds={rounds})
+from fda_ray import sweep
+sys.exit(sweep.main(sys.argv[1:]))
+"""
+
+
+def _kill_session(proc: subprocess.Popen) -> None:
+    """SIGKILL the sweep and everything it started (its local Ray included): a power cut, not a Ctrl-C."""
+    import psutil
+
+    doomed = [p for p in psutil.process_iter() if _sid(p.pid) == proc.pid]
+    for p in doomed:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    proc.wait(timeout=60)
+    psutil.wait_procs(doomed, timeout=30)
+
+
+def _cut_off(records: Path) -> list[Path]:
+    """Trial records with a round saved but no final rows: trials stopped mid-run."""
+    if not records.is_dir():
+        return []
+    return [d for d in records.iterdir() if (d / "state.pt").is_file() and not (d / "rows.pt").is_file()]
+
+
+def _sid(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return None
+
+
+def test_resume_after_the_sweep_is_killed(tiny_grid, fmnist_dir, tmp_path, capsys, no_ray):
+    """Kill the whole sweep (driver, Tune, local Ray) once a trial has finished; --resume keeps the finished
+    trials as they are and completes the rest, with the numbers an uninterrupted run gives."""
+    out = tmp_path / "killed"
+    script = tmp_path / "driver.py"
+    rounds = 8  # long enough that the second trial is mid-run when the kill comes
+    script.write_text(_DRIVER.format(tests=str(Path(__file__).parent), root=str(Path(__file__).parents[1]), rounds=rounds))
+    proc = subprocess.Popen([sys.executable, str(script), *_args(fmnist_dir, out, "--max-concurrent", "1")],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            cwd=str(Path(__file__).parents[1]))
+    lines = []
+    deadline = time.time() + 600
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("[1/4] done") or time.time() > deadline:
+                break
+        while time.time() < deadline and not _cut_off(out / "trials"):  # the next trial is mid-run: kill now
+            time.sleep(0.05)
+    finally:
+        _kill_session(proc)
+    assert any(line.startswith("[1/4] done") for line in lines), "".join(lines[-30:])
+    assert not (out / "results.parquet").exists()  # killed before the sweep's end
+    records = out / "trials"
+    finished = {d.name: (d / "rows.pt").read_bytes() for d in records.iterdir() if (d / "rows.pt").is_file()}
+    cut_off = _cut_off(records)
+    assert len(finished) >= 1 and len(cut_off) == 1
+    import torch
+
+    reached = torch.load(cut_off[0] / "state.pt", weights_only=False)["next_round"]
+    assert 1 <= reached <= rounds  # it goes on from there
+
+    GRIDS["tiny-noise"] = make_tiny_grid(rounds=rounds)  # the grid the killed sweep ran
+    assert sweep.main(_args(fmnist_dir, out, "--resume", "--json")) == 0
+    printed = capsys.readouterr().out
+    summary = json.loads(printed[printed.index("{"):])
+    assert summary["failures"] == [] and summary["resumed"] is True
+    assert summary["trials_run"] == 4 - len(finished)
+    for name, before in finished.items():  # finished trials were not run again
+        assert (records / name / "rows.pt").read_bytes() == before
+    rows = pq.read_table(out / "results.parquet").to_pylist()
+    assert sorted((r["method"], r["noise"], r["round"]) for r in rows) == \
+           sorted((m, v, k) for m in ("fedgp_auto", "target_only") for v in (0.0, 0.8) for k in range(rounds + 1))
+    from fda_ray.config import RunConfig
+    from fda_ray.engine import run
+
+    for method, noise in {(r["method"], r["noise"]) for r in rows}:
+        cfg = RunConfig(dataset="fashion-mnist", method=method, noise=noise, seed=0, threads=1,
+                        data_dir=str(fmnist_dir), **{**TINY, "rounds": rounds})
+        got = [r["accuracy"] for r in sorted(rows, key=lambda r: r["round"]) if (r["method"], r["noise"]) == (method, noise)]
+        assert got == pytest.approx([row["accuracy"] for row in run(cfg).rows])

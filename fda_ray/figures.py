@@ -1,0 +1,67 @@
+"""The seed papers' figures from a sweep's results: accuracy against the grid variable per method (004 Figure
+3), and the auto-weighted beta_i per round (004 Figures 5-10). Pure functions of the rows and the summary;
+drawing is fda_ray.plot.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from fda_ray.plot import Panel, Series, line_chart
+from tuning.grids import Grid
+
+AXIS_NAMES = {"noise": "feature noise std", "eta": "label shift eta", "beta": "static beta",
+              "target_labelled": "labelled target samples"}
+
+
+def accuracy_figure(summary: dict[str, Any], grid: Grid, path: str | Path) -> None:
+    """Final target accuracy (mean, std error bars over seeds) against the grid variable, a line per method;
+    beside it the paper's numbers on the same axes where the grid has them."""
+    cells = summary["cells"]
+    xlabel = AXIS_NAMES.get(grid.variable, grid.variable)
+    values = list(grid.values)
+    ours = []
+    for m in grid.methods:
+        row = cells.get(m, {})
+        ys = [row.get(f"{v:g}", {}).get("mean", math.nan) for v in values]
+        if all(math.isnan(y) for y in ys):
+            continue
+        ours.append(Series(grid.labels.get(m, m), values, ys, [row.get(f"{v:g}", {}).get("std", 0.0) for v in values]))
+    panels = [Panel(f"ours ({summary['profile']} profile)", xlabel, "target test accuracy (%)", ours, xticks=values)]
+    paper = [Series(grid.labels.get(m, m), values, [grid.paper[m].get(v, math.nan) for v in values])
+             for m in grid.methods if m in grid.paper]
+    if paper:
+        panels.append(Panel(f"paper ({grid.paper_ref.split(',')[0]})" if grid.paper_ref else "paper",
+                            xlabel, "target test accuracy (%)", paper, xticks=values))
+    line_chart(panels, path, title=f"Sweep {grid.name}: final target accuracy")
+
+
+def beta_rows(rows: list[dict[str, Any]], grid: Grid, method: str, seed: int = 0) -> dict[float, list[tuple[int, list[float]]]]:
+    """grid value -> [(round, beta_i)] of one method and seed, for the rounds that have beta_i."""
+    out: dict[float, list[tuple[int, list[float]]]] = {}
+    for r in rows:
+        b = r.get("beta_i")
+        if r.get("method") != method or r.get("seed") != seed or r.get("phase") not in (None, "main") or not b:
+            continue
+        out.setdefault(r["grid_value"], []).append((int(r["round"]), [float(x) for x in b]))
+    return {v: sorted(pts) for v, pts in out.items()}
+
+
+def beta_figure(rows: list[dict[str, Any]], grid: Grid, method: str, path: str | Path, seed: int = 0) -> bool:
+    """beta_i per round, a panel per grid value and a line per source client (seed `seed`); False when the
+    method reported no beta_i (nothing is written)."""
+    by_value = beta_rows(rows, grid, method, seed)
+    if not by_value:
+        return False
+    panels = []
+    for v in grid.values:
+        pts = by_value.get(v)
+        if not pts:
+            continue
+        n = len(pts[0][1])
+        series = [Series(f"source {i + 1}", [r for r, _ in pts], [b[i] for _, b in pts]) for i in range(n)]
+        panels.append(Panel(f"{grid.variable} = {v:g}", "round", "beta_i", series))
+    line_chart(panels, path, title=f"{grid.labels.get(method, method)}: auto-weighted beta_i per round (seed {seed})",
+               panel_size=(400, 300))
+    return True
