@@ -49,8 +49,12 @@ def beta_rows(rows: list[dict[str, Any]], grid: Grid, method: str, seed: int = 0
 
 
 def beta_figure(rows: list[dict[str, Any]], grid: Grid, method: str, path: str | Path, seed: int = 0) -> bool:
-    """beta_i per round, a panel per grid value and a line per source client (seed `seed`); False when the
-    method reported no beta_i (nothing is written)."""
+    """beta_i per round, a panel per grid value and a line per source client (seed `seed`); False (nothing
+    written) for a method that does not weight automatically or reported no beta_i."""
+    from fda_ray.methods import METHODS
+
+    if method not in METHODS or METHODS.get(method).auto_rule is None:
+        return False
     by_value = beta_rows(rows, grid, method, seed)
     if not by_value:
         return False
