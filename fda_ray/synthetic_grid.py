@@ -1,0 +1,259 @@
+"""The synthetic experiment of seed 004 (Sec. 5, App. B, Figure 2): does the rule with the smallest Delta error
+at initialisation also train best?
+
+    python -m fda_ray.synthetic_grid --out docs/results/synthetic-grid            # 9 x 9, 3 trials
+    python -m fda_ray.synthetic_grid --sources 1,5,9 --sizes 1000,100,10 --trials 1  # a 3 x 3 check
+
+Grid: source domain D_i (i = 1..9, shift from the target growing with i; D_1 is the target domain itself)
+x target subsample size n_j (decreasing, so the target variance grows with j): a one-source FDA problem per
+cell. For each cell and trial:
+  predicted  the rule with the smallest closed-form Delta error (fda_ray.diagnostics) at the initial
+             parameters (pi = point mass at initialisation, as in the paper), from the true quantities: the
+             whole target domain is known here;
+  actual     the rule with the lowest target test MSE after training each rule, static beta 0.5
+             (Figure 2b) and auto-weighted beta (Figure 2c).
+Rules: target only, source only, FedDA, FedGP. Outputs: d_pi and sigma_pi per cell, three heat maps
+(predicted, actual static, actual auto) as PNG, a summary.md with the share of cells where the predicted
+rule is the actual best, and grid.json with every number.
+
+Training is the theory's setting (004 eq (1)): full-batch gradients, the target's on its subsample and the
+source's on its domain, aggregated by the rule as the theory states it (whole-vector projection), one
+gradient step of `lr` per round. Auto-weighted rules re-estimate beta each round from the subsample's
+per-sample gradients (004 App. A.2). Not in the papers, so our choices (004 gives no sizes, width,
+optimiser, learning rate, rounds or metric): sizes 2000..5, 64 hidden units, lr 0.5, 100 rounds, MSE on
+targets standardised with the target domain's training statistics, 1000 held-out target test points.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from fda_ray import diagnostics as dg
+from fda_ray.data import synthetic_domains
+from fda_ray.models import SigmoidMLP
+from fda_ray.seeding import derive_seed
+
+RULES = dg.STATIC_RULES  # target_only, source_only, fedda, fedgp
+AUTO = {"fedda": "fedda_auto", "fedgp": "fedgp_auto"}
+LABELS = {"target_only": "Target only", "source_only": "Source only", "fedda": "FedDA", "fedgp": "FedGP"}
+
+
+@dataclass(frozen=True)
+class GridConfig:
+    sources: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8, 9)  # D_i, 1-based as in the paper
+    sizes: tuple[int, ...] = (2000, 1000, 500, 200, 100, 50, 20, 10, 5)  # n_j: decreasing
+    trials: int = 3
+    rounds: int = 100
+    lr: float = 0.5
+    beta: float = 0.5
+    hidden: int = 64
+    pool: int = 4000  # target-domain points that are the "whole target domain" (the rest are the test set)
+    seed: int = 0
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.sources or any(not 1 <= i <= 9 for i in self.sources):
+            raise ValueError(f"sources={self.sources} is invalid: domain indices in 1..9")
+        if not self.sizes or any(not 2 <= n <= self.pool for n in self.sizes):
+            raise ValueError(f"sizes={self.sizes} is invalid: subsample sizes in 2..{self.pool}")
+        for name in ("trials", "rounds", "hidden"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} is invalid: an integer >= 1")
+        if not self.lr > 0:
+            raise ValueError(f"lr={self.lr} is invalid: a number > 0")
+        if not 0 <= self.beta <= 1:
+            raise ValueError(f"beta={self.beta} is invalid: a number in [0, 1]")
+
+
+def _flat_params(model: torch.nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def _set_flat(model: torch.nn.Module, flat: torch.Tensor) -> None:
+    i = 0
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(flat[i:i + p.numel()].view_as(p))
+            i += p.numel()
+
+
+def train(rule: str, model: torch.nn.Module, target: tuple[torch.Tensor, torch.Tensor],
+          source: tuple[torch.Tensor, torch.Tensor], cfg: GridConfig) -> torch.nn.Module:
+    """`cfg.rounds` gradient steps of the aggregated gradient (rule as in fda_ray.diagnostics.aggregate)."""
+    w = torch.ones(1, dtype=torch.float64)
+    theta = _flat_params(model).double()
+    for _ in range(cfg.rounds):
+        _set_flat(model, theta.float())
+        g_hat = dg.full_gradient(model, F.mse_loss, *target).double()
+        g_src = dg.full_gradient(model, F.mse_loss, *source).double().unsqueeze(0)  # (1, M)
+        beta: float | torch.Tensor = cfg.beta
+        if rule.endswith("_auto"):
+            per_sample = dg.per_sample_gradients(model, F.mse_loss, *target).double()
+            beta = dg.auto_betas(dg.estimated_quantities(per_sample, g_src))[rule]
+        theta = theta - cfg.lr * dg.aggregate(rule, g_hat, g_src, w, beta)
+    _set_flat(model, theta.float())
+    return model
+
+
+def run_grid(cfg: GridConfig, progress=None) -> dict:
+    """Every cell's quantities, predicted and actual best rules, over cfg.trials trials (module docstring)."""
+    domains = synthetic_domains(seed=cfg.seed)
+    x1, y1 = domains[0]
+    mean, std = y1[:cfg.pool].mean(0), y1[:cfg.pool].std(0)  # standardise with the target's training points
+    norm = [(x, (y - mean) / std) for x, y in domains]
+    pool = (norm[0][0][:cfg.pool], norm[0][1][:cfg.pool])
+    test = (norm[0][0][cfg.pool:], norm[0][1][cfg.pool:])
+    src_data = {i: (pool if i == 1 else norm[i - 1]) for i in cfg.sources}
+    S, J = len(cfg.sources), len(cfg.sizes)
+    cells = [[{"d2": [], "sigma2": [], "tau2d2": [], "delta": {r: [] for r in dg.RULES},
+               "test_mse": {r: [] for r in (*RULES, *AUTO.values())}} for _ in range(S)] for _ in range(J)]
+    for t in range(cfg.trials):
+        # Seeds per (grid seed, trial, purpose); the trial takes the round slot of derive_seed.
+        torch.manual_seed(derive_seed(cfg.seed, t, 0, "synthetic-init"))
+        init = SigmoidMLP(x1.shape[1], y1.shape[1], hidden=cfg.hidden)
+        order = torch.randperm(cfg.pool, generator=torch.Generator().manual_seed(derive_seed(cfg.seed, t, 0, "subsample")))
+        domain_grads = dg.per_sample_gradients(init, F.mse_loss, *pool).double()  # (P, M) at theta_0
+        for a, i in enumerate(cfg.sources):
+            g_src = dg.full_gradient(init, F.mse_loss, *src_data[i]).double().unsqueeze(0)
+            for b, n in enumerate(cfg.sizes):
+                cell = cells[b][a]
+                q = dg.true_quantities(domain_grads, g_src, n)
+                deltas = dg.delta_errors(q, beta=cfg.beta)
+                cell["d2"].append(float(q.d2[0]))
+                cell["sigma2"].append(q.sigma2)
+                cell["tau2d2"].append(float(q.tau2d2[0]))
+                for r in dg.RULES:
+                    cell["delta"][r].append(float(deltas[r][0]))
+                idx = order[:n]  # nested subsamples: a smaller n_j is a part of every larger one
+                target = (pool[0][idx], pool[1][idx])
+                for r in (*RULES, *AUTO.values()):
+                    model = SigmoidMLP(x1.shape[1], y1.shape[1], hidden=cfg.hidden)
+                    model.load_state_dict(init.state_dict())
+                    train(r, model, target, src_data[i], cfg)
+                    with torch.no_grad():
+                        cell["test_mse"][r].append(float(F.mse_loss(model(test[0]), test[1])))
+                if progress:
+                    progress(t, i, n)
+    return summarize_grid(cells, cfg)
+
+
+def _mean(v: list[float]) -> float:
+    return sum(v) / len(v)
+
+
+def summarize_grid(cells: list[list[dict]], cfg: GridConfig) -> dict:
+    """Means over trials; predicted = argmin mean Delta (static rules); actual = argmin mean test MSE."""
+    out = []
+    for row in cells:
+        out_row = []
+        for c in row:
+            delta = {r: _mean(v) for r, v in c["delta"].items()}
+            mse = {r: _mean(v) for r, v in c["test_mse"].items()}
+            out_row.append({
+                "d": _mean(c["d2"]) ** 0.5, "sigma": _mean(c["sigma2"]) ** 0.5, "tau2": _mean(c["tau2d2"]) / max(_mean(c["d2"]), 1e-300),
+                "delta": delta, "test_mse": mse,
+                "predicted": dg.best_rule(delta, RULES),
+                "actual_static": dg.best_rule(mse, RULES),
+                "actual_auto": dg.best_rule({r: mse[AUTO.get(r, r)] for r in RULES}, RULES),
+            })
+        out.append(out_row)
+    flat = [c for row in out for c in row]
+    agree = sum(c["predicted"] == c["actual_static"] for c in flat) / len(flat)
+    agree_auto = sum(c["predicted"] == c["actual_auto"] for c in flat) / len(flat)
+    return {"config": {k: v for k, v in asdict(cfg).items() if k != "extra"}, "cells": out,
+            "agreement_static": agree, "agreement_auto": agree_auto}
+
+
+def write_outputs(result: dict, out: Path, seconds: float, command: str) -> str:
+    """Three heat maps (PNG), grid.json and summary.md in `out`; returns the summary text."""
+    from fda_ray.plot import heatmap
+
+    cfg = result["config"]
+    cells = result["cells"]
+    out.mkdir(parents=True, exist_ok=True)
+    d_cols = [f"D{i} d={_mean([row[a]['d'] for row in cells]):.2g}" for a, i in enumerate(cfg["sources"])]
+    s_rows = [f"n={n} s={_mean([c['sigma'] for c in cells[b]]):.2g}" for b, n in enumerate(cfg["sizes"])]
+    code = {r: k for k, r in enumerate(RULES)}
+    cats = [LABELS[r] for r in RULES]
+    panels = [("predicted", "(a) smallest Delta error at init (beta 0.5)", "predicted.png"),
+              ("actual_static", "(b) best target test MSE, beta 0.5", "actual_static.png"),
+              ("actual_auto", "(c) best target test MSE, auto-weighted beta", "actual_auto.png")]
+    for key, title, name in panels:
+        import numpy as np
+
+        grid = np.array([[code[c[key]] for c in row] for row in cells])
+        heatmap(grid, s_rows, d_cols, out / name, title=title, categories=cats,
+                xlabel="source domain (distance d_pi grows ->)", ylabel="target samples (sigma_pi grows down)")
+    (out / "grid.json").write_text(json.dumps(result, indent=1))
+    lines = [f"# Synthetic experiment (seed 004 Sec. 5, Figure 2): {len(cfg['sizes'])} x {len(cfg['sources'])} grid",
+             "", f"Command: `{command}` ({seconds:.0f} s on this machine).", "",
+             f"- Cells where the rule with the smallest Delta error at initialisation is the best after training "
+             f"(static beta {cfg['beta']}): **{100 * result['agreement_static']:.0f} %** "
+             f"({round(result['agreement_static'] * len(cells) * len(cells[0]))} of {len(cells) * len(cells[0])}).",
+             f"- The same prediction against the best rule when FedDA and FedGP weight beta automatically: "
+             f"**{100 * result['agreement_auto']:.0f} %**.",
+             f"- Trials: {cfg['trials']}, rounds: {cfg['rounds']}, lr {cfg['lr']}, hidden {cfg['hidden']}.", "",
+             "![predicted](predicted.png)", "![actual, beta 0.5](actual_static.png)", "![actual, auto](actual_auto.png)", "",
+             "| n \\ source | " + " | ".join(f"D{i}" for i in cfg["sources"]) + " |",
+             "|---|" + "---|" * len(cfg["sources"])]
+    for b, n in enumerate(cfg["sizes"]):
+        lines.append(f"| {n} | " + " | ".join(
+            f"{LABELS[c['predicted']]} / {LABELS[c['actual_static']]} / {LABELS[c['actual_auto']]}" for c in cells[b]) + " |")
+    lines += ["", "Cells: predicted / actual (beta 0.5) / actual (auto). d_pi and sigma_pi per cell, the Delta error of "
+              "every rule and every test MSE are in grid.json."]
+    text = "\n".join(lines) + "\n"
+    (out / "summary.md").write_text(text)
+    return text
+
+
+def _ints(field_name: str, s: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(v) for v in s.split(","))
+    except ValueError:
+        raise ValueError(f"{field_name}={s!r} is invalid: comma-separated integers") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m fda_ray.synthetic_grid", description=__doc__.splitlines()[0])
+    p.add_argument("--sources", default="1,2,3,4,5,6,7,8,9", help="source domains D_i, 1..9")
+    p.add_argument("--sizes", default="2000,1000,500,200,100,50,20,10,5", help="target subsample sizes")
+    p.add_argument("--trials", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=100)
+    p.add_argument("--lr", type=float, default=0.5)
+    p.add_argument("--beta", type=float, default=0.5)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="runs/synthetic-grid")
+    p.add_argument("--json", action="store_true")
+    a = p.parse_args(argv)
+    try:
+        cfg = GridConfig(sources=_ints("sources", a.sources), sizes=_ints("sizes", a.sizes), trials=a.trials,
+                         rounds=a.rounds, lr=a.lr, beta=a.beta, seed=a.seed)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    t0 = time.time()
+    total = cfg.trials * len(cfg.sources) * len(cfg.sizes)
+    done = [0]
+
+    def progress(t: int, i: int, n: int) -> None:
+        done[0] += 1
+        if done[0] % max(1, total // 20) == 0 or done[0] == total:
+            print(f"[{done[0]}/{total}] trial {t} D{i} n={n}; {time.time() - t0:.0f} s", flush=True)
+
+    result = run_grid(cfg, progress)
+    command = "python -m fda_ray.synthetic_grid " + " ".join(argv if argv is not None else sys.argv[1:])
+    text = write_outputs(result, Path(a.out), time.time() - t0, command.strip())
+    print(json.dumps({k: v for k, v in result.items() if k != "cells"}, indent=1) if a.json else text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+"""The synthetic experiment (004 Figure 2) on a 2 x 2 grid: the quantities move the way the grid is built
+(distance with the source index, variance with smaller subsamples), predicted = argmin of the Delta errors,
+actual = argmin of the test MSEs, the agreement share counts the cells, and the outputs are written."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fda_ray import synthetic_grid as sg
+from fda_ray.plot import read_png
+
+
+def test_small_grid_end_to_end(tmp_path):
+    cfg = sg.GridConfig(sources=(1, 9), sizes=(500, 5), trials=1, rounds=5, hidden=8)
+    result = sg.run_grid(cfg)
+    cells = result["cells"]  # [size][source]
+    assert len(cells) == 2 and len(cells[0]) == 2
+    assert cells[0][0]["d"] == pytest.approx(0.0, abs=1e-6)  # D_1 is the target domain itself
+    assert cells[0][1]["d"] > 0.1 and cells[1][1]["d"] == pytest.approx(cells[0][1]["d"])  # d: source only
+    assert cells[1][0]["sigma"] > 5 * cells[0][0]["sigma"]  # 5 samples vs 500: about 10x the std
+    for c in (c for row in cells for c in row):
+        assert c["predicted"] == min(sg.RULES, key=lambda r: c["delta"][r])
+        assert c["actual_static"] == min(sg.RULES, key=lambda r: c["test_mse"][r])
+        assert set(c["test_mse"]) == {*sg.RULES, "fedda_auto", "fedgp_auto"}
+    assert result["agreement_static"] == sum(c["predicted"] == c["actual_static"] for row in cells for c in row) / 4
+    text = sg.write_outputs(result, tmp_path, 1.0, "test")
+    for name in ("predicted.png", "actual_static.png", "actual_auto.png"):
+        assert read_png(tmp_path / name).std() > 10
+    assert json.loads((tmp_path / "grid.json").read_text())["agreement_static"] == result["agreement_static"]
+    assert "2 x 2 grid" in text and "%" in text
+
+
+@pytest.mark.parametrize("args,field", [(["--sources", "0,3"], "sources=(0, 3)"), (["--sizes", "1"], "sizes=(1,)"),
+                                        (["--sizes", "a,b"], "sizes='a,b'"), (["--trials", "0"], "trials=0"),
+                                        (["--beta", "2"], "beta=2.0")])
+def test_bad_arguments_give_one_line(args, field, capsys):
+    assert sg.main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"error: {field} is invalid")
