@@ -68,7 +68,8 @@ def write_png(path: str | Path, rgb: np.ndarray) -> None:
 def read_png(path: str | Path) -> np.ndarray:
     """The (H, W, 3) pixels of a PNG this module wrote (8-bit RGB, filter 0): what the tests look at."""
     data = Path(path).read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    if data[:8] != b"\x89PNG\r\n\x1a\n":
+        raise ValueError(f"path={str(path)!r} is invalid: not a PNG file")
     pos, idat, w, h = 8, b"", 0, 0
     while pos < len(data):
         (n,) = struct.unpack(">I", data[pos:pos + 4])

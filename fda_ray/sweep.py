@@ -170,7 +170,7 @@ def summarize(rows: list[dict], failures: list[dict], grid: Grid, profile: str) 
         if r.get("accuracy") is not None:
             final.setdefault((r["method"], r["grid_value"]), {})[r["seed"]] = 100 * float(r["accuracy"])
     cells: dict[str, dict[str, Any]] = {}
-    head = f"| method | " + " | ".join(f"{grid.variable} {v:g}" for v in grid.values) + " |"
+    head = "| method | " + " | ".join(f"{grid.variable} {v:g}" for v in grid.values) + " |"
     lines = [f"# Sweep `{grid.name}` ({profile} profile)", "",
              f"Final target test accuracy (%), mean ± std over seeds (n), paper: {grid.paper_ref or '-'}.", "",
              head, "|" + "---|" * (len(grid.values) + 1)]

@@ -29,9 +29,10 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -56,7 +57,6 @@ class GridConfig:
     hidden: int = 64
     pool: int = 4000  # target-domain points that are the "whole target domain" (the rest are the test set)
     seed: int = 0
-    extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.sources or any(not 1 <= i <= 9 for i in self.sources):
@@ -167,7 +167,7 @@ def summarize_grid(cells: list[list[dict]], cfg: GridConfig) -> dict:
     flat = [c for row in out for c in row]
     agree = sum(c["predicted"] == c["actual_static"] for c in flat) / len(flat)
     agree_auto = sum(c["predicted"] == c["actual_auto"] for c in flat) / len(flat)
-    return {"config": {k: v for k, v in asdict(cfg).items() if k != "extra"}, "cells": out,
+    return {"config": asdict(cfg), "cells": out,
             "agreement_static": agree, "agreement_auto": agree_auto}
 
 
@@ -186,8 +186,6 @@ def write_outputs(result: dict, out: Path, seconds: float, command: str) -> str:
               ("actual_static", "(b) best target test MSE, beta 0.5", "actual_static.png"),
               ("actual_auto", "(c) best target test MSE, auto-weighted beta", "actual_auto.png")]
     for key, title, name in panels:
-        import numpy as np
-
         grid = np.array([[code[c[key]] for c in row] for row in cells])
         heatmap(grid, s_rows, d_cols, out / name, title=title, categories=cats,
                 xlabel="source domain (distance d_pi grows ->)", ylabel="target samples (sigma_pi grows down)")

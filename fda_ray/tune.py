@@ -26,9 +26,8 @@ from ray import tune
 from fda_ray.config import RunConfig
 
 RUN_FIELDS = tuple(f.name for f in dataclasses.fields(RunConfig))
-CHECKPOINT_FILE = "state.pt"
 RECORD_KEY = "record_dir"  # a trial parameter that is not a RunConfig field: see trainable()
-STATE_FILE, ROWS_FILE = "state.pt", "rows.pt"
+STATE_FILE, ROWS_FILE = "state.pt", "rows.pt"  # a round's resume state (records and Tune checkpoints); the rows
 DRIVER_CPUS = 1.0  # the driver aggregates and evaluates
 # A custom resource the head node of cluster.yaml declares. Trial drivers ask for one unit, so they run on
 # the head and their checkpoints stay on its disk: Tune needs S3 or NFS for checkpoints written on other
@@ -114,7 +113,7 @@ def trainable(params: dict[str, Any]) -> None:
     ckpt = tune.get_checkpoint()
     if ckpt is not None:  # Tune restarted this trial: its checkpoint, unless the record is further along
         with ckpt.as_directory() as d:
-            tuned = _load_state(Path(d) / CHECKPOINT_FILE)
+            tuned = _load_state(Path(d) / STATE_FILE)
         if tuned is not None and (resume is None or tuned["next_round"] > resume["next_round"]):
             resume = tuned
     exp = build_experiment(cfg)
@@ -133,7 +132,7 @@ def trainable(params: dict[str, Any]) -> None:
             tune.report(metrics(state["rows"][-1]))
             return
         with tempfile.TemporaryDirectory() as d:
-            torch.save(state, Path(d) / CHECKPOINT_FILE)
+            torch.save(state, Path(d) / STATE_FILE)
             tune.report(metrics(state["rows"][-1]), checkpoint=tune.Checkpoint.from_directory(d))
 
     def on_row(row: dict) -> None:  # fine-tuning rows (finetune_offline) have no checkpoint
