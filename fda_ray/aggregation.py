@@ -123,15 +123,17 @@ def fedda(target: torch.Tensor, sources: torch.Tensor, *, beta: float | torch.Te
 
 def fedgp(target: torch.Tensor, sources: torch.Tensor, offsets: torch.Tensor, *, beta: float | torch.Tensor,
           weights: torch.Tensor, align: torch.Tensor | None = None, filter: bool = True,
-          projection: str = "cosine", impl: str | None = None) -> torch.Tensor:
-    """FedGP: sum_i w_i (beta_i s_i + (1 - beta_i) g_T) with the layerwise projections s_i (module docstring)."""
+          projection: str = "cosine", impl: str | None = None,
+          stats: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """FedGP: sum_i w_i (beta_i s_i + (1 - beta_i) g_T) with the layerwise projections s_i (module docstring).
+    stats: layer_stats(target, sources, offsets) when the caller has them already (pass 1 is then skipped)."""
     n, _ = _check_flat(target, sources)
     b = check_beta(beta, n, target)
     w = check_weights(weights, n, target)
     a = torch.ones(n, dtype=target.dtype, device=target.device) if align is None else _per_source("align", align, n, target)
     impl = _impl(impl, target, sources)
     target, sources = target.contiguous(), sources.contiguous()
-    dots, s_sq, t_sq = kernels.layer_stats(target, sources, offsets, impl=impl)  # pass 1
+    dots, s_sq, t_sq = stats if stats is not None else kernels.layer_stats(target, sources, offsets, impl=impl)  # pass 1
     coef = projection_coefficients(dots, s_sq, t_sq, filter=filter, projection=projection)  # (N, L) float64
     scale = coef * (w * b * a).double().unsqueeze(1)  # (N, L)
     return kernels.layer_combine(target, sources, offsets, scale, float((w * (1 - b)).sum()), impl=impl)  # pass 2

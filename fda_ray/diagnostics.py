@@ -144,10 +144,11 @@ def best_rule(deltas: dict[str, float], rules: Sequence[str] = STATIC_RULES) -> 
     return min(rules, key=lambda r: (deltas[r], rules.index(r)))
 
 
-def aggregate(rule: str, g_hat: torch.Tensor, sources: torch.Tensor, weights: torch.Tensor,
+def aggregate(rule: str, g_hat: torch.Tensor | None, sources: torch.Tensor | None, weights: torch.Tensor,
               beta: float | torch.Tensor) -> torch.Tensor:
     """The rule as the theory states it, on flat gradients: FedGP projects on the whole vector with the exact
-    coefficient max(<g_T, g_i>, 0)/|g_i|^2 (004 eq (10)), FedDA is eq (8), source only is FedAvg."""
+    coefficient max(<g_T, g_i>, 0)/|g_i|^2 (004 eq (10)), FedDA is eq (8), source only is FedAvg. Target only
+    reads only g_hat, source only only the sources (the other may be None)."""
     if rule == "target_only":
         return g_hat.clone()
     if rule == "source_only":

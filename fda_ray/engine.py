@@ -256,10 +256,13 @@ def run_rounds(exp: Experiment, executor: Executor, progress: Callable[[dict], N
                 beta = auto_beta(stats, rule).float()
                 row.update(sigma2=stats["sigma2"], d2_i=stats["d2"].tolist(), tau2d2_i=stats["tau2d2"].tolist(),
                            delta_i=stats["delta"].tolist(), gbar2=stats["gbar2"])
+            # One pass for the layer statistics: FedGP's projections and the logged cosines share it.
+            lstats = layer_stats(tgt, src, layout.offsets, impl=cfg.aggregation_impl) \
+                if src is not None and tgt is not None else None
             update = combine(method, tgt, src, layout.offsets, weights=weights, beta=beta, align=align,
-                             filter=cfg.filter, projection=cfg.projection, impl=cfg.aggregation_impl)
-            if src is not None and tgt is not None:
-                cos = layer_cosines(*layer_stats(tgt, src, layout.offsets, impl=cfg.aggregation_impl))  # (N, L)
+                             filter=cfg.filter, projection=cfg.projection, impl=cfg.aggregation_impl, stats=lstats)
+            if lstats is not None:
+                cos = layer_cosines(*lstats)  # (N, L)
                 row["cosine_mean_i"] = cos.mean(1).tolist()
                 row["filtered_share_i"] = (cos <= 0).double().mean(1).tolist()
             if method.uses_beta:

@@ -50,8 +50,10 @@ for _m in (
 
 def combine(method: Method, target: torch.Tensor | None, sources: torch.Tensor | None, offsets: torch.Tensor, *,
             weights: torch.Tensor, beta: float | torch.Tensor, align: torch.Tensor | None,
-            filter: bool = True, projection: str = "cosine", impl: str | None = None) -> torch.Tensor:
-    """The update (M,) of one round of `method` from the round's target delta (M,) and source deltas (N, M)."""
+            filter: bool = True, projection: str = "cosine", impl: str | None = None,
+            stats: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """The update (M,) of one round of `method` from the round's target delta (M,) and source deltas (N, M);
+    stats: their layer_stats, if already computed (FedGP uses them)."""
     if method.rule == "fedavg":
         assert sources is not None
         return fedavg(sources, weights=weights)
@@ -62,4 +64,4 @@ def combine(method: Method, target: torch.Tensor | None, sources: torch.Tensor |
     if method.rule == "fedda":
         return fedda(target, sources, beta=beta, weights=weights, impl=impl)
     return fedgp(target, sources, offsets, beta=beta, weights=weights, align=align, filter=filter, projection=projection,
-                 impl=impl)
+                 impl=impl, stats=stats)

@@ -268,7 +268,6 @@ def main(argv: list[str] | None = None) -> int:
     from ray import tune
 
     import fda_ray.tune as ft
-    from fda_ray.config import RunConfig
     from fda_ray.driver import ensure_ray
 
     pending = [p for p in todo if not is_done(p)]
@@ -282,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         # Each launch is its own Tune run: what carries over is in the trial records (trials/<key>/).
         launch = f"launch-{sum(1 for _ in (out / 'tune').glob('launch-*')) + 1}" if (out / "tune").exists() else "launch-1"
         tuner = tune.Tuner(
-            ft.with_resources(RunConfig(**{k: v for k, v in todo[0].items() if k != RECORD_KEY})),
+            ft.with_resources(todo[0]),  # every trial of a grid asks the same resources
             param_space={"run": tune.grid_search(pending)},
             # reuse_actors: a trial's process (torch imported, kernels loaded) runs the next trial too.
             tune_config=tune.TuneConfig(max_concurrent_trials=a.max_concurrent, reuse_actors=True,

@@ -91,8 +91,9 @@ def train(rule: str, model: torch.nn.Module, target: tuple[torch.Tensor, torch.T
     theta = _flat_params(model).double()
     for _ in range(cfg.rounds):
         _set_flat(model, theta.float())
-        g_hat = dg.full_gradient(model, F.mse_loss, *target).double()
-        g_src = dg.full_gradient(model, F.mse_loss, *source).double().unsqueeze(0)  # (1, M)
+        # Only the gradients the rule reads: target only ignores the source, source only the target.
+        g_hat = dg.full_gradient(model, F.mse_loss, *target).double() if rule != "source_only" else None
+        g_src = dg.full_gradient(model, F.mse_loss, *source).double().unsqueeze(0) if rule != "target_only" else None
         beta: float | torch.Tensor = cfg.beta
         if rule.endswith("_auto"):
             per_sample = dg.per_sample_gradients(model, F.mse_loss, *target).double()

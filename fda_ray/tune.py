@@ -44,9 +44,14 @@ def search_space(**params: Any) -> dict[str, Any]:
     return dict(params)
 
 
+def flat_params(params: dict[str, Any]) -> dict[str, Any]:
+    """A trial's parameters with a nested `run` dict (fda_ray.sweep's grid) merged in."""
+    return {**params.get("run", {}), **{k: v for k, v in params.items() if k != "run"}}
+
+
 def config_from_params(params: dict[str, Any]) -> RunConfig:
     """The trial's RunConfig (validated: a bad value fails the trial with the config's one-line error)."""
-    params = {**params.get("run", {}), **{k: v for k, v in params.items() if k != "run"}}
+    params = flat_params(params)
     params.pop(RECORD_KEY, None)
     search_space(**params)
     values = {k: (tuple(v) if k == "eval_noise" else v) for k, v in params.items()}
@@ -103,7 +108,7 @@ def trainable(params: dict[str, Any]) -> None:
     Tune run (a resumed sweep) goes on from state.pt; without it, the trial checkpoints through Tune."""
     from fda_ray.engine import SerialExecutor, build_experiment, run_rounds
 
-    record_dir = params.get(RECORD_KEY) or params.get("run", {}).get(RECORD_KEY)
+    record_dir = flat_params(params).get(RECORD_KEY)
     record = Path(record_dir) if record_dir else None
     cfg = config_from_params(params)
     resume = None
