@@ -84,30 +84,81 @@ def orthogonal_sq(g: torch.Tensor, sources: torch.Tensor) -> torch.Tensor:
     return (g * g).sum(-1, keepdim=g.dim() > 1) - proj_sq
 
 
-def true_quantities(target_domain: torch.Tensor, sources: torch.Tensor, n: int,
+@dataclass(frozen=True)
+class Moments:
+    """What the quantities need of a domain's per-sample gradients: their mean g_T (M,) float64, the mean of
+    their squared norms E_z ||grad l(z)||^2, and how many samples were seen. Streams: no (P, M) matrix."""
+
+    mean: torch.Tensor  # (M,)
+    mean_sq: float
+    count: int
+
+    @staticmethod
+    def of(per_sample: torch.Tensor) -> "Moments":
+        g = per_sample.double()  # (P, M)
+        return Moments(mean=g.mean(0), mean_sq=float((g * g).sum(1).mean()), count=g.shape[0])
+
+
+def true_quantities(target_domain: torch.Tensor | Moments, sources: torch.Tensor, n: int,
                     without_replacement: bool = True) -> Quantities:
-    """From the per-sample gradients of the whole target domain (P, M) and the sources' gradients (N, M), at
-    one parameter point: sigma^2 of a uniform n-sample subsample (without replacement: the finite-population
-    factor (P - n)/(P - 1); with replacement, i.i.d. as the papers assume: none)."""
-    _check(target_domain, sources)
-    p = target_domain.shape[0]
+    """From the per-sample gradients of the whole target domain (P, M) (or their Moments) and the sources'
+    gradients (N, M), at one parameter point: sigma^2 of a uniform n-sample subsample (without replacement:
+    the finite-population factor (P - n)/(P - 1); with replacement, i.i.d. as the papers assume: none)."""
+    mom = target_domain if isinstance(target_domain, Moments) else Moments.of(target_domain)
+    if sources.dim() != 2 or sources.shape[1] != mom.mean.shape[0]:
+        raise ValueError(f"source gradients (N, M) with M = {mom.mean.shape[0]} are needed, got {tuple(sources.shape)}")
+    p = mom.count
     if not 1 <= n <= p:
         raise ValueError(f"n={n} is invalid: between 1 and the target domain's {p} samples")
-    t, s = target_domain.double(), sources.double()
-    g_t = t.mean(0)  # (M,)
-    per_sample = ((t - g_t) ** 2).sum(1).mean()  # E_z ||grad l(z) - g_T||^2
+    s, g_t = sources.double(), mom.mean
+    # E_z ||grad l(z) - g_T||^2 = E_z ||grad l(z)||^2 - ||g_T||^2 (clamped: rounding can make it slightly < 0)
+    per_sample = max(mom.mean_sq - float(g_t @ g_t), 0.0)
     fpc = (p - n) / (p - 1) if without_replacement and p > 1 else 1.0
-    return Quantities(sigma2=float(per_sample / n * fpc), d2=((s - g_t) ** 2).sum(1), tau2d2=orthogonal_sq(g_t, s),
-                      m=t.shape[1], n=n)
+    return Quantities(sigma2=per_sample / n * fpc, d2=((s - g_t) ** 2).sum(1), tau2d2=orthogonal_sq(g_t, s),
+                      m=g_t.shape[0], n=n)
 
 
 def estimated_quantities(target_samples: torch.Tensor, sources: torch.Tensor) -> Quantities:
     """From the labelled target samples' gradients (n, M) only: 004 App. A.2's unbiased estimators with one
-    part per sample (fda_ray.estimators.estimate, which works per parameter: times M here)."""
+    part per sample (eqs (90), (95), (105) with B = n; d^2 and tau^2 d^2 clamped at 0 as in
+    fda_ray.estimators.estimate, which gives the same numbers per parameter). Written in O(n M) instead of
+    the estimators' B x B Gram matrix, which costs O(n^2 M) when every sample is a part."""
     _check(target_samples, sources)
     n, m = target_samples.shape
-    stats = estimators.estimate(target_samples, sources)
-    return Quantities(sigma2=float(stats["sigma2"]) * m, d2=stats["d2"] * m, tau2d2=stats["tau2d2"] * m, m=m, n=n)
+    if n < 2:
+        raise ValueError(f"n={n} target samples is invalid: the estimators need at least 2")
+    g, s = target_samples.double(), sources.double()
+    g_bar = g.mean(0)  # (M,)
+    c = g - g_bar  # (n, M) centred
+    v = float((c * c).sum()) / (n - 1)  # sample variance of one sample's gradient, eq (88)
+    # mean_b ||g_b - g_i||^2 = ||g_bar - g_i||^2 + (n-1)/n v, so eq (95) is ||g_bar - g_i||^2 - v/n
+    d2 = (((s - g_bar) ** 2).sum(1) - v / n).clamp_min(0.0)  # (N,)
+    # eq (105) on r_b = g_b - <g_b, u_i> u_i: ||r_bar||^2 - w_i/n, w_i the variance of r_b
+    s_sq = (s * s).sum(1)  # (N,)
+    safe = torch.where(s_sq > 0, s_sq, torch.ones_like(s_sq))
+    along = ((c @ s.T) ** 2).sum(0) / safe  # (N,) sum_b <c_b, u_i>^2
+    w = (float((c * c).sum()) - along) / (n - 1)  # (N,)
+    tau2d2 = (orthogonal_sq(g_bar, s) - w / n).clamp_min(0.0)
+    return Quantities(sigma2=v / n, d2=d2, tau2d2=tau2d2, m=m, n=n)
+
+
+def from_estimates(stats: dict, m: int, n: int) -> Quantities:
+    """Quantities from fda_ray.estimators.estimate's per-parameter statistics (kept per parameter: the
+    rules' ranking and beta_i do not change with a common scale; only the 1/M term needs M)."""
+    return Quantities(sigma2=float(stats["sigma2"]), d2=stats["d2"].double(), tau2d2=stats["tau2d2"].double(), m=m, n=n)
+
+
+def round_estimates(stats: dict, weights: torch.Tensor, m: int, parts: int, beta: float) -> dict:
+    """The per-round log of a run (fda_ray.engine): the estimates, every rule's Delta^2 from them
+    (sum_i alpha_i Delta_i^2, per parameter) and the static rule the theory predicts best this round.
+    parts: the B target parts (steps) the estimates came from."""
+    q = from_estimates(stats, m, parts)
+    deltas = combined(delta_errors(q, beta=beta), weights)
+    row = {"sigma2": float(stats["sigma2"]), "d2_i": stats["d2"].tolist(), "tau2d2_i": stats["tau2d2"].tolist(),
+           "delta_i": stats["delta"].tolist(), "gbar2": float(stats["gbar2"])}
+    row.update({f"delta2_{r}": v for r, v in deltas.items()})
+    row["predicted_rule"] = best_rule(deltas, STATIC_RULES)
+    return row
 
 
 def auto_betas(q: Quantities) -> dict[str, torch.Tensor]:
@@ -190,32 +241,56 @@ def monte_carlo_deltas(target_domain: torch.Tensor, sources: torch.Tensor, n: in
 
 # ---------------------------------------------------------------- gradients of a model
 
-def per_sample_gradients(model: torch.nn.Module, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-                         x: torch.Tensor, y: torch.Tensor, chunk: int = 512) -> torch.Tensor:
-    """(n, M) float32: the gradient of the loss of each sample at the model's parameters, flattened in
-    named_parameters order (torch.func: one vmapped backward per chunk, not n backward passes)."""
+def part_gradients(model: torch.nn.Module, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                   x: torch.Tensor, y: torch.Tensor, parts: int) -> torch.Tensor:
+    """(parts, M) float32: the gradient of the mean loss of each of `parts` equal consecutive parts of (x, y)
+    (004 App. A.2's split D^_T^1..D^_T^B; n // parts samples each, a remainder is left out), flattened in
+    named_parameters order. torch.func: one vmapped backward, not `parts` backward passes."""
     from torch.func import functional_call, grad, vmap
 
-    params = {k: v.detach() for k, v in model.named_parameters()}
-    buffers = {k: v.detach() for k, v in model.named_buffers()}
+    if not 1 <= parts <= x.shape[0]:
+        raise ValueError(f"parts={parts} is invalid: between 1 and the {x.shape[0]} samples")
+    k = x.shape[0] // parts
+    params = {name: v.detach() for name, v in model.named_parameters()}
+    buffers = {name: v.detach() for name, v in model.named_buffers()}
 
-    def loss_one(p: dict, xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
-        out = functional_call(model, (p, buffers), (xi.unsqueeze(0),))
-        return loss_fn(out, yi.unsqueeze(0))
+    def loss_part(p: dict, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+        return loss_fn(functional_call(model, (p, buffers), (xb,)), yb)
 
-    step = vmap(grad(loss_one), in_dims=(None, 0, 0))
-    rows = []
+    xs = x[:parts * k].reshape(parts, k, *x.shape[1:])  # (B, k, ...)
+    ys = y[:parts * k].reshape(parts, k, *y.shape[1:])
+    g = vmap(grad(loss_part), in_dims=(None, 0, 0))(params, xs, ys)
+    return torch.cat([g[name].reshape(parts, -1) for name in params], dim=1)
+
+
+def per_sample_gradients(model: torch.nn.Module, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                         x: torch.Tensor, y: torch.Tensor, chunk: int = 512) -> torch.Tensor:
+    """(n, M) float32: the gradient of the loss of each sample (parts of one sample), a chunk at a time."""
+    return torch.cat([part_gradients(model, loss_fn, x[i:i + chunk], y[i:i + chunk], min(chunk, x.shape[0] - i))
+                      for i in range(0, x.shape[0], chunk)])
+
+
+def gradient_moments(model: torch.nn.Module, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                     x: torch.Tensor, y: torch.Tensor, chunk: int = 256) -> Moments:
+    """Moments of the per-sample gradients over (x, y), a chunk at a time (memory chunk x M, not P x M)."""
+    total, sq = None, 0.0
     for i in range(0, x.shape[0], chunk):
-        g = step(params, x[i:i + chunk], y[i:i + chunk])
-        rows.append(torch.cat([g[k].reshape(g[k].shape[0], -1) for k in params], dim=1))
-    return torch.cat(rows)
+        g = per_sample_gradients(model, loss_fn, x[i:i + chunk], y[i:i + chunk], chunk=chunk).double()  # (c, M)
+        total = g.sum(0) if total is None else total + g.sum(0)
+        sq += float((g * g).sum())
+    if total is None:
+        raise ValueError("x is empty: the moments need at least one sample")
+    return Moments(mean=total / x.shape[0], mean_sq=sq / x.shape[0], count=x.shape[0])
 
 
 def full_gradient(model: torch.nn.Module, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-                  x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """(M,) the gradient of the mean loss over (x, y) (a source's g_Si), same order as per_sample_gradients."""
+                  x: torch.Tensor, y: torch.Tensor, chunk: int = 4096) -> torch.Tensor:
+    """(M,) the gradient of the mean loss over (x, y) (a source's g_Si), same order as per_sample_gradients;
+    accumulated over chunks of `chunk` samples so a large domain needs no large activation memory."""
     model.zero_grad(set_to_none=True)
-    loss_fn(model(x), y).backward()
+    for i in range(0, x.shape[0], chunk):
+        xb, yb = x[i:i + chunk], y[i:i + chunk]
+        (loss_fn(model(xb), yb) * (xb.shape[0] / x.shape[0])).backward()  # mean over all = weighted chunk means
     g = torch.cat([p.grad.reshape(-1) for _, p in model.named_parameters()])
     model.zero_grad(set_to_none=True)
     return g.detach()

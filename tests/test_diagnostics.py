@@ -87,8 +87,10 @@ def test_bad_inputs_give_clear_errors():
     domain, src, _ = _setting()
     with pytest.raises(ValueError, match=r"n=0 is invalid: between 1 and the target domain's 20000 samples"):
         dg.true_quantities(domain, src, 0)
-    with pytest.raises(ValueError, match="per-sample target gradients"):
+    with pytest.raises(ValueError, match=r"source gradients \(N, M\) with M = 5 are needed"):
         dg.true_quantities(domain[:, :5], src, 5)
+    with pytest.raises(ValueError, match="n=1 target samples is invalid"):
+        dg.estimated_quantities(domain[:1], src)
     with pytest.raises(ValueError, match=r"beta=1.5 is invalid"):
         dg.delta_errors(dg.true_quantities(domain, src, 5), beta=1.5)
     with pytest.raises(ValueError, match="points=\\[\\] is invalid"):
