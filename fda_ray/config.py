@@ -68,6 +68,11 @@ class RunConfig:
     samples_per_client: int | None = None  # cap on each source's shard (quick runs, tests); None = all
     test_samples: int | None = None  # cap on the target test set; None = all
     eval_noise: tuple[float, ...] = ()  # extra noise levels at which the global model is also evaluated
+    # Log the estimators' sigma^2, d_i^2, tau^2 d_i^2 and every rule's Delta^2 each main round. Needs the
+    # target's steps and the sources' updates: methods that do not use one side train it anyway (its own
+    # seeds, so the run's numbers do not change). None: on, except where that means training every source
+    # each round for a method that uses none (target_only, oracle).
+    log_estimates: bool | None = None
     data_dir: str | None = None
     download: bool = False
     threads: int | None = None  # torch threads in this process; None = torch's default
@@ -129,6 +134,8 @@ class RunConfig:
             raise _err("target_fraction", self.target_fraction, "a share in (0, 1]")
         if self.target_labelled is not None and self.target_fraction is not None:
             raise _err("target_labelled", self.target_labelled, "give target_labelled or target_fraction, not both")
+        if self.log_estimates not in (None, True, False):
+            raise _err("log_estimates", self.log_estimates, "true, false or None (on unless the method trains no source)")
         for v in self.eval_noise:
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
                 raise _err("eval_noise", self.eval_noise, "finite noise levels >= 0")
@@ -174,6 +181,8 @@ class RunConfig:
                 fill["target_fraction"] = d["target_fraction"]
         if self.finetune_epochs is None:
             fill["finetune_epochs"] = self.rounds
+        if self.log_estimates is None:
+            fill["log_estimates"] = METHODS.get(self.method).train_sources
         return dataclasses.replace(self, **fill) if fill else self
 
     def to_dict(self) -> dict[str, Any]:

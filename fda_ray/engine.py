@@ -23,6 +23,7 @@ from fda_ray.aggregation import layer_cosines, layer_stats
 from fda_ray.client import Client, ClientUpdate, evaluate
 from fda_ray.config import RunConfig
 from fda_ray.data import load as load_dataset
+from fda_ray.diagnostics import round_estimates
 from fda_ray.estimators import auto_beta, estimate
 from fda_ray.history import History
 from fda_ray.layout import ParamLayout
@@ -179,10 +180,12 @@ def _requests(exp: Experiment, r: int) -> list[TrainRequest]:
     scale = cfg.auto_lr_factor if (method.auto_rule and not warm) else 1.0
     lr_s, lr_t = cfg.lr_source * scale, cfg.lr_target * scale
     reqs = []
-    if warm or method.train_sources:
+    # log_estimates: the side a method does not use trains too, for the estimates only
+    if warm or method.train_sources or cfg.log_estimates:
         reqs += [TrainRequest(i, lr_s, cfg.batch_source) for i in range(n)]
-    if not warm and method.train_target:
-        reqs.append(TrainRequest(t_idx, lr_t, cfg.batch_target, record_steps=method.auto_rule is not None))
+    if not warm and (method.train_target or cfg.log_estimates):
+        reqs.append(TrainRequest(t_idx, lr_t, cfg.batch_target,
+                                 record_steps=method.auto_rule is not None or bool(cfg.log_estimates)))
     return reqs
 
 
@@ -248,14 +251,16 @@ def run_rounds(exp: Experiment, executor: Executor, progress: Callable[[dict], N
         if warm:
             update = combine(METHODS.get("source_only"), None, src, layout.offsets, weights=weights, beta=1.0, align=None)
         else:
-            if method.auto_rule is not None:
+            steps = updates[t_idx].step_deltas if t_idx in updates else None  # (B, M)
+            if method.auto_rule is not None or (cfg.log_estimates and src is not None and steps is not None
+                                                and steps.shape[0] >= 2):
                 # Sources as per-step deltas at the target's learning rate, comparable with the target's steps.
                 aligned = src / src_steps.unsqueeze(1) * lr_ratio  # (N, M)
-                stats = estimate(updates[t_idx].step_deltas, aligned, impl=cfg.aggregation_impl)
-                rule = cfg.auto_beta_rule if method.auto_rule == "fedgp" else "fedda"
-                beta = auto_beta(stats, rule).float()
-                row.update(sigma2=stats["sigma2"], d2_i=stats["d2"].tolist(), tau2d2_i=stats["tau2d2"].tolist(),
-                           delta_i=stats["delta"].tolist(), gbar2=stats["gbar2"])
+                stats = estimate(steps, aligned, impl=cfg.aggregation_impl)
+                row.update(round_estimates(stats, weights.double(), layout.size, steps.shape[0], cfg.beta))
+                if method.auto_rule is not None:
+                    rule = cfg.auto_beta_rule if method.auto_rule == "fedgp" else "fedda"
+                    beta = auto_beta(stats, rule).float()
             # One pass for the layer statistics: FedGP's projections and the logged cosines share it.
             lstats = layer_stats(tgt, src, layout.offsets, impl=cfg.aggregation_impl) \
                 if src is not None and tgt is not None else None

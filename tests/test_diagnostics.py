@@ -108,3 +108,47 @@ def test_per_sample_gradients_equal_one_backward_per_sample():
     want = torch.stack([dg.full_gradient(model, loss, x[i:i + 1], y[i:i + 1]) for i in range(9)])
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(got.mean(0), dg.full_gradient(model, loss, x, y), rtol=1e-5, atol=1e-6)
+
+
+def test_part_gradients_equal_one_backward_per_part_and_moments_stream():
+    from fda_ray.models import SigmoidMLP
+
+    torch.manual_seed(1)
+    model = SigmoidMLP(6, 2, hidden=4)
+    x, y = torch.randn(23, 6), torch.randn(23, 2)
+    loss = torch.nn.functional.mse_loss
+    got = dg.part_gradients(model, loss, x, y, parts=5)  # 4 samples a part, the last 3 left out
+    want = torch.stack([dg.full_gradient(model, loss, x[4 * b:4 * b + 4], y[4 * b:4 * b + 4]) for b in range(5)])
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    mom = dg.gradient_moments(model, loss, x, y, chunk=7)  # chunks of 7, 7, 7, 2
+    ref = dg.Moments.of(dg.per_sample_gradients(model, loss, x, y))
+    assert mom.count == 23 and mom.mean_sq == pytest.approx(ref.mean_sq, rel=1e-6)
+    torch.testing.assert_close(mom.mean, ref.mean, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(dg.full_gradient(model, loss, x, y, chunk=5).double(), ref.mean, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="parts=24 is invalid: between 1 and the 23 samples"):
+        dg.part_gradients(model, loss, x, y, parts=24)
+
+
+def test_estimated_quantities_equal_the_engine_estimators():
+    """The O(n M) form equals fda_ray.estimators.estimate (Gram matrix, per parameter) times M."""
+    from fda_ray import estimators
+
+    domain, src, gen = _setting(sources=3, shift=0.5)
+    src[2] = -src[2]  # one source pointing away: its tau^2 d^2 is large, the clamp is not hit
+    sample = domain[torch.randint(0, P, (N_T,), generator=gen)]
+    q, e = dg.estimated_quantities(sample, src), estimators.estimate(sample, src)
+    assert q.sigma2 == pytest.approx(float(e["sigma2"]) * M, rel=1e-9)
+    torch.testing.assert_close(q.d2, e["d2"].double() * M, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(q.tau2d2, e["tau2d2"].double() * M, rtol=1e-9, atol=1e-9)
+
+
+def test_round_estimates_rank_the_rules_by_their_delta():
+    stats = {"sigma2": 1.0, "d2": torch.tensor([0.1, 0.1]), "tau2d2": torch.tensor([0.05, 0.05]),
+             "delta": torch.tensor([1.0, 1.0]), "gbar2": 2.0}
+    row = dg.round_estimates(stats, torch.tensor([0.5, 0.5], dtype=torch.float64), m=10**6, parts=8, beta=0.5)
+    # d^2 = 0.1 << sigma^2 = 1: the sources are nearly the target: source only has the smallest error
+    assert row["predicted_rule"] == "source_only" and row["delta2_source_only"] == pytest.approx(0.1)
+    assert row["delta2_fedda"] == pytest.approx(0.25 * 1.0 + 0.25 * 0.1)
+    stats["d2"], stats["tau2d2"] = torch.tensor([9.0, 9.0]), torch.tensor([8.0, 8.0])
+    assert dg.round_estimates(stats, torch.tensor([0.5, 0.5], dtype=torch.float64), 10**6, 8, 0.5)[
+        "predicted_rule"] == "target_only"

@@ -153,3 +153,41 @@ def test_a_run_resumed_from_a_checkpoint_equals_an_uninterrupted_run(tiny, metho
     assert [{k: r.get(k) for k in keys} for r in resumed.rows] == [{k: r.get(k) for k in keys} for r in full.rows]
     assert torch.equal(resumed.final_weights, full.final_weights)
     assert ex2.client_states() == full_ex.client_states()
+
+
+# ---------------------------------------------------------------- per-round estimates (issue 6)
+
+ESTIMATE_KEYS = ("sigma2", "d2_i", "tau2d2_i", "delta2_target_only", "delta2_fedgp_auto", "predicted_rule")
+
+
+@pytest.mark.parametrize("method", ["source_only", "fedda", "fedgp", "finetune_offline"])
+def test_every_main_round_logs_the_estimates(tiny, method):
+    cfg = tiny(method=method, finetune_epochs=1)
+    hist = run(cfg)
+    main = [r for r in hist.rows if r["phase"] == "main"]
+    assert len(main) == cfg.rounds
+    for r in main:
+        assert all(k in r for k in ESTIMATE_KEYS), method
+        assert r["sigma2"] >= 0 and len(r["d2_i"]) == cfg.num_sources
+        # the rule the theory predicts is the static rule with the smallest logged Delta^2
+        static = {k: r[f"delta2_{k}"] for k in ("target_only", "source_only", "fedda", "fedgp")}
+        assert r["predicted_rule"] == min(static, key=static.get)
+        assert r["delta2_target_only"] == pytest.approx(r["sigma2"])
+    assert all("sigma2" not in r for r in hist.rows if r["phase"] != "main")
+
+
+@pytest.mark.parametrize("method", ["source_only", "target_only", "fedda"])
+def test_logging_the_estimates_does_not_change_the_run(tiny, method):
+    """The side a method ignores trains on its own seeds: weights and accuracies are those of a run without."""
+    on, off = run(tiny(method=method, log_estimates=True)), run(tiny(method=method, log_estimates=False))
+    assert torch.equal(on.final_weights, off.final_weights)
+    assert on.column("accuracy") == off.column("accuracy")
+    assert all("sigma2" in r for r in on.rows if r["phase"] == "main")
+    assert all("sigma2" not in r for r in off.rows)
+
+
+def test_target_only_logs_estimates_only_when_asked(tiny):
+    assert tiny(method="target_only").resolved().log_estimates is False  # it would train every source
+    assert tiny(method="fedgp").resolved().log_estimates is True
+    with pytest.raises(ValueError, match="log_estimates='yes' is invalid"):
+        tiny(log_estimates="yes")
