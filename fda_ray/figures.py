@@ -69,3 +69,47 @@ def beta_figure(rows: list[dict[str, Any]], grid: Grid, method: str, path: str |
     line_chart(panels, path, title=f"{grid.labels.get(method, method)}: auto-weighted beta_i per round (seed {seed})",
                panel_size=(400, 300))
     return True
+
+
+def estimate_rows(rows: list[dict[str, Any]], grid: Grid, seed: int = 0) -> dict[float, dict[str, list[tuple[int, float, float]]]]:
+    """grid value -> method -> [(round, sigma, d)] of the rounds that logged the estimators (seed `seed`);
+    d is the alpha-free root mean of d_i^2 over the sources. Values are per parameter (fda_ray.estimators)."""
+    out: dict[float, dict[str, list[tuple[int, float, float]]]] = {}
+    for r in rows:
+        d2 = r.get("d2_i")
+        if r.get("seed") != seed or r.get("phase") not in (None, "main") or not d2 or r.get("sigma2") is None:
+            continue
+        d = math.sqrt(sum(float(x) for x in d2) / len(d2))
+        out.setdefault(r["grid_value"], {}).setdefault(r["method"], []).append(
+            (int(r["round"]), math.sqrt(float(r["sigma2"])), d))
+    return {v: {m: sorted(pts) for m, pts in by.items()} for v, by in out.items()}
+
+
+def estimates_figure(rows: list[dict[str, Any]], grid: Grid, path: str | Path, seed: int = 0) -> bool:
+    """The estimated target variance sigma and source distance d per round (the diagnostics of seed 004 that
+    decide which rule should win): top row sigma, bottom row d, a panel per grid value, a line per method.
+    False (nothing written) when no trial logged them."""
+    by_value = estimate_rows(rows, grid, seed)
+    values = [v for v in grid.values if v in by_value]
+    if not values:
+        return False
+    panels = []
+    for k, name in ((1, "sigma (target variance)"), (2, "d (source distance, rms over sources)")):
+        for v in values:
+            series = [Series(grid.labels.get(m, m), [p[0] for p in pts], [p[k] for p in pts])
+                      for m, pts in by_value[v].items()]
+            panels.append(Panel(f"{grid.variable} = {v:g}", "round", name, series))
+    line_chart(panels, path, title=f"Estimated sigma and d per round, per parameter (seed {seed})",
+               panel_size=(330, 260), columns=len(values))
+    return True
+
+
+def predicted_rules(rows: list[dict[str, Any]], grid: Grid) -> dict[str, dict[float, dict[str, int]]]:
+    """method -> grid value -> {rule the theory predicted: number of main rounds} over all seeds."""
+    out: dict[str, dict[float, dict[str, int]]] = {}
+    for r in rows:
+        rule = r.get("predicted_rule")
+        if rule and r.get("phase") in (None, "main"):
+            cell = out.setdefault(r["method"], {}).setdefault(r["grid_value"], {})
+            cell[rule] = cell.get(rule, 0) + 1
+    return out

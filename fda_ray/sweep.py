@@ -199,13 +199,28 @@ def summarize(rows: list[dict], failures: list[dict], grid: Grid, profile: str) 
 
 def figures(rows: list[dict], summary: dict, grid: Grid, out: Path) -> str:
     """Writes the sweep's PNG plots into `out`; returns the summary.md lines that show them."""
-    from fda_ray.figures import accuracy_figure, beta_figure
+    from fda_ray.figures import accuracy_figure, beta_figure, estimates_figure, predicted_rules
 
     lines = ["", "![final target accuracy](accuracy.png)"]
     accuracy_figure(summary, grid, out / "accuracy.png")
     for m in grid.methods:
         if beta_figure(rows, grid, m, out / f"beta_{m}.png"):
             lines.append(f"![{m}: beta_i per round](beta_{m}.png)")
+    if estimates_figure(rows, grid, out / "estimates.png"):
+        lines.append("![estimated sigma and d per round](estimates.png)")
+    predicted = predicted_rules(rows, grid)
+    if predicted:
+        # The static rule with the smallest estimated Delta error (fda_ray.diagnostics), counted over rounds.
+        lines += ["", "## The rule the theory predicts, from each run's own estimates", "",
+                  "Main rounds in which each static rule had the smallest estimated Delta error "
+                  "(seed 004 eqs (7), (9), (11); beta as configured).", "",
+                  "| method | " + " | ".join(f"{grid.variable} {v:g}" for v in grid.values) + " |",
+                  "|---|" + "---|" * len(grid.values)]
+        for m in grid.methods:
+            if m in predicted:
+                lines.append(f"| {grid.labels.get(m, m)} | " + " | ".join(
+                    ", ".join(f"{rule} {k}" for rule, k in sorted(predicted[m].get(v, {}).items(), key=lambda x: -x[1]))
+                    or "-" for v in grid.values) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -56,19 +56,21 @@ def _ray(cfg, faults=None):
         ex.shutdown()
 
 
-@pytest.mark.parametrize("method", ["source_only", "fedgp", "fedgp_auto"])
-def test_ray_equals_serial(local_ray, tiny, method):
-    cfg = tiny(method=method, rounds=2)  # 3 sources, 1 warm-up + 2 rounds
+@pytest.mark.parametrize("method,log", [("source_only", False), ("source_only", True), ("fedgp", None),
+                                        ("fedgp_auto", None)])
+def test_ray_equals_serial(local_ray, tiny, method, log):
+    cfg = tiny(method=method, rounds=2, log_estimates=log)  # 3 sources, 1 warm-up + 2 rounds
     h_serial, states_serial = _serial(cfg)
     h_ray, states_ray, restarts = _ray(cfg.replace(executor="ray"))
     assert restarts == []
     _assert_same_rows(h_serial.rows, h_ray.rows)
     torch.testing.assert_close(h_ray.final_weights, h_serial.final_weights, rtol=1e-5, atol=1e-6)
     assert states_ray == states_serial
-    # The state really was kept across rounds: the target trains in 2 rounds, each source in all 3
-    # (except target_only-like methods, which fedgp/source_only are not).
-    trains_target = method != "source_only"
+    # The state really was kept across rounds: the target trains in the 2 main rounds, each source in all
+    # 3; source_only's target trains only to log the estimates.
+    trains_target = method != "source_only" or log
     assert states_serial[-1]["rounds_trained"] == (2 if trains_target else 0)
+    assert ("sigma2" in h_ray.rows[-1]) == (log is not False)
     assert states_serial[0]["rounds_trained"] == 3 and states_serial[0]["last_round"] == 2
 
 

@@ -69,7 +69,18 @@ def test_sweep_end_to_end_and_resume(tiny_grid, fmnist_dir, tmp_path, capsys, no
 
     assert "![final target accuracy](accuracy.png)" in text and "(beta_fedgp_auto.png)" in text
     assert not (out / "beta_target_only.png").exists()
-    for name in ("accuracy.png", "beta_fedgp_auto.png"):
+    # Every round of a method that trains both sides logged the estimators and the rule they predict;
+    # target_only trains no source, so it logs none by default.
+    from fda_ray.diagnostics import STATIC_RULES
+    from fda_ray.figures import predicted_rules
+
+    pred = {(r["method"], r["noise"], r["round"]): r.get("predicted_rule") for r in table}
+    assert all(pred[("fedgp_auto", v, k)] in STATIC_RULES for v in (0.0, 0.8) for k in (1, 2))
+    assert all(pred[("target_only", v, k)] is None for v in (0.0, 0.8) for k in (0, 1, 2))
+    counts = predicted_rules(table, tiny_grid)
+    assert set(counts) == {"fedgp_auto"} and all(sum(counts["fedgp_auto"][v].values()) == 2 for v in (0.0, 0.8))
+    assert "(estimates.png)" in text and "## The rule the theory predicts" in text
+    for name in ("accuracy.png", "beta_fedgp_auto.png", "estimates.png"):
         img = read_png(out / name)
         assert img.shape[0] > 200 and img.shape[1] > 400 and img.std() > 10  # drawn, not blank
     # The trials equal plain runs of the same configs.
