@@ -38,3 +38,20 @@ def test_bad_arguments_give_one_line(args, field, capsys):
     assert sg.main(args) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith(f"error: {field} is invalid")
+
+
+def test_agreement_counts_exact_and_near_best_cells():
+    from fda_ray.synthetic_grid import agreement
+
+    def cell(pred, mse):  # mse: target_only, source_only, fedda, fedgp, fedda_auto, fedgp_auto
+        m = dict(zip(("target_only", "source_only", "fedda", "fedgp", "fedda_auto", "fedgp_auto"), mse))
+        static = min(("target_only", "source_only", "fedda", "fedgp"), key=m.get)
+        auto = min(("target_only", "source_only", "fedda_auto", "fedgp_auto"), key=m.get)
+        return {"predicted": pred, "test_mse": m, "actual_static": static,
+                "actual_auto": {"fedda_auto": "fedda", "fedgp_auto": "fedgp"}.get(auto, auto)}
+
+    r = agreement({"cells": [[cell("target_only", [1.005, 3, 2, 1.0, 2, 0.5]),  # 0.5 % behind FedGP: near best
+                              cell("fedgp", [1, 3, 2, 0.9, 2, 0.8]),  # exact (static and auto)
+                              cell("source_only", [1, 3, 2, 0.9, 2, 0.8])]]})  # far behind
+    assert r["agreement_static"] == pytest.approx(1 / 3) and r["near_best_static"] == pytest.approx(2 / 3)
+    assert r["agreement_auto"] == pytest.approx(1 / 3) and r["near_best_auto"] == pytest.approx(1 / 3)
