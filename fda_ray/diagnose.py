@@ -13,7 +13,9 @@ the parameters pi (fda_ray.diagnostics, seed 004 Secs. 3-4):
 Two columns: "true" takes the whole target domain as known (the target client's pool: every target
 training sample with its label, the noise drawn once) and "estimated" only what the target client has,
 its labelled samples (004 App. A.2's unbiased estimators, one part per sample). The gap between the two
-shows how far the auto-weighted methods' own estimates can be trusted at this sample size.
+shows how far the auto-weighted methods' own estimates can be trusted at this sample size. An estimated
+tau^2_i is the ratio of two separate unbiased estimates (tau^2 d_i^2 and d_i^2, each clamped at 0), so
+with d_i small against sigma it can come out above 1.
 
 pi (`--at`): `warmup` (default) the global model after the warm-up rounds, where every method's own rule
 starts (the warm-up is FedAvg for all methods, so this point does not depend on --method); `init` the

@@ -12,7 +12,6 @@ numbers as a full finetune_offline run; tests/test_engine.py checks both).
 from __future__ import annotations
 
 import argparse
-import math
 import multiprocessing as mp
 import statistics
 import sys

@@ -65,8 +65,6 @@ def _summary(name: str, rows: list[dict], first_round: float, groups: list[list[
 
 def run_one(name: str, a: argparse.Namespace) -> list[dict]:
     """One setting in this process; returns its summary rows (two for ray-x2, one per run)."""
-    import torch
-
     from fda_ray.engine import run
 
     marks: list[float] = []
