@@ -257,7 +257,7 @@ def run_rounds(exp: Experiment, executor: Executor, progress: Callable[[dict], N
                 # Sources as per-step deltas at the target's learning rate, comparable with the target's steps.
                 aligned = src / src_steps.unsqueeze(1) * lr_ratio  # (N, M)
                 stats = estimate(steps, aligned, impl=cfg.aggregation_impl)
-                row.update(round_estimates(stats, weights.double(), layout.size, steps.shape[0], cfg.beta))
+                row.update(round_estimates(stats, weights, layout.size, steps.shape[0], cfg.beta))
                 if method.auto_rule is not None:
                     rule = cfg.auto_beta_rule if method.auto_rule == "fedgp" else "fedda"
                     beta = auto_beta(stats, rule).float()

@@ -38,6 +38,7 @@ import torch.nn.functional as F
 
 from fda_ray import diagnostics as dg
 from fda_ray.data import synthetic_domains
+from fda_ray.layout import ParamLayout
 from fda_ray.models import SigmoidMLP
 from fda_ray.seeding import derive_seed
 
@@ -76,25 +77,14 @@ class GridConfig:
             raise ValueError(f"beta={self.beta} is invalid: a number in [0, 1]")
 
 
-def _flat_params(model: torch.nn.Module) -> torch.Tensor:
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-
-
-def _set_flat(model: torch.nn.Module, flat: torch.Tensor) -> None:
-    i = 0
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(flat[i:i + p.numel()].view_as(p))
-            i += p.numel()
-
-
 def train(rule: str, model: torch.nn.Module, target: tuple[torch.Tensor, torch.Tensor],
           source: tuple[torch.Tensor, torch.Tensor], cfg: GridConfig) -> torch.nn.Module:
     """`cfg.rounds` gradient steps of the aggregated gradient (rule as in fda_ray.diagnostics.aggregate)."""
     w = torch.ones(1, dtype=torch.float64)
-    theta = _flat_params(model).double()
+    layout = ParamLayout.from_model(model)  # parameters only (no buffers): the gradients' order
+    theta = layout.flatten_model(model).double()
     for _ in range(cfg.rounds):
-        _set_flat(model, theta.float())
+        layout.load_into(model, theta.float())
         # Only the gradients the rule reads: target only ignores the source, source only the target.
         g_hat = dg.full_gradient(model, F.mse_loss, *target).double() if rule != "source_only" else None
         g_src = dg.full_gradient(model, F.mse_loss, *source).double().unsqueeze(0) if rule != "target_only" else None
@@ -104,7 +94,7 @@ def train(rule: str, model: torch.nn.Module, target: tuple[torch.Tensor, torch.T
             parts = dg.part_gradients(model, F.mse_loss, *target, parts=min(cfg.parts, target[0].shape[0])).double()
             beta = dg.auto_betas(dg.estimated_quantities(parts, g_src))[rule]
         theta = theta - cfg.lr * dg.aggregate(rule, g_hat, g_src, w, beta)
-    _set_flat(model, theta.float())
+    layout.load_into(model, theta.float())
     return model
 
 
@@ -125,12 +115,12 @@ def run_grid(cfg: GridConfig, progress=None) -> dict:
         torch.manual_seed(derive_seed(cfg.seed, t, 0, "synthetic-init"))
         init = SigmoidMLP(x1.shape[1], y1.shape[1], hidden=cfg.hidden)
         order = torch.randperm(cfg.pool, generator=torch.Generator().manual_seed(derive_seed(cfg.seed, t, 0, "subsample")))
-        domain_grads = dg.per_sample_gradients(init, F.mse_loss, *pool).double()  # (P, M) at theta_0
+        domain = dg.gradient_moments(init, F.mse_loss, *pool)  # the whole target domain at theta_0, once a trial
         for a, i in enumerate(cfg.sources):
             g_src = dg.full_gradient(init, F.mse_loss, *src_data[i]).double().unsqueeze(0)
             for b, n in enumerate(cfg.sizes):
                 cell = cells[b][a]
-                q = dg.true_quantities(domain_grads, g_src, n)
+                q = dg.true_quantities(domain, g_src, n)
                 deltas = dg.delta_errors(q, beta=cfg.beta)
                 cell["d2"].append(float(q.d2[0]))
                 cell["sigma2"].append(q.sigma2)
