@@ -35,7 +35,10 @@ PROJECTIONS = ("cosine", "exact")
 # ---------------------------------------------------------------- validation
 
 def _per_source(name: str, value: float | torch.Tensor, n: int, like: torch.Tensor) -> torch.Tensor:
-    t = torch.as_tensor(value, dtype=like.dtype, device=like.device)
+    """(N,) float64: the per-source coefficients are combined in float64, so that sums such as
+    sum_i w_i (1 - beta_i) equal 1 to ~1e-16 and round to exactly 1.0 in float32 whatever the order of the
+    sum (a float32 sum of N weights can land one ulp off 1 depending on the SIMD width)."""
+    t = torch.as_tensor(value, dtype=torch.float64, device=like.device)
     if t.dim() == 0:
         t = t.expand(n)
     if t.shape != (n,):
@@ -101,12 +104,19 @@ def projection_coefficients(dots: torch.Tensor, s_sq: torch.Tensor, t_sq: torch.
 
 # ---------------------------------------------------------------- the rules
 
-def fedavg(sources: torch.Tensor, *, weights: torch.Tensor) -> torch.Tensor:
-    """Source Only: the weighted average of the source deltas (M,)."""
-    if sources.dim() != 2:
-        raise ValueError(f"sources must be a 2-D tensor (N, M), got shape {tuple(sources.shape)}")
-    w = check_weights(weights, sources.shape[0], sources)
-    return w @ sources
+def fedavg(sources: torch.Tensor, *, weights: torch.Tensor, impl: str | None = None) -> torch.Tensor:
+    """Source Only: the weighted average of the source deltas (M,).
+
+    Through the same combination as FedDA (sources summed in order i = 0..N-1, thread-count independent),
+    so FedDA with beta = 1 gives exactly these numbers, and no BLAS call picks its own summation order."""
+    if not isinstance(sources, torch.Tensor) or sources.dim() != 2:
+        raise ValueError(f"sources must be a 2-D tensor (N, M), got shape {tuple(getattr(sources, 'shape', ()))}")
+    n, m = sources.shape
+    w = check_weights(weights, n, sources)
+    whole = torch.tensor([0, m], dtype=torch.int64)
+    sources = sources.contiguous()
+    # the target slot of the combination is unused (coefficient 0): any finite row of the right shape
+    return kernels.layer_combine(sources[0], sources, whole, w.unsqueeze(1), 0.0, impl=_impl(impl, sources))
 
 
 def fedda(target: torch.Tensor, sources: torch.Tensor, *, beta: float | torch.Tensor,
@@ -116,7 +126,7 @@ def fedda(target: torch.Tensor, sources: torch.Tensor, *, beta: float | torch.Te
     b = check_beta(beta, n, target)
     w = check_weights(weights, n, target)
     whole = torch.tensor([0, m], dtype=torch.int64)  # one "layer": FedDA does not look at layers
-    scale = (w * b).double().unsqueeze(1)  # (N, 1)
+    scale = (w * b).unsqueeze(1)  # (N, 1) float64
     return kernels.layer_combine(target.contiguous(), sources.contiguous(), whole, scale, float((w * (1 - b)).sum()),
                                  impl=_impl(impl, target, sources))
 
@@ -130,10 +140,10 @@ def fedgp(target: torch.Tensor, sources: torch.Tensor, offsets: torch.Tensor, *,
     n, _ = _check_flat(target, sources)
     b = check_beta(beta, n, target)
     w = check_weights(weights, n, target)
-    a = torch.ones(n, dtype=target.dtype, device=target.device) if align is None else _per_source("align", align, n, target)
+    a = torch.ones(n, dtype=torch.float64, device=target.device) if align is None else _per_source("align", align, n, target)
     impl = _impl(impl, target, sources)
     target, sources = target.contiguous(), sources.contiguous()
     dots, s_sq, t_sq = stats if stats is not None else kernels.layer_stats(target, sources, offsets, impl=impl)  # pass 1
     coef = projection_coefficients(dots, s_sq, t_sq, filter=filter, projection=projection)  # (N, L) float64
-    scale = coef * (w * b * a).double().unsqueeze(1)  # (N, L)
+    scale = coef * (w * b * a).unsqueeze(1)  # (N, L) float64
     return kernels.layer_combine(target, sources, offsets, scale, float((w * (1 - b)).sum()), impl=impl)  # pass 2

@@ -1,82 +1,142 @@
-"""Command line of one run: `python -m fda_ray.run --dataset fashion-mnist --method fedgp --noise 0.4`.
+"""Command lines generated from RunConfig: one flag per field (`--lr-target` for lr_target), its help, type and
+choices from the field's metadata (fda_ray.config), so every field is settable wherever a RunConfig is built:
 
-Bad input prints one line naming the field, the value and what is allowed, and exits with code 2.
+    python -m fda_ray --method fedgp --noise 0.4          one run (this module's `main`)
+    python -m fda_ray.diagnose ...                        the same flags, plus its own
+    python -m fda_ray.sweep --grid noise --rounds 5 ...   the same flags as overrides of every trial
+
+Bad input prints one line (`error: <field>=<value> is invalid: <what is allowed>`) and exits with code 2.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import math
 import sys
 import time
+import typing
+from typing import Any, Callable, NoReturn
 
 from fda_ray.config import RunConfig
-from fda_ray.data import DatasetNotFound
-from fda_ray.methods import METHODS
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m fda_ray.run", description="One federated domain adaptation run.")
-    p.add_argument("--dataset", default="fashion-mnist")
-    p.add_argument("--method", default="fedgp", help=f"one of: {', '.join(METHODS.names())}")
-    p.add_argument("--noise", type=float, default=0.0, help="std of Gaussian noise on target train and test")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--rounds", type=int, default=50)
-    p.add_argument("--warmup-rounds", type=int, default=2)
-    p.add_argument("--beta", type=float, default=0.5)
-    p.add_argument("--eta", type=float, default=0.5, help="label-shift share (with --partition label_shift)")
-    p.add_argument("--partition", default=None)
-    p.add_argument("--projection", default="cosine", help="cosine (authors' code) or exact (paper's definition)")
-    p.add_argument("--no-filter", action="store_true", help="FedGP: keep layers with cosine <= 0")
-    p.add_argument("--auto-beta-rule", default=None, help="fedgp_auto: fedgp_thresh (default) or fedgp")
-    p.add_argument("--num-sources", type=int, default=None, help="default 9 (8 for synthetic)")
-    p.add_argument("--target-labelled", type=int, default=None)
-    p.add_argument("--target-fraction", type=float, default=None)
-    p.add_argument("--samples-per-client", type=int, default=None)
-    p.add_argument("--test-samples", type=int, default=None)
-    p.add_argument("--model", default=None)
-    p.add_argument("--model-weights", default=None, help="resnet18: local pretrained state-dict file")
-    p.add_argument("--data-dir", default=None)
-    p.add_argument("--download", action="store_true", help="download the dataset with torchvision (needs internet)")
-    p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--aggregation-impl", default="kernel",
-                   help="kernel (C++/CUDA, default) or reference (the PyTorch specification)")
-    p.add_argument("--executor", default="serial", help="serial (this process) or ray (one actor per client)")
-    p.add_argument("--cpus-per-client", type=float, default=None, help="ray: CPUs per client actor (default: share)")
-    p.add_argument("--gpus-per-client", type=float, default=0.0, help="ray: GPU fraction per client actor")
-    p.add_argument("--clients-per-actor", type=int, default=1,
-                   help="ray: clients one actor hosts and trains in turn (default 1; more when cores < clients)")
-    p.add_argument("--ray-address", default=None, help="ray: an existing cluster (default: $RAY_ADDRESS or local)")
-    p.add_argument("--client-retries", type=int, default=3, help="ray: redo a failed client round this often")
-    p.add_argument("--parquet", default=None, help="write the per-round history to this Parquet file")
-    p.add_argument("--json", action="store_true", help="print one JSON object (config and per-round metrics)")
-    return p
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr and exit code 2 (no usage dump)."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+    def parse_or_exit_code(self, argv: list[str] | None) -> argparse.Namespace | int:
+        """The parsed namespace, or the exit code (--help: 0, bad input: 2) for a `main` to return."""
+        try:
+            return self.parse_args(argv)
+        except SystemExit as e:
+            return int(e.code or 0)
+
+
+def _typed(field: str, kind: type, allowed: str) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{field}={text!r} is invalid: {allowed}") from None
+        if kind is float and not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{field}={text!r} is invalid: a finite number")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def _dynamic_choices(name: str) -> tuple[str, ...] | None:
+    """Choices that live in registries (they grow as the project does)."""
+    if name == "method":
+        from fda_ray.methods import METHODS
+        return tuple(METHODS.names())
+    if name == "dataset":
+        from fda_ray.data import DATASETS
+        return tuple(DATASETS.names())
+    if name == "model":
+        from fda_ray.models import MODELS
+        return tuple(MODELS.names())
+    return None
+
+
+def add_config_arguments(p: argparse.ArgumentParser, *, overrides: bool = False,
+                         exclude: tuple[str, ...] = ()) -> None:
+    """One flag per RunConfig field. overrides=True: no defaults (a flag given is an override, one not given
+    is absent from the namespace), as the sweep needs."""
+    hints = typing.get_type_hints(RunConfig)
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    titles = {"run": "run settings", "data": "data", "execution": "execution (never changes the numbers, "
+                                                                  "except device and aggregation_impl)"}
+    for f in dataclasses.fields(RunConfig):
+        if f.name in exclude:
+            continue
+        meta = f.metadata
+        group = groups.setdefault(meta.get("group", "run"), p.add_argument_group(titles[meta.get("group", "run")]))
+        flag = "--" + f.name.replace("_", "-")
+        hint = hints[f.name]
+        args = typing.get_args(hint)
+        base = next((a for a in args if a is not type(None)), hint) if args and type(None) in args else hint
+        choices = meta.get("choices") or _dynamic_choices(f.name)
+        help_text = meta.get("help", "").replace("%", "%%")
+        if choices:
+            help_text += f" [{', '.join(choices)}]"
+        default = argparse.SUPPRESS if overrides else f.default
+        if not overrides:
+            help_text += f" (default: {'per dataset/method' if f.default is None else f.default})"
+        kw: dict[str, Any] = {"dest": f.name, "default": default, "help": help_text}
+        if base is bool:
+            group.add_argument(flag, action=argparse.BooleanOptionalAction, **kw)
+        elif typing.get_origin(base) is tuple:
+            group.add_argument(flag, nargs="*", type=_typed(f.name, float, "numbers"), metavar="X", **kw)
+        elif base is int:
+            group.add_argument(flag, type=_typed(f.name, int, "an integer"), metavar="N", **kw)
+        elif base is float:
+            group.add_argument(flag, type=_typed(f.name, float, "a number"), metavar="X", **kw)
+        else:
+            group.add_argument(flag, type=str, metavar="NAME" if choices else "TEXT", **kw)
+
+
+def config_fields(a: argparse.Namespace) -> dict[str, Any]:
+    """The RunConfig fields present in a parsed namespace (eval_noise as a tuple)."""
+    names = {f.name for f in dataclasses.fields(RunConfig)}
+    out = {k: v for k, v in vars(a).items() if k in names}
+    if "eval_noise" in out and out["eval_noise"] is not None:
+        out["eval_noise"] = tuple(out["eval_noise"])
+    return out
 
 
 def config_from_args(a: argparse.Namespace) -> RunConfig:
-    return RunConfig(dataset=a.dataset, method=a.method, noise=a.noise, seed=a.seed, rounds=a.rounds,
-                     warmup_rounds=a.warmup_rounds, beta=a.beta, eta=a.eta, partition=a.partition,
-                     projection=a.projection, filter=not a.no_filter, auto_beta_rule=a.auto_beta_rule,
-                     num_sources=a.num_sources, target_labelled=a.target_labelled, target_fraction=a.target_fraction,
-                     samples_per_client=a.samples_per_client, test_samples=a.test_samples, model=a.model,
-                     model_weights=a.model_weights,
-                     data_dir=a.data_dir, download=a.download, threads=a.threads, device=a.device,
-                     aggregation_impl=a.aggregation_impl,
-                     executor=a.executor, cpus_per_client=a.cpus_per_client, gpus_per_client=a.gpus_per_client,
-                     clients_per_actor=a.clients_per_actor, ray_address=a.ray_address, client_retries=a.client_retries)
+    return RunConfig(**config_fields(a))
+
+
+def parser() -> OneLineParser:
+    p = OneLineParser(prog="python -m fda_ray", description="One federated domain adaptation run.")
+    add_config_arguments(p)
+    out = p.add_argument_group("output")
+    out.add_argument("--parquet", default=None, help="write the per-round history to this Parquet file")
+    out.add_argument("--json", action="store_true", help="print one JSON object (config and per-round metrics)")
+    return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    from fda_ray.data import DatasetNotFound
     from fda_ray.engine import RunFailed, run
 
-    a = parser().parse_args(argv)
+    a = parser().parse_or_exit_code(argv)
+    if isinstance(a, int):
+        return a
     try:
         cfg = config_from_args(a)
-        cfg.resolved()
+        resolved = cfg.resolved()
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    total = cfg.warmup_rounds + cfg.rounds
+    total = resolved.warmup_rounds + resolved.rounds
 
     def progress(row: dict) -> None:
         if a.json:
@@ -89,10 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     try:
         hist = run(cfg, progress)
-    except DatasetNotFound as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except ValueError as e:
+    except (DatasetNotFound, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except RunFailed as e:

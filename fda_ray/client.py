@@ -1,8 +1,9 @@
 """One client: its data shard as tensors on its device, a model built once, and one local epoch per round.
 
 Local training follows the authors' code: start from the round's global weights, a fresh Adam optimizer
-every round (built once, its state cleared each round: the same arithmetic), one epoch over shuffled full batches (the last partial batch is dropped), cross-entropy (MSE
-for regression). The client returns its delta (new minus start weights) as one flat float32 vector, and
+every round (built once, its state cleared each round: the same arithmetic), one epoch over shuffled batches,
+cross-entropy (MSE for regression). The sources' loaders drop their last partial batch, the target's keeps
+it (REFERENCE.md: 100 labelled samples at batch 16 are 7 steps, the last of 4 samples). The client returns its delta (new minus start weights) as one flat float32 vector, and
 the target also its per-step deltas (B, M) when the auto-weighting estimators need them.
 Target noise is drawn afresh for every batch read, from a generator seeded by (seed, round, client).
 
@@ -47,8 +48,10 @@ class Client:
     """A source or the target. `index` is its position (sources 0..N-1, target N) in seed derivation."""
 
     def __init__(self, index: int, x: torch.Tensor, y: torch.Tensor, model: nn.Module, layout: ParamLayout, *,
-                 seed: int, noise: float = 0.0, task: str = "classification", device: str = "cpu") -> None:
+                 seed: int, noise: float = 0.0, task: str = "classification", device: str = "cpu",
+                 drop_last: bool = True) -> None:
         self.index = index
+        self.drop_last = drop_last  # sources: True; the target keeps its last partial batch
         self.device = torch.device(device)
         self.x = x.to(self.device)
         self.y = y.to(self.device)
@@ -87,7 +90,8 @@ class Client:
         return int(self.x.shape[0])
 
     def steps_per_epoch(self, batch: int) -> int:
-        return self.num_samples // batch
+        """Optimizer steps in one local epoch: full batches, plus the partial one unless it is dropped."""
+        return self.num_samples // batch if self.drop_last else -(-self.num_samples // batch)
 
     def _epoch(self, opt: torch.optim.Optimizer, batch: int, round_idx: int, purpose: str,
                record_steps: bool) -> tuple[int, float, list[torch.Tensor]]:
@@ -129,11 +133,15 @@ class Client:
         out.seconds = time.perf_counter() - t0  # after the copies to CPU, which a GPU client also pays
         return out
 
-    def finetune(self, start_flat: torch.Tensor, epochs: int, *, lr: float, batch: int, first_round: int):
-        """Offline fine-tuning: `epochs` epochs with one Adam; yields (epoch, flat weights, loss) per epoch."""
+    def finetune(self, start_flat: torch.Tensor, epochs: int, *, lr: float, batch: int, first_round: int,
+                 fresh_optimizer_each_epoch: bool = True):
+        """Offline fine-tuning: `epochs` epochs, a fresh Adam every epoch (the authors' script) or one Adam
+        across them; yields (epoch, flat weights, loss) per epoch."""
         self.layout.load_into(self.model, start_flat.to(self.device))
         opt = self._fresh_optimizer(lr)
         for e in range(epochs):
+            if fresh_optimizer_each_epoch and e > 0:
+                opt = self._fresh_optimizer(lr)
             _, loss, _ = self._epoch(opt, batch, first_round + e, "finetune", False)
             yield e, self.layout.flatten_model(self.model).cpu(), loss
 

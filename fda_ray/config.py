@@ -8,83 +8,130 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 PARTITIONS = ("homo", "label_shift", "classes4", "domains")
 PROJECTIONS = ("cosine", "exact")
 EXECUTORS = ("serial", "ray")
 AUTO_BETA_RULES = ("fedda", "fedgp", "fedgp_thresh")
+# How the oracle and finetune_offline baselines run (REFERENCE.md, "Oracle and Finetune_Offline").
+BASELINE_PROTOCOLS = ("authors", "loop")
+ORACLE_TEST_SHARE = 0.1  # the authors' oracle tests on this share of the target's data, trains on the rest
+WARMUP_ROUNDS = 2
 
 # The authors' settings (REFERENCE.md, seed 004 C.6): Adam, 1 local epoch, 2 warm-up rounds, 50 rounds.
 PAPER_DEFAULTS: dict[str, dict[str, Any]] = {
     "fashion-mnist": dict(model="simple_cnn", partition="homo", lr_source=0.01, lr_target=0.005,
                           batch_source=64, batch_target=16, auto_batch_target=4, auto_lr_factor=0.1,
-                          target_labelled=100, target_fraction=None, auto_beta_rule="fedgp_thresh", num_sources=9),
+                          target_labelled=100, target_fraction=None, auto_beta_rule="fedgp_thresh", num_sources=9,
+                          oracle_lr_target=0.003),
     "cifar10": dict(model="simple_cnn", partition="classes4", lr_source=0.005, lr_target=0.0025,
                     batch_source=64, batch_target=16, auto_batch_target=16, auto_lr_factor=0.35,
-                    target_labelled=None, target_fraction=0.1, auto_beta_rule="fedgp_thresh", num_sources=9),
+                    target_labelled=None, target_fraction=0.1, auto_beta_rule="fedgp_thresh", num_sources=9,
+                    oracle_lr_target=0.0005),
     # Not in the papers' tables: the synthetic data is run by the diagnostics experiment; these make
     # the engine usable on it.
     "synthetic": dict(model="mlp_sigmoid", partition="domains", lr_source=0.01, lr_target=0.01,
                       batch_source=64, batch_target=16, auto_batch_target=4, auto_lr_factor=1.0,
-                      target_labelled=100, target_fraction=None, auto_beta_rule="fedgp", num_sources=8),
+                      target_labelled=100, target_fraction=None, auto_beta_rule="fedgp", num_sources=8,
+                      oracle_lr_target=0.01),
 }
 # The labelled target share of the partitions whose target test set is the rest of the target's part.
 PARTITION_LABELLED_FRACTION: dict[str, float] = {"label_shift": 0.15, "classes4": 0.10}
+
+
+def numbers_fields() -> frozenset[str]:
+    """The RunConfig fields that can change what a run computes."""
+    return frozenset(f.name for f in dataclasses.fields(RunConfig) if f.metadata.get("numbers", True))
 
 
 def _err(field: str, value: Any, allowed: str) -> ValueError:
     return ValueError(f"{field}={value!r} is invalid: {allowed}")
 
 
+def _f(default: Any, help: str, choices: tuple[str, ...] | None = None, group: str = "run",
+       numbers: bool = True) -> Any:
+    """A RunConfig field with its documentation: the CLIs (fda_ray.cli) are generated from these.
+    numbers=False: the field says where or how a run executes, never what it computes (a trial's identity,
+    fda_ray.trials.trial_key, leaves it out)."""
+    meta: dict[str, Any] = {"help": help, "group": group, "numbers": numbers}
+    if choices is not None:
+        meta["choices"] = choices
+    return field(default=default, metadata=meta)
+
+
 @dataclass(frozen=True)
 class RunConfig:
-    """One federated domain adaptation run (one trial)."""
+    """One federated domain adaptation run (one trial). Fields left as None take the authors' settings for
+    the dataset and method when the config is resolved (`resolved()`)."""
 
-    dataset: str = "fashion-mnist"
-    method: str = "fedgp"
-    seed: int = 0
-    noise: float = 0.0  # std of Gaussian noise on target train and test images (in [0, 1] pixel units)
-    eta: float = 0.5  # label-shift share (partition="label_shift"); 0.5 = no shift
-    rounds: int = 50
-    warmup_rounds: int = 2
-    num_sources: int | None = None  # None: 9 (8 for synthetic: D_2..D_9)
-    beta: float = 0.5  # static beta of fedda / fedgp (weight of the source side)
-    projection: str = "cosine"
-    filter: bool = True
-    partition: str | None = None
-    model: str | None = None
-    model_weights: str | None = None  # resnet18: a local ImageNet state-dict file (no hub download)
-    lr_source: float | None = None
-    lr_target: float | None = None
-    batch_source: int | None = None
-    batch_target: int | None = None
-    auto_lr_factor: float | None = None  # both lrs are multiplied by it after warm-up in auto methods
-    auto_beta_rule: str | None = None  # fedgp_auto: "fedgp" (plain) or "fedgp_thresh"
-    target_labelled: int | None = None  # labelled target samples (count) ...
-    target_fraction: float | None = None  # ... or share of the target's data
-    finetune_epochs: int | None = None  # finetune_offline: epochs after FedAvg (default: rounds)
-    samples_per_client: int | None = None  # cap on each source's shard (quick runs, tests); None = all
-    test_samples: int | None = None  # cap on the target test set; None = all
-    eval_noise: tuple[float, ...] = ()  # extra noise levels at which the global model is also evaluated
-    # Log the estimators' sigma^2, d_i^2, tau^2 d_i^2 and every rule's Delta^2 each main round. Needs the
-    # target's steps and the sources' updates: methods that do not use one side train it anyway (its own
-    # seeds, so the run's numbers do not change). None: on, except where that means training every source
-    # each round for a method that uses none (target_only, oracle).
-    log_estimates: bool | None = None
-    data_dir: str | None = None
-    download: bool = False
-    threads: int | None = None  # torch threads in this process; None = torch's default
-    aggregation_impl: str = "kernel"  # "kernel" (C++/CUDA, fda_ray.kernels) or "reference" (the PyTorch specification)
-    device: str = "cpu"  # the driver's device (evaluation); under Ray clients use a GPU iff gpus_per_client > 0
+    dataset: str = _f("fashion-mnist", "dataset (its standard on-disk layout; see datasets/README.md)")
+    method: str = _f("fedgp", "FDA method (fda_ray.methods)")
+    seed: int = _f(0, "trial seed; every draw is seeded by (seed, round, client, purpose)")
+    noise: float = _f(0.0, "std of the Gaussian noise on the target's train and test images ([0, 1] pixel units)")
+    eta: float = _f(0.5, "label-shift share (partition label_shift); 0.5 = no shift")
+    rounds: int = _f(50, "main rounds (one local epoch each)")
+    warmup_rounds: int | None = _f(None, "FedAvg warm-up rounds over the sources; default 2 (0 for the "
+                                         "oracle under the authors' protocol, which trains from scratch)")
+    num_sources: int | None = _f(None, "source clients; default 9 (8 for synthetic: D_2..D_9)")
+    beta: float = _f(0.5, "static beta of fedda / fedgp: the weight of the source side, in [0, 1]")
+    projection: str = _f("cosine", "fedgp's source term: cosine (authors' code) or exact (the paper's "
+                                   "<g_T, g_i>/|g_i|^2 g_i)", PROJECTIONS)
+    filter: bool = _f(True, "fedgp: drop a source's layer where its cosine with the target is <= 0")
+    partition: str | None = _f(None, "who holds which samples; default per dataset (fashion-mnist: homo)",
+                               PARTITIONS)
+    model: str | None = _f(None, "model (fda_ray.models); default per dataset")
+    model_weights: str | None = _f(None, "resnet18: a local ImageNet state-dict file (nothing is downloaded)")
+    lr_source: float | None = _f(None, "Adam learning rate of the sources; default per dataset (fashion-mnist 0.01)")
+    lr_target: float | None = _f(None, "Adam learning rate of the target; default per dataset (fashion-mnist "
+                                       "0.005; the authors' oracle 0.003)")
+    batch_source: int | None = _f(None, "source batch size (the last partial batch is dropped); default 64")
+    batch_target: int | None = _f(None, "target batch size (the last partial batch is kept); default 16, "
+                                        "4 for auto-weighted methods on fashion-mnist, 64 for the authors' oracle")
+    auto_lr_factor: float | None = _f(None, "auto-weighted methods: both learning rates times this after "
+                                            "warm-up; default per dataset (fashion-mnist 0.1)")
+    auto_beta_rule: str | None = _f(None, "fedgp_auto's estimated rule: fedgp_thresh (default) or fedgp; "
+                                          "fedda_auto always uses fedda", AUTO_BETA_RULES)
+    target_labelled: int | None = _f(None, "labelled target samples (a count); default 100 (homo)")
+    target_fraction: float | None = _f(None, "... or a share of the target's data; default 0.15 (label_shift), "
+                                             "0.1 (classes4)")
+    finetune_epochs: int | None = _f(None, "finetune_offline: fine-tuning epochs after FedAvg (default: rounds)")
+    baseline_protocol: str = _f("authors", "how oracle and finetune_offline run: authors (their scripts: the "
+                                           "oracle trains from scratch on 90 % of the target's data and is "
+                                           "tested on the other 10 %, lr 0.003, batch 64; fine-tuning makes a "
+                                           "fresh Adam every epoch) or loop (the round loop: warm-up, the "
+                                           "target's lr and batch, the target test set; one Adam across "
+                                           "fine-tuning epochs)", BASELINE_PROTOCOLS)
+    samples_per_client: int | None = _f(None, "cap on each client's shard (quick runs, tests); default all")
+    test_samples: int | None = _f(None, "cap on the target test set; default all")
+    eval_noise: tuple[float, ...] = _f((), "extra noise levels at which the global model is also evaluated")
+    # Needs the target's steps and the sources' updates: methods that do not use one side train it anyway
+    # (on its own seeds, so the run's numbers do not change).
+    log_estimates: bool | None = _f(None, "log the estimators' sigma^2, d_i^2, tau^2 d_i^2 and every rule's "
+                                          "Delta^2 each main round; default on for methods that train sources")
+    data_dir: str | None = _f(None, "dataset directory (default: $FDA_DATA_DIR, ./data, ~/.cache/fda_ray, "
+                                    "the system's copy)", group="data", numbers=False)
+    download: bool = _f(False, "download the dataset with torchvision (needs internet)", group="data", numbers=False)
+    # The float sums of a convolution depend on the thread count: a different count gives different
+    # numbers. It is part of the config so that a config gives the same numbers on every executor.
+    threads: int = _f(1, "torch threads each client trains with (serial: this process; ray: each actor) "
+                         "and the driver aggregates and evaluates with; part of the numbers")
+    aggregation_impl: str = _f("kernel", "kernel (C++/CUDA, fda_ray.kernels) or reference (the PyTorch "
+                                         "specification)", ("kernel", "reference"), group="execution")
+    device: str = _f("cpu", "the driver's device (evaluation): cpu or cuda[:i]; under Ray, clients use a GPU "
+                            "iff gpus_per_client > 0", group="execution")
     # Execution: where clients train. None of these changes the numbers a run produces.
-    executor: str = "serial"  # "serial" (in this process) or "ray" (one actor per client)
-    cpus_per_client: float | None = None  # Ray: CPUs reserved per client actor; None = share the cluster's CPUs
-    gpus_per_client: float = 0.0  # Ray: fraction of a GPU per client actor (0 = CPU clients)
-    clients_per_actor: int = 1  # Ray: clients hosted (and trained in turn) by one actor; >1 for fewer cores than clients
-    ray_address: str | None = None  # Ray: an existing cluster ("auto", "ray://..."); None = $RAY_ADDRESS or local
-    client_retries: int = 3  # Ray: times a failed client round is redone (on a new actor) before the run stops
+    executor: str = _f("serial", "serial (this process) or ray (client actors)", EXECUTORS, group="execution", numbers=False)
+    cpus_per_client: float | None = _f(None, "ray: CPUs reserved per client actor; default: share the "
+                                             "cluster's CPUs", group="execution", numbers=False)
+    gpus_per_client: float = _f(0.0, "ray: share of a GPU per client actor (0 = CPU clients)", group="execution", numbers=False)
+    clients_per_actor: int = _f(1, "ray: clients one actor hosts and trains in turn (more when cores < "
+                                   "clients)", group="execution", numbers=False)
+    ray_address: str | None = _f(None, "ray: an existing cluster (auto, ray://...); default $RAY_ADDRESS or "
+                                       "a local Ray", group="execution", numbers=False)
+    client_retries: int = _f(3, "ray: times a failed client round is redone (on a new actor) before the run "
+                                "stops", group="execution", numbers=False)
 
     def __post_init__(self) -> None:
         from fda_ray.data import DATASETS
@@ -109,12 +156,14 @@ class RunConfig:
             raise _err("eta", self.eta, "a share in [0, 0.5]")
         if not (0.0 <= self.beta <= 1.0):
             raise _err("beta", self.beta, "a number in [0, 1]")
-        for name, lo in (("rounds", 1), ("warmup_rounds", 0), ("num_sources", 1)):
+        for name, lo in (("rounds", 1), ("warmup_rounds", 0), ("num_sources", 1), ("threads", 1)):
             v = getattr(self, name)
-            if v is None and name == "num_sources":
+            if v is None and name in ("num_sources", "warmup_rounds"):
                 continue
             if not isinstance(v, int) or v < lo:
                 raise _err(name, v, f"an integer >= {lo}")
+        if self.baseline_protocol not in BASELINE_PROTOCOLS:
+            raise _err("baseline_protocol", self.baseline_protocol, f"one of {', '.join(BASELINE_PROTOCOLS)}")
         if self.projection not in PROJECTIONS:
             raise _err("projection", self.projection, f"one of {', '.join(PROJECTIONS)}")
         if self.partition is not None and self.partition not in PARTITIONS:
@@ -126,7 +175,7 @@ class RunConfig:
             if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise _err(name, v, "a finite number > 0")
         for name in ("batch_source", "batch_target", "target_labelled", "finetune_epochs", "samples_per_client",
-                     "test_samples", "threads"):
+                     "test_samples"):
             v = getattr(self, name)
             if v is not None and (not isinstance(v, int) or v < (0 if name == "finetune_epochs" else 1)):
                 raise _err(name, v, "a positive integer" if name != "finetune_epochs" else "an integer >= 0")
@@ -164,14 +213,23 @@ class RunConfig:
         from fda_ray.methods import METHODS
 
         d = PAPER_DEFAULTS[self.dataset]
-        auto = METHODS.get(self.method).auto_rule is not None
+        method = METHODS.get(self.method)
+        auto = method.auto_rule is not None
+        # The authors' oracle (REFERENCE.md): from scratch, its script's lr, the source batch size.
+        authors_oracle = method.oracle and self.baseline_protocol == "authors"
         fill: dict[str, Any] = {}
+        if self.warmup_rounds is None:
+            fill["warmup_rounds"] = 0 if authors_oracle else WARMUP_ROUNDS
+        if authors_oracle and self.lr_target is None:
+            fill["lr_target"] = d["oracle_lr_target"]
+        if authors_oracle and self.batch_target is None:
+            fill["batch_target"] = self.batch_source or d["batch_source"]
         for name in ("model", "partition", "lr_source", "lr_target", "batch_source", "auto_lr_factor", "auto_beta_rule",
                      "num_sources"):
-            if getattr(self, name) is None:
+            if getattr(self, name) is None and name not in fill:
                 fill[name] = d[name]
         partition = self.partition or d["partition"]
-        if self.batch_target is None:
+        if self.batch_target is None and "batch_target" not in fill:
             fill["batch_target"] = d["auto_batch_target"] if auto else d["batch_target"]
         if self.target_labelled is None and self.target_fraction is None:
             if partition in PARTITION_LABELLED_FRACTION:
@@ -182,7 +240,7 @@ class RunConfig:
         if self.finetune_epochs is None:
             fill["finetune_epochs"] = self.rounds
         if self.log_estimates is None:
-            fill["log_estimates"] = METHODS.get(self.method).train_sources
+            fill["log_estimates"] = method.train_sources
         return dataclasses.replace(self, **fill) if fill else self
 
     def to_dict(self) -> dict[str, Any]:

@@ -3,7 +3,7 @@
     python -m fda_ray.diagnose --dataset fashion-mnist --noise 0.8                # pi = model after warm-up
     python -m fda_ray.diagnose --dataset fashion-mnist --noise 0.8 --at path --rounds 10 --method fedgp --json
 
-Builds the run's setting exactly as `python -m fda_ray.run` would (same options, same seeds) and measures, at
+Builds the run's setting exactly as `python -m fda_ray` would (same options, same seeds) and measures, at
 the parameters pi (fda_ray.diagnostics, seed 004 Secs. 3-4):
   per source   d_i (source-target distance), tau^2_i (the share of d_i^2 FedGP's projection leaves), and
                the auto-weighted beta_i of FedDA and FedGP (004 eq (13))
@@ -202,7 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--at", default="warmup", help=f"pi: one of {', '.join(POINTS)} (default warmup)")
     p.add_argument("--pool-samples", type=int, default=None,
                    help="true values from this many of the target's training samples (default: all)")
-    a = p.parse_args(argv)
+    a = p.parse_or_exit_code(argv)
+    if isinstance(a, int):
+        return a
     try:
         cfg = config_from_args(a)
         if cfg.executor != "serial":

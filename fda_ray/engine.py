@@ -49,7 +49,7 @@ class Executor(Protocol):
     def submit(self, global_flat: torch.Tensor, round_idx: int, requests: Sequence[TrainRequest]) -> Any: ...
     def collect(self, pending: Any) -> list[ClientUpdate]: ...
     def finetune(self, client: int, start_flat: torch.Tensor, epochs: int, *, lr: float, batch: int,
-                 first_round: int) -> Iterable[tuple[int, torch.Tensor, float]]: ...
+                 first_round: int, fresh_optimizer_each_epoch: bool) -> Iterable[tuple[int, torch.Tensor, float]]: ...
     def client_states(self) -> list[dict]: ...
     def restore_states(self, states: Sequence[dict]) -> None: ...
     def shutdown(self) -> None: ...
@@ -86,8 +86,9 @@ class SerialExecutor:
                 for r in requests]
 
     def finetune(self, client: int, start_flat: torch.Tensor, epochs: int, *, lr: float, batch: int,
-                 first_round: int) -> Iterator[tuple[int, torch.Tensor, float]]:
-        return self.clients[client].finetune(start_flat, epochs, lr=lr, batch=batch, first_round=first_round)
+                 first_round: int, fresh_optimizer_each_epoch: bool) -> Iterator[tuple[int, torch.Tensor, float]]:
+        return self.clients[client].finetune(start_flat, epochs, lr=lr, batch=batch, first_round=first_round,
+                                             fresh_optimizer_each_epoch=fresh_optimizer_each_epoch)
 
     def client_states(self) -> list[dict]:
         return [c.snapshot() for c in self.clients]
@@ -118,8 +119,8 @@ class Experiment:
 
 def build_experiment(cfg: RunConfig) -> Experiment:
     cfg = cfg.resolved()
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    # The driver aggregates and evaluates with the clients' thread count (the serial executor trains here too).
+    torch.set_num_threads(cfg.threads)
     method = METHODS.get(cfg.method)
     split = load_dataset(cfg.dataset, cfg.data_dir, cfg.download)
     setting = build_setting(split, cfg)
@@ -131,13 +132,13 @@ def build_experiment(cfg: RunConfig) -> Experiment:
                for i, (x, y) in enumerate(setting.sources)]
     tx, ty = setting.target_pool if method.oracle else setting.target_train
     clients.append(Client(cfg.num_sources, tx, ty, copy.deepcopy(model), layout, seed=cfg.seed,
-                          noise=setting.noise, task=setting.task, device=cfg.device))
+                          noise=setting.noise, task=setting.task, device=cfg.device, drop_last=False))
     return Experiment(cfg, method, setting, model, layout, clients)
 
 
 def source_weights(clients: Sequence[Client], n: int) -> torch.Tensor:
-    """alpha_i = n_i / sum n over the sources (FedAvg weights)."""
-    counts = torch.tensor([c.num_samples for c in clients[:n]], dtype=torch.float32)
+    """alpha_i = n_i / sum n over the sources (FedAvg weights), float64 (aggregation's coefficient math)."""
+    counts = torch.tensor([c.num_samples for c in clients[:n]], dtype=torch.float64)
     return counts / counts.sum()
 
 
@@ -249,18 +250,20 @@ def run_rounds(exp: Experiment, executor: Executor, progress: Callable[[dict], N
         row: dict = {"round": r, "phase": "warmup" if warm else "main"}
         beta: float | torch.Tensor = cfg.beta
         if warm:
-            update = combine(METHODS.get("source_only"), None, src, layout.offsets, weights=weights, beta=1.0, align=None)
+            update = combine(METHODS.get("source_only"), None, src, layout.offsets, weights=weights, beta=1.0, align=None,
+                             impl=cfg.aggregation_impl)
         else:
             steps = updates[t_idx].step_deltas if t_idx in updates else None  # (B, M)
             if method.auto_rule is not None or (cfg.log_estimates and src is not None and steps is not None
                                                 and steps.shape[0] >= 2):
-                # Sources as per-step deltas at the target's learning rate, comparable with the target's steps.
+                # Per-step deltas of both sides, both scaled by lr_T / lr_S as in the authors' code
+                # (REFERENCE.md): the factor cancels in beta; the logged estimates carry it.
                 aligned = src / src_steps.unsqueeze(1) * lr_ratio  # (N, M)
-                stats = estimate(steps, aligned, impl=cfg.aggregation_impl)
+                stats = estimate(steps * lr_ratio, aligned, impl=cfg.aggregation_impl)
                 row.update(round_estimates(stats, weights, layout.size, steps.shape[0], cfg.beta))
                 if method.auto_rule is not None:
                     rule = cfg.auto_beta_rule if method.auto_rule == "fedgp" else "fedda"
-                    beta = auto_beta(stats, rule).float()
+                    beta = auto_beta(stats, rule)  # (N,) float64
             # One pass for the layer statistics: FedGP's projections and the logged cosines share it.
             lstats = layer_stats(tgt, src, layout.offsets, impl=cfg.aggregation_impl) \
                 if src is not None and tgt is not None else None
@@ -290,7 +293,8 @@ def run_rounds(exp: Experiment, executor: Executor, progress: Callable[[dict], N
                         "client_states": [dict(st) for st in states]})
     if method.finetune:
         for e, w, loss in executor.finetune(t_idx, flat, cfg.finetune_epochs, lr=cfg.lr_target,
-                                            batch=cfg.batch_target, first_round=total):
+                                            batch=cfg.batch_target, first_round=total,
+                                            fresh_optimizer_each_epoch=cfg.baseline_protocol == "authors"):
             flat = w
             row = {"round": total + e, "phase": "finetune", "train_loss_target": loss}
             row.update(_evaluate_row(exp, flat, total + e, eval_model))

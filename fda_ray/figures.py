@@ -1,115 +1,269 @@
-"""The seed papers' figures from a sweep's results: accuracy against the grid variable per method (004 Figure
-3), and the auto-weighted beta_i per round (004 Figures 5-10). Pure functions of the rows and the summary;
-drawing is fda_ray.plot.
+"""The seed papers' figures from a sweep's results, drawn with matplotlib (Agg: no display needed), each as a
+PNG and a PDF:
+
+  accuracy        final target accuracy against the grid variable, a line per table row, ours beside the
+                  paper's numbers (seed 004, Figure 3)
+  beta_<row>      the auto-weighted beta_i per round, a panel per grid value, a line per source (Figures 5-10)
+  estimates       the estimated target variance sigma and source distance d per round (seed 004's diagnostics)
+  heatmap         a categorical or continuous heat map (the synthetic experiment, Figure 2)
+
+The data shapers (`beta_rows`, `estimate_rows`, `predicted_rules`) are pure functions of the rows; every
+drawing function returns a `Drawn` naming the files and the series it drew (what the tests check).
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
-from fda_ray.plot import Panel, Series, line_chart
-from tuning.grids import Grid
+import matplotlib
 
-AXIS_NAMES = {"noise": "feature noise std", "eta": "label shift eta", "beta": "static beta",
+matplotlib.use("Agg")  # files only: a cluster node has no display
+import matplotlib.pyplot as plt  # noqa: E402
+
+from tuning.grids import Grid  # noqa: E402
+
+FORMATS = ("png", "pdf")
+DPI = 150
+AXIS_NAMES = {"noise": "target feature noise (std σ)", "eta": "label shift η", "beta": "static β",
               "target_labelled": "labelled target samples"}
+VAR_SYMBOLS = {"noise": "σ", "eta": "η", "beta": "β", "target_labelled": "n"}
+# One marker per table row, so lines stay apart in grey print.
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "h")
 
 
-def accuracy_figure(summary: dict[str, Any], grid: Grid, path: str | Path) -> None:
-    """Final target accuracy (mean, std error bars over seeds) against the grid variable, a line per method;
+@dataclass
+class Drawn:
+    """What a drawing function wrote: the files, and per panel the series labels it drew."""
+
+    paths: list[Path] = field(default_factory=list)
+    series: dict[str, list[str]] = field(default_factory=dict)
+
+
+def _save(fig: Any, stem: Path, drawn: Drawn) -> Drawn:
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    for fmt in FORMATS:
+        path = stem.with_suffix(f".{fmt}")
+        tmp = path.with_name(path.stem + ".tmp." + fmt)  # matplotlib picks the format from the suffix
+        fig.savefig(tmp, dpi=DPI, bbox_inches="tight")
+        tmp.replace(path)  # a reader never sees half a file
+        drawn.paths.append(path)
+    plt.close(fig)
+    return drawn
+
+
+def _value_label(variable: str, v: float) -> str:
+    return f"{VAR_SYMBOLS.get(variable, variable)} = {v:g}"
+
+
+def accuracy_figure(summary: dict[str, Any], grid: Grid, row_keys: Sequence[str], values: Sequence[float],
+                    stem: str | Path) -> Drawn:
+    """Final target accuracy (mean, std error bars over seeds) against the grid variable, a line per row;
     beside it the paper's numbers on the same axes where the grid has them."""
     cells = summary["cells"]
-    xlabel = AXIS_NAMES.get(grid.variable, grid.variable)
-    values = list(grid.values)
-    ours = []
-    for m in grid.methods:
-        row = cells.get(m, {})
+    paper_rows = [k for k in row_keys if k in grid.paper]
+    panels = 2 if paper_rows else 1
+    fig, axes = plt.subplots(1, panels, figsize=(5.2 * panels, 4.0), sharey=True, squeeze=False)
+    drawn = Drawn()
+    ax = axes[0, 0]
+    drawn.series["ours"] = []
+    for i, key in enumerate(row_keys):
+        row = cells.get(key, {})
         ys = [row.get(f"{v:g}", {}).get("mean", math.nan) for v in values]
         if all(math.isnan(y) for y in ys):
             continue
-        ours.append(Series(grid.labels.get(m, m), values, ys, [row.get(f"{v:g}", {}).get("std", 0.0) for v in values]))
-    panels = [Panel(f"ours ({summary['profile']} profile)", xlabel, "target test accuracy (%)", ours, xticks=values)]
-    paper = [Series(grid.labels.get(m, m), values, [grid.paper[m].get(v, math.nan) for v in values])
-             for m in grid.methods if m in grid.paper]
-    if paper:
-        panels.append(Panel(f"paper ({grid.paper_ref.split(',')[0]})" if grid.paper_ref else "paper",
-                            xlabel, "target test accuracy (%)", paper, xticks=values))
-    line_chart(panels, path, title=f"Sweep {grid.name}: final target accuracy")
+        err = [row.get(f"{v:g}", {}).get("std", 0.0) for v in values]
+        label = grid.row(key).label
+        # a row keeps its colour and marker in both panels, whichever rows have numbers
+        ax.errorbar(values, ys, yerr=err, marker=MARKERS[i % len(MARKERS)], color=f"C{i % 10}", capsize=3, label=label)
+        drawn.series["ours"].append(label)
+    ax.set_title(f"fda-ray ({summary['profile']} profile)")
+    if paper_rows:
+        axp = axes[0, 1]
+        drawn.series["paper"] = []
+        for i, key in enumerate(row_keys):
+            if key in grid.paper:
+                label = grid.row(key).label
+                axp.plot(values, [grid.paper[key].get(v, math.nan) for v in values], marker=MARKERS[i % len(MARKERS)],
+                         color=f"C{i % 10}", linestyle="--", label=label)
+                drawn.series["paper"].append(label)
+        axp.set_title(grid.paper_ref or "paper", fontsize=10)
+    for a in axes[0]:
+        a.set_xlabel(AXIS_NAMES.get(grid.variable, grid.variable))
+        a.set_xticks(list(values))
+        a.grid(alpha=0.3)
+    axes[0, 0].set_ylabel("target test accuracy (%)")
+    axes[0, -1].legend(loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
+    fig.suptitle(f"Sweep {grid.name}: final target accuracy")
+    return _save(fig, Path(stem), drawn)
 
 
-def beta_rows(rows: list[dict[str, Any]], grid: Grid, method: str, seed: int = 0) -> dict[float, list[tuple[int, list[float]]]]:
-    """grid value -> [(round, beta_i)] of one method and seed, for the rounds that have beta_i."""
+def beta_rows(rows: list[dict[str, Any]], row_key: str, seed: int = 0) -> dict[float, list[tuple[int, list[float]]]]:
+    """grid value -> [(round, beta_i)] of one table row and seed, for the main rounds that have beta_i."""
     out: dict[float, list[tuple[int, list[float]]]] = {}
     for r in rows:
         b = r.get("beta_i")
-        if r.get("method") != method or r.get("seed") != seed or r.get("phase") not in (None, "main") or not b:
+        if r.get("row") != row_key or r.get("seed") != seed or r.get("phase") not in (None, "main") or not b:
             continue
         out.setdefault(r["grid_value"], []).append((int(r["round"]), [float(x) for x in b]))
     return {v: sorted(pts) for v, pts in out.items()}
 
 
-def beta_figure(rows: list[dict[str, Any]], grid: Grid, method: str, path: str | Path, seed: int = 0) -> bool:
-    """beta_i per round, a panel per grid value and a line per source client (seed `seed`); False (nothing
-    written) for a method that does not weight automatically or reported no beta_i."""
+def beta_figure(rows: list[dict[str, Any]], grid: Grid, row_key: str, values: Sequence[float], stem: str | Path,
+                seed: int = 0) -> Drawn | None:
+    """beta_i per round, a panel per grid value and a line per source (seed `seed`); None (nothing written)
+    for a row that does not weight automatically or reported no beta_i."""
     from fda_ray.methods import METHODS
 
+    method = grid.row(row_key).method
     if method not in METHODS or METHODS.get(method).auto_rule is None:
-        return False
-    by_value = beta_rows(rows, grid, method, seed)
-    if not by_value:
-        return False
-    panels = []
-    for v in grid.values:
-        pts = by_value.get(v)
-        if not pts:
-            continue
-        n = len(pts[0][1])
-        series = [Series(f"source {i + 1}", [r for r, _ in pts], [b[i] for _, b in pts]) for i in range(n)]
-        panels.append(Panel(f"{grid.variable} = {v:g}", "round", "beta_i", series))
-    line_chart(panels, path, title=f"{grid.labels.get(method, method)}: auto-weighted beta_i per round (seed {seed})",
-               panel_size=(400, 300))
-    return True
+        return None
+    by_value = beta_rows(rows, row_key, seed)
+    shown = [v for v in values if by_value.get(v)]
+    if not shown:
+        return None
+    cols = min(3, len(shown))
+    nrows = math.ceil(len(shown) / cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(3.6 * cols, 2.9 * nrows), sharey=True, squeeze=False)
+    drawn = Drawn()
+    for ax, v in zip(axes.flat, shown):
+        pts = by_value[v]
+        title = _value_label(grid.variable, v)
+        drawn.series[title] = []
+        for i in range(len(pts[0][1])):
+            label = f"source {i + 1}"
+            ax.plot([r for r, _ in pts], [b[i] for _, b in pts], linewidth=1.2, label=label)
+            drawn.series[title].append(label)
+        ax.set_title(title)
+        ax.set_xlabel("round")
+        ax.grid(alpha=0.3)
+    for ax in axes[:, 0]:
+        ax.set_ylabel(r"$\beta_i$")
+    for ax in list(axes.flat)[len(shown):]:
+        ax.axis("off")
+    axes.flat[len(shown) - 1].legend(loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False, fontsize=8)
+    fig.suptitle(rf"{grid.row(row_key).label}: auto-weighted $\beta_i$ per round (seed {seed})")
+    fig.tight_layout()
+    return _save(fig, Path(stem), drawn)
 
 
-def estimate_rows(rows: list[dict[str, Any]], grid: Grid, seed: int = 0) -> dict[float, dict[str, list[tuple[int, float, float]]]]:
-    """grid value -> method -> [(round, sigma, d)] of the rounds that logged the estimators (seed `seed`);
-    d is the alpha-free root mean of d_i^2 over the sources. Values are per parameter (fda_ray.estimators)."""
+def estimate_rows(rows: list[dict[str, Any]], seed: int = 0) -> dict[float, dict[str, list[tuple[int, float, float]]]]:
+    """grid value -> row key -> [(round, sigma, d)] of the main rounds that logged the estimators; d is the
+    alpha-free root mean of d_i^2 over the sources. Values are per parameter (fda_ray.estimators)."""
     out: dict[float, dict[str, list[tuple[int, float, float]]]] = {}
     for r in rows:
         d2 = r.get("d2_i")
         if r.get("seed") != seed or r.get("phase") not in (None, "main") or not d2 or r.get("sigma2") is None:
             continue
         d = math.sqrt(sum(float(x) for x in d2) / len(d2))
-        out.setdefault(r["grid_value"], {}).setdefault(r["method"], []).append(
+        out.setdefault(r["grid_value"], {}).setdefault(r["row"], []).append(
             (int(r["round"]), math.sqrt(float(r["sigma2"])), d))
-    return {v: {m: sorted(pts) for m, pts in by.items()} for v, by in out.items()}
+    return {v: {k: sorted(pts) for k, pts in by.items()} for v, by in out.items()}
 
 
-def estimates_figure(rows: list[dict[str, Any]], grid: Grid, path: str | Path, seed: int = 0) -> bool:
-    """The estimated target variance sigma and source distance d per round (the diagnostics of seed 004 that
-    decide which rule should win): top row sigma, bottom row d, a panel per grid value, a line per method.
-    False (nothing written) when no trial logged them."""
-    by_value = estimate_rows(rows, grid, seed)
-    values = [v for v in grid.values if v in by_value]
-    if not values:
-        return False
-    panels = []
-    for k, name in ((1, "sigma (target variance)"), (2, "d (source distance, rms over sources)")):
-        for v in values:
-            series = [Series(grid.labels.get(m, m), [p[0] for p in pts], [p[k] for p in pts])
-                      for m, pts in by_value[v].items()]
-            panels.append(Panel(f"{grid.variable} = {v:g}", "round", name, series))
-    line_chart(panels, path, title=f"Estimated sigma and d per round, per parameter (seed {seed})",
-               panel_size=(330, 260), columns=len(values))
-    return True
+def estimates_figure(rows: list[dict[str, Any]], grid: Grid, values: Sequence[float], stem: str | Path,
+                     seed: int = 0) -> Drawn | None:
+    """Top row sigma, bottom row d, per round: a panel per grid value, a line per table row. None when no
+    trial logged the estimators."""
+    by_value = estimate_rows(rows, seed)
+    shown = [v for v in values if v in by_value]
+    if not shown:
+        return None
+    fig, axes = plt.subplots(2, len(shown), figsize=(3.4 * len(shown), 5.6), sharex=True, squeeze=False)
+    drawn = Drawn()
+    keys = [r.key for r in grid.rows]
+    for j, v in enumerate(shown):
+        for k, (name, symbol) in enumerate(((1, r"$\hat\sigma$"), (2, r"$\hat d$"))):
+            ax = axes[k, j]
+            title = f"{_value_label(grid.variable, v)}: {symbol}"
+            drawn.series[title] = []
+            for key, pts in sorted(by_value[v].items(), key=lambda kv: keys.index(kv[0]) if kv[0] in keys else 99):
+                label = grid.row(key).label if key in keys else key
+                ax.plot([p[0] for p in pts], [p[name] for p in pts], linewidth=1.2, label=label)
+                drawn.series[title].append(label)
+            ax.set_title(title, fontsize=10)
+            ax.grid(alpha=0.3)
+            if k == 1:
+                ax.set_xlabel("round")
+        axes[0, j].set_yscale("log")
+        axes[1, j].set_yscale("log")
+    axes[0, 0].set_ylabel(r"target variance $\hat\sigma$")
+    axes[1, 0].set_ylabel(r"source distance $\hat d$ (rms)")
+    axes[0, -1].legend(loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False, fontsize=8)
+    fig.suptitle(f"Estimated σ and d per round, per parameter (seed {seed})")
+    fig.tight_layout()
+    return _save(fig, Path(stem), drawn)
 
 
-def predicted_rules(rows: list[dict[str, Any]], grid: Grid) -> dict[str, dict[float, dict[str, int]]]:
-    """method -> grid value -> {rule the theory predicted: number of main rounds} over all seeds."""
+def predicted_rules(rows: list[dict[str, Any]]) -> dict[str, dict[float, dict[str, int]]]:
+    """row key -> grid value -> {rule the theory predicted: number of main rounds} over all seeds."""
     out: dict[str, dict[float, dict[str, int]]] = {}
     for r in rows:
         rule = r.get("predicted_rule")
         if rule and r.get("phase") in (None, "main"):
-            cell = out.setdefault(r["method"], {}).setdefault(r["grid_value"], {})
+            cell = out.setdefault(r["row"], {}).setdefault(r["grid_value"], {})
             cell[rule] = cell.get(rule, 0) + 1
     return out
+
+
+def heatmap(values: Any, row_labels: Sequence[str], col_labels: Sequence[str], stem: str | Path, *, title: str,
+            xlabel: str = "", ylabel: str = "", categories: Sequence[str] | None = None,
+            colorbar_label: str = "") -> Drawn:
+    """values (R, C): numbers (a colour bar) or, with `categories`, integer codes into it (one colour per
+    category, a legend; a negative code is an empty cell)."""
+    import numpy as np
+    from matplotlib.colors import BoundaryNorm, ListedColormap
+    from matplotlib.patches import Patch
+
+    v = np.asarray(values, dtype=float)
+    r, c = v.shape
+    if (len(row_labels), len(col_labels)) != (r, c):
+        raise ValueError(f"labels must match values of shape {(r, c)}, got {len(row_labels)} rows, {len(col_labels)} columns")
+    fig, ax = plt.subplots(figsize=(1.0 + 0.75 * c, 1.0 + 0.55 * r))
+    drawn = Drawn()
+    if categories is not None:
+        colours = plt.get_cmap("tab10").colors[: len(categories)]
+        masked = np.ma.masked_less(v, 0)
+        ax.imshow(masked, cmap=ListedColormap(colours), norm=BoundaryNorm(np.arange(len(categories) + 1) - 0.5, len(colours)),
+                  aspect="auto")
+        present = sorted({int(x) for x in v.flat if x >= 0})
+        ax.legend(handles=[Patch(color=colours[i], label=categories[i]) for i in present],
+                  loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
+        drawn.series["categories"] = [categories[i] for i in present]
+    else:
+        im = ax.imshow(v, cmap="viridis", aspect="auto")
+        fig.colorbar(im, ax=ax, label=colorbar_label)
+        drawn.series["values"] = [colorbar_label or "value"]
+    ax.set_xticks(range(c), col_labels, rotation=45, ha="right", fontsize=8)
+    ax.set_yticks(range(r), row_labels, fontsize=8)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    return _save(fig, Path(stem), drawn)
+
+
+def sweep_figures(rows: list[dict], summary: dict, grid: Grid, row_keys: Sequence[str], values: Sequence[float],
+                  out: Path) -> str:
+    """Writes a sweep's figures into `out`; returns the summary.md lines that show them."""
+    lines = ["", "![final target accuracy](accuracy.png) ([PDF](accuracy.pdf))"]
+    accuracy_figure(summary, grid, row_keys, values, out / "accuracy")
+    for key in row_keys:
+        if beta_figure(rows, grid, key, values, out / f"beta_{key}"):
+            lines.append(f"![{grid.row(key).label}: beta_i per round](beta_{key}.png)")
+    if estimates_figure(rows, grid, values, out / "estimates"):
+        lines.append("![estimated sigma and d per round](estimates.png)")
+    predicted = predicted_rules(rows)
+    if predicted:
+        # The static rule with the smallest estimated Delta error (fda_ray.diagnostics), counted over rounds.
+        lines += ["", "## The rule the theory predicts, from each run's own estimates", "",
+                  "Main rounds in which each static rule had the smallest estimated Delta error "
+                  "(seed 004 eqs (7), (9), (11); beta as configured).", "",
+                  "| method | " + " | ".join(f"{grid.variable} {v:g}" for v in values) + " |",
+                  "|---|" + "---|" * len(values)]
+        for key in row_keys:
+            if key in predicted:
+                lines.append(f"| {grid.row(key).label} | " + " | ".join(
+                    ", ".join(f"{rule} {k}" for rule, k in sorted(predicted[key].get(v, {}).items(), key=lambda x: -x[1]))
+                    or "-" for v in values) + " |")
+    return "\n".join(lines) + "\n"

@@ -56,7 +56,7 @@ def combine(method: Method, target: torch.Tensor | None, sources: torch.Tensor |
     stats: their layer_stats, if already computed (FedGP uses them)."""
     if method.rule == "fedavg":
         assert sources is not None
-        return fedavg(sources, weights=weights)
+        return fedavg(sources, weights=weights, impl=impl)
     if method.rule == "target":
         assert target is not None
         return target.clone()

@@ -66,8 +66,9 @@ class ClientActor:
                                           record_steps=request.record_steps)
 
     def finetune(self, client: int, start_flat: torch.Tensor, epochs: int, lr: float, batch: int,
-                 first_round: int) -> list[tuple[int, torch.Tensor, float]]:
-        return list(self.clients[client].finetune(start_flat, epochs, lr=lr, batch=batch, first_round=first_round))
+                 first_round: int, fresh_optimizer_each_epoch: bool) -> list[tuple[int, torch.Tensor, float]]:
+        return list(self.clients[client].finetune(start_flat, epochs, lr=lr, batch=batch, first_round=first_round,
+                                                  fresh_optimizer_each_epoch=fresh_optimizer_each_epoch))
 
     def restore(self, client: int, state: dict) -> None:
         self.clients[client].restore(state)
@@ -133,7 +134,8 @@ class RayExecutor:
         k = clients_per_actor
         self.cpus = (cpus_per_client * k if cpus_per_client is not None else auto_cpus_per_client(self.num_actors))
         self.gpus = float(min(1.0, gpus_per_client * k) if gpus_per_client <= 1 else gpus_per_client)
-        self.threads = threads or max(1, int(self.cpus))
+        # The run's thread count (RunConfig.threads), whatever the CPU share: it is part of the numbers.
+        self.threads = threads or 1
         self.retries = retries
         self.faults = {key: list(v) for key, v in (faults or {}).items()}
         for (client, _), kinds in self.faults.items():
@@ -230,9 +232,10 @@ class RayExecutor:
         return [results[r.client] for r in pending.requests]
 
     def finetune(self, client: int, start_flat: torch.Tensor, epochs: int, *, lr: float, batch: int,
-                 first_round: int) -> Iterator[tuple[int, torch.Tensor, float]]:
+                 first_round: int, fresh_optimizer_each_epoch: bool) -> Iterator[tuple[int, torch.Tensor, float]]:
         actor = self.actors[self.slot_of[client]]
-        return iter(ray.get(actor.finetune.remote(client, start_flat, epochs, lr, batch, first_round)))
+        return iter(ray.get(actor.finetune.remote(client, start_flat, epochs, lr, batch, first_round,
+                                                  fresh_optimizer_each_epoch)))
 
     def client_states(self) -> list[dict]:
         merged: dict[int, dict] = {}

@@ -11,6 +11,8 @@ and a purpose, so a setting is the same in every process and executor.
                holders; 10 % of the target's part is labelled (config default), the rest is its test set (CIFAR-10).
   domains      each source is one extra domain of the dataset (synthetic D_2..D_9); the target subsamples D_1.
 Noise: x + N(0, std^2), no clipping, drawn afresh every time an image is read, on target train and test only.
+The oracle under the authors' protocol (cfg.baseline_protocol = "authors", REFERENCE.md) takes the target's whole
+part instead: a seeded permutation, its first 10 % the oracle's test set, the other 90 % its training set.
 """
 from __future__ import annotations
 
@@ -19,8 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fda_ray.config import RunConfig
+from fda_ray.config import ORACLE_TEST_SHARE, RunConfig
 from fda_ray.data import Split
+from fda_ray.methods import METHODS
 from fda_ray.seeding import np_rng
 
 LABEL_SHIFT_SOURCE_CLASSES = (8, 6, 9)  # D1: mostly target when eta is small
@@ -114,6 +117,19 @@ def classes4_split(labels: np.ndarray, clients: int, rng: np.random.Generator, n
     return [rng.permutation(np.concatenate(p)) if p else np.zeros(0, dtype=np.int64) for p in parts]
 
 
+def oracle_split(whole: Pair, seed: int, test_share: float = ORACLE_TEST_SHARE) -> tuple[Pair, Pair]:
+    """(train, test) of the authors' oracle: a permutation of the target's whole part, the first
+    int(test_share * n) samples its test set and the rest its training set (oracle_noniid.py)."""
+    x, y = whole
+    n = int(x.shape[0])
+    k = int(test_share * n)
+    if k < 1 or k >= n:
+        raise ValueError(f"samples_per_client={n} is invalid for the oracle: its test share {test_share:g} of the "
+                         f"target's {n} samples must hold at least one sample and leave one to train on")
+    perm = np_rng(seed, purpose="oracle-split").permutation(n)
+    return _take(x, y, perm[k:]), _take(x, y, perm[:k])
+
+
 def build_setting(split: Split, cfg: RunConfig) -> Setting:
     """The FDA setting of a resolved config on a loaded dataset."""
     cfg = cfg.resolved()
@@ -127,6 +143,7 @@ def build_setting(split: Split, cfg: RunConfig) -> Setting:
         k = _labelled_count(cfg, pool.size)
         target_train = _take(split.x_train, split.y_train, pool[:k])
         target_pool = _take(split.x_train, split.y_train, pool)
+        whole = target_pool
         test_idx = _cap(np_rng(cfg.seed, purpose="test").permutation(len(split.y_test)), cfg.test_samples)
         target_test = _take(split.x_test, split.y_test, np.sort(test_idx))
         sources = tuple(_take(split.x_train, split.y_train, s) for s in src_idx)
@@ -146,6 +163,7 @@ def build_setting(split: Split, cfg: RunConfig) -> Setting:
         target_train = _take(split.x_train, split.y_train, labelled)
         target_pool = target_train  # the rest of the target's part is its test set
         target_test = _take(split.x_train, split.y_train, test)
+        whole = _take(split.x_train, split.y_train, tgt)
     elif cfg.partition == "domains":
         if len(split.domains) < n_src:
             raise ValueError(f"num_sources={n_src} is invalid: dataset {cfg.dataset!r} has {len(split.domains)} source domains")
@@ -155,8 +173,12 @@ def build_setting(split: Split, cfg: RunConfig) -> Setting:
         target_train = _take(split.x_train, split.y_train, perm[:k])
         target_pool = (split.x_train, split.y_train)
         target_test = (split.x_test[: cfg.test_samples], split.y_test[: cfg.test_samples])
+        whole = target_pool
     else:  # unreachable: RunConfig validates the partition
         raise ValueError(f"partition={cfg.partition!r} is invalid")
+    if METHODS.get(cfg.method).oracle and cfg.baseline_protocol == "authors":
+        target_train, target_test = oracle_split(whole, cfg.seed)
+        target_pool = target_train
     for i, (x, _) in enumerate(sources):
         if len(x) < cfg.batch_source:
             raise ValueError(f"batch_source={cfg.batch_source} is invalid: source {i} holds only {len(x)} samples")

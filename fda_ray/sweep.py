@@ -1,65 +1,53 @@
-"""Sweeps of a named grid through Ray Tune, on a laptop or a cluster, with results people can read.
+"""Sweeps of a named grid (tuning.grids), on a laptop or a cluster, with results people can read.
 
-    python -m fda_ray.sweep --grid noise                      # quick profile, local Ray
-    python -m fda_ray.sweep --grid noise --profile paper --address auto --gpus-per-client 0.1
-    python -m fda_ray.sweep --grid noise --resume             # go on after an interruption
+    python -m fda_ray.sweep --grid noise                                   quick profile, Ray Tune, local Ray
+    python -m fda_ray.sweep --grid label-shift --methods fedgp,fedda --values 0.1 --rounds 2   try it small
+    python -m fda_ray.sweep --grid noise --profile paper --backend local --workers 2      no Ray: a process pool
+    python -m fda_ray.sweep --grid noise --profile paper --address auto --gpus-per-client 0.1     a cluster
+    python -m fda_ray.sweep --grid noise --resume                          go on after an interruption
+    python -m fda_ray.sweep --grid noise --dry-run                         print the trials, run nothing
 
-Each trial is one run (fda_ray.tune.trainable), one result per round. Output in --out (default
+Every RunConfig field is also a flag (`--rounds 5`, `--lr-target 0.001`, ...): it overrides that field in
+every trial. Each trial is one run with its own record (fda_ray.trials). Output in --out (default
 sweeps/<grid>-<profile>):
-- trials/<method>-<variable><value>-seed<k>-<hash>/: the trial's own record, state.pt after every round
-  (written atomically) and rows.pt once it is done. This, not Tune's experiment state, is what --resume
-  reads: finished trials are kept as they are, a trial cut off mid-run goes on from its last round, so a
-  sweep killed at any moment (Ctrl-C, OOM, a lost node, a power cut) loses at most one round per trial;
-- tune/launch-<n>/: Tune's logs of each launch;
-- results.parquet: a row per trial and round, the hyper-parameters as columns;
-- summary.md: final target accuracy per method and grid value, mean +- std over seeds, the paper's number
-  beside it, failed trials listed (a failing trial is retried --max-failures times, then reported while
-  the others finish);
-- accuracy.png (accuracy against the grid variable per method, the paper's beside it) and
-  beta_<method>.png for auto-weighted methods (beta_i per round, a panel per grid value).
+- trials/<key>/: each trial's record: state.pt after every round, rows.json once it is done. This, not
+  Tune's experiment state, is what --resume reads: finished trials are kept, a trial cut off mid-run goes on
+  from its last round, so a sweep killed at any moment loses at most one round per running trial. (Ray 2.60
+  writes Tune's experiment state with a plain open("w"); after a SIGKILL it can be empty, half-written or
+  trials behind, and Tuner.restore then starts a new experiment.)
+- tune/launch-<n>/ (backend tune): Tune's own logs of each launch (TensorBoard events, progress.csv and
+  result.json per trial): `tensorboard --logdir <out>/tune`;
+- results.parquet: a row per trial and round, the trial's fields as columns;
+- summary.md: final target accuracy per table row and grid value, mean ± std over seeds, the paper's number
+  beside it and every gap over 3 points marked; failed trials and an interruption are stated;
+- accuracy.{png,pdf} (004 Figure 3 style), beta_<row>.{png,pdf} for auto-weighted rows (Figures 5-10),
+  estimates.{png,pdf} (the estimated sigma and d per round).
+Exit code: 0 when every trial finished; 1 when a trial failed for good; 130 when interrupted; 2 bad input.
 """
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import os
+import shlex
 import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
-from fda_ray.tune import RECORD_KEY, ROWS_FILE
+from fda_ray.cli import OneLineParser, add_config_arguments, config_fields
+from fda_ray.trials import Trial, is_done, plan, result_rows, run_trial
 from tuning.grids import GRIDS, Grid
 
 PROFILES = ("quick", "paper")
+BACKENDS = ("tune", "local")
+GAP = 3.0  # points: a gap to the paper above this is marked and must be explained (docs/results)
 
 
 class SweepError(ValueError):
     """Bad sweep arguments: the message is the one line the CLI prints."""
-
-
-def trials(grid: Grid, profile: str, seeds: int | None, extra: dict[str, Any]) -> list[dict[str, Any]]:
-    """One RunConfig dict per trial: every method x grid value x seed (quick: 1 seed unless --seeds)."""
-    from fda_ray.config import RunConfig
-
-    if profile not in grid.profiles:
-        raise SweepError(f"profile={profile!r} is invalid: grid {grid.name!r} has {', '.join(grid.profiles)}")
-    out = []
-    for value in grid.values:
-        n_seeds = seeds if seeds is not None else (1 if profile == "quick" else grid.seeds_for(value))
-        for method in grid.methods:
-            for seed in range(n_seeds):
-                params = {"dataset": grid.dataset, "method": method, grid.variable: value, "seed": seed,
-                          **grid.fixed, **grid.profiles[profile], **extra}
-                try:
-                    RunConfig(**params).resolved()
-                except ValueError as e:
-                    raise SweepError(str(e).splitlines()[0]) from e
-                out.append(params)
-    return out
 
 
 def _fmt_s(s: float) -> str:
@@ -67,82 +55,156 @@ def _fmt_s(s: float) -> str:
     return f"{s // 3600}h{s // 60 % 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
-def progress_callback(total: int, variable: str):
+def _name(t: Trial, variable: str) -> str:
+    at = "all" if t.value is None else f"{t.value:g}"
+    return f"{t.row} {variable}={at} seed {t.seed}"
+
+
+class Progress:
+    """Prints done/total, elapsed and an estimate of the time left each time a trial ends."""
+
+    def __init__(self, total: int, variable: str) -> None:
+        self.t0, self.total, self.variable, self.done = time.time(), total, variable, 0
+
+    def line(self, t: Trial, what: str) -> None:
+        self.done += 1
+        elapsed = time.time() - self.t0
+        left = elapsed / self.done * (self.total - self.done)
+        print(f"[{self.done}/{self.total}] {what}: {_name(t, self.variable)}; elapsed {_fmt_s(elapsed)}, "
+              f"left ~{_fmt_s(left)}", flush=True)
+
+
+# ---------------------------------------------------------------- backends
+
+def _phases(pending: list[Trial]) -> list[list[Trial]]:
+    """Trials that start from another trial's weights run after it: a second phase."""
+    first = [t for t in pending if t.weights_from is None]
+    second = [t for t in pending if t.weights_from is not None]
+    return [p for p in (first, second) if p]
+
+
+def _ignore_sigint() -> None:
+    """Pool workers leave Ctrl-C to the sweep, which stops them (a worker dying mid-job would look like a
+    failed trial)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _local_job(trial: dict[str, Any], records: str) -> None:
+    run_trial(Trial.from_dict(trial), Path(records))
+
+
+def run_local(pending: list[Trial], records: Path, workers: int, max_failures: int, progress: Progress
+              ) -> list[dict]:
+    """A process pool of serial runs (no Ray): each trial in a fresh process, `workers` at once. Returns the
+    failures (a trial is retried max_failures times). KeyboardInterrupt propagates after the pool stops."""
+    import multiprocessing as mp
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    failures: list[dict] = []
+    attempts: dict[str, int] = {}
+    todo = list(pending)
+    failed: set[str] = set()
+    pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_ignore_sigint)
+    try:
+        running: dict = {}
+        while todo or running:
+            # a trial starts once the trial it starts from is done (or never, if that one failed)
+            for t in [t for t in todo if t.weights_from in failed]:
+                todo.remove(t)
+                failures.append({"trial": t.key, "row": t.row, "value": t.value, "seed": t.seed, "attempts": 0,
+                                 "error": f"not run: trial {t.weights_from} it starts from failed"})
+                progress.line(t, "FAILED")
+            ready = [t for t in todo if t.weights_from is None or is_done(records / t.weights_from)]
+            while ready and len(running) < workers:
+                t = ready.pop(0)
+                todo.remove(t)
+                running[pool.submit(_local_job, t.to_dict(), str(records))] = t
+            if not running:
+                break
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for f in finished:
+                t = running.pop(f)
+                try:
+                    f.result()
+                    progress.line(t, "done")
+                except Exception as e:  # a failing trial: retried, then reported while the others go on
+                    attempts[t.key] = attempts.get(t.key, 0) + 1
+                    if attempts[t.key] <= max_failures:
+                        todo.insert(0, t)
+                        continue
+                    failed.add(t.key)
+                    failures.append({"trial": t.key, "row": t.row, "value": t.value, "seed": t.seed,
+                                     "attempts": attempts[t.key],
+                                     "error": f"{type(e).__name__}: {e}".strip().splitlines()[0][:300]})
+                    progress.line(t, "FAILED")
+    except KeyboardInterrupt:
+        for p in list(getattr(pool, "_processes", {}).values()):
+            p.terminate()  # the trials' records keep their last finished round
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+    return failures
+
+
+def run_tune(pending: list[Trial], records: Path, out: Path, address: str | None, max_concurrent: int | None,
+             max_failures: int, progress: Progress) -> tuple[list[dict], bool]:
+    """Ray Tune, one launch per phase. Returns (failures, interrupted)."""
     from ray import tune
 
-    class Progress(tune.Callback):
-        """Prints done/total, elapsed and an estimate of the time left each time a trial ends."""
+    import fda_ray.tune as ft
+    from fda_ray.driver import ensure_ray
 
-        def __init__(self) -> None:
-            self.t0 = time.time()
-            self.done = 0
-            self.failed = 0
+    ensure_ray(address, num_cpus=None)
+    by_key = {t.key: t for t in pending}
 
-        def _line(self, trial: Any, what: str) -> None:
-            self.done += 1
-            elapsed = time.time() - self.t0
-            left = elapsed / self.done * (total - self.done)
-            run = trial.config.get("run", {})
-            name = (f"{run.get('method')} {variable}={run.get(variable)} seed {run.get('seed')}" if run
-                    else trial.trial_id)
-            print(f"[{self.done}/{total}] {what}: {name}; elapsed {_fmt_s(elapsed)}, left ~{_fmt_s(left)}", flush=True)
-
+    class Callback(tune.Callback):
         def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-            self._line(trial, "done")
+            progress.line(by_key[trial.config["trial"]["key"]], "done")
 
         def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-            self.failed += 1
-            self._line(trial, "FAILED")
+            progress.line(by_key[trial.config["trial"]["key"]], "FAILED")
 
-    return Progress()
-
-
-def trial_key(params: dict[str, Any], variable: str) -> str:
-    """A trial's directory name under trials/: readable, and unique per config (a hash of every field)."""
-    digest = hashlib.sha1(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()[:8]
-    return f"{params['method']}-{variable}{params[variable]}-seed{params['seed']}-{digest}"
-
-
-def trial_dirname(trial: Any) -> str:
-    """Tune's trial directories named like the trial records (Tune's default spells out the whole config)."""
-    record = trial.config.get("run", {}).get(RECORD_KEY)
-    return f"{Path(record).name}-{trial.trial_id}" if record else trial.trial_id
-
-
-def attempts(trial_path: str | None) -> int:
-    """How often a failed trial ran: Tune appends a "Failure # k" entry to error.txt per failure."""
-    err = Path(trial_path or "") / "error.txt"
-    return err.read_text(errors="replace").count("Failure # ") if err.is_file() else 1
-
-
-def is_done(params: dict[str, Any]) -> bool:
-    return (Path(params[RECORD_KEY]) / ROWS_FILE).is_file()
-
-
-def failures_of(result_grid: Any) -> list[dict]:
-    """The trials of a Tune run that failed for good: their config, last error line and attempts."""
-    out = []
-    for result in result_grid:
-        if result.error is not None:
-            run = {k: v for k, v in result.config.get("run", {}).items() if k != RECORD_KEY}
-            out.append({**run, "trial": Path(result.path).name if result.path else "",
-                        "error": str(result.error).strip().splitlines()[-1][:300], "attempts": attempts(result.path)})
-    return out
-
-
-def collect(todo: list[dict[str, Any]], grid: Grid) -> list[dict]:
-    """A row per (finished trial, round) from the trials' own records, the trial's config as columns."""
-    import torch
-
-    rows: list[dict] = []
-    for params in todo:
-        if not is_done(params):
+    failures: list[dict] = []
+    for phase in _phases(pending):
+        phase = [t for t in phase if t.weights_from is None or is_done(records / t.weights_from)]
+        if not phase:
             continue
-        record = torch.load(Path(params[RECORD_KEY]) / ROWS_FILE, weights_only=False)
-        run = {k: v for k, v in params.items() if k != RECORD_KEY}
-        for row in record["rows"]:
-            rows.append({**run, "grid": grid.name, "grid_variable": grid.variable, "grid_value": run[grid.variable],
-                         "trial": Path(params[RECORD_KEY]).name, **row})
+        launch = f"launch-{sum(1 for _ in (out / 'tune').glob('launch-*')) + 1}" if (out / "tune").exists() else "launch-1"
+        space = [{"trial": t.to_dict(), ft.RECORD_KEY: str(records)} for t in phase]
+        tuner = tune.Tuner(
+            ft.with_resources(phase[0].config()),  # every trial of a sweep asks the same resources
+            param_space={"run": tune.grid_search(space)},
+            # reuse_actors: a trial's process (torch imported, kernels loaded) runs the next trial too.
+            tune_config=tune.TuneConfig(max_concurrent_trials=max_concurrent, reuse_actors=True,
+                                        trial_dirname_creator=lambda tr: f"{tr.config['run']['trial']['key']}-{tr.trial_id}"),
+            run_config=tune.RunConfig(name=launch, storage_path=str(out / "tune"), verbose=0,
+                                      failure_config=tune.FailureConfig(max_failures=max_failures),
+                                      callbacks=[Callback()]))
+        grid = tuner.fit()
+        for result in grid:
+            if result.error is not None:
+                t = by_key[result.config["run"]["trial"]["key"]]
+                err = Path(result.path or "") / "error.txt"
+                failures.append({"trial": t.key, "row": t.row, "value": t.value, "seed": t.seed,
+                                 "attempts": err.read_text(errors="replace").count("Failure # ") if err.is_file() else 1,
+                                 "error": str(result.error).strip().splitlines()[-1][:300]})
+        # Tune stops on SIGINT and returns: trials neither done nor failed mean the sweep was interrupted
+        failed = {f["trial"] for f in failures}
+        if any(not is_done(records / t.key) and t.key not in failed for t in phase):
+            return failures, True
+    return failures, False
+
+
+# ---------------------------------------------------------------- results
+
+def collect(trials: Sequence[Trial], grid: Grid, records: Path) -> list[dict]:
+    """A row per (finished trial, grid value, round), the trial's fields as columns."""
+    rows: list[dict] = []
+    for t in trials:
+        if is_done(records / t.key):
+            rows += result_rows(t, grid, records)
     return rows
 
 
@@ -153,9 +215,9 @@ def write_parquet(rows: list[dict], path: Path) -> None:
     keys = list(dict.fromkeys(k for r in rows for k in r))
     cols = {}
     for k in keys:
-        # Missing values arrive as NaN from Tune's dataframe (also in list columns such as beta_i): None.
-        vals = [None if isinstance(v, float) and math.isnan(v) else v for v in (r.get(k) for r in rows)]
-        if any(isinstance(v, (dict, tuple)) for v in vals):
+        vals = [r.get(k) for r in rows]
+        if any(isinstance(v, (dict, tuple)) for v in vals) or (
+                any(isinstance(v, list) for v in vals) and any(isinstance(v, str) for v in vals)):
             vals = [json.dumps(v) if v is not None else None for v in vals]
         cols[k] = vals
     tmp = path.with_name(path.name + ".tmp")
@@ -163,163 +225,202 @@ def write_parquet(rows: list[dict], path: Path) -> None:
     os.replace(tmp, path)
 
 
-def summarize(rows: list[dict], failures: list[dict], grid: Grid, profile: str) -> tuple[str, dict]:
-    """summary.md text and the same numbers as a dict: final accuracy (%) per method x value."""
-    final: dict[tuple[str, Any], dict[int, float]] = {}
-    for r in rows:  # rows are sorted by round within a trial: the last one is the final round
-        if r.get("accuracy") is not None:
-            final.setdefault((r["method"], r["grid_value"]), {})[r["seed"]] = 100 * float(r["accuracy"])
+def final_accuracies(rows: list[dict]) -> dict[tuple[str, float], dict[int, float]]:
+    """(row key, grid value) -> {seed: final accuracy (%)}: each trial's last round at each value."""
+    last: dict[tuple[str, float, str], dict] = {}
+    for r in rows:
+        k = (r["row"], r["grid_value"], r["trial"])
+        if r.get("accuracy") is not None and (k not in last or r["round"] >= last[k]["round"]):
+            last[k] = r
+    out: dict[tuple[str, float], dict[int, float]] = {}
+    for (row, value, _), r in last.items():
+        out.setdefault((row, value), {})[int(r["seed"])] = 100 * float(r["accuracy"])
+    return out
+
+
+def summarize(rows: list[dict], failures: list[dict], grid: Grid, profile: str, row_keys: Sequence[str],
+              values: Sequence[float], command: str) -> tuple[str, dict]:
+    """summary.md text and the same numbers as a dict: final accuracy (%) per row x value."""
+    final = final_accuracies(rows)
     cells: dict[str, dict[str, Any]] = {}
-    head = "| method | " + " | ".join(f"{grid.variable} {v:g}" for v in grid.values) + " |"
     lines = [f"# Sweep `{grid.name}` ({profile} profile)", "",
-             f"Final target test accuracy (%), mean ± std over seeds (n), paper: {grid.paper_ref or '-'}.", "",
-             head, "|" + "---|" * (len(grid.values) + 1)]
-    for m in grid.methods:
+             f"Final target test accuracy (%), ours / paper ({grid.paper_ref or 'no published numbers'}); "
+             f"mean ± std over seeds where n > 1; **!** marks a gap of more than {GAP:g} points.", "",
+             f"Command: `{command}`", "",
+             "| method | " + " | ".join(f"{grid.variable} {v:g}" for v in values) + " |",
+             "|" + "---|" * (len(values) + 1)]
+    for key in row_keys:
         out = []
-        for v in grid.values:
-            accs = list(final.get((m, v), {}).values())
-            paper = grid.paper.get(m, {}).get(v)
+        for v in values:
+            accs = list(final.get((key, v), {}).values())
+            paper = grid.paper.get(key, {}).get(v)
             cell = "-"
             if accs:
                 mean = statistics.fmean(accs)
                 sd = statistics.stdev(accs) if len(accs) > 1 else 0.0
                 cell = f"{mean:.2f} ± {sd:.2f} (n={len(accs)})" if len(accs) > 1 else f"{mean:.2f}"
-                cells.setdefault(m, {})[f"{v:g}"] = {"mean": mean, "std": sd, "n": len(accs), "paper": paper}
+                cells.setdefault(key, {})[f"{v:g}"] = {"mean": mean, "std": sd, "n": len(accs), "paper": paper}
             if paper is not None:
-                cell += f" / {paper:.2f}"
+                cell += f" / {paper:.2f}" + (" **!**" if accs and abs(statistics.fmean(accs) - paper) > GAP else "")
             out.append(cell)
-        lines.append(f"| {grid.labels.get(m, m)} | " + " | ".join(out) + " |")
-    lines += ["", "Cells: ours / paper where the paper gives a number."]
+        lines.append(f"| {grid.row(key).label} | " + " | ".join(out) + " |")
     if failures:
         lines += ["", f"## Failed trials ({len(failures)})", ""]
-        lines += [f"- {f.get('method')} {grid.variable}={f.get(grid.variable)} seed={f.get('seed')} "
-                  f"({f.get('attempts', 1)} attempts): {f['error']}" for f in failures]
+        for f in failures:
+            at = "all" if f["value"] is None else f"{f['value']:g}"
+            lines.append(f"- {f['row']} {grid.variable}={at} seed={f['seed']} ({f['attempts']} attempts): {f['error']}")
     return "\n".join(lines) + "\n", {"grid": grid.name, "profile": profile, "cells": cells, "failures": failures}
 
 
-def figures(rows: list[dict], summary: dict, grid: Grid, out: Path) -> str:
-    """Writes the sweep's PNG plots into `out`; returns the summary.md lines that show them."""
-    from fda_ray.figures import accuracy_figure, beta_figure, estimates_figure, predicted_rules
+# ---------------------------------------------------------------- command line
 
-    lines = ["", "![final target accuracy](accuracy.png)"]
-    accuracy_figure(summary, grid, out / "accuracy.png")
-    for m in grid.methods:
-        if beta_figure(rows, grid, m, out / f"beta_{m}.png"):
-            lines.append(f"![{m}: beta_i per round](beta_{m}.png)")
-    if estimates_figure(rows, grid, out / "estimates.png"):
-        lines.append("![estimated sigma and d per round](estimates.png)")
-    predicted = predicted_rules(rows, grid)
-    if predicted:
-        # The static rule with the smallest estimated Delta error (fda_ray.diagnostics), counted over rounds.
-        lines += ["", "## The rule the theory predicts, from each run's own estimates", "",
-                  "Main rounds in which each static rule had the smallest estimated Delta error "
-                  "(seed 004 eqs (7), (9), (11); beta as configured).", "",
-                  "| method | " + " | ".join(f"{grid.variable} {v:g}" for v in grid.values) + " |",
-                  "|---|" + "---|" * len(grid.values)]
-        for m in grid.methods:
-            if m in predicted:
-                lines.append(f"| {grid.labels.get(m, m)} | " + " | ".join(
-                    ", ".join(f"{rule} {k}" for rule, k in sorted(predicted[m].get(v, {}).items(), key=lambda x: -x[1]))
-                    or "-" for v in grid.values) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m fda_ray.sweep", description=__doc__.splitlines()[0])
-    p.add_argument("--grid", required=True, help=f"one of {', '.join(GRIDS)}")
-    p.add_argument("--profile", default="quick", help="quick (a laptop, minutes) or paper (the seeds' settings)")
-    p.add_argument("--seeds", type=int, default=None, help="seeds per cell (default: quick 1, paper the grid's)")
-    p.add_argument("--out", default=None, help="output directory (default sweeps/<grid>-<profile>)")
-    p.add_argument("--address", default=None, help="an existing Ray cluster (default: $RAY_ADDRESS or a local Ray)")
-    p.add_argument("--gpus-per-client", type=float, default=0.0, help="> 0: clients are Ray actors on GPU shares")
-    p.add_argument("--max-concurrent", type=int, default=None, help="trials at once (default: as resources allow)")
-    p.add_argument("--max-failures", type=int, default=2, help="retries of a failing trial")
-    p.add_argument("--data-dir", default=None)
-    p.add_argument("--resume", action="store_true", help="continue the sweep in --out, finished trials kept")
-    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+def parser() -> OneLineParser:
+    p = OneLineParser(prog="python -m fda_ray.sweep", description=__doc__.splitlines()[0],
+                      epilog="Any RunConfig field below overrides it in every trial of the sweep.")
+    s = p.add_argument_group("sweep")
+    s.add_argument("--grid", required=True, help=f"one of {', '.join(GRIDS)}")
+    s.add_argument("--profile", default="quick", help="quick (a laptop, minutes) or paper (the seeds' settings)")
+    s.add_argument("--methods", default=None, help="comma-separated table rows (e.g. fedgp_beta1) or methods "
+                                                   "(fedgp: all its rows); default all")
+    s.add_argument("--values", default=None, help="comma-separated values of the grid variable; default all")
+    s.add_argument("--seeds", type=int, default=None, help="seeds per cell (default: quick 1, paper the grid's)")
+    s.add_argument("--backend", default="tune", help="tune (Ray Tune: a laptop or a cluster) or local (a "
+                                                     "process pool of serial runs, no Ray)")
+    s.add_argument("--workers", type=int, default=None, help="local: trials at once (default: CPUs / threads)")
+    s.add_argument("--out", default=None, help="output directory (default sweeps/<grid>-<profile>)")
+    s.add_argument("--address", default=None, help="tune: an existing Ray cluster (default: $RAY_ADDRESS or a "
+                                                   "local Ray)")
+    s.add_argument("--max-concurrent", type=int, default=None, help="tune: trials at once (default: as "
+                                                                   "resources allow)")
+    s.add_argument("--max-failures", type=int, default=2, help="retries of a failing trial")
+    s.add_argument("--resume", action="store_true", help="continue the sweep in --out, finished trials kept")
+    s.add_argument("--dry-run", action="store_true", help="print the trials and exit")
+    s.add_argument("--no-figures", action="store_true", help="skip the figures")
+    s.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    add_config_arguments(p, overrides=True, exclude=("dataset", "method", "seed"))
     return p
 
 
+def _list(text: str | None, kind: type, field: str) -> list | None:
+    if text is None:
+        return None
+    try:
+        out = [kind(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SweepError(f"{field}={text!r} is invalid: comma-separated {'numbers' if kind is float else 'names'}") from None
+    if not out:
+        raise SweepError(f"{field}={text!r} is invalid: name at least one")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    a = parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    a = parser().parse_or_exit_code(argv)
+    if isinstance(a, int):
+        return a
     try:
         if a.grid not in GRIDS:
             raise SweepError(f"grid={a.grid!r} is invalid: known grids: {', '.join(GRIDS)}")
         grid = GRIDS[a.grid]
         if a.profile not in PROFILES:
             raise SweepError(f"profile={a.profile!r} is invalid: one of {', '.join(PROFILES)}")
-        if a.seeds is not None and a.seeds < 1:
-            raise SweepError(f"seeds={a.seeds} is invalid: an integer >= 1")
-        if a.max_concurrent is not None and a.max_concurrent < 1:
-            raise SweepError(f"max_concurrent={a.max_concurrent} is invalid: an integer >= 1")
+        if a.backend not in BACKENDS:
+            raise SweepError(f"backend={a.backend!r} is invalid: one of {', '.join(BACKENDS)}")
+        for name in ("seeds", "workers", "max_concurrent"):
+            v = getattr(a, name)
+            if v is not None and v < 1:
+                raise SweepError(f"{name}={v} is invalid: an integer >= 1")
         if a.max_failures < 0:
             raise SweepError(f"max_failures={a.max_failures} is invalid: an integer >= 0")
+        overrides = config_fields(a)
         on_cluster = bool(a.address or os.environ.get("RAY_ADDRESS"))
-        # Clients as Ray actors where they have somewhere to go (GPU shares, a cluster); else each trial
-        # trains its clients in its own process, one core per trial (a laptop).
-        extra: dict[str, Any] = {"threads": 1, "data_dir": a.data_dir}
-        if a.gpus_per_client > 0 or on_cluster:
-            extra.update(executor="ray", gpus_per_client=a.gpus_per_client, cpus_per_client=1.0)
-        todo = trials(grid, a.profile, a.seeds, extra)
+        if a.backend == "tune" and (overrides.get("gpus_per_client", 0) > 0 or on_cluster):
+            # clients as Ray actors where they have somewhere to go (GPU shares, a cluster); else each trial
+            # trains its clients in its own process (a laptop)
+            overrides.setdefault("executor", "ray")
+            overrides.setdefault("cpus_per_client", 1.0)
+        if a.backend == "local" and overrides.get("executor", "serial") != "serial":
+            raise SweepError(f"executor={overrides['executor']!r} is invalid with --backend local: its trials run "
+                             "serially in a process pool (use --backend tune for Ray client actors)")
+        trials = plan(grid, a.profile, rows=_list(a.methods, str, "methods"), values=_list(a.values, float, "values"),
+                      seeds=a.seeds, overrides=overrides)
+        row_keys = list(dict.fromkeys(t.row for t in trials if t.value is not None or t.row == "source_only"))
+        values = [v for v in grid.values if any(t.value == v or v in t.values for t in trials)]
         out = Path(a.out or f"sweeps/{grid.name}-{a.profile}").resolve()
         records = out / "trials"
-        if records.exists() and not a.resume:
+        if out.exists() and not out.is_dir():
+            raise SweepError(f"out={str(out)!r} is invalid: it is a file, not a directory")
+        if records.exists() and not a.resume and not a.dry_run:
             raise SweepError(f"out={str(out)!r} is invalid: it holds a sweep already; pass --resume to continue it "
                              "or choose another --out")
         if a.resume and not records.exists():
             raise SweepError(f"resume=True is invalid: {str(records)!r} does not exist (nothing to resume)")
-        for params in todo:
-            params[RECORD_KEY] = str(records / trial_key(params, grid.variable))
+        if a.dry_run:
+            for t in trials:
+                state = "done" if is_done(records / t.key) else "to run"
+                extra = f" (from {t.weights_from})" if t.weights_from else ""
+                print(f"{t.key}: {grid.row(t.row).label}, {t.params.get('method')}"
+                      f"{' beta ' + str(t.params['beta']) if 'beta' in t.params else ''}{extra} [{state}]")
+            print(f"{len(trials)} trials")
+            return 0
         from fda_ray.data import DatasetNotFound, load
-        load(grid.dataset, a.data_dir)
+        load(grid.dataset, overrides.get("data_dir"))
     except (SweepError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
     except DatasetNotFound as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 
-    import ray
-    from ray import tune
-
-    import fda_ray.tune as ft
-    from fda_ray.driver import ensure_ray
-
-    pending = [p for p in todo if not is_done(p)]
-    print(f"sweep {grid.name} ({a.profile}): {len(todo)} trials -> {out}"
-          + (f"; resuming, {len(todo) - len(pending)} finished before" if a.resume else ""), flush=True)
+    command = "python -m fda_ray.sweep " + " ".join(shlex.quote(x) for x in argv if x != "--resume")
+    pending = [t for t in trials if not is_done(records / t.key)]
+    print(f"sweep {grid.name} ({a.profile}, backend {a.backend}): {len(trials)} trials -> {out}"
+          + (f"; resuming, {len(trials) - len(pending)} finished before" if a.resume else ""), flush=True)
     records.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     failures: list[dict] = []
-    if pending:
-        ensure_ray(a.address, num_cpus=None)
-        # Each launch is its own Tune run: what carries over is in the trial records (trials/<key>/).
-        launch = f"launch-{sum(1 for _ in (out / 'tune').glob('launch-*')) + 1}" if (out / "tune").exists() else "launch-1"
-        tuner = tune.Tuner(
-            ft.with_resources(todo[0]),  # every trial of a grid asks the same resources
-            param_space={"run": tune.grid_search(pending)},
-            # reuse_actors: a trial's process (torch imported, kernels loaded) runs the next trial too.
-            tune_config=tune.TuneConfig(max_concurrent_trials=a.max_concurrent, reuse_actors=True,
-                                        trial_dirname_creator=trial_dirname),
-            run_config=tune.RunConfig(
-                name=launch, storage_path=str(out / "tune"), verbose=0,
-                failure_config=tune.FailureConfig(max_failures=a.max_failures),
-                callbacks=[progress_callback(len(pending), grid.variable)]))
-        failures = failures_of(tuner.fit())
-    rows = collect(todo, grid)
+    interrupted = False
+    progress = Progress(len(pending), grid.variable)
+    try:
+        if pending and a.backend == "local":
+            threads = int(overrides.get("threads", 1))
+            workers = a.workers or max(1, (os.cpu_count() or 1) // threads)
+            failures = run_local(pending, records, workers, a.max_failures, progress)
+        elif pending:
+            failures, interrupted = run_tune(pending, records, out, a.address, a.max_concurrent, a.max_failures,
+                                             progress)
+    except KeyboardInterrupt:
+        interrupted = True
+    rows = collect(trials, grid, records)
     write_parquet(rows, out / "results.parquet")
-    text, summary = summarize(rows, failures, grid, a.profile)
-    summary["wall_seconds"] = time.time() - t0
-    summary["resumed"] = a.resume
-    summary["trials_run"] = len(pending)
+    text, summary = summarize(rows, failures, grid, a.profile, row_keys, values, command)
+    done = sum(1 for t in trials if is_done(records / t.key))
+    summary.update(wall_seconds=time.time() - t0, resumed=a.resume, trials=len(trials), trials_done=done,
+                   trials_run=len(pending), interrupted=interrupted)
+    if interrupted:
+        text += (f"\n**Interrupted**: {done} of {len(trials)} trials finished. Continue with "
+                 f"`{command} --resume`.\n")
     text += (f"\nWall time: {summary['wall_seconds']:.0f} s for {len(pending)} trials"
-             + (f" ({len(todo) - len(pending)} more had finished before --resume)" if len(pending) < len(todo) else "") + ".\n")
-    text += figures(rows, summary, grid, out)
-    (out / "summary.md").write_text(text)
+             + (f" ({len(trials) - len(pending)} more had finished before --resume)" if len(pending) < len(trials) else "")
+             + ".\n")
+    if not a.no_figures and rows:
+        from fda_ray.figures import sweep_figures
+        text += sweep_figures(rows, summary, grid, row_keys, values, out)
+    tmp = out / "summary.md.tmp"
+    tmp.write_text(text)
+    tmp.replace(out / "summary.md")
     print(json.dumps(summary, indent=1) if a.json else text)
-    if ray.is_initialized():
-        ray.shutdown()
-    return 0
+    try:
+        import ray
+        if ray.is_initialized():
+            ray.shutdown()
+    except ImportError:
+        pass
+    if interrupted:
+        print(f"interrupted: {done} of {len(trials)} trials finished; resume with: {command} --resume",
+              file=sys.stderr)
+        return 130
+    return 1 if failures or done < len(trials) else 0
 
 
 if __name__ == "__main__":

@@ -178,24 +178,25 @@ def agreement(result: dict, tol: float = NEAR_BEST) -> dict:
 
 
 def write_outputs(result: dict, out: Path, seconds: float, command: str) -> str:
-    """Three heat maps (PNG), grid.json and summary.md in `out`; returns the summary text."""
-    from fda_ray.plot import heatmap
+    """Three heat maps (PNG and PDF), grid.json and summary.md in `out`; returns the summary text."""
+    from fda_ray.figures import heatmap
 
     cfg = result["config"]
     cells = result["cells"]
     out.mkdir(parents=True, exist_ok=True)
     d_of = [_mean([row[a]["d"] for row in cells]) for a in range(len(cfg["sources"]))]
     d_cols = [f"D{i}" for i in cfg["sources"]]  # short: the d values are listed in summary.md
-    s_rows = [f"n={n} s={_mean([c['sigma'] for c in cells[b]]):.2g}" for b, n in enumerate(cfg["sizes"])]
+    s_rows = [f"n={n}, σ={_mean([c['sigma'] for c in cells[b]]):.2g}" for b, n in enumerate(cfg["sizes"])]
     code = {r: k for k, r in enumerate(RULES)}
     cats = [LABELS[r] for r in RULES]
-    panels = [("predicted", "(a) smallest Delta error at init (beta 0.5)", "predicted.png"),
-              ("actual_static", "(b) best target test MSE, beta 0.5", "actual_static.png"),
-              ("actual_auto", "(c) best target test MSE, auto-weighted beta", "actual_auto.png")]
+    panels = [("predicted", "(a) smallest Δ error at init (β = 0.5)", "predicted"),
+              ("actual_static", "(b) best target test MSE, β = 0.5", "actual_static"),
+              ("actual_auto", "(c) best target test MSE, auto-weighted β", "actual_auto")]
     for key, title, name in panels:
         grid = np.array([[code[c[key]] for c in row] for row in cells])
         heatmap(grid, s_rows, d_cols, out / name, title=title, categories=cats,
-                xlabel="source domain D_i (distance d_pi grows ->)", ylabel="target samples (sigma_pi grows down)")
+                xlabel=r"source domain $D_i$ (distance $d_\pi$ grows →)",
+                ylabel=r"target samples ($\sigma_\pi$ grows ↓)")
     (out / "grid.json").write_text(json.dumps(result, indent=1))
     lines = [f"# Synthetic experiment (seed 004 Sec. 5, Figure 2): {len(cfg['sizes'])} x {len(cfg['sources'])} grid",
              "", f"Command: `{command}` ({seconds:.0f} s on this machine).", "",

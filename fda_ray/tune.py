@@ -27,7 +27,7 @@ from fda_ray.config import RunConfig
 
 RUN_FIELDS = tuple(f.name for f in dataclasses.fields(RunConfig))
 RECORD_KEY = "record_dir"  # a trial parameter that is not a RunConfig field: see trainable()
-STATE_FILE, ROWS_FILE = "state.pt", "rows.pt"  # a round's resume state (records and Tune checkpoints); the rows
+STATE_FILE = "state.pt"  # a round's resume state in a Tune checkpoint (the same contents as a trial record's)
 DRIVER_CPUS = 1.0  # the driver aggregates and evaluates
 # A custom resource the head node of cluster.yaml declares. Trial drivers ask for one unit, so they run on
 # the head and their checkpoints stay on its disk: Tune needs S3 or NFS for checkpoints written on other
@@ -53,6 +53,7 @@ def config_from_params(params: dict[str, Any]) -> RunConfig:
     """The trial's RunConfig (validated: a bad value fails the trial with the config's one-line error)."""
     params = flat_params(params)
     params.pop(RECORD_KEY, None)
+    params.pop("trial", None)
     search_space(**params)
     values = {k: (tuple(v) if k == "eval_noise" else v) for k, v in params.items()}
     return RunConfig(**values).resolved()
@@ -71,7 +72,7 @@ def resources(cfg: RunConfig, driver_extra: dict[str, float] | None = None) -> t
     extra = dict(driver_extra or {})
     if cfg.executor == "serial":
         gpu = {"GPU": 1} if cfg.device.startswith("cuda") else {}
-        return tune.PlacementGroupFactory([{"CPU": float(cfg.threads or 1), **gpu, **extra}])
+        return tune.PlacementGroupFactory([{"CPU": float(cfg.threads), **gpu, **extra}])
     num_clients = (cfg.num_sources or 0) + 1
     actors = math.ceil(num_clients / cfg.clients_per_actor)
     per_actor = {"CPU": float(cfg.cpus_per_client or 1.0) * cfg.clients_per_actor}
@@ -90,37 +91,27 @@ def metrics(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _load_state(path: Path) -> dict | None:
-    return torch.load(path, weights_only=False) if path.is_file() else None
-
-
-def _save_atomic(obj: Any, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    tmp.replace(path)  # a kill mid-write leaves the previous file whole
-
-
 def trainable(params: dict[str, Any]) -> None:
-    """One run of the RunConfig `params`, as a Tune function trainable.
+    """One run as a Tune function trainable, reporting a result per round.
 
-    params[RECORD_KEY] (optional, set by fda_ray.sweep): a directory where the trial keeps its own record:
-    state.pt after every round (atomic), rows.pt once the run is done. A trial started again in any later
-    Tune run (a resumed sweep) goes on from state.pt; without it, the trial checkpoints through Tune."""
+    A sweep's trial (fda_ray.sweep): params["run"] = {"trial": a fda_ray.trials.Trial as a dict, RECORD_KEY: the
+    sweep's trials/ directory}; the trial keeps its own record there (state.pt every round, rows.json when done)
+    and goes on from it when started again, in this Tune run or a later one (a resumed sweep).
+    Otherwise params are RunConfig fields (the programmatic Tuner path) and the trial checkpoints through Tune."""
     from fda_ray.engine import SerialExecutor, build_experiment, run_rounds
+    from fda_ray.trials import Trial, run_trial
 
-    record_dir = flat_params(params).get(RECORD_KEY)
-    record = Path(record_dir) if record_dir else None
+    run = params.get("run", {})
+    if isinstance(run, dict) and "trial" in run:
+        run_trial(Trial.from_dict(run["trial"]), Path(run[RECORD_KEY]), report=lambda row: tune.report(metrics(row)))
+        return
     cfg = config_from_params(params)
     resume = None
-    if record is not None:
-        record.mkdir(parents=True, exist_ok=True)
-        resume = _load_state(record / STATE_FILE)
     ckpt = tune.get_checkpoint()
-    if ckpt is not None:  # Tune restarted this trial: its checkpoint, unless the record is further along
+    if ckpt is not None:  # Tune restarted this trial: go on from its checkpoint
         with ckpt.as_directory() as d:
-            tuned = _load_state(Path(d) / STATE_FILE)
-        if tuned is not None and (resume is None or tuned["next_round"] > resume["next_round"]):
-            resume = tuned
+            path = Path(d) / STATE_FILE
+            resume = torch.load(path, weights_only=True) if path.is_file() else None
     exp = build_experiment(cfg)
     if cfg.executor == "ray":
         from fda_ray.ray_executor import RayExecutor
@@ -132,10 +123,6 @@ def trainable(params: dict[str, Any]) -> None:
         executor = SerialExecutor(exp.clients)
 
     def on_round(state: dict) -> None:
-        if record is not None:
-            _save_atomic(state, record / STATE_FILE)
-            tune.report(metrics(state["rows"][-1]))
-            return
         with tempfile.TemporaryDirectory() as d:
             torch.save(state, Path(d) / STATE_FILE)
             tune.report(metrics(state["rows"][-1]), checkpoint=tune.Checkpoint.from_directory(d))
@@ -145,11 +132,9 @@ def trainable(params: dict[str, Any]) -> None:
             tune.report(metrics(row))
 
     try:
-        hist = run_rounds(exp, executor, on_row, resume=resume, checkpoint=on_round)
+        run_rounds(exp, executor, on_row, resume=resume, checkpoint=on_round)
     finally:
         executor.shutdown()
-    if record is not None:
-        _save_atomic({"config": cfg.to_dict(), "rows": hist.rows}, record / ROWS_FILE)
 
 
 def with_resources(cfg_or_params: RunConfig | dict[str, Any] | None = None):

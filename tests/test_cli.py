@@ -1,4 +1,5 @@
-"""`python -m fda_ray.run`: JSON output, progress lines, one-line errors with exit code 2."""
+"""`python -m fda_ray`: the flags generated from RunConfig, JSON output, progress lines, one-line errors with
+exit code 2, and the public `fda_ray.run()` function that no module shadows."""
 from __future__ import annotations
 
 import json
@@ -6,9 +7,15 @@ import os
 import subprocess
 import sys
 
+import dataclasses
+import importlib
+import pkgutil
+
 import pytest
 
-from fda_ray.cli import main
+import fda_ray
+from fda_ray.cli import config_from_args, main, parser
+from fda_ray.config import RunConfig
 
 TINY = ["--num-sources", "2", "--rounds", "1", "--warmup-rounds", "1", "--samples-per-client", "96",
         "--test-samples", "50", "--target-labelled", "32", "--threads", "1"]
@@ -61,9 +68,54 @@ def test_missing_dataset_names_searched_paths(tmp_path, monkeypatch, capsys):
     assert str(tmp_path / "empty") in err and "apt-get install -y dataset-fashion-mnist" in err
 
 
-def test_module_entry_point_exits_2_without_traceback(fmnist_dir):
+@pytest.mark.parametrize("module", ["fda_ray", "fda_ray.diagnose", "fda_ray.sweep"])
+def test_module_entry_points_exit_2_without_traceback(fmnist_dir, module):
     env = dict(os.environ, PYTHONPATH=os.getcwd())
-    p = subprocess.run([sys.executable, "-m", "fda_ray.run", "--method", "nope", "--data-dir", str(fmnist_dir)],
+    extra = ["--grid", "noise", "--dry-run"] if module == "fda_ray.sweep" else []
+    p = subprocess.run([sys.executable, "-m", module, *extra, "--projection", "nope", "--data-dir", str(fmnist_dir)],
                        capture_output=True, text=True, env=env)
     assert p.returncode == 2
-    assert "Traceback" not in p.stderr and "method='nope' is invalid" in p.stderr
+    assert "Traceback" not in p.stderr and "projection='nope' is invalid" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_every_config_field_is_a_flag_with_its_help():
+    p = parser()
+    flags = {a.dest: a for a in p._actions}
+    for f in dataclasses.fields(RunConfig):
+        assert f.name in flags, f"RunConfig.{f.name} has no flag"
+        assert f.metadata["help"].split()[0] in flags[f.name].help
+        if "choices" in f.metadata:
+            assert all(c in flags[f.name].help for c in f.metadata["choices"])
+    # Parsing nothing gives the dataclass's defaults; every field can be set
+    assert config_from_args(p.parse_args([])) == RunConfig()
+    a = p.parse_args(["--lr-source", "0.02", "--lr-target", "0.001", "--batch-source", "32", "--batch-target", "8",
+                      "--auto-lr-factor", "0.5", "--finetune-epochs", "3", "--eval-noise", "0.2", "0.4",
+                      "--no-log-estimates", "--no-filter", "--threads", "2", "--baseline-protocol", "loop"])
+    cfg = config_from_args(a)
+    assert (cfg.lr_source, cfg.lr_target, cfg.batch_source, cfg.batch_target, cfg.auto_lr_factor) == (0.02, 0.001, 32, 8, 0.5)
+    assert (cfg.finetune_epochs, cfg.eval_noise, cfg.log_estimates, cfg.filter, cfg.threads) == (3, (0.2, 0.4), False, False, 2)
+    assert cfg.baseline_protocol == "loop"
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--rounds", "many"], "rounds='many' is invalid: an integer"),
+    (["--lr-target", "inf"], "lr_target='inf' is invalid: a finite number"),
+    (["--baseline-protocol", "mine"], "baseline_protocol='mine' is invalid: one of authors, loop"),
+    (["--threads", "0"], "threads=0 is invalid"),
+])
+def test_generated_flags_give_one_line_errors(args, needle, capsys):
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and needle in err
+
+
+def test_no_module_shadows_the_run_function():
+    """`import fda_ray.<anything>` must leave `fda_ray.run` the function (a module named run would replace it)."""
+    for info in pkgutil.walk_packages(fda_ray.__path__, "fda_ray."):
+        if info.name.endswith("__main__"):
+            continue
+        importlib.import_module(info.name)
+    from fda_ray.engine import run
+
+    assert fda_ray.run is run and callable(fda_ray.run)

@@ -1,10 +1,11 @@
-"""Sweeps through Ray Tune end to end on a tiny grid: Parquet rows, summary, plots, resume (of a finished
-sweep and of one killed midway), a trial that keeps failing, the Tuner API, and one-line errors for bad
-grids and values."""
+"""Sweeps end to end on a tiny grid, with both backends: Parquet rows, summary, figures, resume (of a finished
+sweep and of one killed midway), an interrupted sweep, a trial that keeps failing, the Tuner API, and one-line
+errors for bad grids and values."""
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -15,16 +16,17 @@ import pytest
 import ray
 
 from fda_ray import sweep
-from tuning.grids import GRIDS, Grid
+from tuning.grids import GRIDS, Grid, Row
 
 TINY = {"num_sources": 3, "rounds": 2, "warmup_rounds": 1, "samples_per_client": 128, "test_samples": 100,
         "target_labelled": 32}
+ROWS = (Row("fedgp_auto", "FedGP_Auto", "fedgp_auto"), Row("target_only", "Target Only", "target_only"))
 
 
 def make_tiny_grid(**overrides) -> Grid:
     profile = {**TINY, **overrides}
-    return Grid(name="tiny-noise", dataset="fashion-mnist", variable="noise", values=(0.0, 0.8),
-                methods=("fedgp_auto", "target_only"), seeds={}, profiles={"quick": profile, "paper": dict(profile)},
+    return Grid(name="tiny-noise", dataset="fashion-mnist", variable="noise", values=(0.0, 0.8), rows=ROWS,
+                seeds={}, profiles={"quick": profile, "paper": dict(profile)},
                 paper={"fedgp_auto": {0.0: 76.22}}, paper_ref="test numbers")
 
 
@@ -48,57 +50,83 @@ def _args(fmnist_dir, out, *more):
     return ["--grid", "tiny-noise", "--data-dir", str(fmnist_dir), "--out", str(out), *more]
 
 
+def _summary(printed: str) -> dict:
+    return json.loads(printed[printed.index("{"):])
+
+
+def _plain(fmnist_dir, method, noise, **kw):
+    from fda_ray.config import RunConfig
+    from fda_ray.engine import run
+
+    return run(RunConfig(dataset="fashion-mnist", method=method, noise=noise, seed=0, data_dir=str(fmnist_dir),
+                         **{**TINY, **kw}))
+
+
 def test_sweep_end_to_end_and_resume(tiny_grid, fmnist_dir, tmp_path, capsys, no_ray):
     out = tmp_path / "sweep"
     assert sweep.main(_args(fmnist_dir, out, "--json")) == 0
-    printed = capsys.readouterr().out
-    summary = json.loads(printed[printed.index("{"):])
+    summary = _summary(capsys.readouterr().out)
     table = pq.read_table(out / "results.parquet").to_pylist()
-    # 2 methods x 2 noise values x 1 seed, 3 rounds each (1 warm-up + 2), hyper-parameters as columns.
+    # 2 rows x 2 noise values x 1 seed, 3 rounds each (1 warm-up + 2), the trial's fields as columns.
     assert len(table) == 4 * 3
-    assert {(r["method"], r["noise"]) for r in table} == {(m, v) for m in ("fedgp_auto", "target_only") for v in (0.0, 0.8)}
+    assert {(r["row"], r["noise"]) for r in table} == {(m, v) for m in ("fedgp_auto", "target_only") for v in (0.0, 0.8)}
     assert sorted({r["round"] for r in table}) == [0, 1, 2]
     assert all(r["grid_value"] == r["noise"] and r["samples_per_client"] == 128 for r in table)
-    finals = {(r["method"], r["noise"]): r["accuracy"] for r in table if r["round"] == 2}
+    finals = {(r["row"], r["noise"]): r["accuracy"] for r in table if r["round"] == 2}
     assert summary["cells"]["fedgp_auto"]["0"]["mean"] == pytest.approx(100 * finals[("fedgp_auto", 0.0)])
     assert summary["cells"]["fedgp_auto"]["0"]["paper"] == 76.22 and summary["failures"] == []
+    assert summary["trials_done"] == summary["trials"] == 4 and summary["interrupted"] is False
     text = (out / "summary.md").read_text()
     assert f"{100 * finals[('fedgp_auto', 0.0)]:.2f} / 76.22" in text and "Wall time" in text
-    # Plots: accuracy against noise (ours and the paper's panel), beta_i per round for the auto method only.
-    from fda_ray.plot import read_png
-
+    assert "Command: `python -m fda_ray.sweep --grid tiny-noise" in text
+    # Figures, PNG and PDF: accuracy against noise, beta_i per round for the auto row only, the estimates.
     assert "![final target accuracy](accuracy.png)" in text and "(beta_fedgp_auto.png)" in text
     assert not (out / "beta_target_only.png").exists()
+    for name in ("accuracy", "beta_fedgp_auto", "estimates"):
+        assert (out / f"{name}.pdf").read_bytes()[:5] == b"%PDF-"
+        assert (out / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # Every round of a method that trains both sides logged the estimators and the rule they predict;
     # target_only trains no source, so it logs none by default.
     from fda_ray.diagnostics import STATIC_RULES
     from fda_ray.figures import predicted_rules
 
-    pred = {(r["method"], r["noise"], r["round"]): r.get("predicted_rule") for r in table}
+    pred = {(r["row"], r["noise"], r["round"]): r.get("predicted_rule") for r in table}
     assert all(pred[("fedgp_auto", v, k)] in STATIC_RULES for v in (0.0, 0.8) for k in (1, 2))
     assert all(pred[("target_only", v, k)] is None for v in (0.0, 0.8) for k in (0, 1, 2))
-    counts = predicted_rules(table, tiny_grid)
+    counts = predicted_rules(table)
     assert set(counts) == {"fedgp_auto"} and all(sum(counts["fedgp_auto"][v].values()) == 2 for v in (0.0, 0.8))
     assert "(estimates.png)" in text and "## The rule the theory predicts" in text
-    for name in ("accuracy.png", "beta_fedgp_auto.png", "estimates.png"):
-        img = read_png(out / name)
-        assert img.shape[0] > 200 and img.shape[1] > 400 and img.std() > 10  # drawn, not blank
-    # The trials equal plain runs of the same configs.
-    from fda_ray.config import RunConfig
-    from fda_ray.engine import run
-
-    cfg = RunConfig(dataset="fashion-mnist", method="target_only", noise=0.8, seed=0, threads=1,
-                    data_dir=str(fmnist_dir), **TINY)
-    assert finals[("target_only", 0.8)] == pytest.approx(run(cfg).final_accuracy)
+    # The trials equal plain runs of the same configs (same process layout: one thread each).
+    assert finals[("target_only", 0.8)] == _plain(fmnist_dir, "target_only", 0.8).final_accuracy
     # A second run into the same directory needs --resume; resuming a finished sweep redoes nothing.
     assert sweep.main(_args(fmnist_dir, out)) == 2
     assert "pass --resume" in capsys.readouterr().err
     before = (out / "results.parquet").stat().st_mtime_ns
-    assert sweep.main(_args(fmnist_dir, out, "--resume")) == 0
+    assert sweep.main(_args(fmnist_dir, out, "--resume", "--json")) == 0
+    assert _summary(capsys.readouterr().out)["trials_run"] == 0
     again = pq.read_table(out / "results.parquet").to_pylist()
     assert len(again) == len(table) and (out / "results.parquet").stat().st_mtime_ns > before
-    assert {(r["method"], r["noise"], r["round"]): r["accuracy"] for r in again} == \
-           {(r["method"], r["noise"], r["round"]): r["accuracy"] for r in table}
+    assert {(r["row"], r["noise"], r["round"]): r["accuracy"] for r in again} == \
+           {(r["row"], r["noise"], r["round"]): r["accuracy"] for r in table}
+
+
+def test_local_backend_equals_plain_runs_and_restricts_the_grid(tiny_grid, fmnist_dir, tmp_path, capsys, no_ray):
+    """--backend local (a process pool, no Ray) with --methods/--values/--rounds: only those trials, and each
+    equals a plain run of its config."""
+    out = tmp_path / "local"
+    args = _args(fmnist_dir, out, "--backend", "local", "--workers", "2", "--methods", "target_only",
+                 "--values", "0.8", "--rounds", "3", "--json")
+    assert sweep.main(args) == 0
+    summary = _summary(capsys.readouterr().out)
+    assert summary["trials"] == 1 and not ray.is_initialized()
+    rows = pq.read_table(out / "results.parquet").to_pylist()
+    assert {(r["row"], r["noise"], r["rounds"]) for r in rows} == {("target_only", 0.8, 3)}
+    plain = _plain(fmnist_dir, "target_only", 0.8, rounds=3)
+    assert [r["accuracy"] for r in rows] == [r["accuracy"] for r in plain.rows]
+    # a record that is done is never run again, whatever the backend
+    assert sweep.main(_args(fmnist_dir, out, "--methods", "target_only", "--values", "0.8", "--rounds", "3",
+                            "--resume", "--json")) == 0
+    assert _summary(capsys.readouterr().out)["trials_run"] == 0
 
 
 @pytest.mark.parametrize("args,field", [(["--grid", "nope"], "grid='nope'"),
@@ -112,8 +140,8 @@ def test_bad_sweep_arguments_give_one_line(args, field, capsys):
 
 
 def test_bad_grid_value_gives_one_line(tiny_grid, fmnist_dir, tmp_path, capsys, monkeypatch):
-    bad = Grid(name="bad", dataset="fashion-mnist", variable="beta", values=(1.5,), methods=("fedda",), seeds={},
-               profiles={"quick": dict(TINY)})
+    bad = Grid(name="bad", dataset="fashion-mnist", variable="beta", values=(1.5,),
+               rows=(Row("fedda", "FedDA", "fedda"),), seeds={}, profiles={"quick": dict(TINY)})
     monkeypatch.setitem(GRIDS, "bad", bad)
     assert sweep.main(["--grid", "bad", "--data-dir", str(fmnist_dir), "--out", str(tmp_path / "b")]) == 2
     err = capsys.readouterr().err.strip()
@@ -150,15 +178,14 @@ def test_programmatic_tuner(fmnist_dir, tmp_path, no_ray):
 def test_trial_that_keeps_failing_is_reported_while_others_finish(fmnist_dir, tmp_path, capsys, monkeypatch, no_ray):
     # 5000 labelled target samples cannot be drawn from a 128-sample target: the run fails each attempt.
     grid = Grid(name="tiny-size", dataset="fashion-mnist", variable="target_labelled", values=(32, 5000),
-                methods=("target_only",), seeds={},
+                rows=(Row("target_only", "Target Only", "target_only"),), seeds={},
                 profiles={"quick": {k: v for k, v in TINY.items() if k != "target_labelled"}})
     monkeypatch.setitem(GRIDS, grid.name, grid)
     out = tmp_path / "fail"
     args = ["--grid", "tiny-size", "--data-dir", str(fmnist_dir), "--out", str(out), "--max-failures", "1", "--json"]
-    assert sweep.main(args) == 0
-    printed = capsys.readouterr().out
-    summary = json.loads(printed[printed.index("{"):])
-    assert [(f["target_labelled"], f["method"]) for f in summary["failures"]] == [(5000, "target_only")]
+    assert sweep.main(args) == 1  # not every trial finished
+    summary = _summary(capsys.readouterr().out)
+    assert [(f["value"], f["row"]) for f in summary["failures"]] == [(5000, "target_only")]
     assert "target_labelled=5000 is invalid" in summary["failures"][0]["error"]
     assert summary["failures"][0]["attempts"] == 2  # the first try and one retry (--max-failures 1)
     assert summary["cells"]["target_only"]["32"]["n"] == 1 and "5000" not in summary["cells"]["target_only"]
@@ -181,23 +208,23 @@ sys.exit(sweep.main(sys.argv[1:]))
 
 def _kill_session(proc: subprocess.Popen) -> None:
     """SIGKILL the sweep and everything it started (its local Ray included): a power cut, not a Ctrl-C."""
-    import psutil
-
-    doomed = [p for p in psutil.process_iter() if _sid(p.pid) == proc.pid]
-    for p in doomed:
+    doomed = [pid for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()) if _sid(pid) == proc.pid]
+    for pid in doomed:
         try:
-            p.kill()
-        except psutil.NoSuchProcess:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
             pass
     proc.wait(timeout=60)
-    psutil.wait_procs(doomed, timeout=30)
+    deadline = time.time() + 30
+    while time.time() < deadline and any(os.path.exists(f"/proc/{pid}") and _sid(pid) == proc.pid for pid in doomed):
+        time.sleep(0.05)
 
 
 def _cut_off(records: Path) -> list[Path]:
     """Trial records with a round saved but no final rows: trials stopped mid-run."""
     if not records.is_dir():
         return []
-    return [d for d in records.iterdir() if (d / "state.pt").is_file() and not (d / "rows.pt").is_file()]
+    return [d for d in records.iterdir() if (d / "state.pt").is_file() and not (d / "rows.json").is_file()]
 
 
 def _sid(pid: int) -> int | None:
@@ -231,30 +258,53 @@ def test_resume_after_the_sweep_is_killed(tiny_grid, fmnist_dir, tmp_path, capsy
     assert any(line.startswith("[1/4] done") for line in lines), "".join(lines[-30:])
     assert not (out / "results.parquet").exists()  # killed before the sweep's end
     records = out / "trials"
-    finished = {d.name: (d / "rows.pt").read_bytes() for d in records.iterdir() if (d / "rows.pt").is_file()}
+    finished = {d.name: (d / "rows.json").read_bytes() for d in records.iterdir() if (d / "rows.json").is_file()}
     cut_off = _cut_off(records)
     assert len(finished) >= 1 and len(cut_off) == 1
     import torch
 
-    reached = torch.load(cut_off[0] / "state.pt", weights_only=False)["next_round"]
+    reached = torch.load(cut_off[0] / "state.pt", weights_only=True)["next_round"]
     assert 1 <= reached <= rounds  # it goes on from there
 
     GRIDS["tiny-noise"] = make_tiny_grid(rounds=rounds)  # the grid the killed sweep ran
     assert sweep.main(_args(fmnist_dir, out, "--resume", "--json")) == 0
-    printed = capsys.readouterr().out
-    summary = json.loads(printed[printed.index("{"):])
+    summary = _summary(capsys.readouterr().out)
     assert summary["failures"] == [] and summary["resumed"] is True
     assert summary["trials_run"] == 4 - len(finished)
     for name, before in finished.items():  # finished trials were not run again
-        assert (records / name / "rows.pt").read_bytes() == before
+        assert (records / name / "rows.json").read_bytes() == before
     rows = pq.read_table(out / "results.parquet").to_pylist()
     assert sorted((r["method"], r["noise"], r["round"]) for r in rows) == \
            sorted((m, v, k) for m in ("fedgp_auto", "target_only") for v in (0.0, 0.8) for k in range(rounds + 1))
-    from fda_ray.config import RunConfig
-    from fda_ray.engine import run
-
     for method, noise in {(r["method"], r["noise"]) for r in rows}:
-        cfg = RunConfig(dataset="fashion-mnist", method=method, noise=noise, seed=0, threads=1,
-                        data_dir=str(fmnist_dir), **{**TINY, "rounds": rounds})
         got = [r["accuracy"] for r in sorted(rows, key=lambda r: r["round"]) if (r["method"], r["noise"]) == (method, noise)]
-        assert got == pytest.approx([row["accuracy"] for row in run(cfg).rows])
+        assert got == [row["accuracy"] for row in _plain(fmnist_dir, method, noise, rounds=rounds).rows]
+
+
+def test_interrupted_sweep_says_so_and_resumes(tiny_grid, fmnist_dir, tmp_path, capsys, no_ray):
+    """Ctrl-C (SIGINT to the process group) of a local-backend sweep: exit code 130, a summary that says it
+    was interrupted and names the --resume command; --resume then finishes with every finished trial kept."""
+    out = tmp_path / "int"
+    script = tmp_path / "driver.py"
+    rounds = 12
+    script.write_text(_DRIVER.format(tests=str(Path(__file__).parent), root=str(Path(__file__).parents[1]), rounds=rounds))
+    proc = subprocess.Popen([sys.executable, str(script), *_args(fmnist_dir, out, "--backend", "local", "--workers", "1")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            cwd=str(Path(__file__).parents[1]))
+    deadline = time.time() + 300
+    while time.time() < deadline and not (out / "trials").is_dir():
+        time.sleep(0.05)
+    while time.time() < deadline and not any((d / "rows.json").is_file() for d in (out / "trials").iterdir()):
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr[-2000:]
+    assert "Traceback" not in stderr and "--resume" in stderr.strip().splitlines()[-1]
+    text = (out / "summary.md").read_text()
+    assert "**Interrupted**" in text and "--resume" in text
+    done = {d.name for d in (out / "trials").iterdir() if (d / "rows.json").is_file()}
+    assert 1 <= len(done) < 4
+    GRIDS["tiny-noise"] = make_tiny_grid(rounds=rounds)
+    assert sweep.main(_args(fmnist_dir, out, "--backend", "local", "--resume", "--json")) == 0
+    summary = _summary(capsys.readouterr().out)
+    assert summary["trials_run"] == 4 - len(done) and summary["trials_done"] == 4

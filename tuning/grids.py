@@ -1,10 +1,32 @@
-"""Grid definitions: which runs reproduce which published table."""
+"""Grid definitions: which trials reproduce which published table.
+
+A grid is plain data: the dataset, the rows of the paper's table (a method, possibly with settings: FedGP_1 is
+`fedgp` with beta = 1), the values of the grid variable, the seeds per value, the RunConfig fields every
+trial sets (`fixed`), and the fields of each profile. `fda_ray.trials.plan` turns a grid into trials;
+`python -m fda_ray.sweep --grid <name>` runs them.
+
+share_source_only: the grid's variable changes nothing Source Only computes (target noise: the sources never
+see the target), so one source_only trial per seed is evaluated at every value of the grid (RunConfig.
+eval_noise draws the same noise a run at that level would), and finetune_offline fine-tunes from its final
+weights per value (the FedAvg phase of finetune_offline is that same run). Equal to running every cell, for
+a fifth of the source training; tests/test_trials.py checks both equalities.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from tuning.paper import TABLE10_FMNIST, TABLE11_FMNIST_LABEL_SHIFT, TABLE13_14_FMNIST_TARGET_SIZE
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of a paper's table: `method` with `params` (RunConfig fields), shown as `label`."""
+
+    key: str  # unique within a grid; the key of the paper's numbers (tuning.paper)
+    label: str  # the paper's row name
+    method: str
+    params: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -13,21 +35,55 @@ class Grid:
     dataset: str
     variable: str  # the RunConfig field the grid varies
     values: tuple[float, ...]
-    methods: tuple[str, ...]
+    rows: tuple[Row, ...]
     seeds: dict[float, int]  # seeds per grid value (missing: 1)
     profiles: dict[str, dict[str, Any]]  # profile name -> RunConfig overrides
-    labels: dict[str, str] = field(default_factory=dict)  # method -> the paper's row name
-    paper: dict[str, dict[float, float]] = field(default_factory=dict)
+    paper: dict[str, dict[float, float]] = field(default_factory=dict)  # row key -> value -> accuracy (%)
     paper_ref: str = ""
-    fixed: dict[str, Any] = field(default_factory=dict)  # RunConfig fields every run of the grid sets
+    fixed: dict[str, Any] = field(default_factory=dict)  # RunConfig fields every trial of the grid sets
+    share_source_only: bool = False  # see the module docstring
+
+    def __post_init__(self) -> None:
+        keys = [r.key for r in self.rows]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"grid {self.name!r}: row keys must be unique, got {keys}")
+        if self.share_source_only and self.variable != "noise":
+            raise ValueError(f"grid {self.name!r}: share_source_only needs variable 'noise' (source_only must not "
+                             f"depend on the variable), got {self.variable!r}")
+        if self.variable in self.fixed:
+            raise ValueError(f"grid {self.name!r}: the variable {self.variable!r} cannot also be fixed")
 
     def seeds_for(self, value: float) -> int:
         return self.seeds.get(value, 1)
 
+    def row(self, key: str) -> Row:
+        for r in self.rows:
+            if r.key == key:
+                return r
+        raise KeyError(key)
 
-PAPER_LABELS = {"source_only": "Source Only", "finetune_offline": "Finetune_Offline", "fedda": "FedDA_0.5",
-                "fedgp": "FedGP_0.5", "fedda_auto": "FedDA_Auto", "fedgp_auto": "FedGP_Auto",
-                "target_only": "Target Only", "oracle": "Oracle"}
+    @property
+    def labels(self) -> dict[str, str]:
+        return {r.key: r.label for r in self.rows}
+
+
+def _rows(*spec: tuple[str, str, str, dict[str, Any]]) -> tuple[Row, ...]:
+    return tuple(Row(key, label, method, params) for key, label, method, params in spec)
+
+
+# The rows of seed 004's Tables 10 and 11 (Fashion-MNIST), in the paper's order.
+TABLE_ROWS = _rows(
+    ("source_only", "Source Only", "source_only", {}),
+    ("finetune_offline", "Finetune_Offline", "finetune_offline", {}),
+    ("fedda", "FedDA_0.5", "fedda", {"beta": 0.5}),
+    ("fedgp", "FedGP_0.5", "fedgp", {"beta": 0.5}),
+    ("fedgp_beta1", "FedGP_1", "fedgp", {"beta": 1.0}),
+    ("fedda_auto", "FedDA_Auto", "fedda_auto", {}),
+    ("fedgp_auto", "FedGP_Auto", "fedgp_auto", {}),
+    ("target_only", "Target Only", "target_only", {}),
+    ("oracle", "Oracle", "oracle", {}),
+)
+AUTO_ROWS = tuple(r for r in TABLE_ROWS if r.key in ("fedda", "fedgp", "fedda_auto", "fedgp_auto"))
 
 # Laptop profile: fewer rounds and samples (the quick noise sweep finishes in minutes on 2 cores).
 QUICK = {"rounds": 10, "samples_per_client": 1000, "test_samples": 2000}
@@ -35,24 +91,21 @@ QUICK = {"rounds": 10, "samples_per_client": 1000, "test_samples": 2000}
 GRIDS: dict[str, Grid] = {
     "noise": Grid(
         name="noise", dataset="fashion-mnist", variable="noise", values=(0.0, 0.2, 0.4, 0.6, 0.8),
-        methods=tuple(PAPER_LABELS), seeds={0.4: 3},
-        profiles={"paper": {}, "quick": dict(QUICK)},
-        labels=PAPER_LABELS, paper=TABLE10_FMNIST, paper_ref="seed 004, Table 10 (Fashion-MNIST)"),
+        rows=TABLE_ROWS, seeds={0.4: 3}, profiles={"paper": {}, "quick": dict(QUICK)},
+        paper=TABLE10_FMNIST, paper_ref="seed 004, Table 10 (Fashion-MNIST)", share_source_only=True),
     "beta": Grid(
         name="beta", dataset="fashion-mnist", variable="beta", values=(0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
-        methods=("fedda", "fedgp"), seeds={}, fixed={"noise": 0.4},
-        profiles={"paper": {}, "quick": dict(QUICK)},
-        labels={"fedda": "FedDA", "fedgp": "FedGP"}, paper_ref="seed 004, Figure 4 (Fashion-MNIST, noise 0.4)"),
+        rows=_rows(("fedda", "FedDA", "fedda", {}), ("fedgp", "FedGP", "fedgp", {})), seeds={},
+        fixed={"noise": 0.4}, profiles={"paper": {}, "quick": dict(QUICK)},
+        paper_ref="seed 004, Figure 4 (Fashion-MNIST, noise 0.4)"),
     "label-shift": Grid(
         name="label-shift", dataset="fashion-mnist", variable="eta", values=(0.45, 0.3, 0.15, 0.1, 0.05, 0.0),
-        methods=tuple(PAPER_LABELS), seeds={}, fixed={"partition": "label_shift"},
+        rows=TABLE_ROWS, seeds={}, fixed={"partition": "label_shift"},
         profiles={"paper": {}, "quick": dict(QUICK)},
-        labels=PAPER_LABELS, paper=TABLE11_FMNIST_LABEL_SHIFT, paper_ref="seed 004, Table 11 (Fashion-MNIST label shift)"),
+        paper=TABLE11_FMNIST_LABEL_SHIFT, paper_ref="seed 004, Table 11 (Fashion-MNIST label shift)"),
     "target-size": Grid(
         name="target-size", dataset="fashion-mnist", variable="target_labelled", values=(100, 200, 500, 1000),
-        methods=("fedda", "fedgp", "fedda_auto", "fedgp_auto"), seeds={}, fixed={"noise": 0.4},
-        profiles={"paper": {}, "quick": dict(QUICK)},
-        labels={"fedda": "FedDA_0.5", "fedgp": "FedGP_0.5", "fedda_auto": "FedDA_Auto", "fedgp_auto": "FedGP_Auto"},
+        rows=AUTO_ROWS, seeds={}, fixed={"noise": 0.4}, profiles={"paper": {}, "quick": dict(QUICK)},
         paper={m: {int(k): v for k, v in row.items()} for m, row in TABLE13_14_FMNIST_TARGET_SIZE.items()},
         paper_ref="seed 004, Tables 13-14 (Fashion-MNIST, noise 0.4)"),
 }

@@ -34,7 +34,7 @@ import time
 SETTINGS = ("serial-1t", "serial-2t", "ray", "ray-cold", "ray-pool", "ray-x2")
 
 
-def _config(a: argparse.Namespace, executor: str, threads: int | None):
+def _config(a: argparse.Namespace, executor: str, threads: int):
     from fda_ray.config import RunConfig
 
     return RunConfig(dataset="fashion-mnist", method="fedgp", rounds=a.rounds, warmup_rounds=0, data_dir=a.data_dir,
@@ -78,7 +78,7 @@ def run_one(name: str, a: argparse.Namespace) -> list[dict]:
 
     from fda_ray.driver import Driver, DriverActor, ensure_ray
 
-    cfg = _config(a, "ray", None)
+    cfg = _config(a, "ray", 1)  # one thread per client actor, as serial-1t: the same numbers
     if name == "ray-pool":
         clients = cfg.resolved().num_sources + 1
         cfg = cfg.replace(clients_per_actor=-(-clients // (os.cpu_count() or 1)))

@@ -1,0 +1,273 @@
+"""The trials of a grid, and one trial's run with its own record (no Ray, no Tune: the sweep's backends and
+fda_ray.tune's trainable call these).
+
+    plan(grid, profile, rows=..., values=..., seeds=..., overrides=...) -> [Trial]
+    run_trial(trial, records)                                  -> the History; records/<key>/ holds its record
+
+A trial is one run of a RunConfig (`params`), a row of the grid's table at one value of its variable and one
+seed. With a grid's `share_source_only` (tuning.grids), one source_only trial per seed is evaluated at every
+value (eval_noise) and the finetune_offline trials fine-tune from its final weights (kind "finetune").
+
+A trial's record, records/<key>/:
+  trial.json    what the trial is (written first)
+  state.pt      after every round (atomic): what a cut-off trial resumes from; tensors and plain data only
+  rows.json     once the trial is done: the resolved config and one metrics row per round
+  weights.pt    the final flat weights, for trials others start from
+A trial whose rows.json exists is done and never runs again; its key hashes every field that changes its
+numbers (not where or how it ran: executor, resources, the data directory), so a resumed sweep finds it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from fda_ray.config import RunConfig, numbers_fields
+from tuning.grids import Grid
+
+STATE_FILE, ROWS_FILE, WEIGHTS_FILE, TRIAL_FILE = "state.pt", "rows.json", "weights.pt", "trial.json"
+KINDS = ("run", "finetune")
+
+
+@dataclass(frozen=True)
+class Trial:
+    key: str  # its record's directory name
+    row: str  # the grid row's key
+    value: float | None  # the grid value; None for a shared source_only trial (read at `values`)
+    seed: int
+    params: dict[str, Any]  # RunConfig fields
+    kind: str = "run"  # "run": a whole run; "finetune": finetune_offline's fine-tuning from `weights_from`
+    weights_from: str | None = None  # the key of the trial whose final weights a "finetune" trial starts from
+    save_weights: bool = False
+    values: tuple[float, ...] = ()  # a shared source_only trial: the grid values (its eval_noise levels)
+
+    def config(self) -> RunConfig:
+        return config_of(self.params)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> "Trial":
+        d = dict(d)
+        d["values"] = tuple(d.get("values", ()))
+        return Trial(**d)
+
+
+def config_of(params: dict[str, Any]) -> RunConfig:
+    values = {k: (tuple(v) if k == "eval_noise" else v) for k, v in params.items()}
+    return RunConfig(**values)
+
+
+def trial_key(row: str, variable: str, value: float | None, seed: int, params: dict[str, Any], kind: str = "run",
+              weights_from: str | None = None) -> str:
+    """Readable, and unique per set of numbers: a hash of the fields that change them (RunConfig metadata)."""
+    resolved = config_of(params).resolved().to_dict()
+    identity = {k: resolved[k] for k in sorted(numbers_fields())}
+    identity.update(kind=kind, weights_from=weights_from)
+    digest = hashlib.sha1(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:8]
+    v = "all" if value is None else f"{value:g}"
+    return f"{row}-{variable}{v}-seed{seed}-{digest}"
+
+
+def _same(a: float, b: float) -> bool:
+    return math.isclose(float(a), float(b), rel_tol=0, abs_tol=1e-9)
+
+
+def select_rows(grid: Grid, rows: Sequence[str] | None) -> list[str]:
+    """Row keys chosen by name: a row key (fedgp_beta1) or a method (fedgp: all of its rows)."""
+    if not rows:
+        return [r.key for r in grid.rows]
+    keys: list[str] = []
+    for name in rows:
+        hit = [r.key for r in grid.rows if name in (r.key, r.method)]
+        if not hit:
+            known = ", ".join(dict.fromkeys([r.key for r in grid.rows] + [r.method for r in grid.rows]))
+            raise ValueError(f"methods={name!r} is invalid: grid {grid.name!r} has rows {known}")
+        keys += [k for k in hit if k not in keys]
+    return [r.key for r in grid.rows if r.key in keys]  # the table's order
+
+
+def select_values(grid: Grid, values: Sequence[float] | None) -> list[float]:
+    if not values:
+        return list(grid.values)
+    out = []
+    for v in values:
+        match = [g for g in grid.values if _same(g, v)]
+        if not match:
+            raise ValueError(f"values={v:g} is invalid: grid {grid.name!r} has {grid.variable} in "
+                             f"{', '.join(f'{g:g}' for g in grid.values)}")
+        out += [m for m in match if m not in out]
+    return [g for g in grid.values if g in out]
+
+
+def plan(grid: Grid, profile: str, *, rows: Sequence[str] | None = None, values: Sequence[float] | None = None,
+         seeds: int | None = None, overrides: dict[str, Any] | None = None) -> list[Trial]:
+    """Every trial of `grid` (or of the chosen rows and values): row x value x seed, in the order they should
+    run: by seed, then shared source_only, the rows that train no source, then the rest value by value from
+    the middle of the grid outwards (an interrupted grid has whole columns rather than whole rows)."""
+    from fda_ray.methods import METHODS
+
+    if profile not in grid.profiles:
+        raise ValueError(f"profile={profile!r} is invalid: grid {grid.name!r} has {', '.join(grid.profiles)}")
+    if seeds is not None and (not isinstance(seeds, int) or seeds < 1):
+        raise ValueError(f"seeds={seeds!r} is invalid: an integer >= 1")
+    overrides = dict(overrides or {})
+    chosen = select_rows(grid, rows)
+    vals = select_values(grid, values)
+    if grid.variable in overrides:
+        raise ValueError(f"{grid.variable}={overrides[grid.variable]!r} is invalid here: it is the grid's variable "
+                         f"(choose its values with --values)")
+    for key in chosen:
+        clash = sorted(set(grid.row(key).params) & set(overrides))
+        if clash:
+            raise ValueError(f"{clash[0]}={overrides[clash[0]]!r} is invalid here: row {key!r} sets it "
+                             f"({grid.row(key).label})")
+    base = {"dataset": grid.dataset, **grid.fixed, **grid.profiles[profile], **overrides}
+
+    def n_seeds(v: float) -> int:
+        return seeds if seeds is not None else (1 if profile == "quick" else grid.seeds_for(v))
+
+    def make(row_key: str, value: float | None, seed: int, kind: str = "run", weights_from: str | None = None,
+             save_weights: bool = False, at: tuple[float, ...] = ()) -> Trial:
+        row = grid.row(row_key)
+        params = {**base, "method": row.method, "seed": seed, **row.params}
+        if value is not None:
+            params[grid.variable] = value
+        if at:
+            params["eval_noise"] = list(at)
+        try:
+            config_of(params).resolved()
+        except ValueError as e:
+            raise ValueError(str(e).splitlines()[0]) from None
+        key = trial_key(row_key, grid.variable, value, seed, params, kind, weights_from)
+        return Trial(key, row_key, value, seed, params, kind, weights_from, save_weights, at)
+
+    share = grid.share_source_only and any(k in chosen for k in ("source_only", "finetune_offline"))
+    middle_out = sorted(vals, key=lambda v: abs(vals.index(v) - (len(vals) - 1) / 2))
+    out: list[Trial] = []
+    for seed in range(max(n_seeds(v) for v in vals)):
+        at = [v for v in middle_out if seed < n_seeds(v)]
+        shared = None
+        if share:
+            # noise 0 for its own training: source_only never reads the target; eval_noise reads every value
+            shared = make("source_only", None, seed, save_weights="finetune_offline" in chosen,
+                          at=tuple(sorted(at)))
+            out.append(shared)
+        rest = [k for k in chosen if not (share and k in ("source_only", "finetune_offline"))]
+        cheap = [k for k in rest if not METHODS.get(grid.row(k).method).train_sources]
+        heavy = [k for k in rest if k not in cheap]
+        if shared is not None and "finetune_offline" in chosen:
+            cheap = ["finetune_offline"] + cheap
+        for v in at:
+            for k in cheap:
+                if k == "finetune_offline" and shared is not None:
+                    out.append(make(k, v, seed, kind="finetune", weights_from=shared.key))
+                else:
+                    out.append(make(k, v, seed))
+        for v in at:
+            out += [make(k, v, seed) for k in heavy]
+    return out
+
+
+# ---------------------------------------------------------------- one trial and its record
+
+def _save_torch(obj: Any, path: Path) -> None:
+    import torch
+
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    tmp.replace(path)  # a kill mid-write leaves the previous file whole
+
+
+def _save_json(obj: Any, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=None, default=str) + "\n")
+    tmp.replace(path)
+
+
+def load_state(record: Path) -> dict | None:
+    """The resume state of a cut-off trial (tensors and plain data: loaded without unpickling code)."""
+    import torch
+
+    path = record / STATE_FILE
+    return torch.load(path, weights_only=True) if path.is_file() else None
+
+
+def is_done(record: Path) -> bool:
+    return (record / ROWS_FILE).is_file()
+
+
+def read_rows(record: Path) -> dict[str, Any]:
+    """{"config", "rows", "seconds"} of a finished trial."""
+    return json.loads((record / ROWS_FILE).read_text())
+
+
+def run_trial(trial: Trial, records: Path, report: Callable[[dict], None] | None = None) -> Any:
+    """Run `trial` (or go on from its state.pt), keeping its record in records/<key>/; returns its History.
+    report(row) is called after every round (Tune reports there)."""
+    import torch
+
+    from fda_ray.engine import SerialExecutor, build_experiment, finetune_from, run_rounds
+
+    record = records / trial.key
+    record.mkdir(parents=True, exist_ok=True)
+    _save_json(trial.to_dict(), record / TRIAL_FILE)
+    cfg = trial.config().resolved()
+    if trial.kind == "finetune":
+        source = records / str(trial.weights_from) / WEIGHTS_FILE
+        if not source.is_file():
+            raise FileNotFoundError(f"trial {trial.key} starts from {source}, which does not exist (run trial "
+                                    f"{trial.weights_from} first)")
+        hist = finetune_from(cfg, torch.load(source, weights_only=True), report)
+    else:
+        exp = build_experiment(cfg)
+        if cfg.executor == "ray":
+            from fda_ray.ray_executor import RayExecutor
+
+            executor: Any = RayExecutor(exp.clients, cpus_per_client=cfg.cpus_per_client or 1.0,
+                                        gpus_per_client=cfg.gpus_per_client, clients_per_actor=cfg.clients_per_actor,
+                                        retries=cfg.client_retries, threads=cfg.threads)
+        else:
+            executor = SerialExecutor(exp.clients)
+
+        def on_round(state: dict) -> None:
+            _save_torch(state, record / STATE_FILE)
+            if report:
+                report(state["rows"][-1])
+
+        def on_row(row: dict) -> None:  # fine-tuning rows (finetune_offline) have no checkpoint
+            if report and row.get("phase") == "finetune":
+                report(row)
+
+        try:
+            hist = run_rounds(exp, executor, on_row, resume=load_state(record), checkpoint=on_round)
+        finally:
+            executor.shutdown()
+    if trial.save_weights:
+        _save_torch(hist.final_weights.detach().cpu().contiguous(), record / WEIGHTS_FILE)
+    _save_json({"config": cfg.to_dict(), "rows": hist.rows, "seconds": hist.seconds}, record / ROWS_FILE)
+    return hist
+
+
+def result_rows(trial: Trial, grid: Grid, records: Path) -> list[dict[str, Any]]:
+    """A finished trial's rows with its identity as columns; a shared source_only trial gives one set of rows
+    per grid value it was evaluated at (accuracy = its eval_noise accuracy at that value)."""
+    record = records / trial.key
+    data = read_rows(record)
+    ident = {k: v for k, v in trial.params.items() if k != "eval_noise"}
+    ident.update(row=trial.row, grid=grid.name, grid_variable=grid.variable, trial=trial.key)
+    out = []
+    if trial.value is None:
+        for i, v in enumerate(trial.values):
+            for r in data["rows"]:
+                acc = r.get("eval_noise_accuracy") or []
+                row = {k: x for k, x in r.items() if k not in ("eval_noise_accuracy", "loss")}
+                out.append({**ident, grid.variable: v, "grid_value": v, **row, "accuracy": acc[i]})
+    else:
+        out = [{**ident, "grid_value": trial.value, **r} for r in data["rows"]]
+    return out

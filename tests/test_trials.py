@@ -1,0 +1,150 @@
+"""Planning a grid into trials (every registered grid against the paper's table), the shared-work plan against
+plain runs, trial identity, and the planner's one-line errors."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fda_ray.config import RunConfig
+from fda_ray.engine import run
+from fda_ray.trials import Trial, is_done, plan, result_rows, run_trial, trial_key
+from tuning.grids import GRIDS, Grid, Row
+from tuning.paper import TABLE10_FMNIST, TABLE11_FMNIST_LABEL_SHIFT
+
+# What each published table holds fixed (seed 004 C.6 and the grids' captions), beyond the dataset defaults.
+TABLE_SETTINGS = {
+    "noise": {"partition": "homo", "target_labelled": 100, "eta": 0.5},
+    "beta": {"partition": "homo", "noise": 0.4, "target_labelled": 100},
+    "label-shift": {"partition": "label_shift", "noise": 0.0, "target_fraction": 0.15},
+    "target-size": {"partition": "homo", "noise": 0.4},
+}
+
+
+def _cells(trials: list[Trial]) -> set[tuple[str, float, int]]:
+    out = set()
+    for t in trials:
+        for v in (t.values if t.value is None else (t.value,)):
+            out.add((t.row, v, t.seed))
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(GRIDS))
+def test_every_grid_plans_the_papers_table(name):
+    grid = GRIDS[name]
+    trials = plan(grid, "paper")
+    # every row x value x seed, once
+    want = {(r.key, v, s) for r in grid.rows for v in grid.values for s in range(grid.seeds_for(v))}
+    assert _cells(trials) == want
+    assert len({t.key for t in trials}) == len(trials)
+    for t in trials:
+        cfg = t.config().resolved()
+        row = grid.row(t.row)
+        assert cfg.dataset == grid.dataset == "fashion-mnist" and cfg.method == row.method and cfg.seed == t.seed
+        assert cfg.rounds == 50 and cfg.num_sources == 9 and cfg.samples_per_client is None
+        assert cfg.lr_source == 0.01 and cfg.batch_source == 64 and cfg.threads == 1
+        for field, value in {**TABLE_SETTINGS[name], **row.params}.items():
+            if field == grid.variable or (field == "noise" and t.value is None):
+                continue
+            assert getattr(cfg, field) == value, (t.key, field)
+        if t.value is not None:
+            assert getattr(cfg, grid.variable) == t.value  # the variable is the grid value, not another field
+        auto = row.method.endswith("_auto")
+        if row.method == "oracle":  # the authors' oracle script
+            assert (cfg.warmup_rounds, cfg.lr_target, cfg.batch_target, cfg.baseline_protocol) == (0, 0.003, 64, "authors")
+        else:
+            assert cfg.warmup_rounds == 2 and cfg.lr_target == 0.005
+            assert cfg.batch_target == (4 if auto else 16) and cfg.auto_lr_factor == 0.1
+        if row.method == "fedgp_auto":
+            assert cfg.auto_beta_rule == "fedgp_thresh"
+
+
+def test_noise_grid_is_table_10_with_fedgp_1_and_shared_source_only():
+    grid = GRIDS["noise"]
+    assert [r.label for r in grid.rows] == ["Source Only", "Finetune_Offline", "FedDA_0.5", "FedGP_0.5", "FedGP_1",
+                                            "FedDA_Auto", "FedGP_Auto", "Target Only", "Oracle"]
+    assert set(grid.paper) == set(TABLE10_FMNIST) and grid.paper["fedgp_beta1"][0.8] == 54.18
+    assert set(GRIDS["label-shift"].paper) == set(TABLE11_FMNIST_LABEL_SHIFT)
+    trials = plan(grid, "paper")
+    shared = [t for t in trials if t.value is None]
+    assert [(t.row, t.seed, t.values) for t in shared] == [
+        ("source_only", 0, (0.0, 0.2, 0.4, 0.6, 0.8)), ("source_only", 1, (0.4,)), ("source_only", 2, (0.4,))]
+    assert all(t.save_weights and t.config().resolved().eval_noise == t.values for t in shared)
+    finetune = [t for t in trials if t.row == "finetune_offline"]
+    assert len(finetune) == 7 and all(t.kind == "finetune" for t in finetune)
+    assert {t.weights_from for t in finetune if t.seed == 0} == {shared[0].key}
+    fedgp1 = [t for t in trials if t.row == "fedgp_beta1"]
+    assert len(fedgp1) == 7 and all(t.config().beta == 1.0 and t.config().method == "fedgp" for t in fedgp1)
+    assert len(trials) == 3 + 7 * 8  # shared source_only per seed, the other 8 rows at 7 (value, seed) cells
+    # runs first the ones that train no source, heavy ones from the middle of the grid outwards
+    heavy = [t.value for t in trials if t.seed == 0 and t.row == "fedgp"]
+    assert heavy == [0.4, 0.2, 0.6, 0.0, 0.8]
+
+
+def test_plan_restricts_rows_values_and_overrides():
+    grid = GRIDS["label-shift"]
+    trials = plan(grid, "quick", rows=["fedgp", "fedda"], values=[0.1], overrides={"rounds": 2})
+    assert [(t.row, t.value) for t in trials] == [("fedda", 0.1), ("fedgp", 0.1), ("fedgp_beta1", 0.1)]
+    assert all(t.config().rounds == 2 and t.config().partition == "label_shift" and t.config().eta == 0.1
+               and t.config().noise == 0.0 for t in trials)
+    assert [t.row for t in plan(grid, "quick", rows=["fedgp_beta1"], values=[0.1])] == ["fedgp_beta1"]
+
+
+@pytest.mark.parametrize("kw,needle", [
+    ({"rows": ["fedavg"]}, "methods='fedavg' is invalid: grid 'noise' has rows source_only"),
+    ({"values": [0.3]}, "values=0.3 is invalid: grid 'noise' has noise in 0, 0.2, 0.4, 0.6, 0.8"),
+    ({"overrides": {"noise": 0.1}}, "noise=0.1 is invalid here: it is the grid's variable"),
+    ({"rows": ["fedgp_beta1"], "overrides": {"beta": 0.3}}, "beta=0.3 is invalid here: row 'fedgp_beta1' sets it"),
+    ({"overrides": {"lr_target": -1.0}}, "lr_target=-1.0 is invalid"),
+    ({"seeds": 0}, "seeds=0 is invalid"),
+])
+def test_plan_errors_name_the_field(kw, needle):
+    with pytest.raises(ValueError) as e:
+        plan(GRIDS["noise"], "paper", **kw)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_trial_key_hashes_only_what_changes_the_numbers():
+    base = {"dataset": "fashion-mnist", "method": "fedgp", "seed": 0, "noise": 0.4}
+    k = trial_key("fedgp", "noise", 0.4, 0, base)
+    same = {**base, "data_dir": "/elsewhere", "executor": "ray", "cpus_per_client": 2.0, "client_retries": 9}
+    assert trial_key("fedgp", "noise", 0.4, 0, same) == k
+    assert trial_key("fedgp", "noise", 0.4, 0, {**base, "lr_target": 0.005}) == k  # the default, spelt out
+    for change in ({"lr_target": 0.001}, {"threads": 2}, {"aggregation_impl": "reference"}, {"rounds": 3}):
+        assert trial_key("fedgp", "noise", 0.4, 0, {**base, **change}) != k, change
+
+
+def test_shared_source_only_and_finetune_equal_plain_runs(fmnist_dir, tmp_path):
+    """One source_only trial read at every noise level equals source_only run at that level, and fine-tuning
+    from its weights equals a whole finetune_offline run (the plan's shared work changes no number)."""
+    tiny = {"num_sources": 3, "rounds": 2, "warmup_rounds": 1, "samples_per_client": 128, "test_samples": 100,
+            "target_labelled": 32, "finetune_epochs": 2, "data_dir": str(fmnist_dir)}
+    grid = Grid(name="shared", dataset="fashion-mnist", variable="noise", values=(0.0, 0.5),
+                rows=(Row("source_only", "Source Only", "source_only"),
+                      Row("finetune_offline", "Finetune_Offline", "finetune_offline")),
+                seeds={}, profiles={"quick": tiny}, share_source_only=True)
+    trials = plan(grid, "quick")
+    assert [(t.row, t.kind) for t in trials] == [("source_only", "run"), ("finetune_offline", "finetune"),
+                                                ("finetune_offline", "finetune")]
+    with pytest.raises(FileNotFoundError, match="run trial source_only-noiseall"):
+        run_trial(trials[1], tmp_path)  # its weights are not there yet
+    for t in trials:
+        run_trial(t, tmp_path)
+        assert is_done(tmp_path / t.key)
+    rows = [r for t in trials for r in result_rows(t, grid, tmp_path)]
+    for noise in (0.0, 0.5):
+        plain = run(RunConfig(dataset="fashion-mnist", method="source_only", noise=noise, **tiny))
+        got = [r["accuracy"] for r in rows if r["row"] == "source_only" and r["noise"] == noise]
+        assert got == [r["accuracy"] for r in plain.rows]
+        full = run(RunConfig(dataset="fashion-mnist", method="finetune_offline", noise=noise, **tiny))
+        got = [r["accuracy"] for r in rows if r["row"] == "finetune_offline" and r["noise"] == noise]
+        assert got == [r["accuracy"] for r in full.rows if r["phase"] == "finetune"] and len(got) == 2
+
+
+def test_grid_definition_errors():
+    with pytest.raises(ValueError, match="share_source_only needs variable 'noise'"):
+        Grid(name="x", dataset="fashion-mnist", variable="eta", values=(0.1,), rows=(Row("a", "A", "fedgp"),),
+             seeds={}, profiles={}, share_source_only=True)
+    with pytest.raises(ValueError, match="row keys must be unique"):
+        Grid(name="x", dataset="fashion-mnist", variable="eta", values=(0.1,),
+             rows=(Row("a", "A", "fedgp"), Row("a", "B", "fedda")), seeds={}, profiles={})
