@@ -316,6 +316,18 @@ def finetune_from(cfg: RunConfig, start_flat: torch.Tensor, progress: Callable[[
     return run_rounds(exp, SerialExecutor(exp.clients), progress, start_flat=start_flat, skip_rounds=True)
 
 
+def executor_for(exp: Experiment) -> Executor:
+    """The executor the experiment's config names, its clients loaded: serial (this process), or Ray client
+    actors (Ray must be running; Ray is imported only then). The caller shuts it down."""
+    cfg = exp.cfg
+    if cfg.executor != "ray":
+        return SerialExecutor(exp.clients)
+    from fda_ray.ray_executor import RayExecutor
+
+    return RayExecutor(exp.clients, cpus_per_client=cfg.cpus_per_client or 1.0, gpus_per_client=cfg.gpus_per_client,
+                       clients_per_actor=cfg.clients_per_actor, retries=cfg.client_retries, threads=cfg.threads)
+
+
 def run(cfg: RunConfig, progress: Callable[[dict], None] | None = None) -> History:
     """One federated run of `cfg` with the executor it names (`cfg.executor`: "serial" or "ray")."""
     if cfg.executor == "ray":

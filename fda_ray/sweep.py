@@ -148,6 +148,11 @@ def run_local(pending: list[Trial], records: Path, workers: int, max_failures: i
     return failures
 
 
+def trial_dirname(trial: Any) -> str:
+    """Tune's trial directories named like the trial records (Tune's default spells out the whole config)."""
+    return f"{trial.config['run']['trial']['key']}-{trial.trial_id}"
+
+
 def run_tune(pending: list[Trial], records: Path, out: Path, address: str | None, max_concurrent: int | None,
              max_failures: int, progress: Progress) -> tuple[list[dict], bool]:
     """Ray Tune, one launch per phase. Returns (failures, interrupted)."""
@@ -161,10 +166,10 @@ def run_tune(pending: list[Trial], records: Path, out: Path, address: str | None
 
     class Callback(tune.Callback):
         def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-            progress.line(by_key[trial.config["trial"]["key"]], "done")
+            progress.line(by_key[trial.config["run"]["trial"]["key"]], "done")
 
         def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-            progress.line(by_key[trial.config["trial"]["key"]], "FAILED")
+            progress.line(by_key[trial.config["run"]["trial"]["key"]], "FAILED")
 
     failures: list[dict] = []
     for phase in _phases(pending):
@@ -178,7 +183,7 @@ def run_tune(pending: list[Trial], records: Path, out: Path, address: str | None
             param_space={"run": tune.grid_search(space)},
             # reuse_actors: a trial's process (torch imported, kernels loaded) runs the next trial too.
             tune_config=tune.TuneConfig(max_concurrent_trials=max_concurrent, reuse_actors=True,
-                                        trial_dirname_creator=lambda tr: f"{tr.config['run']['trial']['key']}-{tr.trial_id}"),
+                                        trial_dirname_creator=trial_dirname),
             run_config=tune.RunConfig(name=launch, storage_path=str(out / "tune"), verbose=0,
                                       failure_config=tune.FailureConfig(max_failures=max_failures),
                                       callbacks=[Callback()]))

@@ -177,14 +177,13 @@ def agreement(result: dict, tol: float = NEAR_BEST) -> dict:
     return result
 
 
-def write_outputs(result: dict, out: Path, seconds: float, command: str) -> str:
-    """Three heat maps (PNG and PDF), grid.json and summary.md in `out`; returns the summary text."""
+def draw_heatmaps(result: dict, out: Path) -> list[Path]:
+    """The three heat maps of 004 Figure 2 (PNG and PDF) from a grid's result (as in grid.json)."""
     from fda_ray.figures import heatmap
 
     cfg = result["config"]
     cells = result["cells"]
     out.mkdir(parents=True, exist_ok=True)
-    d_of = [_mean([row[a]["d"] for row in cells]) for a in range(len(cfg["sources"]))]
     d_cols = [f"D{i}" for i in cfg["sources"]]  # short: the d values are listed in summary.md
     s_rows = [f"n={n}, σ={_mean([c['sigma'] for c in cells[b]]):.2g}" for b, n in enumerate(cfg["sizes"])]
     code = {r: k for k, r in enumerate(RULES)}
@@ -192,11 +191,21 @@ def write_outputs(result: dict, out: Path, seconds: float, command: str) -> str:
     panels = [("predicted", "(a) smallest Δ error at init (β = 0.5)", "predicted"),
               ("actual_static", "(b) best target test MSE, β = 0.5", "actual_static"),
               ("actual_auto", "(c) best target test MSE, auto-weighted β", "actual_auto")]
+    paths: list[Path] = []
     for key, title, name in panels:
         grid = np.array([[code[c[key]] for c in row] for row in cells])
-        heatmap(grid, s_rows, d_cols, out / name, title=title, categories=cats,
-                xlabel=r"source domain $D_i$ (distance $d_\pi$ grows →)",
-                ylabel=r"target samples ($\sigma_\pi$ grows ↓)")
+        paths += heatmap(grid, s_rows, d_cols, out / name, title=title, categories=cats,
+                         xlabel=r"source domain $D_i$ (distance $d_\pi$ grows →)",
+                         ylabel=r"target samples ($\sigma_\pi$ grows ↓)").paths
+    return paths
+
+
+def write_outputs(result: dict, out: Path, seconds: float, command: str) -> str:
+    """Three heat maps (PNG and PDF), grid.json and summary.md in `out`; returns the summary text."""
+    cfg = result["config"]
+    cells = result["cells"]
+    draw_heatmaps(result, out)
+    d_of = [_mean([row[a]["d"] for row in cells]) for a in range(len(cfg["sources"]))]
     (out / "grid.json").write_text(json.dumps(result, indent=1))
     lines = [f"# Synthetic experiment (seed 004 Sec. 5, Figure 2): {len(cfg['sizes'])} x {len(cfg['sources'])} grid",
              "", f"Command: `{command}` ({seconds:.0f} s on this machine).", "",
@@ -243,7 +252,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="runs/synthetic-grid")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--replot", action="store_true", help="only redraw the heat maps from --out's grid.json")
     a = p.parse_args(argv)
+    if a.replot:
+        path = Path(a.out) / "grid.json"
+        if not path.is_file():
+            print(f"error: replot=True is invalid: {path} does not exist (run the grid first)", file=sys.stderr)
+            return 2
+        for written in draw_heatmaps(json.loads(path.read_text()), Path(a.out)):
+            print(written)
+        return 0
     try:
         cfg = GridConfig(sources=_ints("sources", a.sources), sizes=_ints("sizes", a.sizes), trials=a.trials,
                          rounds=a.rounds, lr=a.lr, beta=a.beta, parts=a.parts, seed=a.seed)

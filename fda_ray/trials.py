@@ -212,7 +212,7 @@ def run_trial(trial: Trial, records: Path, report: Callable[[dict], None] | None
     report(row) is called after every round (Tune reports there)."""
     import torch
 
-    from fda_ray.engine import SerialExecutor, build_experiment, finetune_from, run_rounds
+    from fda_ray.engine import build_experiment, executor_for, finetune_from, run_rounds
 
     record = records / trial.key
     record.mkdir(parents=True, exist_ok=True)
@@ -226,14 +226,7 @@ def run_trial(trial: Trial, records: Path, report: Callable[[dict], None] | None
         hist = finetune_from(cfg, torch.load(source, weights_only=True), report)
     else:
         exp = build_experiment(cfg)
-        if cfg.executor == "ray":
-            from fda_ray.ray_executor import RayExecutor
-
-            executor: Any = RayExecutor(exp.clients, cpus_per_client=cfg.cpus_per_client or 1.0,
-                                        gpus_per_client=cfg.gpus_per_client, clients_per_actor=cfg.clients_per_actor,
-                                        retries=cfg.client_retries, threads=cfg.threads)
-        else:
-            executor = SerialExecutor(exp.clients)
+        executor = executor_for(exp)
 
         def on_round(state: dict) -> None:
             _save_torch(state, record / STATE_FILE)

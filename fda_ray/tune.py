@@ -98,7 +98,7 @@ def trainable(params: dict[str, Any]) -> None:
     sweep's trials/ directory}; the trial keeps its own record there (state.pt every round, rows.json when done)
     and goes on from it when started again, in this Tune run or a later one (a resumed sweep).
     Otherwise params are RunConfig fields (the programmatic Tuner path) and the trial checkpoints through Tune."""
-    from fda_ray.engine import SerialExecutor, build_experiment, run_rounds
+    from fda_ray.engine import build_experiment, executor_for, run_rounds
     from fda_ray.trials import Trial, run_trial
 
     run = params.get("run", {})
@@ -113,14 +113,7 @@ def trainable(params: dict[str, Any]) -> None:
             path = Path(d) / STATE_FILE
             resume = torch.load(path, weights_only=True) if path.is_file() else None
     exp = build_experiment(cfg)
-    if cfg.executor == "ray":
-        from fda_ray.ray_executor import RayExecutor
-
-        executor: Any = RayExecutor(exp.clients, cpus_per_client=cfg.cpus_per_client or 1.0,
-                                    gpus_per_client=cfg.gpus_per_client, clients_per_actor=cfg.clients_per_actor,
-                                    retries=cfg.client_retries, threads=cfg.threads)
-    else:
-        executor = SerialExecutor(exp.clients)
+    executor = executor_for(exp)
 
     def on_round(state: dict) -> None:
         with tempfile.TemporaryDirectory() as d:

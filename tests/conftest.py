@@ -1,7 +1,14 @@
-"""Shared test fixtures: one torch thread (CI has 2 cores), tiny generated datasets."""
+"""Shared test fixtures: one torch thread (CI has 2 cores), tiny generated datasets.
+
+FDA_RAY_TEST_THREADS=k runs the suite's torch work and the tiny runs with k threads instead of 1, and
+FDA_RAY_KERNELS=reference forces the PyTorch reference of the kernels: `.ci/run` repeats the order-sensitive
+tests that way, so an assertion that only holds for one summation order fails on the developer's machine
+(a different SIMD width reorders sums the same way a different thread count does).
+"""
 from __future__ import annotations
 
 import gzip
+import os
 import struct
 from pathlib import Path
 
@@ -9,7 +16,8 @@ import numpy as np
 import pytest
 import torch
 
-torch.set_num_threads(1)
+TEST_THREADS = int(os.environ.get("FDA_RAY_TEST_THREADS", "1"))
+torch.set_num_threads(TEST_THREADS)
 
 
 def write_idx(path: Path, array: np.ndarray) -> None:
@@ -56,7 +64,7 @@ def tiny(fmnist_dir):
 
     def make(**kw) -> RunConfig:
         base = dict(dataset="fashion-mnist", data_dir=str(fmnist_dir), num_sources=3, rounds=2, warmup_rounds=1,
-                    samples_per_client=128, test_samples=100, target_labelled=32, threads=1)
+                    samples_per_client=128, test_samples=100, target_labelled=32, threads=TEST_THREADS)
         base.update(kw)
         return RunConfig(**base)
 

@@ -142,3 +142,35 @@ def test_bad_shapes_and_offsets():
         fedgp(t, s, torch.tensor([0, 3, 2, 4]), beta=0.5, weights=w)
     with pytest.raises(ValueError, match="projection"):
         fedgp(t, s, off, beta=0.5, weights=w, projection="orthogonal")
+
+
+@pytest.mark.parametrize("impl", ["kernel", "reference"])
+def test_rule_limits_are_bit_exact_whatever_the_weights_sum_to_in_float32(impl):
+    """Nine equal sources: the float32 weights 1/9 do not sum to exactly 1 (in some order they give
+    1 - 6e-8), so a float32 sum of w_i (1 - beta) made FedGP(beta=0) differ from the target's delta by an
+    ulp, depending on the SIMD width. The coefficients are float64 now: the limits are exact."""
+    g = torch.Generator().manual_seed(0)
+    n, m = 9, 1000
+    target, sources = torch.randn(m, generator=g), torch.randn(n, m, generator=g)
+    off = torch.tensor([0, 300, 1000])
+    w = torch.full((n,), 1.0 / n)  # float32 on purpose
+    assert w.double().sum().item() != 1.0  # the float32 weights themselves are off 1 by ~1e-8
+    assert torch.equal(fedgp(target, sources, off, beta=0.0, weights=w, impl=impl), target)
+    assert torch.equal(fedda(target, sources, beta=0.0, weights=w, impl=impl), target)
+    # FedDA with beta = 1 is FedAvg: the same combination, the same order of sums
+    assert torch.equal(fedda(target, sources, beta=1.0, weights=w, impl=impl), fedavg(sources, weights=w, impl=impl))
+    # and FedAvg is the weighted mean to float32 rounding (N terms: a few ulps)
+    torch.testing.assert_close(fedavg(sources, weights=w, impl=impl), sources.mean(0), rtol=0, atol=n * 2e-7 * 4)
+
+
+def test_fedavg_kernel_equals_reference_and_checks_its_input():
+    g = torch.Generator().manual_seed(1)
+    sources = torch.randn(4, 777, generator=g)
+    w = torch.tensor([0.1, 0.2, 0.3, 0.4])
+    # float32 products summed in float32 in the same order i = 0..3 by both: equal to an ulp or two
+    torch.testing.assert_close(fedavg(sources, weights=w, impl="kernel"), fedavg(sources, weights=w, impl="reference"),
+                               rtol=0, atol=4 * 2.4e-7 * float(sources.abs().max()))
+    with pytest.raises(ValueError, match=r"sources must be a 2-D tensor \(N, M\), got shape \(777,\)"):
+        fedavg(sources[0], weights=w)
+    with pytest.raises(ValueError, match="weights must sum to 1"):
+        fedavg(sources, weights=torch.tensor([0.5, 0.5, 0.5, 0.5]))

@@ -68,3 +68,23 @@ def test_registry_lists_known_names_on_typo():
         r.add("a", 2)
     assert set(METHODS.names()) == {"source_only", "target_only", "fedda", "fedgp", "fedda_auto", "fedgp_auto",
                                     "finetune_offline", "oracle"}
+
+
+def test_threads_warmup_and_baseline_protocol_resolve_and_validate():
+    from fda_ray.config import numbers_fields
+
+    assert RunConfig().threads == 1 and RunConfig().resolved().warmup_rounds == 2
+    for bad in (0, None, 1.5):
+        with pytest.raises(ValueError, match=r"threads=.* is invalid: an integer >= 1"):
+            RunConfig(threads=bad)
+    with pytest.raises(ValueError, match="baseline_protocol='paper' is invalid: one of authors, loop"):
+        RunConfig(baseline_protocol="paper")
+    oracle = RunConfig(method="oracle").resolved()
+    assert (oracle.warmup_rounds, oracle.lr_target, oracle.batch_target) == (0, 0.003, 64)
+    assert RunConfig(method="oracle", warmup_rounds=2, lr_target=0.01).resolved().lr_target == 0.01  # explicit wins
+    assert RunConfig(method="oracle", baseline_protocol="loop").resolved().warmup_rounds == 2
+    assert RunConfig(dataset="cifar10", method="oracle").resolved().lr_target == 0.0005  # run_oracle.sh's cifar lr
+    # which fields identify a trial's numbers: not where or how it runs
+    assert {"executor", "cpus_per_client", "gpus_per_client", "clients_per_actor", "ray_address", "client_retries",
+            "data_dir", "download"}.isdisjoint(numbers_fields())
+    assert {"threads", "aggregation_impl", "device", "lr_target", "baseline_protocol", "seed"} <= numbers_fields()

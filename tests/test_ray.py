@@ -3,7 +3,10 @@ after injected faults; a client that keeps failing ends the run with the finishe
 from __future__ import annotations
 
 import json
-import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import ray
@@ -28,16 +31,12 @@ def local_ray():
 
 
 def _assert_same_rows(a: list[dict], b: list[dict]) -> None:
+    """Exactly equal: the clients run the same code with the same thread count (RunConfig.threads) in either
+    executor, and every draw is seeded by (seed, round, client, purpose)."""
     assert len(a) == len(b)
     for ra, rb in zip(a, b):
         for k in COMPARED:
-            va, vb = ra.get(k), rb.get(k)
-            if isinstance(va, float) and isinstance(vb, float):
-                assert math.isclose(va, vb, rel_tol=1e-5, abs_tol=1e-7), (k, ra["round"], va, vb)
-            elif isinstance(va, list):
-                assert vb is not None and torch.allclose(torch.tensor(va), torch.tensor(vb), rtol=1e-5, atol=1e-7), k
-            else:
-                assert va == vb, (k, va, vb)
+            assert ra.get(k) == rb.get(k), (k, ra["round"], ra.get(k), rb.get(k))
 
 
 def _serial(cfg):
@@ -49,7 +48,7 @@ def _serial(cfg):
 def _ray(cfg, faults=None):
     exp = build_experiment(cfg)
     ex = RayExecutor(exp.clients, cpus_per_client=cfg.cpus_per_client, retries=cfg.client_retries, faults=faults,
-                     clients_per_actor=cfg.clients_per_actor)
+                     clients_per_actor=cfg.clients_per_actor, threads=cfg.threads)
     try:
         return run_rounds(exp, ex), ex.client_states(), list(ex.restarts)
     finally:
@@ -64,7 +63,7 @@ def test_ray_equals_serial(local_ray, tiny, method, log):
     h_ray, states_ray, restarts = _ray(cfg.replace(executor="ray"))
     assert restarts == []
     _assert_same_rows(h_serial.rows, h_ray.rows)
-    torch.testing.assert_close(h_ray.final_weights, h_serial.final_weights, rtol=1e-5, atol=1e-6)
+    assert torch.equal(h_ray.final_weights, h_serial.final_weights)
     assert states_ray == states_serial
     # The state really was kept across rounds: the target trains in the 2 main rounds, each source in all
     # 3; source_only's target trains only to log the estimates.
@@ -83,7 +82,7 @@ def test_faulty_client_is_restarted_and_round_redone(local_ray, tiny, faults):
     assert len(restarts) == sum(len(v) for v in faults.values())
     assert {(c, r) for c, r, _ in restarts} == set(faults)
     _assert_same_rows(h_serial.rows, h_ray.rows)
-    torch.testing.assert_close(h_ray.final_weights, h_serial.final_weights, rtol=1e-5, atol=1e-6)
+    assert torch.equal(h_ray.final_weights, h_serial.final_weights)
     assert states_ray == states_serial  # restored from the snapshot, then trained the redone round
 
 
@@ -105,7 +104,7 @@ def test_pooled_actors_equal_serial(local_ray, tiny, faults):
         ex.shutdown()
     assert len(restarts) == sum(len(v) for v in faults.values())
     _assert_same_rows(h_serial.rows, h_ray.rows)
-    torch.testing.assert_close(h_ray.final_weights, h_serial.final_weights, rtol=1e-5, atol=1e-6)
+    assert torch.equal(h_ray.final_weights, h_serial.final_weights)
     assert states_ray == states_serial
 
 
@@ -117,7 +116,7 @@ def test_client_that_keeps_failing_stops_the_run_and_keeps_finished_rounds(local
     assert [r["round"] for r in hist.rows] == [0, 1]
     h_serial, _ = _serial(tiny(method="fedgp", rounds=1))  # the same first two rounds, undisturbed
     _assert_same_rows(h_serial.rows, hist.rows)
-    torch.testing.assert_close(hist.final_weights, h_serial.final_weights, rtol=1e-5, atol=1e-6)
+    assert torch.equal(hist.final_weights, h_serial.final_weights)
 
 
 def test_driver_actor_and_cli(local_ray, tiny, capsys, tmp_path):
@@ -132,6 +131,24 @@ def test_driver_actor_and_cli(local_ray, tiny, capsys, tmp_path):
     out = json.loads(capsys.readouterr().out)
     assert out["config"]["executor"] == "ray" and out["config"]["cpus_per_client"] == 0.5
     _assert_same_rows(h_serial.rows, out["rounds"])
+
+
+def test_serial_and_ray_command_lines_give_the_same_numbers(fmnist_dir):
+    """As a user runs them: `python -m fda_ray` with --executor serial and ray and no thread option. The
+    serial process has the machine's default thread count and the actors another, but both train with the
+    config's threads (default 1), so every per-round number is equal."""
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1]))
+    env.pop("FDA_RAY_TEST_THREADS", None)
+    args = [sys.executable, "-m", "fda_ray", "--data-dir", str(fmnist_dir), "--method", "fedgp_auto", "--noise", "0.4",
+            "--num-sources", "3", "--rounds", "2", "--warmup-rounds", "1", "--samples-per-client", "128",
+            "--test-samples", "100", "--target-labelled", "40", "--seed", "3", "--json"]
+    out = {}
+    for executor in ("serial", "ray"):
+        p = subprocess.run([*args, "--executor", executor], capture_output=True, text=True, env=env, timeout=600)
+        assert p.returncode == 0, p.stderr[-2000:]
+        out[executor] = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["serial"]["config"]["threads"] == out["ray"]["config"]["threads"] == 1
+    _assert_same_rows(out["serial"]["rounds"], out["ray"]["rounds"])
 
 
 def test_run_dispatches_on_executor(local_ray, tiny):

@@ -202,7 +202,8 @@ from test_sweep import make_tiny_grid
 from tuning.grids import GRIDS
 GRIDS["tiny-noise"] = make_tiny_grid(rounds={rounds})
 from fda_ray import sweep
-sys.exit(sweep.main(sys.argv[1:]))
+if __name__ == "__main__":  # the local backend's workers start by importing this file (spawn)
+    sys.exit(sweep.main(sys.argv[1:]))
 """
 
 
