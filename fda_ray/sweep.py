@@ -26,9 +26,7 @@ Exit code: 0 when every trial finished; 1 when a trial failed for good; 130 when
 """
 from __future__ import annotations
 
-import argparse
 import json
-import math
 import os
 import shlex
 import statistics
@@ -38,7 +36,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from fda_ray.cli import OneLineParser, add_config_arguments, config_fields
-from fda_ray.trials import Trial, is_done, plan, result_rows, run_trial
+from fda_ray.trials import Trial, is_done, plan, read_rows, result_rows, run_trial
 from tuning.grids import GRIDS, Grid
 
 PROFILES = ("quick", "paper")
@@ -349,7 +347,8 @@ def main(argv: list[str] | None = None) -> int:
                              "serially in a process pool (use --backend tune for Ray client actors)")
         trials = plan(grid, a.profile, rows=_list(a.methods, str, "methods"), values=_list(a.values, float, "values"),
                       seeds=a.seeds, overrides=overrides)
-        row_keys = list(dict.fromkeys(t.row for t in trials if t.value is not None or t.row == "source_only"))
+        planned = {t.row for t in trials}
+        row_keys = [r.key for r in grid.rows if r.key in planned]  # the paper's table order
         values = [v for v in grid.values if any(t.value == v or v in t.values for t in trials)]
         out = Path(a.out or f"sweeps/{grid.name}-{a.profile}").resolve()
         records = out / "trials"
@@ -405,9 +404,12 @@ def main(argv: list[str] | None = None) -> int:
     if interrupted:
         text += (f"\n**Interrupted**: {done} of {len(trials)} trials finished. Continue with "
                  f"`{command} --resume`.\n")
+    # each trial's own run time, from its record: what the grid costs, whichever launch ran it
+    summary["trial_seconds"] = sum(read_rows(records / t.key).get("seconds", 0.0) for t in trials
+                                   if is_done(records / t.key))
     text += (f"\nWall time: {summary['wall_seconds']:.0f} s for {len(pending)} trials"
              + (f" ({len(trials) - len(pending)} more had finished before --resume)" if len(pending) < len(trials) else "")
-             + ".\n")
+             + f"; the finished trials' own run time adds up to {summary['trial_seconds']:.0f} s.\n")
     if not a.no_figures and rows:
         from fda_ray.figures import sweep_figures
         text += sweep_figures(rows, summary, grid, row_keys, values, out)

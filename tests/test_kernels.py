@@ -50,7 +50,7 @@ def _close(a: torch.Tensor, b: torch.Tensor, rtol: float = 1e-10, atol: float = 
 def test_the_cpu_kernel_builds_here():
     """With a C++ compiler the C++ kernel must really run: a silent fallback would make every test below trivial."""
     assert HAS_CXX, "these tests expect a C++ compiler (CI installs build-essential)"
-    assert kernels.implementation("cpu") == "cpp", loader.status()
+    assert kernels.implementation("cpu", "kernel") == "cpp", loader.status()
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -211,7 +211,7 @@ def test_bad_inputs_give_one_clear_line(case, match):
 ])
 def test_the_registered_operator_checks_its_inputs_too(case, match):
     """Called directly (torch.ops.fda_ray.*), the C++ operator refuses what the wrapper refuses."""
-    assert kernels.implementation("cpu") == "cpp"
+    assert kernels.implementation("cpu", "kernel") == "cpp"
     target, sources, off = _bad_inputs(case)
     with pytest.raises(RuntimeError, match=match):
         torch.ops.fda_ray.layer_stats(target, sources, off)

@@ -2,7 +2,6 @@
 plain runs, trial identity, and the planner's one-line errors."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 

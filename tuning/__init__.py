@@ -1,8 +1,9 @@
 """Named experiment grids of the seed papers and the published numbers they are compared with.
 
-A grid is plain data (tuning.grids.GRIDS): the dataset, the methods, the values of the grid variable,
-the seeds per value and the config fields of a profile. Runners (fda_ray.reproduce now, the Tune sweep
-later) read it; adding a grid is a few lines here.
+A grid is plain data (tuning.grids.GRIDS): the dataset, the rows of the paper's table (a method with its
+settings), the values of the grid variable, the seeds per value, the fields every trial sets and the fields
+of each profile. fda_ray.trials plans it and `python -m fda_ray.sweep` runs it; adding a grid is a few lines
+here.
 """
 from tuning.grids import GRIDS, Grid
 from tuning.paper import PAPER_TABLES
