@@ -45,6 +45,13 @@ class Trial:
     save_weights: bool = False
     values: tuple[float, ...] = ()  # a shared source_only trial: the grid values (its eval_noise levels)
 
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"kind={self.kind!r} is invalid for trial {self.key}: one of {', '.join(KINDS)}")
+        if (self.kind == "finetune") != (self.weights_from is not None):
+            raise ValueError(f"weights_from={self.weights_from!r} is invalid for trial {self.key}: a finetune trial, "
+                             "and only one, starts from another trial's weights")
+
     def config(self) -> RunConfig:
         return config_of(self.params)
 

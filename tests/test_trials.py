@@ -140,6 +140,15 @@ def test_shared_source_only_and_finetune_equal_plain_runs(fmnist_dir, tmp_path):
         assert got == [r["accuracy"] for r in full.rows if r["phase"] == "finetune"] and len(got) == 2
 
 
+def test_a_trial_read_back_is_checked():
+    t = plan(GRIDS["noise"], "paper")[1]
+    assert Trial.from_dict(t.to_dict()) == t
+    with pytest.raises(ValueError, match="kind='train' is invalid"):
+        Trial.from_dict({**t.to_dict(), "kind": "train"})
+    with pytest.raises(ValueError, match="weights_from=None is invalid"):
+        Trial.from_dict({**t.to_dict(), "weights_from": None})
+
+
 def test_grid_definition_errors():
     with pytest.raises(ValueError, match="share_source_only needs variable 'noise'"):
         Grid(name="x", dataset="fashion-mnist", variable="eta", values=(0.1,), rows=(Row("a", "A", "fedgp"),),
