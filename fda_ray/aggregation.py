@@ -64,6 +64,24 @@ def check_weights(weights: torch.Tensor, n: int, like: torch.Tensor) -> torch.Te
     return w
 
 
+def _locate_non_finite(target: torch.Tensor | None, sources: torch.Tensor) -> str:
+    """Which input holds a non-finite value (the slow path: only after a check failed)."""
+    bad = (~torch.isfinite(sources)).any(1).nonzero().flatten().tolist()
+    if bad:
+        return f"sources {bad} (rows of sources)"
+    if target is not None and not torch.isfinite(target).all():
+        return "target"
+    return "the inputs' squares overflow float64"
+
+
+def _finite_or_raise(out: torch.Tensor, target: torch.Tensor | None, sources: torch.Tensor, rule: str) -> torch.Tensor:
+    """A rule's output (M,) is finite iff its inputs are (finite coefficients): one pass over M, not N x M."""
+    if not torch.isfinite(out).all():
+        raise ValueError(f"{rule}: non-finite values (NaN or inf) in {_locate_non_finite(target, sources)}; "
+                         "a diverged client (try a lower learning rate)")
+    return out
+
+
 def _impl(impl: str | None, *tensors: torch.Tensor) -> str:
     """The kernels take float32; other dtypes (float64 in exactness tests) run the reference."""
     impl = impl or kernels.default_impl()
@@ -116,7 +134,8 @@ def fedavg(sources: torch.Tensor, *, weights: torch.Tensor, impl: str | None = N
     whole = torch.tensor([0, m], dtype=torch.int64)
     sources = sources.contiguous()
     # the target slot of the combination is unused (coefficient 0): any finite row of the right shape
-    return kernels.layer_combine(sources[0], sources, whole, w.unsqueeze(1), 0.0, impl=_impl(impl, sources))
+    out = kernels.layer_combine(sources[0], sources, whole, w.unsqueeze(1), 0.0, impl=_impl(impl, sources))
+    return _finite_or_raise(out, None, sources, "fedavg")
 
 
 def fedda(target: torch.Tensor, sources: torch.Tensor, *, beta: float | torch.Tensor,
@@ -127,8 +146,9 @@ def fedda(target: torch.Tensor, sources: torch.Tensor, *, beta: float | torch.Te
     w = check_weights(weights, n, target)
     whole = torch.tensor([0, m], dtype=torch.int64)  # one "layer": FedDA does not look at layers
     scale = (w * b).unsqueeze(1)  # (N, 1) float64
-    return kernels.layer_combine(target.contiguous(), sources.contiguous(), whole, scale, float((w * (1 - b)).sum()),
-                                 impl=_impl(impl, target, sources))
+    out = kernels.layer_combine(target.contiguous(), sources.contiguous(), whole, scale, float((w * (1 - b)).sum()),
+                                impl=_impl(impl, target, sources))
+    return _finite_or_raise(out, target, sources, "fedda")
 
 
 def fedgp(target: torch.Tensor, sources: torch.Tensor, offsets: torch.Tensor, *, beta: float | torch.Tensor,
@@ -144,6 +164,10 @@ def fedgp(target: torch.Tensor, sources: torch.Tensor, offsets: torch.Tensor, *,
     impl = _impl(impl, target, sources)
     target, sources = target.contiguous(), sources.contiguous()
     dots, s_sq, t_sq = stats if stats is not None else kernels.layer_stats(target, sources, offsets, impl=impl)  # pass 1
+    # the per-layer sums of squares are finite iff every input is: a check that costs nothing more
+    if not (torch.isfinite(s_sq).all() and torch.isfinite(t_sq).all()):
+        raise ValueError(f"fedgp: non-finite values (NaN or inf) in {_locate_non_finite(target, sources)}; "
+                         "a diverged client (try a lower learning rate)")
     coef = projection_coefficients(dots, s_sq, t_sq, filter=filter, projection=projection)  # (N, L) float64
     scale = coef * (w * b * a).unsqueeze(1)  # (N, L) float64
     return kernels.layer_combine(target, sources, offsets, scale, float((w * (1 - b)).sum()), impl=impl)  # pass 2

@@ -13,6 +13,7 @@ parallel run of one config give the same numbers.
 from __future__ import annotations
 
 import copy
+import math
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence
@@ -249,36 +250,44 @@ def run_rounds(exp: Experiment, executor: Executor, progress: Callable[[dict], N
         tgt = updates[t_idx].delta if t_idx in updates else None  # (M,)
         row: dict = {"round": r, "phase": "warmup" if warm else "main"}
         beta: float | torch.Tensor = cfg.beta
-        if warm:
-            update = combine(METHODS.get("source_only"), None, src, layout.offsets, weights=weights, beta=1.0, align=None,
-                             impl=cfg.aggregation_impl)
-        else:
-            steps = updates[t_idx].step_deltas if t_idx in updates else None  # (B, M)
-            if method.auto_rule is not None or (cfg.log_estimates and src is not None and steps is not None
-                                                and steps.shape[0] >= 2):
-                # Per-step deltas of both sides, both scaled by lr_T / lr_S as in the authors' code
-                # (REFERENCE.md): the factor cancels in beta; the logged estimates carry it.
-                aligned = src / src_steps.unsqueeze(1) * lr_ratio  # (N, M)
-                stats = estimate(steps * lr_ratio, aligned, impl=cfg.aggregation_impl)
-                row.update(round_estimates(stats, weights, layout.size, steps.shape[0], cfg.beta))
-                if method.auto_rule is not None:
-                    rule = cfg.auto_beta_rule if method.auto_rule == "fedgp" else "fedda"
-                    beta = auto_beta(stats, rule)  # (N,) float64
-            # One pass for the layer statistics: FedGP's projections and the logged cosines share it.
-            lstats = layer_stats(tgt, src, layout.offsets, impl=cfg.aggregation_impl) \
-                if src is not None and tgt is not None else None
-            update = combine(method, tgt, src, layout.offsets, weights=weights, beta=beta, align=align,
-                             filter=cfg.filter, projection=cfg.projection, impl=cfg.aggregation_impl, stats=lstats)
-            if lstats is not None:
-                cos = layer_cosines(*lstats)  # (N, L)
-                row["cosine_mean_i"] = cos.mean(1).tolist()
-                row["filtered_share_i"] = (cos <= 0).double().mean(1).tolist()
-            if method.uses_beta:
-                row["beta_i"] = (beta.tolist() if isinstance(beta, torch.Tensor) else [float(beta)] * n)
+        try:  # the rules and estimators refuse non-finite deltas or estimates (a diverged client)
+            if warm:
+                update = combine(METHODS.get("source_only"), None, src, layout.offsets, weights=weights, beta=1.0, align=None,
+                                 impl=cfg.aggregation_impl)
+            else:
+                steps = updates[t_idx].step_deltas if t_idx in updates else None  # (B, M)
+                if method.auto_rule is not None or (cfg.log_estimates and src is not None and steps is not None
+                                                    and steps.shape[0] >= 2):
+                    # Per-step deltas of both sides, both scaled by lr_T / lr_S as in the authors' code
+                    # (REFERENCE.md): the factor cancels in beta; the logged estimates carry it.
+                    aligned = src / src_steps.unsqueeze(1) * lr_ratio  # (N, M)
+                    stats = estimate(steps * lr_ratio, aligned, impl=cfg.aggregation_impl)
+                    row.update(round_estimates(stats, weights, layout.size, steps.shape[0], cfg.beta))
+                    if method.auto_rule is not None:
+                        rule = cfg.auto_beta_rule if method.auto_rule == "fedgp" else "fedda"
+                        beta = auto_beta(stats, rule)  # (N,) float64
+                # One pass for the layer statistics: FedGP's projections and the logged cosines share it.
+                lstats = layer_stats(tgt, src, layout.offsets, impl=cfg.aggregation_impl) \
+                    if src is not None and tgt is not None else None
+                update = combine(method, tgt, src, layout.offsets, weights=weights, beta=beta, align=align,
+                                 filter=cfg.filter, projection=cfg.projection, impl=cfg.aggregation_impl, stats=lstats)
+                if lstats is not None:
+                    cos = layer_cosines(*lstats)  # (N, L)
+                    row["cosine_mean_i"] = cos.mean(1).tolist()
+                    row["filtered_share_i"] = (cos <= 0).double().mean(1).tolist()
+                if method.uses_beta:
+                    row["beta_i"] = (beta.tolist() if isinstance(beta, torch.Tensor) else [float(beta)] * n)
+        except ValueError as e:
+            hist.seconds = time.perf_counter() - t0
+            raise RunFailed(f"run stopped in round {r}: {e}; {len(hist.rows)} finished rounds kept", hist) from e
         flat = flat + update
         if r + 1 < trained:  # the clients start the next round while this one is evaluated
             pending = executor.submit(flat, r + 1, _requests(exp, r + 1))
         row.update(_evaluate_row(exp, flat, r, eval_model))
+        if not math.isfinite(row["loss"]):
+            hist.seconds = time.perf_counter() - t0
+            raise RunFailed(f"run stopped in round {r}: the global model's test loss is {row['loss']} (non-finite "
+                            f"weights or outputs); try a lower learning rate; {len(hist.rows)} finished rounds kept", hist)
         row["train_loss_target"] = updates[t_idx].loss if t_idx in updates else None
         row["client_seconds_max"] = max(u.seconds for u in updates.values())  # the slowest client's training
         row["client_seconds_sum"] = sum(u.seconds for u in updates.values())

@@ -48,6 +48,11 @@ def estimate(target_steps: torch.Tensor, sources: torch.Tensor, *, impl: str | N
     if sources.shape[0] < 1 or m < 1:
         raise ValueError(f"need N >= 1 sources and M >= 1 parameters, got N={sources.shape[0]}, M={m}")
     k_gg, k_gs, s_sq = gram(target_steps, sources, impl=impl)
+    # |G_b|^2 and |g_i|^2 are finite iff every input is: a check that costs nothing more
+    if not (torch.isfinite(k_gg.diagonal()).all() and torch.isfinite(s_sq).all()):
+        where = "target_steps" if not torch.isfinite(k_gg.diagonal()).all() else "sources"
+        raise ValueError(f"estimate: non-finite values (NaN or inf) in {where}; a diverged client "
+                         "(try a lower learning rate)")
     diag = k_gg.diagonal()  # (B,) |G_b|^2
     gbar_sq = k_gg.sum() / b**2  # |g_bar|^2
     centred_sq = diag - 2 * k_gg.mean(1) + gbar_sq  # (B,) |G_b - g_bar|^2
@@ -69,6 +74,9 @@ def auto_beta(stats: dict[str, torch.Tensor | float], rule: str) -> torch.Tensor
     """beta_i (N,) float64 minimising the estimated Delta error of the rule (seed 004 Sec. 4.2, REFERENCE.md)."""
     if rule not in AUTO_RULES:
         raise ValueError(f"auto-beta rule must be one of {AUTO_RULES}, got {rule!r}")
+    for key in ("sigma2", "d2", "tau2d2", "delta", "gbar2"):
+        if key in stats and not torch.isfinite(torch.as_tensor(stats[key], dtype=torch.float64)).all():
+            raise ValueError(f"auto_beta: {key}={stats[key]!r} is invalid: the estimates must be finite")
     sigma2 = torch.as_tensor(stats["sigma2"], dtype=torch.float64)
     if rule == "fedda":
         bias = torch.as_tensor(stats["d2"], dtype=torch.float64)

@@ -174,3 +174,38 @@ def test_fedavg_kernel_equals_reference_and_checks_its_input():
         fedavg(sources[0], weights=w)
     with pytest.raises(ValueError, match="weights must sum to 1"):
         fedavg(sources, weights=torch.tensor([0.5, 0.5, 0.5, 0.5]))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+@pytest.mark.parametrize("impl", ["kernel", "reference"])
+def test_rules_refuse_non_finite_deltas_and_name_the_source(bad, impl):
+    t, s, off = case()
+    s = s.clone()
+    s[1, 2] = bad
+    w = torch.tensor([0.5, 0.5])
+    for call in (lambda: fedgp(t, s, off, beta=0.5, weights=w, impl=impl),
+                 lambda: fedda(t, s, beta=0.5, weights=w, impl=impl),
+                 lambda: fedavg(s, weights=w, impl=impl)):
+        with pytest.raises(ValueError, match=r"non-finite values \(NaN or inf\) in sources \[1\]"):
+            call()
+    t2 = t.clone()
+    t2[0] = bad
+    with pytest.raises(ValueError, match=r"non-finite values \(NaN or inf\) in target"):
+        fedgp(t2, case()[1], off, beta=0.5, weights=w, impl=impl)
+
+
+def test_estimators_refuse_non_finite_input_and_estimates():
+    from fda_ray.estimators import auto_beta, estimate
+
+    g = torch.randn(4, 50, generator=torch.Generator().manual_seed(0))
+    s = torch.randn(2, 50, generator=torch.Generator().manual_seed(1))
+    g[2, 7] = float("nan")
+    with pytest.raises(ValueError, match=r"estimate: non-finite values \(NaN or inf\) in target_steps"):
+        estimate(g, s)
+    s[0, 0] = float("inf")
+    with pytest.raises(ValueError, match="in sources"):
+        estimate(torch.zeros(3, 50), s)
+    stats = {"sigma2": float("nan"), "d2": torch.tensor([1.0]), "tau2d2": torch.tensor([1.0]),
+             "delta": torch.tensor([1.0]), "gbar2": 1.0}
+    with pytest.raises(ValueError, match="auto_beta: sigma2=nan is invalid: the estimates must be finite"):
+        auto_beta(stats, "fedda")  # NaN used to become the indifferent beta 0.5

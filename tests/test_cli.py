@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import dataclasses
+import re
 import importlib
 import pkgutil
 
@@ -119,3 +120,27 @@ def test_no_module_shadows_the_run_function():
     from fda_ray.engine import run
 
     assert fda_ray.run is run and callable(fda_ray.run)
+
+
+def test_a_diverging_run_stops_with_one_line_and_keeps_its_rounds(fmnist_dir, capsys, tmp_path):
+    """A non-finite value stops the run (exit 1) with one line naming the round and where it appeared, instead
+    of printing an accuracy; the finished rounds go to --parquet."""
+    import pyarrow.parquet as pq
+
+    # issue 14's example: noise 1e38 overflows the test images themselves: the first evaluation is NaN
+    rc = main(["--data-dir", str(fmnist_dir), "--method", "fedgp", "--noise", "1e38", *TINY])
+    captured = capsys.readouterr()
+    assert rc == 1 and "final target accuracy" not in captured.out and "Traceback" not in captured.err
+    # (torch prints a one-time "No CUDA runtime" warning when the kernel first loads in a process)
+    assert [x for x in captured.err.strip().splitlines() if "cpp_extension" not in x] == [
+        "error: run stopped in round 0: the global model's test loss is nan (non-finite weights or outputs); "
+        "try a lower learning rate; 0 finished rounds kept"]
+    # a target that diverges in the first main round: the rule refuses its delta, the warm-up round is kept
+    out = tmp_path / "kept.parquet"
+    rc = main(["--data-dir", str(fmnist_dir), "--method", "fedgp", "--lr-target", "1e30", "--parquet", str(out), *TINY])
+    err = "\n".join(x for x in capsys.readouterr().err.strip().splitlines() if "cpp_extension" not in x)
+    assert rc == 1 and len(err.splitlines()) == 1
+    # the estimators (run first, for the logged estimates) or the rule refuse the target's delta
+    assert re.search(r"run stopped in round 1: (estimate|fedgp): non-finite values \(NaN or inf\) in target", err)
+    assert "1 finished rounds kept" in err
+    assert [r["phase"] for r in pq.read_table(out).to_pylist()] == ["warmup"]
