@@ -102,12 +102,9 @@ def add_config_arguments(p: argparse.ArgumentParser, *, overrides: bool = False,
 
 
 def config_fields(a: argparse.Namespace) -> dict[str, Any]:
-    """The RunConfig fields present in a parsed namespace (eval_noise as a tuple)."""
+    """The RunConfig fields present in a parsed namespace."""
     names = {f.name for f in dataclasses.fields(RunConfig)}
-    out = {k: v for k, v in vars(a).items() if k in names}
-    if "eval_noise" in out and out["eval_noise"] is not None:
-        out["eval_noise"] = tuple(out["eval_noise"])
-    return out
+    return {k: v for k, v in vars(a).items() if k in names}
 
 
 def config_from_args(a: argparse.Namespace) -> RunConfig:

@@ -185,6 +185,11 @@ class RunConfig:
             raise _err("target_labelled", self.target_labelled, "give target_labelled or target_fraction, not both")
         if self.log_estimates not in (None, True, False):
             raise _err("log_estimates", self.log_estimates, "true, false or None (on unless the method trains no source)")
+        if not isinstance(self.eval_noise, tuple):  # a list from JSON, a CLI or a Tune search space
+            try:
+                object.__setattr__(self, "eval_noise", tuple(self.eval_noise))
+            except TypeError:
+                raise _err("eval_noise", self.eval_noise, "a sequence of noise levels") from None
         for v in self.eval_noise:
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
                 raise _err("eval_noise", self.eval_noise, "finite noise levels >= 0")

@@ -202,13 +202,17 @@ def run_tune(pending: list[Trial], records: Path, out: Path, address: str | None
 
 # ---------------------------------------------------------------- results
 
-def collect(trials: Sequence[Trial], grid: Grid, records: Path) -> list[dict]:
-    """A row per (finished trial, grid value, round), the trial's fields as columns."""
+def collect(trials: Sequence[Trial], grid: Grid, records: Path) -> tuple[list[dict], float]:
+    """A row per (finished trial, grid value, round), the trial's fields as columns; and the finished trials'
+    own run time (s), whichever launch ran them."""
     rows: list[dict] = []
+    seconds = 0.0
     for t in trials:
         if is_done(records / t.key):
-            rows += result_rows(t, grid, records)
-    return rows
+            data = read_rows(records / t.key)
+            rows += result_rows(t, grid, data)
+            seconds += data.get("seconds", 0.0)
+    return rows, seconds
 
 
 def write_parquet(rows: list[dict], path: Path) -> None:
@@ -395,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
                                              progress)
     except KeyboardInterrupt:
         interrupted = True
-    rows = collect(trials, grid, records)
+    rows, trial_seconds = collect(trials, grid, records)
     write_parquet(rows, out / "results.parquet")
     text, summary = summarize(rows, failures, grid, a.profile, row_keys, values, command)
     done = sum(1 for t in trials if is_done(records / t.key))
@@ -404,9 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     if interrupted:
         text += (f"\n**Interrupted**: {done} of {len(trials)} trials finished. Continue with "
                  f"`{command} --resume`.\n")
-    # each trial's own run time, from its record: what the grid costs, whichever launch ran it
-    summary["trial_seconds"] = sum(read_rows(records / t.key).get("seconds", 0.0) for t in trials
-                                   if is_done(records / t.key))
+    summary["trial_seconds"] = trial_seconds
     text += (f"\nWall time: {summary['wall_seconds']:.0f} s for {len(pending)} trials"
              + (f" ({len(trials) - len(pending)} more had finished before --resume)" if len(pending) < len(trials) else "")
              + f"; the finished trials' own run time adds up to {summary['trial_seconds']:.0f} s.\n")

@@ -53,7 +53,7 @@ class Trial:
                              "and only one, starts from another trial's weights")
 
     def config(self) -> RunConfig:
-        return config_of(self.params)
+        return RunConfig(**self.params)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -65,15 +65,10 @@ class Trial:
         return Trial(**d)
 
 
-def config_of(params: dict[str, Any]) -> RunConfig:
-    values = {k: (tuple(v) if k == "eval_noise" else v) for k, v in params.items()}
-    return RunConfig(**values)
-
-
 def trial_key(row: str, variable: str, value: float | None, seed: int, params: dict[str, Any], kind: str = "run",
               weights_from: str | None = None) -> str:
     """Readable, and unique per set of numbers: a hash of the fields that change them (RunConfig metadata)."""
-    resolved = config_of(params).resolved().to_dict()
+    resolved = RunConfig(**params).resolved().to_dict()
     identity = {k: resolved[k] for k in sorted(numbers_fields())}
     identity.update(kind=kind, weights_from=weights_from)
     digest = hashlib.sha1(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:8]
@@ -148,7 +143,7 @@ def plan(grid: Grid, profile: str, *, rows: Sequence[str] | None = None, values:
         if at:
             params["eval_noise"] = list(at)
         try:
-            config_of(params).resolved()
+            RunConfig(**params).resolved()
         except ValueError as e:
             raise ValueError(str(e).splitlines()[0]) from None
         key = trial_key(row_key, grid.variable, value, seed, params, kind, weights_from)
@@ -254,11 +249,9 @@ def run_trial(trial: Trial, records: Path, report: Callable[[dict], None] | None
     return hist
 
 
-def result_rows(trial: Trial, grid: Grid, records: Path) -> list[dict[str, Any]]:
-    """A finished trial's rows with its identity as columns; a shared source_only trial gives one set of rows
-    per grid value it was evaluated at (accuracy = its eval_noise accuracy at that value)."""
-    record = records / trial.key
-    data = read_rows(record)
+def result_rows(trial: Trial, grid: Grid, data: dict[str, Any]) -> list[dict[str, Any]]:
+    """A finished trial's rows (`data`: its read_rows) with its identity as columns; a shared source_only
+    trial gives one set of rows per grid value it was evaluated at (accuracy = its eval_noise accuracy there)."""
     ident = {k: v for k, v in trial.params.items() if k != "eval_noise"}
     ident.update(row=trial.row, grid=grid.name, grid_variable=grid.variable, trial=trial.key)
     out = []

@@ -55,8 +55,7 @@ def config_from_params(params: dict[str, Any]) -> RunConfig:
     params.pop(RECORD_KEY, None)
     params.pop("trial", None)
     search_space(**params)
-    values = {k: (tuple(v) if k == "eval_noise" else v) for k, v in params.items()}
-    return RunConfig(**values).resolved()
+    return RunConfig(**params).resolved()
 
 
 def driver_placement() -> dict[str, float]:

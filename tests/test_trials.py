@@ -7,7 +7,7 @@ import pytest
 
 from fda_ray.config import RunConfig
 from fda_ray.engine import run
-from fda_ray.trials import Trial, is_done, plan, result_rows, run_trial, trial_key
+from fda_ray.trials import Trial, is_done, plan, read_rows, result_rows, run_trial, trial_key
 from tuning.grids import GRIDS, Grid, Row
 from tuning.paper import TABLE10_FMNIST, TABLE11_FMNIST_LABEL_SHIFT
 
@@ -130,7 +130,7 @@ def test_shared_source_only_and_finetune_equal_plain_runs(fmnist_dir, tmp_path):
     for t in trials:
         run_trial(t, tmp_path)
         assert is_done(tmp_path / t.key)
-    rows = [r for t in trials for r in result_rows(t, grid, tmp_path)]
+    rows = [r for t in trials for r in result_rows(t, grid, read_rows(tmp_path / t.key))]
     for noise in (0.0, 0.5):
         plain = run(RunConfig(dataset="fashion-mnist", method="source_only", noise=noise, **tiny))
         got = [r["accuracy"] for r in rows if r["row"] == "source_only" and r["noise"] == noise]
