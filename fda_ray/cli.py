@@ -36,7 +36,24 @@ class OneLineParser(argparse.ArgumentParser):
             return int(e.code or 0)
 
 
-def _typed(field: str, kind: type, allowed: str) -> Callable[[str], Any]:
+def one_line_warnings() -> None:
+    """Print fda-ray's RunWarnings as `warning: <message>` (Python's format adds the source file and line)."""
+    import warnings
+
+    from fda_ray.preflight import RunWarning
+
+    default = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):  # type: ignore[no-untyped-def]
+        if issubclass(category, RunWarning):
+            print(f"warning: {message}", file=sys.stderr, flush=True)
+        else:
+            default(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+
+
+def typed(field: str, kind: type, allowed: str) -> Callable[[str], Any]:
     def parse(text: str) -> Any:
         try:
             value = kind(text)
@@ -92,11 +109,11 @@ def add_config_arguments(p: argparse.ArgumentParser, *, overrides: bool = False,
         if base is bool:
             group.add_argument(flag, action=argparse.BooleanOptionalAction, **kw)
         elif typing.get_origin(base) is tuple:
-            group.add_argument(flag, nargs="*", type=_typed(f.name, float, "numbers"), metavar="X", **kw)
+            group.add_argument(flag, nargs="*", type=typed(f.name, float, "numbers"), metavar="X", **kw)
         elif base is int:
-            group.add_argument(flag, type=_typed(f.name, int, "an integer"), metavar="N", **kw)
+            group.add_argument(flag, type=typed(f.name, int, "an integer"), metavar="N", **kw)
         elif base is float:
-            group.add_argument(flag, type=_typed(f.name, float, "a number"), metavar="X", **kw)
+            group.add_argument(flag, type=typed(f.name, float, "a number"), metavar="X", **kw)
         else:
             group.add_argument(flag, type=str, metavar="NAME" if choices else "TEXT", **kw)
 
@@ -115,14 +132,16 @@ def parser() -> OneLineParser:
     p = OneLineParser(prog="python -m fda_ray", description="One federated domain adaptation run.")
     add_config_arguments(p)
     out = p.add_argument_group("output")
-    out.add_argument("--parquet", default=None, help="write the per-round history to this Parquet file")
+    out.add_argument("--parquet", default=None, help="write the per-round history to this Parquet file (after every round, atomically: a stopped run keeps its finished rounds)")
     out.add_argument("--json", action="store_true", help="print one JSON object (config and per-round metrics)")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    from fda_ray import preflight
     from fda_ray.data import DatasetNotFound
-    from fda_ray.engine import RunFailed, run
+    from fda_ray.engine import RunFailed, RunInterrupted, run
+    from fda_ray.history import History
 
     a = parser().parse_or_exit_code(argv)
     if isinstance(a, int):
@@ -130,12 +149,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = config_from_args(a)
         resolved = cfg.resolved()
+        if a.parquet:  # before any work: a run must never finish and then fail to save
+            preflight.output_file("parquet", a.parquet)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    one_line_warnings()
     total = resolved.warmup_rounds + resolved.rounds
+    finished = History(config=resolved.to_dict())
 
     def progress(row: dict) -> None:
+        if a.parquet:  # every finished round on disk at once (atomically): even a killed run keeps them
+            finished.rows.append(row)
+            finished.to_parquet(a.parquet)
         if a.json:
             return
         beta = row.get("beta_i")
@@ -147,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         hist = run(cfg, progress)
     except (DatasetNotFound, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
     except RunFailed as e:
         # Keep what was computed: the finished rounds go where the full history would have gone.
@@ -155,8 +181,11 @@ def main(argv: list[str] | None = None) -> int:
         if a.parquet and e.history.rows:
             e.history.to_parquet(a.parquet)
             kept = f"; the {len(e.history.rows)} finished rounds are in {a.parquet}"
-        print(f"error: {e}{kept}", file=sys.stderr)
-        return 1
+        print(f"{'interrupted' if isinstance(e, RunInterrupted) else 'error'}: {e}{kept}", file=sys.stderr)
+        return 130 if isinstance(e, RunInterrupted) else 1
+    except KeyboardInterrupt:  # before the rounds (loading the data, starting actors)
+        print("interrupted: before the first round finished; nothing to keep", file=sys.stderr)
+        return 130
     if a.parquet:
         hist.to_parquet(a.parquet)
     if a.json:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -193,8 +194,8 @@ class RunConfig:
         for v in self.eval_noise:
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
                 raise _err("eval_noise", self.eval_noise, "finite noise levels >= 0")
-        if not (self.device == "cpu" or self.device.startswith("cuda")):
-            raise _err("device", self.device, "'cpu' or 'cuda[:i]'")
+        if not (isinstance(self.device, str) and re.fullmatch(r"cpu|cuda(:\d+)?", self.device)):
+            raise _err("device", self.device, "'cpu', 'cuda' or 'cuda:<index>'")
         if self.aggregation_impl not in ("kernel", "reference"):
             raise _err("aggregation_impl", self.aggregation_impl, "one of kernel, reference")
         if self.executor not in EXECUTORS:

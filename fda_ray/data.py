@@ -46,8 +46,17 @@ DATASETS: Registry[Callable[..., Split]] = Registry("dataset")
 
 
 def _candidate_dirs(data_dir: str | None, subdirs: list[str], system_dirs: list[str]) -> list[Path]:
+    """Where to look. A named data_dir is the only place searched (a typo never falls back to another copy
+    silently); without one: $FDA_DATA_DIR, ./data, ~/.cache/fda_ray, then the system's copy."""
+    if data_dir:
+        root = Path(data_dir).expanduser()
+        if root.exists() and not root.is_dir():
+            raise DatasetNotFound(f"data_dir={data_dir!r} is invalid: it is a file, not a directory")
+        if root.is_dir() and not os.access(root, os.R_OK | os.X_OK):
+            raise DatasetNotFound(f"data_dir={data_dir!r} is invalid: the directory is not readable")
+        return [root / s if s else root for s in subdirs]
     roots: list[Path] = []
-    for root in (data_dir, os.environ.get("FDA_DATA_DIR"), "data", os.path.expanduser("~/.cache/fda_ray")):
+    for root in (os.environ.get("FDA_DATA_DIR"), "data", os.path.expanduser("~/.cache/fda_ray")):
         if root:
             roots.append(Path(root))
     dirs = [r / s if s else r for r in roots for s in subdirs]
@@ -58,6 +67,21 @@ def _candidate_dirs(data_dir: str | None, subdirs: list[str], system_dirs: list[
             seen.add(d)
             out.append(d)
     return out
+
+
+def _not_found(name: str, data_dir: str | None, dirs: list[Path], how: str) -> DatasetNotFound:
+    where = (f" in data_dir={data_dir!r}" + ("" if Path(data_dir).expanduser().is_dir() else " (no such directory)")
+             + "; only the named directory is searched") if data_dir else ""
+    return DatasetNotFound(f"{name} not found{where}; searched: {', '.join(str(d) for d in dirs)}. {how}")
+
+
+def check_labels(path: Path, y: np.ndarray, num_classes: int, n: int) -> None:
+    """Labels are one class index per sample, in [0, num_classes)."""
+    if y.ndim != 1 or len(y) != n:
+        raise ValueError(f"{path}: {y.shape} labels for {n} images (one label per image expected)")
+    if len(y) and (int(y.min()) < 0 or int(y.max()) >= num_classes):
+        raise ValueError(f"{path}: label values {int(y.min())}..{int(y.max())} are outside the dataset's "
+                         f"{num_classes} classes 0..{num_classes - 1}")
 
 
 # ---------------------------------------------------------------- Fashion-MNIST (IDX files)
@@ -102,6 +126,8 @@ def _idx_path(d: Path, name: str) -> Path:
 @DATASETS.register("fashion-mnist")
 def load_fashion_mnist(data_dir: str | None = None, download: bool = False) -> Split:
     """Fashion-MNIST from its four IDX files; images (n, 1, 28, 28) scaled to [0, 1], no normalisation."""
+    if download and data_dir:
+        Path(data_dir).expanduser().mkdir(parents=True, exist_ok=True)
     dirs = _candidate_dirs(data_dir, ["", "fashion-mnist", "FashionMNIST/raw"], [FMNIST_SYSTEM_DIR])
     found = _find_idx_dir(dirs)
     if found is None and download:
@@ -112,13 +138,14 @@ def load_fashion_mnist(data_dir: str | None = None, download: bool = False) -> S
         torchvision.datasets.FashionMNIST(str(root), train=False, download=True)
         found = _find_idx_dir([root / "FashionMNIST/raw"])
     if found is None:
-        raise DatasetNotFound(
-            "Fashion-MNIST not found; searched: " + ", ".join(str(d) for d in dirs)
-            + ". Get it with `apt-get install -y dataset-fashion-mnist` (Debian/Ubuntu), or pass --download "
-            "(torchvision downloader, needs internet), or put the four IDX files in $FDA_DATA_DIR"
-        )
-    arrays = [read_idx(_idx_path(found, f)) for f in FMNIST_FILES]
-    xtr, ytr, xte, yte = arrays
+        raise _not_found("Fashion-MNIST", data_dir, dirs,
+                         "Get it with `apt-get install -y dataset-fashion-mnist` (Debian/Ubuntu), or pass --download "
+                         "(torchvision downloader, needs internet), or put the four IDX files in $FDA_DATA_DIR")
+    xtr, ytr, xte, yte = (read_idx(_idx_path(found, f)) for f in FMNIST_FILES)
+    for images, labels, x, y in ((FMNIST_FILES[0], FMNIST_FILES[1], xtr, ytr), (FMNIST_FILES[2], FMNIST_FILES[3], xte, yte)):
+        if x.ndim != 3 or x.shape[1:] != (28, 28):
+            raise ValueError(f"{_idx_path(found, images)}: images of shape {x.shape[1:]}; Fashion-MNIST's are 28 x 28")
+        check_labels(_idx_path(found, labels), y, 10, len(x))
     to_x = lambda a: torch.from_numpy(a.astype(np.float32) / 255.0).unsqueeze(1)  # (n, 1, 28, 28)
     return Split(to_x(xtr), torch.from_numpy(ytr.astype(np.int64)), to_x(xte), torch.from_numpy(yte.astype(np.int64)), 10)
 
@@ -129,17 +156,26 @@ CIFAR_DIR = "cifar-10-batches-py"
 
 
 def _read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    with open(path, "rb") as f:
-        d = pickle.load(f, encoding="bytes")
-    data = d[b"data"] if b"data" in d else d["data"]
-    labels = d.get(b"labels", d.get("labels"))
-    x = np.asarray(data, dtype=np.uint8).reshape(-1, 3, 32, 32)
-    return x, np.asarray(labels, dtype=np.int64)
+    try:
+        with open(path, "rb") as f:
+            d = pickle.load(f, encoding="bytes")
+        data = d[b"data"] if b"data" in d else d["data"]
+        labels = d.get(b"labels", d.get("labels"))
+        x = np.asarray(data, dtype=np.uint8).reshape(-1, 3, 32, 32)
+    except (OSError, EOFError, pickle.UnpicklingError, KeyError, TypeError, AttributeError) as e:
+        raise ValueError(f"{path}: not a CIFAR-10 python batch ({type(e).__name__}: {e})") from None
+    except ValueError:
+        raise ValueError(f"{path}: images are not 3 x 32 x 32 (CIFAR-10 rows hold 3072 values)") from None
+    y = np.asarray(labels, dtype=np.int64)
+    check_labels(path, y, 10, len(x))
+    return x, y
 
 
 @DATASETS.register("cifar10")
 def load_cifar10(data_dir: str | None = None, download: bool = False) -> Split:
     """CIFAR-10 from torchvision's layout (<root>/cifar-10-batches-py/data_batch_1..5, test_batch)."""
+    if download and data_dir:
+        Path(data_dir).expanduser().mkdir(parents=True, exist_ok=True)
     dirs = _candidate_dirs(data_dir, [CIFAR_DIR, "cifar10/" + CIFAR_DIR], [])
     names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
     found = next((d for d in dirs if all((d / n).exists() for n in names)), None)
@@ -150,11 +186,9 @@ def load_cifar10(data_dir: str | None = None, download: bool = False) -> Split:
         torchvision.datasets.CIFAR10(str(root), train=True, download=True)
         found = root / CIFAR_DIR
     if found is None:
-        raise DatasetNotFound(
-            "CIFAR-10 not found; searched: " + ", ".join(str(d) for d in dirs)
-            + f". Put torchvision's {CIFAR_DIR}/ folder (from cifar-10-python.tar.gz) under $FDA_DATA_DIR, "
-            "or pass --download (torchvision downloader, needs internet)"
-        )
+        raise _not_found("CIFAR-10", data_dir, dirs,
+                         f"Put torchvision's {CIFAR_DIR}/ folder (from cifar-10-python.tar.gz) under $FDA_DATA_DIR, "
+                         "or pass --download (torchvision downloader, needs internet)")
     parts = [_read_cifar_batch(found / n) for n in names[:5]]
     xtr = np.concatenate([p[0] for p in parts])
     ytr = np.concatenate([p[1] for p in parts])

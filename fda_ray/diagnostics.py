@@ -28,6 +28,7 @@ forms are checked against.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -191,7 +192,11 @@ def combined(per_source: dict[str, torch.Tensor], weights: torch.Tensor) -> dict
 
 
 def best_rule(deltas: dict[str, float], rules: Sequence[str] = STATIC_RULES) -> str:
-    """The rule with the smallest Delta error among `rules` (ties: the earlier in `rules`)."""
+    """The rule with the smallest Delta error among `rules` (ties: the earlier in `rules`); non-finite values
+    (a diverged quantity) have no rank: ValueError."""
+    bad = [r for r in rules if not math.isfinite(deltas[r])]
+    if bad:
+        raise ValueError(f"no best rule: non-finite values for {', '.join(bad)} ({', '.join(f'{r}={deltas[r]}' for r in bad)})")
     return min(rules, key=lambda r: (deltas[r], rules.index(r)))
 
 

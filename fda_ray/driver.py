@@ -14,6 +14,7 @@ from typing import Callable
 
 import ray
 
+from fda_ray import preflight
 from fda_ray.config import RunConfig
 from fda_ray.engine import build_experiment, run_rounds
 from fda_ray.history import History
@@ -26,9 +27,18 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
         return
     address = address or os.environ.get("RAY_ADDRESS")
     if address:
-        ray.init(address=address, log_to_driver=True)
+        preflight.ray_address(address)  # ray.init would wait for minutes for an address nobody answers at
+        try:
+            ray.init(address=address, log_to_driver=True)
+        except ConnectionError as e:
+            raise preflight.PreflightError(f"ray_address={address!r} is invalid: {str(e).splitlines()[0]}") from None
     else:
         ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True)
+
+
+def check_client_resources(cfg: RunConfig) -> None:
+    """The client actors' request fits some node the cluster has or can add (else Ray would wait forever)."""
+    preflight.resources(preflight.client_bundles(cfg), preflight.node_shapes(), fields=preflight.fields_of_request(cfg))
 
 
 class Driver:
@@ -42,6 +52,8 @@ class Driver:
 
     def run(self, progress: Callable[[dict], None] | None = None) -> History:
         cfg = self.cfg
+        preflight.run(cfg)
+        check_client_resources(cfg)
         # The actors' processes start first: they import torch while this process loads the dataset.
         self.executor = RayExecutor(num_clients=cfg.num_sources + 1, cpus_per_client=cfg.cpus_per_client,
                                     gpus_per_client=cfg.gpus_per_client, clients_per_actor=cfg.clients_per_actor,

@@ -15,11 +15,13 @@ from __future__ import annotations
 import copy
 import math
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence
 
 import torch
 
+from fda_ray import preflight
 from fda_ray.aggregation import layer_cosines, layer_stats
 from fda_ray.client import Client, ClientUpdate, evaluate
 from fda_ray.config import RunConfig
@@ -71,6 +73,13 @@ class RunFailed(RuntimeError):
         super().__init__(message)
         self.history = history
 
+    def __reduce__(self) -> tuple:  # picklable (a process pool or Ray sends it back to the sweep)
+        return type(self), (str(self), self.history)
+
+
+class RunInterrupted(RunFailed):
+    """The run was interrupted (Ctrl-C); `history` holds the rounds that finished."""
+
 
 class SerialExecutor:
     """Clients as plain objects, trained one after the other in this process: the reference executor."""
@@ -118,8 +127,24 @@ class Experiment:
         return self.cfg.num_sources
 
 
+def check_model_fits(model: torch.nn.Module, name: str, setting: Setting, dataset: str) -> None:
+    """One forward pass on two training samples: a model that cannot take the data's inputs, or gives the
+    wrong number of outputs, is an error before any round (not a traceback in the middle of one)."""
+    x = setting.target_train[0][:2]
+    try:
+        with torch.no_grad():
+            out = model(x.to(next(model.parameters()).device))
+    except (RuntimeError, ValueError, IndexError) as e:
+        raise ValueError(f"model={name!r} is invalid for dataset {dataset!r}: it cannot take its inputs of shape "
+                         f"{tuple(setting.input_shape)} ({str(e).splitlines()[0][:160]})") from None
+    if tuple(out.shape) != (len(x), setting.num_outputs):
+        raise ValueError(f"model={name!r} is invalid for dataset {dataset!r}: it gives outputs of shape "
+                         f"{tuple(out.shape)[1:]}, the data needs ({setting.num_outputs},)")
+
+
 def build_experiment(cfg: RunConfig) -> Experiment:
     cfg = cfg.resolved()
+    preflight.run(cfg)  # device, weights file, cluster address: before the data is loaded
     # The driver aggregates and evaluates with the clients' thread count (the serial executor trains here too).
     torch.set_num_threads(cfg.threads)
     method = METHODS.get(cfg.method)
@@ -127,11 +152,18 @@ def build_experiment(cfg: RunConfig) -> Experiment:
     setting = build_setting(split, cfg)
     torch.manual_seed(derive_seed(cfg.seed, purpose="init"))  # the initial global model
     options = {"weights_path": cfg.model_weights} if cfg.model_weights else {}
-    model = build_model(cfg.model, setting.input_shape, setting.num_outputs, **options).to(cfg.device)
+    try:
+        model = build_model(cfg.model, setting.input_shape, setting.num_outputs, **options).to(cfg.device)
+    except (RuntimeError, ValueError, TypeError) as e:  # e.g. an image model on (n, d) vectors, a wrong state dict
+        raise ValueError(f"model={cfg.model!r} is invalid for dataset {cfg.dataset!r} (inputs "
+                         f"{tuple(setting.input_shape)}): {str(e).splitlines()[0][:200]}") from None
+    check_model_fits(model, cfg.model, setting, cfg.dataset)
+    tx, ty = setting.target_pool if method.oracle else setting.target_train
+    for note in preflight.run_notes(cfg, len(tx)):
+        warnings.warn(note, preflight.RunWarning, stacklevel=2)
     layout = ParamLayout.from_model(model)
     clients = [Client(i, x, y, copy.deepcopy(model), layout, seed=cfg.seed, task=setting.task, device=cfg.device)
                for i, (x, y) in enumerate(setting.sources)]
-    tx, ty = setting.target_pool if method.oracle else setting.target_train
     clients.append(Client(cfg.num_sources, tx, ty, copy.deepcopy(model), layout, seed=cfg.seed,
                           noise=setting.noise, task=setting.task, device=cfg.device, drop_last=False))
     return Experiment(cfg, method, setting, model, layout, clients)
@@ -201,8 +233,21 @@ def run_rounds(exp: Experiment, executor: Executor, progress: Callable[[dict], N
     taking it never waits for the round already submitted). Every draw is seeded by (seed, round, client,
     purpose), so a resumed run gives the numbers of an uninterrupted one. Fine-tuning (finetune_offline) is
     redone whole on resume. If a client fails for good (ClientFailure), raises RunFailed carrying the
-    finished rounds' History.
+    finished rounds' History; Ctrl-C (KeyboardInterrupt) raises RunInterrupted, carrying them too.
     """
+    hist = History(config=exp.cfg.to_dict())
+    t0 = time.perf_counter()
+    try:
+        return _rounds(exp, executor, hist, progress, start_flat, skip_rounds, resume, checkpoint)
+    except KeyboardInterrupt:
+        hist.seconds = time.perf_counter() - t0
+        raise RunInterrupted(f"run interrupted after {len(hist.rows)} finished rounds", hist) from None
+
+
+def _rounds(exp: Experiment, executor: Executor, hist: History, progress: Callable[[dict], None] | None,
+            start_flat: torch.Tensor | None, skip_rounds: bool, resume: dict | None,
+            checkpoint: Callable[[dict], None] | None) -> History:
+    """run_rounds' loop; it fills `hist` as rounds finish."""
     cfg, method, layout = exp.cfg, exp.method, exp.layout
     n, t_idx = cfg.num_sources, exp.target_index
     weights = source_weights(exp.clients, n)  # (N,)
@@ -211,7 +256,6 @@ def run_rounds(exp: Experiment, executor: Executor, progress: Callable[[dict], N
     src_steps = source_steps(exp)  # (N,)
     eval_model = copy.deepcopy(exp.model)
     flat = layout.flatten_model(exp.model) if start_flat is None else start_flat.clone()
-    hist = History(config=cfg.to_dict())
     hist.final_weights = flat
     t0 = time.perf_counter()
     total = cfg.warmup_rounds + cfg.rounds

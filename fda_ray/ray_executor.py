@@ -30,6 +30,7 @@ import torch
 
 from fda_ray.client import Client, ClientUpdate
 from fda_ray.engine import ClientFailure, TrainRequest
+from fda_ray.preflight import actor_gpus
 
 FAULTS = ("kill", "raise")  # kill: SIGKILL the actor's process; raise: an exception inside local training
 PLACEMENT_TIMEOUT_S = 300.0
@@ -133,7 +134,7 @@ class RayExecutor:
         # (capped at a whole GPU), unless cpus_per_client is left to share the cluster.
         k = clients_per_actor
         self.cpus = (cpus_per_client * k if cpus_per_client is not None else auto_cpus_per_client(self.num_actors))
-        self.gpus = float(min(1.0, gpus_per_client * k) if gpus_per_client <= 1 else gpus_per_client)
+        self.gpus = actor_gpus(gpus_per_client, k)
         # The run's thread count (RunConfig.threads), whatever the CPU share: it is part of the numbers.
         self.threads = threads or 1
         self.retries = retries

@@ -32,9 +32,11 @@ import shlex
 import statistics
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
+from fda_ray import preflight
 from fda_ray.cli import OneLineParser, add_config_arguments, config_fields
 from fda_ray.trials import Trial, is_done, plan, read_rows, result_rows, run_trial
 from tuning.grids import GRIDS, Grid
@@ -81,12 +83,13 @@ def _phases(pending: list[Trial]) -> list[list[Trial]]:
     return [p for p in (first, second) if p]
 
 
-def _ignore_sigint() -> None:
+def _worker_init() -> None:
     """Pool workers leave Ctrl-C to the sweep, which stops them (a worker dying mid-job would look like a
     failed trial)."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    warnings.simplefilter("ignore", preflight.RunWarning)  # the sweep printed the options its trials ignore, once
 
 
 def _local_job(trial: dict[str, Any], records: str) -> None:
@@ -104,7 +107,7 @@ def run_local(pending: list[Trial], records: Path, workers: int, max_failures: i
     attempts: dict[str, int] = {}
     todo = list(pending)
     failed: set[str] = set()
-    pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_ignore_sigint)
+    pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_worker_init)
     try:
         running: dict = {}
         while todo or running:
@@ -356,8 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         values = [v for v in grid.values if any(t.value == v or v in t.values for t in trials)]
         out = Path(a.out or f"sweeps/{grid.name}-{a.profile}").resolve()
         records = out / "trials"
-        if out.exists() and not out.is_dir():
-            raise SweepError(f"out={str(out)!r} is invalid: it is a file, not a directory")
+        preflight.output_dir("out", out)  # before any work: results must have somewhere to go
         if records.exists() and not a.resume and not a.dry_run:
             raise SweepError(f"out={str(out)!r} is invalid: it holds a sweep already; pass --resume to continue it "
                              "or choose another --out")
@@ -373,6 +375,22 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         from fda_ray.data import DatasetNotFound, load
         load(grid.dataset, overrides.get("data_dir"))
+        first = trials[0].config().resolved()
+        preflight.model_weights(first.model_weights)
+        if a.backend == "local":
+            preflight.device(first.device)
+        else:  # the trials' resource requests against the cluster's nodes, before Tune waits for them
+            import fda_ray.tune as ft
+            from fda_ray.driver import ensure_ray
+
+            ensure_ray(a.address, num_cpus=None)
+            shapes = preflight.node_shapes()
+            preflight.resources(ft.resources(first, ft.driver_placement()).bundles, shapes,
+                                fields=preflight.fields_of_request(first) + (f", device={first.device!r}"
+                                                                           if first.executor == "serial" else ""))
+        warning = preflight.ignored_warning([t.config() for t in trials], names=overrides)
+        if warning:
+            print(f"warning: {warning}", file=sys.stderr)
     except (SweepError, ValueError) as e:
         print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2

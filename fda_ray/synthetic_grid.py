@@ -25,8 +25,8 @@ targets standardised with the target domain's training statistics, 1000 held-out
 """
 from __future__ import annotations
 
-import argparse
 import json
+import math
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -46,6 +46,10 @@ RULES = dg.STATIC_RULES  # target_only, source_only, fedda, fedgp
 AUTO = {"fedda": "fedda_auto", "fedgp": "fedgp_auto"}
 NEAR_BEST = 0.01  # a predicted rule within 1 % of the best test MSE counts as "near best"
 LABELS = {"target_only": "Target only", "source_only": "Source only", "fedda": "FedDA", "fedgp": "FedGP"}
+
+
+class GridDiverged(RuntimeError):
+    """Training diverged in some cell (a non-finite test MSE): no rule can be named best there."""
 
 
 @dataclass(frozen=True)
@@ -71,8 +75,8 @@ class GridConfig:
                 raise ValueError(f"{name}={getattr(self, name)} is invalid: an integer >= 1")
         if self.parts < 2:
             raise ValueError(f"parts={self.parts} is invalid: an integer >= 2 (the estimators need two parts)")
-        if not self.lr > 0:
-            raise ValueError(f"lr={self.lr} is invalid: a number > 0")
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"lr={self.lr} is invalid: a finite number > 0")
         if not 0 <= self.beta <= 1:
             raise ValueError(f"beta={self.beta} is invalid: a number in [0, 1]")
 
@@ -134,7 +138,11 @@ def run_grid(cfg: GridConfig, progress=None) -> dict:
                     model.load_state_dict(init.state_dict())
                     train(r, model, target, src_data[i], cfg)
                     with torch.no_grad():
-                        cell["test_mse"][r].append(float(F.mse_loss(model(test[0]), test[1])))
+                        mse = float(F.mse_loss(model(test[0]), test[1]))
+                    if not math.isfinite(mse):  # a diverged rule has no rank among the others
+                        raise GridDiverged(f"lr={cfg.lr!r} is too large: rule {r} diverged (test MSE {mse}) in trial "
+                                           f"{t}, source D_{i}, n={n}; try a smaller --lr (default 0.5)")
+                    cell["test_mse"][r].append(mse)
                 if progress:
                     progress(t, i, n)
     return summarize_grid(cells, cfg)
@@ -204,9 +212,12 @@ def write_outputs(result: dict, out: Path, seconds: float, command: str) -> str:
     """Three heat maps (PNG and PDF), grid.json and summary.md in `out`; returns the summary text."""
     cfg = result["config"]
     cells = result["cells"]
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / "grid.json.tmp"  # the numbers first (the figures are drawn from them), atomically
+    tmp.write_text(json.dumps(result, indent=1))
+    tmp.replace(out / "grid.json")
     draw_heatmaps(result, out)
     d_of = [_mean([row[a]["d"] for row in cells]) for a in range(len(cfg["sources"]))]
-    (out / "grid.json").write_text(json.dumps(result, indent=1))
     lines = [f"# Synthetic experiment (seed 004 Sec. 5, Figure 2): {len(cfg['sizes'])} x {len(cfg['sources'])} grid",
              "", f"Command: `{command}` ({seconds:.0f} s on this machine).", "",
              f"- Cells where the rule with the smallest Delta error at initialisation is the best after training "
@@ -241,28 +252,34 @@ def _ints(field_name: str, s: str) -> tuple[int, ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m fda_ray.synthetic_grid", description=__doc__.splitlines()[0])
+    from fda_ray import preflight
+    from fda_ray.cli import OneLineParser, typed
+
+    p = OneLineParser(prog="python -m fda_ray.synthetic_grid", description=__doc__.splitlines()[0])
     p.add_argument("--sources", default="1,2,3,4,5,6,7,8,9", help="source domains D_i, 1..9")
     p.add_argument("--sizes", default="2000,1000,500,200,100,50,20,10,5", help="target subsample sizes")
-    p.add_argument("--trials", type=int, default=3)
-    p.add_argument("--rounds", type=int, default=100)
-    p.add_argument("--lr", type=float, default=0.5)
-    p.add_argument("--beta", type=float, default=0.5)
-    p.add_argument("--parts", type=int, default=16, help="B target parts for the auto-weighted estimates")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--trials", type=typed("trials", int, "an integer"), default=3)
+    p.add_argument("--rounds", type=typed("rounds", int, "an integer"), default=100)
+    p.add_argument("--lr", type=typed("lr", float, "a number"), default=0.5)
+    p.add_argument("--beta", type=typed("beta", float, "a number"), default=0.5)
+    p.add_argument("--parts", type=typed("parts", int, "an integer"), default=16,
+                   help="B target parts for the auto-weighted estimates")
+    p.add_argument("--seed", type=typed("seed", int, "an integer"), default=0)
     p.add_argument("--out", default="runs/synthetic-grid")
     p.add_argument("--json", action="store_true")
     p.add_argument("--replot", action="store_true", help="only redraw the heat maps from --out's grid.json")
-    a = p.parse_args(argv)
-    if a.replot:
-        path = Path(a.out) / "grid.json"
-        if not path.is_file():
-            print(f"error: replot=True is invalid: {path} does not exist (run the grid first)", file=sys.stderr)
-            return 2
-        for written in draw_heatmaps(json.loads(path.read_text()), Path(a.out)):
-            print(written)
-        return 0
+    a = p.parse_or_exit_code(argv)
+    if isinstance(a, int):
+        return a
     try:
+        out = preflight.output_dir("out", a.out)  # before the grid's minutes of work
+        if a.replot:
+            path = out / "grid.json"
+            if not path.is_file():
+                raise ValueError(f"replot=True is invalid: {path} does not exist (run the grid first)")
+            for written in draw_heatmaps(json.loads(path.read_text()), out):
+                print(written)
+            return 0
         cfg = GridConfig(sources=_ints("sources", a.sources), sizes=_ints("sizes", a.sizes), trials=a.trials,
                          rounds=a.rounds, lr=a.lr, beta=a.beta, parts=a.parts, seed=a.seed)
     except ValueError as e:
@@ -278,9 +295,17 @@ def main(argv: list[str] | None = None) -> int:
         if done[0] % max(1, total // 20) == 0 or done[0] == total:
             print(f"[{done[0]}/{total}] trial {t} D{i} n={n}; {time.time() - t0:.0f} s", flush=True)
 
-    result = run_grid(cfg, progress)
+    try:
+        result = run_grid(cfg, progress)
+    except GridDiverged as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"interrupted: {done[0]} of {total} cells done; the grid writes its results only when complete",
+              file=sys.stderr)
+        return 130
     command = "python -m fda_ray.synthetic_grid " + " ".join(argv if argv is not None else sys.argv[1:])
-    text = write_outputs(result, Path(a.out), time.time() - t0, command.strip())
+    text = write_outputs(result, out, time.time() - t0, command.strip())
     print(json.dumps({k: v for k, v in result.items() if k != "cells"}, indent=1) if a.json else text)
     return 0
 

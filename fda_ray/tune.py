@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ import torch
 from ray import tune
 
 from fda_ray.config import RunConfig
+from fda_ray.preflight import RunWarning, actor_gpus
 
 RUN_FIELDS = tuple(f.name for f in dataclasses.fields(RunConfig))
 RECORD_KEY = "record_dir"  # a trial parameter that is not a RunConfig field: see trainable()
@@ -76,7 +78,7 @@ def resources(cfg: RunConfig, driver_extra: dict[str, float] | None = None) -> t
     actors = math.ceil(num_clients / cfg.clients_per_actor)
     per_actor = {"CPU": float(cfg.cpus_per_client or 1.0) * cfg.clients_per_actor}
     if cfg.gpus_per_client > 0:
-        per_actor["GPU"] = min(1.0, cfg.gpus_per_client * cfg.clients_per_actor)
+        per_actor["GPU"] = actor_gpus(cfg.gpus_per_client, cfg.clients_per_actor)
     return tune.PlacementGroupFactory([{"CPU": DRIVER_CPUS, **extra}] + [per_actor] * actors)
 
 
@@ -102,6 +104,7 @@ def trainable(params: dict[str, Any]) -> None:
 
     run = params.get("run", {})
     if isinstance(run, dict) and "trial" in run:
+        warnings.simplefilter("ignore", RunWarning)  # the sweep printed the options its trials ignore, once
         run_trial(Trial.from_dict(run["trial"]), Path(run[RECORD_KEY]), report=lambda row: tune.report(metrics(row)))
         return
     cfg = config_from_params(params)

@@ -4,6 +4,7 @@ the pinned packages fda-ray needs, trial drivers on the head."""
 from __future__ import annotations
 
 import copy
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -79,3 +80,80 @@ def test_a_broken_config_is_rejected():
     del config["provider"]["type"]
     with pytest.raises(Exception):
         validate_config(prepare_config(config))
+
+
+def _nodes() -> tuple[dict, dict, list[dict]]:
+    config = _aws()
+    nodes = config["available_node_types"]
+    head = nodes[config["head_node_type"]]
+    return config, head, [n for k, n in nodes.items() if k != config["head_node_type"]]
+
+
+def test_aws_nodes_are_hardened():
+    config, head, workers = _nodes()
+    for node in (head, *workers):
+        nc = node["node_config"]
+        # IMDSv2 only: a request without a session token gets nothing from the metadata service.
+        assert nc["MetadataOptions"]["HttpTokens"] == "required" and nc["MetadataOptions"]["HttpPutResponseHopLimit"] == 1
+        assert all(m["Ebs"]["Encrypted"] is True for m in nc["BlockDeviceMappings"])
+        # A pinned image id (or the placeholder README's command fills in), never "latest" resolved at launch.
+        assert re.fullmatch(r"ami-[0-9a-f]{8,17}|ami-fdaray-replace-with-pinned-image", nc["ImageId"]), nc["ImageId"]
+    # Our own instance profiles: without one, Ray gives the head full EC2 and S3 access.
+    assert head["node_config"]["IamInstanceProfile"]["Arn"].endswith(":instance-profile/fda-ray-head")
+    assert all(w["node_config"]["IamInstanceProfile"]["Arn"].endswith(":instance-profile/fda-ray-worker") for w in workers)
+    # https (or signed apt) only: no plain-http URL in what the nodes run, no torchvision download.
+    commands = "\n".join(config["setup_commands"] + config["head_start_ray_commands"] + config["worker_start_ray_commands"])
+    assert "http://" not in commands and "download=True" not in commands
+
+
+def test_head_policy_is_least_privilege():
+    policy = json.loads((ROOT / "cluster-iam" / "head-policy.json").read_text())
+    cluster = _aws()["cluster_name"]
+    actions = [(st, a) for st in policy["Statement"] for a in ([st["Action"]] if isinstance(st["Action"], str) else st["Action"])]
+    assert all(st["Effect"] == "Allow" for st, _ in actions)
+    assert not any("*" in a or a.startswith("s3:") for _, a in actions)  # no wildcard action, no S3
+    for st, a in actions:
+        if a in ("ec2:TerminateInstances", "ec2:StopInstances", "ec2:StartInstances", "ec2:DeleteTags"):
+            # only this cluster's instances (Ray tags every node it launches with its cluster name)
+            assert st["Condition"]["StringEquals"]["ec2:ResourceTag/ray-cluster-name"] == cluster, a
+        if a == "iam:PassRole":
+            assert st["Resource"].endswith(":role/fda-ray-worker")
+        if a == "ec2:CreateTags":
+            assert "Condition" in st
+    trust = json.loads((ROOT / "cluster-iam" / "trust.json").read_text())
+    assert trust["Statement"][0]["Principal"] == {"Service": "ec2.amazonaws.com"}
+
+
+def test_readme_commands_fill_every_placeholder_and_the_result_validates():
+    readme = (ROOT / "README.md").read_text()
+    text = CLUSTER.read_text()
+    config_lines = "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("#"))
+    placeholders = set(re.findall(r"[a-z]*-?fdaray-replace-[a-z-]+", config_lines))
+    assert placeholders == {"sg-fdaray-replace-with-your-group", "fdaray-replace-with-account",
+                            "ami-fdaray-replace-with-pinned-image"}
+    subs = dict(re.findall(r'-e "s/([a-z-]*fdaray-replace-[a-z-]+)/\$([A-Z]+)/"', readme))
+    assert set(subs) == placeholders  # README's sed line replaces each of them
+    assert "aws ssm get-parameter" in readme and "cluster-iam/head-policy.json" in readme
+    fake = {"SG": "sg-0123456789abcdef0", "ACCOUNT": "123456789012", "AMI": "ami-0123456789abcdef0"}
+    for placeholder, var in subs.items():
+        text = text.replace(placeholder, fake[var])
+    assert "fdaray-replace" not in "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("#"))
+    filled = yaml.safe_load(text)
+    validate_config(prepare_config(copy.deepcopy(filled)))
+    head = filled["available_node_types"][filled["head_node_type"]]["node_config"]
+    assert head["ImageId"] == fake["AMI"] and fake["ACCOUNT"] in head["IamInstanceProfile"]["Arn"]
+
+
+def test_on_premise_variant_binds_ray_to_the_private_network_and_firewalls_it():
+    config = _local()
+    ips = [config["provider"]["head_ip"], *config["provider"]["worker_ips"]]
+    head_start = " ".join(config["head_start_ray_commands"])
+    assert f"--node-ip-address={config['provider']['head_ip']}" in head_start
+    assert "--dashboard-host=127.0.0.1" in head_start
+    assert all("--node-ip-address=" in c for c in config["worker_start_ray_commands"] if "ray start" in c)
+    setup = " ".join(config["setup_commands"])
+    # deny by default, SSH open, every other port only from the cluster's own hosts, then enabled
+    assert "ufw default deny incoming" in setup and "ufw allow 22/tcp" in setup and "ufw --force enable" in setup
+    allowed = re.search(r"for ip in ([0-9. ]+); do sudo ufw allow from \$ip", setup)
+    assert allowed and sorted(allowed.group(1).split()) == sorted(ips)
+    assert setup.index("ufw --force enable") > setup.index("ufw allow 22/tcp")  # never locks out SSH

@@ -21,7 +21,8 @@ from fda_ray.seeding import derive_seed
     ("partition", "dirichlet", "one of homo, label_shift, classes4, domains"),
     ("auto_beta_rule", "fedavg", "one of fedda, fedgp, fedgp_thresh"),
     ("model", "vgg", "known models: simple_cnn"),
-    ("device", "tpu", "'cpu' or 'cuda[:i]'"),
+    ("device", "tpu", "'cpu', 'cuda' or 'cuda:<index>'"),
+    ("device", "cuda:abc", "'cpu', 'cuda' or 'cuda:<index>'"),
     ("seed", -1, "an integer >= 0"),
 ])
 def test_invalid_fields_name_field_value_and_allowed(field, value, allowed):

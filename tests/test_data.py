@@ -165,14 +165,24 @@ def test_fmnist_missing_names_searched_paths(isolated):
     empty = isolated / "empty"
     empty.mkdir()
     with pytest.raises(DatasetNotFound) as info:
-        data.load_fashion_mnist(data_dir=str(empty))
+        data.load_fashion_mnist()
     msg = str(info.value)
     assert isinstance(info.value, FileNotFoundError)
-    assert str(empty) in msg
-    assert str(empty / "FashionMNIST" / "raw") in msg
     assert str(isolated / "no-such-system-dir") in msg
     assert str(isolated / "home" / ".cache" / "fda_ray") in msg
     assert APT_HINT in msg
+    # a named directory is the only place searched: no silent fallback to another copy
+    (isolated / "cwd" / "data").mkdir()
+    make_fmnist(isolated / "cwd" / "data", gz=True)  # ./data, a default place, holds a copy
+    assert data.load_fashion_mnist().num_classes == 10
+    with pytest.raises(DatasetNotFound) as info:
+        data.load_fashion_mnist(data_dir=str(empty))
+    msg = str(info.value)
+    assert f"data_dir={str(empty)!r}" in msg and "only the named directory is searched" in msg
+    assert str(empty / "FashionMNIST" / "raw") in msg and "no-such-system-dir" not in msg and ".cache" not in msg
+    assert APT_HINT in msg
+    with pytest.raises(DatasetNotFound, match="no such directory"):
+        data.load_fashion_mnist(data_dir=str(isolated / "typo"))
 
 
 def test_fmnist_incomplete_copy_is_not_found(isolated):
@@ -286,7 +296,10 @@ def test_cifar10_missing_names_searched_paths(isolated):
     msg = str(info.value)
     assert str(empty / "cifar-10-batches-py") in msg
     assert str(empty / "cifar10" / "cifar-10-batches-py") in msg
-    assert str(isolated / "home" / ".cache" / "fda_ray" / "cifar-10-batches-py") in msg
+    assert "only the named directory is searched" in msg
+    with pytest.raises(DatasetNotFound) as info:
+        data.load_cifar10()
+    assert str(isolated / "home" / ".cache" / "fda_ray" / "cifar-10-batches-py") in str(info.value)
 
 
 def test_cifar10_incomplete_copy_is_not_found(isolated):

@@ -120,16 +120,20 @@ def _table(results: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m fda_ray.bench.engine", description=__doc__.splitlines()[0])
-    p.add_argument("--rounds", type=int, default=5)
+    from fda_ray.cli import OneLineParser, typed
+
+    p = OneLineParser(prog="python -m fda_ray.bench.engine", description=__doc__.splitlines()[0])
+    p.add_argument("--rounds", type=typed("rounds", int, "an integer"), default=5)
     p.add_argument("--settings", default="serial-1t,serial-2t,ray,ray-cold,ray-pool")
     p.add_argument("--data-dir", default=None)
-    p.add_argument("--cpus-per-client", type=float, default=None)
-    p.add_argument("--gpus-per-client", type=float, default=0.0)
+    p.add_argument("--cpus-per-client", type=typed("cpus_per_client", float, "a number"), default=None)
+    p.add_argument("--gpus-per-client", type=typed("gpus_per_client", float, "a number"), default=0.0)
     p.add_argument("--device", default="cpu", help="the driver's device")
     p.add_argument("--json", action="store_true")
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)  # internal: run one setting in this process
-    a = p.parse_args(argv)
+    a = p.parse_or_exit_code(argv)
+    if isinstance(a, int):
+        return a
     if a.one:
         print("BENCH " + json.dumps(run_one(a.one, a)), flush=True)
         return 0
@@ -139,12 +143,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: settings={a.settings!r} rounds={a.rounds} is invalid: settings from {', '.join(SETTINGS)}, "
               "rounds >= 2", file=sys.stderr)
         return 2
+    from fda_ray import preflight
     from fda_ray.config import RunConfig
     from fda_ray.data import DatasetNotFound, load
 
     try:
         RunConfig(data_dir=a.data_dir, gpus_per_client=a.gpus_per_client, cpus_per_client=a.cpus_per_client,
                   device=a.device)
+        preflight.device(a.device)
         load("fashion-mnist", a.data_dir)
     except (ValueError, DatasetNotFound) as e:
         print(f"error: {e}", file=sys.stderr)

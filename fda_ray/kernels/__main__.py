@@ -6,7 +6,6 @@
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -18,13 +17,17 @@ from fda_ray.kernels import loader
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m fda_ray.kernels", description=__doc__.splitlines()[0])
+    from fda_ray.cli import OneLineParser
+
+    p = OneLineParser(prog="python -m fda_ray.kernels", description=__doc__.splitlines()[0])
     p.add_argument("--build", action="store_true", help="compile the kernels now (first use would, otherwise)")
     p.add_argument("--check", action="store_true", help="print which implementation each device uses")
     p.add_argument("--cuda", action="store_true", help="with --build: compile the CUDA kernel even without a GPU")
     p.add_argument("--verbose", action="store_true", help="show the compiler's output")
     p.add_argument("--json", action="store_true")
-    a = p.parse_args(argv)
+    a = p.parse_or_exit_code(argv)
+    if isinstance(a, int):
+        return a
     report: dict[str, dict] = {}
     failed = False
     if a.build:

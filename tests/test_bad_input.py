@@ -1,0 +1,320 @@
+"""Bad input, table-driven, across every command line: each case must exit with its code within its time,
+print exactly one `error:` line that names the field (or what is wrong), and never a traceback.
+
+Add a case to CASES when a new way to fail is found. `python tests/test_bad_input.py` prints the table
+(input, exit code, message, seconds) as it is today.
+
+Placeholders in the arguments: {fm} a tiny Fashion-MNIST directory, {tmp} an empty directory, {file} an
+existing file, {labels} / {shape} / {truncated} Fashion-MNIST directories with labels outside 0..9, images of
+27 x 27, a truncated image file.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from conftest import make_fmnist_dir, write_idx  # noqa: E402
+
+RUN = ("--data-dir", "{fm}", "--num-sources", "2", "--rounds", "1", "--warmup-rounds", "1",
+       "--samples-per-client", "128", "--target-labelled", "32", "--test-samples", "50")
+SWEEP = ("--grid", "noise", "--out", "{tmp}/sweep", "--no-figures")
+GRID = ("--sources", "1", "--sizes", "5", "--trials", "1", "--rounds", "3", "--out", "{tmp}/grid")
+
+
+@dataclass(frozen=True)
+class Case:
+    module: str
+    args: tuple[str, ...]
+    code: int
+    names: str  # what the error line must contain (the field, or what is wrong)
+    seconds: float = 30.0  # the most it may take (a local Ray starts in ~5 s)
+    subprocess: bool = False  # run as `python -m module` (Ray; the real entry point)
+
+    @property
+    def id(self) -> str:
+        shown = self.args
+        for base in (RUN, SWEEP, GRID):
+            if shown[: len(base)] == base:
+                shown = shown[len(base):]
+        return f"{self.module.removeprefix('fda_ray.')}:{' '.join(shown)}"
+
+
+def run_case(c: str, *a: str, code: int = 2, seconds: float = 30.0, sub: bool = False, module: str = "fda_ray") -> Case:
+    return Case(module, tuple(a), code, c, seconds, sub)
+
+
+CASES = [
+    # python -m fda_ray: fields
+    run_case("method=", *RUN, "--method", "nope"),
+    run_case("noise=", *RUN, "--noise", "-1"),
+    run_case("noise=", *RUN, "--noise", "nan"),
+    run_case("noise=", *RUN, "--noise", "inf"),
+    run_case("eta=", *RUN, "--eta", "0.7"),
+    run_case("beta=", *RUN, "--beta", "1.5"),
+    run_case("rounds=", *RUN, "--rounds", "0"),
+    run_case("rounds=", *RUN, "--rounds", "1.5"),
+    run_case("seed=", *RUN, "--seed", "-1"),
+    run_case("warmup_rounds=", *RUN, "--warmup-rounds", "-1"),
+    run_case("num_sources=", *RUN, "--num-sources", "0"),
+    run_case("lr_source=", *RUN, "--lr-source", "0"),
+    run_case("lr_target=", *RUN, "--lr-target", "-0.1"),
+    run_case("lr_target=", *RUN, "--lr-target", "nan"),
+    run_case("auto_lr_factor=", *RUN, "--auto-lr-factor", "0"),
+    run_case("batch_source=", *RUN, "--batch-source", "0"),
+    run_case("batch_target=", *RUN, "--batch-target", "0"),
+    run_case("target_labelled=", *RUN, "--target-labelled", "0"),
+    run_case("target_fraction=", *RUN, "--target-fraction", "1.5"),
+    run_case("target_labelled=", *RUN, "--target-labelled", "10", "--target-fraction", "0.1"),
+    run_case("projection=", *RUN, "--projection", "nope"),
+    run_case("partition=", *RUN, "--partition", "nope"),
+    run_case("model=", *RUN, "--model", "nope"),
+    run_case("dataset=", *RUN, "--dataset", "nope"),
+    run_case("auto_beta_rule=", *RUN, "--auto-beta-rule", "nope"),
+    run_case("baseline_protocol=", *RUN, "--baseline-protocol", "nope"),
+    run_case("threads=", *RUN, "--threads", "0"),
+    run_case("eval_noise=", *RUN, "--eval-noise", "0.1", "-0.1"),
+    run_case("finetune_epochs=", *RUN, "--finetune-epochs", "-1"),
+    run_case("samples_per_client=", *RUN, "--samples-per-client", "0"),
+    run_case("unrecognized arguments", *RUN, "--no-such-flag"),
+    # ... the device and the execution fields
+    run_case("device=", *RUN, "--device", "gpu"),
+    run_case("device=", *RUN, "--device", "cuda:abc"),
+    run_case("device=", *RUN, "--device", "cuda"),  # no GPU here
+    run_case("executor=", *RUN, "--executor", "nope"),
+    run_case("cpus_per_client=", *RUN, "--cpus-per-client", "-1"),
+    run_case("cpus_per_client=", *RUN, "--cpus-per-client", "nan"),
+    run_case("gpus_per_client=", *RUN, "--gpus-per-client", "-1"),
+    run_case("gpus_per_client=", *RUN, "--gpus-per-client", "1.5"),
+    run_case("clients_per_actor=", *RUN, "--clients-per-actor", "0"),
+    run_case("client_retries=", *RUN, "--client-retries", "-1"),
+    # ... the model against the data, the weights file
+    run_case("model='mlp_sigmoid'", *RUN, "--model", "mlp_sigmoid"),
+    run_case("model_weights=", *RUN, "--model", "resnet18", "--model-weights", "{tmp}/missing.pt"),
+    run_case("model_weights=", *RUN, "--model-weights", "{file}"),
+    # ... outputs, checked before any work
+    run_case("parquet=", *RUN, "--parquet", "{tmp}"),
+    run_case("parquet=", *RUN, "--parquet", "{file}/x.parquet"),
+    run_case("parquet=", *RUN, "--parquet", "/proc/fda-ray.parquet"),
+    # ... data: the named directory or nothing, and what is in it
+    run_case("data_dir=", *RUN, "--data-dir", "{tmp}/missing"),
+    run_case("data_dir=", *RUN, "--data-dir", "{file}"),
+    run_case("label values", *RUN, "--data-dir", "{labels}"),
+    run_case("28 x 28", *RUN, "--data-dir", "{shape}"),
+    run_case("train-images-idx3-ubyte", *RUN, "--data-dir", "{truncated}"),
+    # ... clients that cannot train
+    run_case("target_labelled=", *RUN, "--target-labelled", "999999"),
+    run_case("batch_source=", *RUN, "--batch-source", "100000"),
+    run_case("batch_target=", *RUN, "--method", "fedgp_auto", "--target-labelled", "4", "--batch-target", "4"),
+    run_case("num_sources=", "--dataset", "synthetic", "--num-sources", "9", "--rounds", "1"),
+    # ... a run whose numbers diverge: exit 1, the finished rounds kept
+    run_case("run stopped in round", *RUN, "--noise", "1e38", "--rounds", "2", code=1, seconds=60),
+    # ... Ray: a request no node can hold, a cluster nobody answers at (the real entry point)
+    run_case("cpus_per_client=", *RUN, "--executor", "ray", "--cpus-per-client", "100", sub=True, seconds=60),
+    run_case("gpus_per_client=", *RUN, "--executor", "ray", "--gpus-per-client", "0.1", sub=True, seconds=60),
+    run_case("ray_address=", *RUN, "--executor", "ray", "--ray-address", "127.0.0.1:1", sub=True),
+    run_case("ray_address=", *RUN, "--executor", "ray", "--ray-address", "localhost:port", sub=True),
+    # python -m fda_ray.sweep
+    *[Case("fda_ray.sweep", a, 2, c) for a, c in [
+        (("--grid", "nope", "--out", "{tmp}/s"), "grid="),
+        ((*SWEEP, "--profile", "nope"), "profile="),
+        ((*SWEEP, "--backend", "nope"), "backend="),
+        ((*SWEEP, "--seeds", "0"), "seeds="),
+        ((*SWEEP, "--workers", "0"), "workers="),
+        ((*SWEEP, "--max-failures", "-1"), "max_failures="),
+        ((*SWEEP, "--values", "abc"), "values="),
+        ((*SWEEP, "--values", "0.33"), "values="),
+        ((*SWEEP, "--methods", "nope"), "methods="),
+        (("--grid", "noise", "--out", "{file}"), "out="),
+        (("--grid", "noise", "--out", "/proc/fda-ray-sweep"), "out="),
+        ((*SWEEP, "--gpus-per-client", "-1"), "gpus_per_client="),
+        ((*SWEEP, "--gpus-per-client", "nan"), "gpus_per_client="),
+        ((*SWEEP, "--rounds", "0"), "rounds="),
+        ((*SWEEP, "--resume"), "resume="),
+        ((*SWEEP, "--backend", "local", "--executor", "ray"), "executor="),
+        ((*SWEEP, "--data-dir", "{tmp}/missing"), "data_dir="),
+        ((*SWEEP, "--backend", "local", "--device", "cuda"), "device="),
+    ]],
+    Case("fda_ray.sweep", (*SWEEP, "--address", "127.0.0.1:1"), 2, "address=", 30, True),
+    Case("fda_ray.sweep", (*SWEEP, "--data-dir", "{fm}", "--gpus-per-client", "0.1"), 2, "gpus_per_client=", 60, True),
+    # python -m fda_ray.diagnose
+    Case("fda_ray.diagnose", (*RUN, "--at", "nope"), 2, "at="),
+    Case("fda_ray.diagnose", (*RUN, "--executor", "ray"), 2, "executor="),
+    Case("fda_ray.diagnose", (*RUN, "--method", "nope"), 2, "method="),
+    # python -m fda_ray.synthetic_grid
+    *[Case("fda_ray.synthetic_grid", (*GRID, *a), 2, c) for a, c in [
+        (("--lr", "inf"), "lr="), (("--lr", "-1"), "lr="), (("--sources", "0"), "sources="),
+        (("--sources", "1,x"), "sources="), (("--sizes", "1"), "sizes="), (("--trials", "0"), "trials="),
+        (("--parts", "1"), "parts="), (("--beta", "2"), "beta="), (("--out", "{file}"), "out="),
+        (("--replot", "--out", "{tmp}"), "replot="),
+    ]],
+    Case("fda_ray.synthetic_grid", (*GRID, "--lr", "1e30"), 1, "lr="),
+    # python -m fda_ray.kernels, python -m fda_ray.bench.engine
+    Case("fda_ray.kernels", ("--nope",), 2, "unrecognized arguments"),
+    Case("fda_ray.bench.engine", ("--settings", "nope"), 2, "settings="),
+    Case("fda_ray.bench.engine", ("--rounds", "1"), 2, "rounds="),
+    Case("fda_ray.bench.engine", ("--rounds", "x"), 2, "rounds="),
+    Case("fda_ray.bench.engine", ("--device", "cuda:abc"), 2, "device="),
+    Case("fda_ray.bench.engine", ("--gpus-per-client", "-1"), 2, "gpus_per_client="),
+]
+
+
+def make_places(root: Path) -> dict[str, str]:
+    fm = make_fmnist_dir(root / "fm", n_train=600, n_test=100)
+    (root / "a-file").write_text("not a directory")
+    bad = {}
+    for name in ("labels", "shape", "truncated"):
+        d = make_fmnist_dir(root / name, n_train=300, n_test=50)
+        bad[name] = str(d)
+    write_idx(root / "labels" / "train-labels-idx1-ubyte.gz", np.full(300, 12, dtype=np.uint8))
+    write_idx(root / "shape" / "train-images-idx3-ubyte.gz", np.zeros((300, 27, 27), dtype=np.uint8))
+    import gzip
+
+    raw = gzip.decompress((root / "truncated" / "train-images-idx3-ubyte.gz").read_bytes())
+    (root / "truncated" / "train-images-idx3-ubyte.gz").write_bytes(gzip.compress(raw[: len(raw) // 2]))
+    return {"fm": str(fm), "file": str(root / "a-file"), **bad}
+
+
+@pytest.fixture(scope="module")
+def places(tmp_path_factory) -> dict[str, str]:
+    return make_places(tmp_path_factory.mktemp("bad"))
+
+
+NOISE = ("cpp_extension", "UserWarning", "warnings.warn", "INFO", "WARNING", "Token authentication", "Started a local Ray",
+         "No CUDA runtime")
+
+
+def execute(case: Case, places: dict[str, str], tmp: Path) -> tuple[int, str, float]:
+    args = [a.format(tmp=tmp, **places) for a in case.args]
+    t0 = time.perf_counter()
+    if case.subprocess:
+        env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+        env.pop("RAY_ADDRESS", None)
+        p = subprocess.run([sys.executable, "-m", case.module, *args], capture_output=True, text=True, env=env,
+                           timeout=case.seconds + 60)
+        return p.returncode, p.stderr, time.perf_counter() - t0
+    module = importlib.import_module(case.module if case.module != "fda_ray" else "fda_ray.cli")
+    main = getattr(module, "main", None) or importlib.import_module(case.module + ".__main__").main
+    err, out = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+        try:
+            code = main(args)
+        except SystemExit as e:  # an argparse parser that is not OneLineParser
+            code = int(e.code or 0)
+    return code, err.getvalue(), time.perf_counter() - t0
+
+
+def error_lines(stderr: str) -> tuple[list[str], list[str]]:
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("error:")]
+    other = [ln for ln in lines if not ln.startswith(("error:", "warning:")) and not any(n in ln for n in NOISE)]
+    return errors, other
+
+
+def test_there_are_at_least_60_cases_across_the_command_lines():
+    assert len(CASES) >= 60
+    assert {c.module for c in CASES} >= {"fda_ray", "fda_ray.sweep", "fda_ray.diagnose", "fda_ray.synthetic_grid",
+                                         "fda_ray.kernels", "fda_ray.bench.engine"}
+    assert len({c.id for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input_gives_one_line(case: Case, places, tmp_path, monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    code, stderr, seconds = execute(case, places, tmp_path)
+    errors, other = error_lines(stderr)
+    assert "Traceback" not in stderr, stderr[-2000:]
+    assert code == case.code, stderr[-2000:]
+    assert len(errors) == 1 and not other, stderr[-2000:]
+    assert case.names in errors[0], errors[0]
+    assert seconds <= case.seconds, f"{seconds:.1f} s"
+
+
+if __name__ == "__main__":  # the table of cases as they behave today
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        root = Path(d)
+        where = make_places(root / "places")
+        print("| command | input | exit | message | s |\n|---|---|---|---|---|")
+        for i, c in enumerate(CASES):
+            tmp = root / f"case{i}"
+            tmp.mkdir()
+            code, stderr, s = execute(c, where, tmp)
+            errors, _ = error_lines(stderr)
+            msg = (errors[0] if errors else stderr.strip().splitlines()[-1] if stderr.strip() else "").replace("|", "\\|")
+            msg = msg.replace(str(root), "…")
+            print(f"| {c.module} | `{c.id.split(':', 1)[1]}` | {code} | {msg[:150]} | {s:.1f} |", flush=True)
+
+
+# ---------------------------------------------------------------- interruptions: what is kept
+
+def _run_until(args: list[str], parquet: Path, rows: int) -> subprocess.Popen:
+    """Start `python -m fda_ray` and return once --parquet holds `rows` finished rounds."""
+    import pyarrow.parquet as pq
+
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    proc = subprocess.Popen([sys.executable, "-m", "fda_ray", *args, "--parquet", str(parquet)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    deadline = time.time() + 180
+    while time.time() < deadline and proc.poll() is None:
+        if parquet.is_file() and pq.read_metadata(parquet).num_rows >= rows:
+            return proc
+        time.sleep(0.05)
+    proc.kill()
+    raise AssertionError(f"the run did not reach {rows} rounds: {proc.communicate()[1][-2000:]}")
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGKILL"])
+def test_a_stopped_run_keeps_its_finished_rounds(sig, places, tmp_path):
+    """Ctrl-C: exit 130, one line, every finished round in --parquet. SIGKILL (no chance to write anything):
+    --parquet still holds every round finished before the kill, because it is rewritten after each round."""
+    import signal
+
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "rounds.parquet"
+    args = [a.format(tmp=tmp_path, **places) for a in RUN]
+    args[args.index("--rounds") + 1] = "200"
+    proc = _run_until(args, out, rows=3)
+    os.killpg(proc.pid, getattr(signal, sig))
+    _, stderr = proc.communicate(timeout=60)
+    kept = pq.read_table(out).to_pylist()
+    assert [r["round"] for r in kept] == list(range(len(kept))) and len(kept) >= 3
+    assert all(r["accuracy"] is not None and r["method"] == "fedgp" for r in kept)
+    if sig == "SIGINT":
+        errors, other = error_lines(stderr.replace("interrupted:", "error:"))
+        assert proc.returncode == 130 and "Traceback" not in stderr and not other, stderr[-2000:]
+        assert len(errors) == 1 and f"the {len(kept)} finished rounds are in {out}" in errors[0]
+    else:
+        assert proc.returncode == -9
+
+
+def test_a_sweep_whose_every_trial_fails_exits_1(places, tmp_path, monkeypatch):
+    """Every trial diverges (a source learning rate of 1e30): each is a failure in the summary, exit 1."""
+    import json
+
+    from fda_ray import sweep
+
+    out = tmp_path / "sweep"
+    args = ["--grid", "noise", "--values", "0", "--methods", "fedgp,target_only", "--backend", "local", "--workers", "1",
+            "--max-failures", "0", "--data-dir", places["fm"], "--out", str(out), "--no-figures", "--json",
+            "--num-sources", "2", "--rounds", "1", "--warmup-rounds", "1", "--samples-per-client", "128",
+            "--target-labelled", "32", "--test-samples", "50", "--lr-source", "1e30"]
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(io.StringIO()):
+        code = sweep.main(args)
+    summary = json.loads(buf.getvalue()[buf.getvalue().index("{"):])
+    assert code == 1 and summary["trials_done"] == 0 and summary["trials"] == len(summary["failures"]) >= 2
+    assert all("run stopped in round 0" in f["error"] for f in summary["failures"])
+    assert "Failed trials" in (out / "summary.md").read_text()

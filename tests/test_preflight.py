@@ -1,0 +1,136 @@
+"""Pre-flight checks (fda_ray.preflight) as pure functions: outputs, the Ray address, resource requests
+against node shapes (an autoscaler's node types included), the options a run ignores, and the warnings a
+run gives (a target smaller than its batch trains one partial batch)."""
+from __future__ import annotations
+
+import pickle
+import warnings
+
+import pytest
+import torch
+
+from fda_ray import preflight
+from fda_ray.config import RunConfig
+from fda_ray.engine import RunFailed, RunInterrupted, build_experiment, run_rounds, SerialExecutor
+from fda_ray.history import History
+from fda_ray.preflight import PreflightError
+
+
+def test_output_file(tmp_path):
+    assert preflight.output_file("parquet", tmp_path / "new" / "deeper" / "r.parquet").name == "r.parquet"
+    assert list(tmp_path.iterdir()) == []  # the probe leaves nothing behind, creates no directory
+    (tmp_path / "f").write_text("x")
+    for bad, why in ((tmp_path, "it is a directory"), (tmp_path / "f" / "r.parquet", "is a file, not a directory"),
+                     ("/proc/fda-ray.parquet", "cannot write in /proc")):
+        with pytest.raises(PreflightError, match=f"^parquet=.* is invalid: .*{why}"):
+            preflight.output_file("parquet", bad)
+
+
+def test_output_dir(tmp_path):
+    assert preflight.output_dir("out", tmp_path / "a" / "b") == tmp_path / "a" / "b"
+    (tmp_path / "f").write_text("x")
+    for bad, why in ((tmp_path / "f", "it is a file"), (tmp_path / "f" / "sub", "is a file, not a directory"),
+                     ("/proc/fda-ray-out", "cannot write in /proc")):
+        with pytest.raises(PreflightError, match=f"^out=.* is invalid: .*{why}"):
+            preflight.output_dir("out", bad)
+
+
+def test_ray_address():
+    for fine in (None, "", "auto", "local"):
+        preflight.ray_address(fine)
+    for bad, why in (("127.0.0.1:1", "no Ray cluster answers at 127.0.0.1:1 within 2 s"),
+                     ("ray://127.0.0.1:1", "no Ray cluster answers at 127.0.0.1:1"),
+                     ("localhost:port", "host:port")):
+        with pytest.raises(PreflightError, match=f"^ray_address='{bad}' is invalid: {why}"):
+            preflight.ray_address(bad, timeout=2)
+
+
+def test_resource_requests_against_node_shapes(tmp_path):
+    laptop = [{"CPU": 2.0, "memory": 1e9}]
+    preflight.resources([{"CPU": 2.0, "GPU": 0.0}], laptop, fields="cpus_per_client=2")
+    with pytest.raises(PreflightError, match=r"^cpus_per_client=100 is invalid: one actor asks \{CPU: 100\}; no node "
+                                             r"of this cluster can ever hold it \(nodes: \{CPU: 2\}\)"):
+        preflight.resources([{"CPU": 100.0, "GPU": 0.0}], laptop, fields="cpus_per_client=100")
+    with pytest.raises(PreflightError, match="no node of this cluster has a GPU"):
+        preflight.resources([{"CPU": 0.01, "GPU": 0.1}], laptop, fields="gpus_per_client=0.1")
+    # An autoscaling cluster (`ray up` wrote its node types on the head): a GPU request fits a worker type
+    # that is not running yet; a type with max_workers 0 is never added.
+    bootstrap = tmp_path / "ray_bootstrap_config.yaml"
+    bootstrap.write_text("head_node_type: head\navailable_node_types:\n"
+                         "  head: {resources: {CPU: 8, fda_driver: 8}, node_config: {}}\n"
+                         "  gpu_worker: {min_workers: 0, max_workers: 8, resources: {CPU: 48, GPU: 4}, node_config: {}}\n"
+                         "  never: {max_workers: 0, resources: {CPU: 512, GPU: 8}, node_config: {}}\n")
+    shapes = laptop + preflight.autoscaler_node_types(str(bootstrap))
+    assert shapes[1:] == [{"CPU": 8.0, "fda_driver": 8.0}, {"CPU": 48.0, "GPU": 4.0}]
+    preflight.resources([{"CPU": 1.0, "GPU": 0.1}, {"CPU": 1.0, "fda_driver": 1.0}], shapes, fields="x")
+    with pytest.raises(PreflightError):
+        preflight.resources([{"CPU": 100.0}], shapes, fields="x")
+    assert preflight.autoscaler_node_types(str(tmp_path / "none.yaml")) == []
+
+
+def test_client_bundles_follow_the_ray_executor():
+    cfg = RunConfig(executor="ray", cpus_per_client=1.5, gpus_per_client=0.3, clients_per_actor=3)
+    assert preflight.client_bundles(cfg) == [{"CPU": 4.5, "GPU": pytest.approx(0.9, rel=1e-15)}]
+    assert preflight.client_bundles(cfg.replace(gpus_per_client=0.5)) == [{"CPU": 4.5, "GPU": 1.0}]  # capped at one GPU
+
+
+def test_device():
+    preflight.device("cpu")
+    with pytest.raises(PreflightError, match="'cpu', 'cuda' or 'cuda:<index>'"):
+        preflight.device("cuda:abc")
+    if not torch.cuda.is_available():
+        with pytest.raises(PreflightError, match="no CUDA GPU"):
+            preflight.device("cuda:0")
+    else:
+        with pytest.raises(PreflightError, match="GPU"):
+            preflight.device(f"cuda:{torch.cuda.device_count()}")
+
+
+def test_ignored_options():
+    assert preflight.ignored_options(RunConfig(method="fedgp")) == []
+    assert preflight.ignored_options(RunConfig(method="fedgp_auto").resolved()) == []  # filled-in values are not "set"
+    assert preflight.ignored_options(RunConfig(method="source_only", beta=0.3, projection="exact")) == ["beta", "projection"]
+    assert preflight.ignored_options(RunConfig(method="fedgp", finetune_epochs=3, auto_lr_factor=0.2, eta=0.3)) == \
+        ["auto_lr_factor", "finetune_epochs", "eta"]
+    assert preflight.ignored_options(RunConfig(gpus_per_client=0.5, client_retries=1)) == ["gpus_per_client", "client_retries"]
+    assert preflight.ignored_options(RunConfig(executor="ray", gpus_per_client=0.5)) == []
+    assert preflight.ignored_options(RunConfig(method="fedda", partition="label_shift", eta=0.3)) == []
+    line = preflight.ignored_warning([RunConfig(method="source_only", beta=0.3), RunConfig(method="target_only", beta=0.3)])
+    assert line and line.startswith("--beta not used by method source_only/target_only")
+    # in a sweep, an option one trial uses is not reported
+    assert preflight.ignored_warning([RunConfig(method="source_only", beta=0.3), RunConfig(method="fedgp", beta=0.3)]) is None
+
+
+def test_a_target_smaller_than_its_batch_trains_one_partial_batch_and_says_so(tiny):
+    cfg = tiny(method="target_only", target_labelled=10, batch_target=16, rounds=1)
+    with pytest.warns(preflight.RunWarning, match="the target holds 10 training samples, fewer than batch_target=16: "
+                                                  "it trains one step of 10 samples per epoch"):
+        exp = build_experiment(cfg)
+    update = exp.clients[exp.target_index].train(exp.layout.flatten_model(exp.model), 0, lr=0.005, batch=16)
+    assert update.num_steps == 1 and update.delta.abs().sum() > 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", preflight.RunWarning)  # a target of 32 at batch 16: nothing to say
+        build_experiment(tiny(method="target_only", target_labelled=32, batch_target=16))
+
+
+def test_run_failed_survives_pickling():
+    """A process pool and Ray send a failed trial's exception back: it must unpickle (it has two arguments)."""
+    hist = History(config={"method": "fedgp"})
+    hist.rows.append({"round": 0, "accuracy": 0.5})
+    for cls in (RunFailed, RunInterrupted):
+        e = pickle.loads(pickle.dumps(cls("run stopped in round 1: x", hist)))
+        assert type(e) is cls and str(e) == "run stopped in round 1: x" and e.history.rows == hist.rows
+
+
+def test_ctrl_c_in_the_round_loop_keeps_the_finished_rounds(tiny):
+    exp = build_experiment(tiny(method="fedgp", rounds=3))
+    calls = []
+
+    def progress(row: dict) -> None:
+        calls.append(row["round"])
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(RunInterrupted, match="run interrupted after 2 finished rounds") as info:
+        run_rounds(exp, SerialExecutor(exp.clients), progress)
+    assert [r["round"] for r in info.value.history.rows] == [0, 1]
