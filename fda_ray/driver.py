@@ -21,17 +21,17 @@ from fda_ray.history import History
 from fda_ray.ray_executor import RayExecutor
 
 
-def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
+def ensure_ray(address: str | None = None, num_cpus: int | None = None, field: str = "ray_address") -> None:
     """Connect to Ray: keep a running session; else join `address` (or $RAY_ADDRESS); else start a local Ray."""
     if ray.is_initialized():
         return
     address = address or os.environ.get("RAY_ADDRESS")
     if address:
-        preflight.ray_address(address)  # ray.init would wait for minutes for an address nobody answers at
+        preflight.ray_address(address, field=field)  # ray.init would wait for minutes for an address nobody answers at
         try:
             ray.init(address=address, log_to_driver=True)
         except ConnectionError as e:
-            raise preflight.PreflightError(f"ray_address={address!r} is invalid: {str(e).splitlines()[0]}") from None
+            raise preflight.PreflightError(f"{field}={address!r} is invalid: {str(e).splitlines()[0]}") from None
     else:
         ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True)
 

@@ -27,6 +27,7 @@ Exit code: 0 when every trial finished; 1 when a trial failed for good; 130 when
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shlex
 import statistics
@@ -149,6 +150,14 @@ def run_local(pending: list[Trial], records: Path, workers: int, max_failures: i
     return failures
 
 
+class TuneRestoreHint(logging.Filter):
+    """Drops Tune's "Resume experiment with: Tuner.restore(...)" on an interrupted launch: a sweep resumes
+    with --resume (its trial records), which its own summary names."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Tuner.restore(" not in record.getMessage()
+
+
 def trial_dirname(trial: Any) -> str:
     """Tune's trial directories named like the trial records (Tune's default spells out the whole config)."""
     return f"{trial.config['run']['trial']['key']}-{trial.trial_id}"
@@ -163,6 +172,9 @@ def run_tune(pending: list[Trial], records: Path, out: Path, address: str | None
     from fda_ray.driver import ensure_ray
 
     ensure_ray(address, num_cpus=None)
+    tune_log = logging.getLogger("ray.tune.tune")
+    if not any(isinstance(f, TuneRestoreHint) for f in tune_log.filters):
+        tune_log.addFilter(TuneRestoreHint())
     by_key = {t.key: t for t in pending}
 
     class Callback(tune.Callback):
@@ -383,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
             import fda_ray.tune as ft
             from fda_ray.driver import ensure_ray
 
-            ensure_ray(a.address, num_cpus=None)
+            ensure_ray(a.address, num_cpus=None, field="address")
             shapes = preflight.node_shapes()
             preflight.resources(ft.resources(first, ft.driver_placement()).bundles, shapes,
                                 fields=preflight.fields_of_request(first) + (f", device={first.device!r}"

@@ -145,7 +145,7 @@ CASES = [
         ((*SWEEP, "--data-dir", "{tmp}/missing"), "data_dir="),
         ((*SWEEP, "--backend", "local", "--device", "cuda"), "device="),
     ]],
-    Case("fda_ray.sweep", (*SWEEP, "--address", "127.0.0.1:1"), 2, "address=", 30, True),
+    Case("fda_ray.sweep", (*SWEEP, "--address", "127.0.0.1:1"), 2, "error: address='127.0.0.1:1'", 30, True),
     Case("fda_ray.sweep", (*SWEEP, "--data-dir", "{fm}", "--gpus-per-client", "0.1"), 2, "gpus_per_client=", 60, True),
     # python -m fda_ray.diagnose
     Case("fda_ray.diagnose", (*RUN, "--at", "nope"), 2, "at="),

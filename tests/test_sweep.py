@@ -309,3 +309,16 @@ def test_interrupted_sweep_says_so_and_resumes(tiny_grid, fmnist_dir, tmp_path, 
     assert sweep.main(_args(fmnist_dir, out, "--backend", "local", "--resume", "--json")) == 0
     summary = _summary(capsys.readouterr().out)
     assert summary["trials_run"] == 4 - len(done) and summary["trials_done"] == 4
+
+
+def test_tunes_restore_hint_is_dropped():
+    """An interrupted Tune launch logs "Resume experiment with: Tuner.restore(...)"; the sweep resumes with
+    --resume instead, so that line is filtered out of the ray.tune.tune logger (other lines pass)."""
+    import logging
+
+    f = sweep.TuneRestoreHint()
+    hint = logging.LogRecord("ray.tune.tune", logging.WARNING, "", 0, "Experiment has been interrupted, but the most "
+                             "recent state was saved.\nResume experiment with: Tuner.restore(path=\"x\", trainable=...)",
+                             None, None)
+    other = logging.LogRecord("ray.tune.tune", logging.WARNING, "", 0, "Trials did not complete: %s", ("t",), None)
+    assert f.filter(hint) is False and f.filter(other) is True
