@@ -209,8 +209,10 @@ def client_bundles(cfg: RunConfig) -> list[dict[str, float]]:
 
 
 def fields_of_request(cfg: RunConfig) -> str:
+    """The options that make a client actor's request, as `field=value` (for the error line)."""
     parts = [f"cpus_per_client={cfg.cpus_per_client!r}"] if cfg.cpus_per_client is not None else []
-    parts.append(f"gpus_per_client={cfg.gpus_per_client!r}")
+    if cfg.gpus_per_client > 0 or not parts:
+        parts.append(f"gpus_per_client={cfg.gpus_per_client!r}")
     if cfg.clients_per_actor != 1:
         parts.append(f"clients_per_actor={cfg.clients_per_actor}")
     return ", ".join(parts)

@@ -139,9 +139,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     names = [s for s in a.settings.split(",") if s]
     bad = [s for s in names if s not in SETTINGS]
-    if bad or a.rounds < 2:
-        print(f"error: settings={a.settings!r} rounds={a.rounds} is invalid: settings from {', '.join(SETTINGS)}, "
-              "rounds >= 2", file=sys.stderr)
+    if bad or not names:
+        print(f"error: settings={a.settings!r} is invalid: comma-separated names from {', '.join(SETTINGS)}", file=sys.stderr)
+        return 2
+    if a.rounds < 2:
+        print(f"error: rounds={a.rounds} is invalid: an integer >= 2 (the first round is timed apart)", file=sys.stderr)
         return 2
     from fda_ray import preflight
     from fda_ray.config import RunConfig
