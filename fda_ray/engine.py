@@ -241,7 +241,7 @@ def run_rounds(exp: Experiment, executor: Executor, progress: Callable[[dict], N
         return _rounds(exp, executor, hist, progress, start_flat, skip_rounds, resume, checkpoint)
     except KeyboardInterrupt:
         hist.seconds = time.perf_counter() - t0
-        raise RunInterrupted(f"run interrupted after {len(hist.rows)} finished rounds", hist) from None
+        raise RunInterrupted(f"stopped by Ctrl-C (SIGINT) after {len(hist.rows)} finished rounds", hist) from None
 
 
 def _rounds(exp: Experiment, executor: Executor, hist: History, progress: Callable[[dict], None] | None,

@@ -131,6 +131,6 @@ def test_ctrl_c_in_the_round_loop_keeps_the_finished_rounds(tiny):
         if len(calls) == 2:
             raise KeyboardInterrupt
 
-    with pytest.raises(RunInterrupted, match="run interrupted after 2 finished rounds") as info:
+    with pytest.raises(RunInterrupted, match=r"stopped by Ctrl-C \(SIGINT\) after 2 finished rounds") as info:
         run_rounds(exp, SerialExecutor(exp.clients), progress)
     assert [r["round"] for r in info.value.history.rows] == [0, 1]
