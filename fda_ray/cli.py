@@ -70,8 +70,8 @@ def typed(field: str, kind: type, allowed: str) -> Callable[[str], Any]:
 def _dynamic_choices(name: str) -> tuple[str, ...] | None:
     """Choices that live in registries (they grow as the project does)."""
     if name == "method":
-        from fda_ray.methods import METHODS
-        return tuple(METHODS.names())
+        from fda_ray.algorithms import ALGORITHMS
+        return tuple(ALGORITHMS.names())
     if name == "dataset":
         from fda_ray.data import DATASETS
         return tuple(DATASETS.names())

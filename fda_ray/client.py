@@ -1,167 +1,174 @@
-"""One client: its data shard as tensors on its device, a model built once, and one local epoch per round.
+"""The client runtime (where a client lives: this process or its actor) and the local recipes it runs.
 
-Local training follows the authors' code: start from the round's global weights, a fresh Adam optimizer
-every round (built once, its state cleared each round: the same arithmetic), one epoch over shuffled batches,
-cross-entropy (MSE for regression). The sources' loaders drop their last partial batch, the target's keeps
-it (REFERENCE.md: 100 labelled samples at batch 16 are 7 steps, the last of 4 samples). The client returns its delta (new minus start weights) as one flat float32 vector, and
-the target also its per-step deltas (B, M) when the auto-weighting estimators need them.
-Target noise is drawn afresh for every batch read, from a generator seeded by (seed, round, client).
+A `Client` holds its data views as tensors on its device, a model and an optimizer built once, and `state`:
+what it keeps across rounds (counters; a family's personal tensors). A `ClientTask` names a registered
+recipe (RECIPES); `run_task` runs it on the client and returns a `ClientResult`.
 
-A client is stateful: `state` survives across rounds (the serial executor keeps the object; the Ray executor
-keeps it inside the client's actor, and restores it from the last snapshot when it replaces a dead actor).
+The "epoch" recipe is the authors' local training (REFERENCE.md): start from the round's global weights, a
+fresh Adam (built once, its state cleared: the same arithmetic as a new one) unless the task carries the
+client's optimizer over, one epoch over shuffled batches, cross-entropy (MSE for regression). The sources'
+loaders drop their last partial batch, the target's keeps it (100 labelled samples at batch 16 are 7 steps,
+the last of 4 samples). It returns the delta (new minus start weights) as one flat float32 vector, or the
+new weights, and the per-step deltas (B, M) when the auto-weighting estimators need them. Target noise is
+drawn afresh for every batch read, from a generator seeded by (seed, round, client, purpose).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import copy
 import time
-from typing import Any
+from typing import Any, Callable, Mapping
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
+from fda_ray.algorithms.base import ClientResult, ClientTask
 from fda_ray.layout import ParamLayout
+from fda_ray.registry import Registry
 from fda_ray.seeding import generator
-from fda_ray.shifts import add_noise
+from fda_ray.shifts import Pair, add_noise
 
-EVAL_CHUNK = 2048
-
-
-@dataclass
-class ClientUpdate:
-    client: int
-    delta: torch.Tensor  # (M,) new weights - start weights
-    num_samples: int
-    num_steps: int
-    loss: float  # mean training loss of the epoch
-    step_deltas: torch.Tensor | None = None  # (B, M) per-step deltas (target, auto methods)
-    seconds: float = 0.0  # wall time of the local training, measured where the client runs
-    state: dict[str, Any] | None = None  # the client's state after this round (a snapshot)
+Recipe = Callable[["Client", ClientTask, Mapping[str, torch.Tensor]], ClientResult]
+RECIPES: Registry[Recipe] = Registry("recipe")
 
 
 def loss_fn(task: str, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(out, y) if task == "classification" else F.mse_loss(out, y)
 
 
+def to_cpu(obj: Any) -> Any:
+    """A deep copy of a state (dicts, lists, tensors) with every tensor on the CPU: a snapshot that pickles
+    anywhere and that later training cannot change."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: to_cpu(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_cpu(v) for v in obj)
+    return copy.deepcopy(obj)
+
+
 class Client:
     """A source or the target. `index` is its position (sources 0..N-1, target N) in seed derivation."""
 
-    def __init__(self, index: int, x: torch.Tensor, y: torch.Tensor, model: nn.Module, layout: ParamLayout, *,
+    def __init__(self, index: int, views: Mapping[str, Pair], model: nn.Module, layout: ParamLayout, *,
                  seed: int, noise: float = 0.0, task: str = "classification", device: str = "cpu",
                  drop_last: bool = True) -> None:
         self.index = index
         self.drop_last = drop_last  # sources: True; the target keeps its last partial batch
         self.device = torch.device(device)
-        self.x = x.to(self.device)
-        self.y = y.to(self.device)
+        self.views = {name: (x.to(self.device), y.to(self.device)) for name, (x, y) in views.items()}
         self.model = model.to(self.device)
         self.layout = layout
         self.seed = seed
         self.noise = noise
         self.task = task
-        # Built once; `_fresh_optimizer` clears its state, which equals constructing a new Adam.
+        # Built once; `optimizer_for` clears its state, which equals constructing a new Adam.
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-3)
-        # State kept across rounds; small and picklable so it can be snapshotted and restored.
+        # Kept across rounds, snapshotted after every task (it must pickle: plain data and tensors).
         self.state: dict[str, Any] = {"rounds_trained": 0, "steps_total": 0, "last_round": -1, "last_loss": None}
 
     def to(self, device: str | torch.device) -> "Client":
         """Move data, model and optimizer to `device` (an actor moves its client onto its own GPU)."""
         self.device = torch.device(device)
-        self.x, self.y = self.x.to(self.device), self.y.to(self.device)
+        self.views = {name: (x.to(self.device), y.to(self.device)) for name, (x, y) in self.views.items()}
         self.model = self.model.to(self.device)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-3)
         return self
 
     def snapshot(self) -> dict[str, Any]:
-        return dict(self.state)
+        return to_cpu(self.state)
 
     def restore(self, state: dict[str, Any]) -> None:
-        self.state = dict(state)
+        self.state = to_cpu(state)
 
-    def _fresh_optimizer(self, lr: float) -> torch.optim.Optimizer:
-        self.optimizer.state.clear()
+    def view(self, name: str) -> Pair:
+        try:
+            return self.views[name]
+        except KeyError:
+            raise ValueError(f"client {self.index} has no data view {name!r}; it holds "
+                             f"{', '.join(self.views)}") from None
+
+    def num_samples(self, data: str = "train") -> int:
+        return int(self.view(data)[0].shape[0])
+
+    def steps_per_epoch(self, batch: int, data: str = "train") -> int:
+        """Optimizer steps in one local epoch: full batches, plus the partial one unless it is dropped."""
+        n = self.num_samples(data)
+        return n // batch if self.drop_last else -(-n // batch)
+
+    def optimizer_for(self, lr: float, fresh: bool = True) -> torch.optim.Optimizer:
+        """The client's Adam at `lr`: cleared (a new Adam's arithmetic), or with the moments its last task
+        kept in `state["optimizer"]` (so a replaced actor or a resumed run carries them over too)."""
+        if fresh:
+            self.optimizer.state.clear()
+        else:
+            if "optimizer" not in self.state:
+                raise RuntimeError(f"client {self.index}: a task carries its optimizer over, but no earlier task "
+                                   "kept it")
+            self.optimizer.load_state_dict(self.state["optimizer"])
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         return self.optimizer
 
-    @property
-    def num_samples(self) -> int:
-        return int(self.x.shape[0])
-
-    def steps_per_epoch(self, batch: int) -> int:
-        """Optimizer steps in one local epoch: full batches, plus the partial one unless it is dropped."""
-        return self.num_samples // batch if self.drop_last else -(-self.num_samples // batch)
-
-    def _epoch(self, opt: torch.optim.Optimizer, batch: int, round_idx: int, purpose: str,
-               record_steps: bool) -> tuple[int, float, list[torch.Tensor]]:
+    def epoch(self, opt: torch.optim.Optimizer, batch: int, round_idx: int, purpose: str, record_steps: bool,
+              data: str = "train") -> tuple[int, float, list[torch.Tensor]]:
+        """One epoch over shuffled batches of view `data`: (steps, mean loss, per-step deltas if recorded)."""
+        x, y = self.view(data)
         shuffle = generator(self.seed, round_idx, self.index, purpose + "/shuffle")
         noise_gen = generator(self.seed, round_idx, self.index, purpose + "/noise", device=self.device)
-        perm = torch.randperm(self.num_samples, generator=shuffle).to(self.device)
-        steps = self.steps_per_epoch(batch)
+        perm = torch.randperm(int(x.shape[0]), generator=shuffle).to(self.device)
+        steps = self.steps_per_epoch(batch, data)
         total, rows = 0.0, []
         prev = self.layout.flatten_model(self.model) if record_steps else None
         self.model.train()
         for b in range(steps):
             idx = perm[b * batch : (b + 1) * batch]
-            xb = add_noise(self.x[idx], self.noise, noise_gen)
-            loss = loss_fn(self.task, self.model(xb), self.y[idx])
+            xb = add_noise(x[idx], self.noise, noise_gen)
+            loss = loss_fn(self.task, self.model(xb), y[idx])
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
             total += float(loss.detach())
             if record_steps:
                 cur = self.layout.flatten_model(self.model)
-                rows.append(cur - prev)
+                rows.append(cur - prev)  # (M,)
                 prev = cur
         return steps, total / max(steps, 1), rows
 
-    def train(self, global_flat: torch.Tensor, round_idx: int, *, lr: float, batch: int,
-              record_steps: bool = False) -> ClientUpdate:
-        """One local epoch from `global_flat` (M,) with a fresh Adam; returns the delta."""
-        t0 = time.perf_counter()
-        start = global_flat.to(self.device)
-        self.layout.load_into(self.model, start)
-        opt = self._fresh_optimizer(lr)
-        steps, loss, rows = self._epoch(opt, batch, round_idx, "train", record_steps)
-        delta = self.layout.flatten_model(self.model) - start
-        step_deltas = torch.stack(rows) if record_steps and rows else None
-        self.state.update(rounds_trained=self.state["rounds_trained"] + 1, steps_total=self.state["steps_total"] + steps,
-                          last_round=round_idx, last_loss=loss)
-        out = ClientUpdate(self.index, delta.cpu(), self.num_samples, steps, loss,
-                           None if step_deltas is None else step_deltas.cpu(), state=self.snapshot())
-        out.seconds = time.perf_counter() - t0  # after the copies to CPU, which a GPU client also pays
-        return out
 
-    def finetune(self, start_flat: torch.Tensor, epochs: int, *, lr: float, batch: int, first_round: int,
-                 fresh_optimizer_each_epoch: bool = True):
-        """Offline fine-tuning: `epochs` epochs, a fresh Adam every epoch (the authors' script) or one Adam
-        across them; yields (epoch, flat weights, loss) per epoch."""
-        self.layout.load_into(self.model, start_flat.to(self.device))
-        opt = self._fresh_optimizer(lr)
-        for e in range(epochs):
-            if fresh_optimizer_each_epoch and e > 0:
-                opt = self._fresh_optimizer(lr)
-            _, loss, _ = self._epoch(opt, batch, first_round + e, "finetune", False)
-            yield e, self.layout.flatten_model(self.model).cpu(), loss
+def run_task(client: Client, task: ClientTask, inputs: Mapping[str, torch.Tensor]) -> ClientResult:
+    """Run `task`'s recipe on `client` (where the client lives); the result's seconds include the copies
+    back to the CPU, which a GPU client also pays."""
+    t0 = time.perf_counter()
+    result = RECIPES.get(task.recipe)(client, task, inputs)
+    result.seconds = time.perf_counter() - t0
+    return result
 
 
-@torch.no_grad()
-def evaluate(model: nn.Module, layout: ParamLayout, flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor, *,
-             noise: float, gen: torch.Generator | None, task: str = "classification") -> tuple[float, float]:
-    """(accuracy, mean loss) of the weights `flat` on (x, y) with fresh noise; accuracy is NaN for regression."""
-    device = next(model.parameters()).device
-    layout.load_into(model, flat.to(device))
-    model.eval()
-    correct, loss_sum, n = 0, 0.0, int(x.shape[0])
-    for lo in range(0, n, EVAL_CHUNK):
-        xb = add_noise(x[lo : lo + EVAL_CHUNK].to(device), noise, gen)
-        yb = y[lo : lo + EVAL_CHUNK].to(device)
-        out = model(xb)
-        if task == "classification":
-            loss_sum += float(F.cross_entropy(out, yb, reduction="sum"))
-            correct += int((out.argmax(1) == yb).sum())
-        else:
-            loss_sum += float(F.mse_loss(out, yb, reduction="sum")) / yb.shape[1]
-    acc = correct / n if task == "classification" else float("nan")
-    return acc, loss_sum / n
+@RECIPES.register("epoch")
+def epoch_recipe(client: Client, task: ClientTask, inputs: Mapping[str, torch.Tensor]) -> ClientResult:
+    """One local epoch from inputs["global"] (M,).
+
+    hparams: lr, batch; record_steps (per-step deltas, default False); send ("delta", default, or "weights");
+    fresh_optimizer (default True) and keep_optimizer (store the Adam moments in the client's state for a
+    later task that carries them over; default False)."""
+    h = task.hparams
+    record = bool(h.get("record_steps", False))
+    start = inputs["global"].to(client.device)  # (M,)
+    client.layout.load_into(client.model, start)
+    opt = client.optimizer_for(h["lr"], fresh=h.get("fresh_optimizer", True))
+    steps, loss, rows = client.epoch(opt, h["batch"], task.round, task.purpose, record, task.data)
+    new = client.layout.flatten_model(client.model)  # (M,)
+    tensors = {"weights": new.cpu()} if h.get("send", "delta") == "weights" else {"delta": (new - start).cpu()}
+    if record and rows:
+        tensors["step_deltas"] = torch.stack(rows).cpu()  # (B, M)
+    if h.get("keep_optimizer", False):
+        client.state["optimizer"] = to_cpu(opt.state_dict())
+    else:
+        client.state.pop("optimizer", None)
+    st = client.state
+    st.update(rounds_trained=st["rounds_trained"] + 1, steps_total=st["steps_total"] + steps,
+              last_round=task.round, last_loss=loss)
+    return ClientResult(client.index, tensors, {"num_samples": client.num_samples(task.data), "num_steps": steps,
+                                                "loss": loss})

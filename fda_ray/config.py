@@ -68,7 +68,7 @@ class RunConfig:
     the dataset and method when the config is resolved (`resolved()`)."""
 
     dataset: str = _f("fashion-mnist", "dataset (its standard on-disk layout; see datasets/README.md)")
-    method: str = _f("fedgp", "FDA method (fda_ray.methods)")
+    method: str = _f("fedgp", "method (fda_ray.algorithms)")
     seed: int = _f(0, "trial seed; every draw is seeded by (seed, round, client, purpose)")
     noise: float = _f(0.0, "std of the Gaussian noise on the target's train and test images ([0, 1] pixel units)")
     eta: float = _f(0.5, "label-shift share (partition label_shift); 0.5 = no shift")
@@ -135,14 +135,14 @@ class RunConfig:
                                 "stops", group="execution", numbers=False)
 
     def __post_init__(self) -> None:
+        from fda_ray.algorithms import ALGORITHMS
         from fda_ray.data import DATASETS
-        from fda_ray.methods import METHODS
         from fda_ray.models import MODELS
 
         if self.dataset not in DATASETS:
             raise _err("dataset", self.dataset, f"known datasets: {', '.join(DATASETS.names())}")
-        if self.method not in METHODS:
-            raise _err("method", self.method, f"known methods: {', '.join(METHODS.names())}")
+        if self.method not in ALGORITHMS:
+            raise _err("method", self.method, f"known methods: {', '.join(ALGORITHMS.names())}")
         if self.model is not None and self.model not in MODELS:
             raise _err("model", self.model, f"known models: {', '.join(MODELS.names())}")
         if self.model_weights is not None and self.model not in (None, "resnet18"):
@@ -215,28 +215,19 @@ class RunConfig:
         return dataclasses.replace(self, **changes)
 
     def resolved(self) -> "RunConfig":
-        """This config with every None filled from PAPER_DEFAULTS for its dataset and method."""
-        from fda_ray.methods import METHODS
+        """This config with every None filled: first what the method's family fills (its Algorithm.resolve,
+        e.g. the authors' oracle protocol), then PAPER_DEFAULTS for its dataset."""
+        from fda_ray.algorithms import ALGORITHMS
 
         d = PAPER_DEFAULTS[self.dataset]
-        method = METHODS.get(self.method)
-        auto = method.auto_rule is not None
-        # The authors' oracle (REFERENCE.md): from scratch, its script's lr, the source batch size.
-        authors_oracle = method.oracle and self.baseline_protocol == "authors"
-        fill: dict[str, Any] = {}
-        if self.warmup_rounds is None:
-            fill["warmup_rounds"] = 0 if authors_oracle else WARMUP_ROUNDS
-        if authors_oracle and self.lr_target is None:
-            fill["lr_target"] = d["oracle_lr_target"]
-        if authors_oracle and self.batch_target is None:
-            fill["batch_target"] = self.batch_source or d["batch_source"]
-        for name in ("model", "partition", "lr_source", "lr_target", "batch_source", "auto_lr_factor", "auto_beta_rule",
-                     "num_sources"):
+        fill: dict[str, Any] = dict(ALGORITHMS.get(self.method).resolve(self, d))
+        if self.warmup_rounds is None and "warmup_rounds" not in fill:
+            fill["warmup_rounds"] = WARMUP_ROUNDS
+        for name in ("model", "partition", "lr_source", "lr_target", "batch_source", "batch_target", "auto_lr_factor",
+                     "auto_beta_rule", "num_sources"):
             if getattr(self, name) is None and name not in fill:
                 fill[name] = d[name]
         partition = self.partition or d["partition"]
-        if self.batch_target is None and "batch_target" not in fill:
-            fill["batch_target"] = d["auto_batch_target"] if auto else d["batch_target"]
         if self.target_labelled is None and self.target_fraction is None:
             if partition in PARTITION_LABELLED_FRACTION:
                 fill["target_fraction"] = PARTITION_LABELLED_FRACTION[partition]
@@ -245,8 +236,8 @@ class RunConfig:
                 fill["target_fraction"] = d["target_fraction"]
         if self.finetune_epochs is None:
             fill["finetune_epochs"] = self.rounds
-        if self.log_estimates is None:
-            fill["log_estimates"] = method.train_sources
+        if self.log_estimates is None and "log_estimates" not in fill:
+            fill["log_estimates"] = False
         return dataclasses.replace(self, **fill) if fill else self
 
     def to_dict(self) -> dict[str, Any]:

@@ -63,9 +63,9 @@ def parameter_points(exp: Any, at: str, progress: Callable[[str], None] | None =
     points = [init] if warm == 0 else []
 
     def keep(state: dict) -> None:
-        # state["flat"] is the model after round next_round - 1: the start of round next_round
+        # the global model after round next_round - 1: the start of round next_round
         if state["next_round"] >= warm:
-            points.append(state["flat"])
+            points.append(state["state"]["global"])
             if progress:
                 progress(f"pi: point {len(points)}/{wanted} (the model before round {state['next_round']})")
         if len(points) >= wanted:
@@ -113,7 +113,8 @@ def _report(q: dg.Quantities, weights: torch.Tensor, beta: float) -> dict[str, A
 def diagnose(cfg: RunConfig, at: str = "warmup", pool_samples: int | None = None,
              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Every number `python -m fda_ray.diagnose` prints, as a dict (module docstring)."""
-    from fda_ray.engine import build_experiment, source_weights
+    from fda_ray.algorithms.fda import source_weights
+    from fda_ray.engine import build_experiment
 
     if at not in POINTS:
         raise ValueError(f"at={at!r} is invalid: one of {', '.join(POINTS)}")
@@ -143,7 +144,7 @@ def diagnose(cfg: RunConfig, at: str = "warmup", pool_samples: int | None = None
             trues.append(t)
         if progress:
             progress(f"quantities at point {k + 1}/{len(points)} ({time.perf_counter() - t0:.0f} s)")
-    weights = source_weights(exp.clients, cfg.num_sources).double()
+    weights = source_weights([len(x) for x, _ in s.sources]).double()
     return {"config": cfg.to_dict(), "at": at, "points": len(points), "m": ests[0].m, "labelled": n,
             "pool": pool[0].shape[0] if has_pool else None, "alpha_i": weights.tolist(), "beta": cfg.beta,
             "true": _report(dg.Quantities.mean(trues), weights, cfg.beta) if trues else None,

@@ -3,9 +3,9 @@
     run_ray(cfg)               in this process (connects to a cluster or starts a local Ray)
     DriverActor.remote(cfg)    the same driver as a Ray actor, so one program can run many runs at once
 
-The round loop is `fda_ray.engine.run_rounds`, the serial engine's own loop, with a `RayExecutor`. The
-driver loads the dataset and ships each client's shard to its actor through the object store, so the nodes
-that host clients need no copy of the dataset.
+The round loop is `fda_ray.loop.run_rounds`, the serial run's own loop, with the Ray executor that
+`fda_ray.executors.build_executor` builds. The driver loads the dataset and ships each client's shard to its
+actor through the object store, so the nodes that host clients need no copy of the dataset.
 """
 from __future__ import annotations
 
@@ -16,8 +16,10 @@ import ray
 
 from fda_ray import preflight
 from fda_ray.config import RunConfig
-from fda_ray.engine import build_experiment, run_rounds
+from fda_ray.executors import build_executor
+from fda_ray.experiment import build_experiment
 from fda_ray.history import History
+from fda_ray.loop import run_rounds
 from fda_ray.ray_executor import RayExecutor
 
 
@@ -55,9 +57,7 @@ class Driver:
         preflight.run(cfg)
         check_client_resources(cfg)
         # The actors' processes start first: they import torch while this process loads the dataset.
-        self.executor = RayExecutor(num_clients=cfg.num_sources + 1, cpus_per_client=cfg.cpus_per_client,
-                                    gpus_per_client=cfg.gpus_per_client, clients_per_actor=cfg.clients_per_actor,
-                                    retries=cfg.client_retries, threads=cfg.threads, faults=self.faults)
+        self.executor = build_executor(cfg, num_clients=cfg.num_sources + 1, faults=self.faults)
         try:
             exp = build_experiment(cfg)
             self.executor.load(exp.clients)

@@ -114,10 +114,10 @@ def beta_figure(rows: list[dict[str, Any]], grid: Grid, row_key: str, values: Se
                 seed: int = 0) -> Drawn | None:
     """beta_i per round, a panel per grid value and a line per source (seed `seed`); None (nothing written)
     for a row that does not weight automatically or reported no beta_i."""
-    from fda_ray.methods import METHODS
+    from fda_ray.algorithms import ALGORITHMS
 
     method = grid.row(row_key).method
-    if method not in METHODS or METHODS.get(method).auto_rule is None:
+    if method not in ALGORITHMS or getattr(ALGORITHMS.get(method), "auto_rule", None) is None:
         return None
     by_value = beta_rows(rows, row_key, seed)
     shown = [v for v in values if by_value.get(v)]

@@ -220,30 +220,28 @@ def fields_of_request(cfg: RunConfig) -> str:
 
 # ---------------------------------------------------------------- options a run does not use
 
+# The RunConfig options that only some method families read (the rest every run reads).
+FAMILY_OPTIONS = ("beta", "projection", "filter", "auto_lr_factor", "auto_beta_rule", "finetune_epochs",
+                  "baseline_protocol", "lr_source", "batch_source", "log_estimates")
+
+
 def ignored_options(cfg: RunConfig) -> list[str]:
     """The fields set away from their defaults that this config's method, partition or executor never reads
     (`cfg` resolved or not: a field the resolution filled in counts as unset)."""
-    from fda_ray.methods import METHODS
+    from fda_ray.algorithms import ALGORITHMS
 
-    m = METHODS.get(cfg.method)
     r = cfg.resolved()
-    uses: dict[str, bool] = {
-        "beta": m.uses_beta and m.auto_rule is None,
-        "projection": m.rule == "fedgp",
-        "filter": m.rule == "fedgp",
-        "auto_lr_factor": m.auto_rule is not None,
-        "auto_beta_rule": m.auto_rule == "fedgp",
-        "finetune_epochs": m.finetune,
-        "baseline_protocol": m.finetune or m.oracle,
+    # The method's family says which of its options it reads (fda_ray.algorithms: Algorithm.uses).
+    uses: dict[str, bool] = {name: False for name in FAMILY_OPTIONS}
+    uses.update(ALGORITHMS.get(cfg.method).uses(r))
+    uses.update({
         "eta": r.partition == "label_shift",
-        "lr_source": m.train_sources or r.warmup_rounds > 0 or bool(r.log_estimates),
-        "batch_source": m.train_sources or r.warmup_rounds > 0 or bool(r.log_estimates),
         "cpus_per_client": cfg.executor == "ray",
         "gpus_per_client": cfg.executor == "ray",
         "clients_per_actor": cfg.executor == "ray",
         "ray_address": cfg.executor == "ray",
         "client_retries": cfg.executor == "ray",
-    }
+    })
     defaults = {f.name: f.default for f in dataclasses.fields(RunConfig)}
 
     def set_by_user(name: str) -> bool:  # differs from what the field resolves to when left unset

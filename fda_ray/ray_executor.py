@@ -1,18 +1,22 @@
 """The Ray executor: one actor per client, each pinned to a (fractional) GPU or a share of the CPUs.
 
-A client actor receives its `Client` (data shard, model, layout) once, moves it to its own device and keeps
+A client actor receives its `Client` (data views, model, layout) once, moves it to its own device and keeps
 it there for the whole run, with its model, optimizer and state built once. With `clients_per_actor` = k > 1
-an actor hosts k clients (client i lives on actor i mod n_actors, for the whole run) and trains them one after
-the other: on a machine with fewer cores than clients this saves the start-up of a process per client (each
-imports torch, ~3 CPU-s) and the contention of many 1-thread processes on few cores. Each round the driver puts the
-global weights in the object store once (`submit`), every training client reads them from there, and the
-driver gathers the updates as they finish (`collect`, `ray.wait`).
+an actor hosts k clients (client i lives on actor i mod n_actors, for the whole run) and runs their tasks one
+after the other: on a machine with fewer cores than clients this saves the start-up of a process per client
+(each imports torch, ~3 CPU-s) and the contention of many 1-thread processes on few cores. Each round the
+driver puts every server-state entry the tasks name in the object store once (`submit`), every client reads
+them from there, and the driver gathers the results as they finish (`collect`, `ray.wait`).
 
-Faults: when a client's round fails (its process was killed, or it raised), the actor is replaced by a new
-one built from the same client object and the client's state after its last finished round, and the round
-is redone; training draws all randomness from (seed, round, client, purpose), so the redone round gives the
-same update. After `retries` failed attempts in one round, `collect` raises ClientFailure naming the client
-and the round. `faults` injects failures on purpose, to test exactly this.
+Client state (a personal model, counters): each task returns two objects, its result and the client's state
+after it. The driver fetches the results; the states stay in the object store (owned by the driver, so they
+outlive the actor), fetched only for a checkpoint or an evaluation that needs one.
+
+Faults: when a client's task fails (its process was killed, or it raised), the actor is replaced by a new
+one built from the same client objects and each client's state after its last finished task, and the task
+is redone; tasks draw all randomness from (seed, round, client, purpose), so the redone task gives the same
+result. After `retries` failed attempts in one round, `collect` raises ClientFailure naming the client and
+the round. `faults` injects failures on purpose, to test exactly this.
 """
 from __future__ import annotations
 
@@ -22,14 +26,15 @@ import signal
 import warnings
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import ray
 import torch
 
-from fda_ray.client import Client, ClientUpdate
-from fda_ray.engine import ClientFailure, TrainRequest
+from fda_ray.algorithms.base import ClientResult, ClientTask, ServerState
+from fda_ray.client import Client, run_task
+from fda_ray.executors import ClientFailure
 from fda_ray.preflight import actor_gpus
 
 FAULTS = ("kill", "raise")  # kill: SIGKILL the actor's process; raise: an exception inside local training
@@ -44,38 +49,32 @@ class ClientActor:
         torch.set_num_threads(threads)
         self.clients: dict[int, Client] = {}
 
-    def load(self, client_refs: Sequence[ray.ObjectRef], use_gpu: bool, states: Sequence[dict | None]) -> None:
-        clients: list[Client] = ray.get(list(client_refs))  # refs inside a list are not resolved by Ray
+    def load(self, client_refs: Sequence[ray.ObjectRef], use_gpu: bool, state_refs: Sequence[ray.ObjectRef]) -> None:
+        # refs inside a list are not resolved by Ray
+        clients: list[Client] = ray.get(list(client_refs))
+        states: list[dict] = ray.get(list(state_refs))
         # Ray sets CUDA_VISIBLE_DEVICES to this actor's GPU, so "cuda" is the GPU it was given.
         device = "cuda" if use_gpu else "cpu"
         for client, state in zip(clients, states):
             client = client.to(device)
-            if state is not None:
-                client.restore(state)
+            client.restore(state)
             self.clients[client.index] = client
 
-    def train(self, client: int, global_flat: np.ndarray, round_idx: int, request: TrainRequest,
-              fault: str | None) -> ClientUpdate:
+    def run(self, task: ClientTask, fault: str | None, *arrays: np.ndarray) -> tuple[ClientResult, dict]:
+        """Run `task` on its client; `arrays` are the server-state entries task.inputs names, in order.
+        Returns (the result, the client's state after it): two objects (num_returns=2)."""
         if fault == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         if fault == "raise":
-            raise RuntimeError(f"injected fault in client {client}, round {round_idx}")
-        with warnings.catch_warnings():  # the object store's array is read-only; it is only read (copied in)
+            raise RuntimeError(f"injected fault in client {task.client}, round {task.round}")
+        with warnings.catch_warnings():  # the object store's arrays are read-only; they are only read (copied in)
             warnings.simplefilter("ignore", UserWarning)
-            flat = torch.from_numpy(global_flat)  # (M,)
-        return self.clients[client].train(flat, round_idx, lr=request.lr, batch=request.batch,
-                                          record_steps=request.record_steps)
-
-    def finetune(self, client: int, start_flat: torch.Tensor, epochs: int, lr: float, batch: int,
-                 first_round: int, fresh_optimizer_each_epoch: bool) -> list[tuple[int, torch.Tensor, float]]:
-        return list(self.clients[client].finetune(start_flat, epochs, lr=lr, batch=batch, first_round=first_round,
-                                                  fresh_optimizer_each_epoch=fresh_optimizer_each_epoch))
+            inputs = {name: torch.from_numpy(a) for name, a in zip(task.inputs, arrays)}  # (M,) each
+        client = self.clients[task.client]
+        return run_task(client, task, inputs), client.snapshot()
 
     def restore(self, client: int, state: dict) -> None:
         self.clients[client].restore(state)
-
-    def snapshot(self) -> dict[int, dict]:
-        return {i: c.snapshot() for i, c in self.clients.items()}
 
     def gpu_memory(self) -> dict[str, int]:
         """Peak and current GPU memory of this actor's process, in bytes (0 on a CPU actor)."""
@@ -89,10 +88,10 @@ RemoteClientActor = ray.remote(ClientActor)
 
 @dataclass
 class _Pending:
-    round_idx: int
-    flat_ref: ray.ObjectRef
-    requests: list[TrainRequest]
-    calls: dict[ray.ObjectRef, tuple[TrainRequest, Any]]  # call -> (its request, the actor it went to)
+    tasks: list[ClientTask]
+    input_refs: dict[str, ray.ObjectRef]  # the round's server-state entries, put once
+    # result ref -> (its task, the actor it went to, the ref of the client's state after it)
+    calls: dict[ray.ObjectRef, tuple[ClientTask, Any, ray.ObjectRef]]
 
 
 def auto_cpus_per_client(num_actors: int) -> float:
@@ -145,7 +144,7 @@ class RayExecutor:
                 raise ValueError(f"faults={faults!r} is invalid: clients 0..{self.num_clients - 1}, kinds {FAULTS}")
         self.restarts: list[tuple[int, int, str]] = []  # (client, round, why) of every replaced actor
         self._client_refs: list[ray.ObjectRef] = []
-        self._states: list[dict | None] = []
+        self._state_refs: list[ray.ObjectRef] = []  # each client's state after its last finished task
         self.actors = [self._spawn() for _ in range(self.num_actors)]
         if clients is not None:
             self.load(clients)
@@ -156,7 +155,7 @@ class RayExecutor:
             raise ValueError(f"got {len(clients)} clients for {self.num_clients} client slots")
         # The client objects stay in the object store so that a dead actor can be rebuilt from them.
         self._client_refs = [ray.put(c) for c in clients]
-        self._states = [c.snapshot() for c in clients]
+        self._state_refs = [ray.put(c.snapshot()) for c in clients]
         self._wait_ready([self._load(slot, actor) for slot, actor in enumerate(self.actors)])
 
     def _spawn(self) -> Any:
@@ -164,7 +163,8 @@ class RayExecutor:
 
     def _load(self, slot: int, actor: Any) -> ray.ObjectRef:
         group = self.groups[slot]
-        return actor.load.remote([self._client_refs[i] for i in group], self.gpus > 0, [self._states[i] for i in group])
+        return actor.load.remote([self._client_refs[i] for i in group], self.gpus > 0,
+                                 [self._state_refs[i] for i in group])
 
     def _start(self, slot: int) -> Any:
         actor = self._spawn()
@@ -191,63 +191,64 @@ class RayExecutor:
         self.actors[slot] = self._start(slot)
         return True
 
-    def _call(self, req: TrainRequest, flat_ref: ray.ObjectRef, round_idx: int) -> tuple[ray.ObjectRef, tuple]:
-        kinds = self.faults.get((req.client, round_idx))
+    def _call(self, task: ClientTask, input_refs: dict[str, ray.ObjectRef]) -> tuple[ray.ObjectRef, tuple]:
+        kinds = self.faults.get((task.client, task.round))
         fault = kinds.pop(0) if kinds else None
-        actor = self.actors[self.slot_of[req.client]]
-        return actor.train.remote(req.client, flat_ref, round_idx, req, fault), (req, actor)
+        actor = self.actors[self.slot_of[task.client]]
+        # Refs passed as arguments are resolved in the actor: it reads the arrays zero-copy.
+        result, state = actor.run.options(num_returns=2).remote(task, fault, *[input_refs[n] for n in task.inputs])
+        return result, (task, actor, state)
 
-    def submit(self, global_flat: torch.Tensor, round_idx: int, requests: Sequence[TrainRequest]) -> _Pending:
-        flat_ref = ray.put(global_flat.detach().cpu().numpy())  # once per round; actors read it zero-copy
-        calls = dict(self._call(req, flat_ref, round_idx) for req in requests)
-        return _Pending(round_idx, flat_ref, list(requests), calls)
+    def submit(self, state: ServerState, tasks: Sequence[ClientTask]) -> _Pending:
+        names = dict.fromkeys(n for t in tasks for n in t.inputs)
+        missing = [n for n in names if n not in state]
+        if missing:
+            raise ValueError(f"the round's tasks need server state {missing[0]!r}; the state holds {', '.join(state)}")
+        # Each entry once per round, however many clients read it.
+        input_refs = {n: ray.put(state[n].detach().cpu().numpy()) for n in names}
+        calls = dict(self._call(t, input_refs) for t in tasks)
+        return _Pending(list(tasks), input_refs, calls)
 
-    def collect(self, pending: _Pending) -> list[ClientUpdate]:
-        results: dict[int, ClientUpdate] = {}
+    def collect(self, pending: _Pending) -> list[ClientResult]:
+        results: dict[int, ClientResult] = {}
         failures: dict[int, int] = defaultdict(int)
         waiting = dict(pending.calls)
         while waiting:
             done, _ = ray.wait(list(waiting), num_returns=1)
             for ref in done:
-                req, actor = waiting.pop(ref)
+                task, actor, state_ref = waiting.pop(ref)
                 try:
-                    update = ray.get(ref)
+                    result = ray.get(ref)
                 except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as e:
-                    failures[req.client] += 1
+                    failures[task.client] += 1
                     why = _short(e)
-                    if failures[req.client] > self.retries:
-                        raise ClientFailure(req.client, pending.round_idx, failures[req.client], why) from e
-                    # An actor that raised is replaced too: its client may be half-way through a round.
-                    # The other clients of a replaced actor start again from their last finished round
+                    if failures[task.client] > self.retries:
+                        raise ClientFailure(task.client, task.round, failures[task.client], why) from e
+                    # An actor that raised is replaced too: its client may be half-way through a task.
+                    # The other clients of a replaced actor start again from their last finished task
                     # (their lost calls count as failures of theirs: the driver cannot tell who killed it).
-                    if self._replace(self.slot_of[req.client], actor):
-                        self.restarts.append((req.client, pending.round_idx, why))
-                    ref2, entry = self._call(req, pending.flat_ref, pending.round_idx)
+                    if self._replace(self.slot_of[task.client], actor):
+                        self.restarts.append((task.client, task.round, why))
+                    ref2, entry = self._call(task, pending.input_refs)
                     waiting[ref2] = entry
                     continue
-                self._states[req.client] = update.state
-                results[req.client] = update
-                slot = self.slot_of[req.client]
+                self._state_refs[task.client] = state_ref
+                results[task.client] = result
+                slot = self.slot_of[task.client]
                 if actor is not self.actors[slot]:  # finished on an actor replaced since: tell its successor
-                    self.actors[slot].restore.remote(req.client, update.state)
-        return [results[r.client] for r in pending.requests]
-
-    def finetune(self, client: int, start_flat: torch.Tensor, epochs: int, *, lr: float, batch: int,
-                 first_round: int, fresh_optimizer_each_epoch: bool) -> Iterator[tuple[int, torch.Tensor, float]]:
-        actor = self.actors[self.slot_of[client]]
-        return iter(ray.get(actor.finetune.remote(client, start_flat, epochs, lr, batch, first_round,
-                                                  fresh_optimizer_each_epoch)))
+                    self.actors[slot].restore.remote(task.client, state_ref)
+        return [results[t.client] for t in pending.tasks]
 
     def client_states(self) -> list[dict]:
-        merged: dict[int, dict] = {}
-        for part in ray.get([a.snapshot.remote() for a in self.actors]):
-            merged.update(part)
-        return [merged[i] for i in range(self.num_clients)]
+        return ray.get(list(self._state_refs))
+
+    def client_state(self, client: int) -> dict:
+        return ray.get(self._state_refs[client])
 
     def restore_states(self, states: Sequence[dict]) -> None:
         """Set every client's state (a resumed run): in the actors, and for rebuilding a dead one."""
-        self._states = [dict(st) for st in states]
-        ray.get([self.actors[self.slot_of[i]].restore.remote(i, st) for i, st in enumerate(self._states)])
+        self._state_refs = [ray.put(dict(st)) for st in states]
+        ray.get([self.actors[self.slot_of[i]].restore.remote(i, ref) for i, ref in enumerate(self._state_refs)])
 
     def gpu_memory(self) -> list[dict[str, int]]:
         """Per actor (one entry per client when each actor hosts one)."""

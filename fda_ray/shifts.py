@@ -21,9 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from fda_ray.algorithms import ALGORITHMS
 from fda_ray.config import ORACLE_TEST_SHARE, RunConfig
 from fda_ray.data import Split
-from fda_ray.methods import METHODS
 from fda_ray.seeding import np_rng
 
 LABEL_SHIFT_SOURCE_CLASSES = (8, 6, 9)  # D1: mostly target when eta is small
@@ -176,13 +176,14 @@ def build_setting(split: Split, cfg: RunConfig) -> Setting:
         whole = target_pool
     else:  # unreachable: RunConfig validates the partition
         raise ValueError(f"partition={cfg.partition!r} is invalid")
-    if METHODS.get(cfg.method).oracle and cfg.baseline_protocol == "authors":
+    algorithm = ALGORITHMS.get(cfg.method)
+    if algorithm.oracle_split and cfg.baseline_protocol == "authors":
         target_train, target_test = oracle_split(whole, cfg.seed)
         target_pool = target_train
     for i, (x, _) in enumerate(sources):
         if len(x) < cfg.batch_source:
             raise ValueError(f"batch_source={cfg.batch_source} is invalid: source {i} holds only {len(x)} samples")
-    if len(target_train[0]) < 2 * cfg.batch_target and cfg.method.endswith("_auto"):
+    if len(target_train[0]) < 2 * cfg.batch_target and algorithm.min_target_steps() >= 2:
         raise ValueError(f"batch_target={cfg.batch_target} is invalid: auto-weighting needs >= 2 target steps "
                          f"but the target holds {len(target_train[0])} labelled samples")
     return Setting(sources, target_train, target_pool, target_test, float(cfg.noise), split.num_classes,

@@ -112,7 +112,7 @@ def plan(grid: Grid, profile: str, *, rows: Sequence[str] | None = None, values:
     """Every trial of `grid` (or of the chosen rows and values): row x value x seed, in the order they should
     run: by seed, then shared source_only, the rows that train no source, then the rest value by value from
     the middle of the grid outwards (an interrupted grid has whole columns rather than whole rows)."""
-    from fda_ray.methods import METHODS
+    from fda_ray.algorithms import ALGORITHMS
 
     if profile not in grid.profiles:
         raise ValueError(f"profile={profile!r} is invalid: grid {grid.name!r} has {', '.join(grid.profiles)}")
@@ -161,7 +161,7 @@ def plan(grid: Grid, profile: str, *, rows: Sequence[str] | None = None, values:
                           at=tuple(sorted(at)))
             out.append(shared)
         rest = [k for k in chosen if not (share and k in ("source_only", "finetune_offline"))]
-        cheap = [k for k in rest if not METHODS.get(grid.row(k).method).train_sources]
+        cheap = [k for k in rest if not getattr(ALGORITHMS.get(grid.row(k).method), "train_sources", True)]
         heavy = [k for k in rest if k not in cheap]
         if shared is not None and "finetune_offline" in chosen:
             cheap = ["finetune_offline"] + cheap
@@ -214,7 +214,7 @@ def run_trial(trial: Trial, records: Path, report: Callable[[dict], None] | None
     report(row) is called after every round (Tune reports there)."""
     import torch
 
-    from fda_ray.engine import build_experiment, executor_for, finetune_from, run_rounds
+    from fda_ray.engine import build_executor, build_experiment, finetune_from, run_rounds
 
     record = records / trial.key
     record.mkdir(parents=True, exist_ok=True)
@@ -228,19 +228,15 @@ def run_trial(trial: Trial, records: Path, report: Callable[[dict], None] | None
         hist = finetune_from(cfg, torch.load(source, weights_only=True), report)
     else:
         exp = build_experiment(cfg)
-        executor = executor_for(exp)
+        executor = build_executor(exp.cfg, exp.clients)
 
         def on_round(state: dict) -> None:
             _save_torch(state, record / STATE_FILE)
             if report:
                 report(state["rows"][-1])
 
-        def on_row(row: dict) -> None:  # fine-tuning rows (finetune_offline) have no checkpoint
-            if report and row.get("phase") == "finetune":
-                report(row)
-
         try:
-            hist = run_rounds(exp, executor, on_row, resume=load_state(record), checkpoint=on_round)
+            hist = run_rounds(exp, executor, resume=load_state(record), checkpoint=on_round)
         finally:
             executor.shutdown()
     if trial.save_weights:

@@ -99,7 +99,7 @@ def trainable(params: dict[str, Any]) -> None:
     sweep's trials/ directory}; the trial keeps its own record there (state.pt every round, rows.json when done)
     and goes on from it when started again, in this Tune run or a later one (a resumed sweep).
     Otherwise params are RunConfig fields (the programmatic Tuner path) and the trial checkpoints through Tune."""
-    from fda_ray.engine import build_experiment, executor_for, run_rounds
+    from fda_ray.engine import build_executor, build_experiment, run_rounds
     from fda_ray.trials import Trial, run_trial
 
     run = params.get("run", {})
@@ -115,19 +115,15 @@ def trainable(params: dict[str, Any]) -> None:
             path = Path(d) / STATE_FILE
             resume = torch.load(path, weights_only=True) if path.is_file() else None
     exp = build_experiment(cfg)
-    executor = executor_for(exp)
+    executor = build_executor(exp.cfg, exp.clients)
 
     def on_round(state: dict) -> None:
         with tempfile.TemporaryDirectory() as d:
             torch.save(state, Path(d) / STATE_FILE)
             tune.report(metrics(state["rows"][-1]), checkpoint=tune.Checkpoint.from_directory(d))
 
-    def on_row(row: dict) -> None:  # fine-tuning rows (finetune_offline) have no checkpoint
-        if row.get("phase") == "finetune":
-            tune.report(metrics(row))
-
     try:
-        run_rounds(exp, executor, on_row, resume=resume, checkpoint=on_round)
+        run_rounds(exp, executor, resume=resume, checkpoint=on_round)
     finally:
         executor.shutdown()
 

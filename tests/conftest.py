@@ -69,3 +69,14 @@ def tiny(fmnist_dir):
         return RunConfig(**base)
 
     return make
+
+
+def same_state(a, b) -> bool:
+    """Exact equality of client states (dicts, lists, tensors: torch.equal), for states from the same code."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_state(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same_state(x, y) for x, y in zip(a, b))
+    return a == b

@@ -133,7 +133,7 @@ def test_a_diverging_run_stops_with_one_line_and_keeps_its_rounds(fmnist_dir, ca
     assert rc == 1 and "final target accuracy" not in captured.out and "Traceback" not in captured.err
     # (torch prints a one-time "No CUDA runtime" warning when the kernel first loads in a process)
     assert [x for x in captured.err.strip().splitlines() if "cpp_extension" not in x] == [
-        "error: run stopped in round 0: the global model's test loss is nan (non-finite weights or outputs); "
+        "error: run stopped in round 0: the evaluated model's test loss is nan (non-finite weights or outputs); "
         "try a lower learning rate; 0 finished rounds kept"]
     # a target that diverges in the first main round: the rule refuses its delta, the warm-up round is kept
     out = tmp_path / "kept.parquet"

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from fda_ray.config import RunConfig
-from fda_ray.methods import METHODS
+from fda_ray.algorithms import ALGORITHMS
 from fda_ray.registry import Registry
 from fda_ray.seeding import derive_seed
 
@@ -67,7 +67,7 @@ def test_registry_lists_known_names_on_typo():
         r.get("b")
     with pytest.raises(ValueError, match="registered twice"):
         r.add("a", 2)
-    assert set(METHODS.names()) == {"source_only", "target_only", "fedda", "fedgp", "fedda_auto", "fedgp_auto",
+    assert set(ALGORITHMS.names()) == {"source_only", "target_only", "fedda", "fedgp", "fedda_auto", "fedgp_auto",
                                     "finetune_offline", "oracle"}
 
 

@@ -7,23 +7,24 @@ import math
 import pyarrow.parquet as pq
 import pytest
 import torch
+from conftest import same_state
 
 from fda_ray.engine import build_experiment, finetune_from, run
-from fda_ray.methods import METHODS
+from fda_ray.algorithms import ALGORITHMS
 
 
-@pytest.mark.parametrize("method", METHODS.names())
+@pytest.mark.parametrize("method", [m for m in ALGORITHMS.names() if ALGORITHMS.get(m).family == "fda"])
 def test_every_method_runs_and_records_its_metrics(tiny, method):
     cfg = tiny(method=method, noise=0.3, finetune_epochs=2, batch_target=8)
     hist = run(cfg)
-    m = METHODS.get(method)
+    m = ALGORITHMS.get(method)
     expected_rows = cfg.warmup_rounds + cfg.rounds + (2 if m.finetune else 0)
     assert len(hist.rows) == expected_rows
     assert [r["phase"] for r in hist.rows][:2] == ["warmup", "main"]
     for r in hist.rows:
         assert 0.0 <= r["accuracy"] <= 1.0 and math.isfinite(r["loss"])
     main = [r for r in hist.rows if r["phase"] == "main"]
-    if m.uses_beta:
+    if m.uses_beta():
         for r in main:
             assert len(r["beta_i"]) == cfg.num_sources
             assert all(0.0 <= b <= 1.0 for b in r["beta_i"])
@@ -82,18 +83,18 @@ def test_oracle_protocols(tiny):
     exp = build_experiment(tiny(method="oracle", warmup_rounds=None))  # tiny sets 1 warm-up round
     cfg, target, s = exp.cfg, exp.clients[exp.target_index], exp.setting
     assert (cfg.warmup_rounds, cfg.lr_target, cfg.batch_target) == (0, 0.003, 64)
-    assert target.num_samples == 116 and len(s.target_test[0]) == 12  # 128 = 116 + int(0.1 * 128)
+    assert target.num_samples("pool") == 116 and len(s.target_test[0]) == 12  # 128 = 116 + int(0.1 * 128)
     loop = build_experiment(tiny(method="oracle", baseline_protocol="loop", warmup_rounds=None))
     assert (loop.cfg.warmup_rounds, loop.cfg.lr_target, loop.cfg.batch_target) == (2, 0.005, 16)
-    assert loop.clients[loop.target_index].num_samples == 128  # samples_per_client, not target_labelled = 32
+    assert loop.clients[loop.target_index].num_samples("pool") == 128  # samples_per_client, not target_labelled = 32
     assert len(loop.setting.target_test[0]) == 100  # test_samples of the dataset's test set
     # the two oracle splits are disjoint and together the shard the loop oracle trains on
-    shard = {tuple(x.flatten()[:40].tolist()) for x in loop.clients[loop.target_index].x}
-    train = {tuple(x.flatten()[:40].tolist()) for x in target.x}
+    shard = {tuple(x.flatten()[:40].tolist()) for x in loop.clients[loop.target_index].view("pool")[0]}
+    train = {tuple(x.flatten()[:40].tolist()) for x in target.view("pool")[0]}
     test = {tuple(x.flatten()[:40].tolist()) for x in s.target_test[0]}
     assert train | test == shard and not train & test
     exp = build_experiment(tiny(method="target_only"))
-    assert exp.clients[exp.target_index].num_samples == 32
+    assert exp.clients[exp.target_index].num_samples() == 32
     hist = run(tiny(method="oracle", rounds=2, warmup_rounds=None))
     assert [r["phase"] for r in hist.rows] == ["main", "main"]  # no warm-up rounds
 
@@ -102,14 +103,14 @@ def test_target_keeps_its_last_partial_batch_and_sources_drop_theirs(tiny, monke
     from fda_ray import client as client_mod
 
     steps = {}
-    orig = client_mod.Client._epoch
+    orig = client_mod.Client.epoch
 
-    def spy(self, opt, batch, round_idx, purpose, record_steps):
-        out = orig(self, opt, batch, round_idx, purpose, record_steps)
+    def spy(self, opt, batch, round_idx, purpose, record_steps, data="train"):
+        out = orig(self, opt, batch, round_idx, purpose, record_steps, data)
         steps[(self.index, round_idx)] = (out[0], [len(r) for r in out[2]] if record_steps else None)
         return out
 
-    monkeypatch.setattr(client_mod.Client, "_epoch", spy)
+    monkeypatch.setattr(client_mod.Client, "epoch", spy)
     # 32 labelled target samples at batch 10: 4 steps (10, 10, 10, 2); 128 per source at batch 64: 2 steps
     cfg = tiny(method="fedgp_auto", batch_target=10, batch_source=60).resolved()
     hist = run(cfg)
@@ -120,16 +121,16 @@ def test_target_keeps_its_last_partial_batch_and_sources_drop_theirs(tiny, monke
 def test_estimators_scale_both_sides_so_beta_ignores_the_learning_rate_ratio(tiny, monkeypatch):
     """The auto-weighted beta_i must not depend on lr_T / lr_S when both sides are scaled by it (REFERENCE.md:
     scaling only the sources doubled FedDA's auto beta)."""
-    from fda_ray import engine
+    from fda_ray.algorithms import fda
 
     seen = []
-    orig = engine.estimate
+    orig = fda.estimate
 
     def spy(steps, sources, **kw):
         seen.append((steps.clone(), sources.clone()))
         return orig(steps, sources, **kw)
 
-    monkeypatch.setattr(engine, "estimate", spy)
+    monkeypatch.setattr(fda, "estimate", spy)
     cfg = tiny(method="fedda_auto", rounds=1, batch_target=8, lr_source=0.01, lr_target=0.002).resolved()
     run(cfg)
     steps, sources = seen[0]
@@ -163,24 +164,28 @@ def test_finetune_makes_a_fresh_adam_every_epoch_under_the_authors_protocol(tiny
 
 def _one_epoch(tiny, start, epoch_index):
     """One fine-tuning epoch with a fresh Adam, numbered `epoch_index` (its seeds), from `start`."""
+    from fda_ray.algorithms import ClientTask
+    from fda_ray.client import run_task
+
     exp = build_experiment(tiny(method="finetune_offline", noise=0.3))
     cfg = exp.cfg
-    target = exp.clients[exp.target_index]
-    *_, (_, w, _) = target.finetune(start, 1, lr=cfg.lr_target, batch=cfg.batch_target, first_round=epoch_index)
-    return w
+    task = ClientTask(exp.target_index, "epoch", epoch_index, {"lr": cfg.lr_target, "batch": cfg.batch_target,
+                                                               "send": "weights"}, purpose="finetune")
+    return run_task(exp.clients[exp.target_index], task, {"global": start}).tensors["weights"]
 
 
 def test_auto_methods_lower_learning_rates_after_warmup(tiny, monkeypatch):
     from fda_ray import client as client_mod
 
     seen = []
-    orig = client_mod.Client.train
+    orig = client_mod.RECIPES.get("epoch")
 
-    def spy(self, flat, round_idx, *, lr, batch, record_steps=False):
-        seen.append((round_idx, self.index, lr, batch, record_steps))
-        return orig(self, flat, round_idx, lr=lr, batch=batch, record_steps=record_steps)
+    def spy(client, task, inputs):
+        h = task.hparams
+        seen.append((task.round, client.index, h["lr"], h["batch"], h.get("record_steps", False)))
+        return orig(client, task, inputs)
 
-    monkeypatch.setattr(client_mod.Client, "train", spy)
+    monkeypatch.setitem(client_mod.RECIPES._items, "epoch", spy)
     cfg = tiny(method="fedda_auto").resolved()
     run(cfg)
     warm = [s for s in seen if s[0] == 0]
@@ -225,25 +230,29 @@ def _synthetic_config():
                      samples_per_client=128, test_samples=100, target_labelled=40, batch_target=8, threads=1)
 
 
-@pytest.mark.parametrize("method,stop_after", [("fedgp_auto", 1), ("finetune_offline", 2), ("fedda", 0)])
-def test_a_run_resumed_from_a_checkpoint_equals_an_uninterrupted_run(tiny, method, stop_after):
+@pytest.mark.parametrize("method,stop_after,protocol", [("fedgp_auto", 1, "authors"), ("finetune_offline", 2, "authors"),
+                                                        ("fedda", 0, "authors"), ("finetune_offline", 5, "loop")])
+def test_a_run_resumed_from_a_checkpoint_equals_an_uninterrupted_run(tiny, method, stop_after, protocol):
     """Checkpoints after every round; resuming from the one after round `stop_after` (in a fresh experiment,
     as a restarted trial would) gives the uninterrupted run's rows, weights and client states."""
     from fda_ray.engine import SerialExecutor, build_experiment, run_rounds
 
-    cfg = tiny(method=method, rounds=3)
+    # ("finetune_offline", 5, "loop"): resumed after the 2nd fine-tuning epoch, whose Adam the 3rd carries on
+    cfg = tiny(method=method, rounds=3, baseline_protocol=protocol)
     saved: list[dict] = []
     exp = build_experiment(cfg)
     full_ex = SerialExecutor(exp.clients)
     full = run_rounds(exp, full_ex, checkpoint=saved.append)
-    assert [c["next_round"] for c in saved] == [1, 2, 3, 4]
+    # a checkpoint after every round, fine-tuning epochs (finetune_offline: 3 after the 1 + 3 rounds) too
+    assert [c["next_round"] for c in saved] == list(range(1, 5 + (3 if method == "finetune_offline" else 0)))
     exp2 = build_experiment(cfg)
     ex2 = SerialExecutor(exp2.clients)
     resumed = run_rounds(exp2, ex2, resume=saved[stop_after])
     keys = ("round", "phase", "accuracy", "loss", "beta_i", "train_loss_target")
     assert [{k: r.get(k) for k in keys} for r in resumed.rows] == [{k: r.get(k) for k in keys} for r in full.rows]
     assert torch.equal(resumed.final_weights, full.final_weights)
-    assert ex2.client_states() == full_ex.client_states()
+    assert same_state(ex2.client_states(), full_ex.client_states())
+    assert protocol == "authors" or "optimizer" in full_ex.client_states()[-1]  # the Adam moments were kept
 
 
 # ---------------------------------------------------------------- per-round estimates (issue 6)

@@ -11,6 +11,8 @@ import torch
 
 from fda_ray import preflight
 from fda_ray.config import RunConfig
+from fda_ray.algorithms import ClientTask
+from fda_ray.client import run_task
 from fda_ray.engine import RunFailed, RunInterrupted, build_experiment, run_rounds, SerialExecutor
 from fda_ray.history import History
 from fda_ray.preflight import PreflightError
@@ -106,8 +108,9 @@ def test_a_target_smaller_than_its_batch_trains_one_partial_batch_and_says_so(ti
     with pytest.warns(preflight.RunWarning, match="the target holds 10 training samples, fewer than batch_target=16: "
                                                   "it trains one step of 10 samples per epoch"):
         exp = build_experiment(cfg)
-    update = exp.clients[exp.target_index].train(exp.layout.flatten_model(exp.model), 0, lr=0.005, batch=16)
-    assert update.num_steps == 1 and update.delta.abs().sum() > 0
+    task = ClientTask(exp.target_index, "epoch", 0, {"lr": 0.005, "batch": 16})
+    result = run_task(exp.clients[exp.target_index], task, {"global": exp.initial_weights()})
+    assert result.scalars["num_steps"] == 1 and result.tensors["delta"].abs().sum() > 0
     with warnings.catch_warnings():
         warnings.simplefilter("error", preflight.RunWarning)  # a target of 32 at batch 16: nothing to say
         build_experiment(tiny(method="target_only", target_labelled=32, batch_target=16))

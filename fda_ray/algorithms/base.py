@@ -1,0 +1,129 @@
+"""The algorithm contract (DESIGN.md): what every method family implements, and what the round loop runs.
+
+An algorithm owns both halves of its work, as in pfl-research (`simulate_one_user` /
+`process_aggregated_statistics`) and Flower (`configure_fit` / `aggregate_fit`):
+
+    state = algo.init_state(w0)                       server state: named flat tensors, {"global": (M,)}, ...
+    plan = algo.plan_round(r, state)                  a Round: its phase and one ClientTask per client that works
+    results = executor runs plan.tasks                each task runs a registered local recipe where its client lives
+    state, metrics = algo.aggregate(r, state, results)    pure: the new state and the round's logged numbers
+    row = algo.evaluate(r, state, evaluator)          the global target model, or a client's personal model
+    ... until plan_round returns None.
+
+A client keeps its own state across rounds (a personal model, a head, counters): the recipes read and write
+`client.state`, the executor snapshots it after every task (so a replaced actor or a resumed run goes on
+from it), and `evaluate` reads a client's snapshot through the evaluator when the evaluated model lives there.
+Every random draw of a task is seeded by (trial seed, task.round, task.client, task.purpose).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+
+import torch
+
+if TYPE_CHECKING:
+    from fda_ray.config import RunConfig
+    from fda_ray.evaluation import Evaluator
+    from fda_ray.layout import ParamLayout
+    from fda_ray.shifts import Pair, Setting
+
+ServerState = dict[str, torch.Tensor]  # named flat vectors: {"global"} | {"global", "source", ...}
+
+
+@dataclass(frozen=True)
+class ClientTask:
+    """What one client does in one round (Flower's FitIns): a registered recipe, its inputs and settings."""
+
+    client: int  # sources 0..N-1, the target N
+    recipe: str  # a local recipe of fda_ray.client.RECIPES: "epoch", ...
+    round: int  # the round it belongs to: seeds its draws
+    hparams: Mapping[str, Any] = field(default_factory=dict)  # lr, batch, ...
+    inputs: tuple[str, ...] = ("global",)  # the ServerState entries it starts from (shipped once per round)
+    data: str = "train"  # which of the client's data views it trains on ("train", "pool", ...)
+    purpose: str = "train"  # seeds: (seed, round, client, purpose + "/shuffle" | "/noise")
+
+
+@dataclass
+class ClientResult:
+    """What a task sends back: tensors for the server half, scalars for the logs."""
+
+    client: int
+    tensors: dict[str, torch.Tensor]  # "delta" (M,), "step_deltas" (B, M), "weights" (M,), ...
+    scalars: dict[str, float]  # "num_samples", "num_steps", "loss", ...
+    seconds: float = 0.0  # wall time of the task where the client runs
+
+
+@dataclass(frozen=True)
+class Round:
+    """One round's plan: its phase (a row's "phase" column) and the clients' tasks."""
+
+    phase: str
+    tasks: tuple[ClientTask, ...]
+
+
+class Algorithm:
+    """A method family's base class. Subclasses set `name` and implement the four halves below; the class
+    attributes describe the family to the config, the data setting and the pre-flight checks."""
+
+    name: ClassVar[str] = ""
+    family: ClassVar[str] = ""
+    # The authors' oracle protocol: the data setting splits the target's whole part into train and test.
+    oracle_split: ClassVar[bool] = False
+
+    def __init__(self, cfg: "RunConfig", setting: "Setting", layout: "ParamLayout") -> None:
+        self.cfg = cfg  # resolved
+        self.setting = setting
+        self.layout = layout
+        self.num_sources = cfg.num_sources
+        self.target = cfg.num_sources  # the target's client index
+
+    # ---------------------------------------------------------------- description (class level)
+
+    @classmethod
+    def resolve(cls, cfg: "RunConfig", defaults: Mapping[str, Any]) -> dict[str, Any]:
+        """The fields this family fills in when the config leaves them None (on top of the dataset's)."""
+        return {}
+
+    @classmethod
+    def uses(cls, cfg: "RunConfig") -> dict[str, bool]:
+        """Which of the optional RunConfig fields a (resolved) config of this family reads."""
+        return {}
+
+    @classmethod
+    def min_target_steps(cls) -> int:
+        """Optimizer steps per epoch the target's labelled set must give (auto-weighting needs 2)."""
+        return 1
+
+    # ---------------------------------------------------------------- the experiment
+
+    def views(self) -> list[dict[str, "Pair"]]:
+        """Each client's data views, by name (what its tasks may name as `data`); sources first."""
+        views = [{"train": s} for s in self.setting.sources]
+        views.append({"train": self.setting.target_train})
+        return views
+
+    def init_state(self, initial: torch.Tensor) -> ServerState:
+        """The server state before round 0, from the initial model's flat weights (M,)."""
+        return {"global": initial.clone()}
+
+    # ---------------------------------------------------------------- one round
+
+    def plan_round(self, r: int, state: ServerState) -> Round | None:
+        """Round r's tasks; None when the run is over."""
+        raise NotImplementedError
+
+    def aggregate(self, r: int, state: ServerState, results: Mapping[int, ClientResult]
+                  ) -> tuple[ServerState, dict[str, Any]]:
+        """The server half: the new state and the round's logged numbers (a row's columns). `results` maps
+        each task's client to its result. Raises ValueError on non-finite numbers (a diverged client)."""
+        raise NotImplementedError
+
+    def evaluate(self, r: int, state: ServerState, evaluator: "Evaluator") -> dict[str, Any]:
+        """The row's evaluation columns ("accuracy", "loss", ...). Default: the global model on the target's
+        test set."""
+        return evaluator.target(state["global"], r)
+
+    def final_weights(self, state: ServerState) -> torch.Tensor:
+        """The weights a History keeps as its final model (M,)."""
+        return state["global"]

@@ -1,0 +1,82 @@
+"""Evaluation on the driver: a model's accuracy and loss on a test set, with the target's noise drawn fresh.
+
+    evaluate(model, layout, flat, x, y, noise, gen)    (accuracy, mean loss) of flat weights (M,) on (x, y)
+    Evaluator(exp).target(flat, r)                     a row's columns for the target's model in round r
+
+The noise of round r's evaluation is drawn from a generator seeded by (seed, r, target, "eval"); the extra
+levels of `eval_noise` reuse that stream, so a run with noise=std would draw exactly the noise evaluated here.
+An algorithm whose evaluated model lives on a client (a personal model) reads it with `client_state`.
+"""
+from __future__ import annotations
+
+import copy
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from fda_ray.layout import ParamLayout
+from fda_ray.seeding import generator
+from fda_ray.shifts import add_noise
+
+if TYPE_CHECKING:
+    from fda_ray.experiment import Experiment
+
+EVAL_CHUNK = 2048
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, layout: ParamLayout, flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor, *,
+             noise: float, gen: torch.Generator | None, task: str = "classification") -> tuple[float, float]:
+    """(accuracy, mean loss) of the weights `flat` (M,) on (x, y) with fresh noise; accuracy is NaN for
+    regression."""
+    device = next(model.parameters()).device
+    layout.load_into(model, flat.to(device))
+    model.eval()
+    correct, loss_sum, n = 0, 0.0, int(x.shape[0])
+    for lo in range(0, n, EVAL_CHUNK):
+        xb = add_noise(x[lo : lo + EVAL_CHUNK].to(device), noise, gen)
+        yb = y[lo : lo + EVAL_CHUNK].to(device)
+        out = model(xb)
+        if task == "classification":
+            loss_sum += float(F.cross_entropy(out, yb, reduction="sum"))
+            correct += int((out.argmax(1) == yb).sum())
+        else:
+            loss_sum += float(F.mse_loss(out, yb, reduction="sum")) / yb.shape[1]
+    acc = correct / n if task == "classification" else float("nan")
+    return acc, loss_sum / n
+
+
+class Evaluator:
+    """The driver's evaluation of one experiment: a model built once, the target's test set."""
+
+    def __init__(self, exp: "Experiment", client_state: Callable[[int], dict[str, Any]] | None = None) -> None:
+        self.cfg = exp.cfg
+        self.setting = exp.setting
+        self.layout = exp.layout
+        self.target_index = exp.target_index
+        self.model = copy.deepcopy(exp.model)
+        self._client_state = client_state
+
+    def client_state(self, client: int) -> dict[str, Any]:
+        """A client's state after its last finished task (its personal tensors)."""
+        if self._client_state is None:
+            raise RuntimeError("this evaluator reads no client states")
+        return self._client_state(client)
+
+    def target(self, flat: torch.Tensor, round_idx: int) -> dict[str, Any]:
+        """{"accuracy", "loss"[, "eval_noise_accuracy"]} of the weights `flat` (M,) on the target's test set."""
+        s, cfg = self.setting, self.cfg
+        x, y = s.target_test
+        gen = generator(cfg.seed, round_idx, self.target_index, "eval", device=cfg.device)
+        acc, loss = evaluate(self.model, self.layout, flat, x, y, noise=s.noise, gen=gen, task=s.task)
+        row: dict[str, Any] = {"accuracy": acc, "loss": loss}
+        if cfg.eval_noise:
+            extra = []
+            for std in cfg.eval_noise:
+                # The same stream as the main evaluation: a run with noise=std would draw exactly this noise.
+                g = generator(cfg.seed, round_idx, self.target_index, "eval", device=cfg.device)
+                extra.append(evaluate(self.model, self.layout, flat, x, y, noise=float(std), gen=g, task=s.task)[0])
+            row["eval_noise_accuracy"] = extra
+        return row

@@ -1,0 +1,124 @@
+"""The round loop, the same for every algorithm and executor (DESIGN.md, "The flow of one trial"):
+
+    plan = algorithm.plan_round(r, state)          None ends the run
+    results = executor.collect(executor.submit(state, plan.tasks))
+    state, metrics = algorithm.aggregate(r, state, results)
+    (round r + 1 is planned and submitted here: a parallel executor trains while the driver evaluates)
+    row = {round, phase, metrics, algorithm.evaluate(r, state, evaluator), timings}
+    callbacks: progress(row), checkpoint({"next_round", "state", "rows", "client_states"})
+
+Every draw is seeded by (seed, round, client, purpose), so a resumed run gives the numbers of an
+uninterrupted one, and every executor the numbers of the serial one.
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable
+
+import torch
+
+from fda_ray.evaluation import Evaluator
+from fda_ray.executors import ClientFailure, Executor
+from fda_ray.experiment import Experiment
+from fda_ray.history import History
+
+
+def clone_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in state.items()}
+
+
+class RunFailed(RuntimeError):
+    """A run stopped early; `history` holds the rounds that finished (and the weights after the last one)."""
+
+    def __init__(self, message: str, history: History) -> None:
+        super().__init__(message)
+        self.history = history
+
+    def __reduce__(self) -> tuple:  # picklable (a process pool or Ray sends it back to the sweep)
+        return type(self), (str(self), self.history)
+
+
+class RunInterrupted(RunFailed):
+    """The run was interrupted (Ctrl-C); `history` holds the rounds that finished."""
+
+
+def run_rounds(exp: Experiment, executor: Executor, progress: Callable[[dict], None] | None = None,
+               resume: dict | None = None, checkpoint: Callable[[dict], None] | None = None) -> History:
+    """Every round of one run, from round 0 or from `resume`.
+
+    checkpoint(state) is called after every round with what `resume` needs to go on from there:
+    {"next_round", "state" (the server state), "rows", "client_states"} ("client_states" may be None in a
+    `resume`: the clients keep the states they have). If a client fails for good (ClientFailure), or the
+    algorithm refuses a round's numbers (ValueError: a diverged client), raises RunFailed carrying the
+    finished rounds' History; Ctrl-C (KeyboardInterrupt) raises RunInterrupted, carrying them too.
+    """
+    hist = History(config=exp.cfg.to_dict())
+    t0 = time.perf_counter()
+    try:
+        return _rounds(exp, executor, hist, progress, resume, checkpoint)
+    except KeyboardInterrupt:
+        hist.seconds = time.perf_counter() - t0
+        raise RunInterrupted(f"stopped by Ctrl-C (SIGINT) after {len(hist.rows)} finished rounds", hist) from None
+
+
+def _rounds(exp: Experiment, executor: Executor, hist: History, progress: Callable[[dict], None] | None,
+            resume: dict | None, checkpoint: Callable[[dict], None] | None) -> History:
+    """run_rounds' loop; it fills `hist` as rounds finish."""
+    algo = exp.algorithm
+    t0 = time.perf_counter()
+    r = 0
+    state = algo.init_state(exp.initial_weights())
+    if resume is not None:
+        r = int(resume["next_round"])
+        # "flat": a checkpoint written before the algorithm contract (the FDA family's global model)
+        state = clone_state(resume["state"]) if "state" in resume else {"global": resume["flat"].clone()}
+        hist.rows = [dict(row) for row in resume["rows"] if row["round"] < r]
+        if resume.get("client_states") is not None:
+            executor.restore_states([dict(st) for st in resume["client_states"]])
+    hist.final_weights = algo.final_weights(state)
+    evaluator = Evaluator(exp, executor.client_state)
+
+    def stop(why: str) -> RunFailed:
+        hist.seconds = time.perf_counter() - t0
+        return RunFailed(f"run stopped in round {r}: {why}; {len(hist.rows)} finished rounds kept", hist)
+
+    plan = algo.plan_round(r, state)
+    pending = executor.submit(state, plan.tasks) if plan is not None else None
+    tr = time.perf_counter()
+    while plan is not None:
+        try:
+            results = {res.client: res for res in executor.collect(pending)}
+        except ClientFailure as e:
+            raise stop(str(e)) from e
+        t_collected = time.perf_counter()
+        try:  # the rules and estimators refuse non-finite deltas or estimates (a diverged client)
+            state, metrics = algo.aggregate(r, state, results)
+        except ValueError as e:
+            raise stop(str(e)) from e
+        next_plan = algo.plan_round(r + 1, state)
+        if next_plan is not None:  # the clients start the next round while this one is evaluated
+            pending = executor.submit(state, next_plan.tasks)
+        row = {"round": r, "phase": plan.phase, **metrics, **algo.evaluate(r, state, evaluator)}
+        if not math.isfinite(row["loss"]):
+            raise stop(f"the evaluated model's test loss is {row['loss']} (non-finite weights or outputs); try a "
+                       "lower learning rate")
+        if results:
+            row["client_seconds_max"] = max(res.seconds for res in results.values())  # the slowest client
+            row["client_seconds_sum"] = sum(res.seconds for res in results.values())
+        row["client_seconds_i"] = [results[i].seconds if i in results else 0.0 for i in range(len(exp.clients))]
+        # The driver's own work: aggregation, planning, submission and evaluation.
+        row["driver_seconds"] = time.perf_counter() - t_collected
+        now = time.perf_counter()
+        row["seconds"] = now - tr
+        tr = now
+        hist.rows.append(row)
+        hist.final_weights = algo.final_weights(state)
+        if progress:
+            progress(row)
+        if checkpoint:
+            checkpoint({"next_round": r + 1, "state": clone_state(state),
+                        "rows": [dict(x) for x in hist.rows], "client_states": executor.client_states()})
+        plan, r = next_plan, r + 1
+    hist.seconds = time.perf_counter() - t0
+    return hist
