@@ -90,7 +90,7 @@ def add_config_arguments(p: argparse.ArgumentParser, *, overrides: bool = False,
     titles = {"run": "run settings", "data": "data", "execution": "execution (never changes the numbers, "
                                                                   "except device and aggregation_impl)"}
     for f in dataclasses.fields(RunConfig):
-        if f.name in exclude:
+        if f.name in exclude or f.name == "params":
             continue
         meta = f.metadata
         group = groups.setdefault(meta.get("group", "run"), p.add_argument_group(titles[meta.get("group", "run")]))
@@ -118,10 +118,51 @@ def add_config_arguments(p: argparse.ArgumentParser, *, overrides: bool = False,
             group.add_argument(flag, type=str, metavar="NAME" if choices else "TEXT", **kw)
 
 
+    if "params" not in exclude:
+        add_params_arguments(p)
+
+
+PARAM_DEST = "param:"  # namespace dests of the families' parameter flags: "param:<family>:<field>"
+
+
+def add_params_arguments(p: argparse.ArgumentParser) -> None:
+    """One flag per field of each method family's Params (fda_ray.algorithms), --<family>-<field>, in a group
+    per family; a flag given goes to RunConfig.params[family][field] (defaults: the family's)."""
+    from fda_ray.algorithms import ALGORITHMS, family_params
+
+    for fam, cls in family_params().items():
+        methods = [m for m in ALGORITHMS.names() if ALGORITHMS.get(m).family == fam]
+        group = p.add_argument_group(f"{fam} (method {', '.join(methods)})")
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            meta, kind = f.metadata, hints[f.name]
+            flag = f"--{fam}-{f.name}".replace("_", "-")
+            help_text = meta.get("help", "").replace("%", "%%")
+            if meta.get("choices"):
+                help_text += f" [{', '.join(meta['choices'])}]"
+            help_text += f" (default: {f.default})"
+            kw: dict[str, Any] = {"dest": f"{PARAM_DEST}{fam}:{f.name}", "default": argparse.SUPPRESS, "help": help_text}
+            name = f"{fam}.{f.name}"
+            if meta.get("choices"):
+                group.add_argument(flag, type=str, metavar="NAME", **kw)  # the config names the allowed values
+            elif kind is int:
+                group.add_argument(flag, type=typed(name, int, "an integer"), metavar="N", **kw)
+            else:
+                group.add_argument(flag, type=typed(name, float, "a number"), metavar="X", **kw)
+
+
 def config_fields(a: argparse.Namespace) -> dict[str, Any]:
-    """The RunConfig fields present in a parsed namespace."""
+    """The RunConfig fields present in a parsed namespace (the families' flags gathered into `params`)."""
     names = {f.name for f in dataclasses.fields(RunConfig)}
-    return {k: v for k, v in vars(a).items() if k in names}
+    out = {k: v for k, v in vars(a).items() if k in names}
+    params: dict[str, dict[str, Any]] = {}
+    for k, v in vars(a).items():
+        if k.startswith(PARAM_DEST):
+            fam, field = k[len(PARAM_DEST):].split(":")
+            params.setdefault(fam, {})[field] = v
+    if params:
+        out["params"] = params
+    return out
 
 
 def config_from_args(a: argparse.Namespace) -> RunConfig:

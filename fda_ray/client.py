@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 import time
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import torch
 from torch import nn
@@ -111,25 +111,32 @@ class Client:
             group["lr"] = lr
         return self.optimizer
 
-    def epoch(self, opt: torch.optim.Optimizer, batch: int, round_idx: int, purpose: str, record_steps: bool,
-              data: str = "train") -> tuple[int, float, list[torch.Tensor]]:
-        """One epoch over shuffled batches of view `data`: (steps, mean loss, per-step deltas if recorded)."""
+    def batches(self, batch: int, round_idx: int, purpose: str, data: str = "train"
+                ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """One epoch's shuffled batches (x, y) of view `data`, the target's with fresh noise on each read."""
         x, y = self.view(data)
         shuffle = generator(self.seed, round_idx, self.index, purpose + "/shuffle")
         noise_gen = generator(self.seed, round_idx, self.index, purpose + "/noise", device=self.device)
         perm = torch.randperm(int(x.shape[0]), generator=shuffle).to(self.device)
-        steps = self.steps_per_epoch(batch, data)
-        total, rows = 0.0, []
+        for b in range(self.steps_per_epoch(batch, data)):
+            idx = perm[b * batch : (b + 1) * batch]
+            yield add_noise(x[idx], self.noise, noise_gen), y[idx]
+
+    def epoch(self, opt: torch.optim.Optimizer, batch: int, round_idx: int, purpose: str, record_steps: bool,
+              data: str = "train", penalty: Callable[[], torch.Tensor] | None = None
+              ) -> tuple[int, float, list[torch.Tensor]]:
+        """One epoch over shuffled batches of view `data`: (steps, mean loss, per-step deltas if recorded).
+        penalty(): a term added to every step's loss (Ditto's proximal term); the logged loss leaves it out."""
+        steps, total, rows = 0, 0.0, []
         prev = self.layout.flatten_model(self.model) if record_steps else None
         self.model.train()
-        for b in range(steps):
-            idx = perm[b * batch : (b + 1) * batch]
-            xb = add_noise(x[idx], self.noise, noise_gen)
-            loss = loss_fn(self.task, self.model(xb), y[idx])
+        for xb, yb in self.batches(batch, round_idx, purpose, data):
+            loss = loss_fn(self.task, self.model(xb), yb)
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            (loss + penalty() if penalty is not None else loss).backward()
             opt.step()
             total += float(loss.detach())
+            steps += 1
             if record_steps:
                 cur = self.layout.flatten_model(self.model)
                 rows.append(cur - prev)  # (M,)

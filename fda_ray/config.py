@@ -111,6 +111,11 @@ class RunConfig:
     # (on its own seeds, so the run's numbers do not change).
     log_estimates: bool | None = _f(None, "log the estimators' sigma^2, d_i^2, tau^2 d_i^2 and every rule's "
                                           "Delta^2 each main round; default on for methods that train sources")
+    # Each method family's own hyper-parameters (fda_ray.algorithms: its Params), by family: {"ditto": {"lam":
+    # 1.0}}. The FDA family's are the fields above. A run reads its method's family's entry; resolved() fills it.
+    params: dict[str, dict[str, Any]] = field(default_factory=dict, metadata={
+        "help": "method families' hyper-parameters, by family (CLI: --<family>-<field>)", "group": "run",
+        "numbers": True})
     data_dir: str | None = _f(None, "dataset directory (default: $FDA_DATA_DIR, ./data, ~/.cache/fda_ray, "
                                     "the system's copy)", group="data", numbers=False)
     download: bool = _f(False, "download the dataset with torchvision (needs internet)", group="data", numbers=False)
@@ -194,6 +199,7 @@ class RunConfig:
         for v in self.eval_noise:
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
                 raise _err("eval_noise", self.eval_noise, "finite noise levels >= 0")
+        self._check_params()
         if not (isinstance(self.device, str) and re.fullmatch(r"cpu|cuda(:\d+)?", self.device)):
             raise _err("device", self.device, "'cpu', 'cuda' or 'cuda:<index>'")
         if self.aggregation_impl not in ("kernel", "reference"):
@@ -210,6 +216,30 @@ class RunConfig:
             raise _err("clients_per_actor", self.clients_per_actor, "an integer >= 1")
         if not isinstance(self.client_retries, int) or self.client_retries < 0:
             raise _err("client_retries", self.client_retries, "an integer >= 0")
+
+    def _check_params(self) -> None:
+        """params: {family: {field: value}}, each entry valid for its family's Params (stored as plain dicts)."""
+        from fda_ray.algorithms import family_params
+
+        if not isinstance(self.params, dict):
+            raise _err("params", self.params, "a mapping of method family to its parameters")
+        known = family_params()
+        clean: dict[str, dict[str, Any]] = {}
+        for fam, values in self.params.items():
+            if fam not in known:
+                raise _err("params", {fam: values}, f"families with parameters: {', '.join(known) or '(none)'}")
+            if not isinstance(values, dict):
+                raise _err(f"params.{fam}", values, f"a mapping of {fam}'s parameters to values")
+            known[fam].build(values)  # one line naming family.field on a bad value
+            clean[fam] = dict(values)
+        object.__setattr__(self, "params", clean)
+
+    def family_params(self):
+        """The Params of this config's method (its family's entry of `params`, validated, defaults filled)."""
+        from fda_ray.algorithms import ALGORITHMS
+
+        cls = ALGORITHMS.get(self.method)
+        return cls.Params.build(self.params.get(cls.family, {}))
 
     def replace(self, **changes: Any) -> "RunConfig":
         return dataclasses.replace(self, **changes)
@@ -238,9 +268,17 @@ class RunConfig:
             fill["finetune_epochs"] = self.rounds
         if self.log_estimates is None and "log_estimates" not in fill:
             fill["log_estimates"] = False
+        # Only the method's family's parameters, every field filled: a run records what it used, and a
+        # parameter of another family (ignored, with a warning) does not change a trial's identity.
+        fam = ALGORITHMS.get(self.method).family
+        own = self.family_params().to_dict()
+        params = {fam: own} if own else {}
+        if params != self.params:
+            fill["params"] = params
         return dataclasses.replace(self, **fill) if fill else self
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["eval_noise"] = list(self.eval_noise)
+        out["params"] = {fam: dict(v) for fam, v in self.params.items()}
         return out

@@ -58,7 +58,7 @@ def check_model_fits(model: torch.nn.Module, name: str, setting: Setting, datase
 
 
 def build_experiment(cfg: RunConfig) -> Experiment:
-    cfg = cfg.resolved()
+    given, cfg = cfg, cfg.resolved()
     preflight.run(cfg)  # device, weights file, cluster address: before the data is loaded
     # The driver aggregates and evaluates with the clients' thread count (the serial executor trains here too).
     torch.set_num_threads(cfg.threads)
@@ -73,10 +73,10 @@ def build_experiment(cfg: RunConfig) -> Experiment:
                          f"{tuple(setting.input_shape)}): {str(e).splitlines()[0][:200]}") from None
     check_model_fits(model, cfg.model, setting, cfg.dataset)
     layout = ParamLayout.from_model(model)
-    algorithm = ALGORITHMS.get(cfg.method)(cfg, setting, layout)
+    algorithm = ALGORITHMS.get(cfg.method)(cfg, setting, layout, model)
     views = algorithm.views()
     target_samples = max(len(x) for x, _ in views[cfg.num_sources].values())
-    for note in preflight.run_notes(cfg, target_samples):
+    for note in preflight.run_notes(given, target_samples):
         warnings.warn(note, preflight.RunWarning, stacklevel=2)
     clients = [Client(i, v, copy.deepcopy(model), layout, seed=cfg.seed, task=setting.task, device=cfg.device,
                       # the target's images carry the target domain's noise; its loader keeps the partial batch

@@ -247,7 +247,9 @@ def ignored_options(cfg: RunConfig) -> list[str]:
     def set_by_user(name: str) -> bool:  # differs from what the field resolves to when left unset
         return getattr(r, name) != getattr(cfg.replace(**{name: defaults[name]}).resolved(), name)
 
-    return [name for name, used in uses.items() if not used and set_by_user(name)]
+    own = ALGORITHMS.get(cfg.method).family
+    other = [f"{fam}_{name}" for fam, values in cfg.params.items() if fam != own for name in values]
+    return [name for name, used in uses.items() if not used and set_by_user(name)] + other
 
 
 def ignored_warning(cfgs: Iterable[RunConfig], names: Iterable[str] | None = None) -> str | None:
@@ -271,8 +273,9 @@ class RunWarning(UserWarning):
 
 
 def run_notes(cfg: RunConfig, target_samples: int) -> list[str]:
-    """Warnings for one resolved run: options it ignores; a target that trains on one partial batch."""
+    """Warnings for one run (its config as given: resolving drops the parameters of other families): options it ignores; a target that trains on one partial batch."""
     notes = [w for w in (ignored_warning([cfg]),) if w]
+    cfg = cfg.resolved()
     if target_samples < cfg.batch_target:
         # The documented fallback (the authors' loaders keep the target's last partial batch): one step per
         # epoch on all of the target's samples, rather than no step at all.

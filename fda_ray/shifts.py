@@ -21,7 +21,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fda_ray.algorithms import ALGORITHMS
 from fda_ray.config import ORACLE_TEST_SHARE, RunConfig
 from fda_ray.data import Split
 from fda_ray.seeding import np_rng
@@ -176,6 +175,8 @@ def build_setting(split: Split, cfg: RunConfig) -> Setting:
         whole = target_pool
     else:  # unreachable: RunConfig validates the partition
         raise ValueError(f"partition={cfg.partition!r} is invalid")
+    from fda_ray.algorithms import ALGORITHMS  # (the client runtime, which the algorithms use, imports add_noise)
+
     algorithm = ALGORITHMS.get(cfg.method)
     if algorithm.oracle_split and cfg.baseline_protocol == "authors":
         target_train, target_test = oracle_split(whole, cfg.seed)

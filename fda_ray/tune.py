@@ -43,7 +43,30 @@ def search_space(**params: Any) -> dict[str, Any]:
     bad = sorted(k for k in params if k not in RUN_FIELDS and k not in ("run", RECORD_KEY))
     if bad:
         raise ValueError(f"search space field {bad[0]!r} is invalid: RunConfig fields are {', '.join(RUN_FIELDS)}")
+    _check_family_params(params.get("params", {}))
     return dict(params)
+
+
+def _check_family_params(params: Any) -> None:
+    """params={family: {field: value or a Tune search object}}: the families and fields must exist (the values
+    are checked when each trial's RunConfig is built)."""
+    import dataclasses as dc
+
+    from fda_ray.algorithms import family_params
+
+    if hasattr(params, "sample") or isinstance(params, dict) and "grid_search" in params:
+        return  # a search over whole params dicts: each is checked as a trial's config
+    known = family_params()
+    if not isinstance(params, dict):
+        raise ValueError(f"search space field 'params' is invalid: a mapping of method family to its parameters")
+    for fam, values in params.items():
+        if fam not in known:
+            raise ValueError(f"search space params family {fam!r} is invalid: families with parameters are "
+                             f"{', '.join(known)}")
+        fields = [f.name for f in dc.fields(known[fam])]
+        for k in values:
+            if k not in fields:
+                raise ValueError(f"search space field {fam}.{k} is invalid: {fam}'s parameters are {', '.join(fields)}")
 
 
 def flat_params(params: dict[str, Any]) -> dict[str, Any]:

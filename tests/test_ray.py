@@ -173,3 +173,23 @@ def test_engine_benchmark_rejects_unknown_settings(capsys):
     assert bench_main(["--settings", "serial-1t,spark"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "settings='serial-1t,spark'" in err and "ray-cold" in err
+
+
+@pytest.mark.parametrize("method,faults", [("ditto", {(3, 1): ["kill"]}), ("fedrep", {(1, 1): ["kill"], (3, 2): ["raise"]})],
+                         ids=["ditto-target-killed", "fedrep-source-killed"])
+def test_personalised_state_survives_a_killed_actor(local_ray, tiny, method, faults):
+    """The personal model (Ditto's v_T) and the heads (FedRep) live in the clients' actors; a killed actor is
+    rebuilt from each client's state after its last finished task, and the run gives the serial numbers."""
+    from conftest import same_state
+
+    params = {"fedrep": {"head_epochs": 2}} if method == "fedrep" else {}
+    cfg = tiny(method=method, rounds=3, warmup_rounds=None, noise=0.2, params=params)
+    h_serial, states_serial = _serial(cfg)
+    h_ray, states_ray, restarts = _ray(cfg.replace(executor="ray", cpus_per_client=0.5), faults=faults)
+    assert {(c, r) for c, r, _ in restarts} == set(faults)
+    assert [(r["round"], r["accuracy"], r["loss"]) for r in h_ray.rows] == \
+        [(r["round"], r["accuracy"], r["loss"]) for r in h_serial.rows]
+    assert torch.equal(h_ray.final_weights, h_serial.final_weights)
+    assert same_state(states_ray, states_serial)
+    key = "personal" if method == "ditto" else "head"
+    assert key in states_ray[3]

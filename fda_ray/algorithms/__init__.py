@@ -1,16 +1,32 @@
 """Every method by name: ALGORITHMS maps a method (RunConfig.method) to its Algorithm class.
 
-One module per method family (fda: FedDA/FedGP, their auto-weighted versions and baselines); each family
+One module per method family (fda: FedDA/FedGP, their auto-weighted versions and baselines; personalised:
+seed 004's personalised-FL baselines, fedavg_all, ditto, fedrep, apfl, knn_per); each family
 registers its classes here and its local recipes in fda_ray.client.RECIPES. The contract is in `base`.
 """
 from __future__ import annotations
 
-from fda_ray.algorithms.base import Algorithm, ClientResult, ClientTask, Round, ServerState
+import dataclasses
+
+from fda_ray.algorithms.base import Algorithm, ClientResult, ClientTask, Params, Round, ServerState
 from fda_ray.algorithms.fda import VARIANTS as _FDA
+from fda_ray.algorithms.personalised import FAMILY as _PERSONALISED
 from fda_ray.registry import Registry
 
 ALGORITHMS: Registry[type[Algorithm]] = Registry("method")
-for _cls in _FDA:
+for _cls in (*_FDA, *_PERSONALISED):
     ALGORITHMS.add(_cls.name, _cls)
 
-__all__ = ["ALGORITHMS", "Algorithm", "ClientResult", "ClientTask", "Round", "ServerState"]
+
+
+def family_params() -> dict[str, type[Params]]:
+    """Each family that has parameters of its own, with its Params class."""
+    out: dict[str, type[Params]] = {}
+    for name in ALGORITHMS.names():
+        cls = ALGORITHMS.get(name)
+        if dataclasses.fields(cls.Params):
+            out.setdefault(cls.family, cls.Params)
+    return out
+
+
+__all__ = ["ALGORITHMS", "Params", "family_params", "Algorithm", "ClientResult", "ClientTask", "Round", "ServerState"]

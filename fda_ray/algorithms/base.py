@@ -17,6 +17,8 @@ Every random draw of a task is seeded by (trial seed, task.round, task.client, t
 """
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
@@ -29,6 +31,58 @@ if TYPE_CHECKING:
     from fda_ray.shifts import Pair, Setting
 
 ServerState = dict[str, torch.Tensor]  # named flat vectors: {"global"} | {"global", "source", ...}
+
+
+def param(default: Any, help: str, *, low: float | None = None, high: float | None = None,
+          choices: tuple[str, ...] | None = None, integer: bool = False) -> Any:
+    """A Params field with its documentation and its allowed values (the CLI flags are generated from these).
+    low/high: inclusive bounds of a number; integer: a whole number; choices: the allowed strings."""
+    meta = {"help": help, "low": low, "high": high, "choices": choices, "integer": integer}
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class Params:
+    """A family's hyper-parameters: a frozen dataclass of `param` fields, validated on construction with one
+    line naming the field (as family.field), the value and what is allowed."""
+
+    family: ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            v, m = getattr(self, f.name), f.metadata
+            name = f"{self.family}.{f.name}"
+            if m.get("choices"):
+                if v not in m["choices"]:
+                    raise ValueError(f"{name}={v!r} is invalid: one of {', '.join(m['choices'])}")
+                continue
+            if m.get("integer"):
+                if isinstance(v, bool) or not isinstance(v, int):
+                    raise ValueError(f"{name}={v!r} is invalid: an integer")
+            elif isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise ValueError(f"{name}={v!r} is invalid: a finite number")
+            lo, hi = m.get("low"), m.get("high")
+            if (lo is not None and v < lo) or (hi is not None and v > hi):
+                bounds = f"in [{lo}, {hi}]" if lo is not None and hi is not None else \
+                    (f">= {lo}" if lo is not None else f"<= {hi}")
+                raise ValueError(f"{name}={v!r} is invalid: {'an integer' if m.get('integer') else 'a number'} {bounds}")
+
+    @classmethod
+    def build(cls, values: Mapping[str, Any]) -> "Params":
+        """Params from a mapping; an unknown field is a one-line error listing the known ones."""
+        known = [f.name for f in dataclasses.fields(cls)]
+        for k in values:
+            if k not in known:
+                raise ValueError(f"{cls.family}.{k} is invalid: {cls.family}'s parameters are "
+                                 f"{', '.join(known) or '(none)'}")
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class NoParams(Params):
+    """A family whose hyper-parameters are all RunConfig fields (the FDA family)."""
 
 
 @dataclass(frozen=True)
@@ -68,15 +122,19 @@ class Algorithm:
 
     name: ClassVar[str] = ""
     family: ClassVar[str] = ""
+    Params: ClassVar[type[Params]] = NoParams  # the family's hyper-parameters (RunConfig.params[family])
     # The authors' oracle protocol: the data setting splits the target's whole part into train and test.
     oracle_split: ClassVar[bool] = False
 
-    def __init__(self, cfg: "RunConfig", setting: "Setting", layout: "ParamLayout") -> None:
+    def __init__(self, cfg: "RunConfig", setting: "Setting", layout: "ParamLayout",
+                 model: torch.nn.Module | None = None) -> None:
         self.cfg = cfg  # resolved
         self.setting = setting
         self.layout = layout
+        self.model = model  # the initial model (its architecture: e.g. which layer is the head)
         self.num_sources = cfg.num_sources
         self.target = cfg.num_sources  # the target's client index
+        self.params = type(self).Params.build(cfg.params.get(self.family, {}))
 
     # ---------------------------------------------------------------- description (class level)
 

@@ -86,8 +86,8 @@ class FDA(Algorithm):
 
     # ---------------------------------------------------------------- the experiment
 
-    def __init__(self, cfg, setting, layout) -> None:
-        super().__init__(cfg, setting, layout)
+    def __init__(self, cfg, setting, layout, model=None) -> None:
+        super().__init__(cfg, setting, layout, model)
         self.warmup = cfg.warmup_rounds
         self.total = cfg.warmup_rounds + cfg.rounds
         self.weights = source_weights([len(x) for x, _ in setting.sources])  # (N,)
