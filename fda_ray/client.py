@@ -26,7 +26,7 @@ from fda_ray.algorithms.base import ClientResult, ClientTask
 from fda_ray.layout import ParamLayout
 from fda_ray.registry import Registry
 from fda_ray.seeding import generator
-from fda_ray.shifts import Pair, add_noise
+from fda_ray.data import Pair, add_noise
 
 Recipe = Callable[["Client", ClientTask, Mapping[str, torch.Tensor]], ClientResult]
 RECIPES: Registry[Recipe] = Registry("recipe")

@@ -19,6 +19,16 @@ import torch
 
 from fda_ray.registry import Registry
 
+Pair = tuple[torch.Tensor, torch.Tensor]  # (x, y) of one data view
+
+
+def add_noise(x: torch.Tensor, std: float, gen: torch.Generator | None) -> torch.Tensor:
+    """x + N(0, std^2) drawn from `gen` (no clipping, no normalisation): the target domain's feature noise,
+    drawn afresh every time an image is read (fda_ray.shifts)."""
+    if std == 0:
+        return x
+    return x + std * torch.randn(x.shape, generator=gen, device=x.device, dtype=x.dtype)
+
 
 class DatasetNotFound(FileNotFoundError):
     """No copy of a dataset was found in any searched location."""

@@ -38,7 +38,7 @@ from fda_ray import diagnostics as dg
 from fda_ray.client import loss_fn
 from fda_ray.config import RunConfig
 from fda_ray.seeding import generator
-from fda_ray.shifts import add_noise
+from fda_ray.data import add_noise
 
 POINTS = ("warmup", "init", "path")
 LABELS = {"target_only": "Target only", "source_only": "Source only", "fedda": "FedDA", "fedgp": "FedGP",

@@ -14,10 +14,11 @@ import torch
 
 from fda_ray.algorithms import ALGORITHMS
 from fda_ray.config import RunConfig
-from fda_ray.executors import ClientFailure, SerialExecutor, build_executor
+from fda_ray.executors import SerialExecutor, build_executor
 from fda_ray.experiment import Experiment, build_experiment
+from fda_ray.failures import ClientFailure, RunFailed, RunInterrupted
 from fda_ray.history import History
-from fda_ray.loop import RunFailed, RunInterrupted, run_rounds
+from fda_ray.loop import run_rounds
 
 __all__ = ["ClientFailure", "Experiment", "RunFailed", "RunInterrupted", "SerialExecutor", "build_executor",
            "build_experiment", "finetune_from", "run", "run_rounds"]

@@ -18,7 +18,7 @@ from torch.nn import functional as F
 
 from fda_ray.layout import ParamLayout
 from fda_ray.seeding import generator
-from fda_ray.shifts import add_noise
+from fda_ray.data import add_noise
 
 if TYPE_CHECKING:
     from fda_ray.experiment import Experiment

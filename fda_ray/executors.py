@@ -21,6 +21,7 @@ import fda_ray.algorithms  # noqa: F401  (registers every family's recipes where
 from fda_ray.algorithms.base import ClientResult, ClientTask, ServerState
 from fda_ray.client import Client, run_task
 from fda_ray.config import RunConfig
+from fda_ray.failures import ClientFailure  # noqa: F401  (what an executor raises)
 
 
 class Executor(Protocol):
@@ -30,14 +31,6 @@ class Executor(Protocol):
     def client_state(self, client: int) -> dict: ...
     def restore_states(self, states: Sequence[dict]) -> None: ...
     def shutdown(self) -> None: ...
-
-
-class ClientFailure(RuntimeError):
-    """A client failed a round more often than the executor retries it."""
-
-    def __init__(self, client: int, round_idx: int, attempts: int, cause: str) -> None:
-        super().__init__(f"client {client} failed round {round_idx} {attempts} times; last error: {cause}")
-        self.client, self.round_idx, self.attempts = client, round_idx, attempts
 
 
 def task_inputs(state: ServerState, task: ClientTask) -> dict[str, torch.Tensor]:

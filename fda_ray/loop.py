@@ -19,28 +19,14 @@ from typing import Callable
 import torch
 
 from fda_ray.evaluation import Evaluator
-from fda_ray.executors import ClientFailure, Executor
+from fda_ray.executors import Executor
 from fda_ray.experiment import Experiment
+from fda_ray.failures import ClientFailure, RunFailed, RunInterrupted
 from fda_ray.history import History
 
 
 def clone_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: v.clone() for k, v in state.items()}
-
-
-class RunFailed(RuntimeError):
-    """A run stopped early; `history` holds the rounds that finished (and the weights after the last one)."""
-
-    def __init__(self, message: str, history: History) -> None:
-        super().__init__(message)
-        self.history = history
-
-    def __reduce__(self) -> tuple:  # picklable (a process pool or Ray sends it back to the sweep)
-        return type(self), (str(self), self.history)
-
-
-class RunInterrupted(RunFailed):
-    """The run was interrupted (Ctrl-C); `history` holds the rounds that finished."""
 
 
 def run_rounds(exp: Experiment, executor: Executor, progress: Callable[[dict], None] | None = None,

@@ -34,7 +34,7 @@ import torch
 
 from fda_ray.algorithms.base import ClientResult, ClientTask, ServerState
 from fda_ray.client import Client, run_task
-from fda_ray.executors import ClientFailure
+from fda_ray.failures import ClientFailure
 from fda_ray.preflight import actor_gpus
 
 FAULTS = ("kill", "raise")  # kill: SIGKILL the actor's process; raise: an exception inside local training

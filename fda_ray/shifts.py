@@ -22,13 +22,12 @@ import numpy as np
 import torch
 
 from fda_ray.config import ORACLE_TEST_SHARE, RunConfig
-from fda_ray.data import Split
+from fda_ray.data import Pair, Split, add_noise  # noqa: F401  (add_noise: the noise of this module's settings)
 from fda_ray.seeding import np_rng
 
 LABEL_SHIFT_SOURCE_CLASSES = (8, 6, 9)  # D1: mostly target when eta is small
 LABEL_SHIFT_TARGET_CLASSES = (0, 1, 2, 3, 4, 5, 7)  # D2: mostly sources when eta is small
 
-Pair = tuple[torch.Tensor, torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -43,13 +42,6 @@ class Setting:
     num_outputs: int
     input_shape: tuple[int, ...]
     task: str
-
-
-def add_noise(x: torch.Tensor, std: float, gen: torch.Generator | None) -> torch.Tensor:
-    """x + N(0, std^2) drawn from `gen` (no clipping, no normalisation)."""
-    if std == 0:
-        return x
-    return x + std * torch.randn(x.shape, generator=gen, device=x.device, dtype=x.dtype)
 
 
 def _take(x: torch.Tensor, y: torch.Tensor, idx: np.ndarray) -> Pair:

@@ -127,10 +127,15 @@ def plan(grid: Grid, profile: str, *, rows: Sequence[str] | None = None, values:
         raise ValueError(f"{grid.variable}={overrides[grid.variable]!r} is invalid here: it is the grid's variable "
                          f"(choose its values with --values)")
     for key in chosen:
-        clash = sorted(set(grid.row(key).params) & set(overrides))
+        row_params = grid.row(key).params
+        clash = sorted((set(row_params) & set(overrides)) - {"params"})
         if clash:
             raise ValueError(f"{clash[0]}={overrides[clash[0]]!r} is invalid here: row {key!r} sets it "
                              f"({grid.row(key).label})")
+        for fam, values in overrides.get("params", {}).items():  # families' parameters merge field by field
+            for name in set(values) & set(row_params.get("params", {}).get(fam, {})):
+                raise ValueError(f"{fam}.{name}={values[name]!r} is invalid here: row {key!r} sets it "
+                                 f"({grid.row(key).label})")
     base = {"dataset": grid.dataset, **grid.fixed, **grid.profiles[profile], **overrides}
 
     def n_seeds(v: float) -> int:
@@ -140,6 +145,10 @@ def plan(grid: Grid, profile: str, *, rows: Sequence[str] | None = None, values:
              save_weights: bool = False, at: tuple[float, ...] = ()) -> Trial:
         row = grid.row(row_key)
         params = {**base, "method": row.method, "seed": seed, **row.params}
+        if "params" in base or "params" in row.params:
+            fams = {**base.get("params", {}), **row.params.get("params", {})}
+            params["params"] = {fam: {**base.get("params", {}).get(fam, {}), **row.params.get("params", {}).get(fam, {})}
+                                for fam in fams}
         if value is not None:
             params[grid.variable] = value
         if at:

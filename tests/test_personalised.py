@@ -224,3 +224,22 @@ def test_tune_search_space_takes_family_params():
         ft.search_space(params={"apfl": {"beta": 0.1}})
     with pytest.raises(ValueError, match="apfl.alpha=2 is invalid: a number in"):
         ft.config_from_params({"method": "apfl", "params": {"apfl": {"alpha": 2}}})
+
+
+def test_sweep_grid_rows_and_overrides_carry_family_params():
+    from fda_ray.trials import plan
+    from tuning.grids import Grid, Row
+
+    grid = Grid("pfl", "fashion-mnist", "noise", (0.0, 0.4),
+                (Row("ditto_lam0.1", "Ditto 0.1", "ditto", {"params": {"ditto": {"lam": 0.1}}}),
+                 Row("ditto", "Ditto", "ditto"), Row("knn", "kNN-Per", "knn_per")),
+                seeds={}, profiles={"quick": {"rounds": 1}})
+    trials = plan(grid, "quick", overrides={"params": {"knn_per": {"k": 5}}})
+    by_row = {t.row: t for t in trials if t.value == 0.4}
+    assert by_row["ditto_lam0.1"].config().resolved().params == {"ditto": {"lam": 0.1}}
+    assert by_row["ditto"].config().resolved().params == {"ditto": {"lam": 1.0}}
+    assert by_row["knn"].config().resolved().params["knn_per"]["k"] == 5
+    # a family's parameter is part of a trial's identity
+    assert by_row["ditto_lam0.1"].key.split("-")[-1] != by_row["ditto"].key.split("-")[-1]
+    with pytest.raises(ValueError, match=r"ditto.lam=2.0 is invalid here: row 'ditto_lam0.1' sets it"):
+        plan(grid, "quick", overrides={"params": {"ditto": {"lam": 2.0}}})

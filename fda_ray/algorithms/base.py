@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from fda_ray.config import RunConfig
     from fda_ray.evaluation import Evaluator
     from fda_ray.layout import ParamLayout
-    from fda_ray.shifts import Pair, Setting
+    from fda_ray.data import Pair
+    from fda_ray.shifts import Setting
 
 ServerState = dict[str, torch.Tensor]  # named flat vectors: {"global"} | {"global", "source", ...}
 

@@ -44,7 +44,7 @@ from fda_ray.algorithms.base import Algorithm, ClientResult, ClientTask, Params,
 from fda_ray.client import RECIPES, Client, loss_fn
 from fda_ray.evaluation import Evaluator
 from fda_ray.seeding import generator, np_rng
-from fda_ray.shifts import Pair, add_noise
+from fda_ray.data import Pair, add_noise
 
 
 def last_linear(model: nn.Module) -> str:
