@@ -196,7 +196,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     one_line_warnings()
-    total = resolved.warmup_rounds + resolved.rounds
+    from fda_ray.algorithms import ALGORITHMS
+
+    total = ALGORITHMS.get(resolved.method).planned_rounds(resolved)
     finished = History(config=resolved.to_dict())
 
     def progress(row: dict) -> None:

@@ -243,3 +243,10 @@ def test_sweep_grid_rows_and_overrides_carry_family_params():
     assert by_row["ditto_lam0.1"].key.split("-")[-1] != by_row["ditto"].key.split("-")[-1]
     with pytest.raises(ValueError, match=r"ditto.lam=2.0 is invalid here: row 'ditto_lam0.1' sets it"):
         plan(grid, "quick", overrides={"params": {"ditto": {"lam": 2.0}}})
+
+
+@pytest.mark.parametrize("method", ALGORITHMS.names())
+def test_planned_rounds_count_the_rows(tiny, method):
+    cls = ALGORITHMS.get(method)
+    cfg = tiny(method=method, finetune_epochs=2, warmup_rounds=None if cls.family != "fda" else 1).resolved()
+    assert cls.planned_rounds(cfg) == len(run(cfg).rows)

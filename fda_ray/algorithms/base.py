@@ -150,6 +150,11 @@ class Algorithm:
         return {}
 
     @classmethod
+    def planned_rounds(cls, cfg: "RunConfig") -> int:
+        """How many rows a whole run of the resolved config has (progress displays)."""
+        return cfg.warmup_rounds + cfg.rounds
+
+    @classmethod
     def min_target_steps(cls) -> int:
         """Optimizer steps per epoch the target's labelled set must give (auto-weighting needs 2)."""
         return 1

@@ -81,6 +81,10 @@ class FDA(Algorithm):
                 "log_estimates": True}
 
     @classmethod
+    def planned_rounds(cls, cfg) -> int:
+        return cfg.warmup_rounds + cfg.rounds + (cfg.finetune_epochs if cls.finetune else 0)
+
+    @classmethod
     def min_target_steps(cls) -> int:
         return 2 if cls.auto_rule is not None else 1  # the estimators need two per-step deltas
 

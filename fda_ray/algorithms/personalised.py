@@ -336,6 +336,10 @@ class KNNPer(_Base):
         self._split(cfg, setting)
         super().__init__(cfg, setting, layout, model)
 
+    @classmethod
+    def planned_rounds(cls, cfg) -> int:
+        return cfg.rounds + 1  # and the kNN evaluation
+
     def _split(self, cfg, setting) -> None:
         """selection=validation: a seeded share of the target's labelled samples is held out (not trained on)."""
         p = KNNPerParams.build(cfg.params.get("knn_per", {}))
