@@ -97,6 +97,14 @@ class Client:
         n = self.num_samples(data)
         return n // batch if self.drop_last else -(-n // batch)
 
+    def finish(self, task: ClientTask, tensors: dict[str, torch.Tensor], steps: int, loss: float) -> ClientResult:
+        """Close a recipe's task: count it in the client's state and build its result (tensors on the CPU)."""
+        st = self.state
+        st.update(rounds_trained=st["rounds_trained"] + 1, steps_total=st["steps_total"] + steps,
+                  last_round=task.round, last_loss=loss)
+        return ClientResult(self.index, tensors, {"num_samples": self.num_samples(task.data), "num_steps": steps,
+                                                  "loss": loss})
+
     def optimizer_for(self, lr: float, fresh: bool = True) -> torch.optim.Optimizer:
         """The client's Adam at `lr`: cleared (a new Adam's arithmetic), or with the moments its last task
         kept in `state["optimizer"]` (so a replaced actor or a resumed run carries them over too)."""
@@ -174,8 +182,4 @@ def epoch_recipe(client: Client, task: ClientTask, inputs: Mapping[str, torch.Te
         client.state["optimizer"] = to_cpu(opt.state_dict())
     else:
         client.state.pop("optimizer", None)
-    st = client.state
-    st.update(rounds_trained=st["rounds_trained"] + 1, steps_total=st["steps_total"] + steps,
-              last_round=task.round, last_loss=loss)
-    return ClientResult(client.index, tensors, {"num_samples": client.num_samples(task.data), "num_steps": steps,
-                                                "loss": loss})
+    return client.finish(task, tensors, steps, loss)

@@ -15,13 +15,10 @@ from __future__ import annotations
 
 from typing import Any, Protocol, Sequence
 
-import torch
-
 import fda_ray.algorithms  # noqa: F401  (registers every family's recipes where clients run)
 from fda_ray.algorithms.base import ClientResult, ClientTask, ServerState
 from fda_ray.client import Client, run_task
 from fda_ray.config import RunConfig
-from fda_ray.failures import ClientFailure  # noqa: F401  (what an executor raises)
 
 
 class Executor(Protocol):
@@ -33,12 +30,14 @@ class Executor(Protocol):
     def shutdown(self) -> None: ...
 
 
-def task_inputs(state: ServerState, task: ClientTask) -> dict[str, torch.Tensor]:
-    try:
-        return {name: state[name] for name in task.inputs}
-    except KeyError as e:
-        raise ValueError(f"client {task.client}'s task {task.recipe!r} needs server state {e.args[0]!r}; the "
-                         f"state holds {', '.join(state)}") from None
+def input_names(state: ServerState, tasks: Sequence[ClientTask]) -> list[str]:
+    """The server-state entries a round's tasks read, each once; a missing one is an error naming the task."""
+    for t in tasks:
+        for name in t.inputs:
+            if name not in state:
+                raise ValueError(f"client {t.client}'s task {t.recipe!r} needs server state {name!r}; the state "
+                                 f"holds {', '.join(state)}")
+    return list(dict.fromkeys(n for t in tasks for n in t.inputs))
 
 
 class SerialExecutor:
@@ -48,11 +47,12 @@ class SerialExecutor:
         self.clients = list(clients)
 
     def submit(self, state: ServerState, tasks: Sequence[ClientTask]) -> Any:
+        input_names(state, tasks)
         return dict(state), list(tasks)  # runs on collect: the same numbers, no overlap
 
     def collect(self, pending: Any) -> list[ClientResult]:
         state, tasks = pending
-        return [run_task(self.clients[t.client], t, task_inputs(state, t)) for t in tasks]
+        return [run_task(self.clients[t.client], t, {n: state[n] for n in t.inputs}) for t in tasks]
 
     def client_states(self) -> list[dict]:
         return [c.snapshot() for c in self.clients]

@@ -34,6 +34,7 @@ import torch
 
 from fda_ray.algorithms.base import ClientResult, ClientTask, ServerState
 from fda_ray.client import Client, run_task
+from fda_ray.executors import input_names
 from fda_ray.failures import ClientFailure
 from fda_ray.preflight import actor_gpus
 
@@ -200,12 +201,8 @@ class RayExecutor:
         return result, (task, actor, state)
 
     def submit(self, state: ServerState, tasks: Sequence[ClientTask]) -> _Pending:
-        names = dict.fromkeys(n for t in tasks for n in t.inputs)
-        missing = [n for n in names if n not in state]
-        if missing:
-            raise ValueError(f"the round's tasks need server state {missing[0]!r}; the state holds {', '.join(state)}")
         # Each entry once per round, however many clients read it.
-        input_refs = {n: ray.put(state[n].detach().cpu().numpy()) for n in names}
+        input_refs = {n: ray.put(state[n].detach().cpu().numpy()) for n in input_names(state, tasks)}
         calls = dict(self._call(t, input_refs) for t in tasks)
         return _Pending(list(tasks), input_refs, calls)
 

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from fda_ray.algorithms import ALGORITHMS
 from fda_ray.config import ORACLE_TEST_SHARE, RunConfig
-from fda_ray.data import Pair, Split, add_noise  # noqa: F401  (add_noise: the noise of this module's settings)
+from fda_ray.data import Pair, Split
 from fda_ray.seeding import np_rng
 
 LABEL_SHIFT_SOURCE_CLASSES = (8, 6, 9)  # D1: mostly target when eta is small
@@ -167,8 +168,6 @@ def build_setting(split: Split, cfg: RunConfig) -> Setting:
         whole = target_pool
     else:  # unreachable: RunConfig validates the partition
         raise ValueError(f"partition={cfg.partition!r} is invalid")
-    from fda_ray.algorithms import ALGORITHMS  # (the client runtime, which the algorithms use, imports add_noise)
-
     algorithm = ALGORITHMS.get(cfg.method)
     if algorithm.oracle_split and cfg.baseline_protocol == "authors":
         target_train, target_test = oracle_split(whole, cfg.seed)

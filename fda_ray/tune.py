@@ -50,8 +50,6 @@ def search_space(**params: Any) -> dict[str, Any]:
 def _check_family_params(params: Any) -> None:
     """params={family: {field: value or a Tune search object}}: the families and fields must exist (the values
     are checked when each trial's RunConfig is built)."""
-    import dataclasses as dc
-
     from fda_ray.algorithms import family_params
 
     if hasattr(params, "sample") or isinstance(params, dict) and "grid_search" in params:
@@ -63,10 +61,10 @@ def _check_family_params(params: Any) -> None:
         if fam not in known:
             raise ValueError(f"search space params family {fam!r} is invalid: families with parameters are "
                              f"{', '.join(known)}")
-        fields = [f.name for f in dc.fields(known[fam])]
-        for k in values:
-            if k not in fields:
-                raise ValueError(f"search space field {fam}.{k} is invalid: {fam}'s parameters are {', '.join(fields)}")
+        try:
+            known[fam].check_names(values)
+        except ValueError as e:
+            raise ValueError(f"search space field {e}") from None
 
 
 def flat_params(params: dict[str, Any]) -> dict[str, Any]:

@@ -6,9 +6,8 @@ import pytest
 import torch
 
 from fda_ray.config import RunConfig
-from fda_ray.data import Split
-from fda_ray.shifts import (LABEL_SHIFT_SOURCE_CLASSES, LABEL_SHIFT_TARGET_CLASSES,
-                            add_noise, build_setting)
+from fda_ray.data import Split, add_noise
+from fda_ray.shifts import LABEL_SHIFT_SOURCE_CLASSES, LABEL_SHIFT_TARGET_CLASSES, build_setting
 
 N_TRAIN, N_TEST = 1000, 200
 

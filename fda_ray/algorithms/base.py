@@ -69,13 +69,19 @@ class Params:
                 raise ValueError(f"{name}={v!r} is invalid: {'an integer' if m.get('integer') else 'a number'} {bounds}")
 
     @classmethod
-    def build(cls, values: Mapping[str, Any]) -> "Params":
-        """Params from a mapping; an unknown field is a one-line error listing the known ones."""
+    def check_names(cls, values: Mapping[str, Any]) -> None:
+        """An unknown field is a one-line error listing the known ones (the values are not looked at: a Tune
+        search space holds search objects there)."""
         known = [f.name for f in dataclasses.fields(cls)]
         for k in values:
             if k not in known:
                 raise ValueError(f"{cls.family}.{k} is invalid: {cls.family}'s parameters are "
                                  f"{', '.join(known) or '(none)'}")
+
+    @classmethod
+    def build(cls, values: Mapping[str, Any]) -> "Params":
+        """Params from a mapping, validated."""
+        cls.check_names(values)
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:

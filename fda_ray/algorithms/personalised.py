@@ -86,9 +86,13 @@ class _Base(Algorithm):
         if cfg.warmup_rounds:
             raise ValueError(f"warmup_rounds={cfg.warmup_rounds} is invalid for method {self.name}: the "
                              "personalised baselines have no warm-up (0)")
+        self.setup()
         counts = [len(x) for x, _ in self.train_views()]
         c = torch.tensor(counts, dtype=torch.float64)
         self.weights = c / c.sum()  # (N + 1,) p_k over every client, the target last
+
+    def setup(self) -> None:
+        """What a subclass derives from its parameters before the clients' views are read."""
 
     def train_views(self) -> list[Pair]:
         return [v["train"] for v in self.views()]
@@ -216,11 +220,7 @@ def fedrep_recipe(client: Client, task: ClientTask, inputs: Mapping[str, torch.T
     new = layout.flatten_model(model)  # (M,)
     client.state["head"] = new[mask].cpu()
     delta = torch.where(mask, torch.zeros_like(new), new - w)  # the body's delta only
-    st = client.state
-    st.update(rounds_trained=st["rounds_trained"] + 1, steps_total=st["steps_total"] + steps,
-              last_round=task.round, last_loss=loss)
-    return ClientResult(client.index, {"delta": delta.cpu()},
-                        {"num_samples": client.num_samples(task.data), "num_steps": steps, "loss": loss})
+    return client.finish(task, {"delta": delta.cpu()}, steps, loss)
 
 
 # ---------------------------------------------------------------- APFL
@@ -280,11 +280,7 @@ def apfl_recipe(client: Client, task: ClientTask, inputs: Mapping[str, torch.Ten
     for n, t in v.items():
         v_out[layout.layer_of(n)] = t.detach().reshape(-1)
     client.state["personal"] = v_out.cpu()
-    st = client.state
-    st.update(rounds_trained=st["rounds_trained"] + 1, steps_total=st["steps_total"] + steps,
-              last_round=task.round, last_loss=loss)
-    return ClientResult(client.index, {"delta": (new - w0).cpu()},
-                        {"num_samples": client.num_samples(task.data), "num_steps": steps, "loss": loss})
+    return client.finish(task, {"delta": (new - w0).cpu()}, steps, loss)
 
 
 # ---------------------------------------------------------------- kNN-Per
@@ -332,18 +328,14 @@ def interpolate(p_knn: torch.Tensor, p_base: torch.Tensor, lam: float) -> torch.
 class KNNPer(_Base):
     name, family, Params = "knn_per", "knn_per", KNNPerParams
 
-    def __init__(self, cfg, setting, layout, model=None) -> None:
-        self._split(cfg, setting)
-        super().__init__(cfg, setting, layout, model)
-
     @classmethod
     def planned_rounds(cls, cfg) -> int:
         return cfg.rounds + 1  # and the kNN evaluation
 
-    def _split(self, cfg, setting) -> None:
+    def setup(self) -> None:
         """selection=validation: a seeded share of the target's labelled samples is held out (not trained on)."""
-        p = KNNPerParams.build(cfg.params.get("knn_per", {}))
-        x, y = setting.target_train
+        p, cfg = self.params, self.cfg
+        x, y = self.setting.target_train
         if p.selection == "test":
             self.labelled, self.validation = (x, y), None
             return
