@@ -15,6 +15,7 @@ from typing import Any
 PARTITIONS = ("homo", "label_shift", "classes4", "domains")
 PROJECTIONS = ("cosine", "exact")
 EXECUTORS = ("serial", "ray")
+VECTORISE = ("auto", "on", "off")
 AUTO_BETA_RULES = ("fedda", "fedgp", "fedgp_thresh")
 # How the oracle and finetune_offline baselines run (REFERENCE.md, "Oracle and Finetune_Offline").
 BASELINE_PROTOCOLS = ("authors", "loop")
@@ -123,6 +124,12 @@ class RunConfig:
     # numbers. It is part of the config so that a config gives the same numbers on every executor.
     threads: int = _f(1, "torch threads each client trains with (serial: this process; ray: each actor) "
                          "and the driver aggregates and evaluates with; part of the numbers")
+    # Vectorised cohorts (fda_ray.cohort) sum in other orders than the per-client loop: numbers within float
+    # tolerance of it, so this is part of the numbers too. "off" leaves a trial's identity as it was before.
+    vectorise: str = _f("auto", "train clients that run the same local recipe as one batched computation "
+                                "(fda_ray.cohort): on, off, or auto (on where clients train on a GPU; on CPUs it "
+                                "pays only with several threads); within float tolerance of off",
+                        VECTORISE, group="execution")
     aggregation_impl: str = _f("kernel", "kernel (C++/CUDA, fda_ray.kernels) or reference (the PyTorch "
                                          "specification)", ("kernel", "reference"), group="execution")
     device: str = _f("cpu", "the driver's device (evaluation): cpu or cuda[:i]; under Ray, clients use a GPU "
@@ -132,8 +139,10 @@ class RunConfig:
     cpus_per_client: float | None = _f(None, "ray: CPUs reserved per client actor; default: share the "
                                              "cluster's CPUs", group="execution", numbers=False)
     gpus_per_client: float = _f(0.0, "ray: share of a GPU per client actor (0 = CPU clients)", group="execution", numbers=False)
-    clients_per_actor: int = _f(1, "ray: clients one actor hosts and trains in turn (more when cores < "
-                                   "clients)", group="execution", numbers=False)
+    clients_per_actor: int | None = _f(None, "ray: clients one actor hosts (in turn, or as one vectorised "
+                                             "cohort); default: pooled to the machine, one actor per CPU (per "
+                                             "`threads` CPUs) or per GPU, at most one per client",
+                                       group="execution", numbers=False)
     ray_address: str | None = _f(None, "ray: an existing cluster (auto, ray://...); default $RAY_ADDRESS or "
                                        "a local Ray", group="execution", numbers=False)
     client_retries: int = _f(3, "ray: times a failed client round is redone (on a new actor) before the run "
@@ -212,8 +221,12 @@ class RunConfig:
         g = self.gpus_per_client
         if not (isinstance(g, (int, float)) and (0 <= g <= 1 or (g > 1 and float(g).is_integer()))):
             raise _err("gpus_per_client", g, "a fraction in [0, 1] or a whole number of GPUs")
-        if not isinstance(self.clients_per_actor, int) or self.clients_per_actor < 1:
-            raise _err("clients_per_actor", self.clients_per_actor, "an integer >= 1")
+        if self.clients_per_actor is not None and (not isinstance(self.clients_per_actor, int)
+                                                   or isinstance(self.clients_per_actor, bool)
+                                                   or self.clients_per_actor < 1):
+            raise _err("clients_per_actor", self.clients_per_actor, "an integer >= 1 (or unset: pooled to the machine)")
+        if self.vectorise not in VECTORISE:
+            raise _err("vectorise", self.vectorise, f"one of {', '.join(VECTORISE)}")
         if not isinstance(self.client_retries, int) or self.client_retries < 0:
             raise _err("client_retries", self.client_retries, "an integer >= 0")
 
@@ -266,6 +279,9 @@ class RunConfig:
                 fill["target_fraction"] = d["target_fraction"]
         if self.finetune_epochs is None:
             fill["finetune_epochs"] = self.rounds
+        if self.vectorise == "auto":  # on where the clients train on a GPU
+            gpu = self.gpus_per_client > 0 if self.executor == "ray" else self.device.startswith("cuda")
+            fill["vectorise"] = "on" if gpu else "off"
         if self.log_estimates is None and "log_estimates" not in fill:
             fill["log_estimates"] = False
         # Only the method's family's parameters, every field filled: a run records what it used, and a

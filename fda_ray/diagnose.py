@@ -51,7 +51,7 @@ class _Collected(Exception):
 
 def parameter_points(exp: Any, at: str, progress: Callable[[str], None] | None = None) -> list[torch.Tensor]:
     """pi's points as flat global weights (M,) (module docstring)."""
-    from fda_ray.engine import SerialExecutor, run_rounds
+    from fda_ray.engine import build_executor, run_rounds
 
     if at not in POINTS:
         raise ValueError(f"at={at!r} is invalid: one of {', '.join(POINTS)}")
@@ -72,7 +72,7 @@ def parameter_points(exp: Any, at: str, progress: Callable[[str], None] | None =
             raise _Collected
 
     try:
-        run_rounds(exp, SerialExecutor(exp.clients), checkpoint=keep)
+        run_rounds(exp, build_executor(exp.cfg.replace(executor="serial"), exp.clients), checkpoint=keep)
     except _Collected:
         pass
     return points[:wanted]

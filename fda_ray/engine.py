@@ -31,7 +31,7 @@ def run(cfg: RunConfig, progress: Callable[[dict], None] | None = None) -> Histo
 
         return run_ray(cfg, progress)
     exp = build_experiment(cfg)
-    return run_rounds(exp, SerialExecutor(exp.clients), progress)
+    return run_rounds(exp, build_executor(exp.cfg, exp.clients), progress)
 
 
 def finetune_from(cfg: RunConfig, start_flat: torch.Tensor, progress: Callable[[dict], None] | None = None) -> History:
@@ -45,4 +45,4 @@ def finetune_from(cfg: RunConfig, start_flat: torch.Tensor, progress: Callable[[
         raise ValueError(f"method={cfg.method!r} is invalid for finetune_from: only finetune_offline fine-tunes")
     exp = build_experiment(cfg)
     start = {"next_round": cfg.warmup_rounds + cfg.rounds, "state": {"global": start_flat}, "rows": []}
-    return run_rounds(exp, SerialExecutor(exp.clients), progress, resume=start)
+    return run_rounds(exp, build_executor(exp.cfg.replace(executor="serial"), exp.clients), progress, resume=start)

@@ -8,16 +8,27 @@
     shutdown()
 
 `SerialExecutor` keeps the clients as plain objects in this process (the reference); the Ray executor
-(fda_ray.ray_executor) keeps each on an actor. `build_executor` builds either from a config, in one place
-for `fda_ray.run`, the driver actor, the sweep's trials and the Tune trainable.
+(fda_ray.ray_executor) keeps them on actors. Both run the tasks hosted in one place with
+fda_ray.cohort.run_tasks: with cfg.vectorise "on", clients running the same recipe train as one cohort.
+`build_executor` builds either from a config, in one place for `fda_ray.run`, the driver actor, the sweep's
+trials and the Tune trainable; `clients_per_actor` sizes the Ray actors to the machine:
+
+    GPU clients (gpus_per_client > 0): one actor per whole GPU the cluster has, at most one per client (one
+        GPU: every client of the run on one actor, trained as one cohort)
+    CPU clients: one actor per `threads` CPUs the run may use, at most one per client (a laptop: as many
+        processes as cores; a large cluster: one actor per client)
+    inside a Tune trial's placement group: one actor per client bundle the trial reserved
 """
 from __future__ import annotations
 
+import math
+import sys
 from typing import Any, Protocol, Sequence
 
 import fda_ray.algorithms  # noqa: F401  (registers every family's recipes where clients run)
 from fda_ray.algorithms.base import ClientResult, ClientTask, ServerState
-from fda_ray.client import Client, run_task
+from fda_ray.client import Client
+from fda_ray.cohort import run_tasks
 from fda_ray.config import RunConfig
 
 
@@ -43,8 +54,10 @@ def input_names(state: ServerState, tasks: Sequence[ClientTask]) -> list[str]:
 class SerialExecutor:
     """Clients as plain objects, run one after the other in this process: the reference executor."""
 
-    def __init__(self, clients: Sequence[Client]) -> None:
+    def __init__(self, clients: Sequence[Client], vectorise: bool = False) -> None:
         self.clients = list(clients)
+        self.by_index = {c.index: c for c in self.clients}
+        self.vectorise = vectorise
 
     def submit(self, state: ServerState, tasks: Sequence[ClientTask]) -> Any:
         input_names(state, tasks)
@@ -52,7 +65,7 @@ class SerialExecutor:
 
     def collect(self, pending: Any) -> list[ClientResult]:
         state, tasks = pending
-        return [run_task(self.clients[t.client], t, {n: state[n] for n in t.inputs}) for t in tasks]
+        return run_tasks(self.by_index, tasks, lambda t: {n: state[n] for n in t.inputs}, self.vectorise)
 
     def client_states(self) -> list[dict]:
         return [c.snapshot() for c in self.clients]
@@ -68,25 +81,66 @@ class SerialExecutor:
         pass
 
 
+def clients_per_actor(num_clients: int, *, cpus: float, gpus: float, gpus_per_client: float, threads: int,
+                      bundles: int | None = None) -> int:
+    """How many clients one actor hosts when the config leaves it unset (module docstring): `cpus`, `gpus`
+    the cluster's; `bundles` the client bundles of the trial's placement group (None: not in one)."""
+    if bundles is not None:
+        actors = bundles
+    elif gpus_per_client > 0:
+        actors = int(gpus)  # whole GPUs
+    else:
+        actors = int(cpus // max(threads, 1))
+    actors = max(1, min(num_clients, actors))
+    return math.ceil(num_clients / actors)
+
+
+_SAID: set[str] = set()
+
+
+def say_once(line: str) -> None:
+    """Print an execution choice to stderr, once per process (a sweep's trials do not repeat it)."""
+    if line not in _SAID:
+        _SAID.add(line)
+        print(f"fda-ray: {line}", file=sys.stderr, flush=True)
+
+
 def build_executor(cfg: RunConfig, clients: Sequence[Client] | None = None, *, num_clients: int | None = None,
                    faults: dict[tuple[int, int], list[str]] | None = None) -> Executor:
     """The executor `cfg.executor` names. Ray: Ray must be running (fda_ray.driver.ensure_ray); give the
     clients, or `num_clients` to start the actors now and `load` the clients later.
 
-    The actors' CPUs: cfg.cpus_per_client if set; else, inside a placement group (a Tune trial), the one CPU
-    per client that fda_ray.tune.resources reserved; else a share of the cluster's CPUs (at most 1 each),
-    so that every actor can be placed."""
+    The actors: cfg.clients_per_actor clients each, or pooled to the machine (module docstring). Their CPUs:
+    cfg.cpus_per_client times the clients an actor hosts if set; else, inside a placement group (a Tune
+    trial), the bundle's; else the cluster's CPUs shared among the actors (at most `threads` each), so that
+    every actor can be placed."""
+    cfg = cfg.resolved()
+    vectorise = cfg.vectorise == "on"
     if cfg.executor != "ray":
         if clients is None:
             raise ValueError("the serial executor needs the clients")
-        return SerialExecutor(clients)
+        return SerialExecutor(clients, vectorise)
+    import ray
     from ray.util import get_current_placement_group
 
     from fda_ray.ray_executor import RayExecutor
 
+    n = len(clients) if clients is not None else int(num_clients or 0)
+    pg = get_current_placement_group()
+    bundles = len(pg.bundle_specs) - 1 if pg is not None else None  # the first bundle is the trial's driver
+    k = cfg.clients_per_actor
+    if k is None:
+        res = ray.cluster_resources()
+        k = clients_per_actor(n, cpus=float(res.get("CPU", 1.0)), gpus=float(res.get("GPU", 0.0)),
+                              gpus_per_client=cfg.gpus_per_client, threads=cfg.threads, bundles=bundles)
     cpus = cfg.cpus_per_client
-    if cpus is None and get_current_placement_group() is not None:
-        cpus = 1.0
-    return RayExecutor(clients, num_clients=num_clients, cpus_per_client=cpus, gpus_per_client=cfg.gpus_per_client,
-                       clients_per_actor=cfg.clients_per_actor, retries=cfg.client_retries, threads=cfg.threads,
-                       faults=faults)
+    if cpus is None and pg is not None:
+        cpus = float(pg.bundle_specs[1].get("CPU", 1.0)) / k if bundles else 1.0
+    ex = RayExecutor(clients, num_clients=num_clients, cpus_per_client=cpus, gpus_per_client=cfg.gpus_per_client,
+                     clients_per_actor=k, retries=cfg.client_retries, threads=cfg.threads, faults=faults,
+                     vectorise=vectorise)
+    where = f"{ex.gpus:g} GPU" if ex.gpus > 0 else f"{ex.cpus:g} CPU"
+    say_once(f"executor ray: {n} clients on {ex.num_actors} actor(s) ({k} each at most), {where} and "
+             f"{cfg.threads} thread(s) per actor, {'vectorised cohorts' if vectorise else 'clients in turn'}"
+             + (" (set by clients_per_actor)" if cfg.clients_per_actor is not None else " (pooled to the machine)"))
+    return ex

@@ -3,6 +3,8 @@ experiment's one-hidden-layer sigmoid network.
 
 Each builder takes (input_shape, num_outputs, **options) and returns an nn.Module; parameters are
 initialised from torch's global RNG, which the engine seeds per (trial seed, "init") before building.
+A model class may add `forward_stacked(params, x)`, K copies of itself with stacked parameters in one pass,
+which fda_ray.cohort trains client cohorts with (the others go through torch.func.vmap).
 """
 from __future__ import annotations
 
@@ -10,10 +12,16 @@ from typing import Callable
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from fda_ray.registry import Registry
 
 MODELS: Registry[Callable[..., nn.Module]] = Registry("model")
+
+
+def _linear_stacked(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """K linear layers at once: x (K, B, in), w (K, out, in), b (K, out) -> (K, B, out)."""
+    return torch.baddbmm(b.unsqueeze(1), x, w.transpose(1, 2))
 
 
 class SimpleCNN(nn.Module):
@@ -39,6 +47,22 @@ class SimpleCNN(nn.Module):
         x = torch.relu(self.fc1(x))
         x = torch.relu(self.fc2(x))
         return self.fc3(x)
+
+    @staticmethod
+    def forward_stacked(p: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        """K models at once (fda_ray.cohort): p holds each parameter stacked (K, ...), x (K, B, C, H, W) ->
+        (K, B, classes). The convolutions run per model (a grouped convolution's backward pass is slower on
+        CPUs than K small ones); activations, pooling, the linear layers (batched matmuls) and everything
+        after run once for all K."""
+        k, b = x.shape[:2]
+        h = torch.cat([F.conv2d(x[i], p["conv1.weight"][i], p["conv1.bias"][i]) for i in range(k)])  # (K*B, 6, ., .)
+        h = F.max_pool2d(torch.relu(h), 2)
+        h = torch.cat([F.conv2d(hi, p["conv2.weight"][i], p["conv2.bias"][i])
+                       for i, hi in enumerate(h.chunk(k))])  # (K*B, 16, ., .)
+        h = F.max_pool2d(torch.relu(h), 2).reshape(k, b, -1)  # (K, B, features)
+        h = torch.relu(_linear_stacked(h, p["fc1.weight"], p["fc1.bias"]))
+        h = torch.relu(_linear_stacked(h, p["fc2.weight"], p["fc2.bias"]))
+        return _linear_stacked(h, p["fc3.weight"], p["fc3.bias"])
 
 
 class ColoredMNISTCNN(nn.Module):
@@ -76,6 +100,12 @@ class SigmoidMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.out(torch.sigmoid(self.hidden(x)))
+
+    @staticmethod
+    def forward_stacked(p: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        """K models at once (fda_ray.cohort): x (K, B, d) -> (K, B, outputs)."""
+        h = torch.sigmoid(_linear_stacked(x, p["hidden.weight"], p["hidden.bias"]))
+        return _linear_stacked(h, p["out.weight"], p["out.bias"])
 
 
 @MODELS.register("simple_cnn")

@@ -203,7 +203,7 @@ def actor_gpus(gpus_per_client: float, clients_per_actor: int) -> float:
 
 def client_bundles(cfg: RunConfig) -> list[dict[str, float]]:
     """The client actors' resource requests of a resolved config with executor "ray" (fda_ray.ray_executor)."""
-    k = cfg.clients_per_actor
+    k = cfg.clients_per_actor or 1  # None: pooled to the cluster (fda_ray.executors), placeable when one client is
     cpus = (cfg.cpus_per_client or 0.01) * k  # None: a share of the cluster, always placeable
     return [{"CPU": cpus, "GPU": actor_gpus(cfg.gpus_per_client, k)}]
 
@@ -213,7 +213,7 @@ def fields_of_request(cfg: RunConfig) -> str:
     parts = [f"cpus_per_client={cfg.cpus_per_client!r}"] if cfg.cpus_per_client is not None else []
     if cfg.gpus_per_client > 0 or not parts:
         parts.append(f"gpus_per_client={cfg.gpus_per_client!r}")
-    if cfg.clients_per_actor != 1:
+    if cfg.clients_per_actor not in (None, 1):
         parts.append(f"clients_per_actor={cfg.clients_per_actor}")
     return ", ".join(parts)
 

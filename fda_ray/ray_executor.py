@@ -1,21 +1,23 @@
-"""The Ray executor: one actor per client, each pinned to a (fractional) GPU or a share of the CPUs.
+"""The Ray executor: client actors, each pinned to a (fractional) GPU or a share of the CPUs.
 
-A client actor receives its `Client` (data views, model, layout) once, moves it to its own device and keeps
-it there for the whole run, with its model, optimizer and state built once. With `clients_per_actor` = k > 1
-an actor hosts k clients (client i lives on actor i mod n_actors, for the whole run) and runs their tasks one
-after the other: on a machine with fewer cores than clients this saves the start-up of a process per client
-(each imports torch, ~3 CPU-s) and the contention of many 1-thread processes on few cores. Each round the
-driver puts every server-state entry the tasks name in the object store once (`submit`), every client reads
-them from there, and the driver gathers the results as they finish (`collect`, `ray.wait`).
+A client actor receives its `Client`s (data views, model, layout) once, moves them to its own device and keeps
+them there for the whole run, with their models, optimizers and states built once. An actor hosts k =
+`clients_per_actor` clients (client i lives on actor i mod n_actors, for the whole run; fda_ray.executors
+sizes k to the machine): on a machine with fewer cores than clients this saves the start-up of a process per
+client (each imports torch, ~3 CPU-s) and the contention of many 1-thread processes on few cores. Each round
+an actor gets one call with all of its clients' tasks and runs them with fda_ray.cohort.run_tasks (one after
+the other, or, with vectorise, as one batched cohort). The driver puts every server-state entry the tasks
+name in the object store once (`submit`), every actor reads them from there, and the driver gathers the
+results as the calls finish (`collect`, `ray.wait`).
 
 Client state (a personal model, counters): each task returns two objects, its result and the client's state
 after it. The driver fetches the results; the states stay in the object store (owned by the driver, so they
 outlive the actor), fetched only for a checkpoint or an evaluation that needs one.
 
 Faults: when a client's task fails (its process was killed, or it raised), the actor is replaced by a new
-one built from the same client objects and each client's state after its last finished task, and the task
-is redone; tasks draw all randomness from (seed, round, client, purpose), so the redone task gives the same
-result. After `retries` failed attempts in one round, `collect` raises ClientFailure naming the client and
+one built from the same client objects and each client's state after its last finished task, and the
+actor's call is redone (all of its tasks, as the same cohort); tasks draw all randomness from (seed, round,
+client, purpose), so the redone call gives the same results. After `retries` failed attempts in one round, `collect` raises ClientFailure naming the client and
 the round. `faults` injects failures on purpose, to test exactly this.
 """
 from __future__ import annotations
@@ -33,7 +35,8 @@ import ray
 import torch
 
 from fda_ray.algorithms.base import ClientResult, ClientTask, ServerState
-from fda_ray.client import Client, run_task
+from fda_ray.client import Client
+from fda_ray.cohort import run_tasks
 from fda_ray.executors import input_names
 from fda_ray.failures import ClientFailure
 from fda_ray.preflight import actor_gpus
@@ -42,12 +45,25 @@ FAULTS = ("kill", "raise")  # kill: SIGKILL the actor's process; raise: an excep
 PLACEMENT_TIMEOUT_S = 300.0
 
 
+class ActorTaskError(Exception):
+    """A call failed inside the actor; `clients` are those it is blamed on (an injected fault: its client; an
+    error inside training: every client of the call, since a cohort's error belongs to no one client)."""
+
+    def __init__(self, clients: Sequence[int], why: str) -> None:
+        super().__init__(why)
+        self.clients = list(clients)
+
+    def __reduce__(self):  # (it crosses processes)
+        return (ActorTaskError, (self.clients, self.args[0]))
+
+
 class ClientActor:
     """Hosts one client (or a fixed group of clients) for the whole run (wrapped with `ray.remote` below)."""
 
-    def __init__(self, threads: int) -> None:
+    def __init__(self, threads: int, vectorise: bool = False) -> None:
         # The process starts (and imports torch) while the driver still loads the data; `load` follows.
         torch.set_num_threads(threads)
+        self.vectorise = vectorise
         self.clients: dict[int, Client] = {}
 
     def load(self, client_refs: Sequence[ray.ObjectRef], use_gpu: bool, state_refs: Sequence[ray.ObjectRef]) -> None:
@@ -61,18 +77,24 @@ class ClientActor:
             client.restore(state)
             self.clients[client.index] = client
 
-    def run(self, task: ClientTask, fault: str | None, *arrays: np.ndarray) -> tuple[ClientResult, dict]:
-        """Run `task` on its client; `arrays` are the server-state entries task.inputs names, in order.
-        Returns (the result, the client's state after it): two objects (num_returns=2)."""
-        if fault == "kill":
-            os.kill(os.getpid(), signal.SIGKILL)
-        if fault == "raise":
-            raise RuntimeError(f"injected fault in client {task.client}, round {task.round}")
+    def run(self, tasks: Sequence[ClientTask], faults: Sequence[str | None], names: Sequence[str],
+            *arrays: np.ndarray) -> tuple:
+        """Run `tasks` (this actor's clients' of one round); `arrays` are the server-state entries `names`,
+        in order. Returns the results, then each client's state after its task: 2 * len(tasks) objects."""
+        for task, fault in zip(tasks, faults):
+            if fault == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            if fault == "raise":
+                raise ActorTaskError([task.client], f"RuntimeError: injected fault in client {task.client}, "
+                                                    f"round {task.round}")
         with warnings.catch_warnings():  # the object store's arrays are read-only; they are only read (copied in)
             warnings.simplefilter("ignore", UserWarning)
-            inputs = {name: torch.from_numpy(a) for name, a in zip(task.inputs, arrays)}  # (M,) each
-        client = self.clients[task.client]
-        return run_task(client, task, inputs), client.snapshot()
+            state = {name: torch.from_numpy(a) for name, a in zip(names, arrays)}  # (M,) each
+        try:
+            results = run_tasks(self.clients, tasks, lambda t: {n: state[n] for n in t.inputs}, self.vectorise)
+        except Exception as e:
+            raise ActorTaskError([t.client for t in tasks], f"{type(e).__name__}: {e}".splitlines()[0]) from e
+        return (*results, *[self.clients[t.client].snapshot() for t in tasks])
 
     def restore(self, client: int, state: dict) -> None:
         self.clients[client].restore(state)
@@ -88,11 +110,20 @@ RemoteClientActor = ray.remote(ClientActor)
 
 
 @dataclass
+class _Call:
+    """One actor's share of a round: its tasks and the actor they went to."""
+
+    slot: int
+    tasks: list[ClientTask]
+    actor: Any
+
+
+@dataclass
 class _Pending:
     tasks: list[ClientTask]
     input_refs: dict[str, ray.ObjectRef]  # the round's server-state entries, put once
-    # result ref -> (its task, the actor it went to, the ref of the client's state after it)
-    calls: dict[ray.ObjectRef, tuple[ClientTask, Any, ray.ObjectRef]]
+    # result ref -> (its task, its call, the ref of the client's state after it)
+    calls: dict[ray.ObjectRef, tuple[ClientTask, _Call, ray.ObjectRef]]
 
 
 def auto_cpus_per_client(num_actors: int) -> float:
@@ -103,6 +134,8 @@ def auto_cpus_per_client(num_actors: int) -> float:
 
 def _short(e: BaseException) -> str:
     cause = getattr(e, "cause", None)  # RayTaskError: the client's own exception
+    if isinstance(cause, ActorTaskError):
+        return str(cause)
     if isinstance(cause, BaseException):
         return f"{type(cause).__name__}: {cause}".splitlines()[0]
     if isinstance(e, ray.exceptions.RayActorError):
@@ -116,7 +149,7 @@ class RayExecutor:
     def __init__(self, clients: Sequence[Client] | None = None, *, num_clients: int | None = None,
                  cpus_per_client: float | None = None, gpus_per_client: float = 0.0, clients_per_actor: int = 1,
                  retries: int = 3, threads: int | None = None,
-                 faults: dict[tuple[int, int], list[str]] | None = None) -> None:
+                 faults: dict[tuple[int, int], list[str]] | None = None, vectorise: bool = False) -> None:
         """Start the actors; with `clients` also load them, else give `num_clients` and call `load` later
         (the actors' processes then start while the caller builds the clients)."""
         if not ray.is_initialized():
@@ -137,6 +170,7 @@ class RayExecutor:
         self.gpus = actor_gpus(gpus_per_client, k)
         # The run's thread count (RunConfig.threads), whatever the CPU share: it is part of the numbers.
         self.threads = threads or 1
+        self.vectorise = vectorise
         self.retries = retries
         self.faults = {key: list(v) for key, v in (faults or {}).items()}
         for (client, _), kinds in self.faults.items():
@@ -160,7 +194,8 @@ class RayExecutor:
         self._wait_ready([self._load(slot, actor) for slot, actor in enumerate(self.actors)])
 
     def _spawn(self) -> Any:
-        return RemoteClientActor.options(num_cpus=self.cpus, num_gpus=self.gpus, max_restarts=0).remote(self.threads)
+        return RemoteClientActor.options(num_cpus=self.cpus, num_gpus=self.gpus, max_restarts=0).remote(
+            self.threads, self.vectorise)
 
     def _load(self, slot: int, actor: Any) -> ray.ObjectRef:
         group = self.groups[slot]
@@ -192,18 +227,30 @@ class RayExecutor:
         self.actors[slot] = self._start(slot)
         return True
 
-    def _call(self, task: ClientTask, input_refs: dict[str, ray.ObjectRef]) -> tuple[ray.ObjectRef, tuple]:
-        kinds = self.faults.get((task.client, task.round))
-        fault = kinds.pop(0) if kinds else None
-        actor = self.actors[self.slot_of[task.client]]
+    def _call(self, slot: int, tasks: list[ClientTask], input_refs: dict[str, ray.ObjectRef]
+              ) -> dict[ray.ObjectRef, tuple[ClientTask, _Call, ray.ObjectRef]]:
+        """One call to the actor of `slot` running `tasks`; its result refs, each with (task, call, state ref)."""
+        faults = []
+        for t in tasks:
+            kinds = self.faults.get((t.client, t.round))
+            faults.append(kinds.pop(0) if kinds else None)
+        actor = self.actors[slot]
+        call = _Call(slot, tasks, actor)
+        names = list(dict.fromkeys(n for t in tasks for n in t.inputs))
         # Refs passed as arguments are resolved in the actor: it reads the arrays zero-copy.
-        result, state = actor.run.options(num_returns=2).remote(task, fault, *[input_refs[n] for n in task.inputs])
-        return result, (task, actor, state)
+        refs = actor.run.options(num_returns=2 * len(tasks)).remote(tasks, faults, names,
+                                                                    *[input_refs[n] for n in names])
+        return {refs[i]: (t, call, refs[len(tasks) + i]) for i, t in enumerate(tasks)}
 
     def submit(self, state: ServerState, tasks: Sequence[ClientTask]) -> _Pending:
         # Each entry once per round, however many clients read it.
         input_refs = {n: ray.put(state[n].detach().cpu().numpy()) for n in input_names(state, tasks)}
-        calls = dict(self._call(t, input_refs) for t in tasks)
+        by_slot: dict[int, list[ClientTask]] = defaultdict(list)
+        for t in tasks:
+            by_slot[self.slot_of[t.client]].append(t)
+        calls: dict = {}
+        for slot, mine in by_slot.items():
+            calls.update(self._call(slot, mine, input_refs))
         return _Pending(list(tasks), input_refs, calls)
 
     def collect(self, pending: _Pending) -> list[ClientResult]:
@@ -213,27 +260,31 @@ class RayExecutor:
         while waiting:
             done, _ = ray.wait(list(waiting), num_returns=1)
             for ref in done:
-                task, actor, state_ref = waiting.pop(ref)
+                task, call, state_ref = waiting.pop(ref)
                 try:
                     result = ray.get(ref)
                 except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as e:
-                    failures[task.client] += 1
+                    # The call's other results failed with it: handled here, once.
+                    for other in [r for r, (_, c, _) in waiting.items() if c is call]:
+                        del waiting[other]
                     why = _short(e)
-                    if failures[task.client] > self.retries:
-                        raise ClientFailure(task.client, task.round, failures[task.client], why) from e
-                    # An actor that raised is replaced too: its client may be half-way through a task.
-                    # The other clients of a replaced actor start again from their last finished task
-                    # (their lost calls count as failures of theirs: the driver cannot tell who killed it).
-                    if self._replace(self.slot_of[task.client], actor):
-                        self.restarts.append((task.client, task.round, why))
-                    ref2, entry = self._call(task, pending.input_refs)
-                    waiting[ref2] = entry
+                    cause = getattr(e, "cause", None)
+                    # A killed process: the driver cannot tell whose task did it, so every client of the
+                    # call counts the failure (each starts again from its last finished task).
+                    blamed = cause.clients if isinstance(cause, ActorTaskError) else [t.client for t in call.tasks]
+                    for c in blamed:
+                        failures[c] += 1
+                        if failures[c] > self.retries:
+                            raise ClientFailure(c, task.round, failures[c], why) from e
+                    # An actor that raised is replaced too: its clients may be half-way through a task.
+                    if self._replace(call.slot, call.actor):
+                        self.restarts.append((blamed[0], task.round, why))
+                    waiting.update(self._call(call.slot, call.tasks, pending.input_refs))  # the same cohort again
                     continue
                 self._state_refs[task.client] = state_ref
                 results[task.client] = result
-                slot = self.slot_of[task.client]
-                if actor is not self.actors[slot]:  # finished on an actor replaced since: tell its successor
-                    self.actors[slot].restore.remote(task.client, state_ref)
+                if call.actor is not self.actors[call.slot]:  # finished on an actor replaced since: tell its successor
+                    self.actors[call.slot].restore.remote(task.client, state_ref)
         return [results[t.client] for t in pending.tasks]
 
     def client_states(self) -> list[dict]:

@@ -72,6 +72,8 @@ def trial_key(row: str, variable: str, value: float | None, seed: int, params: d
     identity = {k: resolved[k] for k in sorted(numbers_fields())}
     if not identity["params"]:  # (a method without parameters of its own: the keys of sweeps recorded before
         del identity["params"]  # RunConfig.params existed stay valid, and their trials are found on --resume)
+    if identity["vectorise"] == "off":  # (the per-client loop: likewise for sweeps recorded before vectorise)
+        del identity["vectorise"]
     identity.update(kind=kind, weights_from=weights_from)
     digest = hashlib.sha1(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:8]
     v = "all" if value is None else f"{value:g}"

@@ -95,11 +95,21 @@ def resources(cfg: RunConfig, driver_extra: dict[str, float] | None = None) -> t
     if cfg.executor == "serial":
         gpu = {"GPU": 1} if cfg.device.startswith("cuda") else {}
         return tune.PlacementGroupFactory([{"CPU": float(cfg.threads), **gpu, **extra}])
-    num_clients = (cfg.num_sources or 0) + 1
-    actors = math.ceil(num_clients / cfg.clients_per_actor)
-    per_actor = {"CPU": float(cfg.cpus_per_client or 1.0) * cfg.clients_per_actor}
+    num_clients = cfg.resolved().num_sources + 1
+    k = cfg.clients_per_actor
+    if k is None:  # pooled to the cluster as fda_ray.executors does (one trial may fill the machine)
+        import ray
+
+        from fda_ray.executors import clients_per_actor
+
+        res = ray.cluster_resources() if ray.is_initialized() else {}
+        k = clients_per_actor(num_clients, cpus=float(res.get("CPU", num_clients)), gpus=float(res.get("GPU", 1.0)),
+                              gpus_per_client=cfg.gpus_per_client, threads=cfg.threads)
+    actors = math.ceil(num_clients / k)
+    # An actor runs its clients with `threads` threads, whatever their number (cpus_per_client: per client).
+    per_actor = {"CPU": float(cfg.cpus_per_client * k) if cfg.cpus_per_client else float(cfg.threads)}
     if cfg.gpus_per_client > 0:
-        per_actor["GPU"] = actor_gpus(cfg.gpus_per_client, cfg.clients_per_actor)
+        per_actor["GPU"] = actor_gpus(cfg.gpus_per_client, k)
     return tune.PlacementGroupFactory([{"CPU": DRIVER_CPUS, **extra}] + [per_actor] * actors)
 
 

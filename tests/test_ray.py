@@ -48,7 +48,7 @@ def _serial(cfg):
 def _ray(cfg, faults=None):
     exp = build_experiment(cfg)
     ex = RayExecutor(exp.clients, cpus_per_client=cfg.cpus_per_client, retries=cfg.client_retries, faults=faults,
-                     clients_per_actor=cfg.clients_per_actor, threads=cfg.threads)
+                     clients_per_actor=cfg.clients_per_actor or 1, threads=cfg.threads)
     try:
         return run_rounds(exp, ex), ex.client_states(), list(ex.restarts)
     finally:
@@ -106,6 +106,31 @@ def test_pooled_actors_equal_serial(local_ray, tiny, faults):
     _assert_same_rows(h_serial.rows, h_ray.rows)
     assert torch.equal(h_ray.final_weights, h_serial.final_weights)
     assert states_ray == states_serial
+
+
+def _pooled_vectorised(cfg, faults):
+    exp = build_experiment(cfg)
+    ex = RayExecutor(exp.clients, clients_per_actor=2, faults=faults, vectorise=True)
+    try:
+        return run_rounds(exp, ex), list(ex.restarts)
+    finally:
+        ex.shutdown()
+
+
+def test_pooled_vectorised_actors_redo_a_killed_cohort_exactly(local_ray, tiny):
+    """Each actor trains its two clients as one cohort (fda_ray.cohort); a killed actor's cohort is redone
+    as the same cohort, so the run equals the undisturbed one exactly, and the serial vectorised run (other
+    cohorts: all sources in one) within float tolerance (tests/test_cohort.py)."""
+    cfg = tiny(method="fedgp", rounds=2, samples_per_client=96, vectorise="on")
+    h_clean, _ = _pooled_vectorised(cfg, {})
+    h_killed, restarts = _pooled_vectorised(cfg, {(2, 1): ["kill"]})
+    assert len(restarts) == 1
+    _assert_same_rows(h_clean.rows, h_killed.rows)
+    assert torch.equal(h_clean.final_weights, h_killed.final_weights)
+    exp = build_experiment(cfg)
+    h_serial = run_rounds(exp, SerialExecutor(exp.clients, vectorise=True))
+    moved = (h_serial.final_weights - exp.initial_weights()).norm()
+    assert float((h_serial.final_weights - h_clean.final_weights).norm() / moved) <= 1e-2
 
 
 def test_client_that_keeps_failing_stops_the_run_and_keeps_finished_rounds(local_ray, tiny):

@@ -1,25 +1,30 @@
-"""Engine benchmark: seconds per round of the serial and the Ray executor on the default Fashion-MNIST setup.
+"""Engine benchmark: seconds per round of each executor beside a plain PyTorch loop of the same work.
 
-    python -m fda_ray.bench.engine [--rounds 5] [--settings serial-1t,serial-2t,ray,ray-cold] [--json]
-    python -m fda_ray.bench.engine --settings ray,ray-x2 --gpus-per-client 0.1 --device cuda   # on a GPU
+    python -m fda_ray.bench.engine [--rounds 5] [--settings plain,serial-2t,vectorised,ray,ray-pool] [--json]
+    python -m fda_ray.bench.engine --settings ray-pool,ray-x2 --gpus-per-client 0.1 --device cuda   # on a GPU
 
-Setup: 9 sources and the target (FedGP, so all 10 clients train every round), one local epoch, no warm-up.
-Each setting runs in a fresh process (thread settings and start-up costs do not leak between settings):
+Setup: 9 sources and the target (FedGP, so all 10 clients train every round), one local epoch, no warm-up,
+the default Fashion-MNIST shards (6000 samples a source at batch 64, 100 target samples at batch 16). Each
+setting runs in a fresh process (thread settings and start-up costs do not leak between settings):
 
-    serial-1t / serial-2t   the serial executor with 1 / 2 torch threads
-    ray                     the Ray executor, Ray already running when the run is called (a cluster, a sweep)
-    ray-cold                the same, but the call also starts Ray
-    ray-pool                the Ray executor with one actor per CPU, each hosting its share of the clients
-                            (clients_per_actor = ceil(clients / CPUs); for machines with fewer cores than clients)
-    ray-x2                  two runs side by side in one Ray, each driven by a DriverActor
+    plain        the reference: FedGP as a plain sequential PyTorch loop, DataLoaders and a new Adam per client
+                 and round, 2 threads (fda_ray.bench.plain: what a researcher would write)
+    serial-1t / serial-2t   the serial executor with 1 / 2 torch threads, one client after the other
+    vectorised   the serial executor with 2 threads, the sources trained as one cohort (fda_ray.cohort)
+    ray          the Ray executor, one actor per client, Ray already running when the run is called
+    ray-pool     the Ray executor as configured by default: actors pooled to the machine (one per CPU, each
+                 hosting its share of the clients), Ray already running
+    ray-pool-vec the same, each actor training its clients as one cohort
+    ray-cold     ray-pool, but the call also starts Ray (a laptop's first run)
+    ray-x2       two runs side by side in one Ray, each driven by a DriverActor, pooled to the machine
 
-Columns (medians over rounds 2..R): s/round; busiest actor s, the training time of the actor with the most
-work (one client per actor: the slowest client; an actor that hosts several trains them in turn; serial: all
-clients); driver s/round, the driver's own work (aggregation, submitting the next round, evaluation), and its
-share of the round; round beyond busiest actor, the round's wall time minus that critical path: under Ray the
-driver evaluates round r while the clients already train round r+1, so this can be below the driver's own
-time, even negative. First round is the time from the call to the end of round 1 (data loading, actor
-start-up and round 1); GPU MiB is the peak memory allocated per client actor.
+Columns (medians over rounds 2..R): s/round, and its ratio to the plain loop's (the figure to compare:
+machines differ, ratios measured in one sitting much less); busiest actor s, the training time of the actor
+with the most work (serial: all clients); driver s/round, the driver's own work (aggregation, submitting the
+next round, evaluation), and its share of the round; round beyond busiest actor, the round's wall time minus
+that critical path (under Ray the driver evaluates round r while the clients already train round r+1, so this
+can be below the driver's own time, even negative). First round is the time from the call to the end of round
+1 (data loading, actor start-up and round 1); GPU MiB is the peak memory allocated per client actor.
 """
 from __future__ import annotations
 
@@ -31,15 +36,27 @@ import subprocess
 import sys
 import time
 
-SETTINGS = ("serial-1t", "serial-2t", "ray", "ray-cold", "ray-pool", "ray-x2")
+SETTINGS = ("plain", "serial-1t", "serial-2t", "vectorised", "ray", "ray-pool", "ray-pool-vec", "ray-cold", "ray-x2")
+# setting -> RunConfig fields (plain: the reference loop's threads)
+FIELDS: dict[str, dict] = {
+    "plain": dict(threads=2),
+    "serial-1t": dict(executor="serial", threads=1, vectorise="off"),
+    "serial-2t": dict(executor="serial", threads=2, vectorise="off"),
+    "vectorised": dict(executor="serial", threads=2, vectorise="on"),
+    "ray": dict(executor="ray", threads=1, clients_per_actor=1),
+    "ray-pool": dict(executor="ray", threads=1),
+    "ray-pool-vec": dict(executor="ray", threads=1, vectorise="on"),
+    "ray-cold": dict(executor="ray", threads=1),
+    "ray-x2": dict(executor="ray", threads=1),
+}
 
 
-def _config(a: argparse.Namespace, executor: str, threads: int):
+def _config(a: argparse.Namespace, name: str):
     from fda_ray.config import RunConfig
 
     return RunConfig(dataset="fashion-mnist", method="fedgp", rounds=a.rounds, warmup_rounds=0, data_dir=a.data_dir,
-                     threads=threads, executor=executor, gpus_per_client=a.gpus_per_client,
-                     cpus_per_client=a.cpus_per_client, device=a.device)
+                     gpus_per_client=a.gpus_per_client, cpus_per_client=a.cpus_per_client, device=a.device,
+                     **FIELDS[name])
 
 
 def _summary(name: str, rows: list[dict], first_round: float, groups: list[list[int]] | None,
@@ -68,8 +85,15 @@ def run_one(name: str, a: argparse.Namespace) -> list[dict]:
     from fda_ray.engine import run
 
     marks: list[float] = []
-    if name.startswith("serial"):
-        cfg = _config(a, "serial", 1 if name == "serial-1t" else 2)
+    cfg = _config(a, name)
+    if name == "plain":
+        from fda_ray.bench.plain import run_plain
+
+        t0 = time.perf_counter()
+        rows = run_plain(cfg, lambda row: marks.append(time.perf_counter()))
+        rows = [dict(r, driver_seconds=float("nan"), client_seconds_i=[r["seconds"]]) for r in rows]
+        return [_summary(name, rows, marks[0] - t0, None)]
+    if cfg.executor == "serial":
         t0 = time.perf_counter()
         hist = run(cfg, lambda row: marks.append(time.perf_counter()))
         return [_summary(name, hist.rows, marks[0] - t0, None)]
@@ -78,10 +102,6 @@ def run_one(name: str, a: argparse.Namespace) -> list[dict]:
 
     from fda_ray.driver import Driver, DriverActor, ensure_ray
 
-    cfg = _config(a, "ray", 1)  # one thread per client actor, as serial-1t: the same numbers
-    if name == "ray-pool":
-        clients = cfg.resolved().num_sources + 1
-        cfg = cfg.replace(clients_per_actor=-(-clients // (os.cpu_count() or 1)))
     if name == "ray-cold":
         t0 = time.perf_counter()
         ensure_ray(num_cpus=os.cpu_count())
@@ -89,33 +109,45 @@ def run_one(name: str, a: argparse.Namespace) -> list[dict]:
         ensure_ray(num_cpus=os.cpu_count())
         ray.get(ray.remote(lambda: None).remote())  # the cluster is up and answering
         t0 = time.perf_counter()
-    if name in ("ray", "ray-cold", "ray-pool"):
+    if name != "ray-x2":
         driver = Driver(cfg)
         hist = driver.run(lambda row: marks.append(time.perf_counter()))
         return [_summary(name, hist.rows, marks[0] - t0, driver.executor.groups, driver.gpu_memory)]
-    # ray-x2: two independent runs (seeds 0 and 1) at once; their clients share the machine.
+    # ray-x2: two independent runs (seeds 0 and 1) at once; their clients share the machine (each run pools
+    # its clients to the machine's CPUs, at a CPU share that lets both runs' actors be placed).
+    from fda_ray.executors import clients_per_actor
     from fda_ray.ray_executor import auto_cpus_per_client
 
-    per = cfg.cpus_per_client or auto_cpus_per_client(2 * (cfg.resolved().num_sources + 1))  # both runs' clients fit
-    drivers = [DriverActor.remote(cfg.replace(seed=s, cpus_per_client=per)) for s in (0, 1)]
+    n = cfg.resolved().num_sources + 1
+    res = ray.cluster_resources()
+    k = clients_per_actor(n, cpus=res.get("CPU", 1.0), gpus=res.get("GPU", 0.0), gpus_per_client=cfg.gpus_per_client,
+                          threads=cfg.threads)
+    per = cfg.cpus_per_client or auto_cpus_per_client(2 * -(-n // k)) / k  # per client; both runs' actors fit
+    drivers = [DriverActor.remote(cfg.replace(seed=s, cpus_per_client=per, clients_per_actor=k)) for s in (0, 1)]
     hists = ray.get([d.run.remote() for d in drivers])
     gpus = ray.get([d.gpu_memory.remote() for d in drivers])
     total = time.perf_counter() - t0
-    singles = [[i] for i in range(cfg.resolved().num_sources + 1)]
-    return [_summary(f"{name} run {i}", h.rows, float("nan"), singles, g) | {"both_runs_seconds": total}
+    groups = [[i for i in range(n) if i % -(-n // k) == s] for s in range(-(-n // k))]
+    return [_summary(f"{name} run {i}", h.rows, float("nan"), groups, g) | {"both_runs_seconds": total}
             for i, (h, g) in enumerate(zip(hists, gpus))]
 
 
+def _num(v: float, fmt: str) -> str:
+    return "-" if v != v else format(v, fmt)
+
+
 def _table(results: list[dict]) -> str:
-    lines = ["| setting | s/round | busiest actor s | driver s/round | driver share | round beyond busiest actor (s) "
-             "| first round (s) | GPU MiB/client | final acc |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    """The markdown table; `x plain` is each setting's s/round over the plain loop's (when it ran)."""
+    plain = next((r["seconds_per_round"] for r in results if r["setting"] == "plain"), float("nan"))
+    lines = ["| setting | s/round | x plain | busiest actor s | driver s/round | driver share "
+             "| round beyond busiest actor (s) | first round (s) | GPU MiB/client | final acc |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
-        gpu = f"{r['gpu_mib_per_client_peak']:.0f}" if "gpu_mib_per_client_peak" in r else "-"
-        first = "-" if r["first_round_seconds"] != r["first_round_seconds"] else f"{r['first_round_seconds']:.2f}"
-        lines.append(f"| {r['setting']} | {r['seconds_per_round']:.2f} | {r['busiest_actor_seconds']:.2f} | "
-                     f"{r['driver_seconds_per_round']:.3f} | {100 * r['driver_share']:.1f} % | "
-                     f"{r['beyond_busiest_actor_seconds']:+.3f} | {first} | {gpu} | {100 * r['final_accuracy']:.2f} |")
+        gpu = _num(r.get("gpu_mib_per_client_peak", float("nan")), ".0f")
+        lines.append(f"| {r['setting']} | {r['seconds_per_round']:.2f} | {_num(r['seconds_per_round'] / plain, '.2f')} | "
+                     f"{r['busiest_actor_seconds']:.2f} | {_num(r['driver_seconds_per_round'], '.3f')} | "
+                     f"{_num(100 * r['driver_share'], '.1f')} % | {_num(r['beyond_busiest_actor_seconds'], '+.3f')} | "
+                     f"{_num(r['first_round_seconds'], '.2f')} | {gpu} | {100 * r['final_accuracy']:.2f} |")
     return "\n".join(lines)
 
 
@@ -124,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
 
     p = OneLineParser(prog="python -m fda_ray.bench.engine", description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=typed("rounds", int, "an integer"), default=5)
-    p.add_argument("--settings", default="serial-1t,serial-2t,ray,ray-cold,ray-pool")
+    p.add_argument("--settings", default="plain,serial-1t,serial-2t,vectorised,ray,ray-pool,ray-pool-vec,ray-cold")
     p.add_argument("--data-dir", default=None)
     p.add_argument("--cpus-per-client", type=typed("cpus_per_client", float, "a number"), default=None)
     p.add_argument("--gpus-per-client", type=typed("gpus_per_client", float, "a number"), default=0.0)
