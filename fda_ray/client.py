@@ -1,7 +1,7 @@
 """The client runtime (where a client lives: this process or its actor) and the local recipes it runs.
 
-A `Client` holds its data views as tensors on its device, a model and an optimizer built once, and `state`:
-what it keeps across rounds (counters; a family's personal tensors). A `ClientTask` names a registered
+A `Client` holds its data views as tensors on its device, a model and an optimizer built once (on first
+use), and `state`: what it keeps across rounds (counters; a family's personal tensors). A `ClientTask` names a registered
 recipe (RECIPES); `run_task` runs it on the client and returns a `ClientResult`.
 
 The "epoch" recipe is the authors' local training (REFERENCE.md): start from the round's global weights, a
@@ -63,8 +63,10 @@ class Client:
         self.seed = seed
         self.noise = noise
         self.task = task
-        # Built once; `optimizer_for` clears its state, which equals constructing a new Adam.
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-3)
+        # Built on first use, then kept; `optimizer_for` clears its state, which equals constructing a new Adam.
+        # (Not here: the first Adam of a process imports torch._dynamo, ~2 s, which a driver that never trains
+        # and a vectorised client, fda_ray.cohort, never need.)
+        self._optimizer: torch.optim.Optimizer | None = None
         # Kept across rounds, snapshotted after every task (it must pickle: plain data and tensors).
         self.state: dict[str, Any] = {"rounds_trained": 0, "steps_total": 0, "last_round": -1, "last_loss": None}
 
@@ -73,8 +75,14 @@ class Client:
         self.device = torch.device(device)
         self.views = {name: (x.to(self.device), y.to(self.device)) for name, (x, y) in self.views.items()}
         self.model = self.model.to(self.device)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-3)
+        self._optimizer = None
         return self
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        if self._optimizer is None:
+            self._optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-3)
+        return self._optimizer
 
     def snapshot(self) -> dict[str, Any]:
         return to_cpu(self.state)

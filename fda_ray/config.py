@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-PARTITIONS = ("homo", "label_shift", "classes4", "domains")
+PARTITIONS = ("homo", "label_shift", "classes4", "source_classes", "domains")
 PROJECTIONS = ("cosine", "exact")
 EXECUTORS = ("serial", "ray")
 VECTORISE = ("auto", "on", "off")
@@ -73,6 +73,8 @@ class RunConfig:
     seed: int = _f(0, "trial seed; every draw is seeded by (seed, round, client, purpose)")
     noise: float = _f(0.0, "std of the Gaussian noise on the target's train and test images ([0, 1] pixel units)")
     eta: float = _f(0.5, "label-shift share (partition label_shift); 0.5 = no shift")
+    source_classes: int = _f(4, "classes each source holds (partition source_classes, seed 004 Table 12: "
+                                "source i holds class i mod C plus k - 1 random others)")
     rounds: int = _f(50, "main rounds (one local epoch each)")
     warmup_rounds: int | None = _f(None, "FedAvg warm-up rounds over the sources; default 2 (0 for the "
                                          "oracle under the authors' protocol, which trains from scratch)")
@@ -169,6 +171,10 @@ class RunConfig:
                 raise _err(name, v, "a finite number >= 0")
         if not (0.0 <= self.eta <= 0.5):
             raise _err("eta", self.eta, "a share in [0, 0.5]")
+        if isinstance(self.source_classes, float) and self.source_classes.is_integer():  # a grid's value (9.0)
+            object.__setattr__(self, "source_classes", int(self.source_classes))
+        if not isinstance(self.source_classes, int) or isinstance(self.source_classes, bool) or self.source_classes < 1:
+            raise _err("source_classes", self.source_classes, "an integer >= 1 (at most the dataset's classes)")
         if not (0.0 <= self.beta <= 1.0):
             raise _err("beta", self.beta, "a number in [0, 1]")
         for name, lo in (("rounds", 1), ("warmup_rounds", 0), ("num_sources", 1), ("threads", 1)):

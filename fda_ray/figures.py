@@ -27,8 +27,9 @@ from tuning.grids import Grid  # noqa: E402
 FORMATS = ("png", "pdf")
 DPI = 150
 AXIS_NAMES = {"noise": "target feature noise (std σ)", "eta": "label shift η", "beta": "static β",
+              "source_classes": "classes per source k",
               "target_labelled": "labelled target samples"}
-VAR_SYMBOLS = {"noise": "σ", "eta": "η", "beta": "β", "target_labelled": "n"}
+VAR_SYMBOLS = {"noise": "σ", "eta": "η", "beta": "β", "target_labelled": "n", "source_classes": "k"}
 # One marker per table row, so lines stay apart in grey print.
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "h")
 

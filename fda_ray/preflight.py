@@ -236,6 +236,7 @@ def ignored_options(cfg: RunConfig) -> list[str]:
     uses.update(ALGORITHMS.get(cfg.method).uses(r))
     uses.update({
         "eta": r.partition == "label_shift",
+        "source_classes": r.partition == "source_classes",
         "cpus_per_client": cfg.executor == "ray",
         "gpus_per_client": cfg.executor == "ray",
         "clients_per_actor": cfg.executor == "ray",

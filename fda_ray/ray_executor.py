@@ -65,6 +65,8 @@ class ClientActor:
         torch.set_num_threads(threads)
         self.vectorise = vectorise
         self.clients: dict[int, Client] = {}
+        if not vectorise:  # the first Adam of a process imports torch._dynamo (~2 s): now, not in round 0
+            torch.optim.Adam([torch.zeros(1, requires_grad=True)])
 
     def load(self, client_refs: Sequence[ray.ObjectRef], use_gpu: bool, state_refs: Sequence[ray.ObjectRef]) -> None:
         # refs inside a list are not resolved by Ray

@@ -9,6 +9,10 @@ and a purpose, so a setting is the same in every process and executor.
                15 % of the target's part is labelled (config default), the rest is its test set.
   classes4     client i holds class i mod 10 plus 3 random others, each class split evenly among its
                holders; 10 % of the target's part is labelled (config default), the rest is its test set (CIFAR-10).
+  source_classes  the target's shard, labelled subset and test set as in homo; the sources share the other
+               shards' samples by class (seed 004 Table 12, NIID-Bench "#label k"): source i holds class i mod 10
+               plus source_classes - 1 random others, each class split evenly among its holders (a class
+               no source drew is left out, as in NIID-Bench).
   domains      each source is one extra domain of the dataset (synthetic D_2..D_9); the target subsamples D_1.
 Noise: x + N(0, std^2), no clipping, drawn afresh every time an image is read, on target train and test only.
 The oracle under the authors' protocol (cfg.baseline_protocol = "authors", REFERENCE.md) takes the target's whole
@@ -128,9 +132,18 @@ def build_setting(split: Split, cfg: RunConfig) -> Setting:
     rng = np_rng(cfg.seed, purpose="partition")
     n_src = cfg.num_sources
     ytr = split.y_train.numpy()
-    if cfg.partition == "homo":
+    if cfg.partition in ("homo", "source_classes"):
         shards = homo_shards(len(ytr), n_src + 1, rng)
-        src_idx = [_cap(s, cfg.samples_per_client) for s in shards[:n_src]]
+        if cfg.partition == "homo":
+            src_idx = [_cap(s, cfg.samples_per_client) for s in shards[:n_src]]
+        else:  # the same target as homo (the same draws first); the sources' samples regrouped by class
+            if cfg.source_classes > split.num_classes:
+                raise ValueError(f"source_classes={cfg.source_classes} is invalid: dataset {cfg.dataset!r} has "
+                                 f"{split.num_classes} classes")
+            pool_src = np.concatenate(shards[:n_src])
+            parts = classes4_split(ytr[pool_src], n_src, rng, num_classes=split.num_classes,
+                                   per_client=cfg.source_classes)
+            src_idx = [_cap(pool_src[p], cfg.samples_per_client) for p in parts]
         pool = _cap(shards[n_src], cfg.samples_per_client)
         k = _labelled_count(cfg, pool.size)
         target_train = _take(split.x_train, split.y_train, pool[:k])

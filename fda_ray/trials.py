@@ -65,6 +65,11 @@ class Trial:
         return Trial(**d)
 
 
+# Numbers fields added after sweeps were recorded, with the value that computes what runs computed before them:
+# left out of a trial's identity at that value, so the recorded trials keep their keys.
+ADDED_LATER: dict[str, Any] = {"vectorise": "off", "source_classes": 4}
+
+
 def trial_key(row: str, variable: str, value: float | None, seed: int, params: dict[str, Any], kind: str = "run",
               weights_from: str | None = None) -> str:
     """Readable, and unique per set of numbers: a hash of the fields that change them (RunConfig metadata)."""
@@ -72,8 +77,9 @@ def trial_key(row: str, variable: str, value: float | None, seed: int, params: d
     identity = {k: resolved[k] for k in sorted(numbers_fields())}
     if not identity["params"]:  # (a method without parameters of its own: the keys of sweeps recorded before
         del identity["params"]  # RunConfig.params existed stay valid, and their trials are found on --resume)
-    if identity["vectorise"] == "off":  # (the per-client loop: likewise for sweeps recorded before vectorise)
-        del identity["vectorise"]
+    for name, old in ADDED_LATER.items():  # likewise for the fields added since, at their old behaviour
+        if identity[name] == old:
+            del identity[name]
     identity.update(kind=kind, weights_from=weights_from)
     digest = hashlib.sha1(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:8]
     v = "all" if value is None else f"{value:g}"

@@ -18,7 +18,7 @@ from fda_ray.seeding import derive_seed
     ("batch_target", 0, "a positive integer"),
     ("lr_source", 0.0, "a finite number > 0"),
     ("target_fraction", 1.5, "a share in (0, 1]"),
-    ("partition", "dirichlet", "one of homo, label_shift, classes4, domains"),
+    ("partition", "dirichlet", "one of homo, label_shift, classes4, source_classes, domains"),
     ("auto_beta_rule", "fedavg", "one of fedda, fedgp, fedgp_thresh"),
     ("model", "vgg", "known models: simple_cnn"),
     ("device", "tpu", "'cpu', 'cuda' or 'cuda:<index>'"),

@@ -186,6 +186,33 @@ def test_classes4_reproducible(split):
     assert [ids(p) for p in a.sources] != [ids(p) for p in c.sources]
 
 
+# ---------------------------------------------------------------- source_classes (seed 004 Table 12)
+
+@pytest.mark.parametrize("k", [1, 3, 9])
+def test_source_classes_regroups_the_sources_and_keeps_homos_target(split, k):
+    s = build_setting(split, cfg(partition="source_classes", source_classes=k, target_labelled=30, batch_source=8))
+    h = build_setting(split, cfg(partition="homo", target_labelled=30, batch_source=8))
+    # the target's labelled set, pool and test set are homo's (the same draws come first)
+    for a, b in ((s.target_train, h.target_train), (s.target_pool, h.target_pool), (s.target_test, h.target_test)):
+        assert ids(a) == ids(b)
+    # the sources hold homo's source samples of every class some source holds (a class no source drew, as
+    # class 9 when k = 1, is left out, as in NIID-Bench), regrouped: source i holds k classes, i mod 10 among them
+    held = set().union(*(classes(p) for p in s.sources))
+    homo = [i for p in h.sources for i, y in zip(ids(p), p[1].tolist()) if y in held]
+    assert sorted(i for p in s.sources for i in ids(p)) == sorted(homo)
+    assert (k > 1) or held == set(range(9))
+    for i, p in enumerate(s.sources):
+        assert len(classes(p)) == k and i % 10 in classes(p), (i, classes(p))
+        check_pairs_consistent(split, p)
+
+
+def test_source_classes_beyond_the_datasets_classes_is_an_error(split):
+    with pytest.raises(ValueError, match=r"source_classes=11 is invalid: dataset 'fashion-mnist' has 10 classes"):
+        build_setting(split, cfg(partition="source_classes", source_classes=11, batch_source=8))
+    with pytest.raises(ValueError, match=r"source_classes=0 is invalid"):
+        cfg(partition="source_classes", source_classes=0)
+
+
 # ---------------------------------------------------------------- noise
 
 def test_add_noise_zero_is_identity():

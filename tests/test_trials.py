@@ -17,6 +17,10 @@ TABLE_SETTINGS = {
     "beta": {"partition": "homo", "noise": 0.4, "target_labelled": 100},
     "label-shift": {"partition": "label_shift", "noise": 0.0, "target_fraction": 0.15},
     "target-size": {"partition": "homo", "noise": 0.4},
+    "target-size-noise0.2": {"partition": "homo", "noise": 0.2},
+    "target-size-noise0.6": {"partition": "homo", "noise": 0.6},
+    "source-classes": {"partition": "source_classes", "noise": 0.4, "target_labelled": 100},  # seed 004 Table 12
+    "ablation": {"partition": "homo", "target_labelled": 100},  # seed 004 Table 2
 }
 
 

@@ -16,7 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from tuning.paper import TABLE10_FMNIST, TABLE11_FMNIST_LABEL_SHIFT, TABLE13_14_FMNIST_TARGET_SIZE
+from tuning.paper import (TABLE2_FMNIST_ABLATION, TABLE10_FMNIST, TABLE11_FMNIST_LABEL_SHIFT,
+                          TABLE12_FMNIST_SOURCE_CLASSES, TABLE13_14_FMNIST_TARGET_SIZE,
+                          TABLE13_14_FMNIST_TARGET_SIZE_02, TABLE13_14_FMNIST_TARGET_SIZE_06)
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,23 @@ TABLE_ROWS = _rows(
     ("oracle", "Oracle", "oracle", {}),
 )
 AUTO_ROWS = tuple(r for r in TABLE_ROWS if r.key in ("fedda", "fedgp", "fedda_auto", "fedgp_auto"))
+# Seed 004 Table 12 has no auto rows.
+STATIC_ROWS = tuple(r for r in TABLE_ROWS if r.key not in ("fedda_auto", "fedgp_auto"))
+ABLATION_ROWS = _rows(
+    ("fedda", "FedDA (w/o projection)", "fedda", {"beta": 0.5}),
+    ("fedgp_no_filter", "FedGP (w/o filter)", "fedgp", {"beta": 0.5, "filter": False}),
+    ("fedgp", "FedGP (w filter)", "fedgp", {"beta": 0.5}),
+)
+
+
+def _target_size(noise: float, paper: Mapping[str, Mapping[float, float]]) -> Grid:
+    """Seed 004 Tables 13-14 (Fashion-MNIST) at one noise level: one grid per column pair of the tables."""
+    return Grid(
+        name="target-size" if noise == 0.4 else f"target-size-noise{noise:g}", dataset="fashion-mnist",
+        variable="target_labelled", values=(100, 200, 500, 1000), rows=AUTO_ROWS, seeds={}, fixed={"noise": noise},
+        profiles={"paper": {}, "quick": dict(QUICK)},
+        paper={m: {int(k): v for k, v in row.items()} for m, row in paper.items()},
+        paper_ref=f"seed 004, Tables 13-14 (Fashion-MNIST, noise {noise:g})")
 
 # Laptop profile: fewer rounds and samples (the quick noise sweep finishes in minutes on 2 cores).
 QUICK = {"rounds": 10, "samples_per_client": 1000, "test_samples": 2000}
@@ -103,9 +122,16 @@ GRIDS: dict[str, Grid] = {
         rows=TABLE_ROWS, seeds={}, fixed={"partition": "label_shift"},
         profiles={"paper": {}, "quick": dict(QUICK)},
         paper=TABLE11_FMNIST_LABEL_SHIFT, paper_ref="seed 004, Table 11 (Fashion-MNIST label shift)"),
-    "target-size": Grid(
-        name="target-size", dataset="fashion-mnist", variable="target_labelled", values=(100, 200, 500, 1000),
-        rows=AUTO_ROWS, seeds={}, fixed={"noise": 0.4}, profiles={"paper": {}, "quick": dict(QUICK)},
-        paper={m: {int(k): v for k, v in row.items()} for m, row in TABLE13_14_FMNIST_TARGET_SIZE.items()},
-        paper_ref="seed 004, Tables 13-14 (Fashion-MNIST, noise 0.4)"),
+    "target-size": _target_size(0.4, TABLE13_14_FMNIST_TARGET_SIZE),
+    "target-size-noise0.2": _target_size(0.2, TABLE13_14_FMNIST_TARGET_SIZE_02),
+    "target-size-noise0.6": _target_size(0.6, TABLE13_14_FMNIST_TARGET_SIZE_06),
+    "source-classes": Grid(
+        name="source-classes", dataset="fashion-mnist", variable="source_classes", values=(9, 7, 3, 5),
+        rows=STATIC_ROWS, seeds={}, fixed={"partition": "source_classes", "noise": 0.4},
+        profiles={"paper": {}, "quick": dict(QUICK)}, paper=TABLE12_FMNIST_SOURCE_CLASSES,
+        paper_ref="seed 004, Table 12 (Fashion-MNIST, sources holding k classes, noise 0.4)"),
+    "ablation": Grid(
+        name="ablation", dataset="fashion-mnist", variable="noise", values=(0.2, 0.4, 0.6, 0.8),
+        rows=ABLATION_ROWS, seeds={}, profiles={"paper": {}, "quick": dict(QUICK)}, paper=TABLE2_FMNIST_ABLATION,
+        paper_ref="seed 004, Table 2 (Fashion-MNIST: projection and filter ablation)"),
 }
