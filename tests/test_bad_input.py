@@ -166,6 +166,9 @@ CASES = [
     Case("fda_ray.bench.engine", ("--rounds", "x"), 2, "rounds="),
     Case("fda_ray.bench.engine", ("--device", "cuda:abc"), 2, "device="),
     Case("fda_ray.bench.engine", ("--gpus-per-client", "-1"), 2, "gpus_per_client="),
+    Case("fda_ray.bench.cohort", ("--threads", "x"), 2, "threads="),
+    Case("fda_ray.bench.cohort", ("--clients", "0"), 2, "clients="),
+    Case("fda_ray.bench.cohort", ("--device", "cuda:abc"), 2, "device="),
 ]
 
 
@@ -224,7 +227,7 @@ def error_lines(stderr: str) -> tuple[list[str], list[str]]:
 def test_there_are_at_least_60_cases_across_the_command_lines():
     assert len(CASES) >= 60
     assert {c.module for c in CASES} >= {"fda_ray", "fda_ray.sweep", "fda_ray.diagnose", "fda_ray.synthetic_grid",
-                                         "fda_ray.kernels", "fda_ray.bench.engine"}
+                                         "fda_ray.kernels", "fda_ray.bench.engine", "fda_ray.bench.cohort"}
     assert len({c.id for c in CASES}) == len(CASES)
 
 

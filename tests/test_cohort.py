@@ -187,3 +187,15 @@ def test_the_experiment_clients_form_one_cohort_of_sources(tiny):
     plan = exp.algorithm.plan_round(1, state)
     keys = [cohort_key(exp.clients[t.client], t) for t in plan.tasks]
     assert len(set(keys[:-1])) == 1 and keys[-1] != keys[0]  # the sources share one; the target's batch differs
+
+
+def test_the_plain_reference_loop_of_the_engine_benchmark_learns(tiny):
+    """fda_ray.bench.plain (the benchmark's reference row) does the engine's FedGP work: it learns the tiny
+    task as the engine does (other seeds, so not the same numbers)."""
+    from fda_ray.bench.plain import run_plain
+
+    cfg = tiny(method="fedgp", rounds=5, warmup_rounds=0)
+    rows = run_plain(cfg)
+    assert [r["round"] for r in rows] == [0, 1, 2, 3, 4] and all(r["seconds"] > 0 for r in rows)
+    engine = run(cfg).rows[-1]["accuracy"]  # 0.51 here, the plain loop 0.52 (chance: 0.1)
+    assert rows[-1]["accuracy"] > 0.3 and abs(rows[-1]["accuracy"] - engine) < 0.2
