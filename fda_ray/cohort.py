@@ -110,7 +110,7 @@ def _loss_rows(task: str, out: torch.Tensor, y: torch.Tensor, weight: torch.Tens
     return (per * weight).sum(1)
 
 
-def stacked_forward(model: nn.Module, names: Sequence[str]) -> Callable[[dict, torch.Tensor], torch.Tensor]:
+def stacked_forward(model: nn.Module) -> Callable[[dict, torch.Tensor], torch.Tensor]:
     """(params {name: (K, ...)}, x (K, B, ...)) -> (K, B, outputs): the model's own `forward_stacked`, or
     vmap over functional_call (the model's code, one client per vmapped row)."""
     own = getattr(type(model), "forward_stacked", None)
@@ -134,7 +134,7 @@ def train_cohort(members: Sequence[tuple[Client, ClientTask, torch.Tensor]]) -> 
     flat = start.clone().requires_grad_(True)
     bounds = [(name, int(layout.offsets[l]), int(layout.offsets[l + 1]), shape)
               for l, (name, shape) in enumerate(zip(layout.names, layout.shapes))]
-    forward = stacked_forward(c0.model, layout.names)
+    forward = stacked_forward(c0.model)
     c0.model.train()
     lr = torch.tensor([float(t.hparams["lr"]) for t in tasks], device=device, dtype=flat.dtype)  # (K,)
     same_lr = bool((lr == lr[0]).all())
@@ -176,7 +176,10 @@ def train_cohort(members: Sequence[tuple[Client, ClientTask, torch.Tensor]]) -> 
         params = {name: flat[:, lo:hi].view(k, *shape) for name, lo, hi, shape in bounds}
         out = forward(params, xb)  # (K, B, outputs)
         loss_k = _loss_rows(c0.task, out, yb, weight)  # (K,)
-        grad, = torch.autograd.grad(loss_k.sum(), flat)  # (K, M): row k is client k's gradient
+        # Gradients with respect to the layer views (not the leaf: that would zero-fill a (K, M) tensor per
+        # layer), laid out as the rows: row k is client k's gradient.
+        grads = torch.autograd.grad(loss_k.sum(), list(params.values()))
+        grad = torch.cat([g.reshape(k, -1) for g in grads], 1)  # (K, M)
         loss_sum += loss_k.detach().double() * active.to(device)
         with torch.no_grad():
             prev = flat.detach().clone() if any(record) else None

@@ -51,15 +51,16 @@ class SimpleCNN(nn.Module):
     @staticmethod
     def forward_stacked(p: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
         """K models at once (fda_ray.cohort): p holds each parameter stacked (K, ...), x (K, B, C, H, W) ->
-        (K, B, classes). The convolutions run per model (a grouped convolution's backward pass is slower on
-        CPUs than K small ones); activations, pooling, the linear layers (batched matmuls) and everything
-        after run once for all K."""
-        k, b = x.shape[:2]
-        h = torch.cat([F.conv2d(x[i], p["conv1.weight"][i], p["conv1.bias"][i]) for i in range(k)])  # (K*B, 6, ., .)
-        h = F.max_pool2d(torch.relu(h), 2)
-        h = torch.cat([F.conv2d(hi, p["conv2.weight"][i], p["conv2.bias"][i])
-                       for i, hi in enumerate(h.chunk(k))])  # (K*B, 16, ., .)
-        h = F.max_pool2d(torch.relu(h), 2).reshape(k, b, -1)  # (K, B, features)
+        (K, B, classes). The convolutional trunk runs per model (a grouped convolution's backward pass, and
+        max-pooling over all K batches at once, are slower on CPUs than K small ones); the linear layers run
+        once for all K as batched matmuls."""
+        k = x.shape[0]
+        feats = []
+        for i in range(k):
+            h = F.max_pool2d(torch.relu(F.conv2d(x[i], p["conv1.weight"][i], p["conv1.bias"][i])), 2)
+            h = F.max_pool2d(torch.relu(F.conv2d(h, p["conv2.weight"][i], p["conv2.bias"][i])), 2)
+            feats.append(h.flatten(1))  # (B, features)
+        h = torch.stack(feats)  # (K, B, features)
         h = torch.relu(_linear_stacked(h, p["fc1.weight"], p["fc1.bias"]))
         h = torch.relu(_linear_stacked(h, p["fc2.weight"], p["fc2.bias"]))
         return _linear_stacked(h, p["fc3.weight"], p["fc3.bias"])
