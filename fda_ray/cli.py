@@ -103,7 +103,7 @@ def add_config_arguments(p: argparse.ArgumentParser, *, overrides: bool = False,
         if choices:
             help_text += f" [{', '.join(choices)}]"
         default = argparse.SUPPRESS if overrides else f.default
-        if not overrides:
+        if not overrides and not (f.default is None and "default:" in help_text):  # (its help says it already)
             help_text += f" (default: {'per dataset/method' if f.default is None else f.default})"
         kw: dict[str, Any] = {"dest": f.name, "default": default, "help": help_text}
         if base is bool:
