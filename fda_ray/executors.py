@@ -95,6 +95,18 @@ def clients_per_actor(num_clients: int, *, cpus: float, gpus: float, gpus_per_cl
     return math.ceil(num_clients / actors)
 
 
+def actor_size(cfg: RunConfig, num_clients: int, bundles: int | None = None) -> int:
+    """cfg.clients_per_actor, or, unset, `clients_per_actor` on the running cluster's CPUs and GPUs (before
+    Ray runs: one CPU per client and one GPU). Used by the executor, the Tune trial's bundles and the bench."""
+    if cfg.clients_per_actor is not None:
+        return cfg.clients_per_actor
+    import ray
+
+    res = ray.cluster_resources() if ray.is_initialized() else {}
+    return clients_per_actor(num_clients, cpus=float(res.get("CPU", num_clients)), gpus=float(res.get("GPU", 1.0)),
+                             gpus_per_client=cfg.gpus_per_client, threads=cfg.threads, bundles=bundles)
+
+
 _SAID: set[str] = set()
 
 
@@ -120,7 +132,6 @@ def build_executor(cfg: RunConfig, clients: Sequence[Client] | None = None, *, n
         if clients is None:
             raise ValueError("the serial executor needs the clients")
         return SerialExecutor(clients, vectorise)
-    import ray
     from ray.util import get_current_placement_group
 
     from fda_ray.ray_executor import RayExecutor
@@ -128,11 +139,7 @@ def build_executor(cfg: RunConfig, clients: Sequence[Client] | None = None, *, n
     n = len(clients) if clients is not None else int(num_clients or 0)
     pg = get_current_placement_group()
     bundles = len(pg.bundle_specs) - 1 if pg is not None else None  # the first bundle is the trial's driver
-    k = cfg.clients_per_actor
-    if k is None:
-        res = ray.cluster_resources()
-        k = clients_per_actor(n, cpus=float(res.get("CPU", 1.0)), gpus=float(res.get("GPU", 0.0)),
-                              gpus_per_client=cfg.gpus_per_client, threads=cfg.threads, bundles=bundles)
+    k = actor_size(cfg, n, bundles)
     cpus = cfg.cpus_per_client
     if cpus is None and pg is not None:
         cpus = float(pg.bundle_specs[1].get("CPU", 1.0)) / k if bundles else 1.0

@@ -96,15 +96,9 @@ def resources(cfg: RunConfig, driver_extra: dict[str, float] | None = None) -> t
         gpu = {"GPU": 1} if cfg.device.startswith("cuda") else {}
         return tune.PlacementGroupFactory([{"CPU": float(cfg.threads), **gpu, **extra}])
     num_clients = cfg.resolved().num_sources + 1
-    k = cfg.clients_per_actor
-    if k is None:  # pooled to the cluster as fda_ray.executors does (one trial may fill the machine)
-        import ray
+    from fda_ray.executors import actor_size
 
-        from fda_ray.executors import clients_per_actor
-
-        res = ray.cluster_resources() if ray.is_initialized() else {}
-        k = clients_per_actor(num_clients, cpus=float(res.get("CPU", num_clients)), gpus=float(res.get("GPU", 1.0)),
-                              gpus_per_client=cfg.gpus_per_client, threads=cfg.threads)
+    k = actor_size(cfg, num_clients)  # pooled to the cluster as the executor pools (one trial may fill it)
     actors = math.ceil(num_clients / k)
     # An actor runs its clients with `threads` threads, whatever their number (cpus_per_client: per client).
     per_actor = {"CPU": float(cfg.cpus_per_client * k) if cfg.cpus_per_client else float(cfg.threads)}

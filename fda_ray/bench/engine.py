@@ -115,13 +115,11 @@ def run_one(name: str, a: argparse.Namespace) -> list[dict]:
         return [_summary(name, hist.rows, marks[0] - t0, driver.executor.groups, driver.gpu_memory)]
     # ray-x2: two independent runs (seeds 0 and 1) at once; their clients share the machine (each run pools
     # its clients to the machine's CPUs, at a CPU share that lets both runs' actors be placed).
-    from fda_ray.executors import clients_per_actor
+    from fda_ray.executors import actor_size
     from fda_ray.ray_executor import auto_cpus_per_client
 
     n = cfg.resolved().num_sources + 1
-    res = ray.cluster_resources()
-    k = clients_per_actor(n, cpus=res.get("CPU", 1.0), gpus=res.get("GPU", 0.0), gpus_per_client=cfg.gpus_per_client,
-                          threads=cfg.threads)
+    k = actor_size(cfg, n)
     per = cfg.cpus_per_client or auto_cpus_per_client(2 * -(-n // k)) / k  # per client; both runs' actors fit
     drivers = [DriverActor.remote(cfg.replace(seed=s, cpus_per_client=per, clients_per_actor=k)) for s in (0, 1)]
     hists = ray.get([d.run.remote() for d in drivers])
