@@ -268,6 +268,7 @@ def summarize(rows: list[dict], failures: list[dict], grid: Grid, profile: str, 
     lines = [f"# Sweep `{grid.name}` ({profile} profile)", "",
              f"Final target test accuracy (%), ours / paper ({grid.paper_ref or 'no published numbers'}); "
              f"mean ± std over seeds where n > 1; **!** marks a gap of more than {GAP:g} points.", "",
+             *([f"Profile `{profile}`: {grid.profiles[profile].note}", ""] if grid.profiles[profile].note else []),
              f"Command: `{command}`", "",
              "| method | " + " | ".join(f"{grid.variable} {v:g}" for v in values) + " |",
              "|" + "---|" * (len(values) + 1)]

@@ -119,7 +119,8 @@ def select_values(grid: Grid, values: Sequence[float] | None) -> list[float]:
 
 def plan(grid: Grid, profile: str, *, rows: Sequence[str] | None = None, values: Sequence[float] | None = None,
          seeds: int | None = None, overrides: dict[str, Any] | None = None) -> list[Trial]:
-    """Every trial of `grid` (or of the chosen rows and values): row x value x seed, in the order they should
+    """Every trial of `grid` (or of the chosen rows and values; by default the profile's, if it names them):
+    row x value x seed, in the order they should
     run: by seed, then shared source_only, the rows that train no source, then the rest value by value from
     the middle of the grid outwards (an interrupted grid has whole columns rather than whole rows)."""
     from fda_ray.algorithms import ALGORITHMS
@@ -129,8 +130,11 @@ def plan(grid: Grid, profile: str, *, rows: Sequence[str] | None = None, values:
     if seeds is not None and (not isinstance(seeds, int) or seeds < 1):
         raise ValueError(f"seeds={seeds!r} is invalid: an integer >= 1")
     overrides = dict(overrides or {})
-    chosen = select_rows(grid, rows)
-    vals = select_values(grid, values)
+    default_rows = grid.profiles[profile].rows  # row keys, not names (the name fedgp would take fedgp_beta1)
+    chosen = select_rows(grid, rows) if rows or default_rows is None else [r.key for r in grid.rows
+                                                                          if r.key in default_rows]
+    vals = select_values(grid, values if values or grid.profiles[profile].values is None
+                         else grid.profiles[profile].values)
     if grid.variable in overrides:
         raise ValueError(f"{grid.variable}={overrides[grid.variable]!r} is invalid here: it is the grid's variable "
                          f"(choose its values with --values)")
@@ -144,7 +148,7 @@ def plan(grid: Grid, profile: str, *, rows: Sequence[str] | None = None, values:
             for name in set(values) & set(row_params.get("params", {}).get(fam, {})):
                 raise ValueError(f"{fam}.{name}={values[name]!r} is invalid here: row {key!r} sets it "
                                  f"({grid.row(key).label})")
-    base = {"dataset": grid.dataset, **grid.fixed, **grid.profiles[profile], **overrides}
+    base = {"dataset": grid.dataset, **grid.fixed, **grid.profiles[profile].fields, **overrides}
 
     def n_seeds(v: float) -> int:
         return seeds if seeds is not None else (1 if profile == "quick" else grid.seeds_for(v))

@@ -322,3 +322,16 @@ def test_tunes_restore_hint_is_dropped():
                              None, None)
     other = logging.LogRecord("ray.tune.tune", logging.WARNING, "", 0, "Trials did not complete: %s", ("t",), None)
     assert f.filter(hint) is False and f.filter(other) is True
+
+
+def test_summary_says_how_the_profile_differs_from_the_paper():
+    from tuning.grids import Profile
+
+    grid = Grid(name="g", dataset="fashion-mnist", variable="noise", values=(0.4,), rows=ROWS, seeds={},
+                profiles={"quick": Profile({"rounds": 3}, note="3 rounds, not 50."), "paper": {}},
+                paper={"fedgp_auto": {0.4: 71.53}}, paper_ref="test numbers")
+    rows = [{"row": "fedgp_auto", "trial": "t", "grid_value": 0.4, "seed": 0, "round": 3, "accuracy": 0.7}]
+    quick, _ = sweep.summarize(rows, [], grid, "quick", ["fedgp_auto"], [0.4], "cmd")
+    paper, _ = sweep.summarize(rows, [], grid, "paper", ["fedgp_auto"], [0.4], "cmd")
+    assert "Profile `quick`: 3 rounds, not 50.\n" in quick and "Profile" not in paper
+    assert "| FedGP_Auto | 70.00 / 71.53 |" in quick

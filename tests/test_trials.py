@@ -8,7 +8,7 @@ import pytest
 from fda_ray.config import RunConfig
 from fda_ray.engine import run
 from fda_ray.trials import Trial, is_done, plan, read_rows, result_rows, run_trial, trial_key
-from tuning.grids import GRIDS, Grid, Row
+from tuning.grids import GRIDS, Grid, Profile, Row
 from tuning.paper import TABLE10_FMNIST, TABLE11_FMNIST_LABEL_SHIFT
 
 # What each published table holds fixed (seed 004 C.6 and the grids' captions), beyond the dataset defaults.
@@ -84,6 +84,19 @@ def test_noise_grid_is_table_10_with_fedgp_1_and_shared_source_only():
     assert heavy == [0.4, 0.2, 0.6, 0.0, 0.8]
 
 
+def test_quick_noise_profile_is_the_papers_setting_with_two_sources_at_three_noise_levels():
+    trials = plan(GRIDS["noise"], "quick")
+    rows = [r.key for r in GRIDS["noise"].rows if r.key != "fedgp_beta1"]  # fedgp_beta1: not named as method fedgp
+    assert _cells(trials) == {(k, v, 0) for k in rows for v in (0.0, 0.4, 0.8)}
+    for t in trials:
+        cfg = t.config().resolved()
+        assert (cfg.num_sources, cfg.samples_per_client, cfg.test_samples, cfg.rounds) == (2, 6000, 2000, 50)
+        assert cfg.vectorise == "on"
+        assert cfg.lr_source == 0.01 and cfg.batch_source == 64 and cfg.target_labelled == 100
+    assert "2 sources (paper: 9)" in GRIDS["noise"].profiles["quick"].note
+    assert all(g.profiles["quick"].note for g in GRIDS.values())  # every quick summary says how it differs
+
+
 def test_plan_restricts_rows_values_and_overrides():
     grid = GRIDS["label-shift"]
     trials = plan(grid, "quick", rows=["fedgp", "fedda"], values=[0.1], overrides={"rounds": 2})
@@ -91,6 +104,28 @@ def test_plan_restricts_rows_values_and_overrides():
     assert all(t.config().rounds == 2 and t.config().partition == "label_shift" and t.config().eta == 0.1
                and t.config().noise == 0.0 for t in trials)
     assert [t.row for t in plan(grid, "quick", rows=["fedgp_beta1"], values=[0.1])] == ["fedgp_beta1"]
+
+
+def test_a_profile_sets_fields_and_the_rows_and_values_run_by_default():
+    grid = Grid(name="p", dataset="fashion-mnist", variable="noise", values=(0.0, 0.4, 0.8),
+                rows=(Row("fedgp", "FedGP", "fedgp"), Row("fedgp_beta1", "FedGP_1", "fedgp", {"beta": 1.0})), seeds={},
+                profiles={"paper": {}, "short": Profile({"rounds": 3, "num_sources": 2}, values=(0.8, 0.0),
+                                                        rows=("fedgp",), note="n")})
+    assert [(t.row, t.value) for t in plan(grid, "paper", rows=["fedgp_beta1"])] == [
+        ("fedgp_beta1", 0.4), ("fedgp_beta1", 0.0), ("fedgp_beta1", 0.8)]
+    short = plan(grid, "short")
+    # the profile's rows (by key: fedgp is not also fedgp_beta1 here) and values, in the grid's order of work
+    assert [(t.row, t.value) for t in short] == [("fedgp", 0.0), ("fedgp", 0.8)]
+    assert {t.row for t in plan(grid, "short", rows=["fedgp"])} == {"fedgp", "fedgp_beta1"}  # --methods: names
+    assert all(t.config().rounds == 3 and t.config().num_sources == 2 for t in short)
+    assert [t.value for t in plan(grid, "short", values=[0.4])] == [0.4]  # --values still picks any grid value
+    assert isinstance(grid.profiles["paper"], Profile) and grid.profiles["paper"].values is None
+    with pytest.raises(ValueError, match=r"profile 'short' runs noise=0.3, which is not one of the grid's values"):
+        Grid(name="p", dataset="fashion-mnist", variable="noise", values=(0.0,), rows=(Row("a", "A", "fedgp"),),
+             seeds={}, profiles={"short": Profile({}, values=(0.3,))})
+    with pytest.raises(ValueError, match=r"profile 'short' runs row 'fedda', which is not one of the grid's rows"):
+        Grid(name="p", dataset="fashion-mnist", variable="noise", values=(0.0,), rows=(Row("a", "A", "fedgp"),),
+             seeds={}, profiles={"short": Profile({}, rows=("fedda",))})
 
 
 @pytest.mark.parametrize("kw,needle", [
