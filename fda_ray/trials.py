@@ -130,11 +130,10 @@ def plan(grid: Grid, profile: str, *, rows: Sequence[str] | None = None, values:
     if seeds is not None and (not isinstance(seeds, int) or seeds < 1):
         raise ValueError(f"seeds={seeds!r} is invalid: an integer >= 1")
     overrides = dict(overrides or {})
-    default_rows = grid.profiles[profile].rows  # row keys, not names (the name fedgp would take fedgp_beta1)
-    chosen = select_rows(grid, rows) if rows or default_rows is None else [r.key for r in grid.rows
-                                                                          if r.key in default_rows]
-    vals = select_values(grid, values if values or grid.profiles[profile].values is None
-                         else grid.profiles[profile].values)
+    prof = grid.profiles[profile]
+    # the profile's rows are keys, not names (the name fedgp would also take fedgp_beta1)
+    chosen = select_rows(grid, rows) if rows or prof.rows is None else [r.key for r in grid.rows if r.key in prof.rows]
+    vals = select_values(grid, values or prof.values)
     if grid.variable in overrides:
         raise ValueError(f"{grid.variable}={overrides[grid.variable]!r} is invalid here: it is the grid's variable "
                          f"(choose its values with --values)")
@@ -148,10 +147,10 @@ def plan(grid: Grid, profile: str, *, rows: Sequence[str] | None = None, values:
             for name in set(values) & set(row_params.get("params", {}).get(fam, {})):
                 raise ValueError(f"{fam}.{name}={values[name]!r} is invalid here: row {key!r} sets it "
                                  f"({grid.row(key).label})")
-    base = {"dataset": grid.dataset, **grid.fixed, **grid.profiles[profile].fields, **overrides}
+    base = {"dataset": grid.dataset, **grid.fixed, **prof.fields, **overrides}
 
     def n_seeds(v: float) -> int:
-        return seeds if seeds is not None else (1 if profile == "quick" else grid.seeds_for(v))
+        return seeds if seeds is not None else (prof.seeds if prof.seeds is not None else grid.seeds_for(v))
 
     def make(row_key: str, value: float | None, seed: int, kind: str = "run", weights_from: str | None = None,
              save_weights: bool = False, at: tuple[float, ...] = ()) -> Trial:

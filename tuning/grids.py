@@ -34,12 +34,14 @@ class Row:
 @dataclass(frozen=True)
 class Profile:
     """How a grid's trials run: RunConfig fields over the paper's settings, the grid values and rows run by
-    default (None: all; `--values` and `--methods` still pick any), and one line on how it differs from the
-    paper's setting (printed above the summary's table)."""
+    default (None: all; `--values` and `--methods` still pick any), the seeds per cell (None: the grid's;
+    `--seeds` overrides), and one line on how it differs from the paper's setting (printed above the
+    summary's table)."""
 
     fields: Mapping[str, Any] = field(default_factory=dict)
     values: tuple[float, ...] | None = None
     rows: tuple[str, ...] | None = None  # row keys
+    seeds: int | None = None
     note: str = ""
 
 
@@ -60,17 +62,16 @@ class Grid:
     def __post_init__(self) -> None:
         profiles = {name: p if isinstance(p, Profile) else Profile(dict(p)) for name, p in self.profiles.items()}
         object.__setattr__(self, "profiles", profiles)  # frozen: normalised once, here
-        for name, p in profiles.items():
-            bad = [v for v in (p.values or ()) if v not in self.values]
-            if bad:
-                raise ValueError(f"grid {self.name!r}: profile {name!r} runs {self.variable}={bad[0]:g}, which is not "
-                                 f"one of the grid's values {list(self.values)}")
         keys = [r.key for r in self.rows]
         for name, p in profiles.items():
-            bad = [k for k in (p.rows or ()) if k not in keys]
-            if bad:
-                raise ValueError(f"grid {self.name!r}: profile {name!r} runs row {bad[0]!r}, which is not one of "
-                                 f"the grid's rows {keys}")
+            bad_values = [v for v in (p.values or ()) if v not in self.values]
+            if bad_values:
+                raise ValueError(f"grid {self.name!r}: profile {name!r} runs {self.variable}={bad_values[0]:g}, which "
+                                 f"is not one of the grid's values {list(self.values)}")
+            bad_rows = [k for k in (p.rows or ()) if k not in keys]
+            if bad_rows:
+                raise ValueError(f"grid {self.name!r}: profile {name!r} runs row {bad_rows[0]!r}, which is not one "
+                                 f"of the grid's rows {keys}")
         if len(set(keys)) != len(keys):
             raise ValueError(f"grid {self.name!r}: row keys must be unique, got {keys}")
         if self.share_source_only and self.variable != "noise":
@@ -129,7 +130,7 @@ def _target_size(noise: float, paper: Mapping[str, Mapping[float, float]]) -> Gr
         paper_ref=f"seed 004, Tables 13-14 (Fashion-MNIST, noise {noise:g})")
 
 # Laptop profile of most grids: for checking a setup in minutes; its numbers are not the paper's.
-QUICK = Profile({"rounds": 10, "samples_per_client": 1000, "test_samples": 2000},
+QUICK = Profile({"rounds": 10, "samples_per_client": 1000, "test_samples": 2000}, seeds=1,
                 note="10 rounds on 1000 samples per client and 2000 test images (paper: 50 rounds on 6000, the "
                      "whole test set): for checking a setup, not the paper's numbers.")
 # The noise grid's quick profile keeps the paper's findings (issue 16): the paper's rounds, shards and
@@ -141,7 +142,7 @@ QUICK = Profile({"rounds": 10, "samples_per_client": 1000, "test_samples": 2000}
 # and 2 sources on 20 000-image shards for fewer rounds leave the auto-weighted methods below Target Only at
 # noise 0.8 (their warm-up already fits the clean images too closely).
 QUICK_NOISE = Profile({"num_sources": 2, "samples_per_client": 6000, "test_samples": 2000, "vectorise": "on"},
-                      values=(0.0, 0.4, 0.8),
+                      values=(0.0, 0.4, 0.8), seeds=1,
                       rows=tuple(r.key for r in TABLE_ROWS if r.key != "fedgp_beta1"),
                       note="2 sources (paper: 9) of 6000 images, 50 rounds as in the paper, 2000 test images (paper: "
                            "10 000), noise 0, 0.4 and 0.8, no FedGP_1, one seed, sources trained vectorised.")
