@@ -188,7 +188,7 @@ def delta_errors(q: Quantities, beta: float = 0.5) -> dict[str, torch.Tensor]:
 def combined(per_source: dict[str, torch.Tensor], weights: torch.Tensor) -> dict[str, float]:
     """sum_i alpha_i Delta_i: the several-source bound of 004 eq (9) (exact with one source)."""
     w = weights.double()
-    return {rule: float(w @ v) for rule, v in per_source.items()}
+    return {rule: float(w.to(v.device) @ v) for rule, v in per_source.items()}
 
 
 def best_rule(deltas: dict[str, float], rules: Sequence[str] = STATIC_RULES) -> str:

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 from typing import Callable
 
 import torch
 
+from fda_ray.algorithms.base import ClientResult
 from fda_ray.evaluation import Evaluator
 from fda_ray.executors import Executor
 from fda_ray.experiment import Experiment
@@ -25,8 +27,19 @@ from fda_ray.failures import ClientFailure, RunFailed, RunInterrupted
 from fda_ray.history import History
 
 
-def clone_state(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return {k: v.clone() for k, v in state.items()}
+def clone_state(state: dict[str, torch.Tensor], device: torch.device | str | None = None) -> dict[str, torch.Tensor]:
+    """A copy of the server state (on `device` if given: checkpoints are kept on the CPU, so a run trained on a
+    GPU resumes, or is read, on a machine without one)."""
+    return {k: v.to(device, copy=True) if device is not None else v.clone() for k, v in state.items()}
+
+
+def on_device(res: ClientResult, device: torch.device) -> ClientResult:
+    """A client's result with its tensors on the driver's device. Clients send CPU tensors (they travel through
+    Ray's object store); the server half aggregates where the server state lives, the GPU when --device cuda
+    (the CUDA projection kernel), so each round's deltas cross to the device once, here."""
+    if all(t.device == device for t in res.tensors.values()):
+        return res
+    return replace(res, tensors={k: t.to(device) for k, t in res.tensors.items()})
 
 
 def run_rounds(exp: Experiment, executor: Executor, progress: Callable[[dict], None] | None = None,
@@ -54,11 +67,13 @@ def _rounds(exp: Experiment, executor: Executor, hist: History, progress: Callab
     algo = exp.algorithm
     t0 = time.perf_counter()
     r = 0
-    state = algo.init_state(exp.initial_weights())
+    initial = exp.initial_weights()  # (M,) on the driver's device (cfg.device)
+    device = initial.device
+    state = algo.init_state(initial)
     if resume is not None:
         r = int(resume["next_round"])
         # "flat": a checkpoint written before the algorithm contract (the FDA family's global model)
-        state = clone_state(resume["state"]) if "state" in resume else {"global": resume["flat"].clone()}
+        state = clone_state(resume["state"], device) if "state" in resume else {"global": resume["flat"].to(device)}
         hist.rows = [dict(row) for row in resume["rows"] if row["round"] < r]
         if resume.get("client_states") is not None:
             executor.restore_states([dict(st) for st in resume["client_states"]])
@@ -74,7 +89,7 @@ def _rounds(exp: Experiment, executor: Executor, hist: History, progress: Callab
     tr = time.perf_counter()
     while plan is not None:
         try:
-            results = {res.client: res for res in executor.collect(pending)}
+            results = {res.client: on_device(res, device) for res in executor.collect(pending)}
         except ClientFailure as e:
             raise stop(str(e)) from e
         t_collected = time.perf_counter()
@@ -103,7 +118,7 @@ def _rounds(exp: Experiment, executor: Executor, hist: History, progress: Callab
         if progress:
             progress(row)
         if checkpoint:
-            checkpoint({"next_round": r + 1, "state": clone_state(state),
+            checkpoint({"next_round": r + 1, "state": clone_state(state, "cpu"),
                         "rows": [dict(x) for x in hist.rows], "client_states": executor.client_states()})
         plan, r = next_plan, r + 1
     hist.seconds = time.perf_counter() - t0

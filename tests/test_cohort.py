@@ -148,9 +148,10 @@ def test_a_vectorised_run_is_within_float_tolerance_of_the_loop(tiny, method):
         assert rb["loss"] == pytest.approx(ra["loss"], rel=1e-4)
 
 
-def test_vectorise_auto_is_on_for_gpu_clients_only(tiny):
+def test_vectorise_auto_is_the_measured_faster_loop_on_cpus_and_gpus(tiny):
     assert tiny().resolved().vectorise == "off"
-    assert tiny(executor="ray", gpus_per_client=0.1).resolved().vectorise == "on"
+    assert tiny(executor="ray", gpus_per_client=0.1).resolved().vectorise == "off"
+    assert tiny(device="cuda").resolved().vectorise == "off"  # the serial executor on a GPU
     assert tiny(vectorise="on").resolved().vectorise == "on"
     with pytest.raises(ValueError, match=r"vectorise='yes' is invalid: one of auto, on, off"):
         tiny(vectorise="yes")

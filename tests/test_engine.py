@@ -291,3 +291,22 @@ def test_target_only_logs_estimates_only_when_asked(tiny):
     assert tiny(method="fedgp").resolved().log_estimates is True
     with pytest.raises(ValueError, match="log_estimates='yes' is invalid"):
         tiny(log_estimates="yes")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here: run on a GPU machine (GPU.md)")
+@pytest.mark.parametrize("method", ["fedgp", "fedgp_auto", "fedda", "ditto"])
+def test_run_on_cuda_follows_the_cpu_run(tiny, method):
+    """--device cuda: the clients train and the server aggregates (the CUDA kernel) on the GPU, the clients'
+    CPU results crossing to it once a round. The numbers are the CPU run's up to summation order and TF32
+    convolutions (cuDNN's default), so accuracies agree to a few of the 100 test images, not bit for bit."""
+    cfg = tiny(method=method, log_estimates=method.startswith("fedgp"), warmup_rounds=0 if method == "ditto" else 1)
+    h_cpu, h_gpu = run(cfg), run(cfg.replace(device="cuda"))
+    assert [r["round"] for r in h_gpu.rows] == [r["round"] for r in h_cpu.rows]
+    gaps = [abs(a["accuracy"] - b["accuracy"]) for a, b in zip(h_cpu.rows, h_gpu.rows)]
+    drift = float((h_gpu.final_weights.cpu() - h_cpu.final_weights).abs().max())
+    print(f"{method}: accuracy gaps {gaps}, final weights' largest difference {drift:.2e}")
+    assert max(gaps) <= 0.05
+    # Adam's steps are of size lr (1e-3 here) whatever the gradient's size, so reordered sums can move a
+    # weight by a few steps over the run's ~20 steps, but not by more than all of them.
+    lr = cfg.resolved()
+    assert drift <= 20 * max(lr.lr_source, lr.lr_target)

@@ -200,6 +200,27 @@ def test_engine_benchmark_rejects_unknown_settings(capsys):
     assert len(err.splitlines()) == 1 and "settings='serial-1t,spark'" in err and "ray-cold" in err
 
 
+def test_engine_benchmark_prints_the_finished_settings_when_a_later_one_fails(monkeypatch, fmnist_dir, capsys):
+    """A setting that fails (say, cut off or out of memory on a GPU) does not take the settings already
+    measured with it: their rows are printed, and the exit code says the run was incomplete."""
+    import subprocess
+    from types import SimpleNamespace
+
+    from fda_ray.bench import engine as bench
+
+    row = {"setting": "serial-1t", "rounds": 3, "seconds_per_round": 1.5, "driver_seconds_per_round": 0.1,
+           "driver_share": 0.07, "beyond_busiest_actor_seconds": 0.0, "busiest_actor_seconds": 1.4,
+           "first_round_seconds": 2.0, "final_accuracy": 0.5}
+    outcomes = iter([SimpleNamespace(returncode=0, stdout="BENCH " + json.dumps([row]), stderr=""),
+                     SimpleNamespace(returncode=1, stdout="", stderr="RuntimeError: CUDA out of memory")])
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: next(outcomes))
+    assert bench.main(["--settings", "serial-1t,ray", "--data-dir", str(fmnist_dir)]) == 1
+    out, err = capsys.readouterr()
+    assert "| serial-1t | 1.50 |" in out and "ray" not in out.split("| setting |")[1].split("serial-1t")[0]
+    assert "serial-1t: done, 1.500 s/round, first round 2.0 s" in err
+    assert "setting ray failed" in err and "CUDA out of memory" in err
+
+
 @pytest.mark.parametrize("method,faults", [("ditto", {(3, 1): ["kill"]}), ("fedrep", {(1, 1): ["kill"], (3, 2): ["raise"]})],
                          ids=["ditto-target-killed", "fedrep-source-killed"])
 def test_personalised_state_survives_a_killed_actor(local_ray, tiny, method, faults):

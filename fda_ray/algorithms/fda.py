@@ -159,7 +159,7 @@ class FDA(Algorithm):
                                               and steps.shape[0] >= 2):
                 # Per-step deltas of both sides, both scaled by lr_T / lr_S as in the authors' code
                 # (REFERENCE.md): the factor cancels in beta; the logged estimates carry it.
-                aligned = src / self.src_steps.unsqueeze(1) * self.lr_ratio  # (N, M)
+                aligned = src / self.src_steps.to(src.device).unsqueeze(1) * self.lr_ratio  # (N, M)
                 stats = estimate(steps * self.lr_ratio, aligned, impl=cfg.aggregation_impl)
                 metrics.update(round_estimates(stats, self.weights, self.layout.size, steps.shape[0], cfg.beta))
                 if self.auto_rule is not None:

@@ -195,12 +195,18 @@ def main(argv: list[str] | None = None) -> int:
         line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("BENCH ")), None)
         if proc.returncode != 0 or line is None:
             print(f"error: setting {name} failed:\n{proc.stderr[-2000:]}", file=sys.stderr)
-            return 1
-        results += json.loads(line[len("BENCH "):])
-        if not a.json:
-            print(f"{name}: done", file=sys.stderr, flush=True)
-    print(json.dumps(results, indent=1) if a.json else _table(results))
-    return 0
+            failed = True
+            break  # the settings already measured are still printed below
+        rows = json.loads(line[len("BENCH "):])
+        results += rows
+        if not a.json:  # each setting's numbers as soon as they exist (a long run cut short keeps them)
+            print("; ".join(f"{r['setting']}: done, {r['seconds_per_round']:.3f} s/round, first round "
+                            f"{_num(r['first_round_seconds'], '.1f')} s" for r in rows), file=sys.stderr, flush=True)
+    else:
+        failed = False
+    if results:
+        print(json.dumps(results, indent=1) if a.json else _table(results))
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
