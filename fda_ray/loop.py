@@ -73,7 +73,8 @@ def _rounds(exp: Experiment, executor: Executor, hist: History, progress: Callab
     if resume is not None:
         r = int(resume["next_round"])
         # "flat": a checkpoint written before the algorithm contract (the FDA family's global model)
-        state = clone_state(resume["state"], device) if "state" in resume else {"global": resume["flat"].to(device, copy=True)}
+        state = (clone_state(resume["state"], device) if "state" in resume
+                 else {"global": resume["flat"].to(device, copy=True)})
         hist.rows = [dict(row) for row in resume["rows"] if row["round"] < r]
         if resume.get("client_states") is not None:
             executor.restore_states([dict(st) for st in resume["client_states"]])
