@@ -53,9 +53,10 @@ class Client:
 
     def __init__(self, index: int, views: Mapping[str, Pair], model: nn.Module, layout: ParamLayout, *,
                  seed: int, noise: float = 0.0, task: str = "classification", device: str = "cpu",
-                 drop_last: bool = True) -> None:
+                 drop_last: bool = True, shuffle: bool = True) -> None:
         self.index = index
         self.drop_last = drop_last  # sources: True; the target keeps its last partial batch
+        self.shuffle = shuffle  # False: every epoch reads the view in its stored order (the DomainBed loaders)
         self.device = torch.device(device)
         self.views = {name: (x.to(self.device), y.to(self.device)) for name, (x, y) in views.items()}
         self.model = model.to(self.device)
@@ -129,14 +130,23 @@ class Client:
 
     def batches(self, batch: int, round_idx: int, purpose: str, data: str = "train"
                 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """One epoch's shuffled batches (x, y) of view `data`, the target's with fresh noise on each read."""
+        """One epoch's batches (x, y) of view `data`, shuffled unless the client's loaders keep the stored order;
+        the target's with fresh noise on each read. A view of image files (fda_ray.domainbed.ImageFiles) is read
+        here, augmented if it is a source environment's, from a generator seeded like the shuffle."""
         x, y = self.view(data)
-        shuffle = generator(self.seed, round_idx, self.index, purpose + "/shuffle")
+        n = int(x.shape[0])
         noise_gen = generator(self.seed, round_idx, self.index, purpose + "/noise", device=self.device)
-        perm = torch.randperm(int(x.shape[0]), generator=shuffle).to(self.device)
+        if self.shuffle:
+            perm = torch.randperm(n, generator=generator(self.seed, round_idx, self.index, purpose + "/shuffle"))
+        else:
+            perm = torch.arange(n)
+        perm = perm.to(self.device)
+        read = getattr(x, "read", None)  # files: decoded (and augmented) per batch
+        aug_gen = generator(self.seed, round_idx, self.index, purpose + "/augment") if read else None
         for b in range(self.steps_per_epoch(batch, data)):
             idx = perm[b * batch : (b + 1) * batch]
-            yield add_noise(x[idx], self.noise, noise_gen), y[idx]
+            xb = read(idx, aug_gen) if read else x[idx]
+            yield add_noise(xb, self.noise, noise_gen), y[idx]
 
     def epoch(self, opt: torch.optim.Optimizer, batch: int, round_idx: int, purpose: str, record_steps: bool,
               data: str = "train", penalty: Callable[[], torch.Tensor] | None = None

@@ -1,7 +1,7 @@
 """Datasets from their standard on-disk layouts, as tensors, plus the seeds' synthetic regression data.
 
 Registered datasets (DATASETS): fashion-mnist (four IDX files), cifar10 (torchvision's python pickle
-batches) and synthetic (004 Appendix B). Nothing is downloaded unless asked (`download=True`), and a
+batches), synthetic (004 Appendix B), and DomainBed's environment datasets (fda_ray.domainbed). Nothing is downloaded unless asked (`download=True`), and a
 missing dataset raises DatasetNotFound naming every path searched and how to get the data.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pickle
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -46,6 +46,10 @@ class Split:
     task: str = "classification"  # or "regression"
     # Extra domains (synthetic data: D_2..D_9, the sources with increasing shift), else empty.
     domains: tuple[tuple[torch.Tensor, torch.Tensor], ...] = ()
+    # DomainBed datasets (fda_ray.domainbed): one (x, y) per environment in DomainBed's index order, and the
+    # environments' names; x_train etc. are then empty (0, *input_shape) tensors that only carry the shape.
+    environments: tuple[tuple[Any, torch.Tensor], ...] = ()
+    env_names: tuple[str, ...] = ()
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -254,3 +258,6 @@ def load_synthetic(data_dir: str | None = None, download: bool = False, seed: in
 
 def load(name: str, data_dir: str | None = None, download: bool = False) -> Split:
     return DATASETS.get(name)(data_dir=data_dir, download=download)
+
+
+from fda_ray import domainbed as _domainbed  # noqa: E402,F401  (registers DomainBed's datasets)

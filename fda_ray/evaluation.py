@@ -24,6 +24,16 @@ if TYPE_CHECKING:
     from fda_ray.experiment import Experiment
 
 EVAL_CHUNK = 2048
+EVAL_ELEMENTS = 1 << 24  # at most this many input values per evaluated batch (64 MB of float32)
+
+
+def eval_chunk(x) -> int:
+    """Samples per evaluation batch: EVAL_CHUNK, fewer for large inputs (DomainBed's 3 x 224 x 224 images are
+    read from their files a batch at a time: 110 of them, not 2048 = 4.9 GB)."""
+    per = 1
+    for d in tuple(x.shape[1:]):
+        per *= int(d)
+    return max(1, min(EVAL_CHUNK, EVAL_ELEMENTS // max(per, 1)))
 
 
 @torch.no_grad()
@@ -35,9 +45,10 @@ def evaluate(model: nn.Module, layout: ParamLayout, flat: torch.Tensor, x: torch
     layout.load_into(model, flat.to(device))
     model.eval()
     correct, loss_sum, n = 0, 0.0, int(x.shape[0])
-    for lo in range(0, n, EVAL_CHUNK):
-        xb = add_noise(x[lo : lo + EVAL_CHUNK].to(device), noise, gen)
-        yb = y[lo : lo + EVAL_CHUNK].to(device)
+    chunk = eval_chunk(x)
+    for lo in range(0, n, chunk):
+        xb = add_noise(x[lo : lo + chunk].to(device), noise, gen)
+        yb = y[lo : lo + chunk].to(device)
         out = model(xb)
         if task == "classification":
             loss_sum += float(F.cross_entropy(out, yb, reduction="sum"))

@@ -18,7 +18,7 @@ from fda_ray.client import Client
 from fda_ray.config import RunConfig
 from fda_ray.data import load as load_dataset
 from fda_ray.layout import ParamLayout
-from fda_ray.models import build_model
+from fda_ray.models import build_model, pretrained_path
 from fda_ray.seeding import derive_seed
 from fda_ray.shifts import Setting, build_setting
 
@@ -65,7 +65,7 @@ def build_experiment(cfg: RunConfig) -> Experiment:
     split = load_dataset(cfg.dataset, cfg.data_dir, cfg.download)
     setting = build_setting(split, cfg)
     torch.manual_seed(derive_seed(cfg.seed, purpose="init"))  # the initial global model
-    options = {"weights_path": cfg.model_weights} if cfg.model_weights else {}
+    options = {"weights_path": pretrained_path(cfg.model_weights)} if cfg.model_weights else {}
     try:
         model = build_model(cfg.model, setting.input_shape, setting.num_outputs, **options).to(cfg.device)
     except (RuntimeError, ValueError, TypeError) as e:  # e.g. an image model on (n, d) vectors, a wrong state dict
@@ -80,6 +80,7 @@ def build_experiment(cfg: RunConfig) -> Experiment:
         warnings.warn(note, preflight.RunWarning, stacklevel=2)
     clients = [Client(i, v, copy.deepcopy(model), layout, seed=cfg.seed, task=setting.task, device=cfg.device,
                       # the target's images carry the target domain's noise; its loader keeps the partial batch
-                      noise=setting.noise if i == cfg.num_sources else 0.0, drop_last=i != cfg.num_sources)
+                      noise=setting.noise if i == cfg.num_sources else 0.0,
+                      drop_last=cfg.drop_last and i != cfg.num_sources, shuffle=cfg.shuffle)
                for i, v in enumerate(views)]
     return Experiment(cfg, algorithm, setting, model, layout, clients)

@@ -1,4 +1,4 @@
-"""Model registry: the NIID-Bench simple CNN, DomainBed's ColoredMNIST CNN, ResNet-18, and the synthetic
+"""Model registry: the NIID-Bench simple CNN, DomainBed's MNIST CNN, ResNet-18, and the synthetic
 experiment's one-hidden-layer sigmoid network.
 
 Each builder takes (input_shape, num_outputs, **options) and returns an nn.Module; parameters are
@@ -8,6 +8,7 @@ which fda_ray.cohort trains client cohorts with (the others go through torch.fun
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -115,9 +116,24 @@ def simple_cnn(input_shape: tuple[int, ...], num_outputs: int) -> nn.Module:
     return SimpleCNN(c, h, num_outputs)
 
 
-@MODELS.register("colored_mnist_cnn")
-def colored_mnist_cnn(input_shape: tuple[int, ...], num_outputs: int) -> nn.Module:
+@MODELS.register("mnist_cnn")
+def mnist_cnn(input_shape: tuple[int, ...], num_outputs: int) -> nn.Module:
+    """DomainBed's MNIST_CNN (ColoredMNIST, RotatedMNIST): any input channels, any classes."""
     return ColoredMNISTCNN(input_shape[0], num_outputs)
+
+
+MODELS.add("colored_mnist_cnn", mnist_cnn)  # its earlier name: configs and sweeps that name it still run
+
+# torchvision's file name for ResNet-18 IMAGENET1K_V1 in its hub cache (torchvision.models.ResNet18_Weights).
+RESNET18_IMAGENET_FILE = "resnet18-f37072fd.pth"
+
+
+def pretrained_path(value: str) -> str:
+    """The weights file a config's model_weights names: a path, or 'imagenet' for torchvision's cache file
+    (torch.hub.get_dir()/checkpoints/resnet18-f37072fd.pth, where torchvision would put its download)."""
+    if value == "imagenet":
+        return str(Path(torch.hub.get_dir()) / "checkpoints" / RESNET18_IMAGENET_FILE)
+    return str(Path(value).expanduser())
 
 
 @MODELS.register("resnet18")
@@ -126,7 +142,8 @@ def resnet18(input_shape: tuple[int, ...], num_outputs: int, weights_path: str |
     """torchvision ResNet-18; `weights_path` loads an ImageNet state dict from a local file (no hub download).
 
     With pretrained weights the final fc is replaced by a fresh one for `num_outputs`, and BatchNorm layers
-    are frozen (eval mode, no grad) as in the DomainBed experiments of the seeds.
+    are frozen as DomainBed's ResNet freezes them (`freeze_bn`: eval mode, so the running statistics stay
+    ImageNet's; their affine weights still train), the backbone of the seeds' DomainBed experiments.
     """
     import torchvision
 
@@ -142,8 +159,6 @@ def resnet18(input_shape: tuple[int, ...], num_outputs: int, weights_path: str |
             if isinstance(m, nn.BatchNorm2d):
                 m.__class__ = FrozenBatchNorm2d  # picklable, unlike a patched train method
                 m.eval()
-                for p in m.parameters():
-                    p.requires_grad_(False)
     return model
 
 

@@ -104,13 +104,19 @@ def device(value: str, field: str = "device") -> None:
 
 
 def model_weights(value: str | None) -> None:
+    """A pretrained model needs its weights file here: never a silent random initialisation."""
     if value is None:
         return
-    p = Path(value).expanduser()
+    from fda_ray.models import pretrained_path
+
+    p = Path(pretrained_path(value))
     if not p.is_file():
-        raise _err("model_weights", value, "no such file (a local ImageNet state dict, e.g. saved with "
-                                           "torch.save(torchvision.models.resnet18(weights='DEFAULT').state_dict(), path) "
-                                           "on a machine with internet)")
+        where = f"torchvision's cache file {p} is absent" if value == "imagenet" else "no such file"
+        raise _err("model_weights", value, f"{where}; put torchvision's ImageNet ResNet-18 file "
+                                           "resnet18-f37072fd.pth in $TORCH_HOME/hub/checkpoints/, or pass "
+                                           "--model-weights PATH to a local state dict (e.g. saved with torch.save("
+                                           "torchvision.models.resnet18(weights='DEFAULT').state_dict(), PATH) on a "
+                                           "machine with internet)")
     if not os.access(p, os.R_OK):
         raise _err("model_weights", value, "the file is not readable")
 

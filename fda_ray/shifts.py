@@ -14,6 +14,12 @@ and a purpose, so a setting is the same in every process and executor.
                plus source_classes - 1 random others, each class split evenly among its holders (a class
                no source drew is left out, as in NIID-Bench).
   domains      each source is one extra domain of the dataset (synthetic D_2..D_9); the target subsamples D_1.
+  domainbed    leave one domain out (SEEDS-SPEC.md 4.1; DomainBed's train.py): every environment e is split by
+               misc.split_dataset into out_e (the first int(0.2 |env_e|) of a RandomState(seed_hash(seed, e))
+               shuffle) and in_e (the rest); the target is environment cfg.test_env: its labelled set the first
+               int(target_fraction |in_t|) of in_t reshuffled with the same seed, its test set out_t, its pool
+               (the oracle's training data) in_t; every other environment, in index order, is one source
+               holding in_e (out_e is DomainBed's source-side validation data, unused here).
 Noise: x + N(0, std^2), no clipping, drawn afresh every time an image is read, on target train and test only.
 The oracle under the authors' protocol (cfg.baseline_protocol = "authors", REFERENCE.md) takes the target's whole
 part instead: a seeded permutation, its first 10 % the oracle's test set, the other 90 % its training set.
@@ -28,6 +34,7 @@ import torch
 from fda_ray.algorithms import ALGORITHMS
 from fda_ray.config import ORACLE_TEST_SHARE, RunConfig
 from fda_ray.data import Pair, Split
+from fda_ray.domainbed import seed_hash, split_indices, take, with_augmentation
 from fda_ray.seeding import np_rng
 
 LABEL_SHIFT_SOURCE_CLASSES = (8, 6, 9)  # D1: mostly target when eta is small
@@ -126,6 +133,50 @@ def oracle_split(whole: Pair, seed: int, test_share: float = ORACLE_TEST_SHARE) 
     return _take(x, y, perm[k:]), _take(x, y, perm[:k])
 
 
+HOLDOUT_FRACTION = 0.2  # DomainBed's --holdout_fraction: each environment's out-split
+
+
+def domainbed_split(split: Split, cfg: RunConfig) -> tuple[tuple[Pair, ...], Pair, Pair, Pair]:
+    """(sources, target's labelled set, target's in-split, target's test set) of leave-one-domain-out."""
+    envs, names = split.environments, split.env_names
+    if not envs:
+        raise ValueError(f"partition='domainbed' is invalid for dataset {cfg.dataset!r}: it has no environments "
+                         "(DomainBed datasets: colored-fmnist, rotated-fmnist, vlcs, ...)")
+    listing = ", ".join(f"{i} {n}" for i, n in enumerate(names))
+    if cfg.test_env >= len(envs):
+        raise ValueError(f"test_env={cfg.test_env} is invalid: dataset {cfg.dataset!r} has environments {listing}")
+    if cfg.num_sources != len(envs) - 1:
+        raise ValueError(f"num_sources={cfg.num_sources} is invalid: leave-one-domain-out on {cfg.dataset!r} "
+                         f"({listing}) has {len(envs) - 1} sources")
+    frac = cfg.target_fraction
+    sources: list[Pair] = []
+    target: tuple[Pair, Pair, Pair] | None = None
+    for e, (x, y) in enumerate(envs):
+        n = len(y)
+        out_idx, in_idx = split_indices(n, int(n * HOLDOUT_FRACTION), seed_hash(cfg.seed, e))
+        if e != cfg.test_env:
+            in_idx = _cap(in_idx, cfg.samples_per_client)
+            sources.append((take(with_augmentation(x, bool(cfg.data_augmentation)), in_idx), y[in_idx]))
+            continue
+        if cfg.target_labelled is not None:
+            k = cfg.target_labelled
+            if k > len(in_idx):
+                raise ValueError(f"target_labelled={k} is invalid: environment {names[e]}'s in-split holds "
+                                 f"{len(in_idx)} samples")
+        else:
+            k = int(len(in_idx) * (frac if frac is not None else 0.0))
+            if k < 1:
+                raise ValueError(f"target_fraction={frac} is invalid: it labels {len(in_idx)} x {frac} < 1 sample of "
+                                 f"environment {names[e]}'s in-split")
+        uda, _ = split_indices(len(in_idx), k, seed_hash(cfg.seed, e))  # DomainBed's uda split of in_t
+        labelled = in_idx[uda]
+        test = _cap(out_idx, cfg.test_samples)
+        pool = _cap(in_idx, cfg.samples_per_client)
+        target = ((take(x, labelled), y[labelled]), (take(x, pool), y[pool]), (take(x, test), y[test]))
+    assert target is not None
+    return (tuple(sources), *target)
+
+
 def build_setting(split: Split, cfg: RunConfig) -> Setting:
     """The FDA setting of a resolved config on a loaded dataset."""
     cfg = cfg.resolved()
@@ -169,6 +220,9 @@ def build_setting(split: Split, cfg: RunConfig) -> Setting:
         target_pool = target_train  # the rest of the target's part is its test set
         target_test = _take(split.x_train, split.y_train, test)
         whole = _take(split.x_train, split.y_train, tgt)
+    elif cfg.partition == "domainbed":
+        sources, target_train, target_pool, target_test = domainbed_split(split, cfg)
+        whole = target_pool
     elif cfg.partition == "domains":
         if len(split.domains) < n_src:
             raise ValueError(f"num_sources={n_src} is invalid: dataset {cfg.dataset!r} has {len(split.domains)} source domains")
@@ -182,11 +236,12 @@ def build_setting(split: Split, cfg: RunConfig) -> Setting:
     else:  # unreachable: RunConfig validates the partition
         raise ValueError(f"partition={cfg.partition!r} is invalid")
     algorithm = ALGORITHMS.get(cfg.method)
-    if algorithm.oracle_split and cfg.baseline_protocol == "authors":
+    # DomainBed's oracle trains on the target's in-split and is tested on its out-split, as every method is.
+    if algorithm.oracle_split and cfg.baseline_protocol == "authors" and cfg.partition != "domainbed":
         target_train, target_test = oracle_split(whole, cfg.seed)
         target_pool = target_train
     for i, (x, _) in enumerate(sources):
-        if len(x) < cfg.batch_source:
+        if len(x) < cfg.batch_source and cfg.drop_last:
             raise ValueError(f"batch_source={cfg.batch_source} is invalid: source {i} holds only {len(x)} samples")
     if len(target_train[0]) < 2 * cfg.batch_target and algorithm.min_target_steps() >= 2:
         raise ValueError(f"batch_target={cfg.batch_target} is invalid: auto-weighting needs >= 2 target steps "

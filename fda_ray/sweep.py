@@ -44,6 +44,7 @@ from tuning.grids import GRIDS, Grid
 
 PROFILES = ("quick", "paper")
 BACKENDS = ("tune", "local")
+LAST_ROUNDS = 5  # seed 004's DomainBed metric: the mean accuracy of the last 5 rounds
 GAP = 3.0  # points: a gap to the paper above this is marked and must be explained (docs/results)
 
 
@@ -247,46 +248,58 @@ def write_parquet(rows: list[dict], path: Path) -> None:
     os.replace(tmp, path)
 
 
-def final_accuracies(rows: list[dict]) -> dict[tuple[str, float], dict[int, float]]:
-    """(row key, grid value) -> {seed: final accuracy (%)}: each trial's last round at each value."""
-    last: dict[tuple[str, float, str], dict] = {}
+def final_accuracies(rows: list[dict], last: int = 1) -> dict[tuple[str, float], dict[int, float]]:
+    """(row key, grid value) -> {seed: accuracy (%)}: each trial's last round at each value, or with last=k
+    the mean of its last k rounds (seed 004's DomainBed metric: "the average of the last 5 epochs"). A final
+    row that evaluates without training (kNN-Per's kNN evaluation) is the trial's number on its own."""
+    by_trial: dict[tuple[str, float, str], list[dict]] = {}
     for r in rows:
-        k = (r["row"], r["grid_value"], r["trial"])
-        if r.get("accuracy") is not None and (k not in last or r["round"] >= last[k]["round"]):
-            last[k] = r
+        if r.get("accuracy") is not None:
+            by_trial.setdefault((r["row"], r["grid_value"], r["trial"]), []).append(r)
     out: dict[tuple[str, float], dict[int, float]] = {}
-    for (row, value, _), r in last.items():
-        out.setdefault((row, value), {})[int(r["seed"])] = 100 * float(r["accuracy"])
+    for (row, value, _), rs in by_trial.items():
+        rs.sort(key=lambda r: r["round"])
+        tail = rs[-1:] if rs[-1].get("phase") == "knn" else rs[-last:]
+        out.setdefault((row, value), {})[int(rs[-1]["seed"])] = 100 * statistics.fmean(float(r["accuracy"]) for r in tail)
     return out
 
 
 def summarize(rows: list[dict], failures: list[dict], grid: Grid, profile: str, row_keys: Sequence[str],
               values: Sequence[float], command: str) -> tuple[str, dict]:
-    """summary.md text and the same numbers as a dict: final accuracy (%) per row x value."""
-    final = final_accuracies(rows)
+    """summary.md text and the same numbers as a dict: final accuracy (%) per row x value (and, for the
+    DomainBed grids, the mean of the last 5 rounds, which seed 004 reports there)."""
     cells: dict[str, dict[str, Any]] = {}
     lines = [f"# Sweep `{grid.name}` ({profile} profile)", "",
              f"Final target test accuracy (%), ours / paper ({grid.paper_ref or 'no published numbers'}); "
              f"mean ± std over seeds where n > 1; **!** marks a gap of more than {GAP:g} points.", "",
              *([f"Profile `{profile}`: {grid.profiles[profile].note}", ""] if grid.profiles[profile].note else []),
-             f"Command: `{command}`", "",
-             "| method | " + " | ".join(f"{grid.variable} {v:g}" for v in values) + " |",
-             "|" + "---|" * (len(values) + 1)]
-    for key in row_keys:
-        out = []
-        for v in values:
-            accs = list(final.get((key, v), {}).values())
-            paper = grid.paper.get(key, {}).get(v)
-            cell = "-"
-            if accs:
-                mean = statistics.fmean(accs)
-                sd = statistics.stdev(accs) if len(accs) > 1 else 0.0
-                cell = f"{mean:.2f} ± {sd:.2f} (n={len(accs)})" if len(accs) > 1 else f"{mean:.2f}"
-                cells.setdefault(key, {})[f"{v:g}"] = {"mean": mean, "std": sd, "n": len(accs), "paper": paper}
-            if paper is not None:
-                cell += f" / {paper:.2f}" + (" **!**" if accs and abs(statistics.fmean(accs) - paper) > GAP else "")
-            out.append(cell)
-        lines.append(f"| {grid.row(key).label} | " + " | ".join(out) + " |")
+             f"Command: `{command}`", ""]
+    tables = [("accuracy", 1)] + ([("last5", LAST_ROUNDS)] if grid.variable == "test_env" else [])
+    for name, k in tables:
+        final = final_accuracies(rows, last=k)
+        if name != "accuracy":
+            lines += ["", f"Mean target test accuracy (%) of the last {k} rounds (seed 004's metric), ours / paper:", ""]
+        lines += ["| method | " + " | ".join(grid.value_label(v) for v in values) + " |",
+                  "|" + "---|" * (len(values) + 1)]
+        for key in row_keys:
+            out = []
+            for v in values:
+                accs = list(final.get((key, v), {}).values())
+                paper = grid.paper.get(key, {}).get(v)
+                cell = "-"
+                if accs:
+                    mean = statistics.fmean(accs)
+                    sd = statistics.stdev(accs) if len(accs) > 1 else 0.0
+                    cell = f"{mean:.2f} ± {sd:.2f} (n={len(accs)})" if len(accs) > 1 else f"{mean:.2f}"
+                    entry = {"mean": mean, "std": sd, "n": len(accs), "paper": paper}
+                    if name == "accuracy":
+                        cells.setdefault(key, {})[f"{v:g}"] = entry
+                    else:
+                        cells[key][f"{v:g}"][name] = {"mean": mean, "std": sd}
+                if paper is not None:
+                    cell += f" / {paper:.2f}" + (" **!**" if accs and abs(statistics.fmean(accs) - paper) > GAP else "")
+                out.append(cell)
+            lines.append(f"| {grid.row(key).label} | " + " | ".join(out) + " |")
     if failures:
         lines += ["", f"## Failed trials ({len(failures)})", ""]
         for f in failures:

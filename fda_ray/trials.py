@@ -67,7 +67,8 @@ class Trial:
 
 # Numbers fields added after sweeps were recorded, with the value that computes what runs computed before them:
 # left out of a trial's identity at that value, so the recorded trials keep their keys.
-ADDED_LATER: dict[str, Any] = {"vectorise": "off", "source_classes": 4}
+ADDED_LATER: dict[str, Any] = {"vectorise": "off", "source_classes": 4, "test_env": 0, "shuffle": True,
+                               "drop_last": True, "data_augmentation": False}
 
 
 def trial_key(row: str, variable: str, value: float | None, seed: int, params: dict[str, Any], kind: str = "run",
@@ -155,7 +156,7 @@ def plan(grid: Grid, profile: str, *, rows: Sequence[str] | None = None, values:
     def make(row_key: str, value: float | None, seed: int, kind: str = "run", weights_from: str | None = None,
              save_weights: bool = False, at: tuple[float, ...] = ()) -> Trial:
         row = grid.row(row_key)
-        params = {**base, "method": row.method, "seed": seed, **row.params}
+        params = {**base, "method": row.method, "seed": seed, **row.params, **prof.row_fields.get(row_key, {})}
         if "params" in base or "params" in row.params:
             fams = {**base.get("params", {}), **row.params.get("params", {})}
             params["params"] = {fam: {**base.get("params", {}).get(fam, {}), **row.params.get("params", {}).get(fam, {})}

@@ -372,7 +372,41 @@ def _tiny_synthetic(root: Path) -> Split:
     return DATASETS.get("synthetic")(n=30)
 
 
-TINY_BUILDERS = {"fashion-mnist": _tiny_fmnist, "cifar10": _tiny_cifar, "synthetic": _tiny_synthetic}
+def _tiny_mnist_construction(name: str):
+    def build(root: Path) -> Split:
+        from test_domainbed import _mnist_tree
+
+        return DATASETS.get(name)(data_dir=str(_mnist_tree(root / "mnist", 60, 30)))
+    return build
+
+
+def _tiny_fmnist_construction(name: str):
+    def build(root: Path) -> Split:
+        make_fmnist(root / "fm", gz=True)
+        return DATASETS.get(name)(data_dir=str(root / "fm"))
+    return build
+
+
+def _tiny_folders(name: str):
+    def build(root: Path) -> Split:
+        from fda_ray.domainbed import FOLDER_DATASETS
+        from test_domainbed import _folder_tree
+
+        if name == "imagefolder":
+            return DATASETS.get(name)(data_dir=str(_folder_tree(root / "mine", ["a", "b"], ["x", "y"], per=1)))
+        lay = FOLDER_DATASETS[name]
+        _folder_tree(root / lay.folder, list(lay.environments), ["c0", "c1"], per=1)
+        return DATASETS.get(name)(data_dir=str(root))
+    return build
+
+
+TINY_BUILDERS = {"fashion-mnist": _tiny_fmnist, "cifar10": _tiny_cifar, "synthetic": _tiny_synthetic,
+                 "colored-mnist": _tiny_mnist_construction("colored-mnist"),
+                 "rotated-mnist": _tiny_mnist_construction("rotated-mnist"),
+                 "colored-fmnist": _tiny_fmnist_construction("colored-fmnist"),
+                 "rotated-fmnist": _tiny_fmnist_construction("rotated-fmnist"),
+                 **{n: _tiny_folders(n) for n in ("vlcs", "pacs", "office-home", "terra-incognita", "domain-net",
+                                                  "imagefolder")}}
 
 
 def test_every_tiny_builder_is_registered():
@@ -385,6 +419,13 @@ def test_registered_dataset_smoke(isolated, name):
         pytest.fail(f"dataset {name!r} is registered but tests/test_data.py has no tiny-data builder for it")
     s = TINY_BUILDERS[name](isolated)
     assert isinstance(s, Split)
+    if s.environments:  # a DomainBed dataset (fda_ray.domainbed): one (x, y) per environment
+        assert len(s.environments) == len(s.env_names) >= 2 and len(s.x_train) == 0
+        for x, y in s.environments:
+            assert len(x) == len(y) > 0 and tuple(x[:2].shape[1:]) == s.input_shape
+            assert x[:2].dtype == torch.float32 and torch.isfinite(x[:2]).all()
+            assert y.dtype == torch.int64 and int(y.min()) >= 0 and int(y.max()) < s.num_classes
+        return
     assert len(s.x_train) == len(s.y_train) > 0 and len(s.x_test) == len(s.y_test) > 0
     assert s.x_train.shape[1:] == s.x_test.shape[1:] == s.input_shape
     assert s.x_train.dtype == torch.float32 and torch.isfinite(s.x_train).all()

@@ -12,6 +12,7 @@ NUM_OUTPUTS = 10
 # name -> input shapes to build it on
 TINY_INPUTS: dict[str, list[tuple[int, ...]]] = {
     "simple_cnn": [(1, 28, 28), (3, 32, 32)],
+    "mnist_cnn": [(2, 28, 28), (1, 28, 28)],
     "colored_mnist_cnn": [(2, 28, 28)],
     "resnet18": [(3, 32, 32)],
     "mlp_sigmoid": [(50,)],
@@ -97,8 +98,8 @@ def test_resnet18_local_weights(resnet_weights):
     assert model.training and model.layer1[0].conv1.training
     bns = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
     assert len(bns) == 20
-    assert all(not m.training for m in bns)  # BatchNorm stays in eval mode
-    assert all(not p.requires_grad for m in bns for p in m.parameters())
+    assert all(not m.training for m in bns)  # BatchNorm stays in eval mode (DomainBed's freeze_bn) ...
+    assert all(p.requires_grad for m in bns for p in m.parameters())  # ... its affine weights still train
     assert model.conv1.weight.requires_grad and model.fc.weight.requires_grad
 
     # a training-mode forward leaves the frozen running statistics alone
@@ -111,6 +112,23 @@ def test_resnet18_local_weights(resnet_weights):
     model.eval()
     model.train(True)
     assert all(not m.training for m in bns)
+
+    # one Adam step moves the BatchNorm affine weights, never its running statistics
+    w = model.bn1.weight.detach().clone()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    torch.nn.functional.cross_entropy(model(torch.rand(4, 3, 32, 32)), torch.tensor([0, 1, 2, 3])).backward()
+    opt.step()
+    assert not torch.equal(model.bn1.weight, w)
+    assert torch.equal(model.bn1.running_mean, saved["bn1.running_mean"])
+    assert torch.equal(model.bn1.running_var, saved["bn1.running_var"])
+
+
+def test_imagenet_weights_name_torchvisions_cache_file(monkeypatch, tmp_path):
+    from fda_ray.models import pretrained_path
+
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path))
+    assert pretrained_path("imagenet") == str(tmp_path / "hub" / "checkpoints" / "resnet18-f37072fd.pth")
+    assert pretrained_path("~/w.pth").endswith("/w.pth") and "~" not in pretrained_path("~/w.pth")
 
 
 def test_resnet18_without_weights_trains_batchnorm():

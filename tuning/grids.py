@@ -16,7 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from tuning.paper import (TABLE2_FMNIST_ABLATION, TABLE10_FMNIST, TABLE11_FMNIST_LABEL_SHIFT,
+from tuning.paper import (DOMAINBED_CMNIST, DOMAINBED_TERRA, DOMAINBED_VLCS, TABLES7_9_CMNIST_BETA,
+                          TABLE2_FMNIST_ABLATION, TABLE10_FMNIST, TABLE11_FMNIST_LABEL_SHIFT,
                           TABLE12_FMNIST_SOURCE_CLASSES, TABLE13_14_FMNIST_TARGET_SIZE,
                           TABLE13_14_FMNIST_TARGET_SIZE_02, TABLE13_14_FMNIST_TARGET_SIZE_06)
 
@@ -43,6 +44,8 @@ class Profile:
     rows: tuple[str, ...] | None = None  # row keys
     seeds: int | None = None
     note: str = ""
+    # RunConfig fields for some rows only, over the rows' own (e.g. the personalised rows' rounds)
+    row_fields: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,10 @@ class Grid:
     paper_ref: str = ""
     fixed: dict[str, Any] = field(default_factory=dict)  # RunConfig fields every trial of the grid sets
     share_source_only: bool = False  # see the module docstring
+    value_labels: dict[float, str] = field(default_factory=dict)  # how a value is printed (test_env 2: "-90%")
+
+    def value_label(self, value: float) -> str:
+        return self.value_labels.get(value, f"{self.variable} {value:g}")
 
     def __post_init__(self) -> None:
         profiles = {name: p if isinstance(p, Profile) else Profile(dict(p)) for name, p in self.profiles.items()}
@@ -68,7 +75,7 @@ class Grid:
             if bad_values:
                 raise ValueError(f"grid {self.name!r}: profile {name!r} runs {self.variable}={bad_values[0]:g}, which "
                                  f"is not one of the grid's values {list(self.values)}")
-            bad_rows = [k for k in (p.rows or ()) if k not in keys]
+            bad_rows = [k for k in (*(p.rows or ()), *p.row_fields) if k not in keys]
             if bad_rows:
                 raise ValueError(f"grid {self.name!r}: profile {name!r} runs row {bad_rows[0]!r}, which is not one "
                                  f"of the grid's rows {keys}")
@@ -147,6 +154,57 @@ QUICK_NOISE = Profile({"num_sources": 2, "samples_per_client": 6000, "test_sampl
                       note="2 sources (paper: 9) of 6000 images, 50 rounds as in the paper, 2000 test images (paper: "
                            "10 000), noise 0, 0.4 and 0.8, no FedGP_1, one seed, sources trained vectorised.")
 
+# ---------------------------------------------------------------- DomainBed (seeds 001 / 004, SEEDS-SPEC.md 4)
+# Every registered method: the FDA rows of 004 Tables 1 and 3 (FedDA and FedGP at beta 0.5), then the personalised
+# baselines of 004 Table 1 (150 rounds, no warm-up: SEEDS-SPEC 5).
+PERSONALISED_ROUNDS = 150
+DOMAINBED_ROWS = _rows(
+    ("source_only", "Source Only", "source_only", {}),
+    ("finetune_offline", "Finetune_Offline", "finetune_offline", {}),
+    ("fedda", "FedDA", "fedda", {"beta": 0.5}),
+    ("fedgp", "FedGP", "fedgp", {"beta": 0.5}),
+    ("fedda_auto", "FedDA_Auto", "fedda_auto", {}),
+    ("fedgp_auto", "FedGP_Auto", "fedgp_auto", {}),
+    ("target_only", "Target Only", "target_only", {}),
+    ("oracle", "Oracle", "oracle", {}),
+    ("fedavg_all", "FedAvg (all clients)", "fedavg_all", {"rounds": PERSONALISED_ROUNDS}),
+    ("ditto", "Ditto", "ditto", {"rounds": PERSONALISED_ROUNDS}),
+    ("fedrep", "FedRep", "fedrep", {"rounds": PERSONALISED_ROUNDS}),
+    ("apfl", "APFL", "apfl", {"rounds": PERSONALISED_ROUNDS}),
+    ("knn_per", "KNN-per", "knn_per", {"rounds": PERSONALISED_ROUNDS}),
+)
+FDA_ROW_KEYS = tuple(r.key for r in DOMAINBED_ROWS[:8])
+PERSONALISED_ROW_KEYS = tuple(r.key for r in DOMAINBED_ROWS[8:])
+# The quick profile of the DomainBed grids: DomainBed's protocol and settings (the 18-image labelled target set
+# of ColoredMNIST is a share of the whole in-split), but each source trains on a capped share of its in-split
+# and the test set is capped, and the personalised rows run the FDA rows' 50 rounds (paper: 150).
+_SAME_BUDGET = {k: {"rounds": 50} for k in PERSONALISED_ROW_KEYS}
+COLORED_QUICK = Profile({"samples_per_client": 500, "test_samples": 1000}, seeds=1, row_fields=_SAME_BUDGET,
+                        note="DomainBed's protocol and the paper's settings (50 rounds, the 18 labelled target "
+                             "images, lrs, batches, warm-up, 004 C.3's auto settings), except: each source trains "
+                             "on 500 of its ~18 670 in-split images, the test set is 1000 of the held-out "
+                             "environment's 4 666 out-split images, the personalised rows run 50 rounds (paper: "
+                             "150), one seed (paper: 5).")
+ROTATED_QUICK = Profile({"samples_per_client": 300, "test_samples": 1000}, seeds=1, values=(0.0, 5.0),
+                        rows=FDA_ROW_KEYS,
+                        note="The FDA rows with 0 and 75 degrees held out, each source training on 300 of its "
+                             "~9 330 in-split images, 1000 test images (the out-split holds 2 333), one seed.")
+IMAGE_QUICK = Profile({"samples_per_client": 200, "test_samples": 200, "rounds": 5}, seeds=1,
+                      row_fields={k: {"rounds": 5} for k in PERSONALISED_ROW_KEYS},
+                      note="5 rounds on 200 images per source and 200 test images: checks a setup, not the paper's "
+                           "numbers.")
+_DOMAINBED_SEEDS = 5  # "accuracies reported using 5 trials" (001), "across 5 trials" (004 C.2)
+
+
+def _domainbed(name: str, dataset: str, envs: tuple[str, ...], paper: Mapping[str, Mapping[float, float]],
+               paper_ref: str, quick: Profile) -> Grid:
+    values = tuple(float(e) for e in range(len(envs)))
+    return Grid(name=name, dataset=dataset, variable="test_env", values=values, rows=DOMAINBED_ROWS,
+                seeds={v: _DOMAINBED_SEEDS for v in values}, profiles={"paper": {}, "quick": quick},
+                paper={k: dict(v) for k, v in paper.items()}, paper_ref=paper_ref,
+                value_labels={v: f"{e} (test_env {int(v)})" for v, e in zip(values, envs)})
+
+
 GRIDS: dict[str, Grid] = {
     "noise": Grid(
         name="noise", dataset="fashion-mnist", variable="noise", values=(0.0, 0.2, 0.4, 0.6, 0.8),
@@ -174,4 +232,27 @@ GRIDS: dict[str, Grid] = {
         name="ablation", dataset="fashion-mnist", variable="noise", values=(0.2, 0.4, 0.6, 0.8),
         rows=ABLATION_ROWS, seeds={}, profiles={"paper": {}, "quick": QUICK}, paper=TABLE2_FMNIST_ABLATION,
         paper_ref="seed 004, Table 2 (Fashion-MNIST: projection and filter ablation)"),
+    "domainbed-colored": _domainbed(
+        "domainbed-colored", "colored-fmnist", ("+90%", "+80%", "-90%"), DOMAINBED_CMNIST,
+        "seed 004, Table 3 and Table 1 (personalised rows), Colored-MNIST: other images, compare orderings",
+        COLORED_QUICK),
+    "domainbed-rotated": _domainbed(
+        "domainbed-rotated", "rotated-fmnist", tuple(f"{a} deg" for a in (0, 15, 30, 45, 60, 75)), {},
+        "", ROTATED_QUICK),
+    "domainbed-vlcs": _domainbed(
+        "domainbed-vlcs", "vlcs", ("C", "L", "S", "V"), DOMAINBED_VLCS,
+        "seed 001 Table 1, seed 004 Tables 1 and 4 (VLCS)", IMAGE_QUICK),
+    "domainbed-terra": _domainbed(
+        "domainbed-terra", "terra-incognita", ("L100", "L38", "L43", "L46"), DOMAINBED_TERRA,
+        "seed 001 Table 2, seed 004 Table 5 (TerraIncognita)", IMAGE_QUICK),
+    # 004 Tables 7-9: FedDA and FedGP over static beta, each held-out environment its own row.
+    "domainbed-colored-beta": Grid(
+        name="domainbed-colored-beta", dataset="colored-fmnist", variable="beta",
+        values=(0.0, 0.2, 0.4, 0.6, 0.8, 1.0),
+        rows=_rows(*((f"{m}_env{e}", f"{label} {env}", m, {"test_env": e})
+                     for e, env in ((2, "-90%"), (0, "+90%"), (1, "+80%")) for m, label in (("fedda", "FedDA"),
+                                                                                ("fedgp", "FedGP")))),
+        seeds={}, profiles={"paper": {}, "quick": Profile({"samples_per_client": 500, "test_samples": 1000},
+                                                          note=COLORED_QUICK.note.split(", the personalised")[0] + ".")},
+        paper=TABLES7_9_CMNIST_BETA, paper_ref="seed 004, Tables 7-9 (Colored-MNIST, static beta)"),
 }

@@ -95,8 +95,10 @@ class FDA(Algorithm):
         self.warmup = cfg.warmup_rounds
         self.total = cfg.warmup_rounds + cfg.rounds
         self.weights = source_weights([len(x) for x, _ in setting.sources])  # (N,)
-        # (N,) full source batches per local epoch (the sources' loaders drop the last partial batch)
-        self.src_steps = torch.tensor([len(x) // cfg.batch_source for x, _ in setting.sources], dtype=torch.float32)
+        # (N,) source steps per local epoch: full batches where the sources' loaders drop the last partial batch
+        # (the noise grids), every batch where they keep it (the authors' DomainBed loaders)
+        self.src_steps = torch.tensor([len(x) // cfg.batch_source if cfg.drop_last else -(-len(x) // cfg.batch_source)
+                                       for x, _ in setting.sources], dtype=torch.float32)
         self.lr_ratio = cfg.lr_target / cfg.lr_source
         # (N,) magnitude alignment of each source delta to the target's (REFERENCE.md): (lr_T / lr_S) *
         # (target steps per round, n_target / batch_T as a float) / (source full batches per round).

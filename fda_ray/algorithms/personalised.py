@@ -42,7 +42,7 @@ from torch.func import functional_call
 from fda_ray.aggregation import fedavg
 from fda_ray.algorithms.base import Algorithm, ClientResult, ClientTask, Params, Round, ServerState, param
 from fda_ray.client import RECIPES, Client, loss_fn
-from fda_ray.evaluation import Evaluator
+from fda_ray.evaluation import Evaluator, eval_chunk
 from fda_ray.seeding import generator, np_rng
 from fda_ray.data import Pair, add_noise
 
@@ -382,8 +382,9 @@ class KNNPer(_Base):
         embs, probs = [], []
         try:
             with torch.no_grad():
-                for lo in range(0, len(x), 2048):
-                    xb = add_noise(x[lo : lo + 2048].to(next(model.parameters()).device), self.setting.noise, gen)
+                chunk = eval_chunk(x)
+                for lo in range(0, len(x), chunk):
+                    xb = add_noise(x[lo : lo + chunk].to(next(model.parameters()).device), self.setting.noise, gen)
                     probs.append(torch.softmax(model(xb).double(), 1).cpu())
                     embs.append(seen.pop().reshape(len(xb), -1).cpu())
         finally:

@@ -1,0 +1,414 @@
+"""DomainBed (issue 17, SEEDS-SPEC.md 4 and 7): the constructions, the loaders on generated trees, the
+leave-one-domain-out partition, the seeds' DomainBed settings, every method on them, and the grids."""
+from __future__ import annotations
+
+import hashlib
+import math
+import statistics
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import TEST_THREADS, write_idx
+from fda_ray.config import RunConfig
+from fda_ray.data import DatasetNotFound, load
+from fda_ray.domainbed import (COLORED_FLIP, ImageFiles, colored_environments, rotated_environments, seed_hash,
+                               split_indices)
+from fda_ray.shifts import build_setting
+
+# What each DomainBed grid's paper profile must set (SEEDS-SPEC.md 4.1), checked on every planned trial.
+DOMAINBED_SETTINGS = {
+    "domainbed-colored": dict(dataset="colored-fmnist", lr_source=1e-3, lr_target=2e-4, batch_source=64,
+                              target_fraction=0.001, warmup_rounds=2, model="mnist_cnn", num_sources=2),
+    "domainbed-colored-beta": dict(dataset="colored-fmnist", lr_source=1e-3, lr_target=2e-4, batch_source=64,
+                                   target_fraction=0.001, warmup_rounds=2, model="mnist_cnn", num_sources=2),
+    "domainbed-rotated": dict(dataset="rotated-fmnist", lr_source=1e-3, lr_target=2e-4, batch_source=64,
+                              target_fraction=0.01, warmup_rounds=2, model="mnist_cnn", num_sources=5),
+    "domainbed-vlcs": dict(dataset="vlcs", lr_source=5e-5, lr_target=1e-5, batch_source=32, target_fraction=0.05,
+                           warmup_rounds=2, model="resnet18", model_weights="imagenet", num_sources=3),
+    "domainbed-terra": dict(dataset="terra-incognita", lr_source=5e-5, lr_target=1e-5, batch_source=32,
+                            target_fraction=0.05, warmup_rounds=10, model="resnet18", model_weights="imagenet",
+                            num_sources=3),
+}
+
+
+# ---------------------------------------------------------------- DomainBed's split and seeds
+
+def test_seed_hash_is_domainbeds_md5_of_the_tuple_text():
+    # DomainBed misc.seed_hash: int(md5(str(args)).hexdigest(), 16) % 2**31; str((0, 1)) == "(0, 1)"
+    assert seed_hash(0, 1) == int(hashlib.md5(b"(0, 1)").hexdigest(), 16) % 2 ** 31
+    assert seed_hash(0, 1) != seed_hash(1, 0) and seed_hash(3, 2) == seed_hash(3, 2)
+
+
+def test_split_indices_is_a_randomstate_shuffle_cut_in_two():
+    first, rest = split_indices(10, 2, 7)
+    keys = list(range(10))
+    np.random.RandomState(7).shuffle(keys)
+    assert first.tolist() == keys[:2] and rest.tolist() == keys[2:]
+    with pytest.raises(ValueError):
+        split_indices(3, 4, 0)
+
+
+def _pool(n: int = 6000, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """uint8 images whose first pixel row encodes their pool index (to trace them into the environments)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(1, 256, (n, 28, 28), generator=g, dtype=torch.uint8)
+    x[:, 0, 0] = torch.arange(n) % 256
+    x[:, 0, 1] = torch.arange(n) // 256
+    return x, torch.randint(0, 10, (n,), generator=g)
+
+
+def test_colored_environments_follow_domainbeds_recipe():
+    images, labels = _pool()
+    envs = colored_environments(images, labels, seed=0)
+    assert [len(y) for _, y in envs] == [2000, 2000, 2000]
+    # the environments are disjoint slices of one permutation of the pool: every image in exactly one
+    ids = [(x.amax(1)[:, 0, 0] * 255).round().long() + 256 * (x.amax(1)[:, 0, 1] * 255).round().long() for x, _ in envs]
+    assert sorted(torch.cat(ids).tolist()) == list(range(6000))
+    shuffle = torch.randperm(6000, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(ids[1], shuffle[1::3])
+    for (x, y), p, idx in zip(envs, COLORED_FLIP, ids):
+        assert x.shape[1:] == (2, 28, 28) and x.min() >= 0 and x.max() <= 1
+        # exactly one channel kept, and it is the image
+        kept = (x.flatten(2).amax(2) > 0).long()  # (n, 2)
+        assert torch.equal(kept.sum(1), torch.ones(len(x), dtype=torch.long))
+        colour = kept[:, 1]  # channel 1 kept <=> colour 1 (channel 1 - colour is zeroed)
+        assert torch.allclose(x.amax(1), images[idx].float() / 255)
+        # binary label 1[class < 5] flipped with probability 0.25; colour = label flipped with probability p
+        clean = (labels[idx] < 5).long()
+        n = len(y)
+        tol = 4 * math.sqrt(0.25 * 0.75 / n)  # 4 standard errors
+        assert abs((clean != y).double().mean() - 0.25) < tol
+        assert abs((colour != y).double().mean() - p) < 4 * math.sqrt(p * (1 - p) / n)
+
+
+def test_rotated_environments_rotate_disjoint_slices():
+    from torchvision.transforms import InterpolationMode
+    from torchvision.transforms.functional import rotate
+
+    images, labels = _pool(600)
+    envs = rotated_environments(images, labels, seed=0)
+    shuffle = torch.randperm(600, generator=torch.Generator().manual_seed(0))
+    assert [len(y) for _, y in envs] == [100] * 6
+    assert torch.equal(envs[0][0], images[shuffle[0::6]].unsqueeze(1).float() / 255)  # 0 degrees: the images
+    want = rotate(images[shuffle[3::6]].unsqueeze(1), 45.0, interpolation=InterpolationMode.BILINEAR, fill=[0.0])
+    assert torch.equal(envs[3][0], want.float() / 255) and torch.equal(envs[3][1], labels[shuffle[3::6]])
+    assert not torch.equal(envs[3][0], envs[0][0])
+
+
+# ---------------------------------------------------------------- loaders
+
+def _mnist_tree(root: Path, n_train: int = 900, n_test: int = 300) -> Path:
+    raw = root / "MNIST" / "raw"  # torchvision's layout, as DomainBed's download script leaves it
+    raw.mkdir(parents=True)
+    rng = np.random.default_rng(1)
+    for prefix, n in (("train", n_train), ("t10k", n_test)):
+        write_idx(raw / f"{prefix}-images-idx3-ubyte.gz", rng.integers(0, 256, (n, 28, 28)).astype(np.uint8))
+        write_idx(raw / f"{prefix}-labels-idx1-ubyte.gz", rng.integers(0, 10, n).astype(np.uint8))
+    return root
+
+
+def test_colored_and_rotated_mnist_read_torchvisions_mnist_layout(tmp_path):
+    root = _mnist_tree(tmp_path / "data")
+    c = load("colored-mnist", str(root))
+    assert c.env_names == ("+90%", "+80%", "-90%") and c.num_classes == 2
+    assert [len(y) for _, y in c.environments] == [400, 400, 400] and c.input_shape == (2, 28, 28)
+    r = load("rotated-mnist", str(root))
+    assert r.env_names == ("0", "15", "30", "45", "60", "75") and r.input_shape == (1, 28, 28)
+    with pytest.raises(DatasetNotFound, match=r"MNIST not found in data_dir=.*searched: .*MNIST/raw"):
+        load("colored-mnist", str(tmp_path / "empty"))
+
+
+def _png(path: Path, colour: tuple[int, int, int], size: int = 12) -> None:
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", (size, size + 3), colour).save(path)
+
+
+def _folder_tree(root: Path, envs: list[str], classes: list[str], per: int = 3) -> Path:
+    for e, env in enumerate(envs):
+        for c, cls in enumerate(classes):
+            for i in range(per):
+                _png(root / env / cls / f"img{i}.png", (40 * e + 20, 60 * c + 10, 10 * i + 5))
+    return root
+
+
+@pytest.fixture(scope="module")
+def vlcs_root(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("domainbed")
+    # written in an order unlike the sorted one: DomainBed's index is the sorted folder order
+    _folder_tree(root / "VLCS", ["VOC2007", "SUN09", "LabelMe", "Caltech101"], ["person", "bird", "car"], per=5)
+    return root
+
+
+def test_vlcs_environments_are_the_sorted_folders(vlcs_root):
+    s = load("vlcs", str(vlcs_root))
+    assert s.env_names == ("C", "L", "S", "V") and s.num_classes == 3 and s.input_shape == (3, 224, 224)
+    x, y = s.environments[2]  # SUN09, not VOC2007 (SEEDS-SPEC 4.3 trap 1)
+    assert isinstance(x, ImageFiles) and all("/SUN09/" in p for p in x.paths)
+    assert y.tolist() == [0] * 5 + [1] * 5 + [2] * 5  # classes sorted: bird, car, person
+    img = x[0]  # bird img0 of SUN09 (written second, class written second): colour (60, 70, 5), normalised
+    assert img.shape == (3, 224, 224)
+    want = (torch.tensor([60, 70, 5]) / 255 - torch.tensor([0.485, 0.456, 0.406])) / torch.tensor([0.229, 0.224, 0.225])
+    assert torch.allclose(img[:, 100, 100], want, atol=1e-5)
+    assert x[1:3].shape == (2, 3, 224, 224) and torch.equal(x[torch.tensor([0])][0], img)
+
+
+def test_augmented_reads_are_seeded_and_evaluation_reads_are_not_augmented(vlcs_root):
+    x, _ = load("vlcs", str(vlcs_root)).environments[0]
+    aug = x.subset([0, 4, 7]).to("cpu")
+    aug = type(aug)(aug.paths, augment=True)
+    a = aug.read(torch.tensor([0, 1, 2]), torch.Generator().manual_seed(5))
+    b = aug.read(torch.tensor([0, 1, 2]), torch.Generator().manual_seed(5))
+    c = aug.read(torch.tensor([0, 1, 2]), torch.Generator().manual_seed(6))
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    plain = aug[[0, 1, 2]]  # indexing is the evaluation transform
+    assert torch.equal(plain, x[[0, 4, 7]]) and not torch.equal(plain, a)
+
+
+def test_folder_loaders_name_what_is_missing(tmp_path):
+    _folder_tree(tmp_path / "VLCS", ["Caltech101", "LabelMe", "VOC2007"], ["bird", "car"], per=1)
+    with pytest.raises(DatasetNotFound, match=r"vlcs: environment folder 'SUN09' is missing in .*VLCS"):
+        load("vlcs", str(tmp_path))
+    _folder_tree(tmp_path / "VLCS", ["SUN09"], ["bird"], per=1)
+    with pytest.raises(DatasetNotFound, match=r"in environment 'SUN09' .* class 'car' is missing"):
+        load("vlcs", str(tmp_path))
+    with pytest.raises(DatasetNotFound, match=r"PACS \(pacs\) not found in data_dir=.*searched: .*PACS"):
+        load("pacs", str(tmp_path))
+    # Office-Home's "Real World" folder has a space
+    _folder_tree(tmp_path / "office_home", ["Art", "Clipart", "Product", "Real World"], ["Alarm_Clock", "Bike"], per=1)
+    s = load("office-home", str(tmp_path))
+    assert s.env_names == ("A", "C", "P", "R") and "/Real World/" in s.environments[3][0].paths[0]
+
+
+def test_generic_imagefolder(tmp_path):
+    _folder_tree(tmp_path / "mine", ["winter", "autumn", "summer"], ["a", "b"], per=2)
+    s = load("imagefolder", str(tmp_path / "mine"))
+    assert s.env_names == ("autumn", "summer", "winter") and s.num_classes == 2
+    cfg = RunConfig(dataset="imagefolder", data_dir=str(tmp_path / "mine"), model="simple_cnn").resolved()
+    assert cfg.num_sources == 2 and cfg.partition == "domainbed" and cfg.model_weights is None
+    with pytest.raises(DatasetNotFound, match="imagefolder needs --data-dir"):
+        load("imagefolder", None)
+
+
+# ---------------------------------------------------------------- the protocol
+
+@pytest.fixture
+def colored(fmnist_dir):
+    def make(**kw) -> RunConfig:
+        base = dict(dataset="colored-fmnist", data_dir=str(fmnist_dir), rounds=1, warmup_rounds=1,
+                    target_fraction=0.05, samples_per_client=96, test_samples=64, threads=TEST_THREADS)
+        base.update(kw)
+        return RunConfig(**base)
+    return make
+
+
+def test_paper_settings_per_dataset_and_held_out_environment():
+    for env, factor in enumerate((0.1, 0.5, 0.25)):  # 004 C.3: +90 %, +80 %, -90 %
+        cfg = RunConfig(dataset="colored-fmnist", method="fedgp_auto", test_env=env).resolved()
+        assert (cfg.auto_lr_factor, cfg.batch_target, cfg.auto_beta_rule) == (factor, 2, "fedgp")
+    cfg = RunConfig(dataset="colored-fmnist", method="fedgp").resolved()
+    assert (cfg.batch_target, cfg.shuffle, cfg.drop_last, cfg.model, cfg.model_weights) == (16, False, False,
+                                                                                          "mnist_cnn", None)
+    terra = RunConfig(dataset="terra-incognita", method="fedda_auto", test_env=3).resolved()
+    assert (terra.warmup_rounds, terra.batch_target, terra.auto_lr_factor, terra.lr_target) == (10, 8, 0.25, 1e-5)
+    assert RunConfig(dataset="pacs").resolved().target_fraction == 0.15
+    assert RunConfig(dataset="vlcs", method="fedavg_all").resolved().warmup_rounds == 0  # personalised: none
+    oracle = RunConfig(dataset="colored-fmnist", method="oracle").resolved()
+    assert (oracle.warmup_rounds, oracle.lr_target, oracle.batch_target) == (0, 1e-3, 64)
+    # the Fashion-MNIST grids keep their loaders
+    fm = RunConfig().resolved()
+    assert (fm.shuffle, fm.drop_last, fm.data_augmentation, fm.warmup_rounds) == (True, True, False, 2)
+
+
+def test_leave_one_domain_out_split(colored):
+    cfg = colored(test_env=1, samples_per_client=None, test_samples=None).resolved()
+    split = load(cfg.dataset, cfg.data_dir)
+    s = build_setting(split, cfg)
+    n = [len(y) for _, y in split.environments]  # 500 each (1500 pooled images)
+    out1, in1 = split_indices(n[1], int(0.2 * n[1]), seed_hash(cfg.seed, 1))
+    uda, _ = split_indices(len(in1), int(0.05 * len(in1)), seed_hash(cfg.seed, 1))
+    x1, y1 = split.environments[1]
+    assert torch.equal(s.target_test[0], x1[torch.from_numpy(out1)])  # the test set: env 1's 20 % out-split
+    assert torch.equal(s.target_train[0], x1[torch.from_numpy(in1[uda])]) and len(s.target_train[0]) == 20
+    assert torch.equal(s.target_pool[0], x1[torch.from_numpy(in1)])  # the oracle's data: env 1's in-split
+    # sources: env 0 and env 2 in index order, their 80 % in-splits
+    for (sx, sy), e in zip(s.sources, (0, 2)):
+        _, in_e = split_indices(n[e], int(0.2 * n[e]), seed_hash(cfg.seed, e))
+        assert torch.equal(sx, split.environments[e][0][torch.from_numpy(in_e)])
+    # another trial seed draws other splits of the same environments
+    other = build_setting(split, cfg.replace(seed=1).resolved())
+    assert not torch.equal(other.target_test[0], s.target_test[0])
+    # ColoredMNIST's size: 0.1 % of an in-split of 18 667 images is 18 labelled images (SEEDS-SPEC 4.1)
+    assert int(18667 * 0.001) == 18
+
+
+def test_bad_environment_choices_are_one_line_errors(colored):
+    split = load("colored-fmnist", colored().data_dir)
+    with pytest.raises(ValueError, match=r"test_env=3 is invalid: .* environments 0 \+90%, 1 \+80%, 2 -90%"):
+        build_setting(split, colored(test_env=3).resolved())
+    with pytest.raises(ValueError, match="num_sources=1 is invalid: leave-one-domain-out .* has 2 sources"):
+        build_setting(split, colored(num_sources=1).resolved())
+    with pytest.raises(ValueError, match=r"target_fraction=0.001 is invalid: it labels 400 x 0.001 < 1 sample"):
+        build_setting(split, colored(target_fraction=None).resolved())
+    with pytest.raises(ValueError, match="test_env=-1 is invalid"):
+        RunConfig(dataset="colored-fmnist", test_env=-1)
+    with pytest.raises(ValueError, match="partition='domainbed' is invalid for dataset 'fashion-mnist'"):
+        build_setting(load("fashion-mnist", colored().data_dir), colored(dataset="fashion-mnist",
+                                                                         partition="domainbed").resolved())
+
+
+def test_pretrained_model_without_its_weights_file_is_one_line(vlcs_root, monkeypatch, tmp_path):
+    from fda_ray.experiment import build_experiment
+
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    with pytest.raises(ValueError, match=r"model_weights='imagenet' is invalid: torchvision's cache file "
+                                         r".*resnet18-f37072fd.pth is absent; .*--model-weights PATH") as e:
+        build_experiment(RunConfig(dataset="vlcs", data_dir=str(vlcs_root)))
+    assert "\n" not in str(e.value)
+
+
+def test_unshuffled_loaders_keep_the_last_partial_batch(colored):
+    from fda_ray.experiment import build_experiment
+
+    exp = build_experiment(colored(method="fedgp", samples_per_client=100))
+    src = exp.clients[0]
+    assert not src.shuffle and not src.drop_last and src.steps_per_epoch(64) == 2  # 64 + 36
+    batches = list(src.batches(64, 0, "train"))
+    assert [len(b[1]) for b in batches] == [64, 36]
+    assert torch.equal(torch.cat([b[0] for b in batches]), exp.setting.sources[0][0])  # the stored order
+    assert exp.algorithm.src_steps.tolist() == [2.0, 2.0]  # the alignment counts the partial batch
+
+
+def test_vlcs_run_on_generated_images(vlcs_root, tmp_path):
+    """One round of FedGP on the generated VLCS tree with a (random) local ResNet-18 file: image files are read,
+    the sources' reads augmented, the pretrained BatchNorm statistics unchanged by training."""
+    import torchvision
+
+    from fda_ray.engine import run
+
+    torch.manual_seed(0)
+    weights = tmp_path / "resnet18.pth"
+    torch.save(torchvision.models.resnet18(weights=None).state_dict(), weights)
+    cfg = RunConfig(dataset="vlcs", data_dir=str(vlcs_root), method="fedgp", model_weights=str(weights),
+                    test_env=2, rounds=1, warmup_rounds=0, target_fraction=0.25, batch_source=8, batch_target=2,
+                    threads=TEST_THREADS)
+    hist = run(cfg)
+    assert len(hist.rows) == 1 and 0 <= hist.rows[0]["accuracy"] <= 1
+    from fda_ray.experiment import build_experiment
+
+    exp = build_experiment(cfg)
+    assert [x.augment for x, _ in exp.setting.sources] == [True, True, True]
+    assert not exp.setting.target_train[0].augment and len(exp.setting.target_test[1]) == 3  # 20 % of 15
+    state = torch.load(weights)
+    w = hist.final_weights
+    for name in ("bn1.running_mean", "layer2.0.bn1.running_var"):
+        assert torch.equal(w[exp.layout.layer_of(name)], state[name].reshape(-1))
+
+
+# ---------------------------------------------------------------- every method
+
+def test_every_registered_method_runs_leave_one_domain_out(colored):
+    from fda_ray.algorithms import ALGORITHMS
+    from fda_ray.engine import run
+
+    finals = {}
+    for name in ALGORITHMS.names():
+        fda = ALGORITHMS.get(name).family == "fda"  # the personalised baselines have no warm-up
+        hist = run(colored(method=name, test_env=2, finetune_epochs=1, warmup_rounds=1 if fda else None))
+        assert hist.rows and all(0 <= r["accuracy"] <= 1 for r in hist.rows), name
+        finals[name] = hist.final_weights
+    # 004's "FedAvg" has the target as a client: not the sources' FedAvg (001's "FedAvg" = source_only)
+    assert not torch.equal(finals["fedavg_all"], finals["source_only"])
+    assert len(ALGORITHMS.names()) == 13
+
+
+def test_fedavg_all_weighs_the_target_by_its_samples(colored):
+    """fedavg_all after one round = sum_k n_k w_k / sum n over sources and the target (plain arithmetic)."""
+    from fda_ray.engine import run
+
+    cfg = colored(method="fedavg_all", rounds=1, warmup_rounds=None)
+    from fda_ray.experiment import build_experiment
+    from fda_ray.executors import SerialExecutor
+
+    exp = build_experiment(cfg)
+    w0 = exp.initial_weights()
+    ex = SerialExecutor(exp.clients)
+    plan = exp.algorithm.plan_round(0, {"global": w0})
+    res = {r.client: r for r in ex.collect(ex.submit({"global": w0}, plan.tasks))}
+    n = torch.tensor([float(res[k].scalars["num_samples"]) for k in sorted(res)], dtype=torch.float64)
+    deltas = torch.stack([res[k].tensors["delta"] for k in sorted(res)]).double()
+    want = w0.double() + (n / n.sum()) @ deltas
+    got = run(cfg).final_weights.double()
+    # float32 sums of 3 deltas: a few ulps of the largest weight
+    assert torch.allclose(got, want, atol=1e-5 * float(w0.abs().max()), rtol=0)
+    assert n.tolist() == [96.0, 96.0, 20.0]
+
+
+# ---------------------------------------------------------------- grids and metrics
+
+@pytest.mark.parametrize("name", sorted(DOMAINBED_SETTINGS))
+def test_domainbed_grids_plan_the_papers_settings(name):
+    from fda_ray.trials import plan
+    from tuning.grids import GRIDS, PERSONALISED_ROW_KEYS
+
+    grid = GRIDS[name]
+    trials = plan(grid, "paper")
+    want = {(r.key, v, s) for r in grid.rows for v in grid.values for s in range(grid.seeds_for(v))}
+    assert {(t.row, t.value, t.seed) for t in trials} == want and len({t.key for t in trials}) == len(trials)
+    for t in trials:
+        cfg = t.config().resolved()
+        personalised = t.row in PERSONALISED_ROW_KEYS
+        expect = dict(DOMAINBED_SETTINGS[name])
+        if personalised:
+            expect["warmup_rounds"] = 0
+        if t.row == "oracle":
+            expect.update(warmup_rounds=0, lr_target=expect["lr_source"])
+        for field, value in expect.items():
+            assert getattr(cfg, field) == value, (t.key, field)
+        assert cfg.partition == "domainbed" and cfg.samples_per_client is None and cfg.test_samples is None
+        assert cfg.rounds == (150 if personalised else 50)
+        assert float(getattr(cfg, grid.variable)) == t.value
+    if grid.variable == "test_env":
+        assert {r.method for r in grid.rows} == set(__import__("fda_ray.algorithms", fromlist=["x"]).ALGORITHMS.names())
+        assert all(grid.seeds_for(v) == 5 for v in grid.values)
+
+
+def test_published_domainbed_numbers_are_keyed_by_environment_index():
+    from tuning.grids import GRIDS
+    from tuning.paper import TABLE1_CMNIST, TABLE3_CMNIST
+
+    vlcs = GRIDS["domainbed-vlcs"].paper
+    assert vlcs["fedgp"] == {0.0: 99.43, 1.0: 71.09, 2.0: 78.70, 3.0: 73.65}  # S (SUN09) is index 2, V index 3
+    assert statistics.fmean(vlcs["fedgp"].values()) == pytest.approx(80.72, abs=0.01)  # the paper's Avg
+    colored = GRIDS["domainbed-colored"].paper
+    assert colored["fedgp"] == TABLE3_CMNIST["fedgp"] and colored["ditto"] == TABLE1_CMNIST["ditto"]
+    assert statistics.fmean(TABLE1_CMNIST["fedgp"].values()) == pytest.approx(84.76, abs=0.01)
+    assert statistics.fmean(TABLE3_CMNIST["fedgp"].values()) == pytest.approx(82.62, abs=0.01)
+    assert GRIDS["domainbed-terra"].paper["fedrep"][1.0] == 6.15
+    beta = GRIDS["domainbed-colored-beta"]
+    assert beta.paper["fedgp_env2"][1.0] == 9.85 and beta.row("fedgp_env2").params == {"test_env": 2}
+
+
+def test_quick_profile_gives_the_personalised_rows_the_fda_budget():
+    from fda_ray.trials import plan
+    from tuning.grids import GRIDS
+
+    trials = plan(GRIDS["domainbed-colored"], "quick")
+    rounds = {t.row: t.config().resolved().rounds for t in trials}
+    assert set(rounds.values()) == {50} and len(trials) == 13 * 3
+
+
+def test_last_five_rounds_metric():
+    from fda_ray.sweep import final_accuracies
+
+    rows = [{"row": "fedgp", "grid_value": 0.0, "trial": "t", "seed": 0, "round": r, "phase": "main",
+             "accuracy": a} for r, a in enumerate([0.1, 0.2, 0.5, 0.6, 0.7, 0.8, 0.9])]
+    rows += [{"row": "knn_per", "grid_value": 0.0, "trial": "k", "seed": 0, "round": r, "phase": ph, "accuracy": a}
+             for r, (ph, a) in enumerate([("main", 0.5), ("main", 0.6), ("knn", 0.75)])]
+    assert final_accuracies(rows)[("fedgp", 0.0)] == {0: pytest.approx(90.0)}
+    assert final_accuracies(rows, last=5)[("fedgp", 0.0)] == {0: pytest.approx(70.0)}
+    assert final_accuracies(rows, last=5)[("knn_per", 0.0)] == {0: pytest.approx(75.0)}  # its kNN evaluation
