@@ -412,3 +412,38 @@ def test_last_five_rounds_metric():
     assert final_accuracies(rows)[("fedgp", 0.0)] == {0: pytest.approx(90.0)}
     assert final_accuracies(rows, last=5)[("fedgp", 0.0)] == {0: pytest.approx(70.0)}
     assert final_accuracies(rows, last=5)[("knn_per", 0.0)] == {0: pytest.approx(75.0)}  # its kNN evaluation
+
+
+def test_zero_dim_state_tensors_change_no_number(tmp_path):
+    """The authors' DomainBed code averages 0-dim state tensors over the sources (REFERENCE.md); fda-ray's flat
+    layout leaves them to the global model. Equal numbers, because in every registered model the only 0-dim
+    tensors are BatchNorm's num_batches_tracked, which no forward pass reads while the momentum is set, and
+    which frozen (pretrained) BatchNorm never changes: the sources' average is the global model's value."""
+    import torchvision
+    from torch import nn
+
+    from fda_ray.models import MODELS, build_model
+    from test_models import TINY_INPUTS
+
+    for name in MODELS.names():
+        model = build_model(name, TINY_INPUTS[name][0], 3)
+        for mod_name, mod in model.named_modules():
+            scalars = [n for n, t in mod.state_dict().items() if t.dim() == 0 and "." not in n]
+            if scalars:
+                assert isinstance(mod, nn.modules.batchnorm._BatchNorm) and scalars == ["num_batches_tracked"]
+                assert mod.momentum is not None, (name, mod_name)
+    weights = tmp_path / "r18.pth"
+    torch.save(torchvision.models.resnet18(weights=None).state_dict(), weights)
+    model = build_model("resnet18", (3, 32, 32), 3, weights_path=str(weights))
+    before = {n: t.clone() for n, t in model.state_dict().items() if t.dim() == 0}
+    model.train()
+    torch.nn.functional.cross_entropy(model(torch.rand(4, 3, 32, 32)), torch.tensor([0, 1, 2, 0])).backward()
+    assert all(torch.equal(model.state_dict()[n], t) for n, t in before.items()) and len(before) == 20
+
+
+def test_history_reports_the_mean_of_the_last_five_rounds():
+    from fda_ray.history import History
+
+    h = History(config={}, rows=[{"accuracy": a, "loss": 0.0} for a in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7)])
+    assert h.final_accuracy == pytest.approx(0.7) and h.last_accuracy(5) == pytest.approx(0.5)
+    assert h.to_json()["last5_accuracy"] == pytest.approx(0.5)
