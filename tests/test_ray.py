@@ -239,3 +239,20 @@ def test_personalised_state_survives_a_killed_actor(local_ray, tiny, method, fau
     assert same_state(states_ray, states_serial)
     key = "personal" if method == "ditto" else "head"
     assert key in states_ray[3]
+
+
+def test_ray_reads_image_files_as_serial_does(local_ray, tmp_path):
+    """DomainBed image folders under Ray: the actors read (and augment) the files themselves, from the paths the
+    views carry; the numbers equal the serial run's."""
+    from test_domainbed import _folder_tree
+
+    from fda_ray.config import RunConfig
+
+    _folder_tree(tmp_path / "PACS", ["art_painting", "cartoon", "photo", "sketch"], ["dog", "horse"], per=5)
+    cfg = RunConfig(dataset="pacs", data_dir=str(tmp_path), method="fedgp", model="simple_cnn", test_env=1, rounds=1,
+                    warmup_rounds=1, target_fraction=0.5, batch_source=4, batch_target=2, threads=1)
+    h_serial, states_serial = _serial(cfg)
+    h_ray, states_ray, restarts = _ray(cfg.replace(executor="ray"))
+    assert restarts == [] and len(h_serial.rows) == 2
+    _assert_same_rows(h_serial.rows, h_ray.rows)
+    assert torch.equal(h_ray.final_weights, h_serial.final_weights)
