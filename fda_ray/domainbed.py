@@ -327,8 +327,10 @@ def colored_environments(images: torch.Tensor, labels: torch.Tensor, seed: int =
 
 def rotated_environments(images: torch.Tensor, labels: torch.Tensor, seed: int = CONSTRUCTION_SEED,
                          angles: Sequence[int] = ROTATED_ANGLES) -> list[Pair]:
-    """DomainBed RotatedMNIST: env e = pool[e::len(angles)] rotated by angles[e] (bilinear, fill 0, on the
-    uint8 images as DomainBed's PIL path does); x (m, 1, 28, 28) in [0, 1]."""
+    """DomainBed RotatedMNIST: env e = pool[e::len(angles)] rotated by angles[e]; x (m, 1, 28, 28) in [0, 1].
+    DomainBed's path exactly: each uint8 image as a PIL image, torchvision's rotate (bilinear, fill 0), then
+    to [0, 1] (torchvision's tensor rotate samples differently: pixels differ by up to 32 of 255)."""
+    from PIL import Image
     from torchvision.transforms import InterpolationMode
     from torchvision.transforms.functional import rotate
 
@@ -337,9 +339,11 @@ def rotated_environments(images: torch.Tensor, labels: torch.Tensor, seed: int =
     images, labels = images[shuffle], labels[shuffle]
     out = []
     for e, angle in enumerate(angles):
-        im = images[e::len(angles)].unsqueeze(1)  # (m, 1, 28, 28) uint8
-        x = rotate(im, float(angle), interpolation=InterpolationMode.BILINEAR, fill=[0.0])
-        out.append((x.float().div_(255.0), labels[e::len(angles)].clone()))
+        rotated = [np.asarray(rotate(Image.fromarray(a), float(angle), interpolation=InterpolationMode.BILINEAR,
+                                     fill=(0,)))
+                   for a in images[e::len(angles)].numpy()]
+        x = torch.from_numpy(np.stack(rotated) if rotated else np.zeros((0, 28, 28), np.uint8))
+        out.append((x.unsqueeze(1).float().div_(255.0), labels[e::len(angles)].clone()))
     return out
 
 

@@ -85,6 +85,7 @@ def test_colored_environments_follow_domainbeds_recipe():
 
 
 def test_rotated_environments_rotate_disjoint_slices():
+    from torchvision import transforms
     from torchvision.transforms import InterpolationMode
     from torchvision.transforms.functional import rotate
 
@@ -93,8 +94,11 @@ def test_rotated_environments_rotate_disjoint_slices():
     shuffle = torch.randperm(600, generator=torch.Generator().manual_seed(0))
     assert [len(y) for _, y in envs] == [100] * 6
     assert torch.equal(envs[0][0], images[shuffle[0::6]].unsqueeze(1).float() / 255)  # 0 degrees: the images
-    want = rotate(images[shuffle[3::6]].unsqueeze(1), 45.0, interpolation=InterpolationMode.BILINEAR, fill=[0.0])
-    assert torch.equal(envs[3][0], want.float() / 255) and torch.equal(envs[3][1], labels[shuffle[3::6]])
+    # DomainBed's rotate_dataset: ToPILImage, rotate(angle, fill=(0,), BILINEAR), ToTensor, image by image
+    domainbed = transforms.Compose([transforms.ToPILImage(), transforms.Lambda(
+        lambda im: rotate(im, 45, fill=(0,), interpolation=InterpolationMode.BILINEAR)), transforms.ToTensor()])
+    want = torch.stack([domainbed(im) for im in images[shuffle[3::6]]])
+    assert torch.equal(envs[3][0], want) and torch.equal(envs[3][1], labels[shuffle[3::6]])
     assert not torch.equal(envs[3][0], envs[0][0])
 
 
