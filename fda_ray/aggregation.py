@@ -139,14 +139,16 @@ def fedavg(sources: torch.Tensor, *, weights: torch.Tensor, impl: str | None = N
 
 
 def fedda(target: torch.Tensor, sources: torch.Tensor, *, beta: float | torch.Tensor,
-          weights: torch.Tensor, impl: str | None = None) -> torch.Tensor:
-    """FedDA: sum_i w_i (beta_i g_i + (1 - beta_i) g_T)."""
+          weights: torch.Tensor, impl: str | None = None, target_weight: float | None = None) -> torch.Tensor:
+    """FedDA: sum_i w_i (beta_i g_i + (1 - beta_i) g_T); target_weight replaces g_T's coefficient
+    sum_i w_i (1 - beta_i) (the authors' DomainBed auto script: 1 - beta of the last source)."""
     n, m = _check_flat(target, sources)
     b = check_beta(beta, n, target)
     w = check_weights(weights, n, target)
     whole = torch.tensor([0, m], dtype=torch.int64)  # one "layer": FedDA does not look at layers
     scale = (w * b).unsqueeze(1)  # (N, 1) float64
-    out = kernels.layer_combine(target.contiguous(), sources.contiguous(), whole, scale, float((w * (1 - b)).sum()),
+    t_w = float((w * (1 - b)).sum()) if target_weight is None else float(target_weight)
+    out = kernels.layer_combine(target.contiguous(), sources.contiguous(), whole, scale, t_w,
                                 impl=_impl(impl, target, sources))
     return _finite_or_raise(out, target, sources, "fedda")
 
@@ -154,9 +156,11 @@ def fedda(target: torch.Tensor, sources: torch.Tensor, *, beta: float | torch.Te
 def fedgp(target: torch.Tensor, sources: torch.Tensor, offsets: torch.Tensor, *, beta: float | torch.Tensor,
           weights: torch.Tensor, align: torch.Tensor | None = None, filter: bool = True,
           projection: str = "cosine", impl: str | None = None,
-          stats: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+          stats: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+          target_weight: float | None = None) -> torch.Tensor:
     """FedGP: sum_i w_i (beta_i s_i + (1 - beta_i) g_T) with the layerwise projections s_i (module docstring).
-    stats: layer_stats(target, sources, offsets) when the caller has them already (pass 1 is then skipped)."""
+    stats: layer_stats(target, sources, offsets) when the caller has them already (pass 1 is then skipped).
+    target_weight replaces g_T's coefficient sum_i w_i (1 - beta_i), as fedda's."""
     n, _ = _check_flat(target, sources)
     b = check_beta(beta, n, target)
     w = check_weights(weights, n, target)
@@ -170,4 +174,5 @@ def fedgp(target: torch.Tensor, sources: torch.Tensor, offsets: torch.Tensor, *,
                          "a diverged client (try a lower learning rate)")
     coef = projection_coefficients(dots, s_sq, t_sq, filter=filter, projection=projection)  # (N, L) float64
     scale = coef * (w * b * a).unsqueeze(1)  # (N, L) float64
-    return kernels.layer_combine(target, sources, offsets, scale, float((w * (1 - b)).sum()), impl=impl)  # pass 2
+    t_w = float((w * (1 - b)).sum()) if target_weight is None else float(target_weight)
+    return kernels.layer_combine(target, sources, offsets, scale, t_w, impl=impl)  # pass 2

@@ -19,7 +19,10 @@ and a purpose, so a setting is the same in every process and executor.
                shuffle) and in_e (the rest); the target is environment cfg.test_env: its labelled set the first
                int(target_fraction |in_t|) of in_t reshuffled with the same seed, its test set out_t, its pool
                (the oracle's training data) in_t; every other environment, in index order, is one source
-               holding in_e (out_e is DomainBed's source-side validation data, unused here).
+               holding in_e (out_e is DomainBed's source-side validation data, unused here). With
+               cfg.faithful_domainbed_auto (the authors' auto script) the labelled set is the first
+               int(target_fraction |in_t|) of the environment's own permutation and the test set 20 % of the
+               rest, reshuffled.
 Noise: x + N(0, std^2), no clipping, drawn afresh every time an image is read, on target train and test only.
 The oracle under the authors' protocol (cfg.baseline_protocol = "authors", REFERENCE.md) takes the target's whole
 part instead: a seeded permutation, its first 10 % the oracle's test set, the other 90 % its training set.
@@ -168,9 +171,16 @@ def domainbed_split(split: Split, cfg: RunConfig) -> tuple[tuple[Pair, ...], Pai
             if k < 1:
                 raise ValueError(f"target_fraction={frac} is invalid: it labels {len(in_idx)} x {frac} < 1 sample of "
                                  f"environment {names[e]}'s in-split")
-        uda, _ = split_indices(len(in_idx), k, seed_hash(cfg.seed, e))  # DomainBed's uda split of in_t
-        labelled = in_idx[uda]
-        test = _cap(out_idx, cfg.test_samples)
+        if cfg.faithful_domainbed_auto:
+            # The authors' auto script: the labelled set is the first k of the environment's own permutation
+            # (the one whose first 20 % is the static runs' test set), the test set 20 % of the rest, re-split.
+            labelled, rest = split_indices(n, k, seed_hash(cfg.seed, e))
+            test_pos, _ = split_indices(len(rest), int(len(rest) * HOLDOUT_FRACTION), seed_hash(cfg.seed, e))
+            test = _cap(rest[test_pos], cfg.test_samples)
+        else:
+            uda, _ = split_indices(len(in_idx), k, seed_hash(cfg.seed, e))  # DomainBed's uda split of in_t
+            labelled = in_idx[uda]
+            test = _cap(out_idx, cfg.test_samples)
         pool = _cap(in_idx, cfg.samples_per_client)
         target = ((take(x, labelled), y[labelled]), (take(x, pool), y[pool]), (take(x, test), y[test]))
     assert target is not None

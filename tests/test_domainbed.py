@@ -354,6 +354,10 @@ def test_fedavg_all_weighs_the_target_by_its_samples(colored):
 
 # ---------------------------------------------------------------- grids and metrics
 
+def row_is_auto(row: str) -> bool:
+    return row in ("fedda_auto", "fedgp_auto")
+
+
 @pytest.mark.parametrize("name", sorted(DOMAINBED_SETTINGS))
 def test_domainbed_grids_plan_the_papers_settings(name):
     from fda_ray.trials import plan
@@ -367,7 +371,7 @@ def test_domainbed_grids_plan_the_papers_settings(name):
         cfg = t.config().resolved()
         personalised = t.row in PERSONALISED_ROW_KEYS
         expect = dict(DOMAINBED_SETTINGS[name])
-        if personalised:
+        if personalised or t.row == "target_only":  # no warm-up: SEEDS-SPEC 5; the authors' static script
             expect["warmup_rounds"] = 0
         if t.row == "oracle":
             expect.update(warmup_rounds=0, lr_target=expect["lr_source"])
@@ -375,6 +379,7 @@ def test_domainbed_grids_plan_the_papers_settings(name):
             assert getattr(cfg, field) == value, (t.key, field)
         assert cfg.partition == "domainbed" and cfg.samples_per_client is None and cfg.test_samples is None
         assert cfg.rounds == (150 if personalised else 50)
+        assert cfg.faithful_domainbed_auto == row_is_auto(t.row) and cfg.auto_beta_rule == "fedgp"
         assert float(getattr(cfg, grid.variable)) == t.value
     if grid.variable == "test_env":
         assert {r.method for r in grid.rows} == set(__import__("fda_ray.algorithms", fromlist=["x"]).ALGORITHMS.names())
@@ -451,3 +456,52 @@ def test_history_reports_the_mean_of_the_last_five_rounds():
     h = History(config={}, rows=[{"accuracy": a, "loss": 0.0} for a in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7)])
     assert h.final_accuracy == pytest.approx(0.7) and h.last_accuracy(5) == pytest.approx(0.5)
     assert h.to_json()["last5_accuracy"] == pytest.approx(0.5)
+
+
+# ---------------------------------------------------------------- the authors' scripts' two DomainBed protocols
+
+def test_target_only_and_auto_runs_follow_the_authors_domainbed_scripts():
+    # static script: no warm-up without sources (proj_w = 0); auto script: faithful_domainbed_auto on
+    assert RunConfig(dataset="colored-fmnist", method="target_only").resolved().warmup_rounds == 0
+    assert RunConfig(dataset="fashion-mnist", method="target_only").resolved().warmup_rounds == 2
+    for method, faithful in (("fedgp_auto", True), ("fedda_auto", True), ("fedgp", False), ("ditto", False)):
+        assert RunConfig(dataset="vlcs", method=method).resolved().faithful_domainbed_auto is faithful
+    assert RunConfig(dataset="fashion-mnist", method="fedgp_auto").resolved().faithful_domainbed_auto is False
+
+
+def test_faithful_auto_split_draws_the_labelled_set_from_the_environment(colored):
+    cfg = colored(method="fedgp_auto", test_env=0, samples_per_client=None, test_samples=None).resolved()
+    assert cfg.faithful_domainbed_auto
+    split = load(cfg.dataset, cfg.data_dir)
+    s = build_setting(split, cfg)
+    static = build_setting(split, cfg.replace(faithful_domainbed_auto=False).resolved())
+    x0, _ = split.environments[0]
+    n = len(x0)
+    out0, in0 = split_indices(n, int(0.2 * n), seed_hash(cfg.seed, 0))
+    k = int(len(in0) * 0.05)
+    labelled, rest = split_indices(n, k, seed_hash(cfg.seed, 0))
+    test_pos, _ = split_indices(len(rest), int(0.2 * len(rest)), seed_hash(cfg.seed, 0))
+    assert torch.equal(s.target_train[0], x0[torch.from_numpy(labelled)]) and len(labelled) == 20
+    assert torch.equal(s.target_test[0], x0[torch.from_numpy(rest[test_pos])])
+    assert set(labelled.tolist()) <= set(out0.tolist())  # the static runs' test images (same permutation)
+    assert not set(labelled.tolist()) & set(rest[test_pos].tolist())
+    assert len(static.target_train[0]) == 20 and not torch.equal(static.target_test[0], s.target_test[0])
+
+
+def test_faithful_auto_weighs_the_target_by_the_last_sources_beta(colored):
+    from fda_ray.aggregation import fedda, fedgp
+    from fda_ray.engine import run
+
+    g = torch.Generator().manual_seed(0)
+    tgt, src = torch.randn(40, generator=g), torch.randn(3, 40, generator=g)
+    offsets = torch.tensor([0, 10, 40])
+    w = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)
+    beta = torch.tensor([0.2, 0.6, 0.9], dtype=torch.float64)
+    for rule, kw in ((fedda, {}), (fedgp, {"offsets": offsets})):
+        plain = rule(tgt, src, beta=beta, weights=w, impl="reference", **kw)
+        last = rule(tgt, src, beta=beta, weights=w, impl="reference", target_weight=0.1, **kw)
+        moved = float(0.1 - (w * (1 - beta)).sum())  # float32 sums of 40 values: rounding ~1e-6
+        torch.testing.assert_close(last, plain + moved * tgt, rtol=0, atol=1e-5)
+    hist = run(colored(method="fedgp_auto", test_env=1, batch_target=4))
+    row = hist.rows[-1]
+    assert row["target_weight"] == pytest.approx(1 - row["beta_i"][-1], abs=1e-12)

@@ -69,6 +69,13 @@ class FDA(Algorithm):
             fill["batch_target"] = defaults["auto_batch_target"]
         if cfg.log_estimates is None:
             fill["log_estimates"] = cls.train_sources
+        domainbed = (cfg.partition or defaults["partition"]) == "domainbed"
+        # The authors' static DomainBed script warms up only when the sources take part (proj_w > 0): target only
+        # trains from the initial model.
+        if domainbed and cls.rule == "target" and not cls.oracle and cfg.warmup_rounds is None:
+            fill["warmup_rounds"] = 0
+        if cfg.faithful_domainbed_auto is None:
+            fill["faithful_domainbed_auto"] = domainbed and cls.auto_rule is not None
         return fill
 
     @classmethod
@@ -78,7 +85,7 @@ class FDA(Algorithm):
                 "filter": cls.rule == "fedgp", "auto_lr_factor": cls.auto_rule is not None,
                 "auto_beta_rule": cls.auto_rule == "fedgp", "finetune_epochs": cls.finetune,
                 "baseline_protocol": cls.finetune or cls.oracle, "lr_source": sources, "batch_source": sources,
-                "log_estimates": True}
+                "log_estimates": True, "faithful_domainbed_auto": cls.auto_rule is not None}
 
     @classmethod
     def planned_rounds(cls, cfg) -> int:
@@ -166,6 +173,10 @@ class FDA(Algorithm):
                 metrics.update(round_estimates(stats, self.weights, self.layout.size, steps.shape[0], cfg.beta))
                 if self.auto_rule is not None:
                     beta = auto_beta(stats, cfg.auto_beta_rule if self.auto_rule == "fedgp" else "fedda")  # (N,)
+            # The authors' DomainBed auto script adds the target's delta once, after the per-source loop, weighted
+            # by 1 - beta of the last source, where the rule gives sum_i alpha_i (1 - beta_i) (SEEDS-SPEC 4.3, 7b).
+            target_weight = float(1 - beta[-1]) if self.auto_rule is not None and cfg.faithful_domainbed_auto \
+                else None
             # One pass for the layer statistics: FedGP's projections and the logged cosines share it.
             lstats = layer_stats(tgt, src, offsets, impl=cfg.aggregation_impl) \
                 if src is not None and tgt is not None else None
@@ -174,10 +185,14 @@ class FDA(Algorithm):
             elif self.rule == "target":
                 update = tgt.clone()
             elif self.rule == "fedda":
-                update = fedda(tgt, src, beta=beta, weights=self.weights, impl=cfg.aggregation_impl)
+                update = fedda(tgt, src, beta=beta, weights=self.weights, impl=cfg.aggregation_impl,
+                               target_weight=target_weight)
             else:
                 update = fedgp(tgt, src, offsets, beta=beta, weights=self.weights, align=self.align,
-                               filter=cfg.filter, projection=cfg.projection, impl=cfg.aggregation_impl, stats=lstats)
+                               filter=cfg.filter, projection=cfg.projection, impl=cfg.aggregation_impl, stats=lstats,
+                               target_weight=target_weight)
+            if target_weight is not None:
+                metrics["target_weight"] = target_weight
             if lstats is not None:
                 cos = layer_cosines(*lstats)  # (N, L)
                 metrics["cosine_mean_i"] = cos.mean(1).tolist()
