@@ -85,12 +85,27 @@ def _phases(pending: list[Trial]) -> list[list[Trial]]:
     return [p for p in (first, second) if p]
 
 
+def die_with_parent() -> bool:
+    """Linux: this process gets SIGTERM when its parent dies (prctl PR_SET_PDEATHSIG). A sweep stopped by
+    `kill` (or the OOM killer) then leaves no pool worker behind that goes on training, and writing into a trial
+    record that a resumed sweep runs again. Returns whether it was set (False where prctl is missing)."""
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(1, int(signal.SIGTERM), 0, 0, 0) == 0  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return False
+
+
 def _worker_init() -> None:
     """Pool workers leave Ctrl-C to the sweep, which stops them (a worker dying mid-job would look like a
-    failed trial)."""
+    failed trial), and die with the sweep."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent()
     warnings.simplefilter("ignore", preflight.RunWarning)  # the sweep printed the options its trials ignore, once
 
 

@@ -335,3 +335,38 @@ def test_summary_says_how_the_profile_differs_from_the_paper():
     paper, _ = sweep.summarize(rows, [], grid, "paper", ["fedgp_auto"], [0.4], "cmd")
     assert "Profile `quick`: 3 rounds, not 50.\n" in quick and "Profile" not in paper
     assert "| FedGP_Auto | 70.00 / 71.53 |" in quick
+
+
+def test_pool_workers_die_with_a_killed_sweep(tmp_path):
+    """A sweep killed outright (SIGKILL: no cleanup runs) takes its local pool's workers with it."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("PR_SET_PDEATHSIG is Linux's")
+    pidfile = tmp_path / "child.pid"
+    code = ("import multiprocessing as mp, time, sys\n"
+            "from fda_ray.sweep import die_with_parent\n"
+            "def child(path):\n"
+            "    assert die_with_parent()\n"
+            "    open(path, 'w').write(str(__import__('os').getpid()))\n"
+            "    time.sleep(60)\n"
+            "if __name__ == '__main__':\n"
+            "    p = mp.get_context('spawn').Process(target=child, args=(sys.argv[1],)); p.start(); time.sleep(60)\n")
+    script = tmp_path / "parent.py"
+    script.write_text(code)
+    repo = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": repo + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    parent = subprocess.Popen([sys.executable, str(script), str(pidfile)], cwd=repo, env=env)
+    deadline = time.time() + 60
+    while not (pidfile.exists() and pidfile.read_text()) and time.time() < deadline:
+        time.sleep(0.1)
+    child = int(pidfile.read_text())
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    for _ in range(100):  # gone within seconds (SIGTERM on the parent's death)
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(child, signal.SIGKILL)
+        pytest.fail("the pool worker outlived the killed sweep")
