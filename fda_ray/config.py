@@ -132,7 +132,7 @@ class RunConfig:
                                          "(nothing is downloaded); default 'imagenet' on DomainBed's image datasets")
     faithful_domainbed_auto: bool | None = _f(None, "fedda_auto / fedgp_auto on DomainBed datasets as the authors' "
                                                     "auto script runs them (SEEDS-SPEC 4.3 trap 7): the target's "
-                                                    "labelled set drawn first from the environment, its test set 20 %% "
+                                                    "labelled set drawn first from the environment, its test set 20 % "
                                                     "of the rest, and the target term weighted by 1 - beta of the "
                                                     "last source; default on there (the published auto rows came "
                                                     "from that code), off elsewhere")
