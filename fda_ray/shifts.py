@@ -192,6 +192,9 @@ def build_setting(split: Split, cfg: RunConfig) -> Setting:
     cfg = cfg.resolved()
     rng = np_rng(cfg.seed, purpose="partition")
     n_src = cfg.num_sources
+    if split.environments and cfg.partition != "domainbed":
+        raise ValueError(f"partition={cfg.partition!r} is invalid for dataset {cfg.dataset!r}: its data are "
+                         f"DomainBed environments ({', '.join(split.env_names)}); use partition 'domainbed'")
     ytr = split.y_train.numpy()
     if cfg.partition in ("homo", "source_classes"):
         shards = homo_shards(len(ytr), n_src + 1, rng)

@@ -258,6 +258,9 @@ def test_bad_environment_choices_are_one_line_errors(colored):
         build_setting(split, colored(num_sources=1).resolved())
     with pytest.raises(ValueError, match=r"target_fraction=0.001 is invalid: it labels 400 x 0.001 < 1 sample"):
         build_setting(split, colored(target_fraction=None).resolved())
+    with pytest.raises(ValueError, match=r"partition='homo' is invalid for dataset 'colored-fmnist': .* use "
+                                         r"partition 'domainbed'"):
+        build_setting(split, colored(partition="homo", target_fraction=None, target_labelled=5).resolved())
     with pytest.raises(ValueError, match="test_env=-1 is invalid"):
         RunConfig(dataset="colored-fmnist", test_env=-1)
     with pytest.raises(ValueError, match="partition='domainbed' is invalid for dataset 'fashion-mnist'"):
