@@ -185,10 +185,11 @@ COLORED_QUICK = Profile({"samples_per_client": 500, "test_samples": 1000}, seeds
                              "on 500 of its ~18 670 in-split images, the test set is 1000 of the held-out "
                              "environment's 4 666 out-split images, the personalised rows run 50 rounds (paper: "
                              "150), one seed (paper: 5).")
-ROTATED_QUICK = Profile({"samples_per_client": 300, "test_samples": 500}, seeds=1, values=(0.0, 5.0),
+ROTATED_QUICK = Profile({"samples_per_client": 150, "test_samples": 500}, seeds=1, values=(0.0, 5.0),
                         rows=FDA_ROW_KEYS,
-                        note="The FDA rows with 0 and 75 degrees held out, each source training on 300 of its "
-                             "~9 330 in-split images, 500 test images (the out-split holds 2 333), one seed.")
+                        note="The FDA rows with 0 and 75 degrees held out, each of the 5 sources training on 150 "
+                             "of its ~9 330 in-split images, 500 test images (the out-split holds 2 333), one "
+                             "seed.")
 IMAGE_QUICK = Profile({"samples_per_client": 200, "test_samples": 200, "rounds": 5}, seeds=1,
                       row_fields={k: {"rounds": 5} for k in PERSONALISED_ROW_KEYS},
                       note="5 rounds on 200 images per source and 200 test images: checks a setup, not the paper's "
