@@ -41,7 +41,7 @@ PAPER_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
-def _domainbed(model: str, lr: float, batch: int, fraction: float, envs: int, *, warmup: int = 2,
+def _domainbed(model: str, lr: float, batch: int, fraction: float, *, warmup: int = 2,
                auto_batch: int = 4, auto_lr: float | tuple[float, ...] = 0.25, weights: str | None = None
                ) -> dict[str, Any]:
     """The DomainBed settings of seeds 001/004 (SEEDS-SPEC.md 4.1): Adam at lr (sources) and lr / 5 (target),
@@ -49,10 +49,11 @@ def _domainbed(model: str, lr: float, batch: int, fraction: float, envs: int, *,
     `warmup` FedAvg rounds, the auto-weighted runs' lr factor (one per held-out environment where the paper
     gives one each) and target batch (004 C.3), the plain FedGP estimator rule; the authors' DomainBed loaders
     neither shuffle nor drop the last partial batch; DomainBed's augmentation of the source environments.
-    The oracle trains on the target's whole in-split at the sources' lr and batch."""
+    The oracle trains on the target's whole in-split at the sources' lr and batch. The sources are the other
+    environments (num_sources is counted from the dataset's environments when a config is resolved)."""
     return dict(model=model, partition="domainbed", lr_source=lr, lr_target=lr / 5, batch_source=batch,
                 batch_target=16, auto_batch_target=auto_batch, auto_lr_factor=auto_lr, target_labelled=None,
-                target_fraction=fraction, auto_beta_rule="fedgp", num_sources=envs - 1 if envs else None,
+                target_fraction=fraction, auto_beta_rule="fedgp", num_sources=None,
                 oracle_lr_target=lr, warmup_rounds=warmup, shuffle=False, drop_last=False,
                 data_augmentation=True, model_weights=weights)
 
@@ -62,16 +63,16 @@ def _domainbed(model: str, lr: float, batch: int, fraction: float, envs: int, *,
 # 004's Fashion-MNIST tables) and the Fashion-MNIST auto target batch 4. The image datasets: ResNet-18 from
 # torchvision's ImageNet file ("imagenet": $TORCH_HOME/hub/checkpoints/resnet18-f37072fd.pth).
 for _base in ("mnist", "fmnist"):
-    PAPER_DEFAULTS[f"colored-{_base}"] = _domainbed("mnist_cnn", 1e-3, 64, 0.001, 3, auto_batch=2,
+    PAPER_DEFAULTS[f"colored-{_base}"] = _domainbed("mnist_cnn", 1e-3, 64, 0.001, auto_batch=2,
                                                    auto_lr=(0.1, 0.5, 0.25))
-    PAPER_DEFAULTS[f"rotated-{_base}"] = _domainbed("mnist_cnn", 1e-3, 64, 0.01, 6, auto_batch=4)
-PAPER_DEFAULTS["vlcs"] = _domainbed("resnet18", 5e-5, 32, 0.05, 4, weights="imagenet")
-PAPER_DEFAULTS["terra-incognita"] = _domainbed("resnet18", 5e-5, 32, 0.05, 4, warmup=10, auto_batch=8,
+    PAPER_DEFAULTS[f"rotated-{_base}"] = _domainbed("mnist_cnn", 1e-3, 64, 0.01, auto_batch=4)
+PAPER_DEFAULTS["vlcs"] = _domainbed("resnet18", 5e-5, 32, 0.05, weights="imagenet")
+PAPER_DEFAULTS["terra-incognita"] = _domainbed("resnet18", 5e-5, 32, 0.05, warmup=10, auto_batch=8,
                                                weights="imagenet")
-PAPER_DEFAULTS["pacs"] = _domainbed("resnet18", 5e-5, 32, 0.15, 4, weights="imagenet")
-PAPER_DEFAULTS["office-home"] = _domainbed("resnet18", 5e-5, 32, 0.15, 4, weights="imagenet")
-PAPER_DEFAULTS["domain-net"] = _domainbed("resnet18", 5e-5, 32, 0.15, 6, weights="imagenet")
-PAPER_DEFAULTS["imagefolder"] = _domainbed("resnet18", 5e-5, 32, 0.05, 0, weights="imagenet")
+PAPER_DEFAULTS["pacs"] = _domainbed("resnet18", 5e-5, 32, 0.15, weights="imagenet")
+PAPER_DEFAULTS["office-home"] = _domainbed("resnet18", 5e-5, 32, 0.15, weights="imagenet")
+PAPER_DEFAULTS["domain-net"] = _domainbed("resnet18", 5e-5, 32, 0.15, weights="imagenet")
+PAPER_DEFAULTS["imagefolder"] = _domainbed("resnet18", 5e-5, 32, 0.05, weights="imagenet")
 # Datasets not listed in the DomainBed table run the loop's usual loaders.
 for _d in ("fashion-mnist", "cifar10", "synthetic"):
     PAPER_DEFAULTS[_d].update(warmup_rounds=WARMUP_ROUNDS, shuffle=True, drop_last=True, data_augmentation=False,
@@ -340,7 +341,7 @@ class RunConfig:
             fill["model_weights"] = d["model_weights"]  # the dataset's pretrained model, unless another is chosen
         if isinstance(fill.get("auto_lr_factor"), tuple):  # one per held-out environment (ColoredMNIST, 004 C.3)
             fill["auto_lr_factor"] = fill["auto_lr_factor"][min(self.test_env, len(fill["auto_lr_factor"]) - 1)]
-        if fill.get("num_sources", self.num_sources) is None:  # an image folder: one source per other domain
+        if fill.get("num_sources", self.num_sources) is None:  # DomainBed: one source per other environment
             from fda_ray.domainbed import count_environments
 
             fill["num_sources"] = count_environments(self.dataset, self.data_dir) - 1

@@ -23,6 +23,7 @@ ColorJitter(0.3, 0.3, 0.3, 0.3), RandomGrayscale), seeded by (seed, round, clien
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from dataclasses import dataclass, replace
@@ -97,18 +98,8 @@ class ImageFiles:
     def subset(self, idx: Sequence[int] | np.ndarray | torch.Tensor) -> "ImageFiles":
         return replace(self, paths=tuple(self.paths[int(i)] for i in _as_list(idx)))
 
-    def _transform(self, augment: bool):
-        from torchvision import transforms
-
-        norm = [transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
-        if not augment:
-            return transforms.Compose([transforms.Resize((self.size, self.size)), *norm])
-        return transforms.Compose([transforms.RandomResizedCrop(self.size, scale=(0.7, 1.0)),
-                                   transforms.RandomHorizontalFlip(), transforms.ColorJitter(0.3, 0.3, 0.3, 0.3),
-                                   transforms.RandomGrayscale(), *norm])
-
     def _decode(self, idx: list[int], augment: bool) -> torch.Tensor:
-        tf = self._transform(augment)
+        tf = _transform(self.size, augment)
         out = torch.stack([tf(_pil_loader(self.paths[i])) for i in idx]) if idx else \
             torch.zeros(0, 3, self.size, self.size)
         return out.to(self.device)  # (b, 3, size, size)
@@ -129,6 +120,18 @@ class ImageFiles:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             return self._decode(_as_list(idx), True)
+
+
+@functools.lru_cache(maxsize=None)
+def _transform(size: int, augment: bool):
+    """DomainBed's evaluation or augmentation transform (built once per process, not per batch)."""
+    from torchvision import transforms
+
+    norm = [transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
+    if not augment:
+        return transforms.Compose([transforms.Resize((size, size)), *norm])
+    return transforms.Compose([transforms.RandomResizedCrop(size, scale=(0.7, 1.0)), transforms.RandomHorizontalFlip(),
+                               transforms.ColorJitter(0.3, 0.3, 0.3, 0.3), transforms.RandomGrayscale(), *norm])
 
 
 def _as_list(idx) -> list[int]:
