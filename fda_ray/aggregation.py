@@ -153,14 +153,28 @@ def fedda(target: torch.Tensor, sources: torch.Tensor, *, beta: float | torch.Te
     return _finite_or_raise(out, target, sources, "fedda")
 
 
+def frozen_layers_mask(names: tuple[str, ...], prefixes: tuple[str, ...]) -> torch.Tensor:
+    """(L,) bool: the layers whose state-dict name starts with one of `prefixes` (seed 000's auxiliary heads,
+    "aux_heads.", which GP leaves at their value)."""
+    return torch.tensor([n.startswith(prefixes) for n in names], dtype=torch.bool)
+
+
+def zero_layers(update: torch.Tensor, offsets: torch.Tensor, frozen: torch.Tensor) -> torch.Tensor:
+    """The update (M,) with the frozen layers' coordinates set to 0 (in place; returned)."""
+    for l in frozen.nonzero().flatten().tolist():
+        update[int(offsets[l]) : int(offsets[l + 1])] = 0
+    return update
+
+
 def fedgp(target: torch.Tensor, sources: torch.Tensor, offsets: torch.Tensor, *, beta: float | torch.Tensor,
           weights: torch.Tensor, align: torch.Tensor | None = None, filter: bool = True,
           projection: str = "cosine", impl: str | None = None,
           stats: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
-          target_weight: float | None = None) -> torch.Tensor:
+          target_weight: float | None = None, frozen: torch.Tensor | None = None) -> torch.Tensor:
     """FedGP: sum_i w_i (beta_i s_i + (1 - beta_i) g_T) with the layerwise projections s_i (module docstring).
     stats: layer_stats(target, sources, offsets) when the caller has them already (pass 1 is then skipped).
-    target_weight replaces g_T's coefficient sum_i w_i (1 - beta_i), as fedda's."""
+    target_weight replaces g_T's coefficient sum_i w_i (1 - beta_i), as fedda's. frozen: (L,) bool, layers the
+    rule leaves at their value (update 0 on both sides: seed 000's GP on its auxiliary heads)."""
     n, _ = _check_flat(target, sources)
     b = check_beta(beta, n, target)
     w = check_weights(weights, n, target)
@@ -175,4 +189,5 @@ def fedgp(target: torch.Tensor, sources: torch.Tensor, offsets: torch.Tensor, *,
     coef = projection_coefficients(dots, s_sq, t_sq, filter=filter, projection=projection)  # (N, L) float64
     scale = coef * (w * b * a).unsqueeze(1)  # (N, L) float64
     t_w = float((w * (1 - b)).sum()) if target_weight is None else float(target_weight)
-    return kernels.layer_combine(target, sources, offsets, scale, t_w, impl=impl)  # pass 2
+    out = kernels.layer_combine(target, sources, offsets, scale, t_w, impl=impl)  # pass 2
+    return zero_layers(out, offsets, frozen) if frozen is not None else out

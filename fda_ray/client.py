@@ -22,18 +22,22 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from fda_ray import multitask
 from fda_ray.algorithms.base import ClientResult, ClientTask
 from fda_ray.layout import ParamLayout
 from fda_ray.registry import Registry
 from fda_ray.seeding import generator
 from fda_ray.data import Pair, add_noise
+from fda_ray.multitask import AuxTasks
 
 Recipe = Callable[["Client", ClientTask, Mapping[str, torch.Tensor]], ClientResult]
 RECIPES: Registry[Recipe] = Registry("recipe")
 
 
-def loss_fn(task: str, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(out, y) if task == "classification" else F.mse_loss(out, y)
+def loss_fn(task: str, out: torch.Tensor, y: torch.Tensor, aux: AuxTasks = (), alpha: float = 0.0) -> torch.Tensor:
+    """A batch's training loss (fda_ray.multitask): cross-entropy, BCE-with-logits or MSE on the main head,
+    plus alpha times the auxiliary heads' cross-entropies (seed 000 Eq. 3) on a dataset with auxiliary labels."""
+    return multitask.loss(task, out, y, aux, alpha)
 
 
 def to_cpu(obj: Any) -> Any:
@@ -53,7 +57,7 @@ class Client:
 
     def __init__(self, index: int, views: Mapping[str, Pair], model: nn.Module, layout: ParamLayout, *,
                  seed: int, noise: float = 0.0, task: str = "classification", device: str = "cpu",
-                 drop_last: bool = True, shuffle: bool = True) -> None:
+                 drop_last: bool = True, shuffle: bool = True, aux_tasks: AuxTasks = ()) -> None:
         self.index = index
         self.drop_last = drop_last  # sources: True; the target keeps its last partial batch
         self.shuffle = shuffle  # False: every epoch reads the view in its stored order (the DomainBed loaders)
@@ -64,6 +68,7 @@ class Client:
         self.seed = seed
         self.noise = noise
         self.task = task
+        self.aux_tasks = tuple(aux_tasks)  # seed 000's auxiliary labels: y is (n, 1 + K), the model multi-head
         # Built on first use, then kept; `optimizer_for` clears its state, which equals constructing a new Adam.
         # (Not here: the first Adam of a process imports torch._dynamo, ~2 s, which a driver that never trains
         # and a vectorised client, fda_ray.cohort, never need.)
@@ -149,15 +154,16 @@ class Client:
             yield add_noise(xb, self.noise, noise_gen), y[idx]
 
     def epoch(self, opt: torch.optim.Optimizer, batch: int, round_idx: int, purpose: str, record_steps: bool,
-              data: str = "train", penalty: Callable[[], torch.Tensor] | None = None
+              data: str = "train", penalty: Callable[[], torch.Tensor] | None = None, alpha: float = 0.0
               ) -> tuple[int, float, list[torch.Tensor]]:
         """One epoch over shuffled batches of view `data`: (steps, mean loss, per-step deltas if recorded).
-        penalty(): a term added to every step's loss (Ditto's proximal term); the logged loss leaves it out."""
+        penalty(): a term added to every step's loss (Ditto's proximal term); the logged loss leaves it out.
+        alpha: the auxiliary heads' loss weight (seed 000 Eq. 3); the logged loss includes it."""
         steps, total, rows = 0, 0.0, []
         prev = self.layout.flatten_model(self.model) if record_steps else None
         self.model.train()
         for xb, yb in self.batches(batch, round_idx, purpose, data):
-            loss = loss_fn(self.task, self.model(xb), yb)
+            loss = loss_fn(self.task, self.model(xb), yb, self.aux_tasks, alpha)
             opt.zero_grad(set_to_none=True)
             (loss + penalty() if penalty is not None else loss).backward()
             opt.step()
@@ -185,13 +191,15 @@ def epoch_recipe(client: Client, task: ClientTask, inputs: Mapping[str, torch.Te
 
     hparams: lr, batch; record_steps (per-step deltas, default False); send ("delta", default, or "weights");
     fresh_optimizer (default True) and keep_optimizer (store the Adam moments in the client's state for a
-    later task that carries them over; default False)."""
+    later task that carries them over; default False); aux_alpha (seed 000 Eq. 3's alpha on a dataset with
+    auxiliary labels; default 0, the main task only)."""
     h = task.hparams
     record = bool(h.get("record_steps", False))
     start = inputs["global"].to(client.device)  # (M,)
     client.layout.load_into(client.model, start)
     opt = client.optimizer_for(h["lr"], fresh=h.get("fresh_optimizer", True))
-    steps, loss, rows = client.epoch(opt, h["batch"], task.round, task.purpose, record, task.data)
+    steps, loss, rows = client.epoch(opt, h["batch"], task.round, task.purpose, record, task.data,
+                                     alpha=float(h.get("aux_alpha", 0.0)))
     new = client.layout.flatten_model(client.model)  # (M,)
     tensors = {"weights": new.cpu()} if h.get("send", "delta") == "weights" else {"delta": (new - start).cpu()}
     if record and rows:

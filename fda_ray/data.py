@@ -1,7 +1,8 @@
 """Datasets from their standard on-disk layouts, as tensors, plus the seeds' synthetic regression data.
 
 Registered datasets (DATASETS): fashion-mnist (four IDX files), cifar10 (torchvision's python pickle
-batches), synthetic (004 Appendix B), and DomainBed's environment datasets (fda_ray.domainbed). Nothing is downloaded unless asked (`download=True`), and a
+batches), synthetic (004 Appendix B), DomainBed's environment datasets (fda_ray.domainbed) and seed 000's
+medical datasets (fda_ray.medical). Nothing is downloaded unless asked (`download=True`), and a
 missing dataset raises DatasetNotFound naming every path searched and how to get the data.
 """
 from __future__ import annotations
@@ -43,13 +44,18 @@ class Split:
     x_test: torch.Tensor
     y_test: torch.Tensor
     num_classes: int  # output size: classes, or regression outputs
-    task: str = "classification"  # or "regression"
+    task: str = "classification"  # or "binary" (one logit; num_classes 2), "regression"
     # Extra domains (synthetic data: D_2..D_9, the sources with increasing shift), else empty.
     domains: tuple[tuple[torch.Tensor, torch.Tensor], ...] = ()
     # DomainBed datasets (fda_ray.domainbed): one (x, y) per environment in DomainBed's index order, and the
     # environments' names; x_train etc. are then empty (0, *input_shape) tensors that only carry the shape.
     environments: tuple[tuple[Any, torch.Tensor], ...] = ()
     env_names: tuple[str, ...] = ()
+    # Environments that come with their own test split (seed 000's per-domain train/test tables), else empty:
+    # one (x, y) or None per environment (fda_ray.shifts, partition heldout_domain).
+    env_tests: tuple[tuple[Any, torch.Tensor] | None, ...] = ()
+    # Seed 000's auxiliary labels (fda_ray.multitask): ((name, classes), ...); y is then (n, 1 + K).
+    aux_tasks: tuple[tuple[str, int], ...] = ()
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -261,3 +267,4 @@ def load(name: str, data_dir: str | None = None, download: bool = False) -> Spli
 
 
 from fda_ray import domainbed as _domainbed  # noqa: E402,F401  (registers DomainBed's datasets)
+from fda_ray import medical as _medical  # noqa: E402,F401  (registers seed 000's datasets)

@@ -86,7 +86,7 @@ def _at_point(exp: Any, model: torch.nn.Module, flat: torch.Tensor, k: int, pool
     model.eval()  # gradients of the model as evaluated: BatchNorm on running statistics, no dropout
 
     def lf(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return loss_fn(s.task, out, y)
+        return loss_fn(s.task, out, y, s.aux_tasks)
 
     sources = torch.stack([dg.full_gradient(model, lf, x, y).double() for x, y in s.sources])  # (N, M)
     # One noise draw per point, seeded by (seed, point, target, purpose): the target domain's inputs.

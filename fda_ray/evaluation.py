@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
+from fda_ray import multitask
 from fda_ray.layout import ParamLayout
+from fda_ray.multitask import AuxTasks
 from fda_ray.seeding import generator
 from fda_ray.data import add_noise
 
@@ -37,26 +38,39 @@ def eval_chunk(x) -> int:
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, layout: ParamLayout, flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor, *,
-             noise: float, gen: torch.Generator | None, task: str = "classification") -> tuple[float, float]:
-    """(accuracy, mean loss) of the weights `flat` (M,) on (x, y) with fresh noise; accuracy is NaN for
-    regression."""
+def evaluate_metrics(model: nn.Module, layout: ParamLayout, flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor, *,
+                     noise: float, gen: torch.Generator | None, task: str = "classification",
+                     aux: AuxTasks = ()) -> dict[str, float]:
+    """{"accuracy", "loss"[, "auc"]} of the weights `flat` (M,) on (x, y) with fresh noise, the main head's
+    (fda_ray.multitask): accuracy NaN for regression; AUC for a binary task (seed 000 reports both)."""
     device = next(model.parameters()).device
     layout.load_into(model, flat.to(device))
     model.eval()
-    correct, loss_sum, n = 0, 0.0, int(x.shape[0])
+    hits, loss_sum, n = 0, 0.0, int(x.shape[0])
+    scores: list[torch.Tensor] = []
     chunk = eval_chunk(x)
     for lo in range(0, n, chunk):
         xb = add_noise(x[lo : lo + chunk].to(device), noise, gen)
-        yb = y[lo : lo + chunk].to(device)
-        out = model(xb)
-        if task == "classification":
-            loss_sum += float(F.cross_entropy(out, yb, reduction="sum"))
-            correct += int((out.argmax(1) == yb).sum())
-        else:
-            loss_sum += float(F.mse_loss(out, yb, reduction="sum")) / yb.shape[1]
-    acc = correct / n if task == "classification" else float("nan")
-    return acc, loss_sum / n
+        yb = multitask.main_labels(y[lo : lo + chunk].to(device), aux)
+        out, _ = multitask.split_outputs(model(xb), aux)
+        batch_loss = float(multitask.main_loss(task, out, yb, reduction="sum"))
+        loss_sum += batch_loss / yb.shape[1] if task == "regression" else batch_loss  # regression: per output
+        if task != "regression":
+            hits += multitask.correct(task, out, yb)
+        if task == "binary":
+            scores.append(out[:, 0].cpu())
+    row = {"accuracy": hits / n if task != "regression" else float("nan"), "loss": loss_sum / n}
+    if task == "binary":
+        row["auc"] = multitask.binary_auc(torch.cat(scores), multitask.main_labels(y, aux))
+    return row
+
+
+def evaluate(model: nn.Module, layout: ParamLayout, flat: torch.Tensor, x: torch.Tensor, y: torch.Tensor, *,
+             noise: float, gen: torch.Generator | None, task: str = "classification",
+             aux: AuxTasks = ()) -> tuple[float, float]:
+    """(accuracy, mean loss) of evaluate_metrics."""
+    m = evaluate_metrics(model, layout, flat, x, y, noise=noise, gen=gen, task=task, aux=aux)
+    return m["accuracy"], m["loss"]
 
 
 class Evaluator:
@@ -77,17 +91,18 @@ class Evaluator:
         return self._client_state(client)
 
     def target(self, flat: torch.Tensor, round_idx: int) -> dict[str, Any]:
-        """{"accuracy", "loss"[, "eval_noise_accuracy"]} of the weights `flat` (M,) on the target's test set."""
+        """{"accuracy", "loss"[, "auc"][, "eval_noise_accuracy"]} of the weights `flat` (M,) on the target's test set."""
         s, cfg = self.setting, self.cfg
         x, y = s.target_test
         gen = generator(cfg.seed, round_idx, self.target_index, "eval", device=cfg.device)
-        acc, loss = evaluate(self.model, self.layout, flat, x, y, noise=s.noise, gen=gen, task=s.task)
-        row: dict[str, Any] = {"accuracy": acc, "loss": loss}
+        row: dict[str, Any] = evaluate_metrics(self.model, self.layout, flat, x, y, noise=s.noise, gen=gen,
+                                               task=s.task, aux=s.aux_tasks)
         if cfg.eval_noise:
             extra = []
             for std in cfg.eval_noise:
                 # The same stream as the main evaluation: a run with noise=std would draw exactly this noise.
                 g = generator(cfg.seed, round_idx, self.target_index, "eval", device=cfg.device)
-                extra.append(evaluate(self.model, self.layout, flat, x, y, noise=float(std), gen=g, task=s.task)[0])
+                extra.append(evaluate(self.model, self.layout, flat, x, y, noise=float(std), gen=g, task=s.task,
+                                      aux=s.aux_tasks)[0])
             row["eval_noise_accuracy"] = extra
         return row

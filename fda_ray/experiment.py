@@ -18,7 +18,7 @@ from fda_ray.client import Client
 from fda_ray.config import RunConfig
 from fda_ray.data import load as load_dataset
 from fda_ray.layout import ParamLayout
-from fda_ray.models import build_model, pretrained_path
+from fda_ray.models import MULTI_HEAD_MODELS, build_model, pretrained_path
 from fda_ray.seeding import derive_seed
 from fda_ray.shifts import Setting, build_setting
 
@@ -46,15 +46,16 @@ def check_model_fits(model: torch.nn.Module, name: str, setting: Setting, datase
     """One forward pass on two training samples: a model that cannot take the data's inputs, or gives the
     wrong number of outputs, is an error before any round (not a traceback in the middle of one)."""
     x = setting.target_train[0][:2]
+    width = setting.num_outputs + sum(c for _, c in setting.aux_tasks)  # the main head, then each auxiliary head
     try:
         with torch.no_grad():
             out = model(x.to(next(model.parameters()).device))
     except (RuntimeError, ValueError, IndexError) as e:
         raise ValueError(f"model={name!r} is invalid for dataset {dataset!r}: it cannot take its inputs of shape "
                          f"{tuple(setting.input_shape)} ({str(e).splitlines()[0][:160]})") from None
-    if tuple(out.shape) != (len(x), setting.num_outputs):
+    if tuple(out.shape) != (len(x), width):
         raise ValueError(f"model={name!r} is invalid for dataset {dataset!r}: it gives outputs of shape "
-                         f"{tuple(out.shape)[1:]}, the data needs ({setting.num_outputs},)")
+                         f"{tuple(out.shape)[1:]}, the data needs ({width},)")
 
 
 def build_experiment(cfg: RunConfig) -> Experiment:
@@ -66,6 +67,12 @@ def build_experiment(cfg: RunConfig) -> Experiment:
     setting = build_setting(split, cfg)
     torch.manual_seed(derive_seed(cfg.seed, purpose="init"))  # the initial global model
     options = {"weights_path": pretrained_path(cfg.model_weights)} if cfg.model_weights else {}
+    if cfg.model in MULTI_HEAD_MODELS:
+        options["aux_classes"] = tuple(c for _, c in setting.aux_tasks)
+    elif setting.aux_tasks:
+        raise ValueError(f"model={cfg.model!r} is invalid for dataset {cfg.dataset!r}: its auxiliary labels "
+                         f"({', '.join(n for n, _ in setting.aux_tasks)}) need a multi-head model: "
+                         f"{', '.join(MULTI_HEAD_MODELS)}")
     try:
         model = build_model(cfg.model, setting.input_shape, setting.num_outputs, **options).to(cfg.device)
     except (RuntimeError, ValueError, TypeError) as e:  # e.g. an image model on (n, d) vectors, a wrong state dict
@@ -81,6 +88,7 @@ def build_experiment(cfg: RunConfig) -> Experiment:
     clients = [Client(i, v, copy.deepcopy(model), layout, seed=cfg.seed, task=setting.task, device=cfg.device,
                       # the target's images carry the target domain's noise; its loader keeps the partial batch
                       noise=setting.noise if i == cfg.num_sources else 0.0,
-                      drop_last=cfg.drop_last and i != cfg.num_sources, shuffle=cfg.shuffle)
+                      drop_last=cfg.drop_last and i != cfg.num_sources, shuffle=cfg.shuffle,
+                      aux_tasks=setting.aux_tasks)
                for i, v in enumerate(views)]
     return Experiment(cfg, algorithm, setting, model, layout, clients)

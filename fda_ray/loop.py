@@ -3,6 +3,7 @@
     plan = algorithm.plan_round(r, state)          None ends the run
     results = executor.collect(executor.submit(state, plan.tasks))
     state, metrics = algorithm.aggregate(r, state, results)
+    while algorithm.plan_step(r, step, state) gives more tasks: run them, algorithm.aggregate_step(...)
     (round r + 1 is planned and submitted here: a parallel executor trains while the driver evaluates)
     row = {round, phase, metrics, algorithm.evaluate(r, state, evaluator), timings}
     callbacks: progress(row), checkpoint({"next_round", "state", "rows", "client_states"})
@@ -98,6 +99,24 @@ def _rounds(exp: Experiment, executor: Executor, hist: History, progress: Callab
             state, metrics = algo.aggregate(r, state, results)
         except ValueError as e:
             raise stop(str(e)) from e
+        # Later steps of the same round, each needing the state the step before it made (seed 000's online
+        # fine-tuning: the target fine-tunes this round's FedAvg); their clients' times count in the round's.
+        step, seconds = 1, [res.seconds for res in results.values()]
+        while (follow := algo.plan_step(r, step, state)) is not None:
+            try:
+                more = {res.client: on_device(res, device)
+                        for res in executor.collect(executor.submit(state, follow.tasks))}
+            except ClientFailure as e:
+                raise stop(str(e)) from e
+            try:
+                state, extra = algo.aggregate_step(r, step, state, more)
+            except ValueError as e:
+                raise stop(str(e)) from e
+            metrics.update(extra)
+            seconds += [res.seconds for res in more.values()]
+            for i, res in more.items():  # a client's seconds in the round: all of its steps
+                results[i] = replace(res, seconds=res.seconds + (results[i].seconds if i in results else 0.0))
+            step += 1
         next_plan = algo.plan_round(r + 1, state)
         if next_plan is not None:  # the clients start the next round while this one is evaluated
             pending = executor.submit(state, next_plan.tasks)
@@ -107,7 +126,7 @@ def _rounds(exp: Experiment, executor: Executor, hist: History, progress: Callab
                        "lower learning rate")
         if results:
             row["client_seconds_max"] = max(res.seconds for res in results.values())  # the slowest client
-            row["client_seconds_sum"] = sum(res.seconds for res in results.values())
+            row["client_seconds_sum"] = sum(seconds)
         row["client_seconds_i"] = [results[i].seconds if i in results else 0.0 for i in range(len(exp.clients))]
         # The driver's own work: aggregation, planning, submission and evaluation.
         row["driver_seconds"] = time.perf_counter() - t_collected

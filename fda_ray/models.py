@@ -162,6 +162,62 @@ def resnet18(input_shape: tuple[int, ...], num_outputs: int, weights_path: str |
     return model
 
 
+class MultiHead(nn.Module):
+    """Seed 000's multi-task model (A.1, Fig. 5): a trunk, a shared 128-d layer with LeakyReLU(0.2), and one
+    linear head per task on it: the main head (`head`) and one per auxiliary task (`aux_heads.k`). The output
+    concatenates the heads' logits, the main head's first (fda_ray.multitask's layout), so every recipe,
+    evaluation and flat layout treats it as one tensor-valued model. GP excludes the `aux_heads.` layers."""
+
+    AUX_PREFIX = "aux_heads."
+
+    def __init__(self, trunk: nn.Module, features: int, main_outputs: int, aux_classes: tuple[int, ...],
+                 hidden: int = 128) -> None:
+        super().__init__()
+        self.trunk = trunk
+        self.embed = nn.Sequential(nn.Linear(features, hidden), nn.LeakyReLU(0.2))
+        self.head = nn.Linear(hidden, main_outputs)
+        self.aux_heads = nn.ModuleList(nn.Linear(hidden, c) for c in aux_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (n, ...) -> (n, main + sum C_k)
+        h = self.embed(self.trunk(x).flatten(1))  # (n, 128): h^{l-1}, shared by every head
+        return torch.cat([self.head(h), *(g(h) for g in self.aux_heads)], 1)
+
+
+class ConvTrunk(nn.Module):
+    """The simple CNN's convolutional part (conv5x5(6) - pool - conv5x5(16) - pool), flattened."""
+
+    def __init__(self, in_channels: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, 6, 5)
+        self.conv2 = nn.Conv2d(6, 16, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.max_pool2d(torch.relu(self.conv1(x)), 2)
+        return F.max_pool2d(torch.relu(self.conv2(x)), 2).flatten(1)
+
+
+@MODELS.register("multitask_cnn")
+def multitask_cnn(input_shape: tuple[int, ...], num_outputs: int, aux_classes: tuple[int, ...] = ()) -> nn.Module:
+    """Seed 000's multi-head model on a small CNN trunk (runs here): the simple CNN's convolutions, then the
+    128-d LeakyReLU(0.2) layer and the heads."""
+    c, h, _ = input_shape
+    side = ((h - 4) // 2 - 4) // 2
+    return MultiHead(ConvTrunk(c), 16 * side * side, num_outputs, tuple(aux_classes))
+
+
+@MODELS.register("resnet18_multitask")
+def resnet18_multitask(input_shape: tuple[int, ...], num_outputs: int, aux_classes: tuple[int, ...] = (),
+                       weights_path: str | None = None) -> nn.Module:
+    """Seed 000's model: ResNet-18 (ImageNet weights from a local file) whose fc becomes Linear(512, 128),
+    LeakyReLU(0.2) and one head per task. BatchNorm trains as in the authors' code (not frozen)."""
+    trunk = resnet18(input_shape, 1, weights_path=weights_path, freeze_bn=False)
+    trunk.fc = nn.Identity()
+    return MultiHead(trunk, 512, num_outputs, tuple(aux_classes))
+
+
+MULTI_HEAD_MODELS = ("multitask_cnn", "resnet18_multitask")
+
+
 @MODELS.register("mlp_sigmoid")
 def mlp_sigmoid(input_shape: tuple[int, ...], num_outputs: int, hidden: int = 64) -> nn.Module:
     return SigmoidMLP(input_shape[0], num_outputs, hidden)

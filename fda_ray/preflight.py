@@ -228,7 +228,7 @@ def fields_of_request(cfg: RunConfig) -> str:
 
 # The RunConfig options that only some method families read (the rest every run reads).
 FAMILY_OPTIONS = ("beta", "projection", "filter", "auto_lr_factor", "auto_beta_rule", "finetune_epochs",
-                  "baseline_protocol", "lr_source", "batch_source", "log_estimates")
+                  "baseline_protocol", "lr_source", "batch_source", "log_estimates", "aux_alpha")
 
 
 def ignored_options(cfg: RunConfig) -> list[str]:

@@ -23,6 +23,10 @@ and a purpose, so a setting is the same in every process and executor.
                cfg.faithful_domainbed_auto (the authors' auto script) the labelled set is the first
                int(target_fraction |in_t|) of the environment's own permutation and the test set 20 % of the
                rest, reshuffled.
+  heldout_domain  seed 000 (SEEDS-SPEC 1.5): domains with their own train/test tables (the medical CSVs,
+               fmnist-conditions); the target is domain cfg.test_env, its labelled set target_labelled samples of a
+               seeded permutation of its training table, its test set its test table; every other domain is one
+               source holding its training table.
 Noise: x + N(0, std^2), no clipping, drawn afresh every time an image is read, on target train and test only.
 The oracle under the authors' protocol (cfg.baseline_protocol = "authors", REFERENCE.md) takes the target's whole
 part instead: a seeded permutation, its first 10 % the oracle's test set, the other 90 % its training set.
@@ -38,6 +42,7 @@ from fda_ray.algorithms import ALGORITHMS
 from fda_ray.config import ORACLE_TEST_SHARE, RunConfig
 from fda_ray.data import Pair, Split
 from fda_ray.domainbed import seed_hash, split_indices, take, with_augmentation
+from fda_ray.multitask import AuxTasks, main_labels, main_outputs
 from fda_ray.seeding import np_rng
 
 LABEL_SHIFT_SOURCE_CLASSES = (8, 6, 9)  # D1: mostly target when eta is small
@@ -54,9 +59,10 @@ class Setting:
     target_pool: Pair  # all of the target's training-domain data (the oracle trains on it)
     target_test: Pair
     noise: float
-    num_outputs: int
+    num_outputs: int  # the main head's width (1 for a binary task)
     input_shape: tuple[int, ...]
     task: str
+    aux_tasks: AuxTasks = ()  # seed 000's auxiliary labels: y is (n, 1 + K) (fda_ray.multitask)
 
 
 def _take(x: torch.Tensor, y: torch.Tensor, idx: np.ndarray) -> Pair:
@@ -187,15 +193,57 @@ def domainbed_split(split: Split, cfg: RunConfig) -> tuple[tuple[Pair, ...], Pai
     return (tuple(sources), *target)
 
 
+def heldout_domain_split(split: Split, cfg: RunConfig) -> tuple[tuple[Pair, ...], Pair, Pair, Pair]:
+    """(sources, target's labelled set, target's training pool, target's test set) of seed 000's protocol
+    (SEEDS-SPEC 1.5): domain cfg.test_env is the target, every other domain (in index order) one source holding
+    its training table; the target's labelled set is the first target_labelled (or target_fraction of its pool)
+    samples of a seeded permutation of its training table, its test set its test table, or, for a domain
+    without one, the rest of its training table (the authors' MIMIC script: the unlabelled remainder)."""
+    envs, tests, names = split.environments, split.env_tests, split.env_names
+    listing = ", ".join(f"{i} {n}" for i, n in enumerate(names))
+    if cfg.test_env >= len(envs):
+        raise ValueError(f"test_env={cfg.test_env} is invalid: dataset {cfg.dataset!r} has domains {listing}")
+    if cfg.num_sources != len(envs) - 1:
+        raise ValueError(f"num_sources={cfg.num_sources} is invalid: holding out one domain of {cfg.dataset!r} "
+                         f"({listing}) leaves {len(envs) - 1} sources")
+    sources: list[Pair] = []
+    for e, (x, y) in enumerate(envs):
+        if e != cfg.test_env:
+            idx = _cap(np.arange(len(y)), cfg.samples_per_client)
+            sources.append((take(with_augmentation(x, bool(cfg.data_augmentation)), idx), y[idx]))
+    x, y = envs[cfg.test_env]
+    perm = np_rng(cfg.seed, purpose="heldout/labelled").permutation(len(y))
+    k = _labelled_count(cfg, len(y))
+    if k >= len(y) and tests[cfg.test_env] is None:
+        raise ValueError(f"target_labelled={k} is invalid: domain {names[cfg.test_env]} holds {len(y)} samples and "
+                         "no test table, so nothing would be left to test on")
+    labelled = perm[:k]
+    pool = _cap(np.arange(len(y)), cfg.samples_per_client)
+    if tests[cfg.test_env] is not None:
+        tx, ty = tests[cfg.test_env]
+        t_idx = _cap(np.arange(len(ty)), cfg.test_samples)
+        test = (take(tx, t_idx), ty[t_idx])
+    else:
+        t_idx = _cap(perm[k:], cfg.test_samples)
+        test = (take(x, t_idx), y[t_idx])
+    return tuple(sources), (take(x, labelled), y[labelled]), (take(x, pool), y[pool]), test
+
+
 def build_setting(split: Split, cfg: RunConfig) -> Setting:
     """The FDA setting of a resolved config on a loaded dataset."""
     cfg = cfg.resolved()
     rng = np_rng(cfg.seed, purpose="partition")
     n_src = cfg.num_sources
-    if split.environments and cfg.partition != "domainbed":
+    if cfg.partition == "heldout_domain" and not split.env_tests:
+        raise ValueError(f"partition='heldout_domain' is invalid for dataset {cfg.dataset!r}: it has no domains "
+                         "with their own train/test tables (fmnist-conditions, the medical CSV datasets)")
+    if split.env_tests and cfg.partition != "heldout_domain":
+        raise ValueError(f"partition={cfg.partition!r} is invalid for dataset {cfg.dataset!r}: its domains "
+                         f"({', '.join(split.env_names)}) come with train/test tables; use partition 'heldout_domain'")
+    if split.environments and not split.env_tests and cfg.partition != "domainbed":
         raise ValueError(f"partition={cfg.partition!r} is invalid for dataset {cfg.dataset!r}: its data are "
                          f"DomainBed environments ({', '.join(split.env_names)}); use partition 'domainbed'")
-    ytr = split.y_train.numpy()
+    ytr = main_labels(split.y_train, split.aux_tasks).numpy()
     if cfg.partition in ("homo", "source_classes"):
         shards = homo_shards(len(ytr), n_src + 1, rng)
         if cfg.partition == "homo":
@@ -236,6 +284,9 @@ def build_setting(split: Split, cfg: RunConfig) -> Setting:
     elif cfg.partition == "domainbed":
         sources, target_train, target_pool, target_test = domainbed_split(split, cfg)
         whole = target_pool
+    elif cfg.partition == "heldout_domain":
+        sources, target_train, target_pool, target_test = heldout_domain_split(split, cfg)
+        whole = target_pool
     elif cfg.partition == "domains":
         if len(split.domains) < n_src:
             raise ValueError(f"num_sources={n_src} is invalid: dataset {cfg.dataset!r} has {len(split.domains)} source domains")
@@ -250,7 +301,9 @@ def build_setting(split: Split, cfg: RunConfig) -> Setting:
         raise ValueError(f"partition={cfg.partition!r} is invalid")
     algorithm = ALGORITHMS.get(cfg.method)
     # DomainBed's oracle trains on the target's in-split and is tested on its out-split, as every method is.
-    if algorithm.oracle_split and cfg.baseline_protocol == "authors" and cfg.partition != "domainbed":
+    # So does seed 000's: "fully supervised training on the target domain", tested on its test table.
+    if algorithm.oracle_split and cfg.baseline_protocol == "authors" and cfg.partition not in ("domainbed",
+                                                                                              "heldout_domain"):
         target_train, target_test = oracle_split(whole, cfg.seed)
         target_pool = target_train
     for i, (x, _) in enumerate(sources):
@@ -259,5 +312,5 @@ def build_setting(split: Split, cfg: RunConfig) -> Setting:
     if len(target_train[0]) < 2 * cfg.batch_target and algorithm.min_target_steps() >= 2:
         raise ValueError(f"batch_target={cfg.batch_target} is invalid: auto-weighting needs >= 2 target steps "
                          f"but the target holds {len(target_train[0])} labelled samples")
-    return Setting(sources, target_train, target_pool, target_test, float(cfg.noise), split.num_classes,
-                   split.input_shape, split.task)
+    return Setting(sources, target_train, target_pool, target_test, float(cfg.noise),
+                   main_outputs(split.task, split.num_classes), split.input_shape, split.task, split.aux_tasks)

@@ -68,7 +68,8 @@ class Trial:
 # Numbers fields added after sweeps were recorded, with the value that computes what runs computed before them:
 # left out of a trial's identity at that value, so the recorded trials keep their keys.
 ADDED_LATER: dict[str, Any] = {"vectorise": "off", "source_classes": 4, "test_env": 0, "shuffle": True,
-                               "drop_last": True, "data_augmentation": False, "faithful_domainbed_auto": False}
+                               "drop_last": True, "data_augmentation": False, "faithful_domainbed_auto": False,
+                               "aux_alpha": 0.0}
 
 
 def trial_key(row: str, variable: str, value: float | None, seed: int, params: dict[str, Any], kind: str = "run",

@@ -71,6 +71,21 @@ def tiny(fmnist_dir):
     return make
 
 
+@pytest.fixture
+def conditions(fmnist_dir):
+    """A factory of tiny RunConfigs on fmnist-conditions built from the generated Fashion-MNIST files (84 training
+    and 42 test images per domain)."""
+    from fda_ray.config import RunConfig
+
+    def make(**kw) -> RunConfig:
+        base = dict(dataset="fmnist-conditions", data_dir=str(fmnist_dir), rounds=2, target_labelled=16,
+                    samples_per_client=48, test_samples=40, batch_source=16, batch_target=8, threads=TEST_THREADS)
+        base.update(kw)
+        return RunConfig(**base)
+
+    return make
+
+
 def same_state(a, b) -> bool:
     """Exact equality of client states (dicts, lists, tensors: torch.equal), for states from the same code."""
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):

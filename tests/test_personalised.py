@@ -33,7 +33,8 @@ def test_every_registered_algorithm_runs_on_tiny_data(tiny, method, monkeypatch)
         monkeypatch.setitem(RECIPES._items, name, spy)
     cls = ALGORITHMS.get(method)
     cfg = tiny(method=method, noise=0.3, finetune_epochs=1, batch_target=8,
-               warmup_rounds=None if cls.family != "fda" else 1)
+               warmup_rounds=None if cls.family != "fda" else 1,
+               aux_alpha=0.0 if cls.family == "healthcare" else None)  # (Fashion-MNIST has no auxiliary labels)
     hist = run(cfg)
     assert hist.rows and all(0.0 <= r["accuracy"] <= 1.0 and math.isfinite(r["loss"]) for r in hist.rows)
     assert torch.isfinite(hist.final_weights).all()
@@ -248,5 +249,6 @@ def test_sweep_grid_rows_and_overrides_carry_family_params():
 @pytest.mark.parametrize("method", ALGORITHMS.names())
 def test_planned_rounds_count_the_rows(tiny, method):
     cls = ALGORITHMS.get(method)
-    cfg = tiny(method=method, finetune_epochs=2, warmup_rounds=None if cls.family != "fda" else 1).resolved()
+    cfg = tiny(method=method, finetune_epochs=2, warmup_rounds=None if cls.family != "fda" else 1,
+               aux_alpha=0.0 if cls.family == "healthcare" else None).resolved()
     assert cls.planned_rounds(cfg) == len(run(cfg).rows)

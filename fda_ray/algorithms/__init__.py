@@ -1,7 +1,8 @@
 """Every method by name: ALGORITHMS maps a method (RunConfig.method) to its Algorithm class.
 
 One module per method family (fda: FedDA/FedGP, their auto-weighted versions and baselines; personalised:
-seed 004's personalised-FL baselines, fedavg_all, ditto, fedrep, apfl, knn_per); each family
+seed 004's personalised-FL baselines, fedavg_all, ditto, fedrep, apfl, knn_per; healthcare: seed 000's
+online FedAvg Finetune and GP, with and without auxiliary labels); each family
 registers its classes here and its local recipes in fda_ray.client.RECIPES. The contract is in `base`.
 """
 from __future__ import annotations
@@ -10,11 +11,12 @@ import dataclasses
 
 from fda_ray.algorithms.base import Algorithm, ClientResult, ClientTask, Params, Round, ServerState
 from fda_ray.algorithms.fda import VARIANTS as _FDA
+from fda_ray.algorithms.healthcare import FAMILY as _HEALTHCARE
 from fda_ray.algorithms.personalised import FAMILY as _PERSONALISED
 from fda_ray.registry import Registry
 
 ALGORITHMS: Registry[type[Algorithm]] = Registry("method")
-for _cls in (*_FDA, *_PERSONALISED):
+for _cls in (*_FDA, *_PERSONALISED, *_HEALTHCARE):
     ALGORITHMS.add(_cls.name, _cls)
 
 

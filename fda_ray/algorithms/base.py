@@ -7,6 +7,7 @@ An algorithm owns both halves of its work, as in pfl-research (`simulate_one_use
     plan = algo.plan_round(r, state)                  a Round: its phase and one ClientTask per client that works
     results = executor runs plan.tasks                each task runs a registered local recipe where its client lives
     state, metrics = algo.aggregate(r, state, results)    pure: the new state and the round's logged numbers
+    ... algo.plan_step(r, 1, state) / aggregate_step: later steps of a round that need that state (rarely)
     row = algo.evaluate(r, state, evaluator)          the global target model, or a client's personal model
     ... until plan_round returns None.
 
@@ -132,6 +133,8 @@ class Algorithm:
     Params: ClassVar[type[Params]] = NoParams  # the family's hyper-parameters (RunConfig.params[family])
     # The authors' oracle protocol: the data setting splits the target's whole part into train and test.
     oracle_split: ClassVar[bool] = False
+    # RunConfig.aux_alpha when left unset (seed 000's AuxInfo methods: 1; everything else trains the main task)
+    default_aux_alpha: ClassVar[float] = 0.0
 
     def __init__(self, cfg: "RunConfig", setting: "Setting", layout: "ParamLayout",
                  model: torch.nn.Module | None = None) -> None:
@@ -187,6 +190,17 @@ class Algorithm:
                   ) -> tuple[ServerState, dict[str, Any]]:
         """The server half: the new state and the round's logged numbers (a row's columns). `results` maps
         each task's client to its result. Raises ValueError on non-finite numbers (a diverged client)."""
+        raise NotImplementedError
+
+    def plan_step(self, r: int, step: int, state: ServerState) -> Round | None:
+        """Step `step` (>= 1) of round r: tasks that need the state the round's earlier steps made (seed 000's
+        online fine-tuning: the target fine-tunes the FedAvg of this round's sources); None: the round is
+        complete. Default: one step per round."""
+        return None
+
+    def aggregate_step(self, r: int, step: int, state: ServerState, results: Mapping[int, ClientResult]
+                       ) -> tuple[ServerState, dict[str, Any]]:
+        """The server half of step `step` of round r (as `aggregate`); its numbers join the round's row."""
         raise NotImplementedError
 
     def evaluate(self, r: int, state: ServerState, evaluator: "Evaluator") -> dict[str, Any]:

@@ -85,7 +85,7 @@ class FDA(Algorithm):
                 "filter": cls.rule == "fedgp", "auto_lr_factor": cls.auto_rule is not None,
                 "auto_beta_rule": cls.auto_rule == "fedgp", "finetune_epochs": cls.finetune,
                 "baseline_protocol": cls.finetune or cls.oracle, "lr_source": sources, "batch_source": sources,
-                "log_estimates": True, "faithful_domainbed_auto": cls.auto_rule is not None}
+                "log_estimates": True, "faithful_domainbed_auto": cls.auto_rule is not None, "aux_alpha": sources}
 
     @classmethod
     def planned_rounds(cls, cfg) -> int:
@@ -99,6 +99,9 @@ class FDA(Algorithm):
 
     def __init__(self, cfg, setting, layout, model=None) -> None:
         super().__init__(cfg, setting, layout, model)
+        if cfg.aux_alpha and not setting.aux_tasks:
+            raise ValueError(f"aux_alpha={cfg.aux_alpha} is invalid: dataset {cfg.dataset!r} has no auxiliary labels "
+                             "(datasets with them: fmnist-conditions, the medical CSV datasets); use aux_alpha 0")
         self.warmup = cfg.warmup_rounds
         self.total = cfg.warmup_rounds + cfg.rounds
         self.weights = source_weights([len(x) for x, _ in setting.sources])  # (N,)
@@ -145,8 +148,10 @@ class FDA(Algorithm):
         return None
 
     def _source_tasks(self, r: int, lr: float) -> tuple[ClientTask, ...]:
-        return tuple(ClientTask(i, "epoch", r, {"lr": lr, "batch": self.cfg.batch_source})
-                     for i in range(self.num_sources))
+        hp: dict[str, Any] = {"lr": lr, "batch": self.cfg.batch_source}
+        if self.cfg.aux_alpha:  # seed 000's auxiliary labels on the sources (Eq. 3)
+            hp["aux_alpha"] = float(self.cfg.aux_alpha)
+        return tuple(ClientTask(i, "epoch", r, dict(hp)) for i in range(self.num_sources))
 
     def aggregate(self, r: int, state: ServerState, results: Mapping[int, ClientResult]
                   ) -> tuple[ServerState, dict[str, Any]]:

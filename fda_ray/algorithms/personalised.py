@@ -264,11 +264,11 @@ def apfl_recipe(client: Client, task: ClientTask, inputs: Mapping[str, torch.Ten
     model.train()
     for xb, yb in client.batches(h["batch"], task.round, task.purpose, task.data):
         mixed = {n: alpha * v[n] + (1 - alpha) * p.detach() for n, p in model.named_parameters()}
-        loss_v = loss_fn(client.task, functional_call(model, mixed, (xb,)), yb)
+        loss_v = loss_fn(client.task, functional_call(model, mixed, (xb,)), yb, client.aux_tasks)
         opt_v.zero_grad(set_to_none=True)
         loss_v.backward()
         opt_v.step()
-        loss = loss_fn(client.task, model(xb), yb)
+        loss = loss_fn(client.task, model(xb), yb, client.aux_tasks)
         opt_w.zero_grad(set_to_none=True)
         loss.backward()
         opt_w.step()
