@@ -263,19 +263,20 @@ def write_parquet(rows: list[dict], path: Path) -> None:
     os.replace(tmp, path)
 
 
-def final_accuracies(rows: list[dict], last: int = 1) -> dict[tuple[str, float], dict[int, float]]:
+def final_accuracies(rows: list[dict], last: int = 1, metric: str = "accuracy") -> dict[tuple[str, float], dict[int, float]]:
     """(row key, grid value) -> {seed: accuracy (%)}: each trial's last round at each value, or with last=k
     the mean of its last k rounds (seed 004's DomainBed metric: "the average of the last 5 epochs"). A final
-    row that evaluates without training (kNN-Per's kNN evaluation) is the trial's number on its own."""
+    row that evaluates without training (kNN-Per's kNN evaluation) is the trial's number on its own.
+    metric: the row column ("auc" for seed 000's binary tasks)."""
     by_trial: dict[tuple[str, float, str], list[dict]] = {}
     for r in rows:
-        if r.get("accuracy") is not None:
+        if r.get(metric) is not None:
             by_trial.setdefault((r["row"], r["grid_value"], r["trial"]), []).append(r)
     out: dict[tuple[str, float], dict[int, float]] = {}
     for (row, value, _), rs in by_trial.items():
         rs.sort(key=lambda r: r["round"])
         tail = rs[-1:] if rs[-1].get("phase") == "knn" else rs[-last:]
-        out.setdefault((row, value), {})[int(rs[-1]["seed"])] = 100 * statistics.fmean(float(r["accuracy"]) for r in tail)
+        out.setdefault((row, value), {})[int(rs[-1]["seed"])] = 100 * statistics.fmean(float(r[metric]) for r in tail)
     return out
 
 
@@ -289,18 +290,23 @@ def summarize(rows: list[dict], failures: list[dict], grid: Grid, profile: str, 
              f"mean ± std over seeds where n > 1; **!** marks a gap of more than {GAP:g} points.", "",
              *([f"Profile `{profile}`: {grid.profiles[profile].note}", ""] if grid.profiles[profile].note else []),
              f"Command: `{command}`", ""]
-    tables = [("accuracy", 1)] + ([("last5", LAST_ROUNDS)] if grid.variable == "test_env" else [])
+    binary = any(r.get("auc") is not None for r in rows)  # seed 000's tasks: AUC beside accuracy
+    tables = [("accuracy", 1)] + ([("auc", 1)] if binary else []) + \
+        ([("last5", LAST_ROUNDS)] if grid.variable == "test_env" and not binary else [])
     for name, k in tables:
-        final = final_accuracies(rows, last=k)
-        if name != "accuracy":
+        final = final_accuracies(rows, last=k, metric="auc" if name == "auc" else "accuracy")
+        paper_table = grid.paper_auc if name == "auc" else grid.paper
+        if name == "last5":
             lines += ["", f"Mean target test accuracy (%) of the last {k} rounds (seed 004's metric), ours / paper:", ""]
+        elif name == "auc":
+            lines += ["", "Final target test AUC (%), ours / paper:", ""]
         lines += ["| method | " + " | ".join(grid.value_label(v) for v in values) + " |",
                   "|" + "---|" * (len(values) + 1)]
         for key in row_keys:
             out = []
             for v in values:
                 accs = list(final.get((key, v), {}).values())
-                paper = grid.paper.get(key, {}).get(v)
+                paper = paper_table.get(key, {}).get(v)
                 cell = "-"
                 if accs:
                     mean = statistics.fmean(accs)

@@ -400,7 +400,12 @@ def _tiny_folders(name: str):
     return build
 
 
-TINY_BUILDERS = {"fashion-mnist": _tiny_fmnist, "cifar10": _tiny_cifar, "synthetic": _tiny_synthetic,
+def _tiny_conditions(root: Path) -> Split:
+    make_fmnist(root / "fm", gz=True, n_train=1200, n_test=300)  # 150 images a class: the recipe, scaled down
+    return DATASETS.get("fmnist-conditions")(data_dir=str(root / "fm"))
+
+
+TINY_BUILDERS = {"fashion-mnist": _tiny_fmnist, "fmnist-conditions": _tiny_conditions, "cifar10": _tiny_cifar, "synthetic": _tiny_synthetic,
                  "colored-mnist": _tiny_mnist_construction("colored-mnist"),
                  "rotated-mnist": _tiny_mnist_construction("rotated-mnist"),
                  "colored-fmnist": _tiny_fmnist_construction("colored-fmnist"),
@@ -421,10 +426,15 @@ def test_registered_dataset_smoke(isolated, name):
     assert isinstance(s, Split)
     if s.environments:  # a DomainBed dataset (fda_ray.domainbed): one (x, y) per environment
         assert len(s.environments) == len(s.env_names) >= 2 and len(s.x_train) == 0
-        for x, y in s.environments:
+        tables = list(s.environments) + [t for t in s.env_tests if t is not None]
+        assert not s.env_tests or len(s.env_tests) == len(s.environments)
+        for x, y in tables:
             assert len(x) == len(y) > 0 and tuple(x[:2].shape[1:]) == s.input_shape
             assert x[:2].dtype == torch.float32 and torch.isfinite(x[:2]).all()
-            assert y.dtype == torch.int64 and int(y.min()) >= 0 and int(y.max()) < s.num_classes
+            main = y[:, 0] if s.aux_tasks else y  # seed 000's datasets: (main, auxiliary labels...)
+            assert y.dtype == torch.int64 and int(main.min()) >= 0 and int(main.max()) < s.num_classes
+            for k, (_, classes) in enumerate(s.aux_tasks, start=1):
+                assert int(y[:, k].min()) >= -1 and int(y[:, k].max()) < classes
         return
     assert len(s.x_train) == len(s.y_train) > 0 and len(s.x_test) == len(s.y_test) > 0
     assert s.x_train.shape[1:] == s.x_test.shape[1:] == s.input_shape

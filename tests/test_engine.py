@@ -105,8 +105,8 @@ def test_target_keeps_its_last_partial_batch_and_sources_drop_theirs(tiny, monke
     steps = {}
     orig = client_mod.Client.epoch
 
-    def spy(self, opt, batch, round_idx, purpose, record_steps, data="train"):
-        out = orig(self, opt, batch, round_idx, purpose, record_steps, data)
+    def spy(self, opt, batch, round_idx, purpose, record_steps, data="train", **kw):
+        out = orig(self, opt, batch, round_idx, purpose, record_steps, data, **kw)
         steps[(self.index, round_idx)] = (out[0], [len(r) for r in out[2]] if record_steps else None)
         return out
 

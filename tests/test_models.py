@@ -16,6 +16,8 @@ TINY_INPUTS: dict[str, list[tuple[int, ...]]] = {
     "colored_mnist_cnn": [(2, 28, 28)],
     "resnet18": [(3, 32, 32)],
     "mlp_sigmoid": [(50,)],
+    "multitask_cnn": [(1, 28, 28), (3, 32, 32)],
+    "resnet18_multitask": [(3, 32, 32)],
 }
 
 
@@ -147,3 +149,24 @@ def test_resnet18_weights_other_channels(resnet_weights):
     model.eval()
     with torch.no_grad():
         assert model(torch.rand(2, 1, 32, 32)).shape == (2, 10)
+
+
+@pytest.mark.parametrize("name", ["multitask_cnn", "resnet18_multitask"])
+def test_multi_head_models_concatenate_the_heads_on_a_shared_128_d_layer(name):
+    """Seed 000's model: trunk -> Linear(., 128) -> LeakyReLU(0.2) -> the main head and one head per auxiliary
+    task, each reading the same 128-d features; the output is the heads' logits side by side."""
+    from fda_ray.models import MultiHead
+
+    torch.manual_seed(0)
+    model = build_model(name, TINY_INPUTS[name][0], 1, aux_classes=(9, 2, 3))
+    assert isinstance(model, MultiHead) and model.embed[0].out_features == 128
+    assert isinstance(model.embed[1], nn.LeakyReLU) and model.embed[1].negative_slope == 0.2
+    model.eval()
+    x = torch.rand(4, *TINY_INPUTS[name][0])
+    with torch.no_grad():
+        out = model(x)
+        h = model.embed(model.trunk(x).flatten(1))  # (4, 128)
+    assert out.shape == (4, 1 + 9 + 2 + 3)
+    assert torch.equal(out[:, :1], model.head(h)) and torch.equal(out[:, 10:12], model.aux_heads[1](h))
+    names = [n for n, _ in model.named_parameters()]
+    assert {n.split(".")[0] for n in names} == {"trunk", "embed", "head", "aux_heads"}

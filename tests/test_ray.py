@@ -256,3 +256,17 @@ def test_ray_reads_image_files_as_serial_does(local_ray, tmp_path):
     assert restarts == [] and len(h_serial.rows) == 2
     _assert_same_rows(h_serial.rows, h_ray.rows)
     assert torch.equal(h_ray.final_weights, h_serial.final_weights)
+
+
+@pytest.mark.parametrize("method", ["fedavg_finetune_auxinfo", "fedavg_finetune_auxinfo_gp"])
+def test_ray_equals_serial_for_seed_000s_two_step_rounds(local_ray, conditions, method):
+    """The online fine-tuning step and the GP warm-up's second step run on the actors as in the serial loop."""
+    cfg = conditions(method=method, rounds=2, params={"healthcare": {"gp_warmup_rounds": 1}} if "gp" in method else {})
+    h_serial, states_serial = _serial(cfg)
+    h_ray, states_ray, restarts = _ray(cfg.replace(executor="ray"))
+    assert restarts == []
+    _assert_same_rows(h_serial.rows, h_ray.rows)
+    assert [r["auc"] for r in h_ray.rows] == [r["auc"] for r in h_serial.rows]
+    assert torch.equal(h_ray.final_weights, h_serial.final_weights)
+    assert states_ray == states_serial
+    assert states_serial[-1]["rounds_trained"] == 2  # the target: one step a round

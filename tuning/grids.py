@@ -16,7 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from tuning.paper import (DOMAINBED_CMNIST, DOMAINBED_TERRA, DOMAINBED_VLCS, TABLES7_9_CMNIST_BETA,
+from tuning.paper import (DOMAINBED_CMNIST, DOMAINBED_TERRA, DOMAINBED_VLCS, TABLE2_000_ACC, TABLE2_000_AUC,
+                          TABLE6_000_NONIID, TABLES7_9_CMNIST_BETA,
                           TABLE2_FMNIST_ABLATION, TABLE10_FMNIST, TABLE11_FMNIST_LABEL_SHIFT,
                           TABLE12_FMNIST_SOURCE_CLASSES, TABLE13_14_FMNIST_TARGET_SIZE,
                           TABLE13_14_FMNIST_TARGET_SIZE_02, TABLE13_14_FMNIST_TARGET_SIZE_06)
@@ -62,6 +63,7 @@ class Grid:
     fixed: dict[str, Any] = field(default_factory=dict)  # RunConfig fields every trial of the grid sets
     share_source_only: bool = False  # see the module docstring
     value_labels: dict[float, str] = field(default_factory=dict)  # how a value is printed (test_env 2: "-90%")
+    paper_auc: dict[str, dict[float, float]] = field(default_factory=dict)  # binary tasks (seed 000): AUC (%)
 
     def value_label(self, value: float) -> str:
         return self.value_labels.get(value, f"{self.variable} {value:g}")
@@ -206,6 +208,27 @@ def _domainbed(name: str, dataset: str, envs: tuple[str, ...], paper: Mapping[st
                 value_labels={v: f"{e} (test_env {int(v)})" for v, e in zip(values, envs)})
 
 
+# ---------------------------------------------------------------- seed 000 (SEEDS-SPEC.md 1)
+# Table 2's rows: FedAvg is the sources' FedAvg (source_only; no warm-up: 000 has none), Oracle the target's whole
+# training table.
+TABLE2_000_ROWS = _rows(
+    ("fedavg", "FedAvg", "source_only", {"warmup_rounds": 0}),
+    ("fedavg_finetune", "FedAvg Finetune", "fedavg_finetune", {}),
+    ("fedavg_finetune_auxinfo", "FedAvg Finetune AuxInfo", "fedavg_finetune_auxinfo", {}),
+    ("fedavg_finetune_gp", "FedAvg Finetune GP", "fedavg_finetune_gp", {}),
+    ("fedavg_finetune_auxinfo_gp", "FedAvg Finetune AuxInfo GP", "fedavg_finetune_auxinfo_gp", {}),
+    ("oracle", "Oracle", "oracle", {}),
+)
+_000_SEEDS = 3  # "3 trials" (000 Table 2)
+CONDITIONS_QUICK = Profile({"rounds": 10, "samples_per_client": 1000, "test_samples": 1000}, seeds=1,
+                           note="10 rounds (paper: 50), each source on 1000 of its 4000 training images, 1000 of the "
+                                "target's 2000 test images, one seed (paper: 3).")
+
+
+def _chexpert_column(table: Mapping[str, Mapping[str, float]], value: float = 0.0) -> dict[str, dict[float, float]]:
+    return {k: {value: v["chexpert"]} for k, v in table.items()}
+
+
 GRIDS: dict[str, Grid] = {
     "noise": Grid(
         name="noise", dataset="fashion-mnist", variable="noise", values=(0.0, 0.2, 0.4, 0.6, 0.8),
@@ -246,6 +269,26 @@ GRIDS: dict[str, Grid] = {
     "domainbed-terra": _domainbed(
         "domainbed-terra", "terra-incognita", ("L100", "L38", "L43", "L46"), DOMAINBED_TERRA,
         "seed 001 Table 2, seed 004 Table 5 (TerraIncognita)", IMAGE_QUICK),
+    # 000 Table 6: Non-IID (NIID-Bench #C=3) sources, a noisy target; Fashion-MNIST instead of MNIST.
+    "noniid-000": Grid(
+        name="noniid-000", dataset="fashion-mnist", variable="noise", values=(0.4,),
+        rows=TABLE2_000_ROWS[:2] + TABLE2_000_ROWS[3:4], seeds={0.4: _000_SEEDS},
+        fixed={"partition": "source_classes", "source_classes": 3, "num_sources": 8, "target_labelled": 100},
+        profiles={"paper": {}, "quick": QUICK}, paper=TABLE6_000_NONIID,
+        paper_ref="seed 000, Table 6 (Non-IID MNIST; here Fashion-MNIST, noise 0.4: other images, compare gaps)"),
+    # 000 Table 2 on the CheXpert-like construction (SEEDS-SPEC 7.3 d): the Shirt domain held out.
+    "conditions": Grid(
+        name="conditions", dataset="fmnist-conditions", variable="test_env", values=(0.0,),
+        rows=TABLE2_000_ROWS, seeds={0.0: _000_SEEDS}, profiles={"paper": {}, "quick": CONDITIONS_QUICK},
+        paper=_chexpert_column(TABLE2_000_ACC), paper_auc=_chexpert_column(TABLE2_000_AUC),
+        paper_ref="seed 000, Table 2, CheXpert column (other data: compare orderings)",
+        value_labels={0.0: "shirt held out (test_env 0)"}),
+    # 000 Fig. 6's knob (there on MIMIC, curves only): the auxiliary-loss weight alpha.
+    "aux-alpha": Grid(
+        name="aux-alpha", dataset="fmnist-conditions", variable="aux_alpha", values=(0.0, 0.2, 0.4, 0.6, 0.8, 1.0),
+        rows=TABLE2_000_ROWS[2:3] + TABLE2_000_ROWS[4:5], seeds={},
+        profiles={"paper": {}, "quick": CONDITIONS_QUICK},
+        paper_ref="seed 000, Fig. 6 (alpha on MIMIC, curves only: no numbers)"),
     # 004 Tables 7-9: FedDA and FedGP over static beta, each held-out environment its own row.
     "domainbed-colored-beta": Grid(
         name="domainbed-colored-beta", dataset="colored-fmnist", variable="beta",
