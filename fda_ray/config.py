@@ -82,6 +82,13 @@ PAPER_DEFAULTS["fmnist-conditions"] = dict(
     batch_target=32, auto_batch_target=4, auto_lr_factor=0.25, target_labelled=1000, target_fraction=None,
     auto_beta_rule="fedgp", num_sources=4, oracle_lr_target=1e-3, warmup_rounds=0, shuffle=True,
     drop_last=False, data_augmentation=False, model_weights=None)
+# The medical tables (fda_ray.medical_csv): the same settings on ResNet-18 from torchvision's ImageNet file, 000's
+# training augmentation on the sources, the labelled target samples of 000 A.3 (CheXpert 1 000, MIMIC 100, MIDRC
+# 2 000; a generic table 1 000); the sources are the other domains.
+for _name, _labelled in (("chexpert", 1000), ("mimic-cxr", 100), ("midrc", 2000), ("medical-csv", 1000)):
+    PAPER_DEFAULTS[_name] = {**PAPER_DEFAULTS["fmnist-conditions"], "model": "resnet18_multitask",
+                             "model_weights": "imagenet", "data_augmentation": True, "target_labelled": _labelled,
+                             "num_sources": None}
 # Datasets not listed in the DomainBed table run the loop's usual loaders.
 for _d in ("fashion-mnist", "cifar10", "synthetic"):
     PAPER_DEFAULTS[_d].update(warmup_rounds=WARMUP_ROUNDS, shuffle=True, drop_last=True, data_augmentation=False,

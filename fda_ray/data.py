@@ -268,3 +268,4 @@ def load(name: str, data_dir: str | None = None, download: bool = False) -> Spli
 
 from fda_ray import domainbed as _domainbed  # noqa: E402,F401  (registers DomainBed's datasets)
 from fda_ray import medical as _medical  # noqa: E402,F401  (registers seed 000's datasets)
+from fda_ray import medical_csv as _medical_csv  # noqa: E402,F401  (and its CSV tables)

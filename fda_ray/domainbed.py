@@ -84,6 +84,7 @@ class ImageFiles:
     augment: bool = False
     size: int = IMAGE_SIZE
     device: str = "cpu"
+    recipe: str = "domainbed"  # the transforms: DomainBed's, or seed 000's ("000", fda_ray.medical_csv)
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
@@ -99,7 +100,7 @@ class ImageFiles:
         return replace(self, paths=tuple(self.paths[int(i)] for i in _as_list(idx)))
 
     def _decode(self, idx: list[int], augment: bool) -> torch.Tensor:
-        tf = _transform(self.size, augment)
+        tf = _transform(self.size, augment, self.recipe)
         out = torch.stack([tf(_pil_loader(self.paths[i])) for i in idx]) if idx else \
             torch.zeros(0, 3, self.size, self.size)
         return out.to(self.device)  # (b, 3, size, size)
@@ -123,10 +124,19 @@ class ImageFiles:
 
 
 @functools.lru_cache(maxsize=None)
-def _transform(size: int, augment: bool):
-    """DomainBed's evaluation or augmentation transform (built once per process, not per batch)."""
+def _transform(size: int, augment: bool, recipe: str = "domainbed"):
+    """DomainBed's evaluation or augmentation transform (built once per process, not per batch), or seed 000's
+    (the authors' code, SEEDS-SPEC 1.4): training reads Resize(256, 256) -> RandomResizedCrop(224, scale 0.9-1)
+    -> horizontal flip, evaluation Resize(224, 224) (their code evaluates at 256: a faithful-mode detail not
+    kept, 1.8.8), both normalised by (0.5, 0.5, 0.5)."""
     from torchvision import transforms
 
+    if recipe == "000":
+        norm = [transforms.ToTensor(), transforms.Normalize((0.5,) * 3, (0.5,) * 3)]
+        if not augment:
+            return transforms.Compose([transforms.Resize((size, size)), *norm])
+        return transforms.Compose([transforms.Resize((256, 256)), transforms.RandomResizedCrop(size, scale=(0.9, 1.0)),
+                                   transforms.RandomHorizontalFlip(), *norm])
     norm = [transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
     if not augment:
         return transforms.Compose([transforms.Resize((size, size)), *norm])
@@ -371,6 +381,10 @@ ENV_DATASETS = ("colored-mnist", "colored-fmnist", "rotated-mnist", "rotated-fmn
 
 def count_environments(dataset: str, data_dir: str | None) -> int:
     """Environments of a dataset without reading its images (a config's default source count)."""
+    from fda_ray.medical_csv import MEDICAL_DATASETS, count_domains
+
+    if dataset in MEDICAL_DATASETS:  # seed 000's tables: one environment per domain
+        return count_domains(dataset, data_dir)
     if dataset in FOLDER_DATASETS:
         return len(FOLDER_DATASETS[dataset].environments)
     if dataset.startswith("colored-"):

@@ -405,7 +405,20 @@ def _tiny_conditions(root: Path) -> Split:
     return DATASETS.get("fmnist-conditions")(data_dir=str(root / "fm"))
 
 
-TINY_BUILDERS = {"fashion-mnist": _tiny_fmnist, "fmnist-conditions": _tiny_conditions, "cifar10": _tiny_cifar, "synthetic": _tiny_synthetic,
+def _tiny_medical(name: str):
+    def build(root: Path) -> Split:
+        from test_medical_csv import _authors_tables, generic_table
+
+        if name == "medical-csv":
+            generic_table(root)
+        else:
+            _authors_tables(root, name)
+        return DATASETS.get(name)(data_dir=str(root))
+    return build
+
+
+TINY_BUILDERS = {"fashion-mnist": _tiny_fmnist, "fmnist-conditions": _tiny_conditions,
+                 **{n: _tiny_medical(n) for n in ("medical-csv", "chexpert", "mimic-cxr", "midrc")}, "cifar10": _tiny_cifar, "synthetic": _tiny_synthetic,
                  "colored-mnist": _tiny_mnist_construction("colored-mnist"),
                  "rotated-mnist": _tiny_mnist_construction("rotated-mnist"),
                  "colored-fmnist": _tiny_fmnist_construction("colored-fmnist"),

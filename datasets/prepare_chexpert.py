@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""Turn CheXpert's official train.csv into fda-ray's generic medical table (seed 000's CheXpert domains).
+
+    python datasets/prepare_chexpert.py CheXpert-v1.0-small/train.csv table.csv --image-root /data/chexpert
+
+Five domains, one per lung condition (000 section 5.1): Edema (the paper's target), LungLesion, Pneumonia,
+Atelectasis, Consolidation. A domain's positives are the images labelled 1.0 for its condition; its negatives,
+as many, are the images where the condition is blank (not mentioned: the authors' preprocessing,
+enyijiang/MIDRC preprocess/chexpert_meta_data_preprocess.py) or, with --negatives explicit, labelled 0.0.
+Uncertain labels (-1.0) are dropped. Each domain takes at most --per-class positives and as many negatives
+(the paper: 2 000 / 2 000 per source domain), in a seeded random order, and puts --test-share of each class
+in its test split. A patient's images go to one domain only (the first, in the order above, that draws one of
+them) unless --keep-shared-patients (an image can be positive for several conditions: without this the
+domains overlap, as in the paper). Auxiliary labels: sex, age (fda-ray buckets it as (age - 18) // 9), view
+(Frontal/Lateral). Writes path,label,domain,split,aux_sex,aux_age,aux_view with paths under --image-root.
+Standard library only.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import random
+import re
+import sys
+from pathlib import Path
+
+DOMAINS = {"Edema": "Edema", "LungLesion": "Lung Lesion", "Pneumonia": "Pneumonia", "Atelectasis": "Atelectasis",
+           "Consolidation": "Consolidation"}  # fda-ray's domain name -> the release's column
+POSITIVE, NEGATIVE_EXPLICIT = ("1.0", "1"), ("0.0", "0")
+
+
+def patient_of(path: str) -> str:
+    m = re.search(r"patient\d+", path)
+    return m.group(0) if m else path
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("train_csv", help="CheXpert-v1.0(-small)/train.csv")
+    p.add_argument("out", help="the generic table to write")
+    p.add_argument("--per-class", type=int, default=2000, help="positives (and negatives) per domain (paper: 2000)")
+    p.add_argument("--test-share", type=float, default=0.2, help="share of each class in the test split (0.2)")
+    p.add_argument("--negatives", choices=("blank", "explicit"), default="blank",
+                   help="blank: condition not mentioned (the authors' code); explicit: labelled 0.0")
+    p.add_argument("--image-root", default="", help="folder the release's Path column is relative to")
+    p.add_argument("--keep-shared-patients", action="store_true", help="let a patient's images enter several domains")
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args(argv)
+    if a.per_class < 1 or not 0 < a.test_share < 1:
+        print("--per-class must be >= 1 and --test-share in (0, 1)", file=sys.stderr)
+        return 2
+    with open(a.train_csv, newline="") as f:
+        rows = list(csv.DictReader(f))
+    missing = [c for c in ("Path", "Sex", "Age", "Frontal/Lateral", *DOMAINS.values()) if rows and c not in rows[0]]
+    if not rows or missing:
+        print(f"{a.train_csv}: not CheXpert's train.csv (missing column {missing[0] if missing else 'rows'})",
+              file=sys.stderr)
+        return 2
+    rng = random.Random(a.seed)
+    used: set[str] = set()
+    out = []
+    for domain, column in DOMAINS.items():
+        free = [r for r in rows if a.keep_shared_patients or patient_of(r["Path"]) not in used]
+        pos = [r for r in free if r[column].strip() in POSITIVE]
+        neg = [r for r in free if (r[column].strip() == "" if a.negatives == "blank"
+                                   else r[column].strip() in NEGATIVE_EXPLICIT)]
+        rng.shuffle(pos)
+        rng.shuffle(neg)
+        k = min(a.per_class, len(pos), len(neg))
+        for label, chosen in (("1", pos[:k]), ("0", neg[:k])):
+            n_test = max(1, round(a.test_share * k)) if k > 1 else 0
+            for i, r in enumerate(chosen):
+                path = str(Path(a.image_root) / r["Path"]) if a.image_root else r["Path"]
+                out.append([path, label, domain, "test" if i < n_test else "train", r["Sex"], r["Age"],
+                            r["Frontal/Lateral"]])
+                used.add(patient_of(r["Path"]))
+        print(f"{domain}: {k} positives, {k} negatives", file=sys.stderr)
+    with open(a.out, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["path", "label", "domain", "split", "aux_sex", "aux_age", "aux_view"])
+        w.writerows(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""Turn MIMIC-CXR-JPG's metadata and MIMIC-IV's patients/admissions into fda-ray's generic medical table.
+
+    python datasets/prepare_mimic.py --chexpert mimic-cxr-2.0.0-chexpert.csv \
+        --metadata mimic-cxr-2.0.0-metadata.csv --patients patients.csv --admissions admissions.csv \
+        --out table.csv --image-root /data/mimic-cxr-jpg/2.0.0
+
+Seed 000's MIMIC setting as the authors' preprocessing builds it (enyijiang/MIDRC preprocess/
+mimic_meta_data_preprocess.py): images (metadata) joined with their study's CheXpert labels (blank = 0), the
+subject's first admission (admission_type, race; `ethnicity` in MIMIC-IV 1.0) and patient (gender,
+anchor_age); images with an uncertain (-1) label for any condition dropped; domains by race: White, Black,
+Asian, Hispanic (the race text contains WHITE, BLACK, ASIAN or HISPANIC; others dropped); label 1 when the study
+has a finding ("No Finding" = 0), 0 when "No Finding" = 1. Each domain takes at most --per-class images of
+each label in a seeded random order (the authors: 4 000) and puts --test-share of each in its test split.
+Paths follow MIMIC-CXR-JPG's layout files/pXX/pSUBJECT/sSTUDY/DICOM.jpg under --image-root. Writes
+path,label,domain,split,aux_sex,aux_age. Standard library only.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import random
+import sys
+from pathlib import Path
+
+RACES = (("WHITE", "White"), ("BLACK", "Black"), ("ASIAN", "Asian"), ("HISPANIC", "Hispanic"))
+
+
+def _read(path: str) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _first_per_subject(rows: list[dict[str, str]]) -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {}
+    for r in rows:
+        out.setdefault(r["subject_id"], r)  # pandas' drop_duplicates('subject_id'): the first row
+    return out
+
+
+def _number(v: str) -> float:
+    v = v.strip()
+    return float(v) if v else 0.0  # the authors' fillna(0.)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    for name in ("chexpert", "metadata", "patients", "admissions"):
+        p.add_argument(f"--{name}", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--per-class", type=int, default=4000, help="images per label and domain (the authors: 4000)")
+    p.add_argument("--test-share", type=float, default=0.2)
+    p.add_argument("--image-root", default="")
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args(argv)
+    labels = {(r["subject_id"], r["study_id"]): r for r in _read(a.chexpert)}
+    conditions = [c for c in next(iter(labels.values())) if c not in ("subject_id", "study_id")] if labels else []
+    if "No Finding" not in conditions:
+        print(f"{a.chexpert}: no 'No Finding' column (mimic-cxr-2.0.0-chexpert.csv expected)", file=sys.stderr)
+        return 2
+    admissions = _first_per_subject(_read(a.admissions))
+    patients = _first_per_subject(_read(a.patients))
+    groups: dict[str, dict[str, list[list[str]]]] = {name: {"1": [], "0": []} for _, name in RACES}
+    for m in _read(a.metadata):
+        key = (m["subject_id"], m["study_id"])
+        if key not in labels or m["subject_id"] not in admissions or m["subject_id"] not in patients:
+            continue  # the authors' inner joins
+        lab, adm, pat = labels[key], admissions[m["subject_id"]], patients[m["subject_id"]]
+        if any(_number(lab[c]) == -1 for c in conditions):
+            continue
+        race_text = adm.get("race", adm.get("ethnicity", "")).upper()
+        race = next((name for token, name in RACES if token in race_text), None)
+        no_finding = _number(lab["No Finding"])
+        if race is None or no_finding not in (0.0, 1.0):
+            continue
+        subject = m["subject_id"]
+        path = f"files/p{subject[:2]}/p{subject}/s{m['study_id']}/{m['dicom_id']}.jpg"
+        path = str(Path(a.image_root) / path) if a.image_root else path
+        groups[race]["1" if no_finding == 0.0 else "0"].append([path, pat["gender"], pat["anchor_age"]])
+    rng = random.Random(a.seed)
+    out = []
+    for race, by_label in groups.items():
+        for label, items in by_label.items():
+            rng.shuffle(items)
+            chosen = items[: a.per_class]
+            n_test = round(a.test_share * len(chosen))
+            for i, (path, sex, age) in enumerate(chosen):
+                out.append([path, label, race, "test" if i < n_test else "train", sex, age])
+        print(f"{race}: {min(len(by_label['1']), a.per_class)} with findings, "
+              f"{min(len(by_label['0']), a.per_class)} without", file=sys.stderr)
+    with open(a.out, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["path", "label", "domain", "split", "aux_sex", "aux_age"])
+        w.writerows(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
