@@ -282,3 +282,38 @@ def test_healthcare_methods_resume_and_count_their_rows(conditions, method, tmp_
     resumed = run_rounds(exp2, SerialExecutor(exp2.clients), resume=saved[2])
     assert torch.equal(resumed.final_weights, whole.final_weights)
     assert [r["accuracy"] for r in resumed.rows] == [r["accuracy"] for r in whole.rows]
+
+
+SEED_000_GRIDS = {"noniid-000", "conditions", "aux-alpha", "chexpert-000", "mimic-000", "midrc-000"}
+
+
+def test_seed_000_grids_plan_the_papers_rows_and_settings():
+    from fda_ray.trials import plan
+    from tuning import GRIDS
+
+    for name in SEED_000_GRIDS:  # every row x value x seed once, under a unique key
+        grid = GRIDS[name]
+        trials = plan(grid, "paper")
+        assert {(t.row, t.value, t.seed) for t in trials} == {
+            (r.key, v, s) for r in grid.rows for v in grid.values for s in range(grid.seeds_for(v))}
+        assert len({t.key for t in trials}) == len(trials)
+        assert all(t.config().resolved().method == grid.row(t.row).method for t in trials)
+
+    methods = {t.row: t.config().resolved() for t in plan(GRIDS["conditions"], "paper")}
+    assert {k: c.method for k, c in methods.items()} == {
+        "fedavg": "source_only", "fedavg_finetune": "fedavg_finetune", "oracle": "oracle",
+        "fedavg_finetune_auxinfo": "fedavg_finetune_auxinfo", "fedavg_finetune_gp": "fedavg_finetune_gp",
+        "fedavg_finetune_auxinfo_gp": "fedavg_finetune_auxinfo_gp"}
+    assert [methods[k].aux_alpha for k in ("fedavg", "fedavg_finetune_gp", "fedavg_finetune_auxinfo_gp")] == [0, 0, 1]
+    assert all(c.warmup_rounds == 0 and c.rounds == 50 and c.target_labelled == 1000 for c in methods.values())
+    assert GRIDS["conditions"].paper["fedavg_finetune_auxinfo_gp"][0.0] == 75.61
+    assert GRIDS["conditions"].paper_auc["fedavg_finetune_gp"][0.0] == 82.40
+    alphas = sorted({t.config().resolved().aux_alpha for t in plan(GRIDS["aux-alpha"], "paper")})
+    assert alphas == [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
+    noniid = [t.config().resolved() for t in plan(GRIDS["noniid-000"], "paper")]
+    assert {(c.partition, c.source_classes, c.num_sources, c.noise, c.target_labelled) for c in noniid} == \
+        {("source_classes", 3, 8, 0.4, 100)} and len(noniid) == 9
+    mimic = {t.row: t.config().resolved() for t in plan(GRIDS["mimic-000"], "code")}
+    gp = mimic["fedavg_finetune_gp"]
+    assert (gp.rounds, gp.lr_source, gp.lr_target, gp.params["healthcare"]["gp_warmup_rounds"],
+            gp.params["healthcare"]["alignment"], gp.target_labelled) == (80, 1e-4, 2e-5, 16, "code", 100)
