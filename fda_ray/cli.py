@@ -209,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
             return
         beta = row.get("beta_i")
         extra = f" beta {sum(beta) / len(beta):.3f}" if beta else ""
+        if row.get("auc") is not None:  # seed 000's binary tasks
+            extra += f" auc {100 * row['auc']:6.2f}"
         print(f"round {row['round'] + 1:3d}/{total} [{row['phase']}] acc {100 * row['accuracy']:6.2f} "
               f"loss {row['loss']:.4f}{extra} ({row['seconds']:.2f} s)", flush=True)
 
@@ -234,8 +236,11 @@ def main(argv: list[str] | None = None) -> int:
     if a.json:
         print(json.dumps(hist.to_json()))
     else:
-        where = f"test_env {cfg.test_env}" if cfg.resolved().partition == "domainbed" else f"noise {cfg.noise}"
-        print(f"final target accuracy {100 * hist.final_accuracy:.2f} % (mean of the last 5 rounds "
-              f"{100 * hist.last_accuracy(5):.2f} %; {cfg.method}, {where}, seed {cfg.seed}) in "
-              f"{time.perf_counter() - t0:.1f} s")
+        where = f"test_env {cfg.test_env}" if cfg.resolved().partition in ("domainbed", "heldout_domain") \
+            else f"noise {cfg.noise}"
+        auc = hist.rows[-1].get("auc") if hist.rows else None
+        print(f"final target accuracy {100 * hist.final_accuracy:.2f} %" + (f", AUC {100 * auc:.2f} %" if auc is not None
+                                                                             else "")
+              + f" (mean of the last 5 rounds {100 * hist.last_accuracy(5):.2f} %; {cfg.method}, {where}, seed "
+              f"{cfg.seed}) in {time.perf_counter() - t0:.1f} s")
     return 0

@@ -317,3 +317,16 @@ def test_seed_000_grids_plan_the_papers_rows_and_settings():
     gp = mimic["fedavg_finetune_gp"]
     assert (gp.rounds, gp.lr_source, gp.lr_target, gp.params["healthcare"]["gp_warmup_rounds"],
             gp.params["healthcare"]["alignment"], gp.target_labelled) == (80, 1e-4, 2e-5, 16, "code", 100)
+
+
+def test_command_line_runs_a_seed_000_method_and_prints_auc(conditions, capsys):
+    from fda_ray.cli import main
+
+    cfg = conditions()
+    code = main(["--dataset", "fmnist-conditions", "--data-dir", cfg.data_dir, "--method", "fedavg_finetune_auxinfo_gp",
+                 "--rounds", "1", "--target-labelled", "16", "--samples-per-client", "48", "--test-samples", "40",
+                 "--aux-alpha", "0.5", "--healthcare-gp-warmup-rounds", "1", "--test-env", "3"])
+    out = capsys.readouterr().out
+    assert code == 0 and " auc " in out and "AUC" in out and "test_env 3" in out
+    assert main(["--dataset", "fmnist-conditions", "--aux-alpha", "-1"]) == 2
+    assert "aux_alpha=-1.0 is invalid: a finite number >= 0" in capsys.readouterr().err
