@@ -20,7 +20,6 @@ from typing import Any, Callable, Iterator, Mapping
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from fda_ray import multitask
 from fda_ray.algorithms.base import ClientResult, ClientTask

@@ -145,18 +145,24 @@ def oracle_split(whole: Pair, seed: int, test_share: float = ORACLE_TEST_SHARE) 
 HOLDOUT_FRACTION = 0.2  # DomainBed's --holdout_fraction: each environment's out-split
 
 
+def _check_held_out(split: Split, cfg: RunConfig, kind: str) -> None:
+    """cfg.test_env names one of the split's environments, and the others are cfg.num_sources sources."""
+    envs = split.environments
+    listing = ", ".join(f"{i} {n}" for i, n in enumerate(split.env_names))
+    if cfg.test_env >= len(envs):
+        raise ValueError(f"test_env={cfg.test_env} is invalid: dataset {cfg.dataset!r} has {kind} {listing}")
+    if cfg.num_sources != len(envs) - 1:
+        raise ValueError(f"num_sources={cfg.num_sources} is invalid: holding out one of {cfg.dataset!r}'s {kind} "
+                         f"({listing}) leaves {len(envs) - 1} sources")
+
+
 def domainbed_split(split: Split, cfg: RunConfig) -> tuple[tuple[Pair, ...], Pair, Pair, Pair]:
     """(sources, target's labelled set, target's in-split, target's test set) of leave-one-domain-out."""
     envs, names = split.environments, split.env_names
     if not envs:
         raise ValueError(f"partition='domainbed' is invalid for dataset {cfg.dataset!r}: it has no environments "
                          "(DomainBed datasets: colored-fmnist, rotated-fmnist, vlcs, ...)")
-    listing = ", ".join(f"{i} {n}" for i, n in enumerate(names))
-    if cfg.test_env >= len(envs):
-        raise ValueError(f"test_env={cfg.test_env} is invalid: dataset {cfg.dataset!r} has environments {listing}")
-    if cfg.num_sources != len(envs) - 1:
-        raise ValueError(f"num_sources={cfg.num_sources} is invalid: leave-one-domain-out on {cfg.dataset!r} "
-                         f"({listing}) has {len(envs) - 1} sources")
+    _check_held_out(split, cfg, "environments")
     frac = cfg.target_fraction
     sources: list[Pair] = []
     target: tuple[Pair, Pair, Pair] | None = None
@@ -200,12 +206,7 @@ def heldout_domain_split(split: Split, cfg: RunConfig) -> tuple[tuple[Pair, ...]
     samples of a seeded permutation of its training table, its test set its test table, or, for a domain
     without one, the rest of its training table (the authors' MIMIC script: the unlabelled remainder)."""
     envs, tests, names = split.environments, split.env_tests, split.env_names
-    listing = ", ".join(f"{i} {n}" for i, n in enumerate(names))
-    if cfg.test_env >= len(envs):
-        raise ValueError(f"test_env={cfg.test_env} is invalid: dataset {cfg.dataset!r} has domains {listing}")
-    if cfg.num_sources != len(envs) - 1:
-        raise ValueError(f"num_sources={cfg.num_sources} is invalid: holding out one domain of {cfg.dataset!r} "
-                         f"({listing}) leaves {len(envs) - 1} sources")
+    _check_held_out(split, cfg, "domains")
     sources: list[Pair] = []
     for e, (x, y) in enumerate(envs):
         if e != cfg.test_env:

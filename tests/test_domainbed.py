@@ -254,7 +254,7 @@ def test_bad_environment_choices_are_one_line_errors(colored):
     split = load("colored-fmnist", colored().data_dir)
     with pytest.raises(ValueError, match=r"test_env=3 is invalid: .* environments 0 \+90%, 1 \+80%, 2 -90%"):
         build_setting(split, colored(test_env=3).resolved())
-    with pytest.raises(ValueError, match="num_sources=1 is invalid: leave-one-domain-out .* has 2 sources"):
+    with pytest.raises(ValueError, match="num_sources=1 is invalid: holding out one of .* leaves 2 sources"):
         build_setting(split, colored(num_sources=1).resolved())
     with pytest.raises(ValueError, match=r"target_fraction=0.001 is invalid: it labels 400 x 0.001 < 1 sample"):
         build_setting(split, colored(target_fraction=None).resolved())

@@ -17,7 +17,7 @@ from fda_ray.client import Client, run_task
 from fda_ray.config import RunConfig
 from fda_ray.engine import build_experiment, run
 from fda_ray.medical import BRIGHTNESS, CONDITION_CLASSES, condition_domains, condition_indices, ink_buckets
-from fda_ray.models import MultiHead, build_model
+from fda_ray.models import MultiHead
 
 HEALTHCARE = ("fedavg_finetune", "fedavg_finetune_auxinfo", "fedavg_finetune_gp", "fedavg_finetune_auxinfo_gp")
 

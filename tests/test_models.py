@@ -170,3 +170,18 @@ def test_multi_head_models_concatenate_the_heads_on_a_shared_128_d_layer(name):
     assert torch.equal(out[:, :1], model.head(h)) and torch.equal(out[:, 10:12], model.aux_heads[1](h))
     names = [n for n, _ in model.named_parameters()]
     assert {n.split(".")[0] for n in names} == {"trunk", "embed", "head", "aux_heads"}
+
+
+def test_resnet18_multitask_loads_a_local_weights_file(tmp_path):
+    """000's model starts from an ImageNet state dict on disk (here a saved random one): every trunk tensor is the
+    file's, BatchNorm included; the heads are new."""
+    import torchvision
+
+    torch.manual_seed(3)
+    state = torchvision.models.resnet18(weights=None).state_dict()
+    torch.save(state, tmp_path / "resnet18-f37072fd.pth")
+    model = build_model("resnet18_multitask", (3, 32, 32), 1, aux_classes=(2,),
+                        weights_path=str(tmp_path / "resnet18-f37072fd.pth"))
+    mine = model.trunk.state_dict()
+    assert all(torch.equal(mine[k], v) for k, v in state.items() if not k.startswith("fc."))
+    assert isinstance(model.trunk.fc, nn.Identity) and model.training == model.trunk.layer1[0].bn1.training

@@ -24,7 +24,8 @@ text's and the code's reading; at 0.5 the same). The alignment A_i (Eq. 8): "pap
 GP warm-up (the authors' scripts; the paper is silent): in the first gp_warmup_rounds rounds the server
 first averages the sources (theta := theta_bar), the target then trains from theta_bar and Delta_i is taken
 relative to it (16 rounds in their MIMIC script, 5 in MIDRC's, none in CheXpert's). Learning rates: the
-paper's 1e-3 / 2e-4 (the datasets' defaults) or the code's 1e-4 / 2e-5 (`learning_rates code`).
+paper's 1e-3 / 2e-4 (the datasets' defaults) or the code's 1e-4 / 2e-5 (`learning_rates code`). The authors'
+code applies BCEWithLogitsLoss to sigmoid outputs (a double sigmoid, 1.8.5); fda-ray's loss takes the logit.
 """
 from __future__ import annotations
 
