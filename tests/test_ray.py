@@ -258,7 +258,8 @@ def test_ray_reads_image_files_as_serial_does(local_ray, tmp_path):
     assert torch.equal(h_ray.final_weights, h_serial.final_weights)
 
 
-@pytest.mark.parametrize("method", ["fedavg_finetune_auxinfo", "fedavg_finetune_auxinfo_gp"])
+@pytest.mark.parametrize("method", ["fedavg_finetune", "fedavg_finetune_auxinfo", "fedavg_finetune_gp",
+                                    "fedavg_finetune_auxinfo_gp"])
 def test_ray_equals_serial_for_seed_000s_two_step_rounds(local_ray, conditions, method):
     """The online fine-tuning step and the GP warm-up's second step run on the actors as in the serial loop."""
     cfg = conditions(method=method, rounds=2, params={"healthcare": {"gp_warmup_rounds": 1}} if "gp" in method else {})
