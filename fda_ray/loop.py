@@ -103,11 +103,13 @@ def _rounds(exp: Experiment, executor: Executor, hist: History, progress: Callab
         # fine-tuning: the target fine-tunes this round's FedAvg); their clients' times count in the round's.
         step, seconds = 1, [res.seconds for res in results.values()]
         while (follow := algo.plan_step(r, step, state)) is not None:
+            t_wait = time.perf_counter()
             try:
                 more = {res.client: on_device(res, device)
                         for res in executor.collect(executor.submit(state, follow.tasks))}
             except ClientFailure as e:
                 raise stop(str(e)) from e
+            t_collected += time.perf_counter() - t_wait  # waiting for clients is not the driver's own work
             try:
                 state, extra = algo.aggregate_step(r, step, state, more)
             except ValueError as e:
