@@ -1,0 +1,67 @@
+"""The tables of the seed 000 result page, from a sweep's trial records (every seed found there).
+
+    python docs/results/seed000_summary.py docs/results/conditions conditions
+    python docs/results/seed000_summary.py docs/results/noniid-000 noniid-000
+    python docs/results/seed000_summary.py docs/results/aux-alpha aux-alpha
+
+Prints, per row and grid value, the final-round accuracy (and AUC on binary tasks) as mean +- the 95 %
+confidence half-width over the seeds found (t_{0.975, n-1} s / sqrt(n): what 000 Table 2 prints as "+-"), with
+the standard deviation, beside the published numbers the grid carries; then the rows ranked by each metric.
+"""
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from fda_ray.sweep import final_accuracies  # noqa: E402
+from fda_ray.trials import Trial, is_done, read_rows, result_rows  # noqa: E402
+from tuning.grids import GRIDS  # noqa: E402
+
+T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571}  # Student's t, 0.975 quantile, by degrees of freedom
+
+
+def cell(values: list[float]) -> str:
+    if not values:
+        return "-"
+    mean = statistics.fmean(values)
+    if len(values) == 1:
+        return f"{mean:.2f}"
+    sd = statistics.stdev(values)
+    half = T_975.get(len(values) - 1, 1.96) * sd / math.sqrt(len(values))
+    return f"{mean:.2f} ± {half:.2f} (std {sd:.2f}, n={len(values)})"
+
+
+def main(out: str, grid_name: str) -> None:
+    grid = GRIDS[grid_name]
+    rows: list[dict] = []
+    for rec in sorted((Path(out) / "trials").iterdir()):
+        if is_done(rec):
+            trial = Trial.from_dict(json.loads((rec / "trial.json").read_text()))
+            rows += result_rows(trial, grid, read_rows(rec))
+    metrics = [("accuracy", "ACC", grid.paper)] + ([("auc", "AUC", grid.paper_auc)]
+                                                    if any(r.get("auc") is not None for r in rows) else [])
+    for metric, name, paper in metrics:
+        final = final_accuracies(rows, metric=metric)
+        print(f"\n{name} (%), final round, ours (mean ± 95 % CI) / paper\n")
+        print("| method | " + " | ".join(grid.value_label(v) for v in grid.values) + " |")
+        print("|" + "---|" * (len(grid.values) + 1))
+        for r in grid.rows:
+            cells = []
+            for v in grid.values:
+                c = cell(list(final.get((r.key, v), {}).values()))
+                p = paper.get(r.key, {}).get(v)
+                cells.append(c + (f" / {p:.2f}" if p is not None else ""))
+            print(f"| {r.label} | " + " | ".join(cells) + " |")
+        for v in grid.values:
+            means = {r.label: statistics.fmean(final[(r.key, v)].values()) for r in grid.rows if (r.key, v) in final}
+            order = sorted(means, key=means.get, reverse=True)
+            print(f"\n{name} ranking, {grid.value_label(v)}: " + " > ".join(f"{k} {means[k]:.2f}" for k in order))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])
