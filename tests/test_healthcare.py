@@ -330,3 +330,15 @@ def test_command_line_runs_a_seed_000_method_and_prints_auc(conditions, capsys):
     assert code == 0 and " auc " in out and "AUC" in out and "test_env 3" in out
     assert main(["--dataset", "fmnist-conditions", "--aux-alpha", "-1"]) == 2
     assert "aux_alpha=-1.0 is invalid: a finite number >= 0" in capsys.readouterr().err
+
+
+def test_personalised_baselines_on_seed_000_data(conditions):
+    """FedAvg over all clients, Ditto and APFL run on a binary multi-head task; FedRep and kNN-Per, whose head is
+    the last linear layer of a single-head classifier, refuse it in one line."""
+    for method in ("fedavg_all", "ditto", "apfl"):
+        hist = run(conditions(method=method, rounds=1))
+        assert 0 <= hist.rows[0]["auc"] <= 1
+    for method in ("fedrep", "knn_per"):
+        with pytest.raises(ValueError, match=rf"method='{method}' is invalid for dataset 'fmnist-conditions': it "
+                                             r"needs a single-head classification task \(this one is binary with"):
+            build_experiment(conditions(method=method, rounds=1))

@@ -81,8 +81,15 @@ class _Base(Algorithm):
     def uses(cls, cfg) -> dict[str, bool]:
         return {"lr_source": True, "batch_source": True}
 
+    # a single-head classifier: FedRep's head and kNN-Per's embedding are its last linear layer
+    needs_classifier: bool = False
+
     def __init__(self, cfg, setting, layout, model=None) -> None:
         super().__init__(cfg, setting, layout, model)
+        if self.needs_classifier and (setting.task != "classification" or setting.aux_tasks):
+            raise ValueError(f"method={self.name!r} is invalid for dataset {cfg.dataset!r}: it needs a single-head "
+                             f"classification task (this one is {setting.task}"
+                             f"{' with auxiliary heads' if setting.aux_tasks else ''})")
         if cfg.warmup_rounds:
             raise ValueError(f"warmup_rounds={cfg.warmup_rounds} is invalid for method {self.name}: the "
                              "personalised baselines have no warm-up (0)")
@@ -173,6 +180,7 @@ class FedRepParams(Params):
 
 class FedRep(_Base):
     name, family, Params, recipe = "fedrep", "fedrep", FedRepParams, "fedrep"
+    needs_classifier = True
 
     def __init__(self, cfg, setting, layout, model=None) -> None:
         super().__init__(cfg, setting, layout, model)
@@ -327,6 +335,7 @@ def interpolate(p_knn: torch.Tensor, p_base: torch.Tensor, lam: float) -> torch.
 
 class KNNPer(_Base):
     name, family, Params = "knn_per", "knn_per", KNNPerParams
+    needs_classifier = True
 
     @classmethod
     def planned_rounds(cls, cfg) -> int:
