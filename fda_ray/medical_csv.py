@@ -12,7 +12,9 @@ The images are never shipped; a table points at them (SEEDS-SPEC 7.4.5). Two kin
                 {"start": 18, "width": 9, "count": 9} | {"value": index, ...}}}. Domains default to sorted order.
   chexpert, mimic-cxr, midrc   the authors' per-domain files (enyijiang/MIDRC, metadata/): `<data_dir>/
                 {chexpert,mimic,MIDRC}_table_<domain>_{train,test}.csv` with their columns and label mappings
-                (FORMATS); the domains in the papers' order, the target first (Edema, Asian, IL).
+                (FORMATS); the domains in the papers' order, the target first (Edema, Asian, IL). A generic
+                table there instead (`table.csv`, as datasets/prepare_chexpert.py and prepare_mimic.py write
+                it) is read with the same domain names in that order.
 
 Relative image paths are relative to the table's folder (or image_root). Every image is checked to exist when
 the table is read (the authors' loaders skip missing images silently; here a missing one is an error naming
@@ -201,6 +203,11 @@ def read_format_table(path: Path, fmt: Format) -> Table:
 def load_format(name: str, data_dir: str | None) -> Split:
     fmt = FORMATS[name]
     root = Path(data_dir).expanduser() if data_dir else None
+    generic = root if root is not None and root.is_file() else (root / GENERIC_FILE if root is not None else None)
+    if generic is not None and generic.is_file() and not (root.is_dir() and any(root.glob(f"{fmt.prefix}_*.csv"))):
+        # a generic table (datasets/prepare_*.py writes one) read in the format's domain order, target first
+        domains, trains, tests, aux = read_generic(generic, fmt.domains)
+        return _to_split(name, domains, trains, {d: tests.get(d) for d in domains}, aux)
     if root is None or not root.is_dir():
         raise DatasetNotFound(f"{name}: data_dir={data_dir!r} is not a directory; it must hold the authors' tables "
                               f"{fmt.prefix}_<domain>_{{train,test}}.csv for domains {', '.join(fmt.domains)} "
@@ -232,8 +239,10 @@ def generic_table_path(data_dir: str | None) -> Path:
                           "path,label,domain[,split][,aux_<name>...]; datasets/README.md)")
 
 
-def read_generic(path: Path) -> tuple[list[str], dict[str, Table], dict[str, Table], list[Aux]]:
-    """(domains, training tables, test tables, auxiliary tasks) of a generic table."""
+def read_generic(path: Path, domains: Sequence[str] | None = None
+                 ) -> tuple[list[str], dict[str, Table], dict[str, Table], list[Aux]]:
+    """(domains, training tables, test tables, auxiliary tasks) of a generic table; `domains`: their order (else
+    the sidecar's, else sorted)."""
     side = path.with_suffix(".json")
     mapping = json.loads(side.read_text()) if side.is_file() else {}
     with open(path, newline="") as f:
@@ -273,7 +282,7 @@ def read_generic(path: Path) -> tuple[list[str], dict[str, Table], dict[str, Tab
         t.paths.append(_resolve(r["path"], root))
         t.labels.append([parse_label(r["label"], where)] + [a.parse(r[c], where) for c, a in zip(aux_cols, aux)])
         t.sources.append(where)
-    domains = list(mapping.get("domains") or sorted(set(trains) | set(tests)))
+    domains = list(domains or mapping.get("domains") or sorted(set(trains) | set(tests)))
     for d in domains:
         if d not in trains:
             raise TableError(f"{path}: domain {d!r} has no training rows (domains in the table: "

@@ -225,3 +225,17 @@ def test_prepare_mimic_joins_the_release_files(tmp_path):
         assert r["path"] == f"files/p{str(c[0])[:2]}/p{c[0]}/s{c[1]}/{Path(r['path']).stem}.jpg"
         assert r["label"] == ("0" if c[2] == "1.0" else "1")  # the authors' label: any finding
         assert r["aux_sex"] == p[1] and r["aux_age"] == str(p[2])
+
+
+def test_a_prepared_generic_table_reads_as_its_dataset_in_the_papers_domain_order(tmp_path):
+    """prepare_chexpert.py's table under --dataset chexpert: the format's domains, Edema (the target) first."""
+    rows = []
+    for d, domain in enumerate(("Atelectasis", "Consolidation", "Edema", "LungLesion", "Pneumonia")):
+        for i in range(4):
+            rows.append([_png(tmp_path / "img" / f"{domain}{i}.png", 10 * d + i), str(i % 2), domain,
+                         "test" if i == 3 else "train", "Male", "40", "Frontal"])
+    _write(tmp_path / "table.csv", ["path", "label", "domain", "split", "aux_sex", "aux_age", "aux_view"], rows)
+    s = DATASETS.get("chexpert")(data_dir=str(tmp_path))
+    assert s.env_names == ("Edema", "LungLesion", "Pneumonia", "Atelectasis", "Consolidation")
+    assert [n for n, _ in s.aux_tasks] == ["sex", "age", "view"] and len(s.environments[0][1]) == 3
+    assert RunConfig(dataset="chexpert", data_dir=str(tmp_path)).resolved().num_sources == 4
