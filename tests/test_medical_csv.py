@@ -239,3 +239,11 @@ def test_a_prepared_generic_table_reads_as_its_dataset_in_the_papers_domain_orde
     assert s.env_names == ("Edema", "LungLesion", "Pneumonia", "Atelectasis", "Consolidation")
     assert [n for n, _ in s.aux_tasks] == ["sex", "age", "view"] and len(s.environments[0][1]) == 3
     assert RunConfig(dataset="chexpert", data_dir=str(tmp_path)).resolved().num_sources == 4
+
+
+def test_command_line_names_a_missing_table_in_one_line(tmp_path, capsys):
+    from fda_ray.cli import main
+
+    assert main(["--dataset", "medical-csv", "--data-dir", str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: medical-csv: no table at ") and err.count("\n") == 1
