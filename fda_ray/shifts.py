@@ -129,6 +129,39 @@ def classes4_split(labels: np.ndarray, clients: int, rng: np.random.Generator, n
     return [rng.permutation(np.concatenate(p)) if p else np.zeros(0, dtype=np.int64) for p in parts]
 
 
+DIRICHLET_MIN_SIZE = 10  # NIID-Bench's min_require_size
+DIRICHLET_ATTEMPTS = 1000
+
+
+def dirichlet_split(labels: np.ndarray, clients: int, concentration: float, rng: np.random.Generator,
+                    min_size: int = DIRICHLET_MIN_SIZE) -> list[np.ndarray]:
+    """NIID-Bench's label-distribution skew ("noniid-labeldir"; seed 002's non-iid split with its "beta" = 0.1):
+    for each class, shares p ~ Dir(concentration) over the clients, zeroed for clients that already hold their
+    fair share n / clients and renormalised; the class's shuffled samples are cut at those shares. Redrawn until
+    every client holds >= min_size samples (min(min_size, n // clients) when the data are few). Small
+    concentration: each client sees few classes; large: close to iid."""
+    n = len(labels)
+    if not concentration > 0:
+        raise ValueError(f"dirichlet_concentration={concentration!r} is invalid: a number > 0")
+    if n < clients:
+        raise ValueError(f"clients={clients} is invalid: {n} samples cannot give each client one")
+    need = min(min_size, n // clients)
+    for _ in range(DIRICHLET_ATTEMPTS):
+        parts: list[list[int]] = [[] for _ in range(clients)]
+        for c in np.unique(labels):
+            idx = rng.permutation(np.flatnonzero(labels == c))
+            p = rng.dirichlet(np.full(clients, float(concentration)))
+            p = np.array([q * (len(part) < n / clients) for q, part in zip(p, parts)])
+            p = p / p.sum()
+            cuts = (np.cumsum(p) * len(idx)).astype(int)[:-1]
+            for part, chunk in zip(parts, np.split(idx, cuts)):
+                part.extend(chunk.tolist())
+        if min(len(part) for part in parts) >= need:
+            return [rng.permutation(np.asarray(part, dtype=np.int64)) for part in parts]
+    raise ValueError(f"dirichlet_concentration={concentration!r} is invalid here: {DIRICHLET_ATTEMPTS} draws never gave "
+                     f"each of {clients} clients {need} of the {n} samples; raise it or use fewer clients")
+
+
 def oracle_split(whole: Pair, seed: int, test_share: float = ORACLE_TEST_SHARE) -> tuple[Pair, Pair]:
     """(train, test) of the authors' oracle: a permutation of the target's whole part, the first
     int(test_share * n) samples its test set and the rest its training set (oracle_noniid.py)."""

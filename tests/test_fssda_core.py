@@ -98,3 +98,48 @@ def test_hard_labels_and_losses_by_hand():
     assert float(label_loss(logits, hard, "ce")) == pytest.approx(2 / 3 * torch.log(torch.tensor(3.0)).item(), abs=1e-6)
     with pytest.raises(ValueError, match="loss='kl' is invalid: one of mse, ce"):
         label_loss(logits, hard, "kl")
+
+
+# ---------------------------------------------------------------- the non-iid split and the domains
+
+def test_dirichlet_split_assigns_every_sample_once_and_skews_with_small_concentration():
+    import numpy as np
+
+    from fda_ray.shifts import dirichlet_split
+
+    labels = np.repeat(np.arange(10), 200)
+    skew = {}
+    for conc in (0.1, 100.0):
+        parts = dirichlet_split(labels, 5, conc, np.random.default_rng(0))
+        joined = np.sort(np.concatenate(parts))
+        assert np.array_equal(joined, np.arange(len(labels))) and min(len(p) for p in parts) >= 10
+        # the largest class share per client, averaged: ~0.1 when iid, large when skewed
+        skew[conc] = np.mean([np.bincount(labels[p], minlength=10).max() / len(p) for p in parts])
+        again = dirichlet_split(labels, 5, conc, np.random.default_rng(0))
+        assert all(np.array_equal(a, b) for a, b in zip(parts, again))  # seeded
+    assert skew[100.0] < 0.15 < 0.4 < skew[0.1]
+    with pytest.raises(ValueError, match=r"dirichlet_concentration=0 is invalid: a number > 0"):
+        dirichlet_split(labels, 5, 0, np.random.default_rng(0))
+
+
+def test_corruption_domains_by_hand():
+    from fda_ray.corruptions import apply_domain, parse_domain, to_rgb
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.zeros(2, 1, 28, 28)
+    x[:, :, 10:18, 12:16] = 1.0  # a bar
+    assert torch.equal(apply_domain("clean", x, g), x)
+    assert torch.equal(apply_domain("invert", x, g), 1 - x)
+    assert torch.allclose(apply_domain("lowcontrast", x, g), 0.3 * x + 0.35)
+    e = apply_domain("edges", x, g)
+    assert float(e.max()) == 1.0 and float(e[0, 0, 14, 14]) == 0.0 and float(e[0, 0, 14, 12]) > 0  # edges only
+    r = apply_domain("rotate-90", x, g)
+    assert torch.allclose(r[0, 0], x[0, 0].rot90(1, (0, 1)), atol=1 / 255)  # PIL turns counter-clockwise
+    n1 = apply_domain("noise-0.5", x, torch.Generator().manual_seed(1))
+    n2 = apply_domain("noise-0.5", x, torch.Generator().manual_seed(1))
+    assert torch.equal(n1, n2) and float((n1 - x).std()) == pytest.approx(0.5, rel=0.1)
+    m = apply_domain("fmnist-m", x, g)
+    assert m.shape == (2, 3, 28, 28) and float(m.min()) >= 0 and float(m.max()) <= 1
+    assert to_rgb(x).shape == (2, 3, 28, 28) and parse_domain("rotate-30") == ("rotate", 30.0)
+    with pytest.raises(ValueError, match=r"domain='blur' is invalid: one of clean, invert"):
+        parse_domain("blur")
