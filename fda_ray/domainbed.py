@@ -184,6 +184,10 @@ FOLDER_DATASETS: dict[str, FolderLayout] = {
     "terra-incognita": FolderLayout("terra_incognita", ("location_100", "location_38", "location_43", "location_46"),
                                     ("L100", "L38", "L43", "L46"),
                                     "DomainBed's download script builds it from the Caltech Camera Traps release"),
+    # Seed 002's Office-31 (not a DomainBed dataset; the same layout, SEEDS-SPEC 7.4.3): the original archive
+    # puts an images/ folder between each domain and its classes, which read_environments steps into.
+    "office31": FolderLayout("office31", ("amazon", "dslr", "webcam"), ("A", "D", "W"),
+                             "unpack the Office-31 archive (domain_adaptation_images) as <root>/office31/"),
     "domain-net": FolderLayout("domain_net", ("clipart", "infograph", "painting", "quickdraw", "real", "sketch"),
                                ("clip", "info", "paint", "quick", "real", "sketch"),
                                "DomainBed's download script writes it"),
@@ -208,6 +212,8 @@ def read_environments(root: Path, envs: Sequence[str], dataset: str) -> tuple[li
     out: list[Pair] = []
     for env in envs:
         d = root / env
+        if (d / "images").is_dir() and [p.name for p in d.iterdir() if p.is_dir()] == ["images"]:
+            d = d / "images"  # Office-31's archive: <domain>/images/<class>/
         if not d.is_dir():
             found = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
             raise DatasetNotFound(f"{dataset}: environment folder {env!r} is missing in {root} (found: "

@@ -512,3 +512,17 @@ def test_faithful_auto_weighs_the_target_by_the_last_sources_beta(colored):
     hist = run(colored(method="fedgp_auto", test_env=1, batch_target=4))
     row = hist.rows[-1]
     assert row["target_weight"] == pytest.approx(1 - row["beta_i"][-1], abs=1e-12)
+
+
+def test_office31_reads_the_archives_images_level_and_the_flat_layout(tmp_path):
+    """Seed 002's Office-31: <root>/office31/<domain>/images/<class>/ (the archive) or without images/."""
+    from fda_ray.data import load
+
+    for domain, inner in (("amazon", "images"), ("dslr", ""), ("webcam", "images")):
+        _folder_tree(tmp_path / "office31" / domain / inner if inner else tmp_path / "office31" / domain,
+                     [""], ["back_pack", "bike"], per=2)
+    s = load("office31", str(tmp_path))
+    assert s.env_names == ("A", "D", "W") and s.num_classes == 2
+    assert [len(y) for _, y in s.environments] == [4, 4, 4]
+    assert all("/images/" in p for p in s.environments[0][0].paths) and s.environments[0][1].tolist() == [0, 0, 1, 1]
+    assert RunConfig(dataset="office31").resolved().num_sources == 2
