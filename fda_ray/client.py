@@ -33,6 +33,11 @@ Recipe = Callable[["Client", ClientTask, Mapping[str, torch.Tensor]], ClientResu
 RECIPES: Registry[Recipe] = Registry("recipe")
 
 
+def epoch_steps(n: int, batch: int, drop_last: bool) -> int:
+    """Optimizer steps of one local epoch over n samples: full batches, plus the partial one unless dropped."""
+    return n // batch if drop_last else -(-n // batch)
+
+
 def loss_fn(task: str, out: torch.Tensor, y: torch.Tensor, aux: AuxTasks = (), alpha: float = 0.0) -> torch.Tensor:
     """A batch's training loss (fda_ray.multitask): cross-entropy, BCE-with-logits or MSE on the main head,
     plus alpha times the auxiliary heads' cross-entropies (seed 000 Eq. 3) on a dataset with auxiliary labels."""
@@ -108,7 +113,7 @@ class Client:
     def steps_per_epoch(self, batch: int, data: str = "train") -> int:
         """Optimizer steps in one local epoch: full batches, plus the partial one unless it is dropped."""
         n = self.num_samples(data)
-        return n // batch if self.drop_last else -(-n // batch)
+        return epoch_steps(n, batch, self.drop_last)
 
     def finish(self, task: ClientTask, tensors: dict[str, torch.Tensor], steps: int, loss: float) -> ClientResult:
         """Close a recipe's task: count it in the client's state and build its result (tensors on the CPU)."""

@@ -59,13 +59,14 @@ def main_loss(kind: str, out: torch.Tensor, y: torch.Tensor, reduction: str = "m
 
 
 def aux_loss(outs: Sequence[torch.Tensor], y: torch.Tensor) -> torch.Tensor:
-    """Eq. 2: the sum over auxiliary tasks of each head's mean cross-entropy; y (n, 1 + K). A task with no
-    label in the batch contributes 0 (not NaN)."""
+    """Eq. 2: the sum over auxiliary tasks of each head's mean cross-entropy over its labelled samples;
+    y (n, 1 + K). A task with no label in the batch contributes 0 (not NaN). The mean is a sum over a clamped
+    count, so no step waits on the device to ask whether a batch has labels."""
     total = outs[0].new_zeros(()) if outs else y.new_zeros((), dtype=torch.float32)
     for k, o in enumerate(outs, start=1):
         yk = y[:, k]
-        if bool((yk != MISSING).any()):
-            total = total + F.cross_entropy(o, yk, ignore_index=MISSING)
+        count = (yk != MISSING).sum().clamp_min(1)
+        total = total + F.cross_entropy(o, yk, ignore_index=MISSING, reduction="sum") / count
     return total
 
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from fda_ray.sweep import final_accuracies  # noqa: E402
-from fda_ray.trials import Trial, is_done, read_rows, result_rows  # noqa: E402
+from fda_ray.sweep import collect, final_accuracies  # noqa: E402
+from fda_ray.trials import Trial  # noqa: E402
 from tuning.grids import GRIDS  # noqa: E402
 
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571}  # Student's t, 0.975 quantile, by degrees of freedom
@@ -38,11 +38,10 @@ def cell(values: list[float]) -> str:
 
 def main(out: str, grid_name: str) -> None:
     grid = GRIDS[grid_name]
-    rows: list[dict] = []
-    for rec in sorted((Path(out) / "trials").iterdir()):
-        if is_done(rec):
-            trial = Trial.from_dict(json.loads((rec / "trial.json").read_text()))
-            rows += result_rows(trial, grid, read_rows(rec))
+    records = Path(out) / "trials"
+    trials = [Trial.from_dict(json.loads((rec / "trial.json").read_text())) for rec in sorted(records.iterdir())
+              if (rec / "trial.json").is_file()]
+    rows, _ = collect(trials, grid, records)  # the finished ones
     metrics = [("accuracy", "ACC", grid.paper)] + ([("auc", "AUC", grid.paper_auc)]
                                                     if any(r.get("auc") is not None for r in rows) else [])
     for metric, name, paper in metrics:

@@ -27,6 +27,7 @@ import torch
 
 from fda_ray.aggregation import fedavg, fedda, fedgp, layer_cosines, layer_stats
 from fda_ray.algorithms.base import Algorithm, ClientResult, ClientTask, Round, ServerState
+from fda_ray.client import epoch_steps
 from fda_ray.diagnostics import round_estimates
 from fda_ray.estimators import auto_beta, estimate
 
@@ -107,8 +108,8 @@ class FDA(Algorithm):
         self.weights = source_weights([len(x) for x, _ in setting.sources])  # (N,)
         # (N,) source steps per local epoch: full batches where the sources' loaders drop the last partial batch
         # (the noise grids), every batch where they keep it (the authors' DomainBed loaders)
-        self.src_steps = torch.tensor([len(x) // cfg.batch_source if cfg.drop_last else -(-len(x) // cfg.batch_source)
-                                       for x, _ in setting.sources], dtype=torch.float32)
+        self.src_steps = torch.tensor([epoch_steps(len(x), cfg.batch_source, cfg.drop_last) for x, _ in setting.sources],
+                                      dtype=torch.float32)
         self.lr_ratio = cfg.lr_target / cfg.lr_source
         # (N,) magnitude alignment of each source delta to the target's (REFERENCE.md): (lr_T / lr_S) *
         # (target steps per round, n_target / batch_T as a float) / (source full batches per round).

@@ -37,6 +37,7 @@ import torch
 from fda_ray.aggregation import fedavg, fedgp, frozen_layers_mask, layer_cosines, layer_stats
 from fda_ray.algorithms.base import Algorithm, ClientResult, ClientTask, Params, Round, ServerState, param
 from fda_ray.algorithms.fda import source_weights
+from fda_ray.client import epoch_steps
 from fda_ray.models import MultiHead
 
 CODE_LEARNING_RATES = (1e-4, 2e-5)  # the authors' code defaults (lr_S, lr_T); the paper's are 1e-3 / 2e-4
@@ -101,8 +102,7 @@ class Healthcare(Algorithm):
         if self.params.alignment == "paper":  # Eq. 8 with r_S = 1: n_i / bs_S as a real number
             per = torch.tensor([c / cfg.batch_source for c in counts], dtype=torch.float64)
         else:  # the code: len(source loader)
-            per = torch.tensor([c // cfg.batch_source if cfg.drop_last else -(-c // cfg.batch_source)
-                                for c in counts], dtype=torch.float64)
+            per = torch.tensor([epoch_steps(c, cfg.batch_source, cfg.drop_last) for c in counts], dtype=torch.float64)
         self.align = ratio / per  # (N,) A_i
         self._pending: torch.Tensor | None = None  # a warm-up round's Delta_i relative to theta_bar (N, M)
 
