@@ -137,25 +137,38 @@ class Client:
             group["lr"] = lr
         return self.optimizer
 
-    def batches(self, batch: int, round_idx: int, purpose: str, data: str = "train"
-                ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """One epoch's batches (x, y) of view `data`, shuffled unless the client's loaders keep the stored order;
-        the target's with fresh noise on each read. A view of image files (fda_ray.domainbed.ImageFiles) is read
-        here, augmented if it is a source environment's, from a generator seeded like the shuffle."""
-        x, y = self.view(data)
-        n = int(x.shape[0])
-        noise_gen = generator(self.seed, round_idx, self.index, purpose + "/noise", device=self.device)
+    def batch_indices(self, batch: int, round_idx: int, purpose: str, data: str = "train",
+                      drop_last: bool | None = None) -> Iterator[torch.Tensor]:
+        """One epoch's batches of view `data` as sample indices (b,), shuffled from a generator seeded by (seed,
+        round, client, purpose) unless the client's loaders keep the stored order. drop_last: the client's
+        unless given."""
+        n = self.num_samples(data)
         if self.shuffle:
             perm = torch.randperm(n, generator=generator(self.seed, round_idx, self.index, purpose + "/shuffle"))
         else:
             perm = torch.arange(n)
         perm = perm.to(self.device)
+        steps = epoch_steps(n, batch, self.drop_last if drop_last is None else drop_last)
+        for b in range(steps):
+            yield perm[b * batch : (b + 1) * batch]
+
+    def reader(self, round_idx: int, purpose: str, data: str = "train") -> Callable[[torch.Tensor], torch.Tensor]:
+        """x[idx] of view `data` as training reads it: a view of image files (fda_ray.domainbed.ImageFiles) is
+        decoded here, augmented if it is a source environment's, from a generator seeded like the shuffle; the
+        target's images with fresh noise on each read."""
+        x, _ = self.view(data)
+        noise_gen = generator(self.seed, round_idx, self.index, purpose + "/noise", device=self.device)
         read = getattr(x, "read", None)  # files: decoded (and augmented) per batch
         aug_gen = generator(self.seed, round_idx, self.index, purpose + "/augment") if read else None
-        for b in range(self.steps_per_epoch(batch, data)):
-            idx = perm[b * batch : (b + 1) * batch]
-            xb = read(idx, aug_gen) if read else x[idx]
-            yield add_noise(xb, self.noise, noise_gen), y[idx]
+        return lambda idx: add_noise(read(idx, aug_gen) if read else x[idx], self.noise, noise_gen)
+
+    def batches(self, batch: int, round_idx: int, purpose: str, data: str = "train"
+                ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """One epoch's batches (x, y) of view `data` (batch_indices, read by `reader`)."""
+        y = self.view(data)[1]
+        read = self.reader(round_idx, purpose, data)
+        for idx in self.batch_indices(batch, round_idx, purpose, data):
+            yield read(idx), y[idx]
 
     def epoch(self, opt: torch.optim.Optimizer, batch: int, round_idx: int, purpose: str, record_steps: bool,
               data: str = "train", penalty: Callable[[], torch.Tensor] | None = None, alpha: float = 0.0

@@ -12,7 +12,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-PARTITIONS = ("homo", "label_shift", "classes4", "source_classes", "domains", "domainbed", "heldout_domain")
+PARTITIONS = ("homo", "label_shift", "classes4", "source_classes", "domains", "domainbed", "heldout_domain",
+              "domain_shards")
 PROJECTIONS = ("cosine", "exact")
 EXECUTORS = ("serial", "ray")
 VECTORISE = ("auto", "on", "off")
@@ -71,9 +72,6 @@ PAPER_DEFAULTS["terra-incognita"] = _domainbed("resnet18", 5e-5, 32, 0.05, warmu
                                                weights="imagenet")
 PAPER_DEFAULTS["pacs"] = _domainbed("resnet18", 5e-5, 32, 0.15, weights="imagenet")
 PAPER_DEFAULTS["office-home"] = _domainbed("resnet18", 5e-5, 32, 0.15, weights="imagenet")
-# Office-31 (seed 002): until FSSDA's own protocol lands (issue 19), leave-one-domain-out as PACS, 3 labelled
-# images per class being about 5 % of a domain.
-PAPER_DEFAULTS["office31"] = _domainbed("resnet18", 5e-5, 32, 0.05, weights="imagenet")
 PAPER_DEFAULTS["domain-net"] = _domainbed("resnet18", 5e-5, 32, 0.15, weights="imagenet")
 PAPER_DEFAULTS["imagefolder"] = _domainbed("resnet18", 5e-5, 32, 0.05, weights="imagenet")
 # Seed 000 (SEEDS-SPEC 1.4): Adam at the paper's 1e-3 (sources) / 2e-4 (target), batch 32 (the code's), one local
@@ -92,6 +90,18 @@ for _name, _labelled in (("chexpert", 1000), ("mimic-cxr", 100), ("midrc", 2000)
     PAPER_DEFAULTS[_name] = {**PAPER_DEFAULTS["fmnist-conditions"], "model": "resnet18_multitask",
                              "model_weights": "imagenet", "data_augmentation": True, "target_labelled": _labelled,
                              "num_sources": None}
+# Seed 002 (FSSDA, SEEDS-SPEC 2.3): source and target domains split over K = 5 devices (partition domain_shards,
+# iid unless dirichlet_concentration is set), 3 labelled target images per class, batch 32, one local epoch,
+# lr 1e-3 (the paper's SGD lr; fda-ray's clients use Adam unless --fssda-optimizer sgd), no warm-up; the loaders
+# shuffle and keep their last partial batch (a Dirichlet shard may hold 10 samples). Office-31: ResNet-101 from
+# torchvision's ImageNet file, as the paper; FMNIST-5: the simple CNN (SEEDS-SPEC 7.3 c).
+PAPER_DEFAULTS["office31"] = dict(
+    model="resnet101", partition="domain_shards", lr_source=1e-3, lr_target=1e-3, batch_source=32, batch_target=32,
+    auto_batch_target=8, auto_lr_factor=1.0, target_labelled=None, target_fraction=None, auto_beta_rule="fedgp",
+    num_sources=5, oracle_lr_target=1e-3, warmup_rounds=0, shuffle=True, drop_last=False, data_augmentation=False,
+    model_weights="imagenet")
+PAPER_DEFAULTS["fmnist-5"] = {**PAPER_DEFAULTS["office31"], "model": "simple_cnn", "model_weights": None,
+                              "auto_batch_target": 4}
 # Datasets not listed in the DomainBed table run the loop's usual loaders.
 for _d in ("fashion-mnist", "cifar10", "synthetic"):
     PAPER_DEFAULTS[_d].update(warmup_rounds=WARMUP_ROUNDS, shuffle=True, drop_last=True, data_augmentation=False,
@@ -139,7 +149,18 @@ class RunConfig:
     test_env: int = _f(0, "DomainBed datasets (partition domainbed): the held-out target environment, by "
                           "DomainBed's index (the sorted folder order: VLCS 0 C, 1 L, 2 S, 3 V; colored-fmnist "
                           "0 +90%, 1 +80%, 2 -90%); every other environment is one source")
-    num_sources: int | None = _f(None, "source clients; default 9 (8 for synthetic: D_2..D_9)")
+    source_envs: tuple[int, ...] | None = _f(None, "partition domain_shards: the source environments, by index "
+                                                   "(several: multi-source, seed 002 Eq. 5); default every "
+                                                   "environment but test_env")
+    num_sources: int | None = _f(None, "source clients; default 9 (8 for synthetic: D_2..D_9); partition "
+                                       "domain_shards: the K devices each domain is split over (default 5)")
+    dirichlet_concentration: float | None = _f(None, "partition domain_shards: split every domain over the "
+                                                     "devices by NIID-Bench's Dirichlet label skew with this "
+                                                     "concentration (seed 002's non-iid: 0.1; the paper's letter "
+                                                     "beta); default iid equal shards")
+    target_labelled_per_class: int | None = _f(None, "partition domain_shards: labelled target samples per class, "
+                                                     "drawn from the whole target domain (each stays on the device "
+                                                     "holding it); default 3 (seed 002)")
     beta: float = _f(0.5, "static beta of fedda / fedgp: the weight of the source side, in [0, 1] (seed 000's "
                           "GP puts its letter beta on the target side: the same rule, 000's beta = 1 - this)")
     aux_alpha: float | None = _f(None, "seed 000 Eq. 3: the sources' loss is L_main + aux_alpha * L_aux on a dataset "
@@ -244,11 +265,35 @@ class RunConfig:
             object.__setattr__(self, "test_env", int(self.test_env))
         if not isinstance(self.test_env, int) or isinstance(self.test_env, bool) or self.test_env < 0:
             raise _err("test_env", self.test_env, "an environment index >= 0")
+        if self.source_envs is not None:
+            try:
+                envs = tuple(self.source_envs)
+            except TypeError:
+                raise _err("source_envs", self.source_envs, "a list of environment indices") from None
+            envs = tuple(int(e) if isinstance(e, float) and e.is_integer() else e for e in envs)  # CLI floats
+            if not envs or any(not isinstance(e, int) or isinstance(e, bool) or e < 0 for e in envs) \
+                    or len(set(envs)) != len(envs):
+                raise _err("source_envs", self.source_envs, "distinct environment indices >= 0 (at least one)")
+            if self.test_env in envs:
+                raise _err("source_envs", envs, f"environments other than test_env={self.test_env}")
+            object.__setattr__(self, "source_envs", envs)
+        if self.dirichlet_concentration is not None and not (
+                isinstance(self.dirichlet_concentration, (int, float)) and not isinstance(self.dirichlet_concentration, bool)
+                and math.isfinite(self.dirichlet_concentration) and self.dirichlet_concentration > 0):
+            raise _err("dirichlet_concentration", self.dirichlet_concentration, "a finite number > 0 (or unset: iid)")
+        if isinstance(self.target_labelled_per_class, float) and self.target_labelled_per_class.is_integer():
+            object.__setattr__(self, "target_labelled_per_class", int(self.target_labelled_per_class))
+        if self.target_labelled_per_class is not None and (
+                not isinstance(self.target_labelled_per_class, int) or isinstance(self.target_labelled_per_class, bool)
+                or self.target_labelled_per_class < 1):
+            raise _err("target_labelled_per_class", self.target_labelled_per_class, "an integer >= 1")
         for name in ("data_augmentation", "shuffle", "drop_last", "faithful_domainbed_auto"):
             if getattr(self, name) not in (None, True, False):
                 raise _err(name, getattr(self, name), "true or false (or unset: the dataset's default)")
-        if self.model_weights is not None and self.model not in (None, "resnet18", "resnet18_multitask"):
-            raise _err("model_weights", self.model_weights, "only model='resnet18' or 'resnet18_multitask' loads "
+        from fda_ray.models import PRETRAINED_MODELS
+
+        if self.model_weights is not None and self.model not in (None, *PRETRAINED_MODELS):
+            raise _err("model_weights", self.model_weights, f"only models {', '.join(PRETRAINED_MODELS)} load "
                                                             "pretrained weights")
         if not isinstance(self.seed, int) or self.seed < 0:
             raise _err("seed", self.seed, "an integer >= 0")
@@ -379,6 +424,14 @@ class RunConfig:
             else:
                 fill["target_labelled"] = d["target_labelled"]
                 fill["target_fraction"] = d["target_fraction"]
+        if partition == "domain_shards":
+            if self.target_labelled_per_class is None:
+                fill["target_labelled_per_class"] = 3
+            if self.source_envs is None:
+                from fda_ray.domainbed import count_environments
+
+                fill["source_envs"] = tuple(e for e in range(count_environments(self.dataset, self.data_dir))
+                                            if e != self.test_env)
         if self.finetune_epochs is None:
             fill["finetune_epochs"] = self.rounds
         if self.vectorise == "auto":
@@ -404,5 +457,7 @@ class RunConfig:
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["eval_noise"] = list(self.eval_noise)
+        if self.source_envs is not None:
+            out["source_envs"] = list(self.source_envs)
         out["params"] = {fam: dict(v) for fam, v in self.params.items()}
         return out

@@ -21,6 +21,7 @@ import torch
 from fda_ray.registry import Registry
 
 Pair = tuple[torch.Tensor, torch.Tensor]  # (x, y) of one data view
+UNLABELLED = -1  # a sample's label in a view where it is not labelled (seed 002's devices' target shards)
 
 
 def add_noise(x: torch.Tensor, std: float, gen: torch.Generator | None) -> torch.Tensor:
@@ -269,3 +270,4 @@ def load(name: str, data_dir: str | None = None, download: bool = False) -> Spli
 from fda_ray import domainbed as _domainbed  # noqa: E402,F401  (registers DomainBed's datasets)
 from fda_ray import medical as _medical  # noqa: E402,F401  (registers seed 000's datasets)
 from fda_ray import medical_csv as _medical_csv  # noqa: E402,F401  (and its CSV tables)
+from fda_ray import fmnist_domains as _fmnist_domains  # noqa: E402,F401  (FMNIST-5, seeds 002 and 003)

@@ -157,6 +157,14 @@ def take(x: torch.Tensor | ImageFiles, idx: np.ndarray) -> torch.Tensor | ImageF
     return x[torch.from_numpy(np.ascontiguousarray(idx, dtype=np.int64))]
 
 
+def concat(xs: Sequence[torch.Tensor | ImageFiles]) -> torch.Tensor | ImageFiles:
+    """Data views' x one after the other: tensors concatenated, or one ImageFiles of every file (unread; the
+    first's transforms)."""
+    if isinstance(xs[0], ImageFiles):
+        return replace(xs[0], paths=tuple(p for x in xs for p in x.paths))
+    return torch.cat(list(xs))
+
+
 def with_augmentation(x: torch.Tensor | ImageFiles, on: bool) -> torch.Tensor | ImageFiles:
     return replace(x, augment=on) if isinstance(x, ImageFiles) else x
 
@@ -397,11 +405,15 @@ def count_environments(dataset: str, data_dir: str | None) -> int:
         return len(COLORED_ENVS)
     if dataset.startswith("rotated-"):
         return len(ROTATED_ANGLES)
+    if dataset == "fmnist-5":
+        from fda_ray.fmnist_domains import FMNIST5_DOMAINS
+
+        return len(FMNIST5_DOMAINS)
     if dataset == "imagefolder":
         root = Path(data_dir).expanduser() if data_dir else None
         if root is None or not root.is_dir():
             raise DatasetNotFound(f"imagefolder: data_dir={data_dir!r} is not a directory; expected "
                                   "<data_dir>/<domain>/<class>/<image files>")
         return sum(1 for p in root.iterdir() if p.is_dir())
-    raise ValueError(f"dataset={dataset!r} is invalid for partition domainbed: it has no environments "
+    raise ValueError(f"dataset={dataset!r} is invalid for partitions domainbed and domain_shards: it has no environments "
                      f"(DomainBed datasets: {', '.join(ENV_DATASETS)})")

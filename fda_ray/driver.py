@@ -15,6 +15,7 @@ from typing import Callable
 import ray
 
 from fda_ray import preflight
+from fda_ray.algorithms import ALGORITHMS
 from fda_ray.config import RunConfig
 from fda_ray.executors import build_executor
 from fda_ray.experiment import build_experiment
@@ -57,7 +58,8 @@ class Driver:
         preflight.run(cfg)
         check_client_resources(cfg)
         # The actors' processes start first: they import torch while this process loads the dataset.
-        self.executor = build_executor(cfg, num_clients=cfg.num_sources + 1, faults=self.faults)
+        self.executor = build_executor(cfg, num_clients=ALGORITHMS.get(cfg.method).num_clients(cfg),
+                                       faults=self.faults)
         try:
             exp = build_experiment(cfg)
             self.executor.load(exp.clients)

@@ -66,7 +66,7 @@ def build_experiment(cfg: RunConfig) -> Experiment:
     split = load_dataset(cfg.dataset, cfg.data_dir, cfg.download)
     setting = build_setting(split, cfg)
     torch.manual_seed(derive_seed(cfg.seed, purpose="init"))  # the initial global model
-    options = {"weights_path": pretrained_path(cfg.model_weights)} if cfg.model_weights else {}
+    options = {"weights_path": pretrained_path(cfg.model_weights, cfg.model)} if cfg.model_weights else {}
     if cfg.model in MULTI_HEAD_MODELS:
         options["aux_classes"] = tuple(c for _, c in setting.aux_tasks)
     elif setting.aux_tasks:
@@ -82,9 +82,12 @@ def build_experiment(cfg: RunConfig) -> Experiment:
     layout = ParamLayout.from_model(model)
     algorithm = ALGORITHMS.get(cfg.method)(cfg, setting, layout, model)
     views = algorithm.views()
-    target_samples = max(len(x) for x, _ in views[cfg.num_sources].values())
-    for note in preflight.run_notes(given, target_samples):
-        warnings.warn(note, preflight.RunWarning, stacklevel=2)
+    if len(views) != algorithm.num_clients(cfg):
+        raise RuntimeError(f"method {cfg.method}: {len(views)} clients' views for {algorithm.num_clients(cfg)} clients")
+    if len(views) > cfg.num_sources:  # (seed 002's devices: no separate target client)
+        target_samples = max(len(x) for x, _ in views[cfg.num_sources].values())
+        for note in preflight.run_notes(given, target_samples):
+            warnings.warn(note, preflight.RunWarning, stacklevel=2)
     clients = [Client(i, v, copy.deepcopy(model), layout, seed=cfg.seed, task=setting.task, device=cfg.device,
                       # the target's images carry the target domain's noise; its loader keeps the partial batch
                       noise=setting.noise if i == cfg.num_sources else 0.0,

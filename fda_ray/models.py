@@ -124,30 +124,28 @@ def mnist_cnn(input_shape: tuple[int, ...], num_outputs: int) -> nn.Module:
 
 MODELS.add("colored_mnist_cnn", mnist_cnn)  # its earlier name: configs and sweeps that name it still run
 
-# torchvision's file name for ResNet-18 IMAGENET1K_V1 in its hub cache (torchvision.models.ResNet18_Weights).
-RESNET18_IMAGENET_FILE = "resnet18-f37072fd.pth"
+# torchvision's file names for the IMAGENET1K_V1 weights in its hub cache (torchvision.models.ResNet*_Weights).
+IMAGENET_FILES = {"resnet18": "resnet18-f37072fd.pth", "resnet50": "resnet50-0676ba61.pth",
+                  "resnet101": "resnet101-63fe2227.pth"}
+RESNET18_IMAGENET_FILE = IMAGENET_FILES["resnet18"]
+PRETRAINED_MODELS = ("resnet18", "resnet50", "resnet101", "resnet18_multitask")
 
 
-def pretrained_path(value: str) -> str:
-    """The weights file a config's model_weights names: a path, or 'imagenet' for torchvision's cache file
-    (torch.hub.get_dir()/checkpoints/resnet18-f37072fd.pth, where torchvision would put its download)."""
+def pretrained_path(value: str, model: str = "resnet18") -> str:
+    """The weights file a config's model_weights names: a path, or 'imagenet' for torchvision's cache file of
+    the model's ImageNet weights (torch.hub.get_dir()/checkpoints/resnet18-f37072fd.pth for ResNet-18, where
+    torchvision would put its download)."""
     if value == "imagenet":
-        return str(Path(torch.hub.get_dir()) / "checkpoints" / RESNET18_IMAGENET_FILE)
+        name = IMAGENET_FILES[model.replace("_multitask", "")]
+        return str(Path(torch.hub.get_dir()) / "checkpoints" / name)
     return str(Path(value).expanduser())
 
 
-@MODELS.register("resnet18")
-def resnet18(input_shape: tuple[int, ...], num_outputs: int, weights_path: str | None = None,
-             freeze_bn: bool = True) -> nn.Module:
-    """torchvision ResNet-18; `weights_path` loads an ImageNet state dict from a local file (no hub download).
-
-    With pretrained weights the final fc is replaced by a fresh one for `num_outputs`, and BatchNorm layers
-    are frozen as DomainBed's ResNet freezes them (`freeze_bn`: eval mode, so the running statistics stay
-    ImageNet's; their affine weights still train), the backbone of the seeds' DomainBed experiments.
-    """
+def _resnet(arch: str, input_shape: tuple[int, ...], num_outputs: int, weights_path: str | None,
+            freeze_bn: bool) -> nn.Module:
     import torchvision
 
-    model = torchvision.models.resnet18(weights=None)
+    model = getattr(torchvision.models, arch)(weights=None)
     if weights_path is not None:
         state = torch.load(weights_path, map_location="cpu", weights_only=True)
         model.load_state_dict(state)
@@ -160,6 +158,32 @@ def resnet18(input_shape: tuple[int, ...], num_outputs: int, weights_path: str |
                 m.__class__ = FrozenBatchNorm2d  # picklable, unlike a patched train method
                 m.eval()
     return model
+
+
+@MODELS.register("resnet18")
+def resnet18(input_shape: tuple[int, ...], num_outputs: int, weights_path: str | None = None,
+             freeze_bn: bool = True) -> nn.Module:
+    """torchvision ResNet-18; `weights_path` loads an ImageNet state dict from a local file (no hub download).
+
+    With pretrained weights the final fc is replaced by a fresh one for `num_outputs`, and BatchNorm layers
+    are frozen as DomainBed's ResNet freezes them (`freeze_bn`: eval mode, so the running statistics stay
+    ImageNet's; their affine weights still train), the backbone of the seeds' DomainBed experiments.
+    """
+    return _resnet("resnet18", input_shape, num_outputs, weights_path, freeze_bn)
+
+
+@MODELS.register("resnet50")
+def resnet50(input_shape: tuple[int, ...], num_outputs: int, weights_path: str | None = None,
+             freeze_bn: bool = True) -> nn.Module:
+    """torchvision ResNet-50, as resnet18 (seed 003's Office-Home backbone)."""
+    return _resnet("resnet50", input_shape, num_outputs, weights_path, freeze_bn)
+
+
+@MODELS.register("resnet101")
+def resnet101(input_shape: tuple[int, ...], num_outputs: int, weights_path: str | None = None,
+              freeze_bn: bool = True) -> nn.Module:
+    """torchvision ResNet-101, as resnet18 (seed 002's Office-31 backbone for every method)."""
+    return _resnet("resnet101", input_shape, num_outputs, weights_path, freeze_bn)
 
 
 class MultiHead(nn.Module):

@@ -103,19 +103,20 @@ def device(value: str, field: str = "device") -> None:
         raise _err(field, value, f"this machine has {torch.cuda.device_count()} GPU(s), cuda:0..cuda:{torch.cuda.device_count() - 1}")
 
 
-def model_weights(value: str | None) -> None:
+def model_weights(value: str | None, model: str = "resnet18") -> None:
     """A pretrained model needs its weights file here: never a silent random initialisation."""
     if value is None:
         return
-    from fda_ray.models import pretrained_path
+    from fda_ray.models import IMAGENET_FILES, pretrained_path
 
-    p = Path(pretrained_path(value))
+    p = Path(pretrained_path(value, model))
     if not p.is_file():
+        arch = model.replace("_multitask", "")
         where = f"torchvision's cache file {p} is absent" if value == "imagenet" else "no such file"
-        raise _err("model_weights", value, f"{where}; put torchvision's ImageNet ResNet-18 file "
-                                           "resnet18-f37072fd.pth in $TORCH_HOME/hub/checkpoints/, or pass "
+        raise _err("model_weights", value, f"{where}; put torchvision's ImageNet {arch} file "
+                                           f"{IMAGENET_FILES[arch]} in $TORCH_HOME/hub/checkpoints/, or pass "
                                            "--model-weights PATH to a local state dict (e.g. saved with torch.save("
-                                           "torchvision.models.resnet18(weights='DEFAULT').state_dict(), PATH) on a "
+                                           f"torchvision.models.{arch}(weights='DEFAULT').state_dict(), PATH) on a "
                                            "machine with internet)")
     if not os.access(p, os.R_OK):
         raise _err("model_weights", value, "the file is not readable")
@@ -243,6 +244,9 @@ def ignored_options(cfg: RunConfig) -> list[str]:
     uses.update({
         "eta": r.partition == "label_shift",
         "source_classes": r.partition == "source_classes",
+        "source_envs": r.partition == "domain_shards",
+        "dirichlet_concentration": r.partition == "domain_shards",
+        "target_labelled_per_class": r.partition == "domain_shards",
         "cpus_per_client": cfg.executor == "ray",
         "gpus_per_client": cfg.executor == "ray",
         "clients_per_actor": cfg.executor == "ray",
@@ -296,6 +300,6 @@ def run_notes(cfg: RunConfig, target_samples: int) -> list[str]:
 def run(cfg: RunConfig) -> None:
     """What one run needs from this machine beyond its config (the data is checked when it is loaded)."""
     device(cfg.device)
-    model_weights(cfg.model_weights)
+    model_weights(cfg.model_weights, cfg.model or "resnet18")
     if cfg.executor == "ray":
         ray_address(cfg.ray_address or os.environ.get("RAY_ADDRESS"))

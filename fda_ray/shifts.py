@@ -27,6 +27,15 @@ and a purpose, so a setting is the same in every process and executor.
                fmnist-conditions); the target is domain cfg.test_env, its labelled set target_labelled samples of a
                seeded permutation of its training table, its test set its test table; every other domain is one
                source holding its training table.
+  domain_shards  seed 002 (SEEDS-SPEC 2.3): every source environment (cfg.source_envs) and the target environment
+               cfg.test_env is split over K = num_sources devices, as equal random shards (iid) or by NIID-Bench's
+               Dirichlet label skew (cfg.dirichlet_concentration), each shard capped at samples_per_client; device
+               k's source client holds shard k of every source domain (`source_parts[k]`, one Pair per domain;
+               `sources[k]` their concatenation); target_labelled_per_class samples of each class are drawn from
+               the devices' target shards together and stay on the device holding them (`target_parts[k]`: the
+               shard with label -1 on its unlabelled samples); the target's pool is every held target sample,
+               the labelled first (its true labels: the oracle's data); the test set is the unlabelled ones
+               (transductive, as SSDA on Office-31 is reported).
 Noise: x + N(0, std^2), no clipping, drawn afresh every time an image is read, on target train and test only.
 The oracle under the authors' protocol (cfg.baseline_protocol = "authors", REFERENCE.md) takes the target's whole
 part instead: a seeded permutation, its first 10 % the oracle's test set, the other 90 % its training set.
@@ -40,8 +49,8 @@ import torch
 
 from fda_ray.algorithms import ALGORITHMS
 from fda_ray.config import ORACLE_TEST_SHARE, RunConfig
-from fda_ray.data import Pair, Split
-from fda_ray.domainbed import seed_hash, split_indices, take, with_augmentation
+from fda_ray.data import UNLABELLED, Pair, Split
+from fda_ray.domainbed import concat, seed_hash, split_indices, take, with_augmentation
 from fda_ray.multitask import AuxTasks, main_labels, main_outputs
 from fda_ray.seeding import np_rng
 
@@ -63,6 +72,10 @@ class Setting:
     input_shape: tuple[int, ...]
     task: str
     aux_tasks: AuxTasks = ()  # seed 000's auxiliary labels: y is (n, 1 + K) (fda_ray.multitask)
+    # partition domain_shards (seed 002): per source client, one Pair per source domain; per device, its target
+    # shard with label -1 on the unlabelled samples
+    source_parts: tuple[tuple[Pair, ...], ...] = ()
+    target_parts: tuple[Pair, ...] = ()
 
 
 def _take(x: torch.Tensor, y: torch.Tensor, idx: np.ndarray) -> Pair:
@@ -263,6 +276,59 @@ def heldout_domain_split(split: Split, cfg: RunConfig) -> tuple[tuple[Pair, ...]
     return tuple(sources), (take(x, labelled), y[labelled]), (take(x, pool), y[pool]), test
 
 
+def domain_shards_split(split: Split, cfg: RunConfig) -> tuple[tuple[tuple[Pair, ...], ...], tuple[Pair, ...],
+                                                                 Pair, Pair, Pair]:
+    """(source_parts, target_parts, target's labelled set, its pool, its test set) of seed 002's protocol (module
+    docstring, domain_shards). Each domain's shards are drawn from a generator seeded by (seed, domain)."""
+    envs, names = split.environments, split.env_names
+    if not envs:
+        raise ValueError(f"partition='domain_shards' is invalid for dataset {cfg.dataset!r}: it has no environments "
+                         "(datasets with domains: fmnist-5, office31, pacs, ...)")
+    listing = ", ".join(f"{i} {n}" for i, n in enumerate(names))
+    for field, e in [("test_env", cfg.test_env)] + [("source_envs", e) for e in cfg.source_envs]:
+        if e >= len(envs):
+            raise ValueError(f"{field}={e} is invalid: dataset {cfg.dataset!r} has environments {listing}")
+    k_dev = cfg.num_sources
+
+    def shards(e: int) -> list[np.ndarray]:
+        y = main_labels(envs[e][1], split.aux_tasks).numpy()
+        rng = np_rng(cfg.seed, purpose=f"domain_shards/{e}")
+        if cfg.dirichlet_concentration is None:
+            if len(y) < k_dev:
+                raise ValueError(f"num_sources={k_dev} is invalid: environment {names[e]} holds {len(y)} samples")
+            parts = homo_shards(len(y), k_dev, rng)
+        else:
+            parts = dirichlet_split(y, k_dev, cfg.dirichlet_concentration, rng)
+        return [_cap(p, cfg.samples_per_client) for p in parts]
+
+    source_parts = [[] for _ in range(k_dev)]
+    for e in cfg.source_envs:
+        x, y = envs[e]
+        for k, idx in enumerate(shards(e)):
+            source_parts[k].append((take(with_augmentation(x, bool(cfg.data_augmentation)), idx), y[idx]))
+    x, y = envs[cfg.test_env]
+    t_shards = shards(cfg.test_env)
+    held = np.concatenate(t_shards)
+    labels = main_labels(y, split.aux_tasks).numpy()
+    rng = np_rng(cfg.seed, purpose="domain_shards/labelled")
+    chosen = [rng.permutation(held[labels[held] == c])[: cfg.target_labelled_per_class]
+              for c in range(split.num_classes)]
+    labelled = np.sort(np.concatenate(chosen))
+    unlabelled = np.setdiff1d(held, labelled)
+    if unlabelled.size == 0:
+        raise ValueError(f"target_labelled_per_class={cfg.target_labelled_per_class} is invalid: it labels every "
+                         f"target sample, leaving none to test on")
+    target_parts = []
+    for idx in t_shards:
+        yk = y[idx].clone()
+        yk[torch.from_numpy(~np.isin(idx, labelled))] = UNLABELLED
+        target_parts.append((take(x, idx), yk))
+    pool = np.concatenate([labelled, unlabelled])
+    test = _cap(unlabelled, cfg.test_samples)
+    return (tuple(tuple(p) for p in source_parts), tuple(target_parts), (take(x, labelled), y[labelled]),
+            (take(x, pool), y[pool]), (take(x, test), y[test]))
+
+
 def build_setting(split: Split, cfg: RunConfig) -> Setting:
     """The FDA setting of a resolved config on a loaded dataset."""
     cfg = cfg.resolved()
@@ -274,9 +340,10 @@ def build_setting(split: Split, cfg: RunConfig) -> Setting:
     if split.env_tests and cfg.partition != "heldout_domain":
         raise ValueError(f"partition={cfg.partition!r} is invalid for dataset {cfg.dataset!r}: its domains "
                          f"({', '.join(split.env_names)}) come with train/test tables; use partition 'heldout_domain'")
-    if split.environments and not split.env_tests and cfg.partition != "domainbed":
+    if split.environments and not split.env_tests and cfg.partition not in ("domainbed", "domain_shards"):
         raise ValueError(f"partition={cfg.partition!r} is invalid for dataset {cfg.dataset!r}: its data are "
-                         f"DomainBed environments ({', '.join(split.env_names)}); use partition 'domainbed'")
+                         f"DomainBed environments ({', '.join(split.env_names)}); use partition 'domainbed' (leave one "
+                         "domain out) or 'domain_shards' (domains split over devices, seed 002)")
     ytr = main_labels(split.y_train, split.aux_tasks).numpy()
     if cfg.partition in ("homo", "source_classes"):
         shards = homo_shards(len(ytr), n_src + 1, rng)
@@ -321,6 +388,10 @@ def build_setting(split: Split, cfg: RunConfig) -> Setting:
     elif cfg.partition == "heldout_domain":
         sources, target_train, target_pool, target_test = heldout_domain_split(split, cfg)
         whole = target_pool
+    elif cfg.partition == "domain_shards":
+        source_parts, target_parts, target_train, target_pool, target_test = domain_shards_split(split, cfg)
+        sources = tuple((concat([x for x, _ in parts]), torch.cat([y for _, y in parts])) for parts in source_parts)
+        whole = target_pool
     elif cfg.partition == "domains":
         if len(split.domains) < n_src:
             raise ValueError(f"num_sources={n_src} is invalid: dataset {cfg.dataset!r} has {len(split.domains)} source domains")
@@ -336,8 +407,8 @@ def build_setting(split: Split, cfg: RunConfig) -> Setting:
     algorithm = ALGORITHMS.get(cfg.method)
     # DomainBed's oracle trains on the target's in-split and is tested on its out-split, as every method is.
     # So does seed 000's: "fully supervised training on the target domain", tested on its test table.
-    if algorithm.oracle_split and cfg.baseline_protocol == "authors" and cfg.partition not in ("domainbed",
-                                                                                              "heldout_domain"):
+    if algorithm.oracle_split and cfg.baseline_protocol == "authors" and cfg.partition not in (
+            "domainbed", "heldout_domain", "domain_shards"):
         target_train, target_test = oracle_split(whole, cfg.seed)
         target_pool = target_train
     for i, (x, _) in enumerate(sources):
@@ -346,5 +417,8 @@ def build_setting(split: Split, cfg: RunConfig) -> Setting:
     if len(target_train[0]) < 2 * cfg.batch_target and algorithm.min_target_steps() >= 2:
         raise ValueError(f"batch_target={cfg.batch_target} is invalid: auto-weighting needs >= 2 target steps "
                          f"but the target holds {len(target_train[0])} labelled samples")
+    if cfg.partition != "domain_shards":
+        source_parts, target_parts = (), ()
     return Setting(sources, target_train, target_pool, target_test, float(cfg.noise),
-                   main_outputs(split.task, split.num_classes), split.input_shape, split.task, split.aux_tasks)
+                   main_outputs(split.task, split.num_classes), split.input_shape, split.task, split.aux_tasks,
+                   source_parts, target_parts)

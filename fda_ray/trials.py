@@ -69,7 +69,8 @@ class Trial:
 # left out of a trial's identity at that value, so the recorded trials keep their keys.
 ADDED_LATER: dict[str, Any] = {"vectorise": "off", "source_classes": 4, "test_env": 0, "shuffle": True,
                                "drop_last": True, "data_augmentation": False, "faithful_domainbed_auto": False,
-                               "aux_alpha": 0.0}
+                               "aux_alpha": 0.0, "source_envs": None, "dirichlet_concentration": None,
+                               "target_labelled_per_class": None}
 
 
 def trial_key(row: str, variable: str, value: float | None, seed: int, params: dict[str, Any], kind: str = "run",
@@ -162,7 +163,13 @@ def plan(grid: Grid, profile: str, *, rows: Sequence[str] | None = None, values:
             fams = {**base.get("params", {}), **row.params.get("params", {})}
             params["params"] = {fam: {**base.get("params", {}).get(fam, {}), **row.params.get("params", {}).get(fam, {})}
                                 for fam in fams}
-        if value is not None:
+        if value is not None and grid.value_fields:  # the column's settings (module docstring of tuning.grids)
+            fields = dict(grid.value_fields[value])
+            for fam, values in fields.pop("params", {}).items():
+                params.setdefault("params", {})
+                params["params"][fam] = {**params["params"].get(fam, {}), **values}
+            params.update(fields)
+        elif value is not None:
             params[grid.variable] = value
         if at:
             params["eval_noise"] = list(at)

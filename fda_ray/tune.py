@@ -95,7 +95,10 @@ def resources(cfg: RunConfig, driver_extra: dict[str, float] | None = None) -> t
     if cfg.executor == "serial":
         gpu = {"GPU": 1} if cfg.device.startswith("cuda") else {}
         return tune.PlacementGroupFactory([{"CPU": float(cfg.threads), **gpu, **extra}])
-    num_clients = cfg.resolved().num_sources + 1
+    from fda_ray.algorithms import ALGORITHMS
+
+    resolved = cfg.resolved()
+    num_clients = ALGORITHMS.get(resolved.method).num_clients(resolved)
     from fda_ray.executors import actor_size
 
     k = actor_size(cfg, num_clients)  # pooled to the cluster as the executor pools (one trial may fill it)

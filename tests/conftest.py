@@ -72,6 +72,22 @@ def tiny(fmnist_dir):
 
 
 @pytest.fixture
+def fmnist5(fmnist_dir):
+    """A factory of tiny seed-002 RunConfigs: FMNIST-5 built from the generated Fashion-MNIST files (300 images a
+    domain), 3 devices x 40 images of each domain, fmnist-m -> rotate-45, 3 labelled target images per class."""
+    from fda_ray.config import RunConfig
+
+    def make(**kw) -> RunConfig:
+        base = dict(dataset="fmnist-5", data_dir=str(fmnist_dir), method="fssda", num_sources=3, rounds=2,
+                    samples_per_client=40, test_env=2, source_envs=(1,), batch_source=16, batch_target=16,
+                    threads=TEST_THREADS)
+        base.update(kw)
+        return RunConfig(**base)
+
+    return make
+
+
+@pytest.fixture
 def conditions(fmnist_dir):
     """A factory of tiny RunConfigs on fmnist-conditions built from the generated Fashion-MNIST files (84 training
     and 42 test images per domain)."""

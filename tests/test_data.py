@@ -423,6 +423,7 @@ TINY_BUILDERS = {"fashion-mnist": _tiny_fmnist, "fmnist-conditions": _tiny_condi
                  "rotated-mnist": _tiny_mnist_construction("rotated-mnist"),
                  "colored-fmnist": _tiny_fmnist_construction("colored-fmnist"),
                  "rotated-fmnist": _tiny_fmnist_construction("rotated-fmnist"),
+                 "fmnist-5": _tiny_fmnist_construction("fmnist-5"),
                  **{n: _tiny_folders(n) for n in ("vlcs", "pacs", "office-home", "office31", "terra-incognita", "domain-net",
                                                   "imagefolder")}}
 

@@ -15,6 +15,8 @@ TINY_INPUTS: dict[str, list[tuple[int, ...]]] = {
     "mnist_cnn": [(2, 28, 28), (1, 28, 28)],
     "colored_mnist_cnn": [(2, 28, 28)],
     "resnet18": [(3, 32, 32)],
+    "resnet50": [(3, 32, 32)],
+    "resnet101": [(3, 32, 32)],
     "mlp_sigmoid": [(50,)],
     "multitask_cnn": [(1, 28, 28), (3, 32, 32)],
     "resnet18_multitask": [(3, 32, 32)],

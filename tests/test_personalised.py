@@ -21,7 +21,7 @@ def personal(tiny, method: str, **kw):
 
 
 @pytest.mark.parametrize("method", ALGORITHMS.names())
-def test_every_registered_algorithm_runs_on_tiny_data(tiny, method, monkeypatch):
+def test_every_registered_algorithm_runs_on_tiny_data(tiny, fmnist5, method, monkeypatch):
     seen = set()
     for name in RECIPES.names():
         orig = RECIPES.get(name)
@@ -32,16 +32,19 @@ def test_every_registered_algorithm_runs_on_tiny_data(tiny, method, monkeypatch)
 
         monkeypatch.setitem(RECIPES._items, name, spy)
     cls = ALGORITHMS.get(method)
-    cfg = tiny(method=method, noise=0.3, finetune_epochs=1, batch_target=8,
-               warmup_rounds=None if cls.family != "fda" else 1,
-               aux_alpha=0.0 if cls.family == "healthcare" else None)  # (Fashion-MNIST has no auxiliary labels)
+    if cls.family == "fssda":  # seed 002's methods need domains split over devices
+        cfg = fmnist5(method=method, noise=0.3, params={"fssda": {"serial_source_rounds": 1}})
+    else:
+        cfg = tiny(method=method, noise=0.3, finetune_epochs=1, batch_target=8,
+                   warmup_rounds=None if cls.family != "fda" else 1,
+                   aux_alpha=0.0 if cls.family == "healthcare" else None)  # (Fashion-MNIST has no auxiliary labels)
     hist = run(cfg)
     assert hist.rows and all(0.0 <= r["accuracy"] <= 1.0 and math.isfinite(r["loss"]) for r in hist.rows)
     assert torch.isfinite(hist.final_weights).all()
     recipe = getattr(cls, "recipe", "epoch")
     assert recipe in seen and seen <= {recipe, "epoch"}  # (ditto's and apfl's recipes run "epoch" inside)
-    assert cfg.resolved().params == ({cls.family: cls.Params().to_dict()} if cls.family not in ("fda", "personalised")
-                                     else {})
+    defaults = {**cls.Params().to_dict(), **cfg.params.get(cls.family, {})}
+    assert cfg.resolved().params == ({cls.family: defaults} if cls.family not in ("fda", "personalised") else {})
 
 
 def test_every_recipe_belongs_to_an_algorithm():
@@ -247,8 +250,11 @@ def test_sweep_grid_rows_and_overrides_carry_family_params():
 
 
 @pytest.mark.parametrize("method", ALGORITHMS.names())
-def test_planned_rounds_count_the_rows(tiny, method):
+def test_planned_rounds_count_the_rows(tiny, fmnist5, method):
     cls = ALGORITHMS.get(method)
-    cfg = tiny(method=method, finetune_epochs=2, warmup_rounds=None if cls.family != "fda" else 1,
-               aux_alpha=0.0 if cls.family == "healthcare" else None).resolved()
+    if cls.family == "fssda":
+        cfg = fmnist5(method=method, params={"fssda": {"serial_source_rounds": 2}}).resolved()
+    else:
+        cfg = tiny(method=method, finetune_epochs=2, warmup_rounds=None if cls.family != "fda" else 1,
+                   aux_alpha=0.0 if cls.family == "healthcare" else None).resolved()
     assert cls.planned_rounds(cfg) == len(run(cfg).rows)

@@ -271,3 +271,17 @@ def test_ray_equals_serial_for_seed_000s_two_step_rounds(local_ray, conditions, 
     assert torch.equal(h_ray.final_weights, h_serial.final_weights)
     assert states_ray == states_serial
     assert states_serial[-1]["rounds_trained"] == 2  # the target: one step a round
+
+
+@pytest.mark.parametrize("method,params", [("fssda", {}), ("ssda_only", {}), ("fssda", {"layout": "fda"}),
+                                           ("fssda_serial", {"serial_source_rounds": 1})])
+def test_ray_equals_serial_for_seed_002(local_ray, fmnist5, method, params):
+    """Seed 002's devices (K clients holding a source and a target role, no separate target client), two models in
+    the server state, two source domains, SSDAOnly's models in the clients' states: Ray gives the serial numbers."""
+    cfg = fmnist5(method=method, source_envs=(1, 4), params={"fssda": params})
+    a = engine.run(cfg)
+    b = engine.run(cfg.replace(executor="ray", cpus_per_client=0.5))
+    _assert_same_rows(a.rows, b.rows)
+    for k in ("imitation_lambda_i", "imitation_weights_i", "teacher_accuracy", "device_accuracy_i"):
+        assert [r.get(k) for r in a.rows] == [r.get(k) for r in b.rows], k
+    assert torch.equal(a.final_weights, b.final_weights)

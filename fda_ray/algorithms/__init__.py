@@ -2,7 +2,8 @@
 
 One module per method family (fda: FedDA/FedGP, their auto-weighted versions and baselines; personalised:
 seed 004's personalised-FL baselines, fedavg_all, ditto, fedrep, apfl, knn_per; healthcare: seed 000's
-online FedAvg Finetune and GP, with and without auxiliary labels); each family
+online FedAvg Finetune and GP, with and without auxiliary labels; fssda: seed 002's FSSDA, its serial variant
+and the SSDAOnly / FLOnly baselines); each family
 registers its classes here and its local recipes in fda_ray.client.RECIPES. The contract is in `base`.
 """
 from __future__ import annotations
@@ -11,12 +12,13 @@ import dataclasses
 
 from fda_ray.algorithms.base import Algorithm, ClientResult, ClientTask, Params, Round, ServerState
 from fda_ray.algorithms.fda import VARIANTS as _FDA
+from fda_ray.algorithms.fssda import FAMILY as _FSSDA
 from fda_ray.algorithms.healthcare import FAMILY as _HEALTHCARE
 from fda_ray.algorithms.personalised import FAMILY as _PERSONALISED
 from fda_ray.registry import Registry
 
 ALGORITHMS: Registry[type[Algorithm]] = Registry("method")
-for _cls in (*_FDA, *_PERSONALISED, *_HEALTHCARE):
+for _cls in (*_FDA, *_PERSONALISED, *_HEALTHCARE, *_FSSDA):
     ALGORITHMS.add(_cls.name, _cls)
 
 

@@ -164,6 +164,12 @@ class Algorithm:
         return cfg.warmup_rounds + cfg.rounds
 
     @classmethod
+    def num_clients(cls, cfg: "RunConfig") -> int:
+        """How many clients (data holders, each a slot in the executor) a run of the resolved config has: the
+        sources and the target; seed 002's devices hold both roles, so there a run has num_sources."""
+        return cfg.num_sources + 1
+
+    @classmethod
     def min_target_steps(cls) -> int:
         """Optimizer steps per epoch the target's labelled set must give (auto-weighting needs 2)."""
         return 1

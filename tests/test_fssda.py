@@ -1,0 +1,273 @@
+"""Seed 002 end to end: the domain_shards partition, FMNIST-5, the FSSDA recipe (a batch without labels still moves
+W_t under the default loss; fixed and adaptive lambda), the server halves (unweighted averages, FLOnly's devices),
+serial == Ray, resume == uninterrupted, and the configuration's one-line errors. The pure pieces (Eq. 4, Frank-Wolfe,
+the soft labels' temperature, the fake labels) are in test_fssda_core.py."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fda_ray.algorithms import ClientResult, ClientTask
+from fda_ray.algorithms.fssda import fssda_recipe
+from fda_ray.data import UNLABELLED, load
+from fda_ray.engine import run
+from fda_ray.experiment import build_experiment
+from fda_ray.fmnist_domains import FMNIST5_DOMAINS, domain_environments
+from fda_ray.shifts import build_setting
+
+
+# ---------------------------------------------------------------- data
+
+def test_fmnist5_domains_are_disjoint_slices_put_through_their_transforms(fmnist_dir):
+    s = load("fmnist-5", str(fmnist_dir))
+    assert s.env_names == FMNIST5_DOMAINS and len(s.environments) == 5
+    fm = load("fashion-mnist", str(fmnist_dir))
+    pool = (torch.cat([fm.x_train, fm.x_test])[:, 0] * 255).round().to(torch.uint8)
+    ys = torch.cat([fm.y_train, fm.y_test])
+    perm = torch.randperm(len(pool), generator=torch.Generator().manual_seed(0))
+    for e, (x, y) in enumerate(s.environments):
+        assert x.shape == (len(pool) // 5, 3, 28, 28) and float(x.min()) >= 0 and float(x.max()) <= 1
+        assert torch.equal(y, ys[perm][e::5])  # env e = pool[perm][e::5]: disjoint
+    clean = pool[perm][0::5].float() / 255
+    assert torch.allclose(s.environments[0][0][:, 1], clean)  # grey replicated to 3 channels
+    assert torch.allclose(s.environments[3][0][:, 0], 1 - pool[perm][3::5].float() / 255)  # invert
+    again = domain_environments(pool, ys)
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(again, s.environments))  # a function of the construction seed
+
+
+def test_domain_shards_split_the_domains_over_the_devices(fmnist5, fmnist_dir):
+    split = load("fmnist-5", str(fmnist_dir))
+    cfg = fmnist5(source_envs=(1, 4), samples_per_client=None)
+    s = build_setting(split, cfg)
+    k = cfg.resolved().num_sources
+    assert len(s.source_parts) == len(s.target_parts) == len(s.sources) == k
+    # iid: equal shards of each domain; a source client holds its shard of every source domain, in order
+    sizes = {len(y) for parts in s.source_parts for _, y in parts}
+    assert sizes == {len(split.environments[1][1]) // k}
+    for parts, (x, y) in zip(s.source_parts, s.sources):
+        assert torch.equal(torch.cat([p[0] for p in parts]), x) and torch.equal(torch.cat([p[1] for p in parts]), y)
+    # the labelled target samples: 3 per class over all devices, each on the device that holds it
+    tx, ty = split.environments[2]
+    marked = torch.cat([y for _, y in s.target_parts])
+    assert int((marked != UNLABELLED).sum()) == len(s.target_train[1])
+    counts = torch.bincount(s.target_train[1], minlength=10)
+    assert counts.max() <= 3 and counts.sum() == int(sum(min(3, int((ty == c).sum())) for c in range(10)))
+    held = torch.cat([x for x, _ in s.target_parts])
+    for x, y in s.target_parts:
+        lab = y != UNLABELLED
+        for xi, yi in zip(x[lab], y[lab]):  # the labelled ones keep their true label
+            j = int((tx.flatten(1) == xi.flatten()).all(1).nonzero()[0])
+            assert int(ty[j]) == int(yi)
+    # pool = every held target sample, the labelled first; the test set = the unlabelled ones
+    n_l = len(s.target_train[1])
+    assert len(s.target_pool[1]) == len(held) and torch.equal(s.target_pool[0][:n_l], s.target_train[0])
+    assert len(s.target_test[1]) == len(held) - n_l
+    # Dirichlet 0.1: the same devices, skewed label mixtures (NIID-Bench); seeded: the same twice
+    d1 = build_setting(split, cfg.replace(dirichlet_concentration=0.1))
+    d2 = build_setting(split, cfg.replace(dirichlet_concentration=0.1))
+    assert all(torch.equal(a[1], b[1]) for a, b in zip(d1.target_parts, d2.target_parts))
+    classes_iid = [len(torch.unique(parts[0][1])) for parts in s.source_parts]
+    classes_dir = [len(torch.unique(parts[0][1])) for parts in d1.source_parts]
+    assert min(classes_dir) < min(classes_iid)  # some device sees fewer classes
+    sizes_dir = [len(parts[0][1]) for parts in d1.source_parts]
+    assert len(set(sizes_dir)) > 1 and sum(sizes_dir) == len(split.environments[1][1])  # unequal, all held
+
+
+def test_every_layout_and_method_sees_the_same_samples(fmnist5):
+    a = build_experiment(fmnist5(method="fssda"))
+    b = build_experiment(fmnist5(method="fedgp"))
+    c = build_experiment(fmnist5(method="fssda", params={"fssda": {"layout": "fda"}}))
+    assert len(a.clients) == 3 and len(c.clients) == 4 and len(b.clients) == 4
+    for i in range(3):
+        assert torch.equal(a.clients[i].views["source0"][0], b.clients[i].views["train"][0])
+        assert torch.equal(a.clients[i].views["source0"][0], c.clients[i].views["source0"][0])
+    # fda layout: the target client holds every device's target shard (labels -1 where unlabelled)
+    assert torch.equal(c.clients[3].views["target"][1], torch.cat([cl.views["target"][1] for cl in a.clients]))
+    assert torch.equal(b.clients[3].views["train"][0], a.setting.target_train[0])
+
+
+# ---------------------------------------------------------------- the recipe
+
+def _device(fmnist5, **params):
+    exp = build_experiment(fmnist5(params={"fssda": params}))
+    return exp, exp.clients[0]
+
+
+def _hp(exp, **kw):
+    p = exp.algorithm
+    return {**p._hp(train_target=True), **kw}
+
+
+def test_a_batch_without_labelled_samples_still_moves_w_t_under_the_default_loss(fmnist5):
+    exp, client = _device(fmnist5)
+    x, y = client.views["target"]
+    client.views["target"] = (x, torch.full_like(y, UNLABELLED))  # no labelled sample at all
+    w0 = exp.initial_weights()
+    teacher = w0 + 0.05 * torch.randn(w0.shape, generator=torch.Generator().manual_seed(0))
+    inputs = {"target": w0, "source0": teacher}
+    res = fssda_recipe(client, ClientTask(0, "fssda", 0, _hp(exp), data="target"), inputs)
+    assert float(res.tensors["delta_target"].abs().max()) > 0  # mse: fake all-zero labels and soft labels act
+    assert 0.0 <= res.scalars["imitation_lambda"] <= 1.0
+    # trap 2: under cross-entropy with lambda = 1 (what per-batch min-norm gives without labels) nothing moves
+    res = fssda_recipe(client, ClientTask(0, "fssda", 0, _hp(exp, loss="ce", imitation="fixed", imitation_lambda=1.0),
+                                          data="target"), inputs)
+    assert float(res.tensors["delta_target"].abs().max()) == 0.0
+
+
+def test_fixed_lambda_spreads_the_rest_over_the_sources_and_adaptive_weights_are_on_the_simplex(fmnist5):
+    exp, client = _device(fmnist5, imitation="fixed", imitation_lambda=0.3)
+    hist = run(fmnist5(source_envs=(1, 4), params={"fssda": {"imitation": "fixed", "imitation_lambda": 0.3}}))
+    for w in hist.rows[-1]["imitation_weights_i"]:
+        assert w == pytest.approx([0.3, 0.35, 0.35], abs=1e-12)
+    hist = run(fmnist5(source_envs=(1, 4)))
+    for w in hist.rows[-1]["imitation_weights_i"]:
+        assert sum(w) == pytest.approx(1.0, abs=1e-9) and min(w) >= 0
+    assert len(hist.rows[-1]["teacher_accuracy"]) == 2
+
+
+def test_ce_lambda_is_computed_once_per_epoch(fmnist5):
+    """Under ce every batch of an epoch uses one lambda (Alg. 3 line 6): the logged mean is that value."""
+    exp, client = _device(fmnist5, loss="ce")
+    w0 = exp.initial_weights()
+    inputs = {"target": w0, "source0": w0 + 0.05 * torch.randn(w0.shape, generator=torch.Generator().manual_seed(1))}
+    seen = []
+    import fda_ray.algorithms.fssda as mod
+
+    orig = mod.min_norm_weights
+    try:
+        mod.min_norm_weights = lambda g: seen.append(g.shape) or orig(g)
+        res = fssda_recipe(client, ClientTask(0, "fssda", 0, _hp(exp, loss="ce"), data="target"), inputs)
+    finally:
+        mod.min_norm_weights = orig
+    assert seen == [(2, exp.layout.size)]  # one call for the one epoch, over the whole-data gradients
+    assert res.scalars["num_steps"] > 1
+
+
+# ---------------------------------------------------------------- the server halves
+
+def test_the_server_averages_devices_unweighted_unless_asked(fmnist5):
+    exp = build_experiment(fmnist5(dirichlet_concentration=0.5, samples_per_client=None))
+    algo, m = exp.algorithm, exp.layout.size
+    state = algo.init_state(exp.initial_weights())
+    res = {k: ClientResult(k, {"delta_source0": torch.full((m,), float(k + 1))}, {"loss": 1.0, "loss_source0": 1.0})
+           for k in range(3)}
+    new, _ = algo.aggregate(0, state, res)
+    assert torch.allclose(new["source0"] - state["source0"], torch.full((m,), 2.0), atol=1e-6)  # (1 + 2 + 3) / 3
+    exp = build_experiment(fmnist5(dirichlet_concentration=0.5, samples_per_client=None,
+                                   params={"fssda": {"server_average": "weighted"}}))
+    n = torch.tensor([len(parts[0][1]) for parts in exp.setting.source_parts], dtype=torch.float64)
+    new, _ = exp.algorithm.aggregate(0, state, res)
+    expect = float((n * torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)).sum() / n.sum())
+    assert torch.allclose(new["source0"] - state["source0"], torch.full((m,), expect, dtype=torch.float32), atol=1e-5)
+    assert len(set(n.tolist())) > 1  # (the weights differ)
+
+
+def test_fl_only_leaves_out_devices_without_a_labelled_sample(fmnist5):
+    exp = build_experiment(fmnist5(method="fl_only", dirichlet_concentration=0.1, target_labelled_per_class=1))
+    labelled = [int((y != UNLABELLED).sum()) for _, y in exp.setting.target_parts]
+    assert exp.algorithm.target_clients == [k for k, c in enumerate(labelled) if c > 0]
+    hist = run(fmnist5(method="fl_only", dirichlet_concentration=0.1, target_labelled_per_class=1))
+    assert {r["phase"] for r in hist.rows} == {"main"}
+
+
+def test_ssda_only_evaluates_the_mean_of_the_devices_own_models(fmnist5):
+    hist = run(fmnist5(method="ssda_only"))
+    row = hist.rows[-1]
+    assert row["accuracy"] == pytest.approx(sum(row["device_accuracy_i"]) / 3, abs=1e-12)
+
+
+def test_serial_trains_the_source_first_then_distils_from_it_frozen(fmnist5):
+    hist = run(fmnist5(method="fssda_serial", rounds=2, params={"fssda": {"serial_source_rounds": 2}}))
+    assert [r["phase"] for r in hist.rows] == ["source", "source", "main", "main"]
+    acc = [r["accuracy"] for r in hist.rows]
+    assert acc[0] == acc[1]  # W_t untouched while the source trains
+    t = [r["teacher_accuracy"] for r in hist.rows]
+    assert t[2] == t[3]  # the frozen teacher
+    assert "imitation_lambda_i" in hist.rows[2] and "imitation_lambda_i" not in hist.rows[0]
+
+
+def test_previous_soft_labels_use_one_step_per_round(fmnist5):
+    a = run(fmnist5(rounds=1))
+    b = run(fmnist5(rounds=1, params={"fssda": {"soft_labels_from": "previous"}}))
+    # round 0: W_s(r-1) is the initial model, so the teachers differ and so does W_t; W_s is trained the same way
+    assert not torch.equal(a.final_weights, b.final_weights)
+    assert a.rows[0]["teacher_accuracy"] == b.rows[0]["teacher_accuracy"]
+
+
+# ---------------------------------------------------------------- resume
+
+@pytest.mark.parametrize("method", ["fssda", "ssda_only"])
+def test_resume_equals_uninterrupted(fmnist5, method):
+    """The server state (every source model and the target model) and SSDAOnly's per-device models in the clients'
+    states survive a checkpoint."""
+    from fda_ray.engine import SerialExecutor, run_rounds
+
+    cfg = fmnist5(method=method, rounds=3, source_envs=(1, 4))
+    whole = run(cfg)
+    saved = {}
+    exp = build_experiment(cfg)
+    run_rounds(exp, SerialExecutor(exp.clients), checkpoint=lambda c: saved.setdefault(c["next_round"], c))
+    exp2 = build_experiment(cfg)
+    resumed = run_rounds(exp2, SerialExecutor(exp2.clients), resume=saved[2])
+    assert torch.equal(resumed.final_weights, whole.final_weights)
+    assert [r["accuracy"] for r in resumed.rows] == [r["accuracy"] for r in whole.rows]
+
+
+# ---------------------------------------------------------------- configuration errors
+
+@pytest.mark.parametrize("kw,match", [
+    ({"source_envs": (2,)}, r"source_envs=\(2,\) is invalid: environments other than test_env=2"),
+    ({"source_envs": (9,)}, r"source_envs=9 is invalid: dataset 'fmnist-5' has environments 0 clean"),
+    ({"dirichlet_concentration": 0.0}, r"dirichlet_concentration=0.0 is invalid: a finite number > 0"),
+    ({"target_labelled_per_class": 0}, r"target_labelled_per_class=0 is invalid: an integer >= 1"),
+    ({"partition": "domainbed", "num_sources": 4, "target_fraction": 0.1}, r"partition='domainbed' is invalid for method fssda"),
+    ({"method": "ssda_only", "params": {"fssda": {"layout": "fda"}}}, r"fssda.layout='fda' is invalid for method "
+                                                                       r"ssda_only"),
+    ({"params": {"fssda": {"kd_temperature": 0.0}}}, r"fssda.kd_temperature=0.0 is invalid"),
+])
+def test_bad_settings_are_one_line_errors(fmnist5, kw, match):
+    with pytest.raises(ValueError, match=match):
+        build_experiment(fmnist5(**kw))
+
+
+# ---------------------------------------------------------------- grids
+
+SEED_002_GRIDS = {"fssda-fmnist", "fssda-office31", "fssda-lambda", "fssda-temperature", "fssda-paradigm"}
+
+
+def test_seed_002_grids_plan_table_one_and_its_figures():
+    from fda_ray.trials import plan
+    from tuning.grids import GRIDS
+    from tuning.paper import TABLE1_002_OFFICE31
+
+    office = GRIDS["fssda-office31"]
+    trials = plan(office, "paper")
+    assert len(trials) == len(office.rows) * 7 * 5  # 6 pairs + W+D -> A, 5 trials (002 IV-B)
+    by = {(t.row, t.value): t.config().resolved() for t in trials if t.seed == 0}
+    a_w = by[("fssda_iid", 0.0)]
+    assert (a_w.source_envs, a_w.test_env, a_w.model, a_w.model_weights, a_w.num_sources) == ((0,), 2, "resnet101",
+                                                                                           "imagenet", 5)
+    assert by[("fssda_iid", 6.0)].source_envs == (1, 2) and by[("fssda_iid", 6.0)].test_env == 0  # W + D -> A
+    assert by[("fssda_noniid", 0.0)].dirichlet_concentration == 0.1 and a_w.dirichlet_concentration is None
+    assert a_w.target_labelled_per_class == 3 and a_w.params["fssda"]["kd_temperature"] == 2.0
+    assert set(TABLE1_002_OFFICE31) <= {r.key for r in office.rows}
+    assert office.value_label(3.0) == "Webcam->DSLR" and TABLE1_002_OFFICE31["fssda_iid"][3.0] == 98.45
+    # the temperature grid sets the family's parameter per column; the lambda grid fixes it per row
+    temp = {t.value: t.config().resolved() for t in plan(GRIDS["fssda-temperature"], "paper") if t.seed == 0
+            and t.row == "fssda_iid"}
+    assert {v: c.params["fssda"]["kd_temperature"] for v, c in temp.items()} == {1.0: 1.0, 2.0: 2.0, 4.0: 4.0, 8.0: 8.0}
+    lam = {t.row: t.config().resolved().params["fssda"] for t in plan(GRIDS["fssda-lambda"], "paper", values=[1.0])
+           if t.seed == 0}
+    assert lam["fssda_lambda0.9_noniid"]["imitation"] == "fixed" and lam["fssda_lambda0.9_noniid"]["imitation_lambda"] == 0.9
+    assert lam["fssda_iid"]["imitation"] == "adaptive"
+    # the table's FSSDA trials are the lambda grid's and the paradigm grid's adaptive ones (one run, three tables)
+    keys = lambda g: {t.key for t in plan(GRIDS[g], "paper") if t.row == "fssda_iid" and t.value == 1.0}
+    assert keys("fssda-fmnist") == keys("fssda-lambda") == keys("fssda-paradigm")
+
+
+def test_a_grid_of_settings_needs_every_columns_fields():
+    from tuning.grids import Grid
+
+    with pytest.raises(ValueError, match="value_fields must give the fields of every value"):
+        Grid(name="x", dataset="fmnist-5", variable="transfer", values=(0.0, 1.0), rows=(), seeds={},
+             profiles={"paper": {}}, value_fields={0.0: {"test_env": 1}})
