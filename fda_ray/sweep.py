@@ -254,8 +254,11 @@ def write_parquet(rows: list[dict], path: Path) -> None:
     cols = {}
     for k in keys:
         vals = [r.get(k) for r in rows]
+        # JSON text where one Parquet type cannot hold the column: mappings, or lists beside strings or numbers
+        # (a metric that is a number in one trial and a list in another: seed 002's one and two source domains)
+        lists = any(isinstance(v, list) for v in vals)
         if any(isinstance(v, (dict, tuple)) for v in vals) or (
-                any(isinstance(v, list) for v in vals) and any(isinstance(v, str) for v in vals)):
+                lists and any(v is not None and not isinstance(v, list) for v in vals)):
             vals = [json.dumps(v) if v is not None else None for v in vals]
         cols[k] = vals
     tmp = path.with_name(path.name + ".tmp")

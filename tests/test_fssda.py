@@ -256,12 +256,12 @@ def test_seed_002_grids_plan_table_one_and_its_figures():
     temp = {t.value: t.config().resolved() for t in plan(GRIDS["fssda-temperature"], "paper") if t.seed == 0
             and t.row == "fssda_iid"}
     assert {v: c.params["fssda"]["kd_temperature"] for v, c in temp.items()} == {1.0: 1.0, 2.0: 2.0, 4.0: 4.0, 8.0: 8.0}
-    lam = {t.row: t.config().resolved().params["fssda"] for t in plan(GRIDS["fssda-lambda"], "paper", values=[1.0])
+    lam = {t.row: t.config().resolved().params["fssda"] for t in plan(GRIDS["fssda-lambda"], "paper", values=[0.0])
            if t.seed == 0}
     assert lam["fssda_lambda0.9_noniid"]["imitation"] == "fixed" and lam["fssda_lambda0.9_noniid"]["imitation_lambda"] == 0.9
     assert lam["fssda_iid"]["imitation"] == "adaptive"
     # the table's FSSDA trials are the lambda grid's and the paradigm grid's adaptive ones (one run, three tables)
-    keys = lambda g: {t.key for t in plan(GRIDS[g], "paper") if t.row == "fssda_iid" and t.value == 1.0}
+    keys = lambda g: {t.key for t in plan(GRIDS[g], "paper") if t.row == "fssda_iid" and t.value == 0.0}
     assert keys("fssda-fmnist") == keys("fssda-lambda") == keys("fssda-paradigm")
 
 
@@ -271,3 +271,30 @@ def test_a_grid_of_settings_needs_every_columns_fields():
     with pytest.raises(ValueError, match="value_fields must give the fields of every value"):
         Grid(name="x", dataset="fmnist-5", variable="transfer", values=(0.0, 1.0), rows=(), seeds={},
              profiles={"paper": {}}, value_fields={0.0: {"test_env": 1}})
+
+
+def test_the_office31_table_command_runs_on_a_generated_tree(tmp_path, capsys):
+    """README's Office-31 command (the quick profile, a small model: no ResNet-101 file here) through the sweep's
+    local backend on a generated <root>/office31/{amazon,dslr,webcam}/images/<class>/ tree: Table I's cells and
+    the paper's numbers beside them."""
+    import json
+
+    from fda_ray import sweep
+    from test_domainbed import _folder_tree
+
+    for env in ("amazon", "dslr", "webcam"):
+        _folder_tree(tmp_path / "office31" / env / "images", [""], ["back_pack", "bike"], per=8)
+    out = tmp_path / "sweep"
+    argv = ["--grid", "fssda-office31", "--profile", "quick", "--data-dir", str(tmp_path), "--model", "simple_cnn",
+            "--num-sources", "2", "--methods", "fssda_iid,fl_only_iid", "--values", "3,6", "--backend", "local",
+            "--workers", "1", "--no-figures", "--json", "--fssda-optimizer", "sgd", "--out", str(out)]
+    assert sweep.main(argv) == 0
+    printed = capsys.readouterr().out
+    summary = json.loads(printed[printed.index("{"):])
+    assert summary["trials_done"] == summary["trials"] == 4 and summary["failures"] == []
+    cells = summary["cells"]
+    assert cells["fssda_iid"]["3"]["paper"] == 98.45 and cells["fssda_iid"]["6"]["paper"] == 74.40  # W->D, W+D->A
+    assert 0 <= cells["fl_only_iid"]["3"]["mean"] <= 100
+    trial = json.loads(next((out / "trials").glob("fssda_iid-transfer6-*/trial.json")).read_text())
+    assert trial["params"]["source_envs"] in ([1, 2], (1, 2)) and trial["params"]["test_env"] == 0
+    assert trial["params"]["params"]["fssda"]["optimizer"] == "sgd"

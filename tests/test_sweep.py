@@ -370,3 +370,16 @@ def test_pool_workers_die_with_a_killed_sweep(tmp_path):
     else:
         os.kill(child, signal.SIGKILL)
         pytest.fail("the pool worker outlived the killed sweep")
+
+
+def test_parquet_takes_a_metric_that_is_a_number_in_one_trial_and_a_list_in_another(tmp_path):
+    """Seed 002's source loss: one number with one source domain, a list with two; Parquet's columns hold one
+    type, so such a column is written as JSON text (readable back to the same values)."""
+    from fda_ray.sweep import write_parquet
+
+    rows = [{"row": "a", "loss": 0.5, "acc": [0.1]}, {"row": "b", "loss": [0.25, 0.75], "acc": [0.2, 0.3]},
+            {"row": "c", "loss": None, "acc": None}]
+    write_parquet(rows, tmp_path / "r.parquet")
+    back = pq.read_table(tmp_path / "r.parquet").to_pylist()
+    assert [json.loads(r["loss"]) if r["loss"] is not None else None for r in back] == [0.5, [0.25, 0.75], None]
+    assert [r["acc"] for r in back] == [[0.1], [0.2, 0.3], None]  # lists only: a list column

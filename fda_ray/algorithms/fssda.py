@@ -406,10 +406,10 @@ class FSSDA(Algorithm):
             if any(key in res.tensors for res in results.values()):
                 deltas = torch.stack([results[k].tensors[key] for k in range(self.devices)])  # (K, M)
                 state[f"source{j}"] = state[f"source{j}"] + fedavg(deltas, weights=self.s_weights[j], impl=impl)
-                metrics.setdefault("train_loss_sources", []).append(
+                metrics.setdefault("train_loss_sources_j", []).append(
                     sum(results[k].scalars[f"loss_source{j}"] for k in range(self.devices)) / self.devices)
-        if "train_loss_sources" in metrics and self.num_domains == 1:
-            metrics["train_loss_sources"] = metrics["train_loss_sources"][0]
+        if "train_loss_sources_j" in metrics and self.num_domains == 1:  # (one source domain: the usual column)
+            metrics["train_loss_sources"] = metrics.pop("train_loss_sources_j")[0]
         if any("delta_target" in res.tensors for res in results.values()):
             state, more = self._aggregate_target(state, results)
             metrics.update(more)
