@@ -146,9 +146,10 @@ class RunConfig:
     warmup_rounds: int | None = _f(None, "FedAvg warm-up rounds over the sources; default 2 (10 on "
                                          "terra-incognita; 0 for the oracle under the authors' protocol, "
                                          "which trains from scratch)")
-    test_env: int = _f(0, "DomainBed datasets (partition domainbed): the held-out target environment, by "
-                          "DomainBed's index (the sorted folder order: VLCS 0 C, 1 L, 2 S, 3 V; colored-fmnist "
-                          "0 +90%, 1 +80%, 2 -90%); every other environment is one source")
+    test_env: int = _f(0, "datasets with environments: the target environment, by DomainBed's index (the sorted "
+                          "folder order: VLCS 0 C, 1 L, 2 S, 3 V; colored-fmnist 0 +90%, 1 +80%, 2 -90%); "
+                          "partition domainbed holds it out and every other environment is one source, partition "
+                          "domain_shards splits it over the devices")
     source_envs: tuple[int, ...] | None = _f(None, "partition domain_shards: the source environments, by index "
                                                    "(several: multi-source, seed 002 Eq. 5); default every "
                                                    "environment but test_env")
@@ -277,9 +278,9 @@ class RunConfig:
             if self.test_env in envs:
                 raise _err("source_envs", envs, f"environments other than test_env={self.test_env}")
             object.__setattr__(self, "source_envs", envs)
-        if self.dirichlet_concentration is not None and not (
-                isinstance(self.dirichlet_concentration, (int, float)) and not isinstance(self.dirichlet_concentration, bool)
-                and math.isfinite(self.dirichlet_concentration) and self.dirichlet_concentration > 0):
+        conc = self.dirichlet_concentration
+        if conc is not None and not (isinstance(conc, (int, float)) and not isinstance(conc, bool)
+                                     and math.isfinite(conc) and conc > 0):
             raise _err("dirichlet_concentration", self.dirichlet_concentration, "a finite number > 0 (or unset: iid)")
         if isinstance(self.target_labelled_per_class, float) and self.target_labelled_per_class.is_integer():
             object.__setattr__(self, "target_labelled_per_class", int(self.target_labelled_per_class))

@@ -426,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
         from fda_ray.data import DatasetNotFound, load
         load(grid.dataset, overrides.get("data_dir"))
         first = trials[0].config().resolved()
-        preflight.model_weights(first.model_weights)
+        preflight.model_weights(first.model_weights, first.model)
         if a.backend == "local":
             preflight.device(first.device)
         else:  # the trials' resource requests against the cluster's nodes, before Tune waits for them

@@ -220,7 +220,8 @@ def test_resume_equals_uninterrupted(fmnist5, method):
     ({"source_envs": (9,)}, r"source_envs=9 is invalid: dataset 'fmnist-5' has environments 0 clean"),
     ({"dirichlet_concentration": 0.0}, r"dirichlet_concentration=0.0 is invalid: a finite number > 0"),
     ({"target_labelled_per_class": 0}, r"target_labelled_per_class=0 is invalid: an integer >= 1"),
-    ({"partition": "domainbed", "num_sources": 4, "target_fraction": 0.1}, r"partition='domainbed' is invalid for method fssda"),
+    ({"partition": "domainbed", "num_sources": 4, "target_fraction": 0.1},
+     r"partition='domainbed' is invalid for method fssda"),
     ({"method": "ssda_only", "params": {"fssda": {"layout": "fda"}}}, r"fssda.layout='fda' is invalid for method "
                                                                        r"ssda_only"),
     ({"params": {"fssda": {"kd_temperature": 0.0}}}, r"fssda.kd_temperature=0.0 is invalid"),
@@ -258,7 +259,7 @@ def test_seed_002_grids_plan_table_one_and_its_figures():
     assert {v: c.params["fssda"]["kd_temperature"] for v, c in temp.items()} == {1.0: 1.0, 2.0: 2.0, 4.0: 4.0, 8.0: 8.0}
     lam = {t.row: t.config().resolved().params["fssda"] for t in plan(GRIDS["fssda-lambda"], "paper", values=[0.0])
            if t.seed == 0}
-    assert lam["fssda_lambda0.9_noniid"]["imitation"] == "fixed" and lam["fssda_lambda0.9_noniid"]["imitation_lambda"] == 0.9
+    assert (lam["fssda_lambda0.9_noniid"]["imitation"], lam["fssda_lambda0.9_noniid"]["imitation_lambda"]) == ("fixed", 0.9)
     assert lam["fssda_iid"]["imitation"] == "adaptive"
     # the table's FSSDA trials are the lambda grid's and the paradigm grid's adaptive ones (one run, three tables)
     keys = lambda g: {t.key for t in plan(GRIDS[g], "paper") if t.row == "fssda_iid" and t.value == 0.0}

@@ -94,7 +94,8 @@ class Grid:
         if self.variable in self.fixed:
             raise ValueError(f"grid {self.name!r}: the variable {self.variable!r} cannot also be fixed")
         if self.value_fields and set(self.value_fields) != set(self.values):
-            raise ValueError(f"grid {self.name!r}: value_fields must give the fields of every value {list(self.values)}")
+            raise ValueError(f"grid {self.name!r}: value_fields must give the fields of every value "
+                             f"{list(self.values)}")
 
     def seeds_for(self, value: float) -> int:
         return self.seeds.get(value, 1)
@@ -266,13 +267,16 @@ FSSDA_TABLE_ROWS = _rows(*((f"{key}_{split}", f"{label} ({split.replace('noniid'
                                                       ("fedgp", "FedGP", "fedgp"),
                                                       ("fedda_auto", "FedDA_Auto", "fedda_auto"))))
 # Figs. 3-4: adaptive lambda against fixed ones (the adaptive rows are the table's fssda rows: the same trials)
-FSSDA_LAMBDA_ROWS = _rows(*((f"fssda_{tag}_{split}", f"FSSDA lambda {label} ({split.replace('noniid', 'non-iid')})",
-                             "fssda", {**fields, **({"params": {"fssda": {"imitation": "fixed", "imitation_lambda": lam}}}
-                                                    if lam is not None else {})})
-                            for split, fields in (("iid", {}), ("noniid", NONIID))
-                            for tag, label, lam in (("", "adaptive", None), ("lambda0.1", "0.1", 0.1),
-                                                    ("lambda0.5", "0.5", 0.5), ("lambda0.9", "0.9", 0.9))))
-FSSDA_LAMBDA_ROWS = tuple(Row(r.key.replace("fssda__", "fssda_"), r.label, r.method, r.params) for r in FSSDA_LAMBDA_ROWS)
+def _lambda_row(split: str, fields: Mapping[str, Any], lam: float | None) -> Row:
+    name = split.replace("noniid", "non-iid")
+    if lam is None:
+        return Row(f"fssda_{split}", f"FSSDA lambda adaptive ({name})", "fssda", dict(fields))
+    fixed = {"params": {"fssda": {"imitation": "fixed", "imitation_lambda": lam}}}
+    return Row(f"fssda_lambda{lam:g}_{split}", f"FSSDA lambda {lam:g} ({name})", "fssda", {**fields, **fixed})
+
+
+FSSDA_LAMBDA_ROWS = tuple(_lambda_row(split, fields, lam) for split, fields in (("iid", {}), ("noniid", NONIID))
+                          for lam in (None, 0.1, 0.5, 0.9))
 
 
 def _transfers(pairs: tuple[tuple[tuple[int, ...], int], ...], names: tuple[str, ...]
@@ -330,7 +334,8 @@ GRIDS: dict[str, Grid] = {
     # fmnist-m -> invert and edges -> clean.
     "fssda-lambda": _fmnist5_grid("fssda-lambda", FSSDA_LAMBDA_ROWS, values=(0.0, 2.0),
                                   fields={v: _FM_FIELDS[v] for v in (0.0, 2.0)},
-                                  labels={v: _FM_LABELS[v] for v in (0.0, 2.0)}, ref="seed 002, Figs. 3-4 (curves only)"),
+                                  labels={v: _FM_LABELS[v] for v in (0.0, 2.0)},
+                                  ref="seed 002, Figs. 3-4 (curves only)"),
     # T of Eq. 1 (the paper gives none; SEEDS-SPEC 8): FSSDA on fmnist-m -> invert.
     "fssda-temperature": _fmnist5_grid(
         "fssda-temperature", tuple(r for r in FSSDA_TABLE_ROWS if r.method == "fssda"), values=_TEMPERATURES,
@@ -347,7 +352,8 @@ GRIDS: dict[str, Grid] = {
                                  {"params": {"fssda": {"serial_source_rounds": 20}}}),
                                 ("fssda_fda_layout", "FSSDA, one target client (layout fda)", "fssda",
                                  {"params": {"fssda": {"layout": "fda"}}})),
-        values=(_FM_TEACHER,), fields={_FM_TEACHER: _FM_FIELDS[_FM_TEACHER]}, labels={_FM_TEACHER: _FM_LABELS[_FM_TEACHER]},
+        values=(_FM_TEACHER,), fields={_FM_TEACHER: _FM_FIELDS[_FM_TEACHER]},
+        labels={_FM_TEACHER: _FM_LABELS[_FM_TEACHER]},
         ref="seed 002, Fig. 2 (curves only)"),
     "noise": Grid(
         name="noise", dataset="fashion-mnist", variable="noise", values=(0.0, 0.2, 0.4, 0.6, 0.8),

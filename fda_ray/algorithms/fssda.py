@@ -171,7 +171,8 @@ def _distil(client: Client, task: ClientTask, start: torch.Tensor, teachers: lis
                                      soft, loss_kind, classes, params)
             epoch_w = min_norm_weights(grads).cpu()
         read = client.reader(task.round, f"{purpose}/epoch{e}", "target")
-        for idx in client.batch_indices(h["batch_target"], task.round, f"{purpose}/epoch{e}", "target", drop_last=False):
+        batches = client.batch_indices(h["batch_target"], task.round, f"{purpose}/epoch{e}", "target", drop_last=False)
+        for idx in batches:
             yb = y[idx]
             hard = hard_labels(yb.clamp(min=0), yb != UNLABELLED, classes)  # fake all-zero rows where unlabelled
             terms = _term_losses(client.model(read(idx)), hard, [s[idx] for s in soft], loss_kind)

@@ -1,8 +1,8 @@
-"""The tables of the seed 000 result page, from a sweep's trial records (every seed found there).
+"""The tables of the result pages of seeds 000 and 002, from a sweep's trial records (every seed found there).
 
-    python docs/results/seed000_summary.py docs/results/conditions conditions
-    python docs/results/seed000_summary.py docs/results/noniid-000 noniid-000
-    python docs/results/seed000_summary.py docs/results/aux-alpha aux-alpha
+    python docs/results/grid_summary.py docs/results/conditions conditions
+    python docs/results/grid_summary.py docs/results/noniid-000 noniid-000
+    python docs/results/grid_summary.py docs/results/aux-alpha aux-alpha
 
 Prints, per row and grid value, the final-round accuracy (and AUC on binary tasks) as mean +- the 95 %
 confidence half-width over the seeds found (t_{0.975, n-1} s / sqrt(n): what 000 Table 2 prints as "+-"), with
@@ -36,12 +36,17 @@ def cell(values: list[float]) -> str:
     return f"{mean:.2f} ± {half:.2f} (std {sd:.2f}, n={len(values)})"
 
 
-def main(out: str, grid_name: str) -> None:
-    grid = GRIDS[grid_name]
+def finished_rows(out: str, grid) -> list[dict]:
+    """Every round of the finished trials recorded under <out>/trials (sweep.collect's rows)."""
     records = Path(out) / "trials"
     trials = [Trial.from_dict(json.loads((rec / "trial.json").read_text())) for rec in sorted(records.iterdir())
               if (rec / "trial.json").is_file()]
-    rows, _ = collect(trials, grid, records)  # the finished ones
+    return collect(trials, grid, records)[0]
+
+
+def main(out: str, grid_name: str) -> None:
+    grid = GRIDS[grid_name]
+    rows = finished_rows(out, grid)
     metrics = [("accuracy", "ACC", grid.paper)] + ([("auc", "AUC", grid.paper_auc)]
                                                     if any(r.get("auc") is not None for r in rows) else [])
     for metric, name, paper in metrics:
