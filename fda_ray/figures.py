@@ -93,6 +93,8 @@ def accuracy_figure(summary: dict[str, Any], grid: Grid, row_keys: Sequence[str]
     for a in axes[0]:
         a.set_xlabel(AXIS_NAMES.get(grid.variable, grid.variable))
         a.set_xticks(list(values))
+        if grid.value_labels:  # columns that are settings (seed 002's domain pairs): their names
+            a.set_xticklabels([grid.value_labels.get(v, f"{v:g}") for v in values], rotation=20, fontsize=8)
         a.grid(alpha=0.3)
     axes[0, 0].set_ylabel("target test accuracy (%)")
     axes[0, -1].legend(loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
@@ -130,7 +132,7 @@ def beta_figure(rows: list[dict[str, Any]], grid: Grid, row_key: str, values: Se
     drawn = Drawn()
     for ax, v in zip(axes.flat, shown):
         pts = by_value[v]
-        title = _value_label(grid.variable, v)
+        title = grid.value_labels.get(v) or _value_label(grid.variable, v)
         drawn.series[title] = []
         for i in range(len(pts[0][1])):
             label = f"source {i + 1}"
@@ -177,7 +179,7 @@ def estimates_figure(rows: list[dict[str, Any]], grid: Grid, values: Sequence[fl
     for j, v in enumerate(shown):
         for k, (name, symbol) in enumerate(((1, r"$\hat\sigma$"), (2, r"$\hat d$"))):
             ax = axes[k, j]
-            title = f"{_value_label(grid.variable, v)}: {symbol}"
+            title = f"{grid.value_labels.get(v) or _value_label(grid.variable, v)}: {symbol}"
             drawn.series[title] = []
             for key, pts in sorted(by_value[v].items(), key=lambda kv: keys.index(kv[0]) if kv[0] in keys else 99):
                 label = grid.row(key).label if key in keys else key
@@ -260,7 +262,7 @@ def sweep_figures(rows: list[dict], summary: dict, grid: Grid, row_keys: Sequenc
         lines += ["", "## The rule the theory predicts, from each run's own estimates", "",
                   "Main rounds in which each static rule had the smallest estimated Delta error "
                   "(seed 004 eqs (7), (9), (11); beta as configured).", "",
-                  "| method | " + " | ".join(f"{grid.variable} {v:g}" for v in values) + " |",
+                  "| method | " + " | ".join(grid.value_label(v) for v in values) + " |",
                   "|---|" + "---|" * len(values)]
         for key in row_keys:
             if key in predicted:

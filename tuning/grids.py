@@ -298,7 +298,7 @@ _O31_VALUES, _O31_FIELDS, _O31_LABELS = _transfers(
     (((0,), 2), ((0,), 1), ((2,), 0), ((2,), 1), ((1,), 0), ((1,), 2), ((1, 2), 0)), ("Amazon", "DSLR", "Webcam"))
 _FSSDA_SEEDS = 3
 # Office-Table-I scale on FMNIST-5: 5 devices x 600 images of each domain (3 000 a domain, Amazon has 2 817), 30
-# labelled target images, 30 rounds (the paper does not say; the target models level off by then here).
+# labelled target images, 30 rounds (the paper does not say).
 FMNIST5_FSSDA = {"samples_per_client": 600, "rounds": 30}
 FSSDA_QUICK = Profile({"samples_per_client": 100, "rounds": 3}, seeds=1,
                       note="3 rounds on 100 images per device and domain, one seed: checks a setup, not the numbers.")
