@@ -331,11 +331,8 @@ GRIDS: dict[str, Grid] = {
         paper=TABLE1_002_OFFICE31, paper_ref="seed 002, Table I (Office-31) and section IV-B (W+D->A)",
         value_fields=_O31_FIELDS, value_labels=_O31_LABELS),
     # 002 Figs. 3-4 (W -> D, a small gap, and a large one): fixed lambda against the adaptive one, on the table's
-    # fmnist-m -> invert and edges -> clean.
-    "fssda-lambda": _fmnist5_grid("fssda-lambda", FSSDA_LAMBDA_ROWS, values=(0.0, 2.0),
-                                  fields={v: _FM_FIELDS[v] for v in (0.0, 2.0)},
-                                  labels={v: _FM_LABELS[v] for v in (0.0, 2.0)},
-                                  ref="seed 002, Figs. 3-4 (curves only)"),
+    # pairs.
+    "fssda-lambda": _fmnist5_grid("fssda-lambda", FSSDA_LAMBDA_ROWS, ref="seed 002, Figs. 3-4 (curves only)"),
     # T of Eq. 1 (the paper gives none; SEEDS-SPEC 8): FSSDA on fmnist-m -> invert.
     "fssda-temperature": _fmnist5_grid(
         "fssda-temperature", tuple(r for r in FSSDA_TABLE_ROWS if r.method == "fssda"), values=_TEMPERATURES,

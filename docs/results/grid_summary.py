@@ -25,14 +25,18 @@ from tuning.grids import GRIDS  # noqa: E402
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571}  # Student's t, 0.975 quantile, by degrees of freedom
 
 
+def mean_ci(values: list[float]) -> tuple[float, float, float]:
+    """(mean, the 95 % confidence half-width t_{0.975, n-1} s / sqrt(n), s) of n >= 2 values."""
+    mean, sd = statistics.fmean(values), statistics.stdev(values)
+    return mean, T_975.get(len(values) - 1, 1.96) * sd / math.sqrt(len(values)), sd
+
+
 def cell(values: list[float]) -> str:
     if not values:
         return "-"
-    mean = statistics.fmean(values)
     if len(values) == 1:
-        return f"{mean:.2f}"
-    sd = statistics.stdev(values)
-    half = T_975.get(len(values) - 1, 1.96) * sd / math.sqrt(len(values))
+        return f"{values[0]:.2f}"
+    mean, half, sd = mean_ci(values)
     return f"{mean:.2f} ± {half:.2f} (std {sd:.2f}, n={len(values)})"
 
 

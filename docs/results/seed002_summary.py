@@ -14,24 +14,20 @@ each row reaches the final accuracy of the serial variant.
 from __future__ import annotations
 
 import json
-import math
 import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from grid_summary import T_975, finished_rows  # noqa: E402  (this folder)
+from grid_summary import finished_rows, mean_ci  # noqa: E402  (this folder)
 from tuning.grids import GRIDS  # noqa: E402
 
 
 def _ci(values: list[float]) -> str:
-    if not values:
-        return "-"
-    mean = statistics.fmean(values)
-    if len(values) == 1:
-        return f"{mean:.1f}"
-    half = T_975.get(len(values) - 1, 1.96) * statistics.stdev(values) / math.sqrt(len(values))
+    if len(values) < 2:
+        return f"{values[0]:.1f}" if values else "-"
+    mean, half, _ = mean_ci(values)
     return f"{mean:.1f} ± {half:.1f}"
 
 
