@@ -1,7 +1,7 @@
 """Seed 002 end to end: the domain_shards partition, FMNIST-5, the FSSDA recipe (a batch without labels still moves
 W_t under the default loss; fixed and adaptive lambda), the server halves (unweighted averages, FLOnly's devices),
-serial == Ray, resume == uninterrupted, and the configuration's one-line errors. The pure pieces (Eq. 4, Frank-Wolfe,
-the soft labels' temperature, the fake labels) are in test_fssda_core.py."""
+resume == uninterrupted, the grids and the configuration's one-line errors. serial == Ray is in test_ray.py; the
+pure pieces (Eq. 4, Frank-Wolfe, the soft labels' temperature, the fake labels) are in test_fssda_core.py."""
 from __future__ import annotations
 
 import pytest
@@ -115,7 +115,6 @@ def test_a_batch_without_labelled_samples_still_moves_w_t_under_the_default_loss
 
 
 def test_fixed_lambda_spreads_the_rest_over_the_sources_and_adaptive_weights_are_on_the_simplex(fmnist5):
-    exp, client = _device(fmnist5, imitation="fixed", imitation_lambda=0.3)
     hist = run(fmnist5(source_envs=(1, 4), params={"fssda": {"imitation": "fixed", "imitation_lambda": 0.3}}))
     for w in hist.rows[-1]["imitation_weights_i"]:
         assert w == pytest.approx([0.3, 0.35, 0.35], abs=1e-12)
