@@ -1,0 +1,103 @@
+"""SHOT's source-free adaptation pieces as FedWCA uses them (seed 003 Eq. 4, Eq. 9, Alg. 2), pure functions.
+
+    L_IM = mean_x H(h(x)) - H(mean_x h(x))            information maximisation: confident, diverse predictions
+    p_m  = sum_x h(x)_m f(x) / sum_x h(x)_m           Eq. 4: class prototypes weighted by the predictions,
+    y^   = argmax_m cos(f(x), p_m)                    then once more with one-hot y^ in place of h(x)
+    Alg. 2: two label sets (the personal initial model's, the cluster model's); where they agree the sample is
+    "matched"; each mismatched sample takes the label whose prototype similarity, divided by the mean similarity
+    between that model's prototypes, is larger, and is mixed with a matched partner of that label:
+    x_mix = (1 - mu) x + mu x'.
+
+Entropies use SHOT's log(p + 1e-5). Traps (SEEDS-SPEC 3.7): 3, the mean inter-prototype cosine can be <= 0 and
+flip the comparison (then the raw similarities are compared, and counted); 4, a mismatched sample whose label has
+no matched sample stays unmixed (counted); 6, SHOT's code appends a constant 1 to the features and L2-normalises
+them before the centroids (`shot_style=True`), Eq. 4 as written does not (default).
+"""
+from __future__ import annotations
+
+import torch
+from torch.nn import functional as F
+
+EPS = 1e-5  # SHOT's epsilon inside the logarithms
+PROTOTYPE_GUARD = 1e-6  # trap 3: mean inter-prototype cosine at or below this -> compare raw similarities
+
+
+def entropy(p: torch.Tensor) -> torch.Tensor:
+    """(n,) -sum_m p_m log(p_m + eps) of probability rows p (n, M)."""
+    return -(p * torch.log(p + EPS)).sum(1)
+
+
+def im_loss(logits: torch.Tensor) -> torch.Tensor:
+    """L_IM of a batch of logits (n, M): the mean per-sample entropy minus the entropy of the mean prediction."""
+    p = torch.softmax(logits, dim=1)  # (n, M)
+    return entropy(p).mean() - entropy(p.mean(0, keepdim=True))[0]
+
+
+def _features(feat: torch.Tensor, shot_style: bool) -> torch.Tensor:
+    if not shot_style:
+        return feat
+    feat = torch.cat([feat, torch.ones(len(feat), 1, dtype=feat.dtype, device=feat.device)], 1)
+    return F.normalize(feat, dim=1)
+
+
+def prototypes(feat: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """(M, q): sum_x w(x)_m f(x) / sum_x w(x)_m for features (n, q) and weights (n, M) (a class no sample
+    weighs gets the zero vector)."""
+    mass = weights.sum(0)  # (M,)
+    return (weights.T @ feat) / mass.clamp(min=1e-12).unsqueeze(1)
+
+
+def prototype_labels(feat: torch.Tensor, probs: torch.Tensor, shot_style: bool = False
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eq. 4, refined once: (labels (n,), the refined prototypes (M, q')) from features (n, q) and the model's
+    softmax outputs (n, M)."""
+    f = _features(feat, shot_style)
+    protos = prototypes(f, probs)
+    labels = (F.normalize(f, dim=1) @ F.normalize(protos, dim=1).T).argmax(1)  # (n,)
+    protos = prototypes(f, F.one_hot(labels, probs.shape[1]).to(f.dtype))
+    labels = (F.normalize(f, dim=1) @ F.normalize(protos, dim=1).T).argmax(1)
+    return labels, protos
+
+
+def mean_prototype_cosine(protos: torch.Tensor) -> float:
+    """sum_{m != m'} cos(p_m, p_m') / (M (M - 1)) of prototypes (M, q), M >= 2."""
+    u = F.normalize(protos, dim=1)
+    sim = u @ u.T
+    m = len(protos)
+    return float((sim.sum() - sim.diagonal().sum()) / (m * (m - 1)))
+
+
+def choose_labels(feat_a: torch.Tensor, labels_a: torch.Tensor, protos_a: torch.Tensor,
+                  feat_b: torch.Tensor, labels_b: torch.Tensor, protos_b: torch.Tensor
+                  ) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """Alg. 2's label for every sample from two models' features (n, q), labels (n,) and prototypes (M, q):
+    a's label where the labels agree or where cos(f_a(x), p_{y_a}) / p_bar >= cos(f_b(x), q_{y_b}) / q_bar, else
+    b's. Returns (labels (n,), matched (n,) bool, whether trap 3's guard compared raw similarities)."""
+    sim_a = (F.normalize(feat_a, dim=1) * F.normalize(protos_a, dim=1)[labels_a]).sum(1)  # (n,)
+    sim_b = (F.normalize(feat_b, dim=1) * F.normalize(protos_b, dim=1)[labels_b]).sum(1)
+    pa, pb = mean_prototype_cosine(protos_a), mean_prototype_cosine(protos_b)
+    guarded = pa <= PROTOTYPE_GUARD or pb <= PROTOTYPE_GUARD
+    if not guarded:
+        sim_a, sim_b = sim_a / pa, sim_b / pb
+    matched = labels_a == labels_b
+    return torch.where(matched | (sim_a >= sim_b), labels_a, labels_b), matched, guarded
+
+
+def mixup_partners(labels: torch.Tensor, matched: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """(n,) int: for every mismatched sample a matched sample with the same label drawn uniformly from `gen`; -1
+    for matched samples and for mismatched ones whose label no matched sample has (trap 4: they stay unmixed)."""
+    out = torch.full_like(labels, -1)
+    pool = {int(c): matched.logical_and(labels == c).nonzero().flatten() for c in torch.unique(labels)}
+    for i in (~matched).nonzero().flatten().tolist():
+        cands = pool[int(labels[i])]
+        if len(cands):
+            out[i] = cands[int(torch.randint(len(cands), (1,), generator=gen))]
+    return out
+
+
+def mixup(x: torch.Tensor, partners: torch.Tensor, mu: float) -> torch.Tensor:
+    """x with every sample that has a partner replaced by (1 - mu) x + mu x[partner] (seed 003: mu = 0.55)."""
+    out = x.clone()
+    has = partners >= 0
+    out[has] = (1 - mu) * x[has] + mu * x[partners[has]]
+    return out
