@@ -415,5 +415,5 @@ def count_environments(dataset: str, data_dir: str | None) -> int:
             raise DatasetNotFound(f"imagefolder: data_dir={data_dir!r} is not a directory; expected "
                                   "<data_dir>/<domain>/<class>/<image files>")
         return sum(1 for p in root.iterdir() if p.is_dir())
-    raise ValueError(f"dataset={dataset!r} is invalid for partitions domainbed and domain_shards: it has no environments "
-                     f"(DomainBed datasets: {', '.join(ENV_DATASETS)})")
+    raise ValueError(f"dataset={dataset!r} is invalid for partitions domainbed and domain_shards: it has no "
+                     f"environments (DomainBed datasets: {', '.join(ENV_DATASETS)})")

@@ -290,8 +290,11 @@ def domain_shards_split(split: Split, cfg: RunConfig) -> tuple[tuple[tuple[Pair,
             raise ValueError(f"{field}={e} is invalid: dataset {cfg.dataset!r} has environments {listing}")
     k_dev = cfg.num_sources
 
+    def labels_of(e: int) -> np.ndarray:
+        return main_labels(envs[e][1], split.aux_tasks).numpy()  # (n_e,) the main task's labels
+
     def shards(e: int) -> list[np.ndarray]:
-        y = main_labels(envs[e][1], split.aux_tasks).numpy()
+        y = labels_of(e)
         rng = np_rng(cfg.seed, purpose=f"domain_shards/{e}")
         if cfg.dirichlet_concentration is None:
             if len(y) < k_dev:
@@ -304,12 +307,13 @@ def domain_shards_split(split: Split, cfg: RunConfig) -> tuple[tuple[tuple[Pair,
     source_parts = [[] for _ in range(k_dev)]
     for e in cfg.source_envs:
         x, y = envs[e]
+        x = with_augmentation(x, bool(cfg.data_augmentation))  # (image files: the sources' reads are augmented)
         for k, idx in enumerate(shards(e)):
-            source_parts[k].append((take(with_augmentation(x, bool(cfg.data_augmentation)), idx), y[idx]))
+            source_parts[k].append((take(x, idx), y[idx]))
     x, y = envs[cfg.test_env]
     t_shards = shards(cfg.test_env)
     held = np.concatenate(t_shards)
-    labels = main_labels(y, split.aux_tasks).numpy()
+    labels = labels_of(cfg.test_env)
     rng = np_rng(cfg.seed, purpose="domain_shards/labelled")
     chosen = [rng.permutation(held[labels[held] == c])[: cfg.target_labelled_per_class]
               for c in range(split.num_classes)]

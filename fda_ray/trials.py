@@ -24,7 +24,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from fda_ray.config import RunConfig, numbers_fields
 from tuning.grids import Grid
@@ -93,6 +93,21 @@ def _same(a: float, b: float) -> bool:
     return math.isclose(float(a), float(b), rel_tol=0, abs_tol=1e-9)
 
 
+def merge_fields(*layers: Mapping[str, Any]) -> dict[str, Any]:
+    """RunConfig fields from layers, later ones winning; the families' parameters ("params") merge field by
+    field, so a row's fssda.imitation and a column's fssda.kd_temperature both stand."""
+    out: dict[str, Any] = {}
+    for layer in layers:
+        for name, value in layer.items():
+            if name == "params":
+                fams = out.setdefault("params", {})
+                for fam, values in value.items():
+                    fams[fam] = {**fams.get(fam, {}), **values}
+            else:
+                out[name] = value
+    return out
+
+
 def select_rows(grid: Grid, rows: Sequence[str] | None) -> list[str]:
     """Row keys chosen by name: a row key (fedgp_beta1) or a method (fedgp: all of its rows)."""
     if not rows:
@@ -158,19 +173,10 @@ def plan(grid: Grid, profile: str, *, rows: Sequence[str] | None = None, values:
     def make(row_key: str, value: float | None, seed: int, kind: str = "run", weights_from: str | None = None,
              save_weights: bool = False, at: tuple[float, ...] = ()) -> Trial:
         row = grid.row(row_key)
-        params = {**base, "method": row.method, "seed": seed, **row.params, **prof.row_fields.get(row_key, {})}
-        if "params" in base or "params" in row.params:
-            fams = {**base.get("params", {}), **row.params.get("params", {})}
-            params["params"] = {fam: {**base.get("params", {}).get(fam, {}), **row.params.get("params", {}).get(fam, {})}
-                                for fam in fams}
-        if value is not None and grid.value_fields:  # the column's settings (module docstring of tuning.grids)
-            fields = dict(grid.value_fields[value])
-            for fam, values in fields.pop("params", {}).items():
-                params.setdefault("params", {})
-                params["params"][fam] = {**params["params"].get(fam, {}), **values}
-            params.update(fields)
-        elif value is not None:
-            params[grid.variable] = value
+        # the column's settings (a grid of settings, tuning.grids.Grid.value_fields) or its variable's value
+        column = {} if value is None else dict(grid.value_fields.get(value, {grid.variable: value}))
+        params = merge_fields(base, {"method": row.method, "seed": seed}, row.params,
+                              prof.row_fields.get(row_key, {}), column)
         if at:
             params["eval_noise"] = list(at)
         try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from conftest import assert_resume_equals_uninterrupted
 from fda_ray.algorithms import ClientResult, ClientTask
 from fda_ray.algorithms.fssda import fssda_recipe
 from fda_ray.data import UNLABELLED, load
@@ -199,17 +200,7 @@ def test_previous_soft_labels_use_one_step_per_round(fmnist5):
 def test_resume_equals_uninterrupted(fmnist5, method):
     """The server state (every source model and the target model) and SSDAOnly's per-device models in the clients'
     states survive a checkpoint."""
-    from fda_ray.engine import SerialExecutor, run_rounds
-
-    cfg = fmnist5(method=method, rounds=3, source_envs=(1, 4))
-    whole = run(cfg)
-    saved = {}
-    exp = build_experiment(cfg)
-    run_rounds(exp, SerialExecutor(exp.clients), checkpoint=lambda c: saved.setdefault(c["next_round"], c))
-    exp2 = build_experiment(cfg)
-    resumed = run_rounds(exp2, SerialExecutor(exp2.clients), resume=saved[2])
-    assert torch.equal(resumed.final_weights, whole.final_weights)
-    assert [r["accuracy"] for r in resumed.rows] == [r["accuracy"] for r in whole.rows]
+    assert_resume_equals_uninterrupted(fmnist5(method=method, rounds=3, source_envs=(1, 4)), after=2)
 
 
 # ---------------------------------------------------------------- configuration errors

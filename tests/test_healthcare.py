@@ -269,19 +269,13 @@ def test_gp_round_is_000_eqs_4_to_8(conditions, warmup, alignment):
 
 @pytest.mark.parametrize("method", HEALTHCARE)
 def test_healthcare_methods_resume_and_count_their_rows(conditions, method, tmp_path):
-    from fda_ray.engine import SerialExecutor, run_rounds
+    from conftest import assert_resume_equals_uninterrupted
 
     cfg = conditions(method=method, rounds=3, params={"healthcare": {"gp_warmup_rounds": 1}}
                      if "gp" in method else {})
     whole = run(cfg)
     assert len(whole.rows) == type(build_experiment(cfg).algorithm).planned_rounds(cfg.resolved()) == 3
-    saved = {}
-    exp = build_experiment(cfg)
-    run_rounds(exp, SerialExecutor(exp.clients), checkpoint=lambda c: saved.setdefault(c["next_round"], c))
-    exp2 = build_experiment(cfg)
-    resumed = run_rounds(exp2, SerialExecutor(exp2.clients), resume=saved[2])
-    assert torch.equal(resumed.final_weights, whole.final_weights)
-    assert [r["accuracy"] for r in resumed.rows] == [r["accuracy"] for r in whole.rows]
+    assert_resume_equals_uninterrupted(cfg, after=2)
 
 
 SEED_000_GRIDS = {"noniid-000", "conditions", "aux-alpha", "chexpert-000", "mimic-000", "midrc-000"}
