@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 PARTITIONS = ("homo", "label_shift", "classes4", "source_classes", "domains", "domainbed", "heldout_domain",
-              "domain_shards")
+              "domain_shards", "domain_clients")
 PROJECTIONS = ("cosine", "exact")
 EXECUTORS = ("serial", "ray")
 VECTORISE = ("auto", "on", "off")
@@ -106,6 +106,8 @@ PAPER_DEFAULTS["fmnist-5"] = {**PAPER_DEFAULTS["office31"], "model": "simple_cnn
 for _d in ("fashion-mnist", "cifar10", "synthetic"):
     PAPER_DEFAULTS[_d].update(warmup_rounds=WARMUP_ROUNDS, shuffle=True, drop_last=True, data_augmentation=False,
                               model_weights=None)
+# Seed 003 (FedWCA, SEEDS-SPEC 3.5): iid clients per target domain (Digit-Five 8, PACS and Office-Home 3).
+CLIENTS_PER_DOMAIN: dict[str, int] = {"fmnist-5": 8, "digit-five": 8, "pacs": 3, "office-home": 3}
 # The labelled target share of the partitions whose target test set is the rest of the target's part.
 PARTITION_LABELLED_FRACTION: dict[str, float] = {"label_shift": 0.15, "classes4": 0.10}
 
@@ -152,9 +154,14 @@ class RunConfig:
                           "domain_shards splits it over the devices")
     source_envs: tuple[int, ...] | None = _f(None, "partition domain_shards: the source environments, by index "
                                                    "(several: multi-source, seed 002 Eq. 5); default every "
-                                                   "environment but test_env")
+                                                   "environment but test_env; partition domain_clients (seed "
+                                                   "003): the one source domain (default 0), every other "
+                                                   "environment a target domain")
     num_sources: int | None = _f(None, "source clients; default 9 (8 for synthetic: D_2..D_9); partition "
                                        "domain_shards: the K devices each domain is split over (default 5)")
+    clients_per_domain: int | None = _f(None, "partition domain_clients (seed 003): iid clients each target "
+                                              "domain is split over; default 8 (fmnist-5, digit-five), 3 (pacs, "
+                                              "office-home)")
     dirichlet_concentration: float | None = _f(None, "partition domain_shards: split every domain over the "
                                                      "devices by NIID-Bench's Dirichlet label skew with this "
                                                      "concentration (seed 002's non-iid: 0.1; the paper's letter "
@@ -275,19 +282,21 @@ class RunConfig:
             if not envs or any(not isinstance(e, int) or isinstance(e, bool) or e < 0 for e in envs) \
                     or len(set(envs)) != len(envs):
                 raise _err("source_envs", self.source_envs, "distinct environment indices >= 0 (at least one)")
-            if self.test_env in envs:
+            source_free = self.partition == "domain_clients" or ALGORITHMS.get(self.method).family == "fedwca"
+            if self.test_env in envs and not source_free:  # (domain_clients: every other env is a target)
                 raise _err("source_envs", envs, f"environments other than test_env={self.test_env}")
             object.__setattr__(self, "source_envs", envs)
         conc = self.dirichlet_concentration
         if conc is not None and not (isinstance(conc, (int, float)) and not isinstance(conc, bool)
                                      and math.isfinite(conc) and conc > 0):
             raise _err("dirichlet_concentration", self.dirichlet_concentration, "a finite number > 0 (or unset: iid)")
-        if isinstance(self.target_labelled_per_class, float) and self.target_labelled_per_class.is_integer():
-            object.__setattr__(self, "target_labelled_per_class", int(self.target_labelled_per_class))
-        if self.target_labelled_per_class is not None and (
-                not isinstance(self.target_labelled_per_class, int) or isinstance(self.target_labelled_per_class, bool)
-                or self.target_labelled_per_class < 1):
-            raise _err("target_labelled_per_class", self.target_labelled_per_class, "an integer >= 1")
+        for name in ("target_labelled_per_class", "clients_per_domain"):
+            v = getattr(self, name)
+            if isinstance(v, float) and v.is_integer():  # a grid's value (8.0)
+                object.__setattr__(self, name, int(v))
+                v = int(v)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+                raise _err(name, v, "an integer >= 1")
         for name in ("data_augmentation", "shuffle", "drop_last", "faithful_domainbed_auto"):
             if getattr(self, name) not in (None, True, False):
                 raise _err(name, getattr(self, name), "true or false (or unset: the dataset's default)")
@@ -390,11 +399,12 @@ class RunConfig:
         object.__setattr__(self, "params", clean)
 
     def family_params(self):
-        """The Params of this config's method (its family's entry of `params`, validated, defaults filled)."""
+        """The Params of this config's method (its family's entry of `params`, validated, defaults filled: the
+        family's per-config ones, Algorithm.param_defaults, then its Params defaults)."""
         from fda_ray.algorithms import ALGORITHMS
 
         cls = ALGORITHMS.get(self.method)
-        return cls.Params.build(self.params.get(cls.family, {}))
+        return cls.Params.build({**cls.param_defaults(self), **self.params.get(cls.family, {})})
 
     def replace(self, **changes: Any) -> "RunConfig":
         return dataclasses.replace(self, **changes)
@@ -418,7 +428,7 @@ class RunConfig:
             from fda_ray.domainbed import count_environments
 
             fill["num_sources"] = count_environments(self.dataset, self.data_dir) - 1
-        partition = self.partition or d["partition"]
+        partition = self.partition or fill.get("partition") or d["partition"]
         if self.target_labelled is None and self.target_fraction is None:
             if partition in PARTITION_LABELLED_FRACTION:
                 fill["target_fraction"] = PARTITION_LABELLED_FRACTION[partition]
@@ -433,6 +443,11 @@ class RunConfig:
 
                 fill["source_envs"] = tuple(e for e in range(count_environments(self.dataset, self.data_dir))
                                             if e != self.test_env)
+        if partition == "domain_clients":
+            if self.source_envs is None and "source_envs" not in fill:
+                fill["source_envs"] = (0,)
+            if self.clients_per_domain is None and "clients_per_domain" not in fill:
+                fill["clients_per_domain"] = CLIENTS_PER_DOMAIN.get(self.dataset, 8)
         if self.finetune_epochs is None:
             fill["finetune_epochs"] = self.rounds
         if self.vectorise == "auto":

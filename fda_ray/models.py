@@ -128,7 +128,12 @@ MODELS.add("colored_mnist_cnn", mnist_cnn)  # its earlier name: configs and swee
 IMAGENET_FILES = {"resnet18": "resnet18-f37072fd.pth", "resnet50": "resnet50-0676ba61.pth",
                   "resnet101": "resnet101-63fe2227.pth"}
 RESNET18_IMAGENET_FILE = IMAGENET_FILES["resnet18"]
-PRETRAINED_MODELS = ("resnet18", "resnet50", "resnet101", "resnet18_multitask")
+PRETRAINED_MODELS = ("resnet18", "resnet50", "resnet101", "resnet18_multitask", "shot_resnet18", "shot_resnet50")
+
+
+def imagenet_arch(model: str) -> str:
+    """The torchvision architecture whose ImageNet file a model loads (resnet18_multitask, shot_resnet18 -> resnet18)."""
+    return model.replace("_multitask", "").replace("shot_", "")
 
 
 def pretrained_path(value: str, model: str = "resnet18") -> str:
@@ -136,7 +141,7 @@ def pretrained_path(value: str, model: str = "resnet18") -> str:
     the model's ImageNet weights (torch.hub.get_dir()/checkpoints/resnet18-f37072fd.pth for ResNet-18, where
     torchvision would put its download)."""
     if value == "imagenet":
-        name = IMAGENET_FILES[model.replace("_multitask", "")]
+        name = IMAGENET_FILES[imagenet_arch(model)]
         return str(Path(torch.hub.get_dir()) / "checkpoints" / name)
     return str(Path(value).expanduser())
 
@@ -240,6 +245,81 @@ def resnet18_multitask(input_shape: tuple[int, ...], num_outputs: int, aux_class
 
 
 MULTI_HEAD_MODELS = ("multitask_cnn", "resnet18_multitask")
+
+
+class WeightNormLinear(nn.Module):
+    """A linear layer with weight normalisation, w_m = g_m v_m / |v_m| (SHOT's classifier: torch's weightNorm on
+    nn.Linear, the same weight_g (M, 1) / weight_v (M, q) parameters). FedWCA's Eq. 1 reads the class directions v_m."""
+
+    def __init__(self, in_features: int, out_features: int) -> None:
+        super().__init__()
+        lin = nn.Linear(in_features, out_features)
+        self.weight_v = nn.Parameter(lin.weight.detach().clone())  # (M, q)
+        self.weight_g = nn.Parameter(lin.weight.detach().norm(dim=1, keepdim=True))  # (M, 1): starts as a plain Linear
+        self.bias = nn.Parameter(lin.bias.detach().clone())
+
+    def weight(self) -> torch.Tensor:
+        return self.weight_g * self.weight_v / self.weight_v.norm(dim=1, keepdim=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight(), self.bias)
+
+
+class ShotNet(nn.Module):
+    """SHOT's network as seed 003 uses it (SEEDS-SPEC 3.1): f = backbone + bottleneck (Linear -> BatchNorm -> Dropout,
+    256 wide), g = a weight-normalised linear classifier. FedWCA trains and aggregates f; g stays the source's.
+    `features(x)` is f(x) (n, 256), the space of Eq. 1's cosines, Eq. 4's prototypes and FINCH's first layer."""
+
+    def __init__(self, backbone: nn.Module, feat_dim: int, num_classes: int, bottleneck: int = 256,
+                 dropout: float = 0.5) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.bottleneck = nn.Sequential(nn.Linear(feat_dim, bottleneck), nn.BatchNorm1d(bottleneck), nn.Dropout(dropout))
+        self.classifier = WeightNormLinear(bottleneck, num_classes)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:  # (n, ...) -> (n, bottleneck)
+        return self.bottleneck(self.backbone(x).flatten(1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (n, ...) -> (n, classes)
+        return self.classifier(self.features(x))
+
+
+def _lenet_trunk(in_channels: int) -> nn.Module:
+    """SHOT's digit LeNetBase: conv5x5(20) - pool - ReLU - conv5x5(50) - Dropout2d(0.5) - pool - ReLU."""
+    return nn.Sequential(nn.Conv2d(in_channels, 20, 5), nn.MaxPool2d(2), nn.ReLU(),
+                         nn.Conv2d(20, 50, 5), nn.Dropout2d(0.5), nn.MaxPool2d(2), nn.ReLU())
+
+
+@MODELS.register("shot_lenet")
+def shot_lenet(input_shape: tuple[int, ...], num_outputs: int) -> nn.Module:
+    """Seed 003's Digit-Five model: SHOT's LeNet, randomly initialised, with the bottleneck and the weight-normalised
+    classifier (3 x 32 x 32 inputs give 50 * 5 * 5 features, 28 x 28 give 50 * 4 * 4)."""
+    trunk = _lenet_trunk(input_shape[0])
+    with torch.no_grad():
+        feat = trunk(torch.zeros(1, *input_shape)).numel()
+    return ShotNet(trunk, feat, num_outputs)
+
+
+def _shot_resnet(arch: str, input_shape: tuple[int, ...], num_outputs: int, weights_path: str | None) -> nn.Module:
+    trunk = _resnet(arch, input_shape, 1, weights_path, freeze_bn=False)  # SHOT trains the BatchNorms
+    feat = trunk.fc.in_features
+    trunk.fc = nn.Identity()
+    return ShotNet(trunk, feat, num_outputs)
+
+
+@MODELS.register("shot_resnet18")
+def shot_resnet18(input_shape: tuple[int, ...], num_outputs: int, weights_path: str | None = None) -> nn.Module:
+    """Seed 003's PACS model: ResNet-18 (ImageNet weights from a local file) + SHOT's bottleneck and classifier."""
+    return _shot_resnet("resnet18", input_shape, num_outputs, weights_path)
+
+
+@MODELS.register("shot_resnet50")
+def shot_resnet50(input_shape: tuple[int, ...], num_outputs: int, weights_path: str | None = None) -> nn.Module:
+    """Seed 003's Office-Home model: ResNet-50 (ImageNet weights from a local file) + SHOT's bottleneck and classifier."""
+    return _shot_resnet("resnet50", input_shape, num_outputs, weights_path)
+
+
+SHOT_MODELS = ("shot_lenet", "shot_resnet18", "shot_resnet50")
 
 
 @MODELS.register("mlp_sigmoid")

@@ -107,11 +107,11 @@ def model_weights(value: str | None, model: str = "resnet18") -> None:
     """A pretrained model needs its weights file here: never a silent random initialisation."""
     if value is None:
         return
-    from fda_ray.models import IMAGENET_FILES, pretrained_path
+    from fda_ray.models import IMAGENET_FILES, imagenet_arch, pretrained_path
 
     p = Path(pretrained_path(value, model))
     if not p.is_file():
-        arch = model.replace("_multitask", "")
+        arch = imagenet_arch(model)
         where = f"torchvision's cache file {p} is absent" if value == "imagenet" else "no such file"
         raise _err("model_weights", value, f"{where}; put torchvision's ImageNet {arch} file "
                                            f"{IMAGENET_FILES[arch]} in $TORCH_HOME/hub/checkpoints/, or pass "
@@ -244,7 +244,8 @@ def ignored_options(cfg: RunConfig) -> list[str]:
     uses.update({
         "eta": r.partition == "label_shift",
         "source_classes": r.partition == "source_classes",
-        "source_envs": r.partition == "domain_shards",
+        "source_envs": r.partition in ("domain_shards", "domain_clients"),
+        "clients_per_domain": r.partition == "domain_clients",
         "dirichlet_concentration": r.partition == "domain_shards",
         "target_labelled_per_class": r.partition == "domain_shards",
         "cpus_per_client": cfg.executor == "ray",

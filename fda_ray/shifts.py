@@ -36,6 +36,12 @@ and a purpose, so a setting is the same in every process and executor.
                shard with label -1 on its unlabelled samples); the target's pool is every held target sample,
                the labelled first (its true labels: the oracle's data); the test set is the unlabelled ones
                (transductive, as SSDA on Office-31 is reported).
+  domain_clients  seed 003 (SEEDS-SPEC 3.1, 3.5; FedWCA): the source domain cfg.source_envs[0] is the server's
+               labelled data (`sources[0]`, capped at samples_per_client x clients_per_domain, the size of a target
+               domain's clients together; source-free: only the pre-training reads it); every other environment is a target domain split into cfg.clients_per_domain equal random (iid)
+               shards, each capped at samples_per_client and split 64 / 16 / 20 into train / validation / test
+               (003 C.1). `client_parts[k]` = (train with every label -1: the clients have no labels; validation;
+               test) and `client_domains[k]` its environment; the target's sets are their concatenations.
 Noise: x + N(0, std^2), no clipping, drawn afresh every time an image is read, on target train and test only.
 The oracle under the authors' protocol (cfg.baseline_protocol = "authors", REFERENCE.md) takes the target's whole
 part instead: a seeded permutation, its first 10 % the oracle's test set, the other 90 % its training set.
@@ -76,6 +82,9 @@ class Setting:
     # shard with label -1 on the unlabelled samples
     source_parts: tuple[tuple[Pair, ...], ...] = ()
     target_parts: tuple[Pair, ...] = ()
+    # partition domain_clients (seed 003): per target client, (train with label -1, validation, test), and its domain
+    client_parts: tuple[tuple[Pair, Pair, Pair], ...] = ()
+    client_domains: tuple[int, ...] = ()
 
 
 def _take(x: torch.Tensor, y: torch.Tensor, idx: np.ndarray) -> Pair:
@@ -333,6 +342,50 @@ def domain_shards_split(split: Split, cfg: RunConfig) -> tuple[tuple[tuple[Pair,
             (take(x, pool), y[pool]), (take(x, test), y[test]))
 
 
+CLIENT_SPLIT = (0.64, 0.16)  # a FedWCA client's train and validation shares; the test split is the rest (20 %)
+
+
+def domain_clients_split(split: Split, cfg: RunConfig) -> tuple[Pair, tuple[tuple[Pair, Pair, Pair], ...],
+                                                                 tuple[int, ...]]:
+    """(the source domain's data, per target client (train unlabelled, validation, test), each client's domain) of
+    seed 003's protocol (module docstring, domain_clients). A domain's shards come from a generator seeded by (seed,
+    domain), a client's split from one seeded by (seed, domain, client)."""
+    envs, names = split.environments, split.env_names
+    if not envs:
+        raise ValueError(f"partition='domain_clients' is invalid for dataset {cfg.dataset!r}: it has no environments "
+                         "(datasets with domains: fmnist-5, digit-five, pacs, office-home, ...)")
+    listing = ", ".join(f"{i} {n}" for i, n in enumerate(names))
+    if len(cfg.source_envs) != 1 or cfg.source_envs[0] >= len(envs):
+        raise ValueError(f"source_envs={list(cfg.source_envs)} is invalid: one source domain of dataset "
+                         f"{cfg.dataset!r}'s environments {listing}")
+    src = cfg.source_envs[0]
+    x, y = envs[src]
+    cap = None if cfg.samples_per_client is None else cfg.samples_per_client * cfg.clients_per_domain
+    keep = np.sort(_cap(np_rng(cfg.seed, purpose="domain_clients/source").permutation(len(y)), cap))
+    source = _take_pair(with_augmentation(x, bool(cfg.data_augmentation)), y, keep)
+    parts, domains = [], []
+    for e in range(len(envs)):
+        if e == src:
+            continue
+        x, y = envs[e]
+        if len(y) < 5 * cfg.clients_per_domain:
+            raise ValueError(f"clients_per_domain={cfg.clients_per_domain} is invalid: environment {names[e]} holds "
+                             f"{len(y)} samples (each client needs 5 for its 64/16/20 split)")
+        for k, shard in enumerate(homo_shards(len(y), cfg.clients_per_domain,
+                                              np_rng(cfg.seed, purpose=f"domain_clients/{e}"))):
+            idx = np_rng(cfg.seed, purpose=f"domain_clients/{e}/{k}").permutation(_cap(shard, cfg.samples_per_client))
+            n_train, n_val = int(CLIENT_SPLIT[0] * len(idx)), int(CLIENT_SPLIT[1] * len(idx))
+            tr, va, te = np.sort(idx[:n_train]), np.sort(idx[n_train:n_train + n_val]), np.sort(idx[n_train + n_val:])
+            unlabelled = torch.full_like(y[torch.from_numpy(tr)], UNLABELLED)
+            parts.append(((take(x, tr), unlabelled), _take_pair(x, y, va), _take_pair(x, y, te)))
+            domains.append(e)
+    return source, tuple(parts), tuple(domains)
+
+
+def _take_pair(x, y: torch.Tensor, idx: np.ndarray) -> Pair:
+    return take(x, idx), y[torch.from_numpy(idx)]
+
+
 def build_setting(split: Split, cfg: RunConfig) -> Setting:
     """The FDA setting of a resolved config on a loaded dataset."""
     cfg = cfg.resolved()
@@ -344,7 +397,8 @@ def build_setting(split: Split, cfg: RunConfig) -> Setting:
     if split.env_tests and cfg.partition != "heldout_domain":
         raise ValueError(f"partition={cfg.partition!r} is invalid for dataset {cfg.dataset!r}: its domains "
                          f"({', '.join(split.env_names)}) come with train/test tables; use partition 'heldout_domain'")
-    if split.environments and not split.env_tests and cfg.partition not in ("domainbed", "domain_shards"):
+    if split.environments and not split.env_tests and cfg.partition not in ("domainbed", "domain_shards",
+                                                                            "domain_clients"):
         raise ValueError(f"partition={cfg.partition!r} is invalid for dataset {cfg.dataset!r}: its data are "
                          f"DomainBed environments ({', '.join(split.env_names)}); use partition 'domainbed' (leave one "
                          "domain out) or 'domain_shards' (domains split over devices, seed 002)")
@@ -396,6 +450,13 @@ def build_setting(split: Split, cfg: RunConfig) -> Setting:
         source_parts, target_parts, target_train, target_pool, target_test = domain_shards_split(split, cfg)
         sources = tuple((concat([x for x, _ in parts]), torch.cat([y for _, y in parts])) for parts in source_parts)
         whole = target_pool
+    elif cfg.partition == "domain_clients":
+        source, client_parts, client_domains = domain_clients_split(split, cfg)
+        sources = (source,)
+        target_train = (concat([p[0][0] for p in client_parts]), torch.cat([p[0][1] for p in client_parts]))
+        target_pool = target_train
+        target_test = (concat([p[2][0] for p in client_parts]), torch.cat([p[2][1] for p in client_parts]))
+        whole = target_pool
     elif cfg.partition == "domains":
         if len(split.domains) < n_src:
             raise ValueError(f"num_sources={n_src} is invalid: dataset {cfg.dataset!r} has {len(split.domains)} source domains")
@@ -412,7 +473,7 @@ def build_setting(split: Split, cfg: RunConfig) -> Setting:
     # DomainBed's oracle trains on the target's in-split and is tested on its out-split, as every method is.
     # So does seed 000's: "fully supervised training on the target domain", tested on its test table.
     if algorithm.oracle_split and cfg.baseline_protocol == "authors" and cfg.partition not in (
-            "domainbed", "heldout_domain", "domain_shards"):
+            "domainbed", "heldout_domain", "domain_shards", "domain_clients"):
         target_train, target_test = oracle_split(whole, cfg.seed)
         target_pool = target_train
     for i, (x, _) in enumerate(sources):
@@ -423,6 +484,8 @@ def build_setting(split: Split, cfg: RunConfig) -> Setting:
                          f"but the target holds {len(target_train[0])} labelled samples")
     if cfg.partition != "domain_shards":
         source_parts, target_parts = (), ()
+    if cfg.partition != "domain_clients":
+        client_parts, client_domains = (), ()
     return Setting(sources, target_train, target_pool, target_test, float(cfg.noise),
                    main_outputs(split.task, split.num_classes), split.input_shape, split.task, split.aux_tasks,
-                   source_parts, target_parts)
+                   source_parts, target_parts, client_parts, client_domains)

@@ -18,6 +18,9 @@ import torch
 
 TEST_THREADS = int(os.environ.get("FDA_RAY_TEST_THREADS", "1"))
 torch.set_num_threads(TEST_THREADS)
+# Seed 003's pre-trained source models are cached on disk (fda_ray.algorithms.fedwca): not in the user's home. Set
+# before any Ray worker starts, so the actors see it too.
+os.environ["FDA_RAY_CACHE_DIR"] = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"fda-ray-test-cache-{os.getpid()}")
 
 
 def write_idx(path: Path, array: np.ndarray) -> None:
@@ -81,6 +84,24 @@ def fmnist5(fmnist_dir):
         base = dict(dataset="fmnist-5", data_dir=str(fmnist_dir), method="fssda", num_sources=3, rounds=2,
                     samples_per_client=40, test_env=2, source_envs=(1,), batch_source=16, batch_target=16,
                     threads=TEST_THREADS)
+        base.update(kw)
+        return RunConfig(**base)
+
+    return make
+
+
+@pytest.fixture
+def fedwca5(fmnist_dir):
+    """A factory of tiny seed-003 RunConfigs: FMNIST-5 from the generated files (300 images a domain), source
+    fmnist-m, 2 clients per other domain (8) of 40 images (25 train, 6 validation, 9 test), the source model trained
+    on 80 images for 2 epochs, 2 rounds of 1 epoch."""
+    from fda_ray.config import RunConfig
+
+    def make(**kw) -> RunConfig:
+        params = {"fedwca": {"source_epochs": 2, "local_epochs": 1, **kw.pop("fedwca", {})}}
+        base = dict(dataset="fmnist-5", data_dir=str(fmnist_dir), method="fedwca", rounds=2, samples_per_client=40,
+                    clients_per_domain=2, source_envs=(1,), batch_source=16, batch_target=16, threads=TEST_THREADS,
+                    params=params)
         base.update(kw)
         return RunConfig(**base)
 

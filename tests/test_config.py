@@ -70,7 +70,8 @@ def test_registry_lists_known_names_on_typo():
     assert set(ALGORITHMS.names()) == {"source_only", "target_only", "fedda", "fedgp", "fedda_auto", "fedgp_auto",
                                        "finetune_offline", "oracle", "fedavg_all", "ditto", "fedrep", "apfl", "knn_per",
                                        "fedavg_finetune", "fedavg_finetune_auxinfo", "fedavg_finetune_gp",
-                                       "fedavg_finetune_auxinfo_gp", "fssda", "fssda_serial", "ssda_only", "fl_only"}
+                                       "fedavg_finetune_auxinfo_gp", "fssda", "fssda_serial", "ssda_only", "fl_only",
+                                       "fedwca", "shot_source_only", "shot_local", "shot_fedavg"}
 
 
 def test_threads_warmup_and_baseline_protocol_resolve_and_validate():

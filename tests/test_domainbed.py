@@ -329,13 +329,16 @@ def test_every_registered_method_runs_leave_one_domain_out(colored):
         # split the environments over devices instead of holding one out)
         fssda = {"partition": "domain_shards", "num_sources": 2, "target_fraction": None,
                  "params": {"fssda": {"serial_source_rounds": 1}}} if ALGORITHMS.get(name).family == "fssda" else {}
+        if ALGORITHMS.get(name).family == "fedwca":  # seed 003: one source domain, clients of the others
+            fssda = {"partition": "domain_clients", "clients_per_domain": 2, "source_envs": (0,), "model": "shot_lenet",
+                     "target_fraction": None, "params": {"fedwca": {"source_epochs": 1, "local_epochs": 1}}}
         hist = run(colored(method=name, test_env=2, finetune_epochs=1, warmup_rounds=1 if fda else None,
                            aux_alpha=0.0 if ALGORITHMS.get(name).family == "healthcare" else None, **fssda))
         assert hist.rows and all(0 <= r["accuracy"] <= 1 for r in hist.rows), name
         finals[name] = hist.final_weights
     # 004's "FedAvg" has the target as a client: not the sources' FedAvg (001's "FedAvg" = source_only)
     assert not torch.equal(finals["fedavg_all"], finals["source_only"])
-    assert len(ALGORITHMS.names()) == 21
+    assert len(ALGORITHMS.names()) == 25
 
 
 def test_fedavg_all_weighs_the_target_by_its_samples(colored):

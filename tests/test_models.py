@@ -20,6 +20,9 @@ TINY_INPUTS: dict[str, list[tuple[int, ...]]] = {
     "mlp_sigmoid": [(50,)],
     "multitask_cnn": [(1, 28, 28), (3, 32, 32)],
     "resnet18_multitask": [(3, 32, 32)],
+    "shot_lenet": [(3, 28, 28), (3, 32, 32), (1, 28, 28)],
+    "shot_resnet18": [(3, 32, 32)],
+    "shot_resnet50": [(3, 32, 32)],
 }
 
 

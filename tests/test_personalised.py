@@ -21,7 +21,7 @@ def personal(tiny, method: str, **kw):
 
 
 @pytest.mark.parametrize("method", ALGORITHMS.names())
-def test_every_registered_algorithm_runs_on_tiny_data(tiny, fmnist5, method, monkeypatch):
+def test_every_registered_algorithm_runs_on_tiny_data(tiny, fmnist5, fedwca5, method, monkeypatch):
     seen = set()
     for name in RECIPES.names():
         orig = RECIPES.get(name)
@@ -34,6 +34,8 @@ def test_every_registered_algorithm_runs_on_tiny_data(tiny, fmnist5, method, mon
     cls = ALGORITHMS.get(method)
     if cls.family == "fssda":  # seed 002's methods need domains split over devices
         cfg = fmnist5(method=method, noise=0.3, params={"fssda": {"serial_source_rounds": 1}})
+    elif cls.family == "fedwca":  # seed 003's: one source domain, unlabelled clients of the others
+        cfg = fedwca5(method=method)
     else:
         cfg = tiny(method=method, noise=0.3, finetune_epochs=1, batch_target=8,
                    warmup_rounds=None if cls.family != "fda" else 1,
@@ -250,10 +252,12 @@ def test_sweep_grid_rows_and_overrides_carry_family_params():
 
 
 @pytest.mark.parametrize("method", ALGORITHMS.names())
-def test_planned_rounds_count_the_rows(tiny, fmnist5, method):
+def test_planned_rounds_count_the_rows(tiny, fmnist5, fedwca5, method):
     cls = ALGORITHMS.get(method)
     if cls.family == "fssda":
         cfg = fmnist5(method=method, params={"fssda": {"serial_source_rounds": 2}}).resolved()
+    elif cls.family == "fedwca":
+        cfg = fedwca5(method=method).resolved()
     else:
         cfg = tiny(method=method, finetune_epochs=2, warmup_rounds=None if cls.family != "fda" else 1,
                    aux_alpha=0.0 if cls.family == "healthcare" else None).resolved()

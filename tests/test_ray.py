@@ -285,3 +285,26 @@ def test_ray_equals_serial_for_seed_002(local_ray, fmnist5, method, params):
     for k in ("imitation_lambda_i", "imitation_weights_i", "teacher_accuracy", "device_accuracy_i"):
         assert [r.get(k) for r in a.rows] == [r.get(k) for r in b.rows], k
     assert torch.equal(a.final_weights, b.final_weights)
+
+
+@pytest.mark.parametrize("method,params", [("fedwca", {}), ("fedwca", {"revision_interval": 2}), ("shot_local", {})])
+def test_ray_equals_serial_for_seed_003(local_ray, fedwca5, method, params):
+    """Seed 003: per-client broadcasts (each client its cluster model and the soft models), the one-time clustering,
+    the clients' alpha and beta, Local's models in the clients' states, dropout seeded per task: Ray gives the serial
+    numbers. The source model is trained in both (Ray first, on an actor; the cache emptied before the serial run)."""
+    import os
+    from pathlib import Path
+
+    cfg = fedwca5(method=method, rounds=3, fedwca=params, seed=7)
+    cache = Path(os.environ["FDA_RAY_CACHE_DIR"])
+    for f in cache.glob("*.pt"):
+        f.unlink()
+    b = engine.run(cfg.replace(executor="ray", cpus_per_client=0.2))
+    for f in cache.glob("*.pt"):
+        f.unlink()
+    a = engine.run(cfg)
+    assert a.rows[0]["source_steps"] > 0 and b.rows[0]["source_steps"] == a.rows[0]["source_steps"]
+    _assert_same_rows(a.rows, b.rows)
+    for k in ("client_accuracy", "val_accuracy", "clusters", "alpha", "beta"):
+        assert [r.get(k) for r in a.rows] == [r.get(k) for r in b.rows], k
+    assert torch.equal(a.final_weights, b.final_weights)

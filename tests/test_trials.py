@@ -34,10 +34,12 @@ def _cells(trials: list[Trial]) -> set[tuple[str, float, int]]:
 
 def test_every_grid_is_checked_against_its_table():
     from test_domainbed import DOMAINBED_SETTINGS
+    from test_fedwca import SEED_003_GRIDS
     from test_fssda import SEED_002_GRIDS
     from test_healthcare import SEED_000_GRIDS
 
-    assert set(GRIDS) == set(TABLE_SETTINGS) | set(DOMAINBED_SETTINGS) | SEED_000_GRIDS | SEED_002_GRIDS
+    assert set(GRIDS) == (set(TABLE_SETTINGS) | set(DOMAINBED_SETTINGS) | SEED_000_GRIDS | SEED_002_GRIDS
+                          | SEED_003_GRIDS)
 
 
 @pytest.mark.parametrize("name", sorted(TABLE_SETTINGS))

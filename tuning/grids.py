@@ -320,6 +320,46 @@ _TEMPERATURES = (1.0, 2.0, 4.0, 8.0)
 # fmnist-m -> clean model, 44 % when trained centrally, came out at 8 % federated), the Office-31 A -> W analogue
 _FM_TEACHER = 0.0
 
+# Seed 003 (FedWCA) on FMNIST-5 (SEEDS-SPEC 7.3 c): one domain the source, the four others 8 clients each (32, as
+# Digit-Five), 300 images a client (64/16/20 train/val/test), SHOT's LeNet; the source model trains on 2 400 source
+# images for 20 epochs (cached per seed and source). 8 rounds of E = 2 epochs (003: 100 rounds of E = 5) at SGD lr
+# 0.01 (003: 0.001), so that a table of 75 trials fits an afternoon on 2 cores.
+FEDWCA_FMNIST5 = {"samples_per_client": 300, "clients_per_domain": 8, "rounds": 8,
+                  "params": {"fedwca": {"local_epochs": 2}}}
+FEDWCA_QUICK = Profile({"samples_per_client": 40, "clients_per_domain": 2, "rounds": 2,
+                        "params": {"fedwca": {"local_epochs": 1, "source_epochs": 2}}}, seeds=1,
+                       note="2 rounds, 2 clients a domain of 40 images, one seed: checks a setup, not the numbers.")
+_FEDWCA_NOTE = ("FMNIST-5 domains (not Digit-Five's digits), 8 rounds of 2 epochs at SGD lr 0.01 (003: 100 of 5 at 0.001): "
+                "compare orderings, not numbers.")
+FEDWCA_ROWS = _rows(("source_only", "Source Only", "shot_source_only", {}), ("local", "Local", "shot_local", {}),
+                    ("fedavg", "FedAvg", "shot_fedavg", {}), ("fedwca", "FedWCA", "fedwca", {}),
+                    ("fedwca_l", "FedWCA-L", "fedwca", {"params": {"fedwca": {"weighting": "local"}}}))
+# 003 Table 3's weightings, then Table 10's revised FedWCA (U = 5)
+FEDWCA_ABLATION_ROWS = _rows(*((w, label, "fedwca", {"params": {"fedwca": {"weighting": w}}}) for w, label in (
+    ("one_hot", "One-hot"), ("equal", "Equal"), ("one_equal", "One-Equal"), ("one_equal_a", "One-Equal-A"))),
+    ("fedwca_l", "FedWCA-L", "fedwca", {"params": {"fedwca": {"weighting": "local"}}}),
+    ("fedwca", "FedWCA", "fedwca", {}),
+    ("fedwca_revised", "Revised FedWCA (U = 5)", "fedwca", {"params": {"fedwca": {"revision_interval": 5}}}))
+_SOURCES = tuple(float(e) for e in range(len(FMNIST5_NAMES)))
+_SOURCE_FIELDS = {v: {"source_envs": (int(v),)} for v in _SOURCES}
+_SOURCE_LABELS = {v: FMNIST5_NAMES[int(v)] for v in _SOURCES}
+FEDWCA_TEMPERATURES = (0.001, 0.005, 0.01, 0.05, 0.1)  # 003 C.2's search set for T_a and T_b
+_TATB = tuple(float(i) for i in range(len(FEDWCA_TEMPERATURES) ** 2))
+_TATB_FIELDS = {v: {"params": {"fedwca": {"temp_a": FEDWCA_TEMPERATURES[int(v) // 5],
+                                          "temp_b": FEDWCA_TEMPERATURES[int(v) % 5]}}} for v in _TATB}
+_TATB_LABELS = {v: f"T_a {FEDWCA_TEMPERATURES[int(v) // 5]:g}, T_b {FEDWCA_TEMPERATURES[int(v) % 5]:g}" for v in _TATB}
+FEDWCA_SOURCE = 1.0  # fmnist-m: the source whose model transfers best (the ablation's and the heat map's)
+
+
+def _fedwca_grid(name: str, rows: tuple[Row, ...], values=_SOURCES, fields=_SOURCE_FIELDS, labels=_SOURCE_LABELS,
+                 variable: str = "source", ref: str = "seed 003, Table 2 (Digit-Five; here FMNIST-5)",
+                 seeds: int = 3) -> Grid:
+    return Grid(name=name, dataset="fmnist-5", variable=variable, values=values, rows=rows,
+                seeds={v: seeds for v in values}, fixed=FEDWCA_FMNIST5,
+                profiles={"paper": Profile(note=_FEDWCA_NOTE), "quick": FEDWCA_QUICK}, paper_ref=ref,
+                value_fields=fields, value_labels=labels)
+
+
 GRIDS: dict[str, Grid] = {
     # 002 Table I on FMNIST-5 pairs; on Office-31 (the user's copy, ResNet-101 ImageNet weights): the paper's table.
     "fssda-fmnist": _fmnist5_grid("fssda-fmnist", FSSDA_TABLE_ROWS),
@@ -352,6 +392,21 @@ GRIDS: dict[str, Grid] = {
         values=(_FM_TEACHER,), fields={_FM_TEACHER: _FM_FIELDS[_FM_TEACHER]},
         labels={_FM_TEACHER: _FM_LABELS[_FM_TEACHER]},
         ref="seed 002, Fig. 2 (curves only)"),
+    # 003 Table 2 on FMNIST-5: every source domain, the baselines, FedWCA and FedWCA-L
+    "fedwca-fmnist": _fedwca_grid("fedwca-fmnist", FEDWCA_ROWS),
+    # 003 Table 3 (+ Table 10's revised FedWCA) on one source
+    "fedwca-ablation": _fedwca_grid("fedwca-ablation", FEDWCA_ABLATION_ROWS, values=(FEDWCA_SOURCE,),
+                                    fields={FEDWCA_SOURCE: _SOURCE_FIELDS[FEDWCA_SOURCE]},
+                                    labels={FEDWCA_SOURCE: _SOURCE_LABELS[FEDWCA_SOURCE]},
+                                    ref="seed 003, Tables 3 and 10 (PACS, Digit-Five; here FMNIST-5)"),
+    # 003 C.2's T_a x T_b search, read on the clients' validation splits (val_accuracy), one source, one seed
+    "fedwca-temperatures": Grid(
+        name="fedwca-temperatures", dataset="fmnist-5", variable="temperatures", values=_TATB,
+        rows=_rows(("fedwca", "FedWCA", "fedwca", {})), seeds={}, fixed={**FEDWCA_FMNIST5,
+                                                                         **_SOURCE_FIELDS[FEDWCA_SOURCE]},
+        profiles={"paper": Profile(note=_FEDWCA_NOTE), "quick": FEDWCA_QUICK},
+        paper_ref="seed 003, App. C.2 (the temperature search; no table)", value_fields=_TATB_FIELDS,
+        value_labels=_TATB_LABELS),
     "noise": Grid(
         name="noise", dataset="fashion-mnist", variable="noise", values=(0.0, 0.2, 0.4, 0.6, 0.8),
         rows=TABLE_ROWS, seeds={0.4: 3}, profiles={"paper": {}, "quick": QUICK_NOISE},

@@ -3,7 +3,8 @@
 One module per method family (fda: FedDA/FedGP, their auto-weighted versions and baselines; personalised:
 seed 004's personalised-FL baselines, fedavg_all, ditto, fedrep, apfl, knn_per; healthcare: seed 000's
 online FedAvg Finetune and GP, with and without auxiliary labels; fssda: seed 002's FSSDA, its serial variant
-and the SSDAOnly / FLOnly baselines); each family
+and the SSDAOnly / FLOnly baselines; fedwca: seed 003's FedWCA and its variants, with the Source Only / Local /
+FedAvg baselines of source-free adaptation); each family
 registers its classes here and its local recipes in fda_ray.client.RECIPES. The contract is in `base`.
 """
 from __future__ import annotations
@@ -12,13 +13,14 @@ import dataclasses
 
 from fda_ray.algorithms.base import Algorithm, ClientResult, ClientTask, Params, Round, ServerState
 from fda_ray.algorithms.fda import VARIANTS as _FDA
+from fda_ray.algorithms.fedwca import FAMILY as _FEDWCA
 from fda_ray.algorithms.fssda import FAMILY as _FSSDA
 from fda_ray.algorithms.healthcare import FAMILY as _HEALTHCARE
 from fda_ray.algorithms.personalised import FAMILY as _PERSONALISED
 from fda_ray.registry import Registry
 
 ALGORITHMS: Registry[type[Algorithm]] = Registry("method")
-for _cls in (*_FDA, *_PERSONALISED, *_HEALTHCARE, *_FSSDA):
+for _cls in (*_FDA, *_PERSONALISED, *_HEALTHCARE, *_FSSDA, *_FEDWCA):
     ALGORITHMS.add(_cls.name, _cls)
 
 

@@ -154,6 +154,12 @@ class Algorithm:
         return {}
 
     @classmethod
+    def param_defaults(cls, cfg: "RunConfig") -> dict[str, Any]:
+        """The family's parameters whose default depends on the config (seed 003's per-dataset values); the
+        config's own values win."""
+        return {}
+
+    @classmethod
     def uses(cls, cfg: "RunConfig") -> dict[str, bool]:
         """Which of the optional RunConfig fields a (resolved) config of this family reads."""
         return {}
