@@ -131,6 +131,9 @@ def _transform(size: int, augment: bool, recipe: str = "domainbed"):
     kept, 1.8.8), both normalised by (0.5, 0.5, 0.5)."""
     from torchvision import transforms
 
+    if recipe == "digits":  # seed 003's Digit-Five: SHOT's digit transforms (resize, normalise by 0.5), no augmentation
+        return transforms.Compose([transforms.Resize((size, size)), transforms.ToTensor(),
+                                   transforms.Normalize((0.5,) * 3, (0.5,) * 3)])
     if recipe == "000":
         norm = [transforms.ToTensor(), transforms.Normalize((0.5,) * 3, (0.5,) * 3)]
         if not augment:
@@ -180,6 +183,8 @@ class FolderLayout:
     environments: tuple[str, ...]
     letters: tuple[str, ...]
     how: str  # where users get it
+    size: int = IMAGE_SIZE  # the decoded images' side
+    recipe: str = "domainbed"  # the transforms (_transform)
 
 
 FOLDER_DATASETS: dict[str, FolderLayout] = {
@@ -196,6 +201,12 @@ FOLDER_DATASETS: dict[str, FolderLayout] = {
     # puts an images/ folder between each domain and its classes, which read_environments steps into.
     "office31": FolderLayout("office31", ("amazon", "dslr", "webcam"), ("A", "D", "W"),
                              "unpack the Office-31 archive (domain_adaptation_images) as <root>/office31/"),
+    # Seed 003's Digit-Five (SEEDS-SPEC 7.4.4): per-domain class folders 0..9 of 32 x 32 digits, normalised by 0.5
+    # (SHOT's digit transforms), no augmentation; the .mat bundles people share need converting to this layout.
+    "digit-five": FolderLayout("digit_five", ("mnist", "mnistm", "svhn", "syn", "usps"), ("MN", "MN-M", "SV", "SY", "US"),
+                               "write each domain's images as PNG files into <root>/digit_five/<domain>/<digit>/ (the "
+                               "usual .mat / pickle bundles: convert them with their own readers)",
+                               size=32, recipe="digits"),
     "domain-net": FolderLayout("domain_net", ("clipart", "infograph", "painting", "quickdraw", "real", "sketch"),
                                ("clip", "info", "paint", "quick", "real", "sketch"),
                                "DomainBed's download script writes it"),
@@ -212,7 +223,8 @@ def _image_files(d: Path) -> list[str]:
     return out
 
 
-def read_environments(root: Path, envs: Sequence[str], dataset: str) -> tuple[list[Pair], list[str]]:
+def read_environments(root: Path, envs: Sequence[str], dataset: str, size: int = IMAGE_SIZE,
+                      recipe: str = "domainbed") -> tuple[list[Pair], list[str]]:
     """(per environment (ImageFiles, labels), class names) from <root>/<env>/<class>/...; the classes must be
     the same in every environment (a class index means one class everywhere)."""
     classes: list[str] | None = None
@@ -247,7 +259,7 @@ def read_environments(root: Path, envs: Sequence[str], dataset: str) -> tuple[li
                                       f"images ({', '.join(IMG_EXTENSIONS)})")
             paths += files
             labels += [c] * len(files)
-        out.append((ImageFiles(tuple(paths)), torch.tensor(labels, dtype=torch.int64)))
+        out.append((ImageFiles(tuple(paths), size=size, recipe=recipe), torch.tensor(labels, dtype=torch.int64)))
     return out, classes or []
 
 
@@ -268,8 +280,8 @@ def _folder_loader(name: str):
             raise _not_found(f"{lay.folder} ({name})", data_dir, dirs,
                              f"Put DomainBed's {lay.folder}/ folder ({'/'.join(lay.environments)}, each with one "
                              f"folder per class) under the data root and pass it as --data-dir; {lay.how}")
-        envs, classes = read_environments(found, lay.environments, name)
-        return _env_split(envs, lay.letters, len(classes))
+        envs, classes = read_environments(found, lay.environments, name, lay.size, lay.recipe)
+        return _env_split(envs, lay.letters, len(classes), (3, lay.size, lay.size))
 
     load.__doc__ = f"DomainBed's {lay.folder}: environments {', '.join(lay.letters)} ({', '.join(lay.environments)})."
     return load

@@ -343,6 +343,7 @@ def domain_shards_split(split: Split, cfg: RunConfig) -> tuple[tuple[tuple[Pair,
 
 
 CLIENT_SPLIT = (0.64, 0.16)  # a FedWCA client's train and validation shares; the test split is the rest (20 %)
+MIN_CLIENT_SAMPLES = 7  # the fewest that leave a client 4 train, 1 validation and 2 test samples
 
 
 def domain_clients_split(split: Split, cfg: RunConfig) -> tuple[Pair, tuple[tuple[Pair, Pair, Pair], ...],
@@ -368,9 +369,13 @@ def domain_clients_split(split: Split, cfg: RunConfig) -> tuple[Pair, tuple[tupl
         if e == src:
             continue
         x, y = envs[e]
-        if len(y) < 5 * cfg.clients_per_domain:
-            raise ValueError(f"clients_per_domain={cfg.clients_per_domain} is invalid: environment {names[e]} holds "
-                             f"{len(y)} samples (each client needs 5 for its 64/16/20 split)")
+        per = len(y) // cfg.clients_per_domain
+        if min(per, cfg.samples_per_client or per) < MIN_CLIENT_SAMPLES:
+            field, value = (("samples_per_client", cfg.samples_per_client) if per >= MIN_CLIENT_SAMPLES
+                            else ("clients_per_domain", cfg.clients_per_domain))
+            raise ValueError(f"{field}={value} is invalid: a client of environment {names[e]} ({len(y)} samples) "
+                             f"would hold {min(per, cfg.samples_per_client or per)}, and its 64/16/20 split needs "
+                             f"{MIN_CLIENT_SAMPLES}")
         for k, shard in enumerate(homo_shards(len(y), cfg.clients_per_domain,
                                               np_rng(cfg.seed, purpose=f"domain_clients/{e}"))):
             idx = np_rng(cfg.seed, purpose=f"domain_clients/{e}/{k}").permutation(_cap(shard, cfg.samples_per_client))

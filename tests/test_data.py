@@ -424,8 +424,8 @@ TINY_BUILDERS = {"fashion-mnist": _tiny_fmnist, "fmnist-conditions": _tiny_condi
                  "colored-fmnist": _tiny_fmnist_construction("colored-fmnist"),
                  "rotated-fmnist": _tiny_fmnist_construction("rotated-fmnist"),
                  "fmnist-5": _tiny_fmnist_construction("fmnist-5"),
-                 **{n: _tiny_folders(n) for n in ("vlcs", "pacs", "office-home", "office31", "terra-incognita", "domain-net",
-                                                  "imagefolder")}}
+                 **{n: _tiny_folders(n) for n in ("vlcs", "pacs", "office-home", "office31", "digit-five",
+                                                  "terra-incognita", "domain-net", "imagefolder")}}
 
 
 def test_every_tiny_builder_is_registered():

@@ -17,7 +17,8 @@ from fda_ray.engine import run
 from fda_ray.experiment import build_experiment
 from fda_ray.models import ShotNet, WeightNormLinear, build_model
 
-SEED_003_GRIDS = {"fedwca-fmnist", "fedwca-ablation", "fedwca-temperatures"}
+SEED_003_GRIDS = {"fedwca-fmnist", "fedwca-ablation", "fedwca-temperatures", "fedwca-digit-five", "fedwca-pacs",
+                  "fedwca-office-home", "fedwca-pacs-ablation"}
 
 
 def test_domain_clients_split_gives_every_other_domain_unlabelled_clients(fedwca5):
@@ -302,8 +303,10 @@ def test_bad_configs_are_one_line_errors(fedwca5):
         build_experiment(fedwca5(fedwca={"revision_interval": 5, "weighting": "local"}))
     with pytest.raises(ValueError, match=r"source_envs=\[1, 2\] is invalid: one source domain"):
         build_experiment(fedwca5(source_envs=(1, 2)))
-    with pytest.raises(ValueError, match="clients_per_domain=100 is invalid: environment"):
+    with pytest.raises(ValueError, match="clients_per_domain=100 is invalid: a client of environment clean"):
         build_experiment(fedwca5(clients_per_domain=100, samples_per_client=None))
+    with pytest.raises(ValueError, match="samples_per_client=6 is invalid: .* its 64/16/20 split needs 7"):
+        build_experiment(fedwca5(samples_per_client=6))
     with pytest.raises(ValueError, match="clients_per_domain=0 is invalid: an integer >= 1"):
         fedwca5(clients_per_domain=0)
     with pytest.raises(ValueError, match="fedwca.weighting='x' is invalid: one of wca, local"):
@@ -332,3 +335,42 @@ def test_fedwca_grids_plan_unique_trials():
     assert len(temps) == 25
     table = plan(GRIDS["fedwca-fmnist"], "paper")
     assert len(table) == 5 * 5 * 3 and {tr.params["source_envs"] for tr in table} == {(e,) for e in range(5)}
+
+
+def test_the_pacs_table_command_runs_on_a_generated_tree(tmp_path, capsys, monkeypatch):
+    """README's PACS command (the quick profile, a random ResNet-18 state dict standing in for the ImageNet file) on
+    a generated PACS/<domain>/<class>/ tree: Table 9's settings resolved, the cluster rounds run on image files, the
+    paper's numbers beside the cells; without the weights file, one line naming it."""
+    import json
+
+    import torchvision
+
+    from fda_ray import sweep
+    from fda_ray.preflight import model_weights
+    from test_domainbed import _folder_tree
+
+    for env in ("art_painting", "cartoon", "photo", "sketch"):
+        _folder_tree(tmp_path / "PACS" / env, [""], ["dog", "elephant"], per=6)
+    weights = tmp_path / "resnet18.pth"
+    torch.save(torchvision.models.resnet18(weights=None).state_dict(), weights)
+    out = tmp_path / "sweep"
+    argv = ["--grid", "fedwca-pacs", "--profile", "quick", "--data-dir", str(tmp_path), "--model-weights", str(weights),
+            "--methods", "source_only,fedwca_revised", "--values", "1", "--samples-per-client", "8",
+            "--clients-per-domain", "1", "--backend", "local", "--workers", "1", "--no-figures", "--json",
+            "--out", str(out)]
+    assert sweep.main(argv) == 0
+    printed = capsys.readouterr().out
+    summary = json.loads(printed[printed.index("{"):])
+    assert summary["trials_done"] == 2 and summary["failures"] == []
+    assert summary["cells"]["source_only"]["1"]["paper"] == 68.66 and summary["cells"]["fedwca_revised"]["1"]["paper"] == 83.23
+    trial_dir = next((out / "trials").glob("fedwca_revised-source1-*"))
+    params = json.loads((trial_dir / "trial.json").read_text())["params"]
+    cfg = RunConfig(**{k: tuple(v) if k == "source_envs" else v for k, v in params.items()}).resolved()
+    assert (cfg.model, cfg.lr_target, cfg.clients_per_domain) == ("shot_resnet18", 1e-4, 1)
+    assert cfg.params["fedwca"]["temp_a"] == 0.1 and cfg.params["fedwca"]["ce_weight"] == 0.3
+    rows = json.loads((trial_dir / "rows.json").read_text())
+    rows = rows["rows"] if isinstance(rows, dict) else rows
+    assert [r["phase"] for r in rows] == ["source", "adapt", "adapt"] and len(rows[-1]["alpha"]) == 3
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "no-torch-home"))
+    with pytest.raises(ValueError, match="model_weights='imagenet' is invalid: torchvision's cache file .*resnet18-f37072fd"):
+        model_weights("imagenet", "shot_resnet18")

@@ -16,7 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from tuning.paper import (DOMAINBED_CMNIST, DOMAINBED_TERRA, DOMAINBED_VLCS, TABLE1_002_OFFICE31, TABLE2_000_ACC,
+from tuning.paper import (DOMAINBED_CMNIST, DOMAINBED_TERRA, DOMAINBED_VLCS, TABLE1_002_OFFICE31, TABLE2_003,
+                          TABLE3_003_PACS, TABLE2_000_ACC,
                           TABLE2_000_AUC,
                           TABLE6_000_NONIID, TABLES7_9_CMNIST_BETA,
                           TABLE2_FMNIST_ABLATION, TABLE10_FMNIST, TABLE11_FMNIST_LABEL_SHIFT,
@@ -360,7 +361,36 @@ def _fedwca_grid(name: str, rows: tuple[Row, ...], values=_SOURCES, fields=_SOUR
                 value_fields=fields, value_labels=labels)
 
 
+# 003's datasets as the user has them (partition domain_clients; Table 9's settings through the fedwca family's
+# defaults: SHOT's LeNet / ImageNet ResNet-18 / ResNet-50, SGD, E = 5, T_a by dataset and source), 15 trials a cell
+# as the paper (5 source models x 3), R = 100 rounds (Office-Home 50).
+_REVISED = Row("fedwca_revised", "Revised FedWCA (U = 5)", "fedwca", {"params": {"fedwca": {"revision_interval": 5}}})
+_FEDWCA_USER_QUICK = Profile({"samples_per_client": 20, "rounds": 2,
+                              "params": {"fedwca": {"local_epochs": 1, "source_epochs": 1}}}, seeds=1,
+                             note="2 rounds on 20 images a client, one seed: checks a setup, not the numbers.")
+
+
+def _fedwca_user_grid(name: str, dataset: str, envs: tuple[str, ...], rounds: int, rows: tuple[Row, ...],
+                      paper: Mapping[str, Mapping[float, float]], ref: str) -> Grid:
+    values = tuple(float(e) for e in range(len(envs)))
+    return Grid(name=name, dataset=dataset, variable="source", values=values, rows=rows,
+                seeds={v: 15 for v in values}, fixed={"rounds": rounds},
+                profiles={"paper": {}, "quick": _FEDWCA_USER_QUICK}, paper=paper, paper_ref=ref,
+                value_fields={v: {"source_envs": (int(v),)} for v in values},
+                value_labels={v: envs[int(v)] for v in values})
+
+
+_T2_REF = "seed 003, Tables 2 and 10"
 GRIDS: dict[str, Grid] = {
+    "fedwca-digit-five": _fedwca_user_grid("fedwca-digit-five", "digit-five", ("MN", "MN-M", "SV", "SY", "US"), 100,
+                                           (*FEDWCA_ROWS, _REVISED), TABLE2_003["digit-five"], _T2_REF + " (Digit-Five)"),
+    "fedwca-pacs": _fedwca_user_grid("fedwca-pacs", "pacs", ("Ar", "Ca", "Ph", "Sk"), 100, (*FEDWCA_ROWS, _REVISED),
+                                     TABLE2_003["pacs"], _T2_REF + " (PACS)"),
+    "fedwca-office-home": _fedwca_user_grid("fedwca-office-home", "office-home", ("Ar", "Cl", "Pr", "Re"), 50,
+                                            (*FEDWCA_ROWS, _REVISED), TABLE2_003["office-home"],
+                                            _T2_REF + " (Office-Home)"),
+    "fedwca-pacs-ablation": _fedwca_user_grid("fedwca-pacs-ablation", "pacs", ("Ar", "Ca", "Ph", "Sk"), 100,
+                                              FEDWCA_ABLATION_ROWS, TABLE3_003_PACS, "seed 003, Tables 3 and 10 (PACS)"),
     # 002 Table I on FMNIST-5 pairs; on Office-31 (the user's copy, ResNet-101 ImageNet weights): the paper's table.
     "fssda-fmnist": _fmnist5_grid("fssda-fmnist", FSSDA_TABLE_ROWS),
     "fssda-office31": Grid(
