@@ -31,6 +31,14 @@ def mean_ci(values: list[float]) -> tuple[float, float, float]:
     return mean, T_975.get(len(values) - 1, 1.96) * sd / math.sqrt(len(values)), sd
 
 
+def short_ci(values: list[float]) -> str:
+    """"mean ± 95 % CI half-width" to one decimal ("-" for none, the value alone for one): the result pages' cells."""
+    if len(values) < 2:
+        return f"{values[0]:.1f}" if values else "-"
+    mean, half, _ = mean_ci(values)
+    return f"{mean:.1f} ± {half:.1f}"
+
+
 def cell(values: list[float]) -> str:
     if not values:
         return "-"

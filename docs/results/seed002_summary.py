@@ -20,15 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from grid_summary import finished_rows, mean_ci  # noqa: E402  (this folder)
+from grid_summary import finished_rows, short_ci  # noqa: E402  (this folder)
 from tuning.grids import GRIDS  # noqa: E402
-
-
-def _ci(values: list[float]) -> str:
-    if len(values) < 2:
-        return f"{values[0]:.1f}" if values else "-"
-    mean, half, _ = mean_ci(values)
-    return f"{mean:.1f} ± {half:.1f}"
 
 
 def _runs(out: str, grid_name: str) -> dict[tuple[str, float], list[list[dict]]]:
@@ -53,7 +46,7 @@ def table(out: str, grid_name: str) -> None:
         cells = []
         for v in grid.values:
             seeds = runs.get((r.key, v), [])
-            c = _ci([100 * s[-1]["accuracy"] for s in seeds])
+            c = short_ci([100 * s[-1]["accuracy"] for s in seeds])
             p = grid.paper.get(r.key, {}).get(v)
             cells.append(c + (f" / {p:.1f}" if p is not None else ""))
         print(f"| {r.label} | " + " | ".join(cells) + " |")
@@ -68,7 +61,7 @@ def table(out: str, grid_name: str) -> None:
             seeds = runs.get((r.key, v), [])
             teach = [100 * _mean_list(s[-1]["teacher_accuracy"]) for s in seeds if s[-1].get("teacher_accuracy")]
             lam = [_mean_list(s[-1]["imitation_lambda_i"]) for s in seeds if s[-1].get("imitation_lambda_i")]
-            cells.append(f"{_ci(teach) if teach else '-'} / {statistics.fmean(lam):.2f}" if lam else "-")
+            cells.append(f"{short_ci(teach) if teach else '-'} / {statistics.fmean(lam):.2f}" if lam else "-")
         print(f"| {r.label} | " + " | ".join(cells) + " |")
 
 

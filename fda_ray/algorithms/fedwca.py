@@ -544,7 +544,7 @@ class _Base(Algorithm):
             if a >= 1 and not self._full_round(a + 1):  # the revised FedWCA: the server mixes next round's f_init
                 for k in range(1, self.k + 1):
                     v = init_weights(state["alpha"][k - 1], state["beta"][k - 1], int(assign[k - 1]), mix_a, mix_b)
-                    state[f"init{k}"] = self._fix_classifier(_stack_mix(clusters, v), src)
+                    state[f"init{k}"] = self._fix_classifier(_mix(clusters, v), src)
         elif a >= 1:
             if any("alpha" in res.tensors for res in results.values()):
                 metrics["alpha"] = [results[k].tensors["alpha"].tolist() for k in range(1, self.k + 1)]
@@ -604,10 +604,6 @@ class _Base(Algorithm):
 
     def init_state(self, initial: torch.Tensor) -> ServerState:
         return {"global": initial.clone()}
-
-
-def _stack_mix(models: list[torch.Tensor], v: torch.Tensor) -> torch.Tensor:
-    return (v.to(models[0].device).unsqueeze(1) * torch.stack(models).double()).sum(0).float()
 
 
 def _finite(t: torch.Tensor, what: str) -> None:
