@@ -358,7 +358,7 @@ def domain_clients_split(split: Split, cfg: RunConfig) -> tuple[Pair, tuple[tupl
     listing = ", ".join(f"{i} {n}" for i, n in enumerate(names))
     if len(cfg.source_envs) != 1 or cfg.source_envs[0] >= len(envs):
         raise ValueError(f"source_envs={list(cfg.source_envs)} is invalid: one source domain of dataset "
-                         f"{cfg.dataset!r}'s environments {listing}")
+                         f"{cfg.dataset} (environments {listing})")
     src = cfg.source_envs[0]
     x, y = envs[src]
     cap = None if cfg.samples_per_client is None else cfg.samples_per_client * cfg.clients_per_domain

@@ -117,6 +117,16 @@ CASES = [
     run_case("batch_source=", *RUN, "--batch-source", "100000"),
     run_case("batch_target=", *RUN, "--method", "fedgp_auto", "--target-labelled", "4", "--batch-target", "4"),
     run_case("num_sources=", "--dataset", "synthetic", "--num-sources", "9", "--rounds", "1"),
+    # ... seed 003's source-free setting (FMNIST-5 built from the generated files)
+    *[run_case(c, "--dataset", "fmnist-5", "--data-dir", "{fm}", "--method", "fedwca", "--rounds", "1", *a) for c, a in [
+        ("fedwca.temp_a=", ("--fedwca-temp-a", "0")),
+        ("source_envs=[1, 2] is invalid: one source domain", ("--source-envs", "1", "2")),
+        ("clients_per_domain=", ("--clients-per-domain", "0")),
+        ("samples_per_client=6", ("--samples-per-client", "6")),
+        ("model='simple_cnn'", ("--model", "simple_cnn")),
+        ("fedwca.revision_interval=", ("--fedwca-revision-interval", "5", "--fedwca-weighting", "local")),
+        ("fedwca.weighting=", ("--fedwca-weighting", "nope"))]],
+    run_case("partition='domain_clients' is invalid for dataset 'fashion-mnist'", *RUN, "--method", "fedwca"),
     # ... a run whose numbers diverge: exit 1, the finished rounds kept
     run_case("run stopped in round", *RUN, "--noise", "1e38", "--rounds", "2", code=1, seconds=60),
     # ... Ray: a request no node can hold, a cluster nobody answers at (the real entry point)
