@@ -307,6 +307,8 @@ def test_bad_configs_are_one_line_errors(fedwca5):
         build_experiment(fedwca5(clients_per_domain=100, samples_per_client=None))
     with pytest.raises(ValueError, match="samples_per_client=6 is invalid: .* its 64/16/20 split needs 7"):
         build_experiment(fedwca5(samples_per_client=6))
+    with pytest.raises(ValueError, match="noise=0.2 is invalid for method fedwca"):
+        build_experiment(fedwca5(noise=0.2))
     with pytest.raises(ValueError, match="clients_per_domain=0 is invalid: an integer >= 1"):
         fedwca5(clients_per_domain=0)
     with pytest.raises(ValueError, match="fedwca.weighting='x' is invalid: one of wca, local"):

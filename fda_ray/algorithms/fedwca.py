@@ -418,6 +418,9 @@ class _Base(Algorithm):
         if model is None or not hasattr(model, "features") or not hasattr(model, "classifier"):
             raise ValueError(f"model={cfg.model!r} is invalid for method {self.name}: it needs SHOT's bottleneck and "
                              f"weight-normalised classifier: {', '.join(SHOT_MODELS)}")
+        if cfg.noise:
+            raise ValueError(f"noise={cfg.noise!r} is invalid for method {self.name}: seed 003's clients read their "
+                             "domains' images as they are (0)")
         if cfg.num_sources != 1:
             raise ValueError(f"num_sources={cfg.num_sources} is invalid for method {self.name}: seed 003 has one "
                              "source (the server's pre-trained model)")
@@ -598,6 +601,8 @@ class _Base(Algorithm):
         return row
 
     def final_weights(self, state: ServerState) -> torch.Tensor:
+        """FedAvg's global model; otherwise the source model (the personalised cluster models and Local's client
+        models are the outputs, in the state and the clients' states; one vector cannot hold them)."""
         if self.mode == "fedavg" and "global" in state:
             return state["global"]
         return state.get("source", state["global"])
