@@ -60,6 +60,19 @@ def table(out: str, grid_name: str) -> None:
                     means.append(statistics.fmean(vals))
             avg = f"{statistics.fmean(means):.1f}" if len(means) == len(grid.values) else "-"
             print(f"| {r.label} | " + " | ".join(cells) + f" | {avg} |")
+    ref = next((r for r in grid.rows if r.key == "fedwca"), None)
+    if ref is not None:
+        print("\nFedWCA minus each row, paired by (column, seed): mean difference (points) and FedWCA's wins\n")
+        for r in grid.rows:
+            if r.key == ref.key:
+                continue
+            diffs = []
+            for v in grid.values:
+                mine = {x["seed"]: x["accuracy"] for x in runs.get((ref.key, v), [])}
+                diffs += [100 * (mine[x["seed"]] - x["accuracy"]) for x in runs.get((r.key, v), []) if x["seed"] in mine]
+            if diffs:
+                print(f"- {r.label}: {statistics.fmean(diffs):+.1f} points, FedWCA higher in "
+                      f"{sum(d > 0 for d in diffs)} of {len(diffs)}")
     print("\nclusters found (FedWCA rows: mean number of clusters / mean purity over seeds):\n")
     for r in grid.rows:
         got = [(v, runs.get((r.key, v), [])) for v in grid.values]
