@@ -213,7 +213,7 @@ def test_history_parquet_round_trip(tiny, tmp_path):
 
 def test_model_weights_only_for_resnet18(tiny):
     with pytest.raises(ValueError, match="model_weights='w.pt' is invalid: only models resnet18, resnet50, resnet101, "
-                                         "resnet18_multitask load"):
+                                         "resnet18_multitask, shot_resnet18, shot_resnet50 load"):
         tiny(model="simple_cnn", model_weights="w.pt")
 
 
