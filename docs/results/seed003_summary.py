@@ -133,7 +133,8 @@ def heatmap(out: str, grid_name: str) -> None:
                 if not np.isnan(data[i, j]):
                     ax.text(j, i, f"{data[i, j]:.1f}", ha="center", va="center", fontsize=7, color="w")
         fig.colorbar(im, ax=ax, fraction=0.046)
-    fig.suptitle(f"FedWCA, T_a x T_b ({grid.fixed.get('source_envs', '')} source; {grid_name})")
+    source = ", ".join(FMNIST5_NAMES[e] for e in grid.fixed.get("source_envs", ()))
+    fig.suptitle(f"FedWCA, T_a x T_b (source {source}, {grid_name}; the validation splits select, the test is shown)")
     fig.tight_layout()
     for ext in ("png", "pdf"):
         fig.savefig(Path(out) / f"heatmap.{ext}", dpi=130)
