@@ -148,8 +148,23 @@ def _outputs(client: Client, flat: torch.Tensor, data: str = "train") -> tuple[t
     return torch.cat(feats), torch.cat(probs)
 
 
+class _Outputs:
+    """`_outputs` on the train split, once per model within a task: the own cluster model f_{c_k} is read by Eq. 1
+    (FedWCA-L), SND and Alg. 2's prototypes, one_hot's initial model is f_{c_k} itself. Keyed by the tensor object,
+    which the memo keeps alive (so an id is never reused)."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self.seen: dict[int, tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]] = {}
+
+    def __call__(self, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if id(flat) not in self.seen:
+            self.seen[id(flat)] = (flat, _outputs(self.client, flat))
+        return self.seen[id(flat)][1]
+
+
 def _classifier_weights(client: Client) -> torch.Tensor:
-    """(M, q): g's effective class vectors w_m (the loaded model's)."""
+    """(M, q): g's effective class vectors w_m (the loaded model's; every model a task sees has g_S exactly)."""
     with torch.no_grad():
         return client.model.classifier.weight().detach()
 
@@ -162,32 +177,33 @@ def _mix(models: list[torch.Tensor], weights: torch.Tensor) -> torch.Tensor:
     return out.float()
 
 
-def _alpha(client: Client, models: list[torch.Tensor], temp: float) -> torch.Tensor:
+def _alpha(outputs: _Outputs, models: list[torch.Tensor], temp: float) -> torch.Tensor:
     """Eq. 1: softmax_c(I_{k,c} / T_a) (C,) float64 over the given models' features on the client's train split."""
     scores = []
     for m in models:
-        feat, _ = _outputs(client, m)
-        scores.append(cluster_score(feat, _classifier_weights(client)))
+        feat, _ = outputs(m)
+        scores.append(cluster_score(feat, _classifier_weights(outputs.client)))
     return softmax_weights(torch.tensor(scores, dtype=torch.float64), temp)
 
 
-def _snd_weights(client: Client, a: torch.Tensor, b: torch.Tensor, h: Mapping[str, Any]) -> torch.Tensor:
+def _snd_weights(outputs: _Outputs, a: torch.Tensor, b: torch.Tensor, h: Mapping[str, Any]) -> torch.Tensor:
     """Eq. 3: softmax(SND(g o a) / T_b, SND(g o b) / T_b) (2,) float64."""
-    s = [snd(_outputs(client, m)[1], float(h["snd_temperature"])) for m in (a, b)]
+    s = [snd(outputs(m)[1], float(h["snd_temperature"])) for m in (a, b)]
     return softmax_weights(torch.tensor(s, dtype=torch.float64), float(h["temp_b"]))
 
 
-def _pseudo_labels(client: Client, task: ClientTask, init: torch.Tensor, own: torch.Tensor | None,
+def _pseudo_labels(outputs: _Outputs, task: ClientTask, init: torch.Tensor, own: torch.Tensor | None,
                    h: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
     """The round's fixed labels (n,) and mixup partners (n,) (-1: unmixed) of the train split: Eq. 4 with the initial
     model alone (`own` None: 003's round 0, the baselines) or Alg. 2 with the initial and the cluster model."""
     shot = h["prototypes"] == "shot"
-    feat_a, probs_a = _outputs(client, init)
+    client = outputs.client
+    feat_a, probs_a = outputs(init)
     labels_a, protos_a = prototype_labels(feat_a, probs_a, shot)
     n = len(labels_a)
     if own is None or h["pseudo_label_models"] == "one":
         return labels_a, torch.full((n,), -1, dtype=torch.long, device=labels_a.device), {}
-    feat_b, probs_b = _outputs(client, own)
+    feat_b, probs_b = outputs(own)
     labels_b, protos_b = prototype_labels(feat_b, probs_b, shot)
     fa = torch.cat([feat_a, torch.ones(n, 1, device=feat_a.device)], 1) if shot else feat_a
     fb = torch.cat([feat_b, torch.ones(n, 1, device=feat_b.device)], 1) if shot else feat_b
@@ -308,7 +324,7 @@ def fedwca_recipe(client: Client, task: ClientTask, inputs: Mapping[str, torch.T
     if role == "shot":
         local = bool(h.get("local", False))
         start = client.state["model"] if local and "model" in client.state else inputs[h["start"]]
-        labels, partners, _ = _pseudo_labels(client, task, start, None, h)
+        labels, partners, _ = _pseudo_labels(_Outputs(client), task, start, None, h)
         new, steps, loss = _adapt(client, task, start, labels, partners, h)
         if local:
             client.state["model"] = new.cpu()
@@ -318,13 +334,14 @@ def fedwca_recipe(client: Client, task: ClientTask, inputs: Mapping[str, torch.T
     # role "wca": the weighting's initial model (Alg. 1 lines 13-16), then Alg. 2 and the local epochs
     own = inputs[h["own"]]  # f_{c_k}
     weighting, c = h["weighting"], int(h["clusters"])
+    outputs = _Outputs(client)
     if "init" in h:  # the revised FedWCA between its blocks' first rounds: the server mixed it
         init = inputs[h["init"]]
     elif weighting in ("wca", "local"):
         models = [inputs[f"soft{j}" if weighting == "wca" else f"cluster{j}"] for j in range(c)]
-        alpha = _alpha(client, models, float(h["temp_a"]))
+        alpha = _alpha(outputs, models, float(h["temp_a"]))
         bar = _mix(models, alpha)
-        beta = _snd_weights(client, own, bar, h)
+        beta = _snd_weights(outputs, own, bar, h)
         init = _mix([own, bar], beta)
         tensors["alpha"], tensors["beta"] = alpha, beta
     elif weighting == "one_hot":
@@ -335,7 +352,7 @@ def fedwca_recipe(client: Client, task: ClientTask, inputs: Mapping[str, torch.T
         if weighting == "equal":
             init = equal
         elif weighting == "one_equal_a":
-            beta = _snd_weights(client, own, equal, h)
+            beta = _snd_weights(outputs, own, equal, h)
             init = _mix([own, equal], beta)
             tensors["beta"] = beta
         else:  # one_equal: p on the own cluster, (1 - p) / (C - 1) on each other
@@ -343,7 +360,7 @@ def fedwca_recipe(client: Client, task: ClientTask, inputs: Mapping[str, torch.T
             w = torch.full((c,), (1 - p) / max(c - 1, 1), dtype=torch.float64)
             w[int(h["own_cluster"])] = p
             init = _mix(clusters, w)
-    labels, partners, stats = _pseudo_labels(client, task, init, own, h)
+    labels, partners, stats = _pseudo_labels(outputs, task, init, own, h)
     new, steps, loss = _adapt(client, task, init, labels, partners, h)
     tensors["weights"] = new.cpu()
     scalars.update(stats)
