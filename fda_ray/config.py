@@ -175,6 +175,14 @@ class RunConfig:
     target_labelled_per_class: int | None = _f(None, "partition domain_shards: labelled target samples per class, "
                                                      "drawn from the whole target domain (each stays on the device "
                                                      "holding it); default 3 (seed 002)")
+    val_share: float | None = _f(None, "model selection without target test labels: this share of the target's "
+                                       "labelled training samples (seeded by (seed, 'validation/target')) is held "
+                                       "out, not trained on, and every round reports the evaluated model's "
+                                       "val_accuracy on it; default none (every labelled sample trains)")
+    source_val_share: float | None = _f(None, "model selection on the training domains (DomainBed's training-domain "
+                                              "validation): this share of every source's samples is held out and "
+                                              "every round reports source_val_accuracy, the evaluated model on them "
+                                              "together; default none")
     beta: float = _f(0.5, "static beta of fedda / fedgp: the weight of the source side, in [0, 1] (seed 000's "
                           "GP puts its letter beta on the target side: the same rule, 000's beta = 1 - this)")
     aux_alpha: float | None = _f(None, "seed 000 Eq. 3: the sources' loss is L_main + aux_alpha * L_aux on a dataset "
@@ -323,6 +331,10 @@ class RunConfig:
             object.__setattr__(self, "source_classes", int(self.source_classes))
         if not isinstance(self.source_classes, int) or isinstance(self.source_classes, bool) or self.source_classes < 1:
             raise _err("source_classes", self.source_classes, "an integer >= 1 (at most the dataset's classes)")
+        for name in ("val_share", "source_val_share"):
+            v = getattr(self, name)
+            if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0.0 < v < 1.0):
+                raise _err(name, v, "a share in (0, 1) (or unset: nothing held out)")
         if not (0.0 <= self.beta <= 1.0):
             raise _err("beta", self.beta, "a number in [0, 1]")
         if self.aux_alpha is not None and not (isinstance(self.aux_alpha, (int, float)) and not isinstance(

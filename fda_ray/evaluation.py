@@ -2,6 +2,7 @@
 
     evaluate(model, layout, flat, x, y, noise, gen)    (accuracy, mean loss) of flat weights (M,) on (x, y)
     Evaluator(exp).target(flat, r)                     a row's columns for the target's model in round r
+    Evaluator(exp).validation(flat, r)                 its model-selection columns (val_accuracy, source_val_...)
 
 The noise of round r's evaluation is drawn from a generator seeded by (seed, r, target, "eval"); the extra
 levels of `eval_noise` reuse that stream, so a run with noise=std would draw exactly the noise evaluated here.
@@ -90,13 +91,16 @@ class Evaluator:
             raise RuntimeError("this evaluator reads no client states")
         return self._client_state(client)
 
-    def target(self, flat: torch.Tensor, round_idx: int) -> dict[str, Any]:
-        """{"accuracy", "loss"[, "auc"][, "eval_noise_accuracy"]} of the weights `flat` (M,) on the target's test set."""
+    def target(self, flat: torch.Tensor, round_idx: int, validation: bool = True) -> dict[str, Any]:
+        """{"accuracy", "loss"[, "auc"][, "eval_noise_accuracy"]} of the weights `flat` (M,) on the target's test set,
+        and (validation=True, where the setting holds them out) the same model's validation metrics."""
         s, cfg = self.setting, self.cfg
         x, y = s.target_test
         gen = generator(cfg.seed, round_idx, self.target_index, "eval", device=cfg.device)
         row: dict[str, Any] = evaluate_metrics(self.model, self.layout, flat, x, y, noise=s.noise, gen=gen,
                                                task=s.task, aux=s.aux_tasks)
+        if validation:
+            row.update(self.validation(flat, round_idx))
         if cfg.eval_noise:
             extra = []
             for std in cfg.eval_noise:
@@ -106,3 +110,22 @@ class Evaluator:
                                       aux=s.aux_tasks)[0])
             row["eval_noise_accuracy"] = extra
         return row
+
+    def validation(self, flat: torch.Tensor, round_idx: int) -> dict[str, Any]:
+        """Model selection's metrics (fda_ray.selection) of the weights `flat`, read without any target test label:
+        val_accuracy / val_loss[/ val_auc] on the held-out labelled target samples (with the target's noise, drawn
+        from its own stream), source_val_accuracy / source_val_loss on the sources' held-out samples (no noise:
+        the sources' images carry none)."""
+        s, cfg = self.setting, self.cfg
+        row: dict[str, Any] = {}
+        if s.target_val is not None:
+            gen = generator(cfg.seed, round_idx, self.target_index, "eval/validation", device=cfg.device)
+            m = evaluate_metrics(self.model, self.layout, flat, *s.target_val, noise=s.noise, gen=gen, task=s.task,
+                                 aux=s.aux_tasks)
+            row.update({f"val_{k}": v for k, v in m.items()})
+        if s.source_val is not None:
+            m = evaluate_metrics(self.model, self.layout, flat, *s.source_val, noise=0.0, gen=None, task=s.task,
+                                 aux=s.aux_tasks)
+            row.update({f"source_val_{k}": v for k, v in m.items()})
+        return row
+

@@ -42,6 +42,11 @@ and a purpose, so a setting is the same in every process and executor.
                shards, each capped at samples_per_client and split 64 / 16 / 20 into train / validation / test
                (003 C.1). `client_parts[k]` = (train with every label -1: the clients have no labels; validation;
                test) and `client_domains[k]` its environment; the target's sets are their concatenations.
+Validation (model selection, fda_ray.selection): cfg.val_share holds out that share of the target's labelled
+training samples (a permutation seeded by (seed, "validation/target"); domain_shards: of the labelled samples on
+every device, whose labels are then hidden there, so they stay unlabelled training data as the rest), and
+cfg.source_val_share that share of every source's samples (seeded per source); the target's test set and pool
+are unchanged.
 Noise: x + N(0, std^2), no clipping, drawn afresh every time an image is read, on target train and test only.
 The oracle under the authors' protocol (cfg.baseline_protocol = "authors", REFERENCE.md) takes the target's whole
 part instead: a seeded permutation, its first 10 % the oracle's test set, the other 90 % its training set.
@@ -85,6 +90,10 @@ class Setting:
     # partition domain_clients (seed 003): per target client, (train with label -1, validation, test), and its domain
     client_parts: tuple[tuple[Pair, Pair, Pair], ...] = ()
     client_domains: tuple[int, ...] = ()
+    # model selection (cfg.val_share, cfg.source_val_share): held-out labelled target samples, and the sources'
+    # held-out samples together; never trained on
+    target_val: Pair | None = None
+    source_val: Pair | None = None
 
 
 def _take(x: torch.Tensor, y: torch.Tensor, idx: np.ndarray) -> Pair:
@@ -481,6 +490,24 @@ def build_setting(split: Split, cfg: RunConfig) -> Setting:
             "domainbed", "heldout_domain", "domain_shards", "domain_clients"):
         target_train, target_test = oracle_split(whole, cfg.seed)
         target_pool = target_train
+    target_val = source_val = None
+    if cfg.val_share is not None:
+        if cfg.partition == "domain_clients":
+            raise ValueError(f"val_share={cfg.val_share!r} is invalid for partition 'domain_clients': its clients "
+                             "hold their own validation splits (val_accuracy is reported without it)")
+        if cfg.partition == "domain_shards":
+            target_parts, target_train, target_val = hold_out_labelled(target_parts, cfg.val_share, cfg.seed)
+        else:
+            target_train, target_val = hold_out(target_train, cfg.val_share, cfg.seed, "validation/target",
+                                                "val_share", "the target's labelled samples")
+    if cfg.source_val_share is not None:
+        if cfg.partition in ("domain_shards", "domain_clients"):
+            raise ValueError(f"source_val_share={cfg.source_val_share!r} is invalid for partition "
+                             f"{cfg.partition!r}: its sources are split by domain (use val_share)")
+        held = [hold_out(p, cfg.source_val_share, cfg.seed, f"validation/source{i}", "source_val_share",
+                         f"source {i}'s samples") for i, p in enumerate(sources)]
+        sources = tuple(train for train, _ in held)
+        source_val = (concat([v[0] for _, v in held]), torch.cat([v[1] for _, v in held]))
     for i, (x, _) in enumerate(sources):
         if len(x) < cfg.batch_source and cfg.drop_last:
             raise ValueError(f"batch_source={cfg.batch_source} is invalid: source {i} holds only {len(x)} samples")
@@ -493,4 +520,46 @@ def build_setting(split: Split, cfg: RunConfig) -> Setting:
         client_parts, client_domains = (), ()
     return Setting(sources, target_train, target_pool, target_test, float(cfg.noise),
                    main_outputs(split.task, split.num_classes), split.input_shape, split.task, split.aux_tasks,
-                   source_parts, target_parts, client_parts, client_domains)
+                   source_parts, target_parts, client_parts, client_domains, target_val, source_val)
+
+
+def hold_out(pair: Pair, share: float, seed: int, purpose: str, field: str, what: str) -> tuple[Pair, Pair]:
+    """(the rest, the held-out share) of `pair`: round(share x n) samples (at least 1) of a permutation seeded by
+    (seed, purpose); each part keeps the samples' original order. At least one sample must stay to train on."""
+    x, y = pair
+    n = len(y)
+    k = max(1, int(round(share * n)))
+    if k >= n:
+        raise ValueError(f"{field}={share!r} is invalid: it would hold out all {n} of {what}")
+    perm = np_rng(seed, purpose=purpose).permutation(n)
+    keep, val = np.sort(perm[k:]), np.sort(perm[:k])
+    return (take(x, keep), y[torch.from_numpy(keep)]), (take(x, val), y[torch.from_numpy(val)])
+
+
+def hold_out_labelled(parts: tuple[Pair, ...], share: float, seed: int) -> tuple[tuple[Pair, ...], Pair, Pair]:
+    """domain_shards: (the devices' target shards with the held-out labels hidden (-1), the labelled samples left,
+    the held-out ones). The labelled samples are numbered device by device and the held-out share drawn as in
+    hold_out."""
+    where = [(d, int(i)) for d, (_, y) in enumerate(parts) for i in torch.nonzero(y != UNLABELLED).flatten()]
+    n = len(where)
+    k = max(1, int(round(share * n)))
+    if k >= n:
+        raise ValueError(f"val_share={share!r} is invalid: it would hold out all {n} labelled target samples")
+    perm = np_rng(seed, purpose="validation/target").permutation(n)
+    held = {where[j] for j in perm[:k]}
+    new_parts, val_x, val_y, lab_x, lab_y = [], [], [], [], []
+    for d, (x, y) in enumerate(parts):
+        y = y.clone()
+        hide = [i for i in range(len(y)) if (d, i) in held]
+        keep = [i for i in range(len(y)) if y[i] != UNLABELLED and (d, i) not in held]
+        if hide:
+            idx = np.asarray(hide)
+            val_x.append(take(x, idx))
+            val_y.append(y[torch.from_numpy(idx)].clone())
+            y[torch.from_numpy(idx)] = UNLABELLED
+        if keep:
+            idx = np.asarray(keep)
+            lab_x.append(take(x, idx))
+            lab_y.append(y[torch.from_numpy(idx)])
+        new_parts.append((x, y))
+    return tuple(new_parts), (concat(lab_x), torch.cat(lab_y)), (concat(val_x), torch.cat(val_y))

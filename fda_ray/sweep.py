@@ -41,6 +41,7 @@ from fda_ray import preflight
 from fda_ray.cli import OneLineParser, add_config_arguments, config_fields
 from fda_ray.trials import Trial, is_done, plan, read_rows, result_rows, run_trial
 from tuning.grids import GRIDS, Grid
+from tuning.searches import SEARCHES
 
 PROFILES = ("quick", "paper")
 BACKENDS = ("tune", "local")
@@ -180,8 +181,12 @@ def trial_dirname(trial: Any) -> str:
 
 
 def run_tune(pending: list[Trial], records: Path, out: Path, address: str | None, max_concurrent: int | None,
-             max_failures: int, progress: Progress) -> tuple[list[dict], bool]:
-    """Ray Tune, one launch per phase. Returns (failures, interrupted)."""
+             max_failures: int, progress: Progress, scheduler: Any = None, metric: str | None = None,
+             on_stopped: Any = None) -> tuple[list[dict], bool]:
+    """Ray Tune, one launch per phase. Returns (failures, interrupted).
+    A search's study (fda_ray.search) passes a scheduler (ASHA) deciding on `metric`, which the trials report
+    each round (rows without it are not reported), and on_stopped(record), called for a trial the scheduler
+    stopped before it finished."""
     from ray import tune
 
     import fda_ray.tune as ft
@@ -195,24 +200,32 @@ def run_tune(pending: list[Trial], records: Path, out: Path, address: str | None
 
     class Callback(tune.Callback):
         def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-            progress.line(by_key[trial.config["run"]["trial"]["key"]], "done")
+            key = trial.config["run"]["trial"]["key"]
+            if on_stopped is not None and not is_done(records / key):
+                on_stopped(records / key)  # the scheduler ended it early (complete, yet no rows.json)
+                stopped.add(key)
+                progress.line(by_key[key], f"stopped early (round {trial.last_result.get('round')})")
+                return
+            progress.line(by_key[key], "done")
 
         def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
             progress.line(by_key[trial.config["run"]["trial"]["key"]], "FAILED")
 
     failures: list[dict] = []
+    stopped: set[str] = set()  # trials the scheduler stopped early: settled, not interrupted
     for phase in _phases(pending):
         phase = [t for t in phase if t.weights_from is None or is_done(records / t.weights_from)]
         if not phase:
             continue
         launch = f"launch-{sum(1 for _ in (out / 'tune').glob('launch-*')) + 1}" if (out / "tune").exists() else "launch-1"
-        space = [{"trial": t.to_dict(), ft.RECORD_KEY: str(records)} for t in phase]
+        space = [{"trial": t.to_dict(), ft.RECORD_KEY: str(records), **({"metric": metric} if metric else {})}
+                 for t in phase]
         tuner = tune.Tuner(
             ft.with_resources(phase[0].config()),  # every trial of a sweep asks the same resources
             param_space={"run": tune.grid_search(space)},
             # reuse_actors: a trial's process (torch imported, kernels loaded) runs the next trial too.
             tune_config=tune.TuneConfig(max_concurrent_trials=max_concurrent, reuse_actors=True,
-                                        trial_dirname_creator=trial_dirname),
+                                        trial_dirname_creator=trial_dirname, scheduler=scheduler),
             run_config=tune.RunConfig(name=launch, storage_path=str(out / "tune"), verbose=0,
                                       failure_config=tune.FailureConfig(max_failures=max_failures),
                                       callbacks=[Callback()]))
@@ -226,7 +239,7 @@ def run_tune(pending: list[Trial], records: Path, out: Path, address: str | None
                                  "error": str(result.error).strip().splitlines()[-1][:300]})
         # Tune stops on SIGINT and returns: trials neither done nor failed mean the sweep was interrupted
         failed = {f["trial"] for f in failures}
-        if any(not is_done(records / t.key) and t.key not in failed for t in phase):
+        if any(not is_done(records / t.key) and t.key not in failed | stopped for t in phase):
             return failures, True
     return failures, False
 
@@ -338,7 +351,15 @@ def parser() -> OneLineParser:
     p = OneLineParser(prog="python -m fda_ray.sweep", description=__doc__.splitlines()[0],
                       epilog="Any RunConfig field below overrides it in every trial of the sweep.")
     s = p.add_argument_group("sweep")
-    s.add_argument("--grid", required=True, help=f"one of {', '.join(GRIDS)}")
+    s.add_argument("--grid", default=None, help=f"one of {', '.join(GRIDS)}")
+    s.add_argument("--search", default=None, help=f"a hyper-parameter search instead of a grid (fda_ray.search): "
+                                                  f"one of {', '.join(SEARCHES)}")
+    s.add_argument("--num-samples", type=int, default=None, help="search: trials per study (default: the search's "
+                                                                 "for the profile)")
+    s.add_argument("--scheduler", default="asha", help="search: asha (stop trials early on the first selection "
+                                                       "rule's per-round value) or none")
+    s.add_argument("--rerun-seeds", type=int, default=None, help="search: fresh seeds each selected configuration "
+                                                                 "runs again on (default: the search's, 3)")
     s.add_argument("--profile", default="quick", help="quick (a laptop, minutes) or paper (the seeds' settings)")
     s.add_argument("--methods", default=None, help="comma-separated table rows (e.g. fedgp_beta1) or methods "
                                                    "(fedgp: all its rows); default all")
@@ -378,6 +399,8 @@ def main(argv: list[str] | None = None) -> int:
     a = parser().parse_or_exit_code(argv)
     if isinstance(a, int):
         return a
+    if a.search is not None or a.grid is None:
+        return search_main(a, argv)
     try:
         if a.grid not in GRIDS:
             raise SweepError(f"grid={a.grid!r} is invalid: known grids: {', '.join(GRIDS)}")
@@ -498,6 +521,91 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 130
     return 1 if failures or done < len(trials) else 0
+
+
+SCHEDULERS = ("asha", "none")
+
+
+def search_main(a: Any, argv: list[str]) -> int:
+    """--search NAME: fda_ray.search's studies, selection and reruns."""
+    import dataclasses
+
+    from fda_ray.search import run_search, studies
+
+    try:
+        if a.grid is not None:
+            raise SweepError(f"grid={a.grid!r} is invalid with --search {a.search}: run a grid or a search")
+        if a.search is None:
+            raise SweepError("grid=None is invalid: name a grid (--grid, one of "
+                             f"{', '.join(GRIDS)}) or a search (--search, one of {', '.join(SEARCHES)})")
+        if a.search not in SEARCHES:
+            raise SweepError(f"search={a.search!r} is invalid: known searches: {', '.join(SEARCHES)}")
+        search = SEARCHES[a.search]
+        if a.profile not in search.profiles:
+            raise SweepError(f"profile={a.profile!r} is invalid: one of {', '.join(search.profiles)}")
+        if a.backend not in BACKENDS:
+            raise SweepError(f"backend={a.backend!r} is invalid: one of {', '.join(BACKENDS)}")
+        if a.scheduler not in SCHEDULERS:
+            raise SweepError(f"scheduler={a.scheduler!r} is invalid: one of {', '.join(SCHEDULERS)}")
+        if a.backend == "local" and a.scheduler != "none":
+            raise SweepError(f"scheduler={a.scheduler!r} is invalid with --backend local: early stopping runs on "
+                             "Ray Tune (--backend tune), or pass --scheduler none")
+        for name in ("num_samples", "rerun_seeds", "workers", "max_concurrent"):
+            v = getattr(a, name)
+            if v is not None and v < 1:
+                raise SweepError(f"{name}={v} is invalid: an integer >= 1")
+        if a.seeds is not None:
+            raise SweepError(f"seeds={a.seeds} is invalid with --search: a search runs seed 0 and reruns its "
+                             "selections on --rerun-seeds fresh seeds")
+        if a.rerun_seeds is not None:
+            search = dataclasses.replace(search, rerun_seeds=a.rerun_seeds)
+        overrides = config_fields(a)
+        if a.backend == "tune" and (overrides.get("gpus_per_client", 0) > 0 or a.address or os.environ.get("RAY_ADDRESS")):
+            overrides.setdefault("executor", "ray")
+            overrides.setdefault("cpus_per_client", 1.0)
+        plan = studies(search, _list(a.methods, str, "methods"), _list(a.values, float, "values"))
+        num_samples = a.num_samples or search.num_samples[a.profile]
+        from fda_ray.search import search_trials
+
+        first = search_trials(search, a.profile, plan[0], 1, overrides)[0].config().resolved()
+        out = Path(a.out or f"sweeps/search-{search.name}-{a.profile}").resolve()
+        preflight.output_dir("out", out)
+        if (out / "trials").exists() and not a.resume and not a.dry_run:
+            raise SweepError(f"out={str(out)!r} is invalid: it holds a search already; pass --resume to continue it "
+                             "or choose another --out")
+        if a.resume and not (out / "trials").exists():
+            raise SweepError(f"resume=True is invalid: {str(out / 'trials')!r} does not exist (nothing to resume)")
+        if a.dry_run:
+            for study in plan:
+                for t in search_trials(search, a.profile, study, num_samples, overrides):
+                    print(f"{t.key}: {study.name(search)}")
+            print(f"{len(plan)} studies x {num_samples} trials, then each rule's selection on {search.rerun_seeds} "
+                  f"fresh seeds and {len(search.references)} reference rows")
+            return 0
+        from fda_ray.data import DatasetNotFound, load
+        load(search.dataset, overrides.get("data_dir"))
+        preflight.model_weights(first.model_weights, first.model)
+        if a.backend == "local":
+            preflight.device(first.device)
+    except (SweepError, ValueError) as e:
+        print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
+    except DatasetNotFound as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    command = "python -m fda_ray.sweep " + " ".join(shlex.quote(x) for x in argv if x != "--resume")
+    code = run_search(search, profile=a.profile, out=out, num_samples=num_samples, backend=a.backend,
+                      workers=a.workers, max_concurrent=a.max_concurrent, max_failures=a.max_failures,
+                      scheduler=a.scheduler, search_alg="random", methods=_list(a.methods, str, "methods"),
+                      values=_list(a.values, float, "values"), overrides=overrides, address=a.address,
+                      command=command, no_figures=a.no_figures)
+    try:
+        import ray
+        if ray.is_initialized():
+            ray.shutdown()
+    except ImportError:
+        pass
+    return code
 
 
 if __name__ == "__main__":

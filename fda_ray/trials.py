@@ -70,7 +70,8 @@ class Trial:
 ADDED_LATER: dict[str, Any] = {"vectorise": "off", "source_classes": 4, "test_env": 0, "shuffle": True,
                                "drop_last": True, "data_augmentation": False, "faithful_domainbed_auto": False,
                                "aux_alpha": 0.0, "source_envs": None, "dirichlet_concentration": None,
-                               "target_labelled_per_class": None, "clients_per_domain": None}
+                               "target_labelled_per_class": None, "clients_per_domain": None,
+                               "val_share": None, "source_val_share": None}
 
 
 def trial_key(row: str, variable: str, value: float | None, seed: int, params: dict[str, Any], kind: str = "run",

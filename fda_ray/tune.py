@@ -133,7 +133,13 @@ def trainable(params: dict[str, Any]) -> None:
     run = params.get("run", {})
     if isinstance(run, dict) and "trial" in run:
         warnings.simplefilter("ignore", RunWarning)  # the sweep printed the options its trials ignore, once
-        run_trial(Trial.from_dict(run["trial"]), Path(run[RECORD_KEY]), report=lambda row: tune.report(metrics(row)))
+        metric = run.get("metric")  # a search's study: its scheduler decides on this column
+
+        def report(row: dict) -> None:
+            if metric is None or row.get(metric) is not None:  # (FedWCA's source pre-training row has none)
+                tune.report(metrics(row))
+
+        run_trial(Trial.from_dict(run["trial"]), Path(run[RECORD_KEY]), report=report)
         return
     cfg = config_from_params(params)
     resume = None
@@ -167,3 +173,13 @@ def with_resources(cfg_or_params: RunConfig | dict[str, Any] | None = None):
         plain = {k: v for k, v in cfg_or_params.items() if not isinstance(v, dict) and not hasattr(v, "sample")}
         cfg = config_from_params(plain)
     return tune.with_resources(trainable, resources(cfg.resolved(), driver_placement()))
+
+
+def asha(metric: str, max_t: int, grace_period: int, reduction_factor: int) -> Any:
+    """ASHA (Li et al. 2020) on a search's per-round reports: a trial that reaches a rung (grace_period x
+    reduction_factor^k reports) below the top 1/reduction_factor of the trials seen there stops."""
+    from ray.tune.schedulers import ASHAScheduler
+
+    return ASHAScheduler(time_attr="training_iteration", metric=metric, mode="max", max_t=max(max_t, grace_period),
+                         grace_period=grace_period, reduction_factor=reduction_factor)
+

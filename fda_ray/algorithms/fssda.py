@@ -438,12 +438,12 @@ class FSSDA(Algorithm):
     def evaluate(self, r: int, state: ServerState, evaluator) -> dict[str, Any]:
         if self.local:  # SSDAOnly: the mean of the devices' own target models (Table I)
             rows = [evaluator.target(evaluator.client_state(k)["target"], r) for k in range(self.devices)]
-            return {"accuracy": sum(x["accuracy"] for x in rows) / len(rows),
-                    "loss": sum(x["loss"] for x in rows) / len(rows),
-                    "device_accuracy_i": [x["accuracy"] for x in rows]}
+            mean = {k: sum(x[k] for x in rows) / len(rows) for k, v in rows[0].items()
+                    if k.endswith(("accuracy", "loss")) and isinstance(v, float)}
+            return {**mean, "device_accuracy_i": [x["accuracy"] for x in rows]}
         row = evaluator.target(state["target"], r)
         if not self.supervised_only:  # the teachers' accuracy on the same samples (the soft labels' quality)
-            row["teacher_accuracy"] = [evaluator.target(state[f"source{j}"], r)["accuracy"]
+            row["teacher_accuracy"] = [evaluator.target(state[f"source{j}"], r, validation=False)["accuracy"]
                                        for j in range(self.num_domains)]
         return row
 

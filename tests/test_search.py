@@ -1,0 +1,246 @@
+"""Searches with honest model selection (fda_ray.search, fda_ray.selection, tuning.searches): the validation
+splits, the selection rules, a tiny search end to end on Ray Tune with ASHA, and that no selection but the
+oracle reads a test label."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import ray
+import torch
+
+from fda_ray import sweep
+from fda_ray.search import (is_settled, point_of, run_search, search_trials, study_table, studies, trial_rows)
+from fda_ray.selection import RULES, best_so_far, final_value, select
+from fda_ray.trials import read_rows, run_trial
+from tuning.grids import Profile, Row
+from tuning.searches import SEARCHES, Dim, Search
+
+from conftest import TEST_THREADS
+
+TINY = {"num_sources": 2, "rounds": 4, "warmup_rounds": 0, "samples_per_client": 128, "test_samples": 100,
+        "target_labelled": 40, "batch_target": 8, "threads": TEST_THREADS}
+
+
+def tiny_search(**kw) -> Search:
+    base = dict(name="tiny-beta", dataset="fashion-mnist", methods=("fedgp",), space=(Dim("beta", "uniform", 0.0, 1.0),),
+                variable="noise", values=(0.4,), rules=("target_val", "source_val", "oracle"),
+                profiles={"quick": Profile(dict(TINY))}, fixed={"val_share": 0.25, "source_val_share": 0.25},
+                references=(Row("fedgp_auto", "FedGP_Auto", "fedgp_auto"),), rerun_seeds=1, grace_period=1,
+                note="a test")
+    base.update(kw)
+    return Search(**base)
+
+
+@pytest.fixture
+def no_ray():
+    if ray.is_initialized():
+        ray.shutdown()
+    yield
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+# ---------------------------------------------------------------- the validation splits
+
+def test_validation_splits_are_held_out_seeded_and_never_trained_on(tiny, fmnist_dir):
+    from fda_ray.data import load
+    from fda_ray.shifts import build_setting
+
+    split = load("fashion-mnist", str(fmnist_dir))
+    plain = build_setting(split, tiny())
+    cfg = tiny(val_share=0.25, source_val_share=0.2)
+    held = build_setting(split, cfg)
+    x, y = plain.target_train
+    tx, ty = held.target_train
+    vx, vy = held.target_val
+    assert (len(ty), len(vy)) == (24, 8)  # 32 labelled: a quarter held out
+    # the two parts are the labelled set, disjoint: every labelled image is in exactly one of them
+    key = lambda t: [bytes(r.numpy().tobytes()) for r in t]  # noqa: E731
+    assert sorted(key(tx) + key(vx)) == sorted(key(x))
+    assert not set(key(tx)) & set(key(vx))
+    for (sx, _), (px, _) in zip(held.sources, plain.sources):
+        assert len(sx) == len(px) - round(0.2 * len(px))
+    assert len(held.source_val[1]) == sum(round(0.2 * len(p[1])) for p in plain.sources)
+    assert torch.equal(held.target_test[1], plain.target_test[1])  # the test set is unchanged
+    again = build_setting(split, cfg)
+    assert torch.equal(again.target_val[0], vx)  # seeded by (seed, purpose)
+    other = build_setting(split, tiny(val_share=0.25, seed=1))
+    assert not torch.equal(other.target_val[0], vx)
+
+
+def test_validation_on_device_shards_hides_the_held_out_labels(fmnist5, fmnist_dir):
+    """Seed 002's labelled target samples live on the devices: the held-out ones become unlabelled there."""
+    from fda_ray.data import UNLABELLED, load
+    from fda_ray.shifts import build_setting
+
+    split = load("fmnist-5", str(fmnist_dir))
+    plain = build_setting(split, fmnist5())
+    held = build_setting(split, fmnist5(val_share=0.3))
+    labelled = lambda s: sum(int((y != UNLABELLED).sum()) for _, y in s.target_parts)  # noqa: E731
+    assert labelled(plain) == 30 and labelled(held) == 21 and len(held.target_val[1]) == 9
+    assert len(held.target_train[1]) == 21
+    assert [len(y) for _, y in held.target_parts] == [len(y) for _, y in plain.target_parts]
+
+
+def test_validation_metrics_read_only_their_split(tiny):
+    from fda_ray.engine import run
+
+    h = run(tiny(val_share=0.25, source_val_share=0.2))
+    for r in h.rows:
+        for m in ("val_accuracy", "val_loss", "source_val_accuracy", "source_val_loss", "accuracy"):
+            assert r[m] is not None
+    assert "val_accuracy" not in run(tiny()).rows[-1]  # nothing held out: no validation columns
+
+
+@pytest.mark.parametrize("field,value", [("val_share", 1.0), ("val_share", 0.0), ("source_val_share", -0.1),
+                                         ("val_share", True)])
+def test_bad_shares_are_one_line_errors(tiny, field, value):
+    with pytest.raises(ValueError, match=f"{field}={value!r} is invalid: a share in \\(0, 1\\)"):
+        tiny(**{field: value})
+
+
+def test_validation_share_too_large_for_the_target(tiny):
+    from fda_ray.engine import build_experiment
+
+    with pytest.raises(ValueError, match="val_share=0.99 is invalid: it would hold out all 32"):
+        build_experiment(tiny(val_share=0.99))
+
+
+# ---------------------------------------------------------------- selection rules (pure)
+
+def _rows(*values, metric="val_accuracy"):
+    return [{"round": i, metric: v, "accuracy": 0.5} for i, v in enumerate(values)]
+
+
+def test_select_takes_the_finished_trial_with_the_best_final_value_ties_to_the_earlier():
+    trials = [("a", _rows(0.9, 0.3), True), ("b", _rows(0.1, 0.6), True), ("c", _rows(0.2, 0.6), True),
+              ("d", _rows(0.9, 0.95), False)]  # d stopped early: not selectable
+    assert select(trials, "target_val") == "b"
+    assert select([t for t in trials if t[0] != "b"], "target_val") == "c"
+    assert select([("x", _rows(0.5), False)], "target_val") is None
+    assert final_value([{"v": 1.0}, {"v": None}], "v") == 1.0
+    assert best_so_far([None, 0.2, 0.1, 0.5]) == [None, 0.2, 0.2, 0.5]
+    assert RULES["oracle"].oracle and not any(RULES[r].oracle for r in ("target_val", "source_val", "client_val"))
+
+
+def test_search_definitions_plan_valid_trials_and_extend_their_points():
+    for name, s in SEARCHES.items():
+        for profile in s.profiles:
+            for study in studies(s):
+                trials = search_trials(s, profile, study, 3)
+                assert len({t.key for t in trials}) == 3, name
+                assert search_trials(s, profile, study, 5)[:3] == trials  # --num-samples extends, --resume finds
+                for t in trials:
+                    for d in s.space:
+                        v = point_of(s, t.params)[d.name]
+                        assert (v in d.values) if d.kind == "choice" else d.low <= v <= d.high
+        assert not RULES[s.rules[0]].oracle  # what the scheduler optimises is never the test set
+    with pytest.raises(ValueError, match="loguniform"):
+        Dim("x", "loguniform", 0.0, 1.0)
+    with pytest.raises(ValueError, match="the first rule is what the scheduler optimises"):
+        tiny_search(rules=("oracle", "target_val"))
+
+
+# ---------------------------------------------------------------- selection never reads a test label
+
+def test_corrupting_the_test_labels_leaves_every_validation_selection_unchanged(fmnist_dir, tmp_path, monkeypatch):
+    """The same study run twice, the second time with the target's test labels shuffled: the test accuracies
+    move, the validation columns do not (bit for bit: the same code path), and neither do the selections of the
+    validation rules."""
+    import fda_ray.experiment as experiment
+
+    search = tiny_search()
+    study = studies(search)[0]
+    trials = search_trials(search, "quick", study, 4, {"data_dir": str(fmnist_dir)})
+    clean = tmp_path / "clean"
+    for t in trials:
+        run_trial(t, clean)
+    build = experiment.build_setting
+
+    def corrupted(split, cfg):
+        s = build(split, cfg)
+        perm = torch.from_numpy(np.random.default_rng(0).permutation(len(s.target_test[1])))
+        return dataclasses.replace(s, target_test=(s.target_test[0], (s.target_test[1][perm] + 3) % 10))
+
+    monkeypatch.setattr(experiment, "build_setting", corrupted)
+    bad = tmp_path / "corrupted"
+    for t in trials:
+        run_trial(t, bad)
+    a, b = study_table(search, trials, clean), study_table(search, trials, bad)
+    moved = 0
+    for t in trials:
+        ra, rb = read_rows(clean / t.key)["rows"], read_rows(bad / t.key)["rows"]
+        for x, y in zip(ra, rb):
+            assert (x["val_accuracy"], x["source_val_accuracy"]) == (y["val_accuracy"], y["source_val_accuracy"])
+            moved += x["accuracy"] != y["accuracy"]
+    assert moved > 0  # the corruption reached the test set
+    for rule in ("target_val", "source_val"):
+        assert a["selected"][rule] == b["selected"][rule] is not None
+
+
+# ---------------------------------------------------------------- end to end on Ray Tune
+
+def test_tiny_search_on_tune_with_asha_selects_by_validation_and_reruns(fmnist_dir, tmp_path, monkeypatch, capsys,
+                                                                         no_ray):
+    search = tiny_search()
+    monkeypatch.setitem(SEARCHES, search.name, search)
+    out = tmp_path / "search"
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    args = ["--search", search.name, "--num-samples", "6", "--max-concurrent", "1", "--data-dir", str(fmnist_dir),
+            "--out", str(out)]
+    assert sweep.main(args) == 0
+    sel = json.loads((out / "selection.json").read_text())
+    table = sel["studies"]["fedgp @ noise 0.4"]
+    status = [e["status"] for e in table["trials"]]
+    assert "stopped" in status and "finished" in status  # ASHA stopped some early, let others finish
+    # the selected configuration is the finished trial with the best final validation accuracy (recomputed here)
+    records = out / "trials"
+    finished = {e["key"]: read_rows(records / e["key"])["rows"][-1]["val_accuracy"]
+                for e in table["trials"] if e["status"] == "finished" and (records / e["key"] / "rows.json").exists()}
+    best = max(finished.values())
+    assert finished[table["selected"]["target_val"]] == best
+    assert list(finished).index(table["selected"]["target_val"]) == min(i for i, v in enumerate(finished.values())
+                                                                        if v == best)
+    for e in table["trials"]:
+        if e["status"] == "stopped":
+            rows, done = trial_rows(records / e["key"])
+            assert not done and rows[-1]["round"] < TINY["rounds"] - 1 and is_settled(records / e["key"])
+    # the reruns: every rule's selection and the reference on the fresh seed 1, test accuracy reported
+    reruns = table["reruns"]
+    assert set(reruns) == {"target_val", "source_val", "oracle"}
+    for keys in reruns.values():
+        assert [json.loads((records / k / "trial.json").read_text())["seed"] for k in keys] == [1]
+    assert len(sel["references"]["0.4"]["fedgp_auto"]) == 1
+    text = (out / "summary.md").read_text()
+    assert "test-set oracle (reads test labels)" in text and "FedGP_Auto" in text
+    rows = pq.read_table(out / "results.parquet").to_pylist()
+    assert {r["search_phase"] for r in rows} == {"search", "rerun"}
+    assert all(r["val_accuracy"] is not None and r["accuracy"] is not None for r in rows)
+    assert (out / "trajectory.png").stat().st_size > 0
+    # resumable: nothing settled runs again
+    capsys.readouterr()
+    assert sweep.main(args + ["--resume"]) == 0
+    printed = capsys.readouterr().out
+    assert "6 trials, 6 settled before" in printed and "done before" in printed
+    assert json.loads((out / "selection.json").read_text())["studies"]["fedgp @ noise 0.4"]["selected"] == table["selected"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--search", "nope"], "search='nope' is invalid: known searches: beta"),
+    (["--search", "beta", "--grid", "noise"], "grid='noise' is invalid with --search beta"),
+    (["--search", "beta", "--backend", "local"], "scheduler='asha' is invalid with --backend local"),
+    (["--search", "beta", "--seeds", "2"], "seeds=2 is invalid with --search"),
+    (["--search", "beta", "--num-samples", "0"], "num_samples=0 is invalid"),
+    (["--search", "beta", "--scheduler", "hyperband"], "scheduler='hyperband' is invalid: one of asha, none"),
+    (["--search", "beta", "--methods", "ditto"], "methods='ditto' is invalid: search 'beta' searches fedgp, fedda"),
+    (["--search", "beta", "--beta", "0.3"], "beta=0.3 is invalid here: search 'beta' searches it"),
+    ([], "grid=None is invalid: name a grid"),
+])
+def test_search_bad_input_is_one_line_exit_2(args, message, capsys, tmp_path):
+    assert sweep.main(args + ["--out", str(tmp_path / "x"), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
