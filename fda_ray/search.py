@@ -84,16 +84,53 @@ def _trial(search: Search, study: Study, row: str, params: dict[str, Any]) -> Tr
     return Trial(key, row, study.value, params["seed"], params)
 
 
+def study_base(search: Search, profile: str, study: Study, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The fields every trial of a study shares (seed 0), without the searched knobs."""
+    return merge_fields(base_fields(search, profile, overrides), {"method": study.method, "seed": 0},
+                        search.value_fields_of(study.value))
+
+
+def point_trial(base: dict[str, Any], row: str, variable: str, value: float, point: dict[str, Any]) -> Trial:
+    """The trial of one point of a study (knob names as in tuning.searches.Dim: "family.name" under params)."""
+    from fda_ray.config import RunConfig
+
+    layers = [{"params": {k.split(".", 1)[0]: {k.split(".", 1)[1]: v}}} if "." in k else {k: v}
+              for k, v in point.items()]
+    params = merge_fields(base, *layers)
+    try:
+        RunConfig(**params).resolved()
+    except ValueError as e:
+        raise ValueError(str(e).splitlines()[0]) from None
+    return Trial(trial_key(row, variable, value, params["seed"], params), row, value, params["seed"], params)
+
+
 def search_trials(search: Search, profile: str, study: Study, num_samples: int,
                   overrides: dict[str, Any] | None = None) -> list[Trial]:
     """The study's random-search trials, in the search's order (seed 0)."""
-    base = base_fields(search, profile, overrides)
-    out = []
-    for i, point in enumerate(search.samples(study.method, study.value, num_samples)):
-        params = merge_fields(base, {"method": study.method, "seed": 0}, search.value_fields_of(study.value),
-                              *(d.fields(point[d.name]) for d in search.space))
-        out.append(_trial(search, study, f"{study.method}-s{i:02d}", params))
-    return out
+    base = study_base(search, profile, study, overrides)
+    return [point_trial(base, f"{study.method}-s{i:02d}", search.variable, study.value, point)
+            for i, point in enumerate(search.samples(study.method, study.value, num_samples))]
+
+
+def optuna_row(study: Study) -> str:
+    return f"{study.method}-optuna"
+
+
+def optuna_trials(search: Search, profile: str, study: Study, records: Path,
+                  overrides: dict[str, Any] | None = None) -> list[Trial]:
+    """The trials an Optuna search of this study has started so far (their records), in the order they started:
+    the same study's fields, any point."""
+    from fda_ray.trials import TRIAL_FILE
+
+    base = study_base(search, profile, study, overrides)
+    found = []
+    for f in records.glob(f"{optuna_row(study)}-*/{TRIAL_FILE}"):
+        t = Trial.from_dict(json.loads(f.read_text()))
+        if t.row != optuna_row(study) or not math.isclose(t.value, study.value):
+            continue
+        if point_trial(base, t.row, search.variable, study.value, point_of(search, t.params)).key == t.key:
+            found.append((f.stat().st_mtime, t))
+    return [t for _, t in sorted(found, key=lambda x: x[0])]
 
 
 def point_of(search: Search, params: dict[str, Any]) -> dict[str, Any]:
@@ -301,6 +338,9 @@ def result_rows(search: Search, trial: Trial, phase: str, study: str, rows: list
 
 # ---------------------------------------------------------------- running
 
+SEARCH_ALGS = ("random", "optuna")
+
+
 def run_search(search: Search, *, profile: str, out: Path, num_samples: int, backend: str, workers: int | None,
                max_concurrent: int | None, max_failures: int, scheduler: str, search_alg: str,
                methods: Sequence[str] | None, values: Sequence[float] | None, overrides: dict[str, Any],
@@ -320,6 +360,14 @@ def run_search(search: Search, *, profile: str, out: Path, num_samples: int, bac
         # 1. the searches, a study at a time (ASHA compares the trials of one study only)
         for study in plan:
             name = study.name(search)
+            if search_alg == "optuna":  # Bayesian (TPE): the points come from Optuna as trials finish
+                trials, f, interrupted = _optuna_study(search, profile, study, num_samples, overrides, records, out,
+                                                       address, max_concurrent, max_failures, scheduler, metric)
+                failures += f
+                search_by_study[name] = trials
+                if interrupted:
+                    raise KeyboardInterrupt
+                continue
             trials = search_trials(search, profile, study, num_samples, overrides)
             pending = [t for t in trials if not is_settled(records / t.key)]
             print(f"study {name}: {len(trials)} trials, {len(trials) - len(pending)} settled before", flush=True)
@@ -364,6 +412,37 @@ def run_search(search: Search, *, profile: str, out: Path, num_samples: int, bac
                   command, failures, interrupted, time.time() - t0, no_figures)
 
 
+def _optuna_study(search: Search, profile: str, study: Study, num_samples: int, overrides: dict[str, Any],
+                  records: Path, out: Path, address: str | None, max_concurrent: int | None, max_failures: int,
+                  scheduler: str, metric: str) -> tuple[list[Trial], list[dict], bool]:
+    """One study searched by Optuna's TPE through Tune. The trials settled before (--resume) are told to Optuna
+    as evaluated points (a trial ASHA stopped with its last value), and only the rest of num_samples run."""
+    from fda_ray.sweep import Progress
+    from fda_ray.tune import run_optuna
+
+    before = [t for t in optuna_trials(search, profile, study, records, overrides) if is_settled(records / t.key)]
+    points, rewards = [], []
+    for t in before:
+        rows, _ = trial_rows(records / t.key)
+        v = final_value(rows, metric)
+        if v is not None:
+            points.append(point_of(search, t.params))
+            rewards.append(v)
+    todo = max(0, num_samples - len(before))
+    print(f"study {study.name(search)}: {num_samples} trials (Optuna), {len(before)} settled before", flush=True)
+    failures: list[dict] = []
+    interrupted = False
+    if todo:
+        base = study_base(search, profile, study, overrides)
+        probe = search_trials(search, profile, study, 1, overrides)
+        failures, interrupted = run_optuna(
+            search.space, base, optuna_row(study), search.variable, study.value, todo, metric, records, out,
+            address, max_concurrent, max_failures, Progress(todo, search.variable),
+            scheduler_for(search, scheduler, metric, probe), mark_stopped, points, rewards,
+            seed=len(before))
+    return optuna_trials(search, profile, study, records, overrides)[:num_samples], failures, interrupted
+
+
 def scheduler_for(search: Search, scheduler: str, metric: str, trials: Sequence[Trial]) -> Any:
     if scheduler == "none":
         return None
@@ -390,7 +469,9 @@ def report(search: Search, profile: str, out: Path, plan: list[Study], search_by
     rows: list[dict] = []
     for study in plan:
         name = study.name(search)
-        trials = search_by_study.get(name) or search_trials(search, profile, study, num_samples, overrides)
+        trials = search_by_study.get(name) or (
+            optuna_trials(search, profile, study, records, overrides) if search_alg == "optuna"
+            else search_trials(search, profile, study, num_samples, overrides))
         table = study_table(search, trials, records)
         table.update(method=study.method, value=study.value)
         tables[name] = table

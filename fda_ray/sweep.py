@@ -358,6 +358,8 @@ def parser() -> OneLineParser:
                                                                  "for the profile)")
     s.add_argument("--scheduler", default="asha", help="search: asha (stop trials early on the first selection "
                                                        "rule's per-round value) or none")
+    s.add_argument("--search-alg", default="random", help="search: random (seeded points, built in) or optuna "
+                                                          "(Bayesian TPE; pip install 'fda-ray[optuna]')")
     s.add_argument("--rerun-seeds", type=int, default=None, help="search: fresh seeds each selected configuration "
                                                                  "runs again on (default: the search's, 3)")
     s.add_argument("--profile", default="quick", help="quick (a laptop, minutes) or paper (the seeds' settings)")
@@ -547,6 +549,17 @@ def search_main(a: Any, argv: list[str]) -> int:
             raise SweepError(f"backend={a.backend!r} is invalid: one of {', '.join(BACKENDS)}")
         if a.scheduler not in SCHEDULERS:
             raise SweepError(f"scheduler={a.scheduler!r} is invalid: one of {', '.join(SCHEDULERS)}")
+        from fda_ray.search import SEARCH_ALGS
+        if a.search_alg not in SEARCH_ALGS:
+            raise SweepError(f"search_alg={a.search_alg!r} is invalid: one of {', '.join(SEARCH_ALGS)}")
+        if a.search_alg == "optuna":
+            if a.backend == "local":
+                raise SweepError("search_alg='optuna' is invalid with --backend local: it runs on Ray Tune")
+            try:
+                import optuna  # noqa: F401
+            except ImportError:
+                raise SweepError("search_alg='optuna' is invalid here: Optuna is not installed (pip install "
+                                 "'fda-ray[optuna]', or use --search-alg random)") from None
         if a.backend == "local" and a.scheduler != "none":
             raise SweepError(f"scheduler={a.scheduler!r} is invalid with --backend local: early stopping runs on "
                              "Ray Tune (--backend tune), or pass --scheduler none")
@@ -575,6 +588,9 @@ def search_main(a: Any, argv: list[str]) -> int:
                              "or choose another --out")
         if a.resume and not (out / "trials").exists():
             raise SweepError(f"resume=True is invalid: {str(out / 'trials')!r} does not exist (nothing to resume)")
+        if a.dry_run and a.search_alg == "optuna":
+            print(f"{len(plan)} studies x {num_samples} trials drawn by Optuna as the search goes")
+            return 0
         if a.dry_run:
             for study in plan:
                 for t in search_trials(search, a.profile, study, num_samples, overrides):
@@ -596,7 +612,7 @@ def search_main(a: Any, argv: list[str]) -> int:
     command = "python -m fda_ray.sweep " + " ".join(shlex.quote(x) for x in argv if x != "--resume")
     code = run_search(search, profile=a.profile, out=out, num_samples=num_samples, backend=a.backend,
                       workers=a.workers, max_concurrent=a.max_concurrent, max_failures=a.max_failures,
-                      scheduler=a.scheduler, search_alg="random", methods=_list(a.methods, str, "methods"),
+                      scheduler=a.scheduler, search_alg=a.search_alg, methods=_list(a.methods, str, "methods"),
                       values=_list(a.values, float, "values"), overrides=overrides, address=a.address,
                       command=command, no_figures=a.no_figures)
     try:

@@ -19,7 +19,7 @@ import math
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 from ray import tune
@@ -131,6 +131,12 @@ def trainable(params: dict[str, Any]) -> None:
     from fda_ray.trials import Trial, run_trial
 
     run = params.get("run", {})
+    if isinstance(run, dict) and "optuna" in run:  # a point Optuna drew for a search's study: its trial
+        from fda_ray.search import point_trial
+
+        o = run["optuna"]
+        point = {name: params["point"][_safe(name)] for name in o["knobs"]}
+        run = {**run, "trial": point_trial(o["base"], o["row"], o["variable"], o["value"], point).to_dict()}
     if isinstance(run, dict) and "trial" in run:
         warnings.simplefilter("ignore", RunWarning)  # the sweep printed the options its trials ignore, once
         metric = run.get("metric")  # a search's study: its scheduler decides on this column
@@ -182,4 +188,83 @@ def asha(metric: str, max_t: int, grace_period: int, reduction_factor: int) -> A
 
     return ASHAScheduler(time_attr="training_iteration", metric=metric, mode="max", max_t=max(max_t, grace_period),
                          grace_period=grace_period, reduction_factor=reduction_factor)
+
+
+def _safe(name: str) -> str:
+    """A knob's name as a Tune parameter (Tune flattens nested names with "/"; family knobs carry a ".")."""
+    return name.replace(".", "__")
+
+
+def _domain(dim: Any) -> Any:
+    if dim.kind == "choice":
+        return tune.choice(list(dim.values))
+    return (tune.uniform if dim.kind == "uniform" else tune.loguniform)(dim.low, dim.high)
+
+
+def run_optuna(space: Sequence[Any], base: dict[str, Any], row: str, variable: str, value: float, num_samples: int,
+               metric: str, records: Path, out: Path, address: str | None, max_concurrent: int | None,
+               max_failures: int, progress: Any, scheduler: Any, on_stopped: Any, points: list[dict],
+               rewards: list[float], seed: int = 0) -> tuple[list[dict], bool]:
+    """One study searched by Optuna's TPE sampler (seeded) through Tune's OptunaSearch: num_samples new trials,
+    the points settled before told to it as evaluated. Returns (failures, interrupted)."""
+    try:
+        import optuna
+        from ray.tune.search import ConcurrencyLimiter
+        from ray.tune.search.optuna import OptunaSearch
+    except ImportError:
+        raise ValueError("search_alg='optuna' is invalid here: Optuna is not installed (pip install "
+                         "'fda-ray[optuna]', or use --search-alg random)") from None
+    from fda_ray.driver import ensure_ray
+    from fda_ray.trials import Trial, is_done
+
+    ensure_ray(address, num_cpus=None)
+    searcher = OptunaSearch(metric=metric, mode="max", sampler=optuna.samplers.TPESampler(seed=seed),
+                            # (Tune flattens the space: a point names its knobs by their path)
+                            points_to_evaluate=[{f"point/{_safe(k)}": v for k, v in p.items()} for p in points] or None,
+                            evaluated_rewards=rewards or None)
+    if max_concurrent:
+        searcher = ConcurrencyLimiter(searcher, max_concurrent=max_concurrent)
+    stopped: set[str] = set()
+
+    def key_of(config: dict[str, Any]) -> str:
+        from fda_ray.search import point_trial
+
+        o = config["run"]["optuna"]
+        return point_trial(o["base"], o["row"], o["variable"], o["value"],
+                           {n: config["point"][_safe(n)] for n in o["knobs"]}).key
+
+    class Callback(tune.Callback):
+        def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+            key = key_of(trial.config)
+            t = Trial.from_dict({"key": key, "row": row, "value": value, "seed": 0, "params": {}})
+            if not is_done(records / key):
+                on_stopped(records / key)
+                stopped.add(key)
+                progress.line(t, f"stopped early (round {trial.last_result.get('round')})")
+            else:
+                progress.line(t, "done")
+
+    launch = f"launch-{sum(1 for _ in (out / 'tune').glob('launch-*')) + 1}" if (out / "tune").exists() else "launch-1"
+    cfg = RunConfig(**base).resolved()
+    tuner = tune.Tuner(
+        with_resources(cfg),
+        param_space={"run": {"optuna": {"base": base, "row": row, "variable": variable, "value": value,
+                                        "knobs": [d.name for d in space]},
+                             RECORD_KEY: str(records), "metric": metric},
+                     "point": {_safe(d.name): _domain(d) for d in space}},
+        tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, num_samples=num_samples,
+                                    reuse_actors=True),
+        run_config=tune.RunConfig(name=launch, storage_path=str(out / "tune"), verbose=0,
+                                  failure_config=tune.FailureConfig(max_failures=max_failures), callbacks=[Callback()]))
+    grid = tuner.fit()
+    failures = []
+    for result in grid:
+        if result.error is not None:
+            failures.append({"trial": row, "row": row, "value": value, "seed": 0, "attempts": 1,
+                             "error": str(result.error).strip().splitlines()[-1][:300]})
+    # Tune stops on SIGINT and returns: a trial neither done, stopped nor failed (or fewer trials than asked for)
+    # means the study was interrupted
+    unsettled = [r for r in grid if r.error is None and not is_done(records / key_of(r.config))
+                 and key_of(r.config) not in stopped]
+    return failures, bool(unsettled) or len(grid) < num_samples
 

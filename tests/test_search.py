@@ -244,3 +244,27 @@ def test_search_bad_input_is_one_line_exit_2(args, message, capsys, tmp_path):
     assert sweep.main(args + ["--out", str(tmp_path / "x"), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_optuna_search_draws_in_the_space_selects_by_validation_and_resumes(fmnist_dir, tmp_path, monkeypatch, capsys,
+                                                                            no_ray):
+    """--search-alg optuna: Optuna's TPE draws the points through Tune; --resume tells it the settled ones and
+    runs only the rest of --num-samples."""
+    search = tiny_search(references=(), rules=("target_val", "oracle"))
+    monkeypatch.setitem(SEARCHES, search.name, search)
+    out = tmp_path / "optuna"
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    args = ["--search", search.name, "--search-alg", "optuna", "--scheduler", "none", "--max-concurrent", "1",
+            "--data-dir", str(fmnist_dir), "--out", str(out)]
+    assert sweep.main(args + ["--num-samples", "3"]) == 0
+    table = json.loads((out / "selection.json").read_text())["studies"]["fedgp @ noise 0.4"]
+    assert [e["status"] for e in table["trials"]] == ["finished"] * 3
+    betas = [e["point"]["beta"] for e in table["trials"]]
+    assert len(set(betas)) == 3 and all(0.0 <= b <= 1.0 for b in betas)
+    vals = [e["val_accuracy"] for e in table["trials"]]
+    assert table["selected"]["target_val"] == table["trials"][vals.index(max(vals))]["key"]
+    capsys.readouterr()
+    assert sweep.main(args + ["--num-samples", "4", "--resume"]) == 0
+    assert "4 trials (Optuna), 3 settled before" in capsys.readouterr().out
+    again = json.loads((out / "selection.json").read_text())["studies"]["fedgp @ noise 0.4"]["trials"]
+    assert [e["key"] for e in again[:3]] == [e["key"] for e in table["trials"]] and len(again) == 4
