@@ -39,6 +39,7 @@ from typing import Any, Sequence
 
 from fda_ray import preflight
 from fda_ray.cli import OneLineParser, add_config_arguments, config_fields
+from fda_ray.data import DatasetNotFound
 from fda_ray.trials import Trial, is_done, plan, read_rows, result_rows, run_trial
 from tuning.grids import GRIDS, Grid
 from tuning.searches import SEARCHES
@@ -448,21 +449,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{' beta ' + str(t.params['beta']) if 'beta' in t.params else ''}{extra} [{state}]")
             print(f"{len(trials)} trials")
             return 0
-        from fda_ray.data import DatasetNotFound, load
-        load(grid.dataset, overrides.get("data_dir"))
-        first = trials[0].config().resolved()
-        preflight.model_weights(first.model_weights, first.model)
-        if a.backend == "local":
-            preflight.device(first.device)
-        else:  # the trials' resource requests against the cluster's nodes, before Tune waits for them
-            import fda_ray.tune as ft
-            from fda_ray.driver import ensure_ray
-
-            ensure_ray(a.address, num_cpus=None, field="address")
-            shapes = preflight.node_shapes()
-            preflight.resources(ft.resources(first, ft.driver_placement()).bundles, shapes,
-                                fields=preflight.fields_of_request(first) + (f", device={first.device!r}"
-                                                                           if first.executor == "serial" else ""))
+        _preflight(grid.dataset, trials[0].config().resolved(), a.backend, a.address, overrides)
         warning = preflight.ignored_warning([t.config() for t in trials], names=overrides)
         if warning:
             print(f"warning: {warning}", file=sys.stderr)
@@ -473,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
 
-    command = "python -m fda_ray.sweep " + " ".join(shlex.quote(x) for x in argv if x != "--resume")
+    command = _command(argv)
     pending = [t for t in trials if not is_done(records / t.key)]
     print(f"sweep {grid.name} ({a.profile}, backend {a.backend}): {len(trials)} trials -> {out}"
           + (f"; resuming, {len(trials) - len(pending)} finished before" if a.resume else ""), flush=True)
@@ -512,12 +499,7 @@ def main(argv: list[str] | None = None) -> int:
     tmp.write_text(text)
     tmp.replace(out / "summary.md")
     print(json.dumps(summary, indent=1) if a.json else text)
-    try:
-        import ray
-        if ray.is_initialized():
-            ray.shutdown()
-    except ImportError:
-        pass
+    _shutdown_ray()
     if interrupted:
         print(f"interrupted: {done} of {len(trials)} trials finished; resume with: {command} --resume",
               file=sys.stderr)
@@ -526,6 +508,39 @@ def main(argv: list[str] | None = None) -> int:
 
 
 SCHEDULERS = ("asha", "none")
+
+
+def _preflight(dataset: str, first: Any, backend: str, address: str | None, overrides: dict[str, Any]) -> None:
+    """What the trials need from the machine, before any work: the data, the weights file, the device (local)
+    or the trials' resource requests against the cluster's nodes (tune: before Tune waits for them)."""
+    from fda_ray.data import load
+
+    load(dataset, overrides.get("data_dir"))
+    preflight.model_weights(first.model_weights, first.model)
+    if backend == "local":
+        preflight.device(first.device)
+        return
+    import fda_ray.tune as ft
+    from fda_ray.driver import ensure_ray
+
+    ensure_ray(address, num_cpus=None, field="address")
+    preflight.resources(ft.resources(first, ft.driver_placement()).bundles, preflight.node_shapes(),
+                        fields=preflight.fields_of_request(first) + (f", device={first.device!r}"
+                                                                   if first.executor == "serial" else ""))
+
+
+def _command(argv: list[str]) -> str:
+    """The command line as the summary repeats it (without --resume)."""
+    return "python -m fda_ray.sweep " + " ".join(shlex.quote(x) for x in argv if x != "--resume")
+
+
+def _shutdown_ray() -> None:
+    try:
+        import ray
+        if ray.is_initialized():
+            ray.shutdown()
+    except ImportError:
+        pass
 
 
 def search_main(a: Any, argv: list[str]) -> int:
@@ -598,29 +613,19 @@ def search_main(a: Any, argv: list[str]) -> int:
             print(f"{len(plan)} studies x {num_samples} trials, then each rule's selection on {search.rerun_seeds} "
                   f"fresh seeds and {len(search.references)} reference rows")
             return 0
-        from fda_ray.data import DatasetNotFound, load
-        load(search.dataset, overrides.get("data_dir"))
-        preflight.model_weights(first.model_weights, first.model)
-        if a.backend == "local":
-            preflight.device(first.device)
+        _preflight(search.dataset, first, a.backend, a.address, overrides)
     except (SweepError, ValueError) as e:
         print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
     except DatasetNotFound as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    command = "python -m fda_ray.sweep " + " ".join(shlex.quote(x) for x in argv if x != "--resume")
     code = run_search(search, profile=a.profile, out=out, num_samples=num_samples, backend=a.backend,
                       workers=a.workers, max_concurrent=a.max_concurrent, max_failures=a.max_failures,
                       scheduler=a.scheduler, search_alg=a.search_alg, methods=_list(a.methods, str, "methods"),
                       values=_list(a.values, float, "values"), overrides=overrides, address=a.address,
-                      command=command, no_figures=a.no_figures)
-    try:
-        import ray
-        if ray.is_initialized():
-            ray.shutdown()
-    except ImportError:
-        pass
+                      command=_command(argv), no_figures=a.no_figures)
+    _shutdown_ray()
     return code
 
 

@@ -127,6 +127,12 @@ CASES = [
         ("fedwca.revision_interval=", ("--fedwca-revision-interval", "5", "--fedwca-weighting", "local")),
         ("fedwca.weighting=", ("--fedwca-weighting", "nope"))]],
     run_case("partition='domain_clients' is invalid for dataset 'fashion-mnist'", *RUN, "--method", "fedwca"),
+    # ... model selection's held-out shares
+    run_case("val_share=", *RUN, "--val-share", "1.5"),
+    run_case("source_val_share=", *RUN, "--source-val-share", "0"),
+    run_case("val_share=0.999 is invalid: it would hold out all", *RUN, "--val-share", "0.999"),
+    run_case("val_share=0.2 is invalid for partition 'domain_clients'", "--dataset", "fmnist-5", "--data-dir", "{fm}",
+             "--method", "fedwca", "--rounds", "1", "--val-share", "0.2"),
     # ... a run whose numbers diverge: exit 1, the finished rounds kept
     run_case("run stopped in round", *RUN, "--noise", "1e38", "--rounds", "2", code=1, seconds=60),
     # ... Ray: a request no node can hold, a cluster nobody answers at (the real entry point)
@@ -154,6 +160,11 @@ CASES = [
         ((*SWEEP, "--backend", "local", "--executor", "ray"), "executor="),
         ((*SWEEP, "--data-dir", "{tmp}/missing"), "data_dir="),
         ((*SWEEP, "--backend", "local", "--device", "cuda"), "device="),
+        (("--search", "nope", "--out", "{tmp}/s"), "search="),
+        (("--search", "beta", "--out", "{tmp}/s", "--search-alg", "grid"), "search_alg="),
+        (("--search", "beta", "--out", "{tmp}/s", "--values", "0.4"), "values="),
+        (("--search", "beta", "--out", "{tmp}/s", "--resume"), "resume="),
+        (("--search", "beta", "--out", "{tmp}/s", "--data-dir", "{tmp}/missing"), "data_dir="),
     ]],
     Case("fda_ray.sweep", (*SWEEP, "--address", "127.0.0.1:1"), 2, "error: address='127.0.0.1:1'", 30, True),
     Case("fda_ray.sweep", (*SWEEP, "--data-dir", "{fm}", "--gpus-per-client", "0.1"), 2, "gpus_per_client=", 60, True),
