@@ -45,8 +45,9 @@ and a purpose, so a setting is the same in every process and executor.
 Validation (model selection, fda_ray.selection): cfg.val_share holds out that share of the target's labelled
 training samples (a permutation seeded by (seed, "validation/target"); domain_shards: of the labelled samples on
 every device, whose labels are then hidden there, so they stay unlabelled training data as the rest), and
-cfg.source_val_share that share of every source's samples (seeded per source); the target's test set and pool
-are unchanged.
+cfg.source_val_share that share of every source's samples (seeded per source; partition domainbed: of every
+source environment's out-split, DomainBed's training-domain validation data, so the sources still train on their
+whole in-split); the target's test set and pool are unchanged.
 Noise: x + N(0, std^2), no clipping, drawn afresh every time an image is read, on target train and test only.
 The oracle under the authors' protocol (cfg.baseline_protocol = "authors", REFERENCE.md) takes the target's whole
 part instead: a seeded permutation, its first 10 % the oracle's test set, the other 90 % its training set.
@@ -220,8 +221,9 @@ def _check_held_out(split: Split, cfg: RunConfig, kind: str) -> None:
                          f"({listing}) leaves {len(envs) - 1} sources")
 
 
-def domainbed_split(split: Split, cfg: RunConfig) -> tuple[tuple[Pair, ...], Pair, Pair, Pair]:
-    """(sources, target's labelled set, target's in-split, target's test set) of leave-one-domain-out."""
+def domainbed_split(split: Split, cfg: RunConfig) -> tuple[tuple[Pair, ...], Pair, Pair, Pair, tuple[Pair, ...]]:
+    """(sources, target's labelled set, target's in-split, target's test set, the sources' out-splits) of
+    leave-one-domain-out (the out-splits: DomainBed's training-domain validation data, never trained on)."""
     envs, names = split.environments, split.env_names
     if not envs:
         raise ValueError(f"partition='domainbed' is invalid for dataset {cfg.dataset!r}: it has no environments "
@@ -229,6 +231,7 @@ def domainbed_split(split: Split, cfg: RunConfig) -> tuple[tuple[Pair, ...], Pai
     _check_held_out(split, cfg, "environments")
     frac = cfg.target_fraction
     sources: list[Pair] = []
+    outs: list[Pair] = []
     target: tuple[Pair, Pair, Pair] | None = None
     for e, (x, y) in enumerate(envs):
         n = len(y)
@@ -236,6 +239,7 @@ def domainbed_split(split: Split, cfg: RunConfig) -> tuple[tuple[Pair, ...], Pai
         if e != cfg.test_env:
             in_idx = _cap(in_idx, cfg.samples_per_client)
             sources.append((take(with_augmentation(x, bool(cfg.data_augmentation)), in_idx), y[in_idx]))
+            outs.append((take(x, out_idx), y[out_idx]))
             continue
         if cfg.target_labelled is not None:
             k = cfg.target_labelled
@@ -260,7 +264,7 @@ def domainbed_split(split: Split, cfg: RunConfig) -> tuple[tuple[Pair, ...], Pai
         pool = _cap(in_idx, cfg.samples_per_client)
         target = ((take(x, labelled), y[labelled]), (take(x, pool), y[pool]), (take(x, test), y[test]))
     assert target is not None
-    return (tuple(sources), *target)
+    return (tuple(sources), *target, tuple(outs))
 
 
 def heldout_domain_split(split: Split, cfg: RunConfig) -> tuple[tuple[Pair, ...], Pair, Pair, Pair]:
@@ -455,7 +459,7 @@ def build_setting(split: Split, cfg: RunConfig) -> Setting:
         target_test = _take(split.x_train, split.y_train, test)
         whole = _take(split.x_train, split.y_train, tgt)
     elif cfg.partition == "domainbed":
-        sources, target_train, target_pool, target_test = domainbed_split(split, cfg)
+        sources, target_train, target_pool, target_test, source_outs = domainbed_split(split, cfg)
         whole = target_pool
     elif cfg.partition == "heldout_domain":
         sources, target_train, target_pool, target_test = heldout_domain_split(split, cfg)
@@ -504,10 +508,15 @@ def build_setting(split: Split, cfg: RunConfig) -> Setting:
         if cfg.partition in ("domain_shards", "domain_clients"):
             raise ValueError(f"source_val_share={cfg.source_val_share!r} is invalid for partition "
                              f"{cfg.partition!r}: its sources are split by domain (use val_share)")
-        held = [hold_out(p, cfg.source_val_share, cfg.seed, f"validation/source{i}", "source_val_share",
-                         f"source {i}'s samples") for i, p in enumerate(sources)]
-        sources = tuple(train for train, _ in held)
-        source_val = (concat([v[0] for _, v in held]), torch.cat([v[1] for _, v in held]))
+        if cfg.partition == "domainbed":  # a share of DomainBed's own out-splits: the sources train on all of in_e
+            vals = [hold_out(p, cfg.source_val_share, cfg.seed, f"validation/source{i}", "source_val_share",
+                             f"source {i}'s out-split")[1] for i, p in enumerate(source_outs)]
+        else:
+            held = [hold_out(p, cfg.source_val_share, cfg.seed, f"validation/source{i}", "source_val_share",
+                             f"source {i}'s samples") for i, p in enumerate(sources)]
+            sources = tuple(train for train, _ in held)
+            vals = [v for _, v in held]
+        source_val = (concat([v[0] for v in vals]), torch.cat([v[1] for v in vals]))
     for i, (x, _) in enumerate(sources):
         if len(x) < cfg.batch_source and cfg.drop_last:
             raise ValueError(f"batch_source={cfg.batch_source} is invalid: source {i} holds only {len(x)} samples")

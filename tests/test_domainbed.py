@@ -248,6 +248,16 @@ def test_leave_one_domain_out_split(colored):
     assert not torch.equal(other.target_test[0], s.target_test[0])
     # ColoredMNIST's size: 0.1 % of an in-split of 18 667 images is 18 labelled images (SEEDS-SPEC 4.1)
     assert int(18667 * 0.001) == 18
+    # training-domain validation (model selection): a share of the sources' out-splits, their in-splits untouched
+    held = build_setting(split, cfg.replace(source_val_share=0.5).resolved())
+    for (hx, _), (sx, _) in zip(held.sources, s.sources):
+        assert torch.equal(hx, sx)
+    outs = torch.cat([split.environments[e][0][torch.from_numpy(split_indices(n[e], int(0.2 * n[e]),
+                                                                              seed_hash(cfg.seed, e))[0])]
+                      for e in (0, 2)])
+    flat = lambda t: {bytes(r.numpy().tobytes()) for r in t}  # noqa: E731
+    assert flat(held.source_val[0]) <= flat(outs) and len(held.source_val[1]) == sum(round(0.5 * int(0.2 * n[e]))
+                                                                                      for e in (0, 2))
 
 
 def test_bad_environment_choices_are_one_line_errors(colored):
