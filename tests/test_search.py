@@ -139,6 +139,8 @@ def test_search_definitions_plan_valid_trials_and_extend_their_points():
                         v = point_of(s, t.params)[d.name]
                         assert (v in d.values) if d.kind == "choice" else d.low <= v <= d.high
         assert not RULES[s.rules[0]].oracle  # what the scheduler optimises is never the test set
+    wca = SEARCHES["fedwca-temperatures"].samples("fedwca", 1.0, 30)  # 003's 5 x 5 set: each point once
+    assert len(wca) == 25 and len({tuple(p.values()) for p in wca}) == 25
     with pytest.raises(ValueError, match="loguniform"):
         Dim("x", "loguniform", 0.0, 1.0)
     with pytest.raises(ValueError, match="the first rule is what the scheduler optimises"):

@@ -14,6 +14,7 @@ the learning rates log-uniform over two decades around the defaults.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -110,10 +111,16 @@ class Search:
 
     def samples(self, method: str, value: float, n: int) -> list[dict[str, Any]]:
         """The first n points of this study's random search: a generator seeded by (search, method, value), so
-        the same points come back on --resume, and asking for more (--num-samples) extends the list."""
+        the same points come back on --resume, and asking for more (--num-samples) extends the list. A space of
+        choices alone is drawn without replacement (at most its size)."""
         from fda_ray.seeding import np_rng
 
         rng = np_rng(0, purpose=f"search/{self.name}/{method}/{value:g}")
+        if all(d.kind == "choice" for d in self.space):
+            # a finite grid (003's T_a x T_b): distinct points, in a seeded order (a repeat would only rerun a trial)
+            grid = [dict(zip([d.name for d in self.space], combo))
+                    for combo in itertools.product(*(d.values for d in self.space))]
+            return [grid[i] for i in rng.permutation(len(grid))[:n]]
         return [{d.name: d.sample(rng) for d in self.space} for _ in range(n)]
 
 
