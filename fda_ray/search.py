@@ -341,6 +341,29 @@ def result_rows(search: Search, trial: Trial, phase: str, study: str, rows: list
 SEARCH_ALGS = ("random", "optuna")
 
 
+def search(name: str | Search, *, profile: str = "quick", out: str | Path | None = None,
+           num_samples: int | None = None, scheduler: str = "asha", search_alg: str = "random",
+           methods: Sequence[str] | None = None, values: Sequence[float] | None = None,
+           max_concurrent: int | None = None, max_failures: int = 2, address: str | None = None,
+           **fields: Any) -> dict[str, Any]:
+    """The same as `python -m fda_ray.sweep --search NAME` from Python (on Ray Tune); `fields` are RunConfig
+    fields over every trial's (data_dir="...", rounds=10). Returns selection.json's contents.
+
+        from fda_ray.search import search
+        sel = search("beta", num_samples=24, values=[0.6], out="sweeps/beta-0.6")
+        sel["studies"]["fedgp @ noise 0.6"]["selected"]["target_val"]
+    """
+    s = SEARCHES[name] if isinstance(name, str) else name
+    out = Path(out or f"sweeps/search-{s.name}-{profile}").resolve()
+    code = run_search(s, profile=profile, out=out, num_samples=num_samples or s.num_samples[profile], backend="tune",
+                      workers=None, max_concurrent=max_concurrent, max_failures=max_failures, scheduler=scheduler,
+                      search_alg=search_alg, methods=methods, values=values, overrides=dict(fields),
+                      address=address, command=f"fda_ray.search.search({s.name!r}, profile={profile!r}, ...)")
+    if code == 130:
+        raise KeyboardInterrupt(f"search {s.name} interrupted: call again to go on (settled trials are kept)")
+    return json.loads((out / "selection.json").read_text())
+
+
 def run_search(search: Search, *, profile: str, out: Path, num_samples: int, backend: str, workers: int | None,
                max_concurrent: int | None, max_failures: int, scheduler: str, search_alg: str,
                methods: Sequence[str] | None, values: Sequence[float] | None, overrides: dict[str, Any],

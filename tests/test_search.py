@@ -229,6 +229,11 @@ def test_tiny_search_on_tune_with_asha_selects_by_validation_and_reruns(fmnist_d
     printed = capsys.readouterr().out
     assert "6 trials, 6 settled before" in printed and "done before" in printed
     assert json.loads((out / "selection.json").read_text())["studies"]["fedgp @ noise 0.4"]["selected"] == table["selected"]
+    # the same from Python
+    from fda_ray.search import search as run_from_python
+
+    sel = run_from_python(search, out=out, num_samples=6, max_concurrent=1, data_dir=str(fmnist_dir))
+    assert sel["studies"]["fedgp @ noise 0.4"]["selected"] == table["selected"]
 
 
 @pytest.mark.parametrize("args,message", [
