@@ -252,8 +252,10 @@ def summarize(search: Search, profile: str, tables: dict[str, dict], reruns: dic
              "", *([f"Profile `{profile}`: {search.profiles[profile].note}", ""] if search.profiles[profile].note else []),
              "Selection rules: " + "; ".join(f"**{r}**: {RULES[r].label} (`{RULES[r].metric}`)" for r in search.rules)
              + ". The oracle reads the target's test labels: an upper bound, not a result.", "",
-             f"Test accuracy (%) of each rule's selection rerun on seeds {RERUN_SEED0}..{RERUN_SEED0 + search.rerun_seeds - 1} "
-             f"(the search ran seed 0), mean ± std:", "",
+             f"Per setting: each rule's selected configuration, the search's final value of the rule's validation "
+             f"metric (for the oracle: of the first rule's) and of the test accuracy (%, seed 0), and the test accuracy "
+             f"of the configuration rerun on seeds {RERUN_SEED0}..{RERUN_SEED0 + search.rerun_seeds - 1} (mean ± std): "
+             f"the number to report.", "",
              f"Command: `{command}`", ""]
     for value in search.values:
         studies_here = [(k, t) for k, t in tables.items() if math.isclose(t["value"], value)]
