@@ -147,3 +147,16 @@ def assert_resume_equals_uninterrupted(cfg, after: int = 2) -> None:
     resumed = run_rounds(exp2, SerialExecutor(exp2.clients), resume=saved[after])
     assert torch.equal(resumed.final_weights, whole.final_weights)
     assert [r["accuracy"] for r in resumed.rows] == [r["accuracy"] for r in whole.rows]
+
+
+@pytest.fixture
+def no_ray():
+    """A test that starts its own local Ray (ray.init with its own settings) and shuts it down after."""
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    yield
+    if ray.is_initialized():
+        ray.shutdown()
+

@@ -35,15 +35,6 @@ def tiny_search(**kw) -> Search:
     return Search(**base)
 
 
-@pytest.fixture
-def no_ray():
-    if ray.is_initialized():
-        ray.shutdown()
-    yield
-    if ray.is_initialized():
-        ray.shutdown()
-
-
 # ---------------------------------------------------------------- the validation splits
 
 def test_validation_splits_are_held_out_seeded_and_never_trained_on(tiny, fmnist_dir):

@@ -37,15 +37,6 @@ def tiny_grid(monkeypatch):
     return grid
 
 
-@pytest.fixture
-def no_ray():
-    if ray.is_initialized():
-        ray.shutdown()
-    yield
-    if ray.is_initialized():
-        ray.shutdown()
-
-
 def _args(fmnist_dir, out, *more):
     return ["--grid", "tiny-noise", "--data-dir", str(fmnist_dir), "--out", str(out), *more]
 
