@@ -4,9 +4,13 @@ rebuilt on the algorithm contract (issue 15), kept within float tolerance on any
 The fixture (golden/fda_methods.json) holds, per case, the config, every row's numbers (timings left out)
 and a summary of the final weights: each layer's L2 norm and 16 fixed coordinates. It was written from
 the runs of the code before the port (commit eedeb91); the port gave identical rows and weights on the
-same machine. On another CPU the float sums run in another order (SIMD width), so the comparison allows
-what that can move in four rounds of Adam on tiny data: weights 1e-4 relative, a test loss 1e-4
-relative, an accuracy one test sample of 100.
+same machine. Re-recorded on 2026-11-23 under torch 2.15.0 (CI installs the newest torch): the code at a40ad7e,
+before that session's changes, failed the old fixture there in the same 5 cases and by the same amounts
+(finetune_offline's training loss 3.7 %, fedda_label_shift's 1.5 %), so the difference is the torch build. On another CPU the float sums run in another order (SIMD width), and another torch build runs
+other kernels (torch 2.15 moved a weight by 2.3e-5 and an estimate by 0.5 % against the recording), so the
+comparison allows what that can move in four rounds of Adam (lr 1e-3) on tiny data: a weight a tenth of one
+Adam step (1e-4) or 1e-3 relative, a layer norm 1e-3 relative, a loss or estimate 1 % relative, an accuracy
+one test sample of 100. A change of the code that is meant to keep the numbers moves none of them by more.
 
 To re-record after a change that is meant to change the numbers: python tests/test_golden.py --record
 """
@@ -68,7 +72,7 @@ def close(name: str, col: str, want, got) -> None:
         elif math.isnan(want):
             assert math.isnan(got), (name, col, want, got)
         else:  # losses, estimates, betas, cosines: relative float noise of a few rounds, with a floor near 0
-            assert got == pytest.approx(want, rel=1e-3, abs=1e-6), (name, col, want, got)
+            assert got == pytest.approx(want, rel=1e-2, abs=1e-6), (name, col, want, got)
     elif col != "predicted_rule":  # (an argmin of estimates: a near-tie may flip on another CPU)
         assert want == got, (name, col, want, got)
 
@@ -88,8 +92,8 @@ def test_fda_methods_give_their_golden_numbers(golden, fmnist_dir, name):
         for col in w:
             close(name, col, w[col], g[col])
     ww, gw = want["weights"], got["weights"]
-    torch.testing.assert_close(torch.tensor(gw["layer_norms"]), torch.tensor(ww["layer_norms"]), rtol=1e-4, atol=1e-6)
-    torch.testing.assert_close(torch.tensor(gw["coords"]), torch.tensor(ww["coords"]), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(torch.tensor(gw["layer_norms"]), torch.tensor(ww["layer_norms"]), rtol=1e-3, atol=1e-6)
+    torch.testing.assert_close(torch.tensor(gw["coords"]), torch.tensor(ww["coords"]), rtol=1e-3, atol=1e-4)
 
 
 if __name__ == "__main__":
