@@ -73,17 +73,6 @@ def base_fields(search: Search, profile: str, overrides: dict[str, Any] | None =
     return merge_fields({"dataset": search.dataset}, search.fixed, search.profiles[profile].fields, overrides or {})
 
 
-def _trial(search: Search, study: Study, row: str, params: dict[str, Any]) -> Trial:
-    from fda_ray.config import RunConfig
-
-    try:
-        RunConfig(**params).resolved()
-    except ValueError as e:
-        raise ValueError(str(e).splitlines()[0]) from None
-    key = trial_key(row, search.variable, study.value, params["seed"], params)
-    return Trial(key, row, study.value, params["seed"], params)
-
-
 def study_base(search: Search, profile: str, study: Study, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """The fields every trial of a study shares (seed 0), without the searched knobs."""
     return merge_fields(base_fields(search, profile, overrides), {"method": study.method, "seed": 0},
@@ -148,7 +137,7 @@ def point_of(search: Search, params: dict[str, Any]) -> dict[str, Any]:
 def rerun_trials(search: Search, profile: str, study: Study, selected: Trial, seeds: int,
                  overrides: dict[str, Any] | None = None) -> list[Trial]:
     """The selected trial's configuration on fresh seeds (the same key whichever rule selected it)."""
-    return [_trial(search, study, f"{study.method}-selected", {**selected.params, "seed": s})
+    return [point_trial({**selected.params, "seed": s}, f"{study.method}-selected", search.variable, study.value, {})
             for s in range(RERUN_SEED0, RERUN_SEED0 + seeds)]
 
 
@@ -156,9 +145,8 @@ def reference_trials(search: Search, profile: str, study_value: float, seeds: in
                      overrides: dict[str, Any] | None = None) -> list[Trial]:
     """The search's reference rows (not searched) at one setting, on the reruns' seeds."""
     base = base_fields(search, profile, overrides)
-    study = Study("reference", study_value)
-    return [_trial(search, study, ref.key, merge_fields(base, {"method": ref.method, "seed": s},
-                                                       search.value_fields_of(study_value), ref.params))
+    return [point_trial(merge_fields(base, {"method": ref.method, "seed": s}, search.value_fields_of(study_value),
+                                     ref.params), ref.key, search.variable, study_value, {})
             for ref in search.references for s in range(RERUN_SEED0, RERUN_SEED0 + seeds)]
 
 
