@@ -34,6 +34,17 @@ def write_idx(path: Path, array: np.ndarray) -> None:
         path.write_bytes(data)
 
 
+def sigint_as_in_a_terminal() -> None:
+    """preexec_fn for a child the test will Ctrl-C: SIGINT back to its default action.
+
+    A shell without job control starts its background commands with SIGINT ignored (POSIX), and an ignored
+    signal stays ignored across exec; Python then installs no KeyboardInterrupt handler, so a test run from
+    such a background job (`bash .ci/run &` in a script) would Ctrl-C a child that cannot hear it."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def make_fmnist_dir(root: Path, n_train: int = 1200, n_test: int = 300, seed: int = 0) -> Path:
     """Four IDX files of a tiny learnable Fashion-MNIST stand-in: class k brightens row band k."""
     rng = np.random.default_rng(seed)

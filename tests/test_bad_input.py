@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # run as a script too
-from conftest import make_fmnist_dir, write_idx  # noqa: E402
+from conftest import make_fmnist_dir, sigint_as_in_a_terminal, write_idx  # noqa: E402
 
 RUN = ("--data-dir", "{fm}", "--num-sources", "2", "--rounds", "1", "--warmup-rounds", "1",
        "--samples-per-client", "128", "--target-labelled", "32", "--test-samples", "50")
@@ -289,7 +289,8 @@ def _run_until(args: list[str], parquet: Path, rows: int) -> subprocess.Popen:
 
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
     proc = subprocess.Popen([sys.executable, "-m", "fda_ray", *args, "--parquet", str(parquet)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True,
+                            preexec_fn=sigint_as_in_a_terminal)
     deadline = time.time() + 180
     while time.time() < deadline and proc.poll() is None:
         if parquet.is_file() and pq.read_metadata(parquet).num_rows >= rows:

@@ -16,6 +16,7 @@ import pytest
 import ray
 
 from fda_ray import sweep
+from conftest import sigint_as_in_a_terminal
 from tuning.grids import GRIDS, Grid, Row
 
 TINY = {"num_sources": 3, "rounds": 2, "warmup_rounds": 1, "samples_per_client": 128, "test_samples": 100,
@@ -282,7 +283,7 @@ def test_interrupted_sweep_says_so_and_resumes(tiny_grid, fmnist_dir, tmp_path, 
     script.write_text(_DRIVER.format(tests=str(Path(__file__).parent), root=str(Path(__file__).parents[1]), rounds=rounds))
     proc = subprocess.Popen([sys.executable, str(script), *_args(fmnist_dir, out, "--backend", "local", "--workers", "1")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            cwd=str(Path(__file__).parents[1]))
+                            cwd=str(Path(__file__).parents[1]), preexec_fn=sigint_as_in_a_terminal)
     deadline = time.time() + 300
     while time.time() < deadline and not (out / "trials").is_dir():
         time.sleep(0.05)
