@@ -16,8 +16,9 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import replace
-from typing import Callable
+from typing import Any, Callable
 
+import numpy as np
 import torch
 
 from fda_ray.algorithms.base import ClientResult
@@ -41,6 +42,19 @@ def on_device(res: ClientResult, device: torch.device) -> ClientResult:
     if all(t.device == device for t in res.tensors.values()):
         return res
     return replace(res, tensors={k: t.to(device) for k, t in res.tensors.items()})
+
+
+def plain(value: Any) -> Any:
+    """`value` with numpy scalars as Python numbers, in dicts and lists too. A round's row goes into the trial's
+    checkpoint, which --resume and a search's stopped trials load with torch.load(weights_only=True): that
+    refuses numpy scalars (an algorithm's metric computed with numpy would make its trials unresumable)."""
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(plain(v) for v in value)
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def run_rounds(exp: Experiment, executor: Executor, progress: Callable[[dict], None] | None = None,
@@ -135,7 +149,7 @@ def _rounds(exp: Experiment, executor: Executor, hist: History, progress: Callab
         now = time.perf_counter()
         row["seconds"] = now - tr
         tr = now
-        hist.rows.append(row)
+        hist.rows.append(plain(row))
         hist.final_weights = algo.final_weights(state)
         if progress:
             progress(row)

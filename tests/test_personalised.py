@@ -3,6 +3,7 @@ tiny data, the pure halves against hand-computed cases, the recipes' limits, res
 generated flags. (Serial == Ray with a killed actor is in test_ray.py.)"""
 from __future__ import annotations
 
+import io
 import math
 
 import pytest
@@ -43,6 +44,12 @@ def test_every_registered_algorithm_runs_on_tiny_data(tiny, fmnist5, fedwca5, me
     hist = run(cfg)
     assert hist.rows and all(0.0 <= r["accuracy"] <= 1.0 and math.isfinite(r["loss"]) for r in hist.rows)
     assert torch.isfinite(hist.final_weights).all()
+    # The rows are plain data: a trial's checkpoint (state.pt, which carries them) loads with weights_only, as
+    # --resume and a search's stopped trials load it (a numpy scalar in a row made FedWCA's refuse to load).
+    buf = io.BytesIO()
+    torch.save({"rows": hist.rows}, buf)
+    buf.seek(0)
+    assert torch.load(buf, weights_only=True)["rows"] == hist.rows
     recipe = getattr(cls, "recipe", "epoch")
     assert recipe in seen and seen <= {recipe, "epoch"}  # (ditto's and apfl's recipes run "epoch" inside)
     defaults = {**cls.Params().to_dict(), **cfg.params.get(cls.family, {})}
