@@ -149,7 +149,8 @@ def _rounds(exp: Experiment, executor: Executor, hist: History, progress: Callab
         now = time.perf_counter()
         row["seconds"] = now - tr
         tr = now
-        hist.rows.append(plain(row))
+        row = plain(row)  # what progress, the History and the checkpoint see alike
+        hist.rows.append(row)
         hist.final_weights = algo.final_weights(state)
         if progress:
             progress(row)
