@@ -1,4 +1,5 @@
-"""Ray Tune integration (the only module that imports ray.tune): one trial is one federated run.
+"""Ray Tune integration (trainable, resources, schedulers, Optuna; sweep.run_tune drives the Tuner): one trial is one
+federated run.
 
     from ray import tune
     import fda_ray.tune as ft
