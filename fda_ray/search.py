@@ -166,7 +166,7 @@ def mark_stopped(record: Path) -> None:
     whether they are all of its rows (a rung can fall on a trial's last report: ASHA then stops a trial that had
     trained every round, before it wrote rows.json; such a trial counts as finished)."""
     from fda_ray.algorithms import ALGORITHMS
-    from fda_ray.trials import TRIAL_FILE, _save_json, load_state
+    from fda_ray.trials import TRIAL_FILE, _save_json, environment, load_state
 
     if is_done(record):
         return
@@ -174,8 +174,8 @@ def mark_stopped(record: Path) -> None:
     rows = list(state["rows"]) if state is not None else []
     cfg = Trial.from_dict(json.loads((record / TRIAL_FILE).read_text())).config().resolved()
     complete = len(rows) >= ALGORITHMS.get(cfg.method).planned_rounds(cfg)
-    _save_json({"rows": rows, "stopped_after": rows[-1]["round"] if rows else None, "complete": complete},
-               record / STOPPED_FILE)
+    _save_json({"rows": rows, "stopped_after": rows[-1]["round"] if rows else None, "complete": complete,
+                "environment": environment()}, record / STOPPED_FILE)
 
 
 def trial_rows(record: Path) -> tuple[list[dict], bool] | None:

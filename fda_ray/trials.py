@@ -11,7 +11,8 @@ value (eval_noise) and the finetune_offline trials fine-tune from its final weig
 A trial's record, records/<key>/:
   trial.json    what the trial is (written first)
   state.pt      after every round (atomic): what a cut-off trial resumes from; tensors and plain data only
-  rows.json     once the trial is done: the resolved config and one metrics row per round
+  rows.json     once the trial is done: the resolved config, one metrics row per round, and the environment
+                (python, torch, numpy, ray versions and the machine) of the process that finished it
   weights.pt    the final flat weights, for trials others start from
 A trial whose rows.json exists is done and never runs again; its key hashes every field that changes its
 numbers (not where or how it ran: executor, resources, the data directory), so a resumed sweep finds it.
@@ -230,6 +231,25 @@ def _save_json(obj: Any, path: Path) -> None:
     tmp.replace(path)
 
 
+def environment() -> dict[str, str]:
+    """What computed a record's numbers. A torch build alone moves results by points (seed003.md: the same FedWCA
+    code, config and seed gives +1.2-3.0 test points under torch 2.15 than under the build its grid ran on), so
+    every record says which build finished it; a resumed trial's earlier rounds may have run on another."""
+    import platform
+    from importlib import metadata
+
+    import torch
+
+    def version(dist: str) -> str:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    return {"python": platform.python_version(), "torch": torch.__version__, "numpy": version("numpy"),
+            "ray": version("ray"), "machine": platform.machine()}
+
+
 def load_state(record: Path) -> dict | None:
     """The resume state of a cut-off trial (tensors and plain data: loaded without unpickling code)."""
     import torch
@@ -243,7 +263,8 @@ def is_done(record: Path) -> bool:
 
 
 def read_rows(record: Path) -> dict[str, Any]:
-    """{"config", "rows", "seconds"} of a finished trial."""
+    """{"config", "rows", "seconds", "environment"} of a finished trial (records written before the environment
+    was recorded lack it)."""
     return json.loads((record / ROWS_FILE).read_text())
 
 
@@ -279,7 +300,8 @@ def run_trial(trial: Trial, records: Path, report: Callable[[dict], None] | None
             executor.shutdown()
     if trial.save_weights:
         _save_torch(hist.final_weights.detach().cpu().contiguous(), record / WEIGHTS_FILE)
-    _save_json({"config": cfg.to_dict(), "rows": hist.rows, "seconds": hist.seconds}, record / ROWS_FILE)
+    _save_json({"config": cfg.to_dict(), "rows": hist.rows, "seconds": hist.seconds, "environment": environment()},
+               record / ROWS_FILE)
     return hist
 
 

@@ -202,6 +202,8 @@ def test_tiny_search_on_tune_with_asha_selects_by_validation_and_reruns(fmnist_d
         if e["status"] == "stopped":
             rows, done = trial_rows(records / e["key"])
             assert not done and rows[-1]["round"] < TINY["rounds"] - 1 and is_settled(records / e["key"])
+            stopped = json.loads((records / e["key"] / "stopped.json").read_text())
+            assert stopped["environment"]["torch"] == torch.__version__
     # the reruns: every rule's selection and the reference on the fresh seed 1, test accuracy reported
     reruns = table["reruns"]
     assert set(reruns) == {"target_val", "source_val", "oracle"}

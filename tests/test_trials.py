@@ -2,8 +2,11 @@
 plain runs, trial identity, and the planner's one-line errors."""
 from __future__ import annotations
 
+import platform
 
+import numpy as np
 import pytest
+import torch
 
 from fda_ray.config import RunConfig
 from fda_ray.engine import run
@@ -179,6 +182,10 @@ def test_shared_source_only_and_finetune_equal_plain_runs(fmnist_dir, tmp_path):
     for t in trials:
         run_trial(t, tmp_path)
         assert is_done(tmp_path / t.key)
+        # every record names the build that computed it (a torch build alone moves results by points)
+        env = read_rows(tmp_path / t.key)["environment"]
+        assert (env["torch"], env["numpy"], env["python"]) == (torch.__version__, np.__version__,
+                                                               platform.python_version())
     rows = [r for t in trials for r in result_rows(t, grid, read_rows(tmp_path / t.key))]
     for noise in (0.0, 0.5):
         plain = run(RunConfig(dataset="fashion-mnist", method="source_only", noise=noise, **tiny))
