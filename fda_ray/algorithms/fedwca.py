@@ -585,7 +585,7 @@ class _Base(Algorithm):
         hits = sum(np.bincount(domains[a == c]).max() for c in np.unique(a))
         same = {frozenset(np.flatnonzero(a == c)) for c in np.unique(a)} == \
             {frozenset(np.flatnonzero(domains == d)) for d in np.unique(domains)}
-        return {"cluster_purity": float(hits / len(a)), "clusters_are_domains": bool(same)}
+        return {"cluster_purity": hits / len(a), "clusters_are_domains": bool(same)}  # loop.plain makes rows plain
 
     # ---------------------------------------------------------------- evaluation
 
