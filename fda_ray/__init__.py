@@ -4,9 +4,9 @@ versions, with the baselines of the seed papers).
     from fda_ray import RunConfig, run
     history = run(RunConfig(dataset="fashion-mnist", method="fedgp", noise=0.4))
 """
-from fda_ray.config import RunConfig
-from fda_ray.engine import run
-from fda_ray.history import History
+from fda_ray.runtime.config import RunConfig
+from fda_ray.runtime.engine import run
+from fda_ray.core.history import History
 
 __all__ = ["RunConfig", "History", "run"]
 __version__ = "0.1.0"

@@ -4,7 +4,7 @@ The programmatic entry point is the function `fda_ray.run(config)`; this module 
 """
 import sys
 
-from fda_ray.cli import main
+from fda_ray.experiments.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

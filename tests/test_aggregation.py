@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fda_ray.aggregation import fedavg, fedda, fedgp, layer_cosines, layer_stats
+from fda_ray.algorithms.aggregation import fedavg, fedda, fedgp, layer_cosines, layer_stats
 
 R = 1 / math.sqrt(2)
 
@@ -195,7 +195,7 @@ def test_rules_refuse_non_finite_deltas_and_name_the_source(bad, impl):
 
 
 def test_estimators_refuse_non_finite_input_and_estimates():
-    from fda_ray.estimators import auto_beta, estimate
+    from fda_ray.algorithms.fda.estimators import auto_beta, estimate
 
     g = torch.randn(4, 50, generator=torch.Generator().manual_seed(0))
     s = torch.randn(2, 50, generator=torch.Generator().manual_seed(1))

@@ -329,7 +329,7 @@ def test_a_sweep_whose_every_trial_fails_exits_1(places, tmp_path, monkeypatch):
     """Every trial diverges (a source learning rate of 1e30): each is a failure in the summary, exit 1."""
     import json
 
-    from fda_ray import sweep
+    from fda_ray.experiments import sweep
 
     out = tmp_path / "sweep"
     args = ["--grid", "noise", "--values", "0", "--methods", "fedgp,target_only", "--backend", "local", "--workers", "1",

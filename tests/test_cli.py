@@ -15,8 +15,8 @@ import pkgutil
 import pytest
 
 import fda_ray
-from fda_ray.cli import config_from_args, main, parser
-from fda_ray.config import RunConfig
+from fda_ray.experiments.cli import config_from_args, main, parser
+from fda_ray.runtime.config import RunConfig
 
 TINY = ["--num-sources", "2", "--rounds", "1", "--warmup-rounds", "1", "--samples-per-client", "96",
         "--test-samples", "50", "--target-labelled", "32", "--threads", "1"]
@@ -58,9 +58,9 @@ def test_bad_input_one_line_exit_2(fmnist_dir, capsys, args, needle):
 
 
 def test_missing_dataset_names_searched_paths(tmp_path, monkeypatch, capsys):
-    import fda_ray.data as data
+    from fda_ray.data import standard
 
-    monkeypatch.setattr(data, "FMNIST_SYSTEM_DIR", str(tmp_path / "nowhere"))
+    monkeypatch.setattr(standard, "FMNIST_SYSTEM_DIR", str(tmp_path / "nowhere"))
     monkeypatch.delenv("FDA_DATA_DIR", raising=False)
     monkeypatch.chdir(tmp_path)
     rc = main(["--data-dir", str(tmp_path / "empty"), *TINY])
@@ -124,7 +124,7 @@ def test_no_module_shadows_the_run_function():
         if info.name.endswith("__main__"):
             continue
         importlib.import_module(info.name)
-    from fda_ray.engine import run
+    from fda_ray.runtime.engine import run
 
     assert fda_ray.run is run and callable(fda_ray.run)
 

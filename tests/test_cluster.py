@@ -13,7 +13,7 @@ import pytest
 import yaml
 from ray.autoscaler._private.util import prepare_config, validate_config
 
-import fda_ray.tune as ft
+import fda_ray.experiments.tune as ft
 
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER = ROOT / "cluster.yaml"

@@ -19,12 +19,12 @@ import torch
 from torch import nn
 
 from fda_ray.algorithms import ClientTask
-from fda_ray.client import RECIPES, Client, run_task
-from fda_ray.cohort import cohort_key, not_vectorisable, run_tasks, train_cohort
-from fda_ray.engine import build_experiment, run
-from fda_ray.executors import clients_per_actor
-from fda_ray.layout import ParamLayout
-from fda_ray.models import build_model
+from fda_ray.train.client import RECIPES, Client, run_task
+from fda_ray.train.cohort import cohort_key, not_vectorisable, run_tasks, train_cohort
+from fda_ray.runtime.engine import build_experiment, run
+from fda_ray.runtime.ray_executor import clients_per_actor
+from fda_ray.core.layout import ParamLayout
+from fda_ray.train.models import build_model
 
 
 def _clients(model_name: str, input_shape, outputs: int, sizes, *, task="classification", noise=0.0, seed=0):
@@ -158,7 +158,7 @@ def test_vectorise_auto_is_the_measured_faster_loop_on_cpus_and_gpus(tiny):
 
 
 def test_trial_keys_of_the_loop_are_those_recorded_before_vectorise_existed(tiny):
-    from fda_ray.trials import trial_key
+    from fda_ray.experiments.trials import trial_key
 
     params = dict(dataset="fashion-mnist", method="fedgp", rounds=3)
     off = trial_key("fedgp", "noise", 0.4, 0, params)

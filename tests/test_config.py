@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import pytest
 
-from fda_ray.config import RunConfig
+from fda_ray.runtime.config import RunConfig
 from fda_ray.algorithms import ALGORITHMS
-from fda_ray.registry import Registry
-from fda_ray.seeding import derive_seed
+from fda_ray.core.registry import Registry
+from fda_ray.core.seeding import derive_seed
 
 
 @pytest.mark.parametrize("field,value,allowed", [
@@ -75,7 +75,7 @@ def test_registry_lists_known_names_on_typo():
 
 
 def test_threads_warmup_and_baseline_protocol_resolve_and_validate():
-    from fda_ray.config import numbers_fields
+    from fda_ray.runtime.config import numbers_fields
 
     assert RunConfig().threads == 1 and RunConfig().resolved().warmup_rounds == 2
     for bad in (0, None, 1.5):

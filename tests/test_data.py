@@ -12,7 +12,8 @@ import pytest
 import torch
 
 import fda_ray.data as data
-from fda_ray.data import DATASETS, DatasetNotFound, Split
+from fda_ray.data import standard, synthetic
+from fda_ray.data.base import DATASETS, DatasetNotFound, Split
 
 IDX_IMAGES_MAGIC = 0x00000803  # unsigned byte, 3 dimensions
 IDX_LABELS_MAGIC = 0x00000801  # unsigned byte, 1 dimension
@@ -95,7 +96,7 @@ def isolated(tmp_path, monkeypatch):
     monkeypatch.chdir(work)
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("FDA_DATA_DIR", raising=False)
-    monkeypatch.setattr(data, "FMNIST_SYSTEM_DIR", str(tmp_path / "no-such-system-dir"))
+    monkeypatch.setattr(standard, "FMNIST_SYSTEM_DIR", str(tmp_path / "no-such-system-dir"))
     return tmp_path
 
 
@@ -198,7 +199,7 @@ def test_read_idx_bad_magic(tmp_path):
     raw[0] = 0x12  # not 0x0000 ....
     p = write_bytes(tmp_path / "bad-magic-idx3-ubyte", bytes(raw), gz=False)
     with pytest.raises(ValueError) as info:
-        data.read_idx(p)
+        standard.read_idx(p)
     assert str(p) in str(info.value) and "magic" in str(info.value)
 
 
@@ -207,7 +208,7 @@ def test_read_idx_unsupported_type(tmp_path):
     raw[2] = 0x0D  # float
     p = write_bytes(tmp_path / "float-idx3-ubyte", bytes(raw), gz=False)
     with pytest.raises(ValueError, match="float-idx3-ubyte"):
-        data.read_idx(p)
+        standard.read_idx(p)
 
 
 @pytest.mark.parametrize("gz", [False, True], ids=["plain", "gz"])
@@ -215,14 +216,14 @@ def test_read_idx_truncated_body(tmp_path, gz):
     raw = idx_bytes(np.zeros((3, 28, 28), np.uint8))[:-10]
     p = write_bytes(tmp_path / "short-idx3-ubyte", raw, gz=gz)
     with pytest.raises(ValueError) as info:
-        data.read_idx(p)
+        standard.read_idx(p)
     assert str(p) in str(info.value)
 
 
 def test_read_idx_roundtrip(tmp_path):
     a = np.arange(2 * 28 * 28, dtype=np.int64).reshape(2, 28, 28).astype(np.uint8)
     p = write_bytes(tmp_path / "ok-idx3-ubyte", idx_bytes(a), gz=True)
-    out = data.read_idx(p)
+    out = standard.read_idx(p)
     assert out.dtype == np.uint8 and out.shape == (2, 28, 28) and np.array_equal(out, a)
 
 
@@ -230,7 +231,7 @@ def test_read_idx_truncated_header(tmp_path):
     raw = idx_bytes(np.zeros((3, 28, 28), np.uint8))[:9]
     p = write_bytes(tmp_path / "short-header-idx3-ubyte", raw, gz=False)
     with pytest.raises(ValueError, match="short-header-idx3-ubyte"):
-        data.read_idx(p)
+        standard.read_idx(p)
 
 
 def test_fmnist_corrupt_file_named_by_loader(isolated):
@@ -318,7 +319,7 @@ def syn200():
 
 @pytest.fixture(scope="module")
 def syn_split():
-    return data.load_synthetic(n=200)
+    return synthetic.load_synthetic(n=200)
 
 
 def test_synthetic_domains_shapes(syn200):
@@ -389,7 +390,7 @@ def _tiny_fmnist_construction(name: str):
 
 def _tiny_folders(name: str):
     def build(root: Path) -> Split:
-        from fda_ray.domainbed import FOLDER_DATASETS
+        from fda_ray.data.domainbed import FOLDER_DATASETS
         from test_domainbed import _folder_tree
 
         if name == "imagefolder":

@@ -10,9 +10,9 @@ import sys
 import pytest
 import torch
 
-from fda_ray import diagnose as dgn
-from fda_ray import diagnostics as dg
-from fda_ray.engine import build_experiment, run
+from fda_ray.experiments import diagnose as dgn
+from fda_ray.algorithms.fda import diagnostics as dg
+from fda_ray.runtime.engine import build_experiment, run
 
 
 def test_path_points_are_the_runs_global_models(tiny):
@@ -84,9 +84,9 @@ def test_bad_input_one_line_exit_2(fmnist_dir, capsys, extra, needle):
 
 
 def test_missing_dataset_names_searched_paths(tmp_path, monkeypatch, capsys):
-    import fda_ray.data as data
+    from fda_ray.data import standard
 
-    monkeypatch.setattr(data, "FMNIST_SYSTEM_DIR", str(tmp_path / "nowhere"))
+    monkeypatch.setattr(standard, "FMNIST_SYSTEM_DIR", str(tmp_path / "nowhere"))
     monkeypatch.delenv("FDA_DATA_DIR", raising=False)
     monkeypatch.chdir(tmp_path)
     assert dgn.main(["--data-dir", str(tmp_path / "empty"), "--at", "init"]) == 2

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fda_ray import diagnostics as dg
+from fda_ray.algorithms.fda import diagnostics as dg
 
 M, P, N_T = 400, 20000, 20
 
@@ -98,7 +98,7 @@ def test_bad_inputs_give_clear_errors():
 
 
 def test_per_sample_gradients_equal_one_backward_per_sample():
-    from fda_ray.models import SigmoidMLP
+    from fda_ray.train.models import SigmoidMLP
 
     torch.manual_seed(0)
     model = SigmoidMLP(7, 3, hidden=5)
@@ -111,7 +111,7 @@ def test_per_sample_gradients_equal_one_backward_per_sample():
 
 
 def test_part_gradients_equal_one_backward_per_part_and_moments_stream():
-    from fda_ray.models import SigmoidMLP
+    from fda_ray.train.models import SigmoidMLP
 
     torch.manual_seed(1)
     model = SigmoidMLP(6, 2, hidden=4)
@@ -131,7 +131,7 @@ def test_part_gradients_equal_one_backward_per_part_and_moments_stream():
 
 def test_estimated_quantities_equal_the_engine_estimators():
     """The O(n M) form equals fda_ray.estimators.estimate (Gram matrix, per parameter) times M."""
-    from fda_ray import estimators
+    from fda_ray.algorithms.fda import estimators
 
     domain, src, gen = _setting(sources=3, shift=0.5)
     src[2] = -src[2]  # one source pointing away: its tau^2 d^2 is large, the clamp is not hit

@@ -12,11 +12,12 @@ import pytest
 import torch
 
 from conftest import TEST_THREADS, write_idx
-from fda_ray.config import RunConfig
-from fda_ray.data import DatasetNotFound, load
-from fda_ray.domainbed import (COLORED_FLIP, ImageFiles, colored_environments, rotated_environments, seed_hash,
-                               split_indices)
-from fda_ray.shifts import build_setting
+from fda_ray.runtime.config import RunConfig
+from fda_ray.data.base import DatasetNotFound
+from fda_ray.data import load
+from fda_ray.data.domainbed import COLORED_FLIP, colored_environments, rotated_environments, seed_hash, split_indices
+from fda_ray.data.images import ImageFiles
+from fda_ray.runtime.partitions import build_setting
 
 # What each DomainBed grid's paper profile must set (SEEDS-SPEC.md 4.1), checked on every planned trial.
 DOMAINBED_SETTINGS = {
@@ -231,7 +232,7 @@ def test_paper_settings_per_dataset_and_held_out_environment():
 def test_leave_one_domain_out_split(colored):
     cfg = colored(test_env=1, samples_per_client=None, test_samples=None).resolved()
     split = load(cfg.dataset, cfg.data_dir)
-    s = build_setting(split, cfg)
+    s = build_setting(split, cfg.resolved())
     n = [len(y) for _, y in split.environments]  # 500 each (1500 pooled images)
     out1, in1 = split_indices(n[1], int(0.2 * n[1]), seed_hash(cfg.seed, 1))
     uda, _ = split_indices(len(in1), int(0.05 * len(in1)), seed_hash(cfg.seed, 1))
@@ -279,7 +280,7 @@ def test_bad_environment_choices_are_one_line_errors(colored):
 
 
 def test_pretrained_model_without_its_weights_file_is_one_line(vlcs_root, monkeypatch, tmp_path):
-    from fda_ray.experiment import build_experiment
+    from fda_ray.runtime.experiment import build_experiment
 
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
     with pytest.raises(ValueError, match=r"model_weights='imagenet' is invalid: torchvision's cache file "
@@ -289,7 +290,7 @@ def test_pretrained_model_without_its_weights_file_is_one_line(vlcs_root, monkey
 
 
 def test_unshuffled_loaders_keep_the_last_partial_batch(colored):
-    from fda_ray.experiment import build_experiment
+    from fda_ray.runtime.experiment import build_experiment
 
     exp = build_experiment(colored(method="fedgp", samples_per_client=100))
     src = exp.clients[0]
@@ -305,7 +306,7 @@ def test_vlcs_run_on_generated_images(vlcs_root, tmp_path):
     the sources' reads augmented, the pretrained BatchNorm statistics unchanged by training."""
     import torchvision
 
-    from fda_ray.engine import run
+    from fda_ray.runtime.engine import run
 
     torch.manual_seed(0)
     weights = tmp_path / "resnet18.pth"
@@ -315,7 +316,7 @@ def test_vlcs_run_on_generated_images(vlcs_root, tmp_path):
                     threads=TEST_THREADS)
     hist = run(cfg)
     assert len(hist.rows) == 1 and 0 <= hist.rows[0]["accuracy"] <= 1
-    from fda_ray.experiment import build_experiment
+    from fda_ray.runtime.experiment import build_experiment
 
     exp = build_experiment(cfg)
     assert [x.augment for x, _ in exp.setting.sources] == [True, True, True]
@@ -330,7 +331,7 @@ def test_vlcs_run_on_generated_images(vlcs_root, tmp_path):
 
 def test_every_registered_method_runs_leave_one_domain_out(colored):
     from fda_ray.algorithms import ALGORITHMS
-    from fda_ray.engine import run
+    from fda_ray.runtime.engine import run
 
     finals = {}
     for name in ALGORITHMS.names():
@@ -353,11 +354,11 @@ def test_every_registered_method_runs_leave_one_domain_out(colored):
 
 def test_fedavg_all_weighs_the_target_by_its_samples(colored):
     """fedavg_all after one round = sum_k n_k w_k / sum n over sources and the target (plain arithmetic)."""
-    from fda_ray.engine import run
+    from fda_ray.runtime.engine import run
 
     cfg = colored(method="fedavg_all", rounds=1, warmup_rounds=None)
-    from fda_ray.experiment import build_experiment
-    from fda_ray.executors import SerialExecutor
+    from fda_ray.runtime.experiment import build_experiment
+    from fda_ray.runtime.executors import SerialExecutor
 
     exp = build_experiment(cfg)
     w0 = exp.initial_weights()
@@ -381,7 +382,7 @@ def row_is_auto(row: str) -> bool:
 
 @pytest.mark.parametrize("name", sorted(DOMAINBED_SETTINGS))
 def test_domainbed_grids_plan_the_papers_settings(name):
-    from fda_ray.trials import plan
+    from fda_ray.experiments.trials import plan
     from tuning.grids import GRIDS, PERSONALISED_ROW_KEYS
 
     grid = GRIDS[name]
@@ -427,7 +428,7 @@ def test_published_domainbed_numbers_are_keyed_by_environment_index():
 
 
 def test_quick_profile_gives_the_personalised_rows_the_fda_budget():
-    from fda_ray.trials import plan
+    from fda_ray.experiments.trials import plan
     from tuning.grids import GRIDS
 
     trials = plan(GRIDS["domainbed-colored"], "quick")
@@ -436,7 +437,7 @@ def test_quick_profile_gives_the_personalised_rows_the_fda_budget():
 
 
 def test_last_five_rounds_metric():
-    from fda_ray.sweep import final_accuracies
+    from fda_ray.experiments.sweep import final_accuracies
 
     rows = [{"row": "fedgp", "grid_value": 0.0, "trial": "t", "seed": 0, "round": r, "phase": "main",
              "accuracy": a} for r, a in enumerate([0.1, 0.2, 0.5, 0.6, 0.7, 0.8, 0.9])]
@@ -455,7 +456,7 @@ def test_zero_dim_state_tensors_change_no_number(tmp_path):
     import torchvision
     from torch import nn
 
-    from fda_ray.models import MODELS, build_model
+    from fda_ray.train.models import MODELS, build_model
     from test_models import TINY_INPUTS
 
     for name in MODELS.names():
@@ -475,7 +476,7 @@ def test_zero_dim_state_tensors_change_no_number(tmp_path):
 
 
 def test_history_reports_the_mean_of_the_last_five_rounds():
-    from fda_ray.history import History
+    from fda_ray.core.history import History
 
     h = History(config={}, rows=[{"accuracy": a, "loss": 0.0} for a in (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7)])
     assert h.final_accuracy == pytest.approx(0.7) and h.last_accuracy(5) == pytest.approx(0.5)
@@ -497,7 +498,7 @@ def test_faithful_auto_split_draws_the_labelled_set_from_the_environment(colored
     cfg = colored(method="fedgp_auto", test_env=0, samples_per_client=None, test_samples=None).resolved()
     assert cfg.faithful_domainbed_auto
     split = load(cfg.dataset, cfg.data_dir)
-    s = build_setting(split, cfg)
+    s = build_setting(split, cfg.resolved())
     static = build_setting(split, cfg.replace(faithful_domainbed_auto=False).resolved())
     x0, _ = split.environments[0]
     n = len(x0)
@@ -513,8 +514,8 @@ def test_faithful_auto_split_draws_the_labelled_set_from_the_environment(colored
 
 
 def test_faithful_auto_weighs_the_target_by_the_last_sources_beta(colored):
-    from fda_ray.aggregation import fedda, fedgp
-    from fda_ray.engine import run
+    from fda_ray.algorithms.aggregation import fedda, fedgp
+    from fda_ray.runtime.engine import run
 
     g = torch.Generator().manual_seed(0)
     tgt, src = torch.randn(40, generator=g), torch.randn(3, 40, generator=g)

@@ -9,7 +9,7 @@ import pytest
 import torch
 from conftest import same_state
 
-from fda_ray.engine import build_experiment, finetune_from, run
+from fda_ray.runtime.engine import build_experiment, finetune_from, run
 from fda_ray.algorithms import ALGORITHMS
 
 
@@ -100,7 +100,7 @@ def test_oracle_protocols(tiny):
 
 
 def test_target_keeps_its_last_partial_batch_and_sources_drop_theirs(tiny, monkeypatch):
-    from fda_ray import client as client_mod
+    from fda_ray.train import client as client_mod
 
     steps = {}
     orig = client_mod.Client.epoch
@@ -121,7 +121,7 @@ def test_target_keeps_its_last_partial_batch_and_sources_drop_theirs(tiny, monke
 def test_estimators_scale_both_sides_so_beta_ignores_the_learning_rate_ratio(tiny, monkeypatch):
     """The auto-weighted beta_i must not depend on lr_T / lr_S when both sides are scaled by it (REFERENCE.md:
     scaling only the sources doubled FedDA's auto beta)."""
-    from fda_ray.algorithms import fda
+    from fda_ray.algorithms.fda import methods as fda
 
     seen = []
     orig = fda.estimate
@@ -137,7 +137,7 @@ def test_estimators_scale_both_sides_so_beta_ignores_the_learning_rate_ratio(tin
     ratio = cfg.lr_target / cfg.lr_source
     raw = orig(steps / ratio, sources / ratio)
     scaled = orig(steps, sources)
-    from fda_ray.estimators import auto_beta
+    from fda_ray.algorithms.fda.estimators import auto_beta
 
     # undoing the scale in float32 rounds every input by up to 2^-24 (6e-8) relative: beta agrees to ~1e-8;
     # scaling one side only moves it by a factor of ~2
@@ -165,7 +165,7 @@ def test_finetune_makes_a_fresh_adam_every_epoch_under_the_authors_protocol(tiny
 def _one_epoch(tiny, start, epoch_index):
     """One fine-tuning epoch with a fresh Adam, numbered `epoch_index` (its seeds), from `start`."""
     from fda_ray.algorithms import ClientTask
-    from fda_ray.client import run_task
+    from fda_ray.train.client import run_task
 
     exp = build_experiment(tiny(method="finetune_offline", noise=0.3))
     cfg = exp.cfg
@@ -175,7 +175,7 @@ def _one_epoch(tiny, start, epoch_index):
 
 
 def test_auto_methods_lower_learning_rates_after_warmup(tiny, monkeypatch):
-    from fda_ray import client as client_mod
+    from fda_ray.train import client as client_mod
 
     seen = []
     orig = client_mod.RECIPES.get("epoch")
@@ -225,7 +225,7 @@ def test_other_models_and_datasets_run_through_the_engine(tiny):
 
 
 def _synthetic_config():
-    from fda_ray.config import RunConfig
+    from fda_ray.runtime.config import RunConfig
 
     return RunConfig(dataset="synthetic", method="fedgp_auto", num_sources=2, rounds=1, warmup_rounds=1,
                      samples_per_client=128, test_samples=100, target_labelled=40, batch_target=8, threads=1)
@@ -236,7 +236,7 @@ def _synthetic_config():
 def test_a_run_resumed_from_a_checkpoint_equals_an_uninterrupted_run(tiny, method, stop_after, protocol):
     """Checkpoints after every round; resuming from the one after round `stop_after` (in a fresh experiment,
     as a restarted trial would) gives the uninterrupted run's rows, weights and client states."""
-    from fda_ray.engine import SerialExecutor, build_experiment, run_rounds
+    from fda_ray.runtime.engine import SerialExecutor, build_experiment, run_rounds
 
     # ("finetune_offline", 5, "loop"): resumed after the 2nd fine-tuning epoch, whose Adam the 3rd carries on
     cfg = tiny(method=method, rounds=3, baseline_protocol=protocol)

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from fda_ray.estimators import INDIFFERENT_BETA, auto_beta, estimate
+from fda_ray.algorithms.fda.estimators import INDIFFERENT_BETA, auto_beta, estimate
 
 
 def direct(G: torch.Tensor, S: torch.Tensor) -> dict:

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from fda_ray.algorithms import fedwca as fw
-from fda_ray.cluster_weights import init_weights, server_mixing, soft_cluster_models
-from fda_ray.config import RunConfig
-from fda_ray.data import UNLABELLED
-from fda_ray.engine import run
-from fda_ray.experiment import build_experiment
-from fda_ray.models import ShotNet, WeightNormLinear, build_model
+from fda_ray.algorithms.fedwca import methods as fw
+from fda_ray.algorithms.fedwca.cluster_weights import init_weights, server_mixing, soft_cluster_models
+from fda_ray.runtime.config import RunConfig
+from fda_ray.data.base import UNLABELLED
+from fda_ray.runtime.engine import run
+from fda_ray.runtime.experiment import build_experiment
+from fda_ray.train.models import ShotNet, WeightNormLinear, build_model
 
 SEED_003_GRIDS = {"fedwca-fmnist", "fedwca-ablation", "fedwca-temperatures", "fedwca-digit-five", "fedwca-pacs",
                   "fedwca-office-home", "fedwca-pacs-ablation"}
@@ -82,8 +82,8 @@ def test_each_weighting_starts_from_its_mix_of_cluster_models(fedwca5, monkeypat
     cfg = fedwca5(rounds=2, fedwca={"weighting": weighting})
     exp = build_experiment(cfg)
     algo = exp.algorithm
-    from fda_ray.executors import SerialExecutor
-    from fda_ray.loop import run_rounds
+    from fda_ray.runtime.executors import SerialExecutor
+    from fda_ray.runtime.loop import run_rounds
 
     states = {}
     run_rounds(exp, SerialExecutor(exp.clients), checkpoint=lambda c: states.setdefault(c["next_round"], c))
@@ -91,7 +91,7 @@ def test_each_weighting_starts_from_its_mix_of_cluster_models(fedwca5, monkeypat
     seen = _spy_start(monkeypatch)
     plan = algo.plan_round(2, state)
     results = {}
-    from fda_ray.client import run_task
+    from fda_ray.train.client import run_task
 
     for t in plan.tasks:
         results[t.client] = run_task(exp.clients[t.client], t, {n: state[n] for n in t.inputs})
@@ -125,8 +125,8 @@ def test_each_weighting_starts_from_its_mix_of_cluster_models(fedwca5, monkeypat
 def test_fedwca_server_keeps_g_fixed_and_mixes_soft_models_by_eq2(fedwca5):
     cfg = fedwca5(rounds=3)
     exp = build_experiment(cfg)
-    from fda_ray.executors import SerialExecutor
-    from fda_ray.loop import run_rounds
+    from fda_ray.runtime.executors import SerialExecutor
+    from fda_ray.runtime.loop import run_rounds
 
     saved = {}
     hist = run_rounds(exp, SerialExecutor(exp.clients), checkpoint=lambda c: saved.setdefault(c["next_round"], c))
@@ -154,8 +154,8 @@ def test_revised_fedwca_sends_the_server_mixed_model_between_blocks(fedwca5, mon
     f_init = sum_c v_{k,c} f_c (Eq. 8) with those weights, which is what the client starts from."""
     cfg = fedwca5(rounds=3, fedwca={"revision_interval": 2})
     exp = build_experiment(cfg)
-    from fda_ray.executors import SerialExecutor
-    from fda_ray.loop import run_rounds
+    from fda_ray.runtime.executors import SerialExecutor
+    from fda_ray.runtime.loop import run_rounds
 
     saved = {}
     run_rounds(exp, SerialExecutor(exp.clients), checkpoint=lambda c: saved.setdefault(c["next_round"], c))
@@ -173,7 +173,7 @@ def test_revised_fedwca_sends_the_server_mixed_model_between_blocks(fedwca5, mon
         cls, _ = fw.part_masks(exp.layout)
         assert torch.allclose(state[f"init{k}"][~cls], want[~cls], rtol=0, atol=1e-6)
     seen = _spy_start(monkeypatch)
-    from fda_ray.client import run_task
+    from fda_ray.train.client import run_task
 
     t = plan.tasks[0]
     run_task(exp.clients[t.client], t, {n: state[n] for n in t.inputs})
@@ -183,8 +183,8 @@ def test_revised_fedwca_sends_the_server_mixed_model_between_blocks(fedwca5, mon
 def test_evaluation_is_each_clients_cluster_model_on_its_own_test_split(fedwca5):
     cfg = fedwca5(rounds=2)
     exp = build_experiment(cfg)
-    from fda_ray.executors import SerialExecutor
-    from fda_ray.loop import run_rounds
+    from fda_ray.runtime.executors import SerialExecutor
+    from fda_ray.runtime.loop import run_rounds
 
     saved = {}
     hist = run_rounds(exp, SerialExecutor(exp.clients), checkpoint=lambda c: saved.setdefault(c["next_round"], c))
@@ -207,7 +207,7 @@ def test_validation_and_test_columns_read_their_own_splits(fedwca5):
     accuracy, corrupting the test labels the other way round (model selection on val_accuracy reads no test label)."""
     import dataclasses
 
-    from fda_ray.evaluation import Evaluator
+    from fda_ray.train.evaluation import Evaluator
 
     exp = build_experiment(fedwca5())
     algo = exp.algorithm
@@ -262,8 +262,8 @@ def test_resume_equals_uninterrupted(fedwca5, method, params):
 def test_local_keeps_its_models_on_the_clients_and_fedavg_averages_them(fedwca5):
     """Round 1 runs the same tasks in both (SHOT from the source model): Local keeps each client's model in its
     state, FedAvg's global model is their n_k-weighted average (the classifier the source's)."""
-    from fda_ray.executors import SerialExecutor
-    from fda_ray.loop import run_rounds
+    from fda_ray.runtime.executors import SerialExecutor
+    from fda_ray.runtime.loop import run_rounds
 
     def after_round_1(method):
         exp = build_experiment(fedwca5(method=method, rounds=1))
@@ -326,7 +326,7 @@ def test_dataset_defaults_fill_table_9s_values(fmnist_dir):
 
 
 def test_fedwca_grids_plan_unique_trials():
-    from fda_ray.trials import plan
+    from fda_ray.experiments.trials import plan
     from tuning.grids import GRIDS
 
     for name in SEED_003_GRIDS:
@@ -347,8 +347,8 @@ def test_the_pacs_table_command_runs_on_a_generated_tree(tmp_path, capsys, monke
 
     import torchvision
 
-    from fda_ray import sweep
-    from fda_ray.preflight import model_weights
+    from fda_ray.experiments import sweep
+    from fda_ray.runtime.preflight import model_weights
     from test_domainbed import _folder_tree
 
     for env in ("art_painting", "cartoon", "photo", "sketch"):

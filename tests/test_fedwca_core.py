@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from fda_ray.cluster_weights import (cluster_score, init_weights, server_mixing, snd, soft_cluster_models,
-                                     softmax_weights)
-from fda_ray.clustering import first_neighbours, first_partition
-from fda_ray.shot import choose_labels, im_loss, mixup, mixup_partners, prototype_labels
+from fda_ray.algorithms.fedwca.cluster_weights import (
+    cluster_score, init_weights, server_mixing, snd, soft_cluster_models, softmax_weights)
+from fda_ray.algorithms.fedwca.finch import first_neighbours, first_partition
+from fda_ray.algorithms.fedwca.shot import choose_labels, im_loss, mixup, mixup_partners, prototype_labels
 
 
 # ---------------------------------------------------------------- FINCH

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from matplotlib import colors as mcolors
 
-from fda_ray.figures import (accuracy_figure, beta_figure, beta_rows, estimate_rows, estimates_figure, heatmap,
-                             predicted_rules)
+from fda_ray.experiments.figures import (
+    accuracy_figure, beta_figure, beta_rows, estimate_rows, estimates_figure, heatmap, predicted_rules)
 from tuning.grids import Grid, Row
 
 GRID = Grid(name="fig", dataset="fashion-mnist", variable="noise", values=(0.0, 0.4, 0.8),

@@ -9,12 +9,13 @@ import torch
 
 from conftest import assert_resume_equals_uninterrupted
 from fda_ray.algorithms import ClientResult, ClientTask
-from fda_ray.algorithms.fssda import fssda_recipe
-from fda_ray.data import UNLABELLED, load
-from fda_ray.engine import run
-from fda_ray.experiment import build_experiment
-from fda_ray.fmnist_domains import FMNIST5_DOMAINS, domain_environments
-from fda_ray.shifts import build_setting
+from fda_ray.algorithms.fssda.methods import fssda_recipe
+from fda_ray.data.base import UNLABELLED
+from fda_ray.data import load
+from fda_ray.runtime.engine import run
+from fda_ray.runtime.experiment import build_experiment
+from fda_ray.data.fmnist_domains import FMNIST5_DOMAINS, domain_environments
+from fda_ray.runtime.partitions import build_setting
 
 
 # ---------------------------------------------------------------- data
@@ -39,7 +40,7 @@ def test_fmnist5_domains_are_disjoint_slices_put_through_their_transforms(fmnist
 def test_domain_shards_split_the_domains_over_the_devices(fmnist5, fmnist_dir):
     split = load("fmnist-5", str(fmnist_dir))
     cfg = fmnist5(source_envs=(1, 4), samples_per_client=None)
-    s = build_setting(split, cfg)
+    s = build_setting(split, cfg.resolved())
     k = cfg.resolved().num_sources
     assert len(s.source_parts) == len(s.target_parts) == len(s.sources) == k
     # iid: equal shards of each domain; a source client holds its shard of every source domain, in order
@@ -64,8 +65,8 @@ def test_domain_shards_split_the_domains_over_the_devices(fmnist5, fmnist_dir):
     assert len(s.target_pool[1]) == len(held) and torch.equal(s.target_pool[0][:n_l], s.target_train[0])
     assert len(s.target_test[1]) == len(held) - n_l
     # Dirichlet 0.1: the same devices, skewed label mixtures (NIID-Bench); seeded: the same twice
-    d1 = build_setting(split, cfg.replace(dirichlet_concentration=0.1))
-    d2 = build_setting(split, cfg.replace(dirichlet_concentration=0.1))
+    d1 = build_setting(split, cfg.replace(dirichlet_concentration=0.1).resolved())
+    d2 = build_setting(split, cfg.replace(dirichlet_concentration=0.1).resolved())
     assert all(torch.equal(a[1], b[1]) for a, b in zip(d1.target_parts, d2.target_parts))
     classes_iid = [len(torch.unique(parts[0][1])) for parts in s.source_parts]
     classes_dir = [len(torch.unique(parts[0][1])) for parts in d1.source_parts]
@@ -131,7 +132,7 @@ def test_ce_lambda_is_computed_once_per_epoch(fmnist5):
     w0 = exp.initial_weights()
     inputs = {"target": w0, "source0": w0 + 0.05 * torch.randn(w0.shape, generator=torch.Generator().manual_seed(1))}
     seen = []
-    import fda_ray.algorithms.fssda as mod
+    import fda_ray.algorithms.fssda.methods as mod
 
     orig = mod.min_norm_weights
     try:
@@ -227,7 +228,7 @@ SEED_002_GRIDS = {"fssda-fmnist", "fssda-office31", "fssda-lambda", "fssda-tempe
 
 
 def test_seed_002_grids_plan_table_one_and_its_figures():
-    from fda_ray.trials import plan
+    from fda_ray.experiments.trials import plan
     from tuning.grids import GRIDS
     from tuning.paper import TABLE1_002_OFFICE31
 
@@ -270,7 +271,7 @@ def test_the_office31_table_command_runs_on_a_generated_tree(tmp_path, capsys):
     the paper's numbers beside them."""
     import json
 
-    from fda_ray import sweep
+    from fda_ray.experiments import sweep
     from test_domainbed import _folder_tree
 
     for env in ("amazon", "dslr", "webcam"):

@@ -7,8 +7,8 @@ import itertools
 import pytest
 import torch
 
-from fda_ray.distillation import hard_labels, label_loss, mixed_loss, soft_labels
-from fda_ray.minnorm import line_search, min_norm_weights, two_task
+from fda_ray.algorithms.fssda.distillation import hard_labels, label_loss, mixed_loss, soft_labels
+from fda_ray.algorithms.fssda.minnorm import line_search, min_norm_weights, two_task
 
 
 def _norm2(grads: torch.Tensor, w: torch.Tensor) -> float:
@@ -105,7 +105,7 @@ def test_hard_labels_and_losses_by_hand():
 def test_dirichlet_split_assigns_every_sample_once_and_skews_with_small_concentration():
     import numpy as np
 
-    from fda_ray.shifts import dirichlet_split
+    from fda_ray.runtime.partitions import dirichlet_split
 
     labels = np.repeat(np.arange(10), 200)
     skew = {}
@@ -123,7 +123,7 @@ def test_dirichlet_split_assigns_every_sample_once_and_skews_with_small_concentr
 
 
 def test_corruption_domains_by_hand():
-    from fda_ray.corruptions import apply_domain, parse_domain, to_rgb
+    from fda_ray.data.corruptions import apply_domain, parse_domain, to_rgb
 
     g = torch.Generator().manual_seed(0)
     x = torch.zeros(2, 1, 28, 28)

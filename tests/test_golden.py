@@ -52,7 +52,7 @@ def summary(weights: torch.Tensor, offsets: list[int]) -> dict:
 
 def run_case(name: str, data_dir: Path) -> dict:
     from fda_ray import RunConfig, run
-    from fda_ray.experiment import build_experiment
+    from fda_ray.runtime.experiment import build_experiment
 
     cfg = RunConfig(**{**BASE, **CASES[name], "data_dir": str(data_dir)})
     hist = run(cfg)

@@ -10,14 +10,14 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from fda_ray import multitask
-from fda_ray.aggregation import fedgp, frozen_layers_mask
-from fda_ray.algorithms.base import ClientTask
-from fda_ray.client import Client, run_task
-from fda_ray.config import RunConfig
-from fda_ray.engine import build_experiment, run
-from fda_ray.medical import BRIGHTNESS, CONDITION_CLASSES, condition_domains, condition_indices, ink_buckets
-from fda_ray.models import MultiHead
+from fda_ray.core import multitask
+from fda_ray.algorithms.aggregation import fedgp, frozen_layers_mask
+from fda_ray.core.contract import ClientTask
+from fda_ray.train.client import Client, run_task
+from fda_ray.runtime.config import RunConfig
+from fda_ray.runtime.engine import build_experiment, run
+from fda_ray.data.conditions import BRIGHTNESS, CONDITION_CLASSES, condition_domains, condition_indices, ink_buckets
+from fda_ray.train.models import MultiHead
 
 HEALTHCARE = ("fedavg_finetune", "fedavg_finetune_auxinfo", "fedavg_finetune_gp", "fedavg_finetune_auxinfo_gp")
 
@@ -59,8 +59,8 @@ def test_auc_equals_the_share_of_correctly_ordered_pairs():
 
 
 def test_evaluation_reports_accuracy_at_logit_zero_and_auc():
-    from fda_ray.evaluation import evaluate_metrics
-    from fda_ray.layout import ParamLayout
+    from fda_ray.train.evaluation import evaluate_metrics
+    from fda_ray.core.layout import ParamLayout
 
     model = torch.nn.Linear(1, 1)
     layout = ParamLayout.from_model(model)
@@ -282,7 +282,7 @@ SEED_000_GRIDS = {"noniid-000", "conditions", "aux-alpha", "chexpert-000", "mimi
 
 
 def test_seed_000_grids_plan_the_papers_rows_and_settings():
-    from fda_ray.trials import plan
+    from fda_ray.experiments.trials import plan
     from tuning import GRIDS
 
     for name in SEED_000_GRIDS:  # every row x value x seed once, under a unique key
@@ -314,7 +314,7 @@ def test_seed_000_grids_plan_the_papers_rows_and_settings():
 
 
 def test_command_line_runs_a_seed_000_method_and_prints_auc(conditions, capsys):
-    from fda_ray.cli import main
+    from fda_ray.experiments.cli import main
 
     cfg = conditions()
     code = main(["--dataset", "fmnist-conditions", "--data-dir", cfg.data_dir, "--method", "fedavg_finetune_auxinfo_gp",

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from fda_ray import kernels
-from fda_ray.aggregation import fedda, fedgp, layer_cosines, projection_coefficients
-from fda_ray.estimators import estimate
+from fda_ray.algorithms.aggregation import fedda, fedgp, layer_cosines, projection_coefficients
+from fda_ray.algorithms.fda.estimators import estimate
 from fda_ray.kernels import loader, reference
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
@@ -274,7 +274,7 @@ def test_cuda_source_compiles(monkeypatch):
 @pytest.mark.parametrize("method", ["fedda", "fedgp", "fedgp_auto"])
 def test_a_run_with_the_kernel_equals_a_run_with_the_reference(tiny, method):
     """The whole round loop (aggregation, estimators, logged cosines) through the kernel and the reference."""
-    from fda_ray.engine import run
+    from fda_ray.runtime.engine import run
 
     cfg = tiny(method=method, rounds=3)
     a, b = run(cfg), run(cfg.replace(aggregation_impl="reference"))
@@ -289,7 +289,7 @@ def test_a_run_with_the_kernel_equals_a_run_with_the_reference(tiny, method):
 
 
 def test_cli_rejects_a_bad_aggregation_impl(capsys):
-    from fda_ray.cli import main
+    from fda_ray.experiments.cli import main
 
     assert main(["--aggregation-impl", "fast"]) == 2
     err = capsys.readouterr().err.strip()

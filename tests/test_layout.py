@@ -5,8 +5,8 @@ import pytest
 import torch
 from torch import nn
 
-from fda_ray.layout import ParamLayout
-from fda_ray.models import build_model
+from fda_ray.core.layout import ParamLayout
+from fda_ray.train.models import build_model
 
 
 def bn_model() -> nn.Module:

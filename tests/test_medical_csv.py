@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from conftest import TEST_THREADS
-from fda_ray.config import RunConfig
-from fda_ray.data import DATASETS, DatasetNotFound
-from fda_ray.medical_csv import TableError
-from fda_ray.multitask import MISSING
+from fda_ray.runtime.config import RunConfig
+from fda_ray.data.base import DATASETS, DatasetNotFound
+from fda_ray.data.medical_csv import TableError
+from fda_ray.core.multitask import MISSING
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -101,7 +101,7 @@ def test_generic_table_errors_name_the_file_line_and_value(tmp_path):
 
 def _authors_tables(root: Path, name: str) -> None:
     """Per-domain files in the authors' formats (their headers and columns)."""
-    from fda_ray.medical_csv import FORMATS
+    from fda_ray.data.medical_csv import FORMATS
 
     fmt = FORMATS[name]
     for d, domain in enumerate(fmt.domains):
@@ -129,7 +129,7 @@ def _authors_tables(root: Path, name: str) -> None:
     ("midrc", (("race", 3), ("sex", 2), ("age", 10)), [[0, 0, 0, 0], [1, 1, 1, 1], [0, 2, 0, 2]]),
 ])
 def test_authors_formats(tmp_path, name, aux, expect):
-    from fda_ray.medical_csv import FORMATS
+    from fda_ray.data.medical_csv import FORMATS
 
     _authors_tables(tmp_path, name)
     s = DATASETS.get(name)(data_dir=str(tmp_path))
@@ -142,7 +142,7 @@ def test_authors_formats(tmp_path, name, aux, expect):
 
 
 def test_a_table_runs_seed_000_end_to_end(tmp_path):
-    from fda_ray.engine import run
+    from fda_ray.runtime.engine import run
 
     generic_table(tmp_path, per=6)
     cfg = RunConfig(dataset="medical-csv", data_dir=str(tmp_path), method="fedavg_finetune_auxinfo_gp",
@@ -242,7 +242,7 @@ def test_a_prepared_generic_table_reads_as_its_dataset_in_the_papers_domain_orde
 
 
 def test_command_line_names_a_missing_table_in_one_line(tmp_path, capsys):
-    from fda_ray.cli import main
+    from fda_ray.experiments.cli import main
 
     assert main(["--dataset", "medical-csv", "--data-dir", str(tmp_path / "nowhere")]) == 2
     err = capsys.readouterr().err

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from fda_ray.models import MODELS, build_model
+from fda_ray.train.models import MODELS, build_model
 
 NUM_OUTPUTS = 10
 
@@ -131,7 +131,7 @@ def test_resnet18_local_weights(resnet_weights):
 
 
 def test_imagenet_weights_name_torchvisions_cache_file(monkeypatch, tmp_path):
-    from fda_ray.models import pretrained_path
+    from fda_ray.train.models import pretrained_path
 
     monkeypatch.setenv("TORCH_HOME", str(tmp_path))
     assert pretrained_path("imagenet") == str(tmp_path / "hub" / "checkpoints" / "resnet18-f37072fd.pth")
@@ -160,7 +160,7 @@ def test_resnet18_weights_other_channels(resnet_weights):
 def test_multi_head_models_concatenate_the_heads_on_a_shared_128_d_layer(name):
     """Seed 000's model: trunk -> Linear(., 128) -> LeakyReLU(0.2) -> the main head and one head per auxiliary
     task, each reading the same 128-d features; the output is the heads' logits side by side."""
-    from fda_ray.models import MultiHead
+    from fda_ray.train.models import MultiHead
 
     torch.manual_seed(0)
     model = build_model(name, TINY_INPUTS[name][0], 1, aux_classes=(9, 2, 3))

@@ -11,9 +11,9 @@ import torch
 from conftest import same_state
 
 from fda_ray.algorithms import ALGORITHMS, ClientResult, ClientTask
-from fda_ray.algorithms.personalised import head_mask, interpolate, knn_probs
-from fda_ray.client import RECIPES, run_task
-from fda_ray.engine import SerialExecutor, build_experiment, run, run_rounds
+from fda_ray.algorithms.personalised.methods import head_mask, interpolate, knn_probs
+from fda_ray.train.client import RECIPES, run_task
+from fda_ray.runtime.engine import SerialExecutor, build_experiment, run, run_rounds
 
 
 def personal(tiny, method: str, **kw):
@@ -162,7 +162,7 @@ def test_knn_per_is_fedavg_all_then_a_knn_row(tiny):
     assert last["accuracy"] == last["accuracy_test_selected"] >= last["accuracy_base"]
     # accuracy_base is the plain evaluation of the final model in the knn round
     exp = build_experiment(cfg)
-    from fda_ray.evaluation import Evaluator
+    from fda_ray.train.evaluation import Evaluator
 
     assert last["accuracy_base"] == Evaluator(exp).target(knn.final_weights, 2)["accuracy"]
 
@@ -202,7 +202,7 @@ def test_personalised_resume_equals_uninterrupted(tiny, method, stop_after):
 # ---------------------------------------------------------------- the generated flags
 
 def test_family_flags_set_params_and_bad_values_are_one_line(tiny, fmnist_dir, capsys):
-    from fda_ray.cli import config_from_args, main, parser
+    from fda_ray.experiments.cli import config_from_args, main, parser
 
     a = parser().parse_args(["--method", "knn_per", "--knn-per-k", "5", "--knn-per-selection", "validation"])
     cfg = config_from_args(a)
@@ -227,7 +227,7 @@ def test_family_flags_set_params_and_bad_values_are_one_line(tiny, fmnist_dir, c
 def test_tune_search_space_takes_family_params():
     from ray import tune
 
-    import fda_ray.tune as ft
+    import fda_ray.experiments.tune as ft
 
     space = ft.search_space(method="apfl", params={"apfl": {"alpha": tune.grid_search([0.25, 0.75])}})
     assert space["params"]["apfl"]["alpha"] == {"grid_search": [0.25, 0.75]}
@@ -240,7 +240,7 @@ def test_tune_search_space_takes_family_params():
 
 
 def test_sweep_grid_rows_and_overrides_carry_family_params():
-    from fda_ray.trials import plan
+    from fda_ray.experiments.trials import plan
     from tuning.grids import Grid, Row
 
     grid = Grid("pfl", "fashion-mnist", "noise", (0.0, 0.4),

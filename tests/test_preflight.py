@@ -9,13 +9,13 @@ import warnings
 import pytest
 import torch
 
-from fda_ray import preflight
-from fda_ray.config import RunConfig
+from fda_ray.runtime import preflight
+from fda_ray.runtime.config import RunConfig
 from fda_ray.algorithms import ClientTask
-from fda_ray.client import run_task
-from fda_ray.engine import RunFailed, RunInterrupted, build_experiment, run_rounds, SerialExecutor
-from fda_ray.history import History
-from fda_ray.preflight import PreflightError
+from fda_ray.train.client import run_task
+from fda_ray.runtime.engine import RunFailed, RunInterrupted, build_experiment, run_rounds, SerialExecutor
+from fda_ray.core.history import History
+from fda_ray.runtime.preflight import PreflightError
 
 
 def test_output_file(tmp_path):

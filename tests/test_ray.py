@@ -12,11 +12,11 @@ import pytest
 import ray
 import torch
 
-from fda_ray import engine
-from fda_ray.cli import main
-from fda_ray.driver import DriverActor, run_ray
-from fda_ray.engine import RunFailed, SerialExecutor, build_experiment, run_rounds
-from fda_ray.ray_executor import RayExecutor
+from fda_ray.runtime import engine
+from fda_ray.experiments.cli import main
+from fda_ray.runtime.driver import DriverActor, run_ray
+from fda_ray.runtime.engine import RunFailed, SerialExecutor, build_experiment, run_rounds
+from fda_ray.runtime.ray_executor import RayExecutor
 
 # Per-round values that must agree between executors (timings are excluded).
 COMPARED = ("round", "phase", "accuracy", "loss", "beta_i", "cosine_mean_i", "filtered_share_i", "sigma2", "d2_i",
@@ -246,7 +246,7 @@ def test_ray_reads_image_files_as_serial_does(local_ray, tmp_path):
     views carry; the numbers equal the serial run's."""
     from test_domainbed import _folder_tree
 
-    from fda_ray.config import RunConfig
+    from fda_ray.runtime.config import RunConfig
 
     _folder_tree(tmp_path / "PACS", ["art_painting", "cartoon", "photo", "sketch"], ["dog", "horse"], per=5)
     cfg = RunConfig(dataset="pacs", data_dir=str(tmp_path), method="fedgp", model="simple_cnn", test_env=1, rounds=1,

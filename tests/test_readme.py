@@ -28,7 +28,7 @@ def fedavgm():
 
 def test_the_readme_family_example_runs(fedavgm, tiny):
     from fda_ray import run
-    from fda_ray.cli import config_from_args, parser
+    from fda_ray.experiments.cli import config_from_args, parser
 
     a = parser().parse_args(["--method", "fedavgm", "--fedavgm-momentum", "0.5"])
     assert config_from_args(a).params == {"fedavgm": {"momentum": 0.5}}

@@ -12,10 +12,11 @@ import pytest
 import ray
 import torch
 
-from fda_ray import sweep
-from fda_ray.search import (is_settled, point_of, run_search, search_trials, study_table, studies, trial_rows)
-from fda_ray.selection import RULES, best_so_far, final_value, select
-from fda_ray.trials import read_rows, run_trial
+from fda_ray.experiments import sweep
+from fda_ray.experiments.search import (
+    is_settled, point_of, run_search, search_trials, study_table, studies, trial_rows)
+from tuning.selection import RULES, best_so_far, final_value, select
+from fda_ray.experiments.trials import read_rows, run_trial
 from tuning.grids import Profile, Row
 from tuning.searches import SEARCHES, Dim, Search
 
@@ -39,12 +40,12 @@ def tiny_search(**kw) -> Search:
 
 def test_validation_splits_are_held_out_seeded_and_never_trained_on(tiny, fmnist_dir):
     from fda_ray.data import load
-    from fda_ray.shifts import build_setting
+    from fda_ray.runtime.partitions import build_setting
 
     split = load("fashion-mnist", str(fmnist_dir))
-    plain = build_setting(split, tiny())
+    plain = build_setting(split, tiny().resolved())
     cfg = tiny(val_share=0.25, source_val_share=0.2)
-    held = build_setting(split, cfg)
+    held = build_setting(split, cfg.resolved())
     x, y = plain.target_train
     tx, ty = held.target_train
     vx, vy = held.target_val
@@ -57,20 +58,21 @@ def test_validation_splits_are_held_out_seeded_and_never_trained_on(tiny, fmnist
         assert len(sx) == len(px) - round(0.2 * len(px))
     assert len(held.source_val[1]) == sum(round(0.2 * len(p[1])) for p in plain.sources)
     assert torch.equal(held.target_test[1], plain.target_test[1])  # the test set is unchanged
-    again = build_setting(split, cfg)
+    again = build_setting(split, cfg.resolved())
     assert torch.equal(again.target_val[0], vx)  # seeded by (seed, purpose)
-    other = build_setting(split, tiny(val_share=0.25, seed=1))
+    other = build_setting(split, tiny(val_share=0.25, seed=1).resolved())
     assert not torch.equal(other.target_val[0], vx)
 
 
 def test_validation_on_device_shards_hides_the_held_out_labels(fmnist5, fmnist_dir):
     """Seed 002's labelled target samples live on the devices: the held-out ones become unlabelled there."""
-    from fda_ray.data import UNLABELLED, load
-    from fda_ray.shifts import build_setting
+    from fda_ray.data.base import UNLABELLED
+    from fda_ray.data import load
+    from fda_ray.runtime.partitions import build_setting
 
     split = load("fmnist-5", str(fmnist_dir))
-    plain = build_setting(split, fmnist5())
-    held = build_setting(split, fmnist5(val_share=0.3))
+    plain = build_setting(split, fmnist5().resolved())
+    held = build_setting(split, fmnist5(val_share=0.3).resolved())
     labelled = lambda s: sum(int((y != UNLABELLED).sum()) for _, y in s.target_parts)  # noqa: E731
     assert labelled(plain) == 30 and labelled(held) == 21 and len(held.target_val[1]) == 9
     assert len(held.target_train[1]) == 21
@@ -78,7 +80,7 @@ def test_validation_on_device_shards_hides_the_held_out_labels(fmnist5, fmnist_d
 
 
 def test_validation_metrics_read_only_their_split(tiny):
-    from fda_ray.engine import run
+    from fda_ray.runtime.engine import run
 
     h = run(tiny(val_share=0.25, source_val_share=0.2))
     for r in h.rows:
@@ -95,7 +97,7 @@ def test_bad_shares_are_one_line_errors(tiny, field, value):
 
 
 def test_validation_share_too_large_for_the_target(tiny):
-    from fda_ray.engine import build_experiment
+    from fda_ray.runtime.engine import build_experiment
 
     with pytest.raises(ValueError, match="val_share=0.99 is invalid: it would hold out all 32"):
         build_experiment(tiny(val_share=0.99))
@@ -144,7 +146,7 @@ def test_corrupting_the_test_labels_leaves_every_validation_selection_unchanged(
     """The same study run twice, the second time with the target's test labels shuffled: the test accuracies
     move, the validation columns do not (bit for bit: the same code path), and neither do the selections of the
     validation rules."""
-    import fda_ray.experiment as experiment
+    import fda_ray.runtime.experiment as experiment
 
     search = tiny_search()
     study = studies(search)[0]
@@ -223,7 +225,7 @@ def test_tiny_search_on_tune_with_asha_selects_by_validation_and_reruns(fmnist_d
     assert "6 trials, 6 settled before" in printed and "done before" in printed
     assert json.loads((out / "selection.json").read_text())["studies"]["fedgp @ noise 0.4"]["selected"] == table["selected"]
     # the same from Python
-    from fda_ray.search import search as run_from_python
+    from fda_ray.experiments.search import search as run_from_python
 
     sel = run_from_python(search, out=out, num_samples=6, max_concurrent=1, data_dir=str(fmnist_dir))
     assert sel["studies"]["fedgp @ noise 0.4"]["selected"] == table["selected"]

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from fda_ray.config import RunConfig
-from fda_ray.data import Split, add_noise
-from fda_ray.shifts import LABEL_SHIFT_SOURCE_CLASSES, LABEL_SHIFT_TARGET_CLASSES, build_setting
+from fda_ray.runtime.config import RunConfig
+from fda_ray.data.base import Split, add_noise
+from fda_ray.runtime.partitions import LABEL_SHIFT_SOURCE_CLASSES, LABEL_SHIFT_TARGET_CLASSES, build_setting
 
 N_TRAIN, N_TEST = 1000, 200
 
@@ -53,7 +53,7 @@ def cfg(**kw) -> RunConfig:
 # ---------------------------------------------------------------- homo
 
 def test_homo_shards(split):
-    s = build_setting(split, cfg(partition="homo", target_labelled=30))
+    s = build_setting(split, cfg(partition="homo", target_labelled=30).resolved())
     assert len(s.sources) == 9
     shard = N_TRAIN // 10
     groups = [ids(p) for p in s.sources] + [ids(s.target_pool)]
@@ -71,9 +71,9 @@ def test_homo_shards(split):
 
 
 def test_homo_seed_determines_partition(split):
-    a = build_setting(split, cfg(partition="homo", target_labelled=30, seed=1))
-    b = build_setting(split, cfg(partition="homo", target_labelled=30, seed=1))
-    c = build_setting(split, cfg(partition="homo", target_labelled=30, seed=2))
+    a = build_setting(split, cfg(partition="homo", target_labelled=30, seed=1).resolved())
+    b = build_setting(split, cfg(partition="homo", target_labelled=30, seed=1).resolved())
+    c = build_setting(split, cfg(partition="homo", target_labelled=30, seed=2).resolved())
     assert [ids(p) for p in a.sources] == [ids(p) for p in b.sources]
     assert ids(a.target_train) == ids(b.target_train) and ids(a.target_pool) == ids(b.target_pool)
     assert [ids(p) for p in a.sources] != [ids(p) for p in c.sources]
@@ -82,26 +82,26 @@ def test_homo_seed_determines_partition(split):
 
 def test_homo_caps(split):
     s = build_setting(split, cfg(partition="homo", target_labelled=10, samples_per_client=40, test_samples=25,
-                                 batch_source=16))
+                                 batch_source=16).resolved())
     assert all(len(p[0]) == 40 for p in s.sources)
     assert len(s.target_pool[0]) == 40 and len(s.target_train[0]) == 10
     assert len(s.target_test[0]) == 25 and len(set(ids(s.target_test))) == 25
     assert all(10000 <= i < 10000 + N_TEST for i in ids(s.target_test))
     # capping keeps the start of each uncapped shard
-    full = build_setting(split, cfg(partition="homo", target_labelled=10))
+    full = build_setting(split, cfg(partition="homo", target_labelled=10).resolved())
     for capped, whole in zip(s.sources, full.sources):
         assert ids(capped) == ids(whole)[:40]
 
 
 def test_homo_target_fraction(split):
-    s = build_setting(split, cfg(partition="homo", target_fraction=0.25))
+    s = build_setting(split, cfg(partition="homo", target_fraction=0.25).resolved())
     assert len(s.target_train[0]) == 25  # 25 % of the 100-sample shard
 
 
 # ---------------------------------------------------------------- label shift
 
 def test_label_shift_eta0(split):
-    s = build_setting(split, cfg(partition="label_shift", eta=0.0, batch_source=16, target_fraction=0.15))
+    s = build_setting(split, cfg(partition="label_shift", eta=0.0, batch_source=16, target_fraction=0.15).resolved())
     assert len(s.sources) == 9
     src_classes = set().union(*(classes(p) for p in s.sources))
     assert src_classes == set(LABEL_SHIFT_TARGET_CLASSES) == {0, 1, 2, 3, 4, 5, 7}
@@ -122,7 +122,7 @@ def test_label_shift_eta0(split):
 
 
 def test_label_shift_eta_half_mixes(split):
-    s = build_setting(split, cfg(partition="label_shift", eta=0.5, batch_source=16, target_fraction=0.15))
+    s = build_setting(split, cfg(partition="label_shift", eta=0.5, batch_source=16, target_fraction=0.15).resolved())
     src_y = torch.cat([p[1] for p in s.sources])
     tgt_y = torch.cat([s.target_train[1], s.target_test[1]])
     assert set(src_y.tolist()) == set(range(10)) and set(tgt_y.tolist()) == set(range(10))
@@ -134,7 +134,7 @@ def test_label_shift_eta_half_mixes(split):
 
 
 def test_label_shift_eta_intermediate(split):
-    s = build_setting(split, cfg(partition="label_shift", eta=0.2, batch_source=16, target_fraction=0.15))
+    s = build_setting(split, cfg(partition="label_shift", eta=0.2, batch_source=16, target_fraction=0.15).resolved())
     src_y = torch.cat([p[1] for p in s.sources])
     counts = torch.bincount(src_y, minlength=10).tolist()
     for c in LABEL_SHIFT_SOURCE_CLASSES:
@@ -144,25 +144,25 @@ def test_label_shift_eta_intermediate(split):
 
 
 def test_label_shift_explicit_count_and_test_cap(split):
-    s = build_setting(split, cfg(partition="label_shift", eta=0.0, batch_source=16, target_labelled=40, test_samples=50))
+    s = build_setting(split, cfg(partition="label_shift", eta=0.0, batch_source=16, target_labelled=40, test_samples=50).resolved())
     assert len(s.target_train[0]) == 40 and len(s.target_test[0]) == 50
     assert not set(ids(s.target_train)) & set(ids(s.target_test))
 
 
 def test_label_shift_default_labelled_share_is_15_percent(split):
-    s = build_setting(split, cfg(partition="label_shift", eta=0.0))
+    s = build_setting(split, cfg(partition="label_shift", eta=0.0).resolved())
     assert len(s.target_train[0]) == int(round(0.15 * 300))
 
 
 def test_label_shift_labelled_takes_all_raises(split):
     with pytest.raises(ValueError, match="target_labelled"):
-        build_setting(split, cfg(partition="label_shift", eta=0.0, batch_source=16, target_labelled=300))
+        build_setting(split, cfg(partition="label_shift", eta=0.0, batch_source=16, target_labelled=300).resolved())
 
 
 # ---------------------------------------------------------------- classes4
 
 def test_classes4(split):
-    s = build_setting(split, cfg(partition="classes4", target_fraction=0.1, batch_source=8))
+    s = build_setting(split, cfg(partition="classes4", target_fraction=0.1, batch_source=8).resolved())
     clients = [p[1] for p in s.sources] + [torch.cat([s.target_train[1], s.target_test[1]])]
     assert len(clients) == 10
     for i, y in enumerate(clients):
@@ -179,9 +179,9 @@ def test_classes4(split):
 
 
 def test_classes4_reproducible(split):
-    a = build_setting(split, cfg(partition="classes4", target_fraction=0.1, batch_source=8, seed=5))
-    b = build_setting(split, cfg(partition="classes4", target_fraction=0.1, batch_source=8, seed=5))
-    c = build_setting(split, cfg(partition="classes4", target_fraction=0.1, batch_source=8, seed=6))
+    a = build_setting(split, cfg(partition="classes4", target_fraction=0.1, batch_source=8, seed=5).resolved())
+    b = build_setting(split, cfg(partition="classes4", target_fraction=0.1, batch_source=8, seed=5).resolved())
+    c = build_setting(split, cfg(partition="classes4", target_fraction=0.1, batch_source=8, seed=6).resolved())
     assert [ids(p) for p in a.sources] == [ids(p) for p in b.sources]
     assert [ids(p) for p in a.sources] != [ids(p) for p in c.sources]
 
@@ -190,8 +190,8 @@ def test_classes4_reproducible(split):
 
 @pytest.mark.parametrize("k", [1, 3, 9])
 def test_source_classes_regroups_the_sources_and_keeps_homos_target(split, k):
-    s = build_setting(split, cfg(partition="source_classes", source_classes=k, target_labelled=30, batch_source=8))
-    h = build_setting(split, cfg(partition="homo", target_labelled=30, batch_source=8))
+    s = build_setting(split, cfg(partition="source_classes", source_classes=k, target_labelled=30, batch_source=8).resolved())
+    h = build_setting(split, cfg(partition="homo", target_labelled=30, batch_source=8).resolved())
     # the target's labelled set, pool and test set are homo's (the same draws come first)
     for a, b in ((s.target_train, h.target_train), (s.target_pool, h.target_pool), (s.target_test, h.target_test)):
         assert ids(a) == ids(b)
@@ -208,7 +208,7 @@ def test_source_classes_regroups_the_sources_and_keeps_homos_target(split, k):
 
 def test_source_classes_beyond_the_datasets_classes_is_an_error(split):
     with pytest.raises(ValueError, match=r"source_classes=11 is invalid: dataset 'fashion-mnist' has 10 classes"):
-        build_setting(split, cfg(partition="source_classes", source_classes=11, batch_source=8))
+        build_setting(split, cfg(partition="source_classes", source_classes=11, batch_source=8).resolved())
     with pytest.raises(ValueError, match=r"source_classes=0 is invalid"):
         cfg(partition="source_classes", source_classes=0)
 
@@ -240,9 +240,9 @@ def test_add_noise_reproducible_and_std():
 
 def test_target_labelled_larger_than_shard(split):
     with pytest.raises(ValueError, match="target_labelled"):
-        build_setting(split, cfg(partition="homo", target_labelled=N_TRAIN // 10 + 1))
+        build_setting(split, cfg(partition="homo", target_labelled=N_TRAIN // 10 + 1).resolved())
 
 
 def test_batch_source_larger_than_shard(split):
     with pytest.raises(ValueError, match="batch_source"):
-        build_setting(split, cfg(partition="homo", target_labelled=10, samples_per_client=20, batch_source=32))
+        build_setting(split, cfg(partition="homo", target_labelled=10, samples_per_client=20, batch_source=32).resolved())

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 import ray
 
-from fda_ray import sweep
+from fda_ray.experiments import sweep
 from conftest import sigint_as_in_a_terminal
 from tuning.grids import GRIDS, Grid, Row
 
@@ -47,8 +47,8 @@ def _summary(printed: str) -> dict:
 
 
 def _plain(fmnist_dir, method, noise, **kw):
-    from fda_ray.config import RunConfig
-    from fda_ray.engine import run
+    from fda_ray.runtime.config import RunConfig
+    from fda_ray.runtime.engine import run
 
     return run(RunConfig(dataset="fashion-mnist", method=method, noise=noise, seed=0, data_dir=str(fmnist_dir),
                          **{**TINY, **kw}))
@@ -79,8 +79,8 @@ def test_sweep_end_to_end_and_resume(tiny_grid, fmnist_dir, tmp_path, capsys, no
         assert (out / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # Every round of a method that trains both sides logged the estimators and the rule they predict;
     # target_only trains no source, so it logs none by default.
-    from fda_ray.diagnostics import STATIC_RULES
-    from fda_ray.figures import predicted_rules
+    from fda_ray.algorithms.fda.diagnostics import STATIC_RULES
+    from fda_ray.experiments.figures import predicted_rules
 
     pred = {(r["row"], r["noise"], r["round"]): r.get("predicted_rule") for r in table}
     assert all(pred[("fedgp_auto", v, k)] in STATIC_RULES for v in (0.0, 0.8) for k in (1, 2))
@@ -141,7 +141,7 @@ def test_bad_grid_value_gives_one_line(tiny_grid, fmnist_dir, tmp_path, capsys, 
 
 
 def test_search_space_rejects_unknown_fields():
-    import fda_ray.tune as ft
+    import fda_ray.experiments.tune as ft
 
     with pytest.raises(ValueError, match=r"search space field 'lr' is invalid: RunConfig fields are"):
         ft.search_space(method="fedgp", lr=0.1)
@@ -151,9 +151,9 @@ def test_programmatic_tuner(fmnist_dir, tmp_path, no_ray):
     """The README's Tune API path: a Tuner over RunConfig fields; each trial's last round equals a plain run."""
     from ray import tune
 
-    import fda_ray.tune as ft
-    from fda_ray.config import RunConfig
-    from fda_ray.engine import run
+    import fda_ray.experiments.tune as ft
+    from fda_ray.runtime.config import RunConfig
+    from fda_ray.runtime.engine import run
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     space = ft.search_space(dataset="fashion-mnist", data_dir=str(fmnist_dir), threads=1,
@@ -193,7 +193,7 @@ sys.path[:0] = [{tests!r}, {root!r}]
 from test_sweep import make_tiny_grid
 from tuning.grids import GRIDS
 GRIDS["tiny-noise"] = make_tiny_grid(rounds={rounds})
-from fda_ray import sweep
+from fda_ray.experiments import sweep
 if __name__ == "__main__":  # the local backend's workers start by importing this file (spawn)
     sys.exit(sweep.main(sys.argv[1:]))
 """
@@ -367,7 +367,7 @@ def test_pool_workers_die_with_a_killed_sweep(tmp_path):
 def test_parquet_takes_a_metric_that_is_a_number_in_one_trial_and_a_list_in_another(tmp_path):
     """Seed 002's source loss: one number with one source domain, a list with two; Parquet's columns hold one
     type, so such a column is written as JSON text (readable back to the same values)."""
-    from fda_ray.sweep import write_parquet
+    from fda_ray.experiments.backends import write_parquet
 
     rows = [{"row": "a", "loss": 0.5, "acc": [0.1]}, {"row": "b", "loss": [0.25, 0.75], "acc": [0.2, 0.3]},
             {"row": "c", "loss": None, "acc": None}]

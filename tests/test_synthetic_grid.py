@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from fda_ray import synthetic_grid as sg
+from fda_ray.experiments import synthetic_grid as sg
 import matplotlib.image as mpimg
 
 
@@ -43,7 +43,7 @@ def test_bad_arguments_give_one_line(args, field, capsys):
 
 
 def test_agreement_counts_exact_and_near_best_cells():
-    from fda_ray.synthetic_grid import agreement
+    from fda_ray.experiments.synthetic_grid import agreement
 
     def cell(pred, mse):  # mse: target_only, source_only, fedda, fedgp, fedda_auto, fedgp_auto
         m = dict(zip(("target_only", "source_only", "fedda", "fedgp", "fedda_auto", "fedgp_auto"), mse))

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from fda_ray.config import RunConfig
-from fda_ray.engine import run
-from fda_ray.trials import Trial, is_done, plan, read_rows, result_rows, run_trial, trial_key
+from fda_ray.runtime.config import RunConfig
+from fda_ray.runtime.engine import run
+from fda_ray.experiments.trials import Trial, is_done, plan, read_rows, result_rows, run_trial, trial_key
 from tuning.grids import GRIDS, Grid, Profile, Row
 from tuning.paper import TABLE10_FMNIST, TABLE11_FMNIST_LABEL_SHIFT
 

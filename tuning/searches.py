@@ -21,9 +21,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from tuning.grids import (FEDWCA_FMNIST5, FEDWCA_QUICK, FEDWCA_SOURCE, FEDWCA_TEMPERATURES, FSSDA_QUICK,
-                          CONDITIONS_QUICK, QUICK_NOISE, Profile, Row, _FM_FIELDS, _FM_TEACHER, FMNIST5_FSSDA,
-                          _SOURCE_FIELDS, _rows)
+from tuning.grids import (
+    FEDWCA_FMNIST5, FEDWCA_QUICK, FEDWCA_SOURCE, FEDWCA_TEMPERATURES, FSSDA_QUICK, CONDITIONS_QUICK, QUICK_NOISE,
+    Profile, Row, _FM_FIELDS, _FM_TEACHER, FMNIST5_FSSDA, _SOURCE_FIELDS, _rows)
 
 KINDS = ("uniform", "loguniform", "choice")
 
@@ -90,7 +90,7 @@ class Search:
     note: str = ""  # what the search asks, in a line (the summary's first paragraph)
 
     def __post_init__(self) -> None:
-        from fda_ray.selection import RULES
+        from tuning.selection import RULES
 
         bad = [r for r in self.rules if r not in RULES]
         if bad or not self.rules:
@@ -113,7 +113,7 @@ class Search:
         """The first n points of this study's random search: a generator seeded by (search, method, value), so
         the same points come back on --resume, and asking for more (--num-samples) extends the list. A space of
         choices alone is drawn without replacement (at most its size)."""
-        from fda_ray.seeding import np_rng
+        from fda_ray.core.seeding import np_rng
 
         rng = np_rng(0, purpose=f"search/{self.name}/{method}/{value:g}")
         if all(d.kind == "choice" for d in self.space):

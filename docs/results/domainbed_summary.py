@@ -16,8 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from fda_ray.sweep import LAST_ROUNDS, final_accuracies  # noqa: E402
-from fda_ray.trials import Trial, is_done, read_rows, result_rows  # noqa: E402
+from fda_ray.experiments.sweep import LAST_ROUNDS, final_accuracies  # noqa: E402
+from fda_ray.experiments.trials import Trial, is_done, read_rows, result_rows  # noqa: E402
 from tuning.grids import GRIDS  # noqa: E402
 from tuning.paper import TABLE1_CMNIST, TABLE3_CMNIST, TABLE3_CMNIST_STD  # noqa: E402
 

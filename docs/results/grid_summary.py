@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from fda_ray.sweep import collect, final_accuracies  # noqa: E402
-from fda_ray.trials import Trial  # noqa: E402
+from fda_ray.experiments.sweep import collect, final_accuracies  # noqa: E402
+from fda_ray.experiments.trials import Trial  # noqa: E402
 from tuning.grids import GRIDS  # noqa: E402
 
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571}  # Student's t, 0.975 quantile, by degrees of freedom

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from fda_ray.algorithms.base import Algorithm, ClientResult, ClientTask, Params, Round, ServerState
-from fda_ray.algorithms.fda import VARIANTS as _FDA
-from fda_ray.algorithms.fedwca import FAMILY as _FEDWCA
-from fda_ray.algorithms.fssda import FAMILY as _FSSDA
-from fda_ray.algorithms.healthcare import FAMILY as _HEALTHCARE
-from fda_ray.algorithms.personalised import FAMILY as _PERSONALISED
-from fda_ray.registry import Registry
+from fda_ray.algorithms.base import Algorithm, Params
+from fda_ray.core.contract import ClientResult, ClientTask, Round, ServerState
+from fda_ray.algorithms.fda.methods import VARIANTS as _FDA
+from fda_ray.algorithms.fedwca.methods import FAMILY as _FEDWCA
+from fda_ray.algorithms.fssda.methods import FAMILY as _FSSDA
+from fda_ray.algorithms.healthcare.methods import FAMILY as _HEALTHCARE
+from fda_ray.algorithms.personalised.methods import FAMILY as _PERSONALISED
+from fda_ray.core.registry import Registry
 
 ALGORITHMS: Registry[type[Algorithm]] = Registry("method")
 for _cls in (*_FDA, *_PERSONALISED, *_HEALTHCARE, *_FSSDA, *_FEDWCA):

@@ -25,14 +25,15 @@ from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 import torch
 
-if TYPE_CHECKING:
-    from fda_ray.config import RunConfig
-    from fda_ray.evaluation import Evaluator
-    from fda_ray.layout import ParamLayout
-    from fda_ray.data import Pair
-    from fda_ray.shifts import Setting
+from fda_ray.core.contract import ClientResult, ClientTask, Round, ServerState
 
-ServerState = dict[str, torch.Tensor]  # named flat vectors: {"global"} | {"global", "source", ...}
+if TYPE_CHECKING:
+    from fda_ray.runtime.config import RunConfig
+    from fda_ray.train.evaluation import Evaluator
+    from fda_ray.core.layout import ParamLayout
+    from fda_ray.data.base import Pair
+    from fda_ray.data.setting import Setting
+
 
 
 def param(default: Any, help: str, *, low: float | None = None, high: float | None = None,
@@ -91,37 +92,6 @@ class Params:
 
 class NoParams(Params):
     """A family whose hyper-parameters are all RunConfig fields (the FDA family)."""
-
-
-@dataclass(frozen=True)
-class ClientTask:
-    """What one client does in one round (Flower's FitIns): a registered recipe, its inputs and settings."""
-
-    client: int  # sources 0..N-1, the target N
-    recipe: str  # a local recipe of fda_ray.client.RECIPES: "epoch", ...
-    round: int  # the round it belongs to: seeds its draws
-    hparams: Mapping[str, Any] = field(default_factory=dict)  # lr, batch, ...
-    inputs: tuple[str, ...] = ("global",)  # the ServerState entries it starts from (shipped once per round)
-    data: str = "train"  # which of the client's data views it trains on ("train", "pool", ...)
-    purpose: str = "train"  # seeds: (seed, round, client, purpose + "/shuffle" | "/noise")
-
-
-@dataclass
-class ClientResult:
-    """What a task sends back: tensors for the server half, scalars for the logs."""
-
-    client: int
-    tensors: dict[str, torch.Tensor]  # "delta" (M,), "step_deltas" (B, M), "weights" (M,), ...
-    scalars: dict[str, float]  # "num_samples", "num_steps", "loss", ...
-    seconds: float = 0.0  # wall time of the task where the client runs
-
-
-@dataclass(frozen=True)
-class Round:
-    """One round's plan: its phase (a row's "phase" column) and the clients' tasks."""
-
-    phase: str
-    tasks: tuple[ClientTask, ...]
 
 
 class Algorithm:

@@ -28,10 +28,10 @@ def measure(k: int, steps: int, threads: int, device: str, repeats: int = 3) -> 
     from torch.nn import functional as F
 
     from fda_ray.algorithms import ClientTask
-    from fda_ray.client import Client, run_task
-    from fda_ray.cohort import train_cohort
-    from fda_ray.layout import ParamLayout
-    from fda_ray.models import build_model
+    from fda_ray.train.client import Client, run_task
+    from fda_ray.train.cohort import train_cohort
+    from fda_ray.core.layout import ParamLayout
+    from fda_ray.train.models import build_model
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
@@ -79,7 +79,7 @@ def measure(k: int, steps: int, threads: int, device: str, repeats: int = 3) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from fda_ray.cli import OneLineParser, typed
+    from fda_ray.core.parsing import OneLineParser, typed
 
     p = OneLineParser(prog="python -m fda_ray.bench.cohort", description=__doc__.splitlines()[0])
     p.add_argument("--clients", type=typed("clients", int, "an integer"), default=9)
@@ -94,8 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.clients < 1 or a.steps < 1:
         print(f"error: clients={a.clients}, steps={a.steps} are invalid: integers >= 1", file=sys.stderr)
         return 2
-    from fda_ray import preflight
-    from fda_ray.config import RunConfig
+    from fda_ray.runtime import preflight
+    from fda_ray.runtime.config import RunConfig
 
     try:
         RunConfig(device=a.device)

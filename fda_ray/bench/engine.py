@@ -52,7 +52,7 @@ FIELDS: dict[str, dict] = {
 
 
 def _config(a: argparse.Namespace, name: str):
-    from fda_ray.config import RunConfig
+    from fda_ray.runtime.config import RunConfig
 
     return RunConfig(dataset="fashion-mnist", method="fedgp", rounds=a.rounds, warmup_rounds=0, data_dir=a.data_dir,
                      gpus_per_client=a.gpus_per_client, cpus_per_client=a.cpus_per_client, device=a.device,
@@ -82,7 +82,7 @@ def _summary(name: str, rows: list[dict], first_round: float, groups: list[list[
 
 def run_one(name: str, a: argparse.Namespace) -> list[dict]:
     """One setting in this process; returns its summary rows (two for ray-x2, one per run)."""
-    from fda_ray.engine import run
+    from fda_ray.runtime.engine import run
 
     marks: list[float] = []
     cfg = _config(a, name)
@@ -100,7 +100,7 @@ def run_one(name: str, a: argparse.Namespace) -> list[dict]:
 
     import ray
 
-    from fda_ray.driver import Driver, DriverActor, ensure_ray
+    from fda_ray.runtime.driver import Driver, DriverActor, ensure_ray
 
     if name == "ray-cold":
         t0 = time.perf_counter()
@@ -110,13 +110,13 @@ def run_one(name: str, a: argparse.Namespace) -> list[dict]:
         ray.get(ray.remote(lambda: None).remote())  # the cluster is up and answering
         t0 = time.perf_counter()
     if name != "ray-x2":
-        driver = Driver(cfg)
+        driver = Driver(cfg.resolved())
         hist = driver.run(lambda row: marks.append(time.perf_counter()))
         return [_summary(name, hist.rows, marks[0] - t0, driver.executor.groups, driver.gpu_memory)]
     # ray-x2: two independent runs (seeds 0 and 1) at once; their clients share the machine (each run pools
     # its clients to the machine's CPUs, at a CPU share that lets both runs' actors be placed).
-    from fda_ray.executors import actor_size
-    from fda_ray.ray_executor import auto_cpus_per_client
+    from fda_ray.runtime.ray_executor import actor_size
+    from fda_ray.runtime.ray_executor import auto_cpus_per_client
 
     n = cfg.resolved().num_sources + 1
     k = actor_size(cfg, n)
@@ -150,7 +150,7 @@ def _table(results: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from fda_ray.cli import OneLineParser, typed
+    from fda_ray.core.parsing import OneLineParser, typed
 
     p = OneLineParser(prog="python -m fda_ray.bench.engine", description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=typed("rounds", int, "an integer"), default=5)
@@ -175,9 +175,10 @@ def main(argv: list[str] | None = None) -> int:
     if a.rounds < 2:
         print(f"error: rounds={a.rounds} is invalid: an integer >= 2 (the first round is timed apart)", file=sys.stderr)
         return 2
-    from fda_ray import preflight
-    from fda_ray.config import RunConfig
-    from fda_ray.data import DatasetNotFound, load
+    from fda_ray.runtime import preflight
+    from fda_ray.runtime.config import RunConfig
+    from fda_ray.data.base import DatasetNotFound
+    from fda_ray.data import load
 
     try:
         RunConfig(data_dir=a.data_dir, gpus_per_client=a.gpus_per_client, cpus_per_client=a.cpus_per_client,

@@ -31,7 +31,7 @@ IMPLS = ("loop", "reference", "kernel")
 def layer_sizes(name: str) -> list[int]:
     """Sizes of the state-dict tensors FedGP projects (every non-scalar floating tensor)."""
     if name == "simple-cnn":
-        from fda_ray.models import build_model
+        from fda_ray.train.models import build_model
 
         state = build_model("simple_cnn", (1, 28, 28), 10).state_dict()
     elif name == "resnet18":
@@ -87,7 +87,7 @@ def _time(fn, device: str, budget_s: float = 1.5, max_reps: int = 20) -> float:
 
 def bench_case(layout: str, n: int, device: str, memory_gib: float, impls: tuple[str, ...]) -> dict:
     from fda_ray import kernels
-    from fda_ray.aggregation import fedgp
+    from fda_ray.algorithms.aggregation import fedgp
 
     sizes = layer_sizes(layout)
     m = sum(sizes)

@@ -26,8 +26,8 @@ def run_plain(cfg, on_round: Callable[[dict], None] | None = None) -> list[dict]
     """FedGP for cfg.rounds rounds (cfg: a RunConfig for fedgp without warm-up); one row per round with its
     seconds and accuracy. Threads: cfg.threads."""
     from fda_ray.data import load
-    from fda_ray.models import build_model
-    from fda_ray.shifts import build_setting
+    from fda_ray.train.models import build_model
+    from fda_ray.runtime.partitions import build_setting
 
     cfg = cfg.resolved()
     torch.set_num_threads(cfg.threads)

@@ -17,7 +17,7 @@ from fda_ray.kernels import loader
 
 
 def main(argv: list[str] | None = None) -> int:
-    from fda_ray.cli import OneLineParser
+    from fda_ray.core.parsing import OneLineParser
 
     p = OneLineParser(prog="python -m fda_ray.kernels", description=__doc__.splitlines()[0])
     p.add_argument("--build", action="store_true", help="compile the kernels now (first use would, otherwise)")

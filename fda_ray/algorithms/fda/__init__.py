@@ -1,0 +1,13 @@
+"""The FDA family (FedDA / FedGP, their auto-weighted versions and baselines: "FedGP and FedDA", ICLR 2023,
+and "Auto-weighted FDA", the beta estimators' paper; see docs/methods.md):
+
+    methods.py       the Algorithm classes (source_only, target_only, fedda, fedgp, fedda_auto, fedgp_auto,
+                     finetune_offline, oracle)
+    estimators.py    the auto-weighting estimators of the source-target gap and the target variance (Eq. 7-8)
+    diagnostics.py   the estimators' and rules' diagnostics on known distributions (python -m fda_ray.diagnose)
+"""
+from __future__ import annotations
+
+from fda_ray.algorithms.fda.methods import FDA, VARIANTS, source_weights
+
+__all__ = ["FDA", "VARIANTS", "source_weights"]

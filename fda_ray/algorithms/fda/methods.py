@@ -1,0 +1,245 @@
+"""The FDA family of seeds 001 and 004 (Algorithm 1, App. C.1) and its baselines, on the algorithm contract.
+
+    warm-up rounds (r < warmup_rounds): the sources train one epoch; FedAvg of their deltas
+    main rounds: sources and target train one local epoch from the global weights; beta_i = the static beta,
+        or auto-weighted from the estimators (seed 004 Eq. 7-8 on the target's per-step deltas); the method's
+        rule makes the update (FedDA, seed 001 Def. 3.2; FedGP, Def. 3.1, layer by layer); global += update
+    fine-tuning (finetune_offline): after the rounds, epochs of the target alone from the FedAvg weights
+
+  source_only       FedAvg of the sources (the target never trains)
+  target_only       the target's own delta (beta = 0)
+  fedda, fedgp      the static rules with cfg.beta (seed 001)
+  fedda_auto        FedDA with beta_i from the estimators (seed 004), rule "fedda"
+  fedgp_auto        FedGP with beta_i from the estimators, rule cfg.auto_beta_rule ("fedgp_thresh" or "fedgp")
+  finetune_offline  FedAvg for all rounds, then cfg.finetune_epochs epochs of fine-tuning on the target
+  oracle            target_only trained on all of the target's training-domain data (its "pool" view)
+
+The hyper-parameters are the run config's (beta, projection, filter, auto_beta_rule, auto_lr_factor, the
+learning rates and batches, warmup_rounds, finetune_epochs, baseline_protocol, log_estimates): the seeds'
+grids and the trial keys of finished sweeps are written in them. The estimates of every main round are
+logged (log_estimates): the side a method does not use trains too, on its own seeds, for the estimates only.
+"""
+from __future__ import annotations
+
+from typing import Any, ClassVar, Mapping
+
+import torch
+
+from fda_ray.algorithms.aggregation import fedavg, fedda, fedgp, layer_cosines, layer_stats
+from fda_ray.algorithms.base import Algorithm
+from fda_ray.core.contract import ClientResult, ClientTask, Round, ServerState
+from fda_ray.train.client import epoch_steps
+from fda_ray.algorithms.fda.diagnostics import round_estimates
+from fda_ray.algorithms.fda.estimators import auto_beta, estimate
+
+
+def source_weights(counts: list[int]) -> torch.Tensor:
+    """alpha_i = n_i / sum n over the sources (FedAvg weights), float64 (aggregation's coefficient math)."""
+    c = torch.tensor(counts, dtype=torch.float64)
+    return c / c.sum()
+
+
+class FDA(Algorithm):
+    """FedDA / FedGP with static or auto-weighted beta; the variants below set the class attributes."""
+
+    family = "fda"
+    rule: ClassVar[str] = "fedgp"  # "fedavg" | "target" | "fedda" | "fedgp"
+    train_sources: ClassVar[bool] = True
+    train_target: ClassVar[bool] = True
+    auto_rule: ClassVar[str | None] = None  # "fedda" | "fedgp" (the config may refine fedgp to fedgp_thresh)
+    finetune: ClassVar[bool] = False
+    oracle: ClassVar[bool] = False
+
+    @classmethod
+    def uses_beta(cls) -> bool:
+        return cls.rule in ("fedda", "fedgp")
+
+    # ---------------------------------------------------------------- the config
+
+    @classmethod
+    def resolve(cls, cfg, defaults: Mapping[str, Any]) -> dict[str, Any]:
+        fill: dict[str, Any] = {}
+        # The authors' oracle (REFERENCE.md): from scratch, its script's lr, the source batch size.
+        if cls.oracle and cfg.baseline_protocol == "authors":
+            if cfg.warmup_rounds is None:
+                fill["warmup_rounds"] = 0
+            if cfg.lr_target is None:
+                fill["lr_target"] = defaults["oracle_lr_target"]
+            if cfg.batch_target is None:
+                fill["batch_target"] = cfg.batch_source or defaults["batch_source"]
+        if cls.auto_rule is not None and cfg.batch_target is None and "batch_target" not in fill:
+            fill["batch_target"] = defaults["auto_batch_target"]
+        if cfg.log_estimates is None:
+            fill["log_estimates"] = cls.train_sources
+        domainbed = (cfg.partition or defaults["partition"]) == "domainbed"
+        # The authors' static DomainBed script warms up only when the sources take part (proj_w > 0): target only
+        # trains from the initial model.
+        if domainbed and cls.rule == "target" and not cls.oracle and cfg.warmup_rounds is None:
+            fill["warmup_rounds"] = 0
+        if cfg.faithful_domainbed_auto is None:
+            fill["faithful_domainbed_auto"] = domainbed and cls.auto_rule is not None
+        return fill
+
+    @classmethod
+    def uses(cls, cfg) -> dict[str, bool]:
+        sources = cls.train_sources or cfg.warmup_rounds > 0 or bool(cfg.log_estimates)
+        return {"beta": cls.uses_beta() and cls.auto_rule is None, "projection": cls.rule == "fedgp",
+                "filter": cls.rule == "fedgp", "auto_lr_factor": cls.auto_rule is not None,
+                "auto_beta_rule": cls.auto_rule == "fedgp", "finetune_epochs": cls.finetune,
+                "baseline_protocol": cls.finetune or cls.oracle, "lr_source": sources, "batch_source": sources,
+                "log_estimates": True, "faithful_domainbed_auto": cls.auto_rule is not None, "aux_alpha": sources}
+
+    @classmethod
+    def planned_rounds(cls, cfg) -> int:
+        return cfg.warmup_rounds + cfg.rounds + (cfg.finetune_epochs if cls.finetune else 0)
+
+    @classmethod
+    def min_target_steps(cls) -> int:
+        return 2 if cls.auto_rule is not None else 1  # the estimators need two per-step deltas
+
+    # ---------------------------------------------------------------- the experiment
+
+    def __init__(self, cfg, setting, layout, model=None) -> None:
+        super().__init__(cfg, setting, layout, model)
+        if cfg.aux_alpha and not setting.aux_tasks:
+            raise ValueError(f"aux_alpha={cfg.aux_alpha} is invalid: dataset {cfg.dataset!r} has no auxiliary labels "
+                             "(datasets with them: fmnist-conditions, the medical CSV datasets); use aux_alpha 0")
+        self.warmup = cfg.warmup_rounds
+        self.total = cfg.warmup_rounds + cfg.rounds
+        self.weights = source_weights([len(x) for x, _ in setting.sources])  # (N,)
+        # (N,) source steps per local epoch: full batches where the sources' loaders drop the last partial batch
+        # (the noise grids), every batch where they keep it (the authors' DomainBed loaders)
+        self.src_steps = torch.tensor([epoch_steps(len(x), cfg.batch_source, cfg.drop_last) for x, _ in setting.sources],
+                                      dtype=torch.float32)
+        self.lr_ratio = cfg.lr_target / cfg.lr_source
+        # (N,) magnitude alignment of each source delta to the target's (REFERENCE.md): (lr_T / lr_S) *
+        # (target steps per round, n_target / batch_T as a float) / (source full batches per round).
+        n_t = len(self.target_data()[0])
+        self.align = self.lr_ratio * (n_t / cfg.batch_target) / self.src_steps
+
+    def target_data(self):
+        return self.setting.target_pool if self.oracle else self.setting.target_train
+
+    def views(self):
+        views = [{"train": s} for s in self.setting.sources]
+        views.append({"pool": self.setting.target_pool} if self.oracle else {"train": self.setting.target_train})
+        return views
+
+    # ---------------------------------------------------------------- one round
+
+    def plan_round(self, r: int, state: ServerState) -> Round | None:
+        cfg = self.cfg
+        t_data = "pool" if self.oracle else "train"
+        if r < self.warmup:
+            return Round("warmup", self._source_tasks(r, cfg.lr_source))
+        if r < self.total:
+            scale = cfg.auto_lr_factor if self.auto_rule else 1.0
+            tasks = self._source_tasks(r, cfg.lr_source * scale) if (self.train_sources or cfg.log_estimates) else ()
+            if self.train_target or cfg.log_estimates:
+                hp = {"lr": cfg.lr_target * scale, "batch": cfg.batch_target,
+                      "record_steps": self.auto_rule is not None or bool(cfg.log_estimates)}
+                tasks += (ClientTask(self.target, "epoch", r, hp, data=t_data),)
+            return Round("main", tasks)
+        if self.finetune and r < self.total + cfg.finetune_epochs:
+            # The authors' script makes a fresh Adam every epoch; the loop protocol carries one across epochs.
+            authors = cfg.baseline_protocol == "authors"
+            first = r == self.total
+            hp = {"lr": cfg.lr_target, "batch": cfg.batch_target, "send": "weights",
+                  "fresh_optimizer": authors or first, "keep_optimizer": not authors}
+            return Round("finetune", (ClientTask(self.target, "epoch", r, hp, data=t_data, purpose="finetune"),))
+        return None
+
+    def _source_tasks(self, r: int, lr: float) -> tuple[ClientTask, ...]:
+        hp: dict[str, Any] = {"lr": lr, "batch": self.cfg.batch_source}
+        if self.cfg.aux_alpha:  # seed 000's auxiliary labels on the sources (Eq. 3)
+            hp["aux_alpha"] = float(self.cfg.aux_alpha)
+        return tuple(ClientTask(i, "epoch", r, dict(hp)) for i in range(self.num_sources))
+
+    def aggregate(self, r: int, state: ServerState, results: Mapping[int, ClientResult]
+                  ) -> tuple[ServerState, dict[str, Any]]:
+        cfg, n, t = self.cfg, self.num_sources, self.target
+        tres = results.get(t)
+        metrics: dict[str, Any] = {}
+        if r >= self.total:  # fine-tuning: the target's new weights are the model
+            assert tres is not None
+            return {"global": tres.tensors["weights"]}, {"train_loss_target": tres.scalars["loss"]}
+        src = torch.stack([results[i].tensors["delta"] for i in range(n)]) if 0 in results else None  # (N, M)
+        tgt = tres.tensors["delta"] if tres is not None else None  # (M,)
+        offsets = self.layout.offsets
+        if r < self.warmup:
+            update = fedavg(src, weights=self.weights, impl=cfg.aggregation_impl)
+        else:
+            beta: float | torch.Tensor = cfg.beta
+            steps = tres.tensors.get("step_deltas") if tres is not None else None  # (B, M)
+            if self.auto_rule is not None or (cfg.log_estimates and src is not None and steps is not None
+                                              and steps.shape[0] >= 2):
+                # Per-step deltas of both sides, both scaled by lr_T / lr_S as in the authors' code
+                # (REFERENCE.md): the factor cancels in beta; the logged estimates carry it.
+                aligned = src / self.src_steps.to(src.device).unsqueeze(1) * self.lr_ratio  # (N, M)
+                stats = estimate(steps * self.lr_ratio, aligned, impl=cfg.aggregation_impl)
+                metrics.update(round_estimates(stats, self.weights, self.layout.size, steps.shape[0], cfg.beta))
+                if self.auto_rule is not None:
+                    beta = auto_beta(stats, cfg.auto_beta_rule if self.auto_rule == "fedgp" else "fedda")  # (N,)
+            # The authors' DomainBed auto script adds the target's delta once, after the per-source loop, weighted
+            # by 1 - beta of the last source, where the rule gives sum_i alpha_i (1 - beta_i) (SEEDS-SPEC 4.3, 7b).
+            target_weight = float(1 - beta[-1]) if self.auto_rule is not None and cfg.faithful_domainbed_auto \
+                else None
+            # One pass for the layer statistics: FedGP's projections and the logged cosines share it.
+            lstats = layer_stats(tgt, src, offsets, impl=cfg.aggregation_impl) \
+                if src is not None and tgt is not None else None
+            if self.rule == "fedavg":
+                update = fedavg(src, weights=self.weights, impl=cfg.aggregation_impl)
+            elif self.rule == "target":
+                update = tgt.clone()
+            elif self.rule == "fedda":
+                update = fedda(tgt, src, beta=beta, weights=self.weights, impl=cfg.aggregation_impl,
+                               target_weight=target_weight)
+            else:
+                update = fedgp(tgt, src, offsets, beta=beta, weights=self.weights, align=self.align,
+                               filter=cfg.filter, projection=cfg.projection, impl=cfg.aggregation_impl, stats=lstats,
+                               target_weight=target_weight)
+            if target_weight is not None:
+                metrics["target_weight"] = target_weight
+            if lstats is not None:
+                cos = layer_cosines(*lstats)  # (N, L)
+                metrics["cosine_mean_i"] = cos.mean(1).tolist()
+                metrics["filtered_share_i"] = (cos <= 0).double().mean(1).tolist()
+            if self.uses_beta():
+                metrics["beta_i"] = beta.tolist() if isinstance(beta, torch.Tensor) else [float(beta)] * n
+        metrics["train_loss_target"] = tres.scalars["loss"] if tres is not None else None
+        return {"global": state["global"] + update}, metrics
+
+
+class SourceOnly(FDA):
+    name, rule, train_target = "source_only", "fedavg", False
+
+
+class TargetOnly(FDA):
+    name, rule, train_sources = "target_only", "target", False
+
+
+class FedDA(FDA):
+    name, rule = "fedda", "fedda"
+
+
+class FedGP(FDA):
+    name, rule = "fedgp", "fedgp"
+
+
+class FedDAAuto(FDA):
+    name, rule, auto_rule = "fedda_auto", "fedda", "fedda"
+
+
+class FedGPAuto(FDA):
+    name, rule, auto_rule = "fedgp_auto", "fedgp", "fedgp"
+
+
+class FinetuneOffline(FDA):
+    name, rule, train_target, finetune = "finetune_offline", "fedavg", False, True
+
+
+class Oracle(FDA):
+    name, rule, train_sources, oracle, oracle_split = "oracle", "target", False, True, True
+
+
+VARIANTS: tuple[type[FDA], ...] = (SourceOnly, TargetOnly, FedDA, FedGP, FedDAAuto, FedGPAuto, FinetuneOffline, Oracle)

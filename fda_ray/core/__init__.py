@@ -1,0 +1,5 @@
+"""The core: what every layer shares and nothing above it defines. The round's contract types (contract),
+named registries (registry), seeds per (trial, round, client, purpose) (seeding), the flat parameter layout
+(layout), a run's rows (history), the auxiliary-label tasks (multitask) and one-line command-line errors
+(parsing). No module here imports another fda_ray package.
+"""

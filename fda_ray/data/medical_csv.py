@@ -1,0 +1,309 @@
+"""Seed 000's medical image tables: CSV files that name each image, its diagnosis, domain and auxiliary labels.
+
+The images are never shipped; a table points at them (SEEDS-SPEC 7.4.5). Two kinds of table:
+
+  medical-csv   one generic table, `<data_dir>/table.csv` (or --data-dir naming the file itself), with a header
+                `path,label,domain[,split][,aux_<name>...]`: label Yes/No, 1/0, 1.0/0.0, true/false or
+                positive/negative; split train or test (without a split column, or for a domain without test
+                rows, the held-out domain tests on the rest of its training rows); aux_age is bucketed as 000's
+                code does ((age - 18) // 9, 9 classes, clamped), every other aux_<name> is categorical over the
+                table's sorted values; an empty auxiliary cell is a missing label (ignored by the loss). An optional
+                `<table>.json` beside it overrides: {"domains": [order], "image_root": dir, "aux": {name:
+                {"start": 18, "width": 9, "count": 9} | {"value": index, ...}}}. Domains default to sorted order.
+  chexpert, mimic-cxr, midrc   the authors' per-domain files (enyijiang/MIDRC, metadata/): `<data_dir>/
+                {chexpert,mimic,MIDRC}_table_<domain>_{train,test}.csv` with their columns and label mappings
+                (FORMATS); the domains in the papers' order, the target first (Edema, Asian, IL). A generic
+                table there instead (`table.csv`, as datasets/prepare_chexpert.py and prepare_mimic.py write
+                it) is read with the same domain names in that order.
+
+Relative image paths are relative to the table's folder (or image_root). Every image is checked to exist when
+the table is read (the authors' loaders skip missing images silently; here a missing one is an error naming
+it), and every training table must hold both classes. Images are read per batch (fda_ray.domainbed.ImageFiles)
+with 000's transforms.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import torch
+
+from fda_ray.data.base import DATASETS, DatasetNotFound, Split
+from fda_ray.data.images import IMAGE_SIZE, ImageFiles
+from fda_ray.core.multitask import MISSING
+
+POSITIVE = ("yes", "1", "1.0", "true", "positive")
+NEGATIVE = ("no", "0", "0.0", "false", "negative")
+GENERIC_FILE = "table.csv"
+
+
+class TableError(ValueError):
+    """A table that cannot be read as the dataset's format (one line: file, line, column, value, allowed)."""
+
+
+def parse_label(text: str, where: str) -> int:
+    t = text.strip().lower()
+    if t in POSITIVE:
+        return 1
+    if t in NEGATIVE:
+        return 0
+    raise TableError(f"{where}: label {text!r} is invalid: one of Yes/No, 1/0, 1.0/0.0, true/false, positive/negative")
+
+
+@dataclass(frozen=True)
+class Aux:
+    """One auxiliary task: its name, classes and how a cell's text becomes a class (MISSING when empty)."""
+
+    name: str
+    classes: int
+    parse: Callable[[str, str], int]  # (text, where) -> class
+
+
+def categorical(name: str, values: Mapping[str, int], other: int | None = None) -> Aux:
+    """A categorical label by exact text; `other`: the class of any other value (MIDRC's race), else an error."""
+    classes = max([*values.values(), *([other] if other is not None else [])]) + 1
+
+    def parse(text: str, where: str) -> int:
+        t = text.strip()
+        if t == "":
+            return MISSING
+        if t in values:
+            return values[t]
+        if other is not None:
+            return other
+        raise TableError(f"{where}: {name} {text!r} is invalid: one of {', '.join(values)}")
+    return Aux(name, classes, parse)
+
+
+def bucketed(name: str, start: float, width: float, count: int) -> Aux:
+    """A number bucketed as (value - start) // width, clamped into 0..count-1 (000's (age - 18) // 9 would give
+    -1 under 18 and 9 at 99: SEEDS-SPEC 1.8.7)."""
+    def parse(text: str, where: str) -> int:
+        t = text.strip()
+        if t == "":
+            return MISSING
+        try:
+            v = float(t)
+        except ValueError:
+            raise TableError(f"{where}: {name} {text!r} is invalid: a number") from None
+        return int(min(max((v - start) // width, 0), count - 1))
+    return Aux(name, count, parse)
+
+
+def age_000(name: str = "age") -> Aux:
+    return bucketed(name, 18, 9, 9)  # CheXpert and MIMIC in the authors' code
+
+
+@dataclass(frozen=True)
+class Format:
+    """The authors' per-domain tables of one dataset."""
+
+    prefix: str  # file names: <prefix>_<domain>_<split>.csv
+    domains: tuple[str, ...]  # the papers' order, the target first
+    path_col: int  # column positions (negative: from the end, as their MIMIC loader reads)
+    label_col: int
+    aux: tuple[tuple[int, Aux], ...] = field(default_factory=tuple)  # (column, task)
+    target_labelled: int = 1000  # 000 A.3
+
+
+SEX_MF = categorical("sex", {"Male": 0, "Female": 1})
+FORMATS: dict[str, Format] = {
+    # img_path,sex,age,angle,is_dignosed
+    "chexpert": Format("chexpert_table", ("Edema", "LungLesion", "Pneumonia", "Atelectasis", "Consolidation"), 0, 4,
+                       ((1, SEX_MF), (2, age_000()), (3, categorical("view", {"Frontal": 0, "Lateral": 1})))),
+    # ...,img_path,admission_type,gender,age,is_dignosed (the last five columns)
+    "mimic-cxr": Format("mimic_table", ("Asian", "Black", "White", "Hispanic"), -5, -1,
+                        ((-3, categorical("sex", {"M": 0, "F": 1})), (-2, age_000())), target_labelled=100),
+    # img_path,race,is_covid,sex,age,state
+    "midrc": Format("MIDRC_table", ("IL", "NC", "CA", "IN", "TX"), 0, 2,
+                    ((1, categorical("race", {"White": 0, "Black or African American": 1}, other=2)), (3, SEX_MF),
+                     (4, bucketed("age", 0, 10, 10))), target_labelled=2000),
+}
+
+
+@dataclass
+class Table:
+    """The rows of one domain's table: image paths, labels (n, 1 + K)."""
+
+    paths: list[str] = field(default_factory=list)
+    labels: list[list[int]] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)  # "file:line" of each row, for errors
+
+
+def _resolve(path: str, root: Path) -> str:
+    p = Path(path.strip())
+    return str(p if p.is_absolute() else root / p)
+
+
+def _check_images(tables: Mapping[str, Table], what: str) -> None:
+    missing = [(t.sources[i], p) for t in tables.values() for i, p in enumerate(t.paths) if not os.path.isfile(p)]
+    if missing:
+        where, path = missing[0]
+        raise DatasetNotFound(f"{what}: {len(missing)} image file(s) named by the tables do not exist, the first "
+                              f"{path!r} ({where}); fix the paths or the image root")
+
+
+def _check_classes(domain: str, t: Table, split: str) -> None:
+    labels = {row[0] for row in t.labels}
+    if labels != {0, 1}:
+        have = "no positive" if 1 not in labels else "no negative"
+        raise TableError(f"domain {domain!r}: its {split} table has {have} sample ({len(t.labels)} rows, "
+                         f"{t.sources[0].rsplit(':', 1)[0] if t.sources else 'no file'}); each domain needs both classes")
+
+
+def _to_split(name: str, domains: Sequence[str], trains: Mapping[str, Table], tests: Mapping[str, Table | None],
+              aux: Sequence[Aux]) -> Split:
+    """A Split of environments of image files, y (n, 1 + K)."""
+    _check_images({**trains, **{f"{d}/test": t for d, t in tests.items() if t is not None}}, name)
+    envs, env_tests = [], []
+    for d in domains:
+        _check_classes(d, trains[d], "training")
+        envs.append(_pair(trains[d], len(aux)))
+        env_tests.append(_pair(tests[d], len(aux)) if tests.get(d) is not None and tests[d].paths else None)
+    shape = (0, 3, IMAGE_SIZE, IMAGE_SIZE)
+    empty_y = torch.zeros(0, 1 + len(aux), dtype=torch.int64)
+    return Split(torch.zeros(shape), empty_y, torch.zeros(shape), empty_y, num_classes=2, task="binary",
+                 environments=tuple(envs), env_names=tuple(domains), env_tests=tuple(env_tests),
+                 aux_tasks=tuple((a.name, a.classes) for a in aux))
+
+
+def _pair(t: Table, k: int):
+    y = torch.tensor(t.labels, dtype=torch.int64).reshape(-1, 1 + k)
+    return ImageFiles(tuple(t.paths), recipe="000"), y
+
+
+# ---------------------------------------------------------------- the authors' per-domain files
+
+def read_format_table(path: Path, fmt: Format) -> Table:
+    """One of the authors' files: a header line, then comma-separated rows (their loaders split on ',')."""
+    t = Table()
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    width = len(rows[0]) if rows else 0
+    for line, row in enumerate(rows[1:], start=2):
+        if not row or not "".join(row).strip():
+            continue
+        where = f"{path}:{line}"
+        if len(row) != width:
+            raise TableError(f"{where}: {len(row)} columns, the header has {width}")
+        try:
+            labels = [parse_label(row[fmt.label_col], where)] + [a.parse(row[c], where) for c, a in fmt.aux]
+        except IndexError:
+            raise TableError(f"{where}: {len(row)} columns are too few for the {fmt.prefix} format") from None
+        t.paths.append(_resolve(row[fmt.path_col], path.parent))
+        t.labels.append(labels)
+        t.sources.append(where)
+    return t
+
+
+def load_format(name: str, data_dir: str | None) -> Split:
+    fmt = FORMATS[name]
+    root = Path(data_dir).expanduser() if data_dir else None
+    generic = root if root is not None and root.is_file() else (root / GENERIC_FILE if root is not None else None)
+    if generic is not None and generic.is_file() and not (root.is_dir() and any(root.glob(f"{fmt.prefix}_*.csv"))):
+        # a generic table (datasets/prepare_*.py writes one) read in the format's domain order, target first
+        domains, trains, tests, aux = read_generic(generic, fmt.domains)
+        return _to_split(name, domains, trains, {d: tests.get(d) for d in domains}, aux)
+    if root is None or not root.is_dir():
+        raise DatasetNotFound(f"{name}: data_dir={data_dir!r} is not a directory; it must hold the authors' tables "
+                              f"{fmt.prefix}_<domain>_{{train,test}}.csv for domains {', '.join(fmt.domains)} "
+                              "(enyijiang/MIDRC metadata/, or datasets/README.md's preparation scripts)")
+    trains, tests = {}, {}
+    for d in fmt.domains:
+        tr = root / f"{fmt.prefix}_{d}_train.csv"
+        if not tr.is_file():
+            found = sorted(p.name for p in root.glob(f"{fmt.prefix}_*_train.csv"))
+            raise DatasetNotFound(f"{name}: domain {d!r} has no table {tr} (found: {', '.join(found) or 'none'})")
+        trains[d] = read_format_table(tr, fmt)
+        te = root / f"{fmt.prefix}_{d}_test.csv"
+        tests[d] = read_format_table(te, fmt) if te.is_file() else None
+    return _to_split(name, fmt.domains, trains, tests, [a for _, a in fmt.aux])
+
+
+# ---------------------------------------------------------------- the generic table
+
+def generic_table_path(data_dir: str | None) -> Path:
+    if not data_dir:
+        raise DatasetNotFound(f"medical-csv: give --data-dir, the table (a CSV with columns path,label,domain"
+                              f"[,split][,aux_<name>...]) or a folder holding {GENERIC_FILE}")
+    p = Path(data_dir).expanduser()
+    if p.is_file():
+        return p
+    if (p / GENERIC_FILE).is_file():
+        return p / GENERIC_FILE
+    raise DatasetNotFound(f"medical-csv: no table at {p}; searched {p} and {p / GENERIC_FILE} (a CSV with columns "
+                          "path,label,domain[,split][,aux_<name>...]; datasets/README.md)")
+
+
+def read_generic(path: Path, domains: Sequence[str] | None = None
+                 ) -> tuple[list[str], dict[str, Table], dict[str, Table], list[Aux]]:
+    """(domains, training tables, test tables, auxiliary tasks) of a generic table; `domains`: their order (else
+    the sidecar's, else sorted)."""
+    side = path.with_suffix(".json")
+    mapping = json.loads(side.read_text()) if side.is_file() else {}
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        header = [h.strip() for h in (reader.fieldnames or [])]
+        rows = [(line, {k.strip(): (v or "") for k, v in r.items() if k is not None})
+                for line, r in enumerate(reader, start=2)]
+    missing = [c for c in ("path", "label", "domain") if c not in header]
+    if missing:
+        raise TableError(f"{path}: column {missing[0]!r} is missing; the header must hold path,label,domain"
+                         f"[,split][,aux_<name>...], found {','.join(header)}")
+    aux_cols = [h for h in header if h.startswith("aux_")]
+    rules = mapping.get("aux", {})
+    aux: list[Aux] = []
+    for col in aux_cols:
+        name = col[len("aux_"):]
+        rule = rules.get(name)
+        if isinstance(rule, dict) and {"start", "width", "count"} <= set(rule):
+            aux.append(bucketed(name, float(rule["start"]), float(rule["width"]), int(rule["count"])))
+        elif isinstance(rule, dict):
+            aux.append(categorical(name, {str(k): int(v) for k, v in rule.items()}))
+        elif name == "age":
+            aux.append(age_000())
+        else:  # categorical over the table's sorted values
+            values = sorted({r[col].strip() for _, r in rows if r[col].strip()})
+            aux.append(categorical(name, {v: i for i, v in enumerate(values)}))
+    root = Path(mapping["image_root"]).expanduser() if "image_root" in mapping else path.parent
+    trains: dict[str, Table] = {}
+    tests: dict[str, Table] = {}
+    for line, r in rows:
+        where = f"{path}:{line}"
+        domain = r["domain"].strip()
+        split = r.get("split", "").strip().lower() or "train"
+        if split not in ("train", "test"):
+            raise TableError(f"{where}: split {r['split']!r} is invalid: train or test")
+        t = (trains if split == "train" else tests).setdefault(domain, Table())
+        t.paths.append(_resolve(r["path"], root))
+        t.labels.append([parse_label(r["label"], where)] + [a.parse(r[c], where) for c, a in zip(aux_cols, aux)])
+        t.sources.append(where)
+    domains = list(domains or mapping.get("domains") or sorted(set(trains) | set(tests)))
+    for d in domains:
+        if d not in trains:
+            raise TableError(f"{path}: domain {d!r} has no training rows (domains in the table: "
+                             f"{', '.join(sorted(set(trains) | set(tests)))})")
+    return domains, trains, tests, aux
+
+
+@DATASETS.register("medical-csv")
+def load_medical_csv(data_dir: str | None = None, download: bool = False) -> Split:
+    """A generic medical table (module docstring)."""
+    domains, trains, tests, aux = read_generic(generic_table_path(data_dir))
+    return _to_split("medical-csv", domains, trains, {d: tests.get(d) for d in domains}, aux)
+
+
+def count_domains(dataset: str, data_dir: str | None) -> int:
+    """The domains of a medical dataset without checking its images (a config's default source count)."""
+    if dataset in FORMATS:
+        return len(FORMATS[dataset].domains)
+    return len(read_generic(generic_table_path(data_dir))[0])
+
+
+for _name in FORMATS:
+    DATASETS.add(_name, lambda data_dir=None, download=False, _n=_name: load_format(_n, data_dir))
+MEDICAL_DATASETS = ("medical-csv", *FORMATS)

@@ -1,0 +1,228 @@
+"""Where a sweep's or a search's pending trials run: `run_local` (a process pool, no Ray) or `run_tune` (Ray Tune,
+one launch per phase, on a local Ray or a cluster), both writing each trial's record under `records/<key>/`
+(fda_ray.experiments.trials), with one `Progress` line per finished trial; and `write_parquet`, the results
+table both front ends write.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+from fda_ray.runtime import preflight
+from fda_ray.experiments.trials import Trial, is_done, run_trial
+
+
+def _fmt_s(s: float) -> str:
+    s = max(0, int(s))
+    return f"{s // 3600}h{s // 60 % 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def _name(t: Trial, variable: str) -> str:
+    at = "all" if t.value is None else f"{t.value:g}"
+    return f"{t.row} {variable}={at} seed {t.seed}"
+
+
+class Progress:
+    """Prints done/total, elapsed and an estimate of the time left each time a trial ends."""
+
+    def __init__(self, total: int, variable: str) -> None:
+        self.t0, self.total, self.variable, self.done = time.time(), total, variable, 0
+
+    def line(self, t: Trial, what: str) -> None:
+        self.done += 1
+        elapsed = time.time() - self.t0
+        left = elapsed / self.done * (self.total - self.done)
+        print(f"[{self.done}/{self.total}] {what}: {_name(t, self.variable)}; elapsed {_fmt_s(elapsed)}, "
+              f"left ~{_fmt_s(left)}", flush=True)
+
+
+# ---------------------------------------------------------------- backends
+
+def _phases(pending: list[Trial]) -> list[list[Trial]]:
+    """Trials that start from another trial's weights run after it: a second phase."""
+    first = [t for t in pending if t.weights_from is None]
+    second = [t for t in pending if t.weights_from is not None]
+    return [p for p in (first, second) if p]
+
+
+def die_with_parent() -> bool:
+    """Linux: this process gets SIGTERM when its parent dies (prctl PR_SET_PDEATHSIG). A sweep stopped by
+    `kill` (or the OOM killer) then leaves no pool worker behind that goes on training, and writing into a trial
+    record that a resumed sweep runs again. Returns whether it was set (False where prctl is missing)."""
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(1, int(signal.SIGTERM), 0, 0, 0) == 0  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return False
+
+
+def _worker_init() -> None:
+    """Pool workers leave Ctrl-C to the sweep, which stops them (a worker dying mid-job would look like a
+    failed trial), and die with the sweep."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent()
+    warnings.simplefilter("ignore", preflight.RunWarning)  # the sweep printed the options its trials ignore, once
+
+
+def _local_job(trial: dict[str, Any], records: str) -> None:
+    run_trial(Trial.from_dict(trial), Path(records))
+
+
+def run_local(pending: list[Trial], records: Path, workers: int, max_failures: int, progress: Progress
+              ) -> list[dict]:
+    """A process pool of serial runs (no Ray): each trial in a fresh process, `workers` at once. Returns the
+    failures (a trial is retried max_failures times). KeyboardInterrupt propagates after the pool stops."""
+    import multiprocessing as mp
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    failures: list[dict] = []
+    attempts: dict[str, int] = {}
+    todo = list(pending)
+    failed: set[str] = set()
+    pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_worker_init)
+    try:
+        running: dict = {}
+        while todo or running:
+            # a trial starts once the trial it starts from is done (or never, if that one failed)
+            for t in [t for t in todo if t.weights_from in failed]:
+                todo.remove(t)
+                failures.append({"trial": t.key, "row": t.row, "value": t.value, "seed": t.seed, "attempts": 0,
+                                 "error": f"not run: trial {t.weights_from} it starts from failed"})
+                progress.line(t, "FAILED")
+            ready = [t for t in todo if t.weights_from is None or is_done(records / t.weights_from)]
+            while ready and len(running) < workers:
+                t = ready.pop(0)
+                todo.remove(t)
+                running[pool.submit(_local_job, t.to_dict(), str(records))] = t
+            if not running:
+                break
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for f in finished:
+                t = running.pop(f)
+                try:
+                    f.result()
+                    progress.line(t, "done")
+                except Exception as e:  # a failing trial: retried, then reported while the others go on
+                    attempts[t.key] = attempts.get(t.key, 0) + 1
+                    if attempts[t.key] <= max_failures:
+                        todo.insert(0, t)
+                        continue
+                    failed.add(t.key)
+                    failures.append({"trial": t.key, "row": t.row, "value": t.value, "seed": t.seed,
+                                     "attempts": attempts[t.key],
+                                     "error": f"{type(e).__name__}: {e}".strip().splitlines()[0][:300]})
+                    progress.line(t, "FAILED")
+    except KeyboardInterrupt:
+        for p in list(getattr(pool, "_processes", {}).values()):
+            p.terminate()  # the trials' records keep their last finished round
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+    return failures
+
+
+class TuneRestoreHint(logging.Filter):
+    """Drops Tune's "Resume experiment with: Tuner.restore(...)" on an interrupted launch: a sweep resumes
+    with --resume (its trial records), which its own summary names."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Tuner.restore(" not in record.getMessage()
+
+
+def trial_dirname(trial: Any) -> str:
+    """Tune's trial directories named like the trial records (Tune's default spells out the whole config)."""
+    return f"{trial.config['run']['trial']['key']}-{trial.trial_id}"
+
+
+def run_tune(pending: list[Trial], records: Path, out: Path, address: str | None, max_concurrent: int | None,
+             max_failures: int, progress: Progress, scheduler: Any = None, metric: str | None = None,
+             on_stopped: Any = None) -> tuple[list[dict], bool]:
+    """Ray Tune, one launch per phase. Returns (failures, interrupted).
+    A search's study (fda_ray.search) passes a scheduler (ASHA) deciding on `metric`, which the trials report
+    each round (rows without it are not reported), and on_stopped(record), called for a trial the scheduler
+    stopped before it finished."""
+    from ray import tune
+
+    import fda_ray.experiments.tune as ft
+    from fda_ray.runtime.driver import ensure_ray
+
+    ensure_ray(address, num_cpus=None)
+    tune_log = logging.getLogger("ray.tune.tune")
+    if not any(isinstance(f, TuneRestoreHint) for f in tune_log.filters):
+        tune_log.addFilter(TuneRestoreHint())
+    by_key = {t.key: t for t in pending}
+
+    class Callback(tune.Callback):
+        def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+            key = trial.config["run"]["trial"]["key"]
+            if on_stopped is not None and not is_done(records / key):
+                on_stopped(records / key)  # the scheduler ended it early (complete, yet no rows.json)
+                stopped.add(key)
+                progress.line(by_key[key], f"stopped early (round {trial.last_result.get('round')})")
+                return
+            progress.line(by_key[key], "done")
+
+        def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+            progress.line(by_key[trial.config["run"]["trial"]["key"]], "FAILED")
+
+    failures: list[dict] = []
+    stopped: set[str] = set()  # trials the scheduler stopped early: settled, not interrupted
+    for phase in _phases(pending):
+        phase = [t for t in phase if t.weights_from is None or is_done(records / t.weights_from)]
+        if not phase:
+            continue
+        launch = f"launch-{sum(1 for _ in (out / 'tune').glob('launch-*')) + 1}" if (out / "tune").exists() else "launch-1"
+        space = [{"trial": t.to_dict(), ft.RECORD_KEY: str(records), **({"metric": metric} if metric else {})}
+                 for t in phase]
+        tuner = tune.Tuner(
+            ft.with_resources(phase[0].config()),  # every trial of a sweep asks the same resources
+            param_space={"run": tune.grid_search(space)},
+            # reuse_actors: a trial's process (torch imported, kernels loaded) runs the next trial too.
+            tune_config=tune.TuneConfig(max_concurrent_trials=max_concurrent, reuse_actors=True,
+                                        trial_dirname_creator=trial_dirname, scheduler=scheduler),
+            run_config=tune.RunConfig(name=launch, storage_path=str(out / "tune"), verbose=0,
+                                      failure_config=tune.FailureConfig(max_failures=max_failures),
+                                      callbacks=[Callback()]))
+        grid = tuner.fit()
+        for result in grid:
+            if result.error is not None:
+                t = by_key[result.config["run"]["trial"]["key"]]
+                err = Path(result.path or "") / "error.txt"
+                failures.append({"trial": t.key, "row": t.row, "value": t.value, "seed": t.seed,
+                                 "attempts": err.read_text(errors="replace").count("Failure # ") if err.is_file() else 1,
+                                 "error": str(result.error).strip().splitlines()[-1][:300]})
+        # Tune stops on SIGINT and returns: trials neither done nor failed mean the sweep was interrupted
+        failed = {f["trial"] for f in failures}
+        if any(not is_done(records / t.key) and t.key not in failed | stopped for t in phase):
+            return failures, True
+    return failures, False
+
+
+def write_parquet(rows: list[dict], path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    cols = {}
+    for k in keys:
+        vals = [r.get(k) for r in rows]
+        # JSON text where one Parquet type cannot hold the column: mappings, or lists beside strings or numbers
+        # (a metric that is a number in one trial and a list in another: seed 002's one and two source domains)
+        lists = any(isinstance(v, list) for v in vals)
+        if any(isinstance(v, (dict, tuple)) for v in vals) or (
+                lists and any(v is not None and not isinstance(v, list) for v in vals)):
+            vals = [json.dumps(v) if v is not None else None for v in vals]
+        cols[k] = vals
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(pa.Table.from_pydict(cols), tmp)
+    os.replace(tmp, path)

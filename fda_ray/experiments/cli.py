@@ -1,0 +1,218 @@
+"""Command lines generated from RunConfig: one flag per field (`--lr-target` for lr_target), its help, type and
+choices from the field's metadata (fda_ray.config), so every field is settable wherever a RunConfig is built:
+
+    python -m fda_ray --method fedgp --noise 0.4          one run (this module's `main`)
+    python -m fda_ray.diagnose ...                        the same flags, plus its own
+    python -m fda_ray.sweep --grid noise --rounds 5 ...   the same flags as overrides of every trial
+
+Bad input prints one line (`error: <field>=<value> is invalid: <what is allowed>`) and exits with code 2.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+import time
+import typing
+from typing import Any, Callable, NoReturn
+
+from fda_ray.runtime.config import RunConfig
+from fda_ray.core.parsing import OneLineParser, typed
+
+
+def one_line_warnings() -> None:
+    """Print fda-ray's RunWarnings as `warning: <message>` (Python's format adds the source file and line)."""
+    import warnings
+
+    from fda_ray.runtime.preflight import RunWarning
+
+    default = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):  # type: ignore[no-untyped-def]
+        if issubclass(category, RunWarning):
+            print(f"warning: {message}", file=sys.stderr, flush=True)
+        else:
+            default(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+
+
+def _dynamic_choices(name: str) -> tuple[str, ...] | None:
+    """Choices that live in registries (they grow as the project does)."""
+    if name == "method":
+        from fda_ray.algorithms import ALGORITHMS
+        return tuple(ALGORITHMS.names())
+    if name == "dataset":
+        from fda_ray.data.base import DATASETS
+        return tuple(DATASETS.names())
+    if name == "model":
+        from fda_ray.train.models import MODELS
+        return tuple(MODELS.names())
+    return None
+
+
+def add_config_arguments(p: argparse.ArgumentParser, *, overrides: bool = False,
+                         exclude: tuple[str, ...] = ()) -> None:
+    """One flag per RunConfig field. overrides=True: no defaults (a flag given is an override, one not given
+    is absent from the namespace), as the sweep needs."""
+    hints = typing.get_type_hints(RunConfig)
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    titles = {"run": "run settings", "data": "data", "execution": "execution (never changes the numbers, "
+                                                                  "except device and aggregation_impl)"}
+    for f in dataclasses.fields(RunConfig):
+        if f.name in exclude or f.name == "params":
+            continue
+        meta = f.metadata
+        group = groups.setdefault(meta.get("group", "run"), p.add_argument_group(titles[meta.get("group", "run")]))
+        flag = "--" + f.name.replace("_", "-")
+        hint = hints[f.name]
+        args = typing.get_args(hint)
+        base = next((a for a in args if a is not type(None)), hint) if args and type(None) in args else hint
+        choices = meta.get("choices") or _dynamic_choices(f.name)
+        help_text = meta.get("help", "").replace("%", "%%")
+        if choices:
+            help_text += f" [{', '.join(choices)}]"
+        default = argparse.SUPPRESS if overrides else f.default
+        if not overrides and not (f.default is None and "default:" in help_text):  # (its help says it already)
+            help_text += f" (default: {'per dataset/method' if f.default is None else f.default})"
+        kw: dict[str, Any] = {"dest": f.name, "default": default, "help": help_text}
+        if base is bool:
+            group.add_argument(flag, action=argparse.BooleanOptionalAction, **kw)
+        elif typing.get_origin(base) is tuple:
+            group.add_argument(flag, nargs="*", type=typed(f.name, float, "numbers"), metavar="X", **kw)
+        elif base is int:
+            group.add_argument(flag, type=typed(f.name, int, "an integer"), metavar="N", **kw)
+        elif base is float:
+            group.add_argument(flag, type=typed(f.name, float, "a number"), metavar="X", **kw)
+        else:
+            group.add_argument(flag, type=str, metavar="NAME" if choices else "TEXT", **kw)
+
+
+    if "params" not in exclude:
+        add_params_arguments(p)
+
+
+PARAM_DEST = "param:"  # namespace dests of the families' parameter flags: "param:<family>:<field>"
+
+
+def add_params_arguments(p: argparse.ArgumentParser) -> None:
+    """One flag per field of each method family's Params (fda_ray.algorithms), --<family>-<field>, in a group
+    per family; a flag given goes to RunConfig.params[family][field] (defaults: the family's)."""
+    from fda_ray.algorithms import ALGORITHMS, family_params
+
+    for fam, cls in family_params().items():
+        methods = [m for m in ALGORITHMS.names() if ALGORITHMS.get(m).family == fam]
+        group = p.add_argument_group(f"{fam} (method {', '.join(methods)})")
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            meta, kind = f.metadata, hints[f.name]
+            flag = f"--{fam}-{f.name}".replace("_", "-")
+            help_text = meta.get("help", "").replace("%", "%%")
+            if meta.get("choices"):
+                help_text += f" [{', '.join(meta['choices'])}]"
+            help_text += f" (default: {f.default})"
+            kw: dict[str, Any] = {"dest": f"{PARAM_DEST}{fam}:{f.name}", "default": argparse.SUPPRESS, "help": help_text}
+            name = f"{fam}.{f.name}"
+            if meta.get("choices"):
+                group.add_argument(flag, type=str, metavar="NAME", **kw)  # the config names the allowed values
+            elif kind is int:
+                group.add_argument(flag, type=typed(name, int, "an integer"), metavar="N", **kw)
+            else:
+                group.add_argument(flag, type=typed(name, float, "a number"), metavar="X", **kw)
+
+
+def config_fields(a: argparse.Namespace) -> dict[str, Any]:
+    """The RunConfig fields present in a parsed namespace (the families' flags gathered into `params`)."""
+    names = {f.name for f in dataclasses.fields(RunConfig)}
+    out = {k: v for k, v in vars(a).items() if k in names}
+    params: dict[str, dict[str, Any]] = {}
+    for k, v in vars(a).items():
+        if k.startswith(PARAM_DEST):
+            fam, field = k[len(PARAM_DEST):].split(":")
+            params.setdefault(fam, {})[field] = v
+    if params:
+        out["params"] = params
+    return out
+
+
+def config_from_args(a: argparse.Namespace) -> RunConfig:
+    return RunConfig(**config_fields(a))
+
+
+def parser() -> OneLineParser:
+    p = OneLineParser(prog="python -m fda_ray", description="One federated domain adaptation run.")
+    add_config_arguments(p)
+    out = p.add_argument_group("output")
+    out.add_argument("--parquet", default=None, help="write the per-round history to this Parquet file (after every round, atomically: a stopped run keeps its finished rounds)")
+    out.add_argument("--json", action="store_true", help="print one JSON object (config and per-round metrics)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from fda_ray.runtime import preflight
+    from fda_ray.data.base import DatasetNotFound
+    from fda_ray.runtime.engine import RunFailed, RunInterrupted, run
+    from fda_ray.core.history import History
+
+    a = parser().parse_or_exit_code(argv)
+    if isinstance(a, int):
+        return a
+    try:
+        cfg = config_from_args(a)
+        resolved = cfg.resolved()
+        if a.parquet:  # before any work: a run must never finish and then fail to save
+            preflight.output_file("parquet", a.parquet)
+    except (ValueError, DatasetNotFound) as e:  # (resolving counts a table's or a folder's domains)
+        print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
+    one_line_warnings()
+    from fda_ray.algorithms import ALGORITHMS
+
+    total = ALGORITHMS.get(resolved.method).planned_rounds(resolved)
+    finished = History(config=resolved.to_dict())
+
+    def progress(row: dict) -> None:
+        if a.parquet:  # every finished round on disk at once (atomically): even a killed run keeps them
+            finished.rows.append(row)
+            finished.to_parquet(a.parquet)
+        if a.json:
+            return
+        beta = row.get("beta_i")
+        extra = f" beta {sum(beta) / len(beta):.3f}" if beta else ""
+        if row.get("auc") is not None:  # seed 000's binary tasks
+            extra += f" auc {100 * row['auc']:6.2f}"
+        print(f"round {row['round'] + 1:3d}/{total} [{row['phase']}] acc {100 * row['accuracy']:6.2f} "
+              f"loss {row['loss']:.4f}{extra} ({row['seconds']:.2f} s)", flush=True)
+
+    t0 = time.perf_counter()
+    try:
+        hist = run(cfg, progress)
+    except (DatasetNotFound, ValueError) as e:
+        print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
+    except RunFailed as e:
+        # Keep what was computed: the finished rounds go where the full history would have gone.
+        kept = ""
+        if a.parquet and e.history.rows:
+            e.history.to_parquet(a.parquet)
+            kept = f"; the {len(e.history.rows)} finished rounds are in {a.parquet}"
+        print(f"{'interrupted' if isinstance(e, RunInterrupted) else 'error'}: {e}{kept}", file=sys.stderr)
+        return 130 if isinstance(e, RunInterrupted) else 1
+    except KeyboardInterrupt:  # before the rounds (loading the data, starting actors)
+        print("interrupted: before the first round finished; nothing to keep", file=sys.stderr)
+        return 130
+    if a.parquet:
+        hist.to_parquet(a.parquet)
+    if a.json:
+        print(json.dumps(hist.to_json()))
+    else:
+        where = f"test_env {cfg.test_env}" if resolved.partition in ("domainbed", "heldout_domain") \
+            else f"noise {cfg.noise}"
+        auc = hist.rows[-1].get("auc") if hist.rows else None
+        print(f"final target accuracy {100 * hist.final_accuracy:.2f} %" + (f", AUC {100 * auc:.2f} %" if auc is not None
+                                                                             else "")
+              + f" (mean of the last 5 rounds {100 * hist.last_accuracy(5):.2f} %; {cfg.method}, {where}, seed "
+              f"{cfg.seed}) in {time.perf_counter() - t0:.1f} s")
+    return 0

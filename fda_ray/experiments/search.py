@@ -1,0 +1,526 @@
+"""Hyper-parameter searches with honest model selection (`python -m fda_ray.sweep --search NAME`).
+
+A search (tuning.searches) is run as studies, one per setting (a value of its variable: a noise level, a held-out
+domain, a source) and searched method. Each study draws `num_samples` points of the search space (random search:
+a generator seeded by the study, so --resume and a larger --num-samples find the same points; or Bayesian through
+Optuna, `--search-alg optuna`) and runs each as a trial with its own record (fda_ray.trials), on Ray Tune with
+ASHA stopping trials early on the per-round value of the search's first selection rule (`--scheduler none`: every
+trial runs to the end). Every trial reports its validation metrics and its test accuracy each round
+(fda_ray.evaluation.Evaluator.validation).
+
+Then, per study and selection rule (fda_ray.selection: target validation, training-domain validation, the
+clients' validation splits; the test-set oracle, labelled as such), the selected configuration is run again with
+fresh seeds (1 .. rerun_seeds; the search ran seed 0), beside the search's reference rows (e.g. the auto-weighted
+methods) on the same seeds: the reported number is that rerun's mean test accuracy, never the search's own best.
+
+Output in --out (default sweeps/search-<name>-<profile>):
+  trials/<key>/          every trial's record (rows.json when finished; stopped.json when ASHA stopped it early)
+  results.parquet        a row per trial and round: the trial's fields, its study, search_phase (search / rerun)
+  selection.json         per study: the points, each trial's status and final metrics, each rule's choice
+  summary.md             the tables; trajectory.{png,pdf}: each study's validation per trial and the best so far
+Resuming (--resume) keeps every finished and stopped trial; ASHA's rungs restart with the trials still to run.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from tuning.selection import RULES, best_so_far, final_value, mean_std, select
+from fda_ray.experiments.trials import ROWS_FILE, Trial, is_done, merge_fields, point_trial, read_rows, trial_key
+from tuning.searches import SEARCHES, Search
+
+STOPPED_FILE = "stopped.json"
+RERUN_SEED0 = 1  # the reruns' first seed (the search's trials run seed 0)
+PHASES = ("search", "rerun")
+
+
+@dataclass(frozen=True)
+class Study:
+    method: str
+    value: float
+
+    def name(self, search: Search) -> str:
+        return f"{self.method} @ {search.value_label(self.value)}"
+
+
+def studies(search: Search, methods: Sequence[str] | None = None, values: Sequence[float] | None = None
+            ) -> list[Study]:
+    """The studies of a search: every setting x searched method (or those chosen)."""
+    for m in methods or ():
+        if m not in search.methods:
+            raise ValueError(f"methods={m!r} is invalid: search {search.name!r} searches {', '.join(search.methods)}")
+    for v in values or ():
+        if not any(math.isclose(v, x) for x in search.values):
+            raise ValueError(f"values={v:g} is invalid: search {search.name!r} has {search.variable} in "
+                             f"{', '.join(f'{x:g}' for x in search.values)}")
+    return [Study(m, v) for v in search.values if not values or any(math.isclose(v, x) for x in values)
+            for m in search.methods if not methods or m in methods]
+
+
+def base_fields(search: Search, profile: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    if profile not in search.profiles:
+        raise ValueError(f"profile={profile!r} is invalid: search {search.name!r} has {', '.join(search.profiles)}")
+    clash = sorted(set(overrides or {}) & {d.name for d in search.space})
+    if clash:
+        raise ValueError(f"{clash[0]}={overrides[clash[0]]!r} is invalid here: search {search.name!r} searches it")
+    return merge_fields({"dataset": search.dataset}, search.fixed, search.profiles[profile].fields, overrides or {})
+
+
+def study_base(search: Search, profile: str, study: Study, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The fields every trial of a study shares (seed 0), without the searched knobs."""
+    return merge_fields(base_fields(search, profile, overrides), {"method": study.method, "seed": 0},
+                        search.value_fields_of(study.value))
+
+
+def search_trials(search: Search, profile: str, study: Study, num_samples: int,
+                  overrides: dict[str, Any] | None = None) -> list[Trial]:
+    """The study's random-search trials, in the search's order (seed 0)."""
+    base = study_base(search, profile, study, overrides)
+    return [point_trial(base, f"{study.method}-s{i:02d}", search.variable, study.value, point)
+            for i, point in enumerate(search.samples(study.method, study.value, num_samples))]
+
+
+def optuna_row(study: Study) -> str:
+    return f"{study.method}-optuna"
+
+
+def optuna_trials(search: Search, profile: str, study: Study, records: Path,
+                  overrides: dict[str, Any] | None = None) -> list[Trial]:
+    """The trials an Optuna search of this study has started so far (their records), in the order they started:
+    the same study's fields, any point."""
+    from fda_ray.experiments.trials import TRIAL_FILE
+
+    base = study_base(search, profile, study, overrides)
+    found = []
+    for f in records.glob(f"{optuna_row(study)}-*/{TRIAL_FILE}"):
+        t = Trial.from_dict(json.loads(f.read_text()))
+        if t.row != optuna_row(study) or not math.isclose(t.value, study.value):
+            continue
+        if point_trial(base, t.row, search.variable, study.value, point_of(search, t.params)).key == t.key:
+            found.append((f.stat().st_mtime, t))
+    return [t for _, t in sorted(found, key=lambda x: x[0])]
+
+
+def point_of(search: Search, params: dict[str, Any]) -> dict[str, Any]:
+    """The searched knobs' values in a trial's params."""
+    out = {}
+    for d in search.space:
+        if "." in d.name:
+            fam, name = d.name.split(".", 1)
+            out[d.name] = params.get("params", {}).get(fam, {}).get(name)
+        else:
+            out[d.name] = params.get(d.name)
+    return out
+
+
+def rerun_trials(search: Search, profile: str, study: Study, selected: Trial, seeds: int,
+                 overrides: dict[str, Any] | None = None) -> list[Trial]:
+    """The selected trial's configuration on fresh seeds (the same key whichever rule selected it)."""
+    return [point_trial({**selected.params, "seed": s}, f"{study.method}-selected", search.variable, study.value, {})
+            for s in range(RERUN_SEED0, RERUN_SEED0 + seeds)]
+
+
+def reference_trials(search: Search, profile: str, study_value: float, seeds: int,
+                     overrides: dict[str, Any] | None = None) -> list[Trial]:
+    """The search's reference rows (not searched) at one setting, on the reruns' seeds."""
+    base = base_fields(search, profile, overrides)
+    return [point_trial(merge_fields(base, {"method": ref.method, "seed": s}, search.value_fields_of(study_value),
+                                     ref.params), ref.key, search.variable, study_value, {})
+            for ref in search.references for s in range(RERUN_SEED0, RERUN_SEED0 + seeds)]
+
+
+# ---------------------------------------------------------------- records
+
+def is_stopped(record: Path) -> bool:
+    return (record / STOPPED_FILE).is_file()
+
+
+def is_settled(record: Path) -> bool:
+    """Finished, or stopped early by the scheduler: not run again on --resume."""
+    return is_done(record) or is_stopped(record)
+
+
+def mark_stopped(record: Path) -> None:
+    """A trial the scheduler stopped: its rows so far (from its last round's state) go to stopped.json, with
+    whether they are all of its rows (a rung can fall on a trial's last report: ASHA then stops a trial that had
+    trained every round, before it wrote rows.json; such a trial counts as finished)."""
+    from fda_ray.algorithms import ALGORITHMS
+    from fda_ray.experiments.trials import TRIAL_FILE, _save_json, environment, load_state
+
+    if is_done(record):
+        return
+    state = load_state(record)
+    rows = list(state["rows"]) if state is not None else []
+    cfg = Trial.from_dict(json.loads((record / TRIAL_FILE).read_text())).config().resolved()
+    complete = len(rows) >= ALGORITHMS.get(cfg.method).planned_rounds(cfg)
+    _save_json({"rows": rows, "stopped_after": rows[-1]["round"] if rows else None, "complete": complete,
+                "environment": environment()}, record / STOPPED_FILE)
+
+
+def trial_rows(record: Path) -> tuple[list[dict], bool] | None:
+    """(rows, finished) of a settled trial; None if it has not settled."""
+    if is_done(record):
+        return read_rows(record)["rows"], True
+    if is_stopped(record):
+        data = json.loads((record / STOPPED_FILE).read_text())
+        return data["rows"], bool(data.get("complete"))
+    return None
+
+
+# ---------------------------------------------------------------- selection and results
+
+def study_table(search: Search, trials: Sequence[Trial], records: Path) -> dict[str, Any]:
+    """Per trial: its point, status and final metrics; per rule: the selected trial's key (None if none)."""
+    entries, candidates = [], []
+    for t in trials:
+        got = trial_rows(records / t.key)
+        status = "to run" if got is None else ("finished" if got[1] else "stopped")
+        rows = got[0] if got else []
+        entry = {"key": t.key, "point": point_of(search, t.params), "status": status,
+                 "rounds": rows[-1]["round"] if rows else None}
+        for rule in search.rules:
+            entry[RULES[rule].metric] = final_value(rows, RULES[rule].metric)
+        entry["accuracy"] = final_value(rows, "accuracy")
+        entries.append(entry)
+        if got is not None:
+            candidates.append((t.key, rows, got[1]))
+    return {"trials": entries, "selected": {rule: select(candidates, rule) for rule in search.rules}}
+
+
+def rerun_accuracies(trials: Sequence[Trial], records: Path) -> list[float]:
+    """Final test accuracies (%) of the finished trials."""
+    out = []
+    for t in trials:
+        if is_done(records / t.key):
+            v = final_value(read_rows(records / t.key)["rows"], "accuracy")
+            if v is not None:
+                out.append(100 * v)
+    return out
+
+
+def _fmt_point(point: dict[str, Any]) -> str:
+    return ", ".join(f"{k.split('.')[-1]} {v:.4g}" if isinstance(v, float) else f"{k.split('.')[-1]} {v}"
+                     for k, v in point.items())
+
+
+def _cell(values: list[float]) -> str:
+    if not values:
+        return "-"
+    m, s = mean_std(values)
+    return f"{m:.2f} ± {s:.2f} (n={len(values)})" if len(values) > 1 else f"{m:.2f}"
+
+
+def summarize(search: Search, profile: str, tables: dict[str, dict], reruns: dict[str, dict[str, list[float]]],
+              references: dict[float, dict[str, list[float]]], command: str, num_samples: int, scheduler: str,
+              search_alg: str) -> str:
+    lines = [f"# Search `{search.name}` ({profile} profile)", "",
+             f"{search.note[0].upper() + search.note[1:]}. Space: {'; '.join(d.describe() for d in search.space)}; "
+             f"{num_samples} trials a study ({search_alg} search, scheduler {scheduler} on the first rule's metric).",
+             "", *([f"Profile `{profile}`: {search.profiles[profile].note}", ""] if search.profiles[profile].note else []),
+             "Selection rules: " + "; ".join(f"**{r}**: {RULES[r].label} (`{RULES[r].metric}`)" for r in search.rules)
+             + ". The oracle reads the target's test labels: an upper bound, not a result.", "",
+             f"Per setting: each rule's selected configuration, the search's final value of the rule's validation "
+             f"metric (for the oracle: of the first rule's) and of the test accuracy (%, seed 0), and the test accuracy "
+             f"of the configuration rerun on seeds {RERUN_SEED0}..{RERUN_SEED0 + search.rerun_seeds - 1} (mean ± std): "
+             f"the number to report.", "",
+             f"Command: `{command}`", ""]
+    for value in search.values:
+        studies_here = [(k, t) for k, t in tables.items() if math.isclose(t["value"], value)]
+        if not studies_here:
+            continue
+        lines += [f"## {search.value_label(value)}", "",
+                  "| method | rule | selected | search's final validation | search's final test | rerun test accuracy |",
+                  "|---|---|---|---|---|---|"]
+        for name, table in studies_here:
+            by_key = {e["key"]: e for e in table["trials"]}
+            for rule in search.rules:
+                key = table["selected"].get(rule)
+                e = by_key.get(key) if key else None
+                label = RULES[rule].label
+                if e is None:
+                    lines.append(f"| {table['method']} | {label} | none finished | - | - | - |")
+                    continue
+                val = e.get(RULES[rule].metric) if not RULES[rule].oracle else e.get(RULES[search.rules[0]].metric)
+                lines.append(f"| {table['method']} | {label} | {_fmt_point(e['point'])} | "
+                             f"{'-' if val is None else f'{100 * val:.2f}'} | {100 * e['accuracy']:.2f} | "
+                             f"{_cell(reruns.get(name, {}).get(rule, []))} |")
+        for ref, accs in references.get(value, {}).items():
+            label = next(r.label for r in search.references if r.key == ref)
+            lines.append(f"| {label} | (not searched) | - | - | - | {_cell(accs)} |")
+        lines.append("")
+        for name, table in studies_here:
+            done = sum(e["status"] == "finished" for e in table["trials"])
+            stopped = sum(e["status"] == "stopped" for e in table["trials"])
+            lines += [f"Study {name}: {len(table['trials'])} trials, {done} finished, {stopped} stopped early by "
+                      f"the scheduler.", ""]
+    return "\n".join(lines) + "\n"
+
+
+def trajectory_figure(search: Search, tables: dict[str, dict], stem: Path) -> Any:
+    """Per study: each trial's final value of the first rule's metric (a cross for a trial stopped early, at its
+    last round) and its test accuracy, in trial order, with the best-so-far line of the validation."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from fda_ray.experiments.figures import Drawn, _save
+
+    metric = RULES[search.rules[0]].metric
+    names = list(tables)
+    fig, axes = plt.subplots(1, len(names), figsize=(4.6 * len(names), 3.8), squeeze=False)
+    drawn = Drawn()
+    for ax, name in zip(axes[0], names):
+        trials = tables[name]["trials"]
+        xs = list(range(len(trials)))
+        val = [None if e.get(metric) is None else 100 * e[metric] for e in trials]
+        test = [None if e.get("accuracy") is None else 100 * e["accuracy"] for e in trials]
+        for i, e in enumerate(trials):
+            if val[i] is None:
+                continue
+            ax.plot([i], [val[i]], "x" if e["status"] == "stopped" else "o", color="C0", ms=5)
+            ax.plot([i], [test[i]], "x" if e["status"] == "stopped" else "s", color="C1", ms=4, alpha=0.6)
+        finished_val = [v if e["status"] == "finished" else None for v, e in zip(val, trials)]
+        ax.step(xs, [math.nan if v is None else v for v in best_so_far(finished_val)], where="post", color="C0",
+                label=f"best {RULES[search.rules[0]].label} so far")
+        ax.plot([], [], "o", color="C0", label=f"{metric} (final round)")
+        ax.plot([], [], "s", color="C1", label="test accuracy (oracle's view)")
+        ax.plot([], [], "x", color="k", label="stopped early (last round)")
+        ax.set_title(name, fontsize=10)
+        ax.set_xlabel("trial (search order)")
+        ax.grid(alpha=0.3)
+        drawn.series[name] = [e["key"] for e in trials]
+    axes[0, 0].set_ylabel("accuracy (%)")
+    axes[0, -1].legend(loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False, fontsize=8)
+    fig.suptitle(f"Search {search.name}: the trajectory of each study")
+    return _save(fig, stem, drawn)
+
+
+def result_rows(search: Search, trial: Trial, phase: str, study: str, rows: list[dict], finished: bool) -> list[dict]:
+    ident = {k: v for k, v in trial.params.items() if k != "params"}
+    ident["params"] = json.dumps(trial.params.get("params", {}), sort_keys=True) if trial.params.get("params") else None
+    ident.update(search=search.name, study=study, search_phase=phase, trial=trial.key, row=trial.row,
+                 setting_variable=search.variable, setting_value=trial.value, finished=finished,
+                 **{f"point.{k}": v for k, v in point_of(search, trial.params).items()})
+    return [{**ident, **r} for r in rows]
+
+
+# ---------------------------------------------------------------- running
+
+SEARCH_ALGS = ("random", "optuna")
+
+
+def search(name: str | Search, *, profile: str = "quick", out: str | Path | None = None,
+           num_samples: int | None = None, scheduler: str = "asha", search_alg: str = "random",
+           methods: Sequence[str] | None = None, values: Sequence[float] | None = None,
+           max_concurrent: int | None = None, max_failures: int = 2, address: str | None = None,
+           **fields: Any) -> dict[str, Any]:
+    """The same as `python -m fda_ray.sweep --search NAME` from Python (on Ray Tune); `fields` are RunConfig
+    fields over every trial's (data_dir="...", rounds=10). Returns selection.json's contents.
+
+        from fda_ray.experiments.search import search
+        sel = search("beta", num_samples=24, values=[0.6], out="sweeps/beta-0.6")
+        sel["studies"]["fedgp @ noise 0.6"]["selected"]["target_val"]
+    """
+    s = SEARCHES[name] if isinstance(name, str) else name
+    out = Path(out or f"sweeps/search-{s.name}-{profile}").resolve()
+    code = run_search(s, profile=profile, out=out, num_samples=num_samples or s.num_samples[profile], backend="tune",
+                      workers=None, max_concurrent=max_concurrent, max_failures=max_failures, scheduler=scheduler,
+                      search_alg=search_alg, methods=methods, values=values, overrides=dict(fields),
+                      address=address, command=f"fda_ray.search.search({s.name!r}, profile={profile!r}, ...)")
+    if code == 130:
+        raise KeyboardInterrupt(f"search {s.name} interrupted: call again to go on (settled trials are kept)")
+    return json.loads((out / "selection.json").read_text())
+
+
+def run_search(search: Search, *, profile: str, out: Path, num_samples: int, backend: str, workers: int | None,
+               max_concurrent: int | None, max_failures: int, scheduler: str, search_alg: str,
+               methods: Sequence[str] | None, values: Sequence[float] | None, overrides: dict[str, Any],
+               address: str | None, command: str, no_figures: bool = False) -> int:
+    """Run (or go on with) a search; returns the exit code (0 all done, 1 a trial failed, 130 interrupted)."""
+    from fda_ray.experiments.backends import Progress, run_local, run_tune, write_parquet
+
+    records = out / "trials"
+    records.mkdir(parents=True, exist_ok=True)
+    plan = studies(search, methods, values)
+    t0 = time.time()
+    failures: list[dict] = []
+    interrupted = False
+    metric = RULES[search.rules[0]].metric
+    search_by_study: dict[str, list[Trial]] = {}
+    try:
+        # 1. the searches, a study at a time (ASHA compares the trials of one study only)
+        for study in plan:
+            name = study.name(search)
+            if search_alg == "optuna":  # Bayesian (TPE): the points come from Optuna as trials finish
+                trials, f, interrupted = _optuna_study(search, profile, study, num_samples, overrides, records, out,
+                                                       address, max_concurrent, max_failures, scheduler, metric)
+                failures += f
+                search_by_study[name] = trials
+                if interrupted:
+                    raise KeyboardInterrupt
+                continue
+            trials = search_trials(search, profile, study, num_samples, overrides)
+            pending = [t for t in trials if not is_settled(records / t.key)]
+            print(f"study {name}: {len(trials)} trials, {len(trials) - len(pending)} settled before", flush=True)
+            if pending:
+                progress = Progress(len(pending), search.variable)
+                if backend == "local":
+                    failures += run_local(pending, records, workers or 1, max_failures, progress)
+                else:
+                    f, interrupted = run_tune(pending, records, out, address, max_concurrent, max_failures,
+                                              progress, scheduler=scheduler_for(search, scheduler, metric, trials),
+                                              metric=metric, on_stopped=mark_stopped)
+                    failures += f
+            search_by_study[name] = trials
+            if interrupted:
+                raise KeyboardInterrupt
+        # 2. the reruns of every rule's selection, and the references, on fresh seeds
+        reruns: list[Trial] = []
+        for study in plan:
+            table = study_table(search, search_by_study[study.name(search)], records)
+            by_key = {t.key: t for t in search_by_study[study.name(search)]}
+            for rule, key in table["selected"].items():
+                if key is not None:
+                    reruns += rerun_trials(search, profile, study, by_key[key], search.rerun_seeds, overrides)
+        for v in dict.fromkeys(s.value for s in plan):
+            reruns += reference_trials(search, profile, v, search.rerun_seeds, overrides)
+        reruns = list({t.key: t for t in reruns}.values())
+        pending = [t for t in reruns if not is_done(records / t.key)]
+        print(f"reruns: {len(reruns)} trials (selected configurations and references), "
+              f"{len(reruns) - len(pending)} done before", flush=True)
+        if pending:
+            progress = Progress(len(pending), search.variable)
+            if backend == "local":
+                failures += run_local(pending, records, workers or 1, max_failures, progress)
+            else:
+                f, interrupted = run_tune(pending, records, out, address, max_concurrent, max_failures, progress)
+                failures += f
+                if interrupted:
+                    raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        interrupted = True
+    return report(search, profile, out, plan, search_by_study, num_samples, scheduler, search_alg, overrides,
+                  command, failures, interrupted, time.time() - t0, no_figures)
+
+
+def _optuna_study(search: Search, profile: str, study: Study, num_samples: int, overrides: dict[str, Any],
+                  records: Path, out: Path, address: str | None, max_concurrent: int | None, max_failures: int,
+                  scheduler: str, metric: str) -> tuple[list[Trial], list[dict], bool]:
+    """One study searched by Optuna's TPE through Tune. The trials settled before (--resume) are told to Optuna
+    as evaluated points (a trial ASHA stopped with its last value), and only the rest of num_samples run."""
+    from fda_ray.experiments.backends import Progress
+    from fda_ray.experiments.tune import run_optuna
+
+    before = [t for t in optuna_trials(search, profile, study, records, overrides) if is_settled(records / t.key)]
+    points, rewards = [], []
+    for t in before:
+        rows, _ = trial_rows(records / t.key)
+        v = final_value(rows, metric)
+        if v is not None:
+            points.append(point_of(search, t.params))
+            rewards.append(v)
+    todo = max(0, num_samples - len(before))
+    print(f"study {study.name(search)}: {num_samples} trials (Optuna), {len(before)} settled before", flush=True)
+    failures: list[dict] = []
+    interrupted = False
+    if todo:
+        base = study_base(search, profile, study, overrides)
+        probe = search_trials(search, profile, study, 1, overrides)
+        failures, interrupted = run_optuna(
+            search.space, base, optuna_row(study), search.variable, study.value, todo, metric, records, out,
+            address, max_concurrent, max_failures, Progress(todo, search.variable),
+            scheduler_for(search, scheduler, metric, probe), mark_stopped, points, rewards,
+            seed=len(before))
+    return optuna_trials(search, profile, study, records, overrides)[:num_samples], failures, interrupted
+
+
+def scheduler_for(search: Search, scheduler: str, metric: str, trials: Sequence[Trial]) -> Any:
+    if scheduler == "none":
+        return None
+    from fda_ray.algorithms import ALGORITHMS
+    from fda_ray.experiments.tune import asha
+
+    cfg = trials[0].config().resolved()
+    # ASHA stops a trial that reaches max_t reports: one more than a whole trial reports, so that only its rungs
+    # stop trials (stopped at max_t, a trial would be ended between its last report and writing rows.json)
+    max_t = ALGORITHMS.get(cfg.method).planned_rounds(cfg) + 1
+    return asha(metric, max_t=max_t, grace_period=search.grace_period, reduction_factor=search.reduction_factor)
+
+
+def report(search: Search, profile: str, out: Path, plan: list[Study], search_by_study: dict[str, list[Trial]],
+           num_samples: int, scheduler: str, search_alg: str, overrides: dict[str, Any], command: str,
+           failures: list[dict], interrupted: bool, wall: float, no_figures: bool) -> int:
+    """selection.json, results.parquet, summary.md and the trajectory figure from whatever has settled."""
+    from fda_ray.experiments.backends import write_parquet
+
+    records = out / "trials"
+    tables: dict[str, dict] = {}
+    reruns: dict[str, dict[str, list[float]]] = {}
+    references: dict[float, dict[str, list[float]]] = {}
+    rows: list[dict] = []
+    for study in plan:
+        name = study.name(search)
+        trials = search_by_study.get(name) or (
+            optuna_trials(search, profile, study, records, overrides) if search_alg == "optuna"
+            else search_trials(search, profile, study, num_samples, overrides))
+        table = study_table(search, trials, records)
+        table.update(method=study.method, value=study.value)
+        tables[name] = table
+        for t in trials:
+            got = trial_rows(records / t.key)
+            if got is not None:
+                rows += result_rows(search, t, "search", name, got[0], got[1])
+        by_key = {t.key: t for t in trials}
+        for rule, key in table["selected"].items():
+            if key is None:
+                continue
+            rt = rerun_trials(search, profile, study, by_key[key], search.rerun_seeds, overrides)
+            reruns.setdefault(name, {})[rule] = rerun_accuracies(rt, records)
+            table.setdefault("reruns", {})[rule] = [t.key for t in rt]
+            for t in rt:  # (a configuration two rules selected: its rows once, deduplicated below)
+                if is_done(records / t.key):
+                    rows += result_rows(search, t, "rerun", name, read_rows(records / t.key)["rows"], True)
+    for v in dict.fromkeys(s.value for s in plan):
+        refs = reference_trials(search, profile, v, search.rerun_seeds, overrides)
+        for ref in search.references:
+            mine = [t for t in refs if t.row == ref.key]
+            references.setdefault(v, {})[ref.key] = rerun_accuracies(mine, records)
+            for t in mine:
+                if is_done(records / t.key):
+                    rows += result_rows(search, t, "rerun", f"reference @ {search.value_label(v)}",
+                                        read_rows(records / t.key)["rows"], True)
+    rows = list({(r["trial"], r["study"], r["round"], r.get("phase"), r["search_phase"]): r for r in rows}.values())
+    if rows:
+        write_parquet(rows, out / "results.parquet")
+    tmp = out / "selection.json.tmp"
+    tmp.write_text(json.dumps({"search": search.name, "profile": profile, "num_samples": num_samples,
+                               "scheduler": scheduler, "search_alg": search_alg, "studies": tables,
+                               "reruns": reruns, "references": {f"{k:g}": v for k, v in references.items()},
+                               "failures": failures}, indent=1, default=str) + "\n")
+    tmp.replace(out / "selection.json")
+    text = summarize(search, profile, tables, reruns, references, command, num_samples, scheduler, search_alg)
+    if failures:
+        text += f"\n## Failed trials ({len(failures)})\n\n" + "\n".join(
+            f"- {f['trial']} ({f['attempts']} attempts): {f['error']}" for f in failures) + "\n"
+    if interrupted:
+        text += f"\n**Interrupted**: continue with `{command} --resume`.\n"
+    text += f"\nWall time of this launch: {wall:.0f} s.\n"
+    if not no_figures and any(e["status"] != "to run" for t in tables.values() for e in t["trials"]):
+        trajectory_figure(search, tables, out / "trajectory")
+        text += "\n![trajectory](trajectory.png)\n"
+    tmp = out / "summary.md.tmp"
+    tmp.write_text(text)
+    tmp.replace(out / "summary.md")
+    print(text)
+    if interrupted:
+        print(f"interrupted; resume with: {command} --resume", file=sys.stderr)
+        return 130
+    return 1 if failures else 0

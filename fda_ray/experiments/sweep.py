@@ -1,0 +1,422 @@
+"""Sweeps of a named grid (tuning.grids), on a laptop or a cluster, with results people can read.
+
+    python -m fda_ray.sweep --grid noise                                   quick profile, Ray Tune, local Ray
+    python -m fda_ray.sweep --grid label-shift --methods fedgp,fedda --values 0.1 --rounds 2   try it small
+    python -m fda_ray.sweep --grid noise --profile paper --backend local --workers 2      no Ray: a process pool
+    python -m fda_ray.sweep --grid noise --profile paper --address auto --gpus-per-client 0.1     a cluster
+    python -m fda_ray.sweep --grid noise --resume                          go on after an interruption
+    python -m fda_ray.sweep --grid noise --dry-run                         print the trials, run nothing
+
+Every RunConfig field is also a flag (`--rounds 5`, `--lr-target 0.001`, ...): it overrides that field in
+every trial. Each trial is one run with its own record (fda_ray.trials). Output in --out (default
+sweeps/<grid>-<profile>):
+- trials/<key>/: each trial's record: state.pt after every round, rows.json once it is done. This, not
+  Tune's experiment state, is what --resume reads: finished trials are kept, a trial cut off mid-run goes on
+  from its last round, so a sweep killed at any moment loses at most one round per running trial. (Ray 2.60
+  writes Tune's experiment state with a plain open("w"); after a SIGKILL it can be empty, half-written or
+  trials behind, and Tuner.restore then starts a new experiment.)
+- tune/launch-<n>/ (backend tune): Tune's own logs of each launch (TensorBoard events, progress.csv and
+  result.json per trial): `tensorboard --logdir <out>/tune`;
+- results.parquet: a row per trial and round, the trial's fields as columns;
+- summary.md: final target accuracy per table row and grid value, mean ± std over seeds, the paper's number
+  beside it and every gap over 3 points marked; failed trials and an interruption are stated;
+- accuracy.{png,pdf} (004 Figure 3 style), beta_<row>.{png,pdf} for auto-weighted rows (Figures 5-10),
+  estimates.{png,pdf} (the estimated sigma and d per round).
+Exit code: 0 when every trial finished; 1 when a trial failed for good; 130 when interrupted; 2 bad input.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from fda_ray.runtime import preflight
+from fda_ray.core.parsing import OneLineParser
+from fda_ray.experiments.cli import add_config_arguments, config_fields
+from fda_ray.data.base import DatasetNotFound
+from fda_ray.experiments.backends import Progress, run_local, run_tune, write_parquet
+from fda_ray.experiments.trials import Trial, is_done, plan, read_rows, result_rows
+from tuning.grids import GRIDS, Grid
+from tuning.searches import SEARCHES
+
+PROFILES = ("quick", "paper")
+BACKENDS = ("tune", "local")
+LAST_ROUNDS = 5  # seed 004's DomainBed metric: the mean accuracy of the last 5 rounds
+GAP = 3.0  # points: a gap to the paper above this is marked and must be explained (docs/results)
+
+
+class SweepError(ValueError):
+    """Bad sweep arguments: the message is the one line the CLI prints."""
+
+
+# ---------------------------------------------------------------- results
+
+def collect(trials: Sequence[Trial], grid: Grid, records: Path) -> tuple[list[dict], float]:
+    """A row per (finished trial, grid value, round), the trial's fields as columns; and the finished trials'
+    own run time (s), whichever launch ran them."""
+    rows: list[dict] = []
+    seconds = 0.0
+    for t in trials:
+        if is_done(records / t.key):
+            data = read_rows(records / t.key)
+            rows += result_rows(t, grid, data)
+            seconds += data.get("seconds", 0.0)
+    return rows, seconds
+
+
+def final_accuracies(rows: list[dict], last: int = 1, metric: str = "accuracy") -> dict[tuple[str, float], dict[int, float]]:
+    """(row key, grid value) -> {seed: accuracy (%)}: each trial's last round at each value, or with last=k
+    the mean of its last k rounds (seed 004's DomainBed metric: "the average of the last 5 epochs"). A final
+    row that evaluates without training (kNN-Per's kNN evaluation) is the trial's number on its own.
+    metric: the row column ("auc" for seed 000's binary tasks)."""
+    by_trial: dict[tuple[str, float, str], list[dict]] = {}
+    for r in rows:
+        if r.get(metric) is not None:
+            by_trial.setdefault((r["row"], r["grid_value"], r["trial"]), []).append(r)
+    out: dict[tuple[str, float], dict[int, float]] = {}
+    for (row, value, _), rs in by_trial.items():
+        rs.sort(key=lambda r: r["round"])
+        tail = rs[-1:] if rs[-1].get("phase") == "knn" else rs[-last:]
+        out.setdefault((row, value), {})[int(rs[-1]["seed"])] = 100 * statistics.fmean(float(r[metric]) for r in tail)
+    return out
+
+
+def summarize(rows: list[dict], failures: list[dict], grid: Grid, profile: str, row_keys: Sequence[str],
+              values: Sequence[float], command: str) -> tuple[str, dict]:
+    """summary.md text and the same numbers as a dict: final accuracy (%) per row x value (and, for the
+    DomainBed grids, the mean of the last 5 rounds, which seed 004 reports there)."""
+    cells: dict[str, dict[str, Any]] = {}
+    lines = [f"# Sweep `{grid.name}` ({profile} profile)", "",
+             f"Final target test accuracy (%), ours / paper ({grid.paper_ref or 'no published numbers'}); "
+             f"mean ± std over seeds where n > 1; **!** marks a gap of more than {GAP:g} points.", "",
+             *([f"Profile `{profile}`: {grid.profiles[profile].note}", ""] if grid.profiles[profile].note else []),
+             f"Command: `{command}`", ""]
+    binary = any(r.get("auc") is not None for r in rows)  # seed 000's tasks: AUC beside accuracy
+    tables = [("accuracy", 1)] + ([("auc", 1)] if binary else []) + \
+        ([("last5", LAST_ROUNDS)] if grid.variable == "test_env" and not binary else [])
+    for name, k in tables:
+        final = final_accuracies(rows, last=k, metric="auc" if name == "auc" else "accuracy")
+        paper_table = grid.paper_auc if name == "auc" else grid.paper
+        if name == "last5":
+            lines += ["", f"Mean target test accuracy (%) of the last {k} rounds (seed 004's metric), ours / paper:", ""]
+        elif name == "auc":
+            lines += ["", "Final target test AUC (%), ours / paper:", ""]
+        lines += ["| method | " + " | ".join(grid.value_label(v) for v in values) + " |",
+                  "|" + "---|" * (len(values) + 1)]
+        for key in row_keys:
+            out = []
+            for v in values:
+                accs = list(final.get((key, v), {}).values())
+                paper = paper_table.get(key, {}).get(v)
+                cell = "-"
+                if accs:
+                    mean = statistics.fmean(accs)
+                    sd = statistics.stdev(accs) if len(accs) > 1 else 0.0
+                    cell = f"{mean:.2f} ± {sd:.2f} (n={len(accs)})" if len(accs) > 1 else f"{mean:.2f}"
+                    entry = {"mean": mean, "std": sd, "n": len(accs), "paper": paper}
+                    if name == "accuracy":
+                        cells.setdefault(key, {})[f"{v:g}"] = entry
+                    else:
+                        cells[key][f"{v:g}"][name] = {"mean": mean, "std": sd}
+                if paper is not None:
+                    cell += f" / {paper:.2f}" + (" **!**" if accs and abs(statistics.fmean(accs) - paper) > GAP else "")
+                out.append(cell)
+            lines.append(f"| {grid.row(key).label} | " + " | ".join(out) + " |")
+    if failures:
+        lines += ["", f"## Failed trials ({len(failures)})", ""]
+        for f in failures:
+            at = "all" if f["value"] is None else f"{f['value']:g}"
+            lines.append(f"- {f['row']} {grid.variable}={at} seed={f['seed']} ({f['attempts']} attempts): {f['error']}")
+    return "\n".join(lines) + "\n", {"grid": grid.name, "profile": profile, "cells": cells, "failures": failures}
+
+
+# ---------------------------------------------------------------- command line
+
+def parser() -> OneLineParser:
+    p = OneLineParser(prog="python -m fda_ray.sweep", description=__doc__.splitlines()[0],
+                      epilog="Any RunConfig field below overrides it in every trial of the sweep.")
+    s = p.add_argument_group("sweep")
+    s.add_argument("--grid", default=None, help=f"one of {', '.join(GRIDS)}")
+    s.add_argument("--search", default=None, help=f"a hyper-parameter search instead of a grid (fda_ray.search): "
+                                                  f"one of {', '.join(SEARCHES)}")
+    s.add_argument("--num-samples", type=int, default=None, help="search: trials per study (default: the search's "
+                                                                 "for the profile)")
+    s.add_argument("--scheduler", default="asha", help="search: asha (stop trials early on the first selection "
+                                                       "rule's per-round value) or none")
+    s.add_argument("--search-alg", default="random", help="search: random (seeded points, built in) or optuna "
+                                                          "(Bayesian TPE; pip install 'fda-ray[optuna]')")
+    s.add_argument("--rerun-seeds", type=int, default=None, help="search: fresh seeds each selected configuration "
+                                                                 "runs again on (default: the search's, 3)")
+    s.add_argument("--profile", default="quick", help="quick (a laptop, minutes) or paper (the seeds' settings)")
+    s.add_argument("--methods", default=None, help="comma-separated table rows (e.g. fedgp_beta1) or methods "
+                                                   "(fedgp: all its rows); default all")
+    s.add_argument("--values", default=None, help="comma-separated values of the grid variable; default all")
+    s.add_argument("--seeds", type=int, default=None, help="seeds per cell (default: quick 1, paper the grid's)")
+    s.add_argument("--backend", default="tune", help="tune (Ray Tune: a laptop or a cluster) or local (a "
+                                                     "process pool of serial runs, no Ray)")
+    s.add_argument("--workers", type=int, default=None, help="local: trials at once (default: CPUs / threads)")
+    s.add_argument("--out", default=None, help="output directory (default sweeps/<grid>-<profile>)")
+    s.add_argument("--address", default=None, help="tune: an existing Ray cluster (default: $RAY_ADDRESS or a "
+                                                   "local Ray)")
+    s.add_argument("--max-concurrent", type=int, default=None, help="tune: trials at once (default: as "
+                                                                   "resources allow)")
+    s.add_argument("--max-failures", type=int, default=2, help="retries of a failing trial")
+    s.add_argument("--resume", action="store_true", help="continue the sweep in --out, finished trials kept")
+    s.add_argument("--dry-run", action="store_true", help="print the trials and exit")
+    s.add_argument("--no-figures", action="store_true", help="skip the figures")
+    s.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    add_config_arguments(p, overrides=True, exclude=("dataset", "method", "seed"))
+    return p
+
+
+def _list(text: str | None, kind: type, field: str) -> list | None:
+    if text is None:
+        return None
+    try:
+        out = [kind(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SweepError(f"{field}={text!r} is invalid: comma-separated {'numbers' if kind is float else 'names'}") from None
+    if not out:
+        raise SweepError(f"{field}={text!r} is invalid: name at least one")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    a = parser().parse_or_exit_code(argv)
+    if isinstance(a, int):
+        return a
+    if a.search is not None or a.grid is None:
+        return search_main(a, argv)
+    try:
+        if a.grid not in GRIDS:
+            raise SweepError(f"grid={a.grid!r} is invalid: known grids: {', '.join(GRIDS)}")
+        grid = GRIDS[a.grid]
+        if a.profile not in PROFILES:
+            raise SweepError(f"profile={a.profile!r} is invalid: one of {', '.join(PROFILES)}")
+        if a.backend not in BACKENDS:
+            raise SweepError(f"backend={a.backend!r} is invalid: one of {', '.join(BACKENDS)}")
+        for name in ("seeds", "workers", "max_concurrent"):
+            v = getattr(a, name)
+            if v is not None and v < 1:
+                raise SweepError(f"{name}={v} is invalid: an integer >= 1")
+        if a.max_failures < 0:
+            raise SweepError(f"max_failures={a.max_failures} is invalid: an integer >= 0")
+        overrides = config_fields(a)
+        on_cluster = bool(a.address or os.environ.get("RAY_ADDRESS"))
+        if a.backend == "tune" and (overrides.get("gpus_per_client", 0) > 0 or on_cluster):
+            # clients as Ray actors where they have somewhere to go (GPU shares, a cluster); else each trial
+            # trains its clients in its own process (a laptop)
+            overrides.setdefault("executor", "ray")
+            overrides.setdefault("cpus_per_client", 1.0)
+        if a.backend == "local" and overrides.get("executor", "serial") != "serial":
+            raise SweepError(f"executor={overrides['executor']!r} is invalid with --backend local: its trials run "
+                             "serially in a process pool (use --backend tune for Ray client actors)")
+        trials = plan(grid, a.profile, rows=_list(a.methods, str, "methods"), values=_list(a.values, float, "values"),
+                      seeds=a.seeds, overrides=overrides)
+        planned = {t.row for t in trials}
+        row_keys = [r.key for r in grid.rows if r.key in planned]  # the paper's table order
+        values = [v for v in grid.values if any(t.value == v or v in t.values for t in trials)]
+        out = Path(a.out or f"sweeps/{grid.name}-{a.profile}").resolve()
+        records = out / "trials"
+        preflight.output_dir("out", out)  # before any work: results must have somewhere to go
+        if records.exists() and not a.resume and not a.dry_run:
+            raise SweepError(f"out={str(out)!r} is invalid: it holds a sweep already; pass --resume to continue it "
+                             "or choose another --out")
+        if a.resume and not records.exists():
+            raise SweepError(f"resume=True is invalid: {str(records)!r} does not exist (nothing to resume)")
+        if a.dry_run:
+            for t in trials:
+                state = "done" if is_done(records / t.key) else "to run"
+                extra = f" (from {t.weights_from})" if t.weights_from else ""
+                print(f"{t.key}: {grid.row(t.row).label}, {t.params.get('method')}"
+                      f"{' beta ' + str(t.params['beta']) if 'beta' in t.params else ''}{extra} [{state}]")
+            print(f"{len(trials)} trials")
+            return 0
+        _preflight(grid.dataset, trials[0].config().resolved(), a.backend, a.address, overrides)
+        warning = preflight.ignored_warning([t.config() for t in trials], names=overrides)
+        if warning:
+            print(f"warning: {warning}", file=sys.stderr)
+    except (SweepError, ValueError) as e:
+        print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
+    except DatasetNotFound as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+    command = _command(argv)
+    pending = [t for t in trials if not is_done(records / t.key)]
+    print(f"sweep {grid.name} ({a.profile}, backend {a.backend}): {len(trials)} trials -> {out}"
+          + (f"; resuming, {len(trials) - len(pending)} finished before" if a.resume else ""), flush=True)
+    records.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    failures: list[dict] = []
+    interrupted = False
+    progress = Progress(len(pending), grid.variable)
+    try:
+        if pending and a.backend == "local":
+            threads = int(overrides.get("threads", 1))
+            workers = a.workers or max(1, (os.cpu_count() or 1) // threads)
+            failures = run_local(pending, records, workers, a.max_failures, progress)
+        elif pending:
+            failures, interrupted = run_tune(pending, records, out, a.address, a.max_concurrent, a.max_failures,
+                                             progress)
+    except KeyboardInterrupt:
+        interrupted = True
+    rows, trial_seconds = collect(trials, grid, records)
+    write_parquet(rows, out / "results.parquet")
+    text, summary = summarize(rows, failures, grid, a.profile, row_keys, values, command)
+    done = sum(1 for t in trials if is_done(records / t.key))
+    summary.update(wall_seconds=time.time() - t0, resumed=a.resume, trials=len(trials), trials_done=done,
+                   trials_run=len(pending), interrupted=interrupted)
+    if interrupted:
+        text += (f"\n**Interrupted**: {done} of {len(trials)} trials finished. Continue with "
+                 f"`{command} --resume`.\n")
+    summary["trial_seconds"] = trial_seconds
+    text += (f"\nWall time: {summary['wall_seconds']:.0f} s for {len(pending)} trials"
+             + (f" ({len(trials) - len(pending)} more had finished before --resume)" if len(pending) < len(trials) else "")
+             + f"; the finished trials' own run time adds up to {summary['trial_seconds']:.0f} s.\n")
+    if not a.no_figures and rows:
+        from fda_ray.experiments.figures import sweep_figures
+        text += sweep_figures(rows, summary, grid, row_keys, values, out)
+    tmp = out / "summary.md.tmp"
+    tmp.write_text(text)
+    tmp.replace(out / "summary.md")
+    print(json.dumps(summary, indent=1) if a.json else text)
+    _shutdown_ray()
+    if interrupted:
+        print(f"interrupted: {done} of {len(trials)} trials finished; resume with: {command} --resume",
+              file=sys.stderr)
+        return 130
+    return 1 if failures or done < len(trials) else 0
+
+
+SCHEDULERS = ("asha", "none")
+
+
+def _preflight(dataset: str, first: Any, backend: str, address: str | None, overrides: dict[str, Any]) -> None:
+    """What the trials need from the machine, before any work: the data, the weights file, the device (local)
+    or the trials' resource requests against the cluster's nodes (tune: before Tune waits for them)."""
+    from fda_ray.data import load
+
+    load(dataset, overrides.get("data_dir"))
+    preflight.model_weights(first.model_weights, first.model)
+    if backend == "local":
+        preflight.device(first.device)
+        return
+    import fda_ray.experiments.tune as ft
+    from fda_ray.runtime.driver import ensure_ray
+
+    ensure_ray(address, num_cpus=None, field="address")
+    preflight.resources(ft.resources(first, ft.driver_placement()).bundles, preflight.node_shapes(),
+                        fields=preflight.fields_of_request(first) + (f", device={first.device!r}"
+                                                                   if first.executor == "serial" else ""))
+
+
+def _command(argv: list[str]) -> str:
+    """The command line as the summary repeats it (without --resume)."""
+    return "python -m fda_ray.sweep " + " ".join(shlex.quote(x) for x in argv if x != "--resume")
+
+
+def _shutdown_ray() -> None:
+    try:
+        import ray
+        if ray.is_initialized():
+            ray.shutdown()
+    except ImportError:
+        pass
+
+
+def search_main(a: Any, argv: list[str]) -> int:
+    """--search NAME: fda_ray.search's studies, selection and reruns."""
+    import dataclasses
+
+    from fda_ray.experiments.search import run_search, studies
+
+    try:
+        if a.grid is not None:
+            raise SweepError(f"grid={a.grid!r} is invalid with --search {a.search}: run a grid or a search")
+        if a.search is None:
+            raise SweepError("grid=None is invalid: name a grid (--grid, one of "
+                             f"{', '.join(GRIDS)}) or a search (--search, one of {', '.join(SEARCHES)})")
+        if a.search not in SEARCHES:
+            raise SweepError(f"search={a.search!r} is invalid: known searches: {', '.join(SEARCHES)}")
+        search = SEARCHES[a.search]
+        if a.profile not in search.profiles:
+            raise SweepError(f"profile={a.profile!r} is invalid: one of {', '.join(search.profiles)}")
+        if a.backend not in BACKENDS:
+            raise SweepError(f"backend={a.backend!r} is invalid: one of {', '.join(BACKENDS)}")
+        if a.scheduler not in SCHEDULERS:
+            raise SweepError(f"scheduler={a.scheduler!r} is invalid: one of {', '.join(SCHEDULERS)}")
+        from fda_ray.experiments.search import SEARCH_ALGS
+        if a.search_alg not in SEARCH_ALGS:
+            raise SweepError(f"search_alg={a.search_alg!r} is invalid: one of {', '.join(SEARCH_ALGS)}")
+        if a.search_alg == "optuna":
+            if a.backend == "local":
+                raise SweepError("search_alg='optuna' is invalid with --backend local: it runs on Ray Tune")
+            try:
+                import optuna  # noqa: F401
+            except ImportError:
+                raise SweepError("search_alg='optuna' is invalid here: Optuna is not installed (pip install "
+                                 "'fda-ray[optuna]', or use --search-alg random)") from None
+        if a.backend == "local" and a.scheduler != "none":
+            raise SweepError(f"scheduler={a.scheduler!r} is invalid with --backend local: early stopping runs on "
+                             "Ray Tune (--backend tune), or pass --scheduler none")
+        for name in ("num_samples", "rerun_seeds", "workers", "max_concurrent"):
+            v = getattr(a, name)
+            if v is not None and v < 1:
+                raise SweepError(f"{name}={v} is invalid: an integer >= 1")
+        if a.seeds is not None:
+            raise SweepError(f"seeds={a.seeds} is invalid with --search: a search runs seed 0 and reruns its "
+                             "selections on --rerun-seeds fresh seeds")
+        if a.rerun_seeds is not None:
+            search = dataclasses.replace(search, rerun_seeds=a.rerun_seeds)
+        overrides = config_fields(a)
+        if a.backend == "tune" and (overrides.get("gpus_per_client", 0) > 0 or a.address or os.environ.get("RAY_ADDRESS")):
+            overrides.setdefault("executor", "ray")
+            overrides.setdefault("cpus_per_client", 1.0)
+        plan = studies(search, _list(a.methods, str, "methods"), _list(a.values, float, "values"))
+        num_samples = a.num_samples or search.num_samples[a.profile]
+        from fda_ray.experiments.search import search_trials
+
+        first = search_trials(search, a.profile, plan[0], 1, overrides)[0].config().resolved()
+        out = Path(a.out or f"sweeps/search-{search.name}-{a.profile}").resolve()
+        preflight.output_dir("out", out)
+        if (out / "trials").exists() and not a.resume and not a.dry_run:
+            raise SweepError(f"out={str(out)!r} is invalid: it holds a search already; pass --resume to continue it "
+                             "or choose another --out")
+        if a.resume and not (out / "trials").exists():
+            raise SweepError(f"resume=True is invalid: {str(out / 'trials')!r} does not exist (nothing to resume)")
+        if a.dry_run and a.search_alg == "optuna":
+            print(f"{len(plan)} studies x {num_samples} trials drawn by Optuna as the search goes")
+            return 0
+        if a.dry_run:
+            for study in plan:
+                for t in search_trials(search, a.profile, study, num_samples, overrides):
+                    print(f"{t.key}: {study.name(search)}")
+            print(f"{len(plan)} studies x {num_samples} trials, then each rule's selection on {search.rerun_seeds} "
+                  f"fresh seeds and {len(search.references)} reference rows")
+            return 0
+        _preflight(search.dataset, first, a.backend, a.address, overrides)
+    except (SweepError, ValueError) as e:
+        print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
+    except DatasetNotFound as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    code = run_search(search, profile=a.profile, out=out, num_samples=num_samples, backend=a.backend,
+                      workers=a.workers, max_concurrent=a.max_concurrent, max_failures=a.max_failures,
+                      scheduler=a.scheduler, search_alg=a.search_alg, methods=_list(a.methods, str, "methods"),
+                      values=_list(a.values, float, "values"), overrides=overrides, address=a.address,
+                      command=_command(argv), no_figures=a.no_figures)
+    _shutdown_ray()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,334 @@
+"""The trials of a grid, and one trial's run with its own record (no Ray, no Tune: the sweep's backends and
+fda_ray.tune's trainable call these).
+
+    plan(grid, profile, rows=..., values=..., seeds=..., overrides=...) -> [Trial]
+    run_trial(trial, records)                                  -> the History; records/<key>/ holds its record
+
+A trial is one run of a RunConfig (`params`), a row of the grid's table at one value of its variable and one
+seed. With a grid's `share_source_only` (tuning.grids), one source_only trial per seed is evaluated at every
+value (eval_noise) and the finetune_offline trials fine-tune from its final weights (kind "finetune").
+
+A trial's record, records/<key>/:
+  trial.json    what the trial is (written first)
+  state.pt      after every round (atomic): what a cut-off trial resumes from; tensors and plain data only
+  rows.json     once the trial is done: the resolved config, one metrics row per round, and the environment
+                (python, torch, numpy, ray versions and the machine) of the process that finished it
+  weights.pt    the final flat weights, for trials others start from
+A trial whose rows.json exists is done and never runs again; its key hashes every field that changes its
+numbers (not where or how it ran: executor, resources, the data directory), so a resumed sweep finds it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from fda_ray.runtime.config import RunConfig, numbers_fields
+from tuning.grids import Grid
+
+STATE_FILE, ROWS_FILE, WEIGHTS_FILE, TRIAL_FILE = "state.pt", "rows.json", "weights.pt", "trial.json"
+KINDS = ("run", "finetune")
+
+
+@dataclass(frozen=True)
+class Trial:
+    key: str  # its record's directory name
+    row: str  # the grid row's key
+    value: float | None  # the grid value; None for a shared source_only trial (read at `values`)
+    seed: int
+    params: dict[str, Any]  # RunConfig fields
+    kind: str = "run"  # "run": a whole run; "finetune": finetune_offline's fine-tuning from `weights_from`
+    weights_from: str | None = None  # the key of the trial whose final weights a "finetune" trial starts from
+    save_weights: bool = False
+    values: tuple[float, ...] = ()  # a shared source_only trial: the grid values (its eval_noise levels)
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"kind={self.kind!r} is invalid for trial {self.key}: one of {', '.join(KINDS)}")
+        if (self.kind == "finetune") != (self.weights_from is not None):
+            raise ValueError(f"weights_from={self.weights_from!r} is invalid for trial {self.key}: a finetune trial, "
+                             "and only one, starts from another trial's weights")
+
+    def config(self) -> RunConfig:
+        return RunConfig(**self.params)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> "Trial":
+        d = dict(d)
+        d["values"] = tuple(d.get("values", ()))
+        return Trial(**d)
+
+
+# Numbers fields added after sweeps were recorded, with the value that computes what runs computed before them:
+# left out of a trial's identity at that value, so the recorded trials keep their keys.
+ADDED_LATER: dict[str, Any] = {"vectorise": "off", "source_classes": 4, "test_env": 0, "shuffle": True,
+                               "drop_last": True, "data_augmentation": False, "faithful_domainbed_auto": False,
+                               "aux_alpha": 0.0, "source_envs": None, "dirichlet_concentration": None,
+                               "target_labelled_per_class": None, "clients_per_domain": None,
+                               "val_share": None, "source_val_share": None}
+
+
+def trial_key(row: str, variable: str, value: float | None, seed: int, params: dict[str, Any], kind: str = "run",
+              weights_from: str | None = None) -> str:
+    """Readable, and unique per set of numbers: a hash of the fields that change them (RunConfig metadata)."""
+    resolved = RunConfig(**params).resolved().to_dict()
+    identity = {k: resolved[k] for k in sorted(numbers_fields())}
+    if not identity["params"]:  # (a method without parameters of its own: the keys of sweeps recorded before
+        del identity["params"]  # RunConfig.params existed stay valid, and their trials are found on --resume)
+    for name, old in ADDED_LATER.items():  # likewise for the fields added since, at their old behaviour
+        if identity[name] == old:
+            del identity[name]
+    identity.update(kind=kind, weights_from=weights_from)
+    digest = hashlib.sha1(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:8]
+    v = "all" if value is None else f"{value:g}"
+    return f"{row}-{variable}{v}-seed{seed}-{digest}"
+
+
+def _same(a: float, b: float) -> bool:
+    return math.isclose(float(a), float(b), rel_tol=0, abs_tol=1e-9)
+
+
+def merge_fields(*layers: Mapping[str, Any]) -> dict[str, Any]:
+    """RunConfig fields from layers, later ones winning; the families' parameters ("params") merge field by
+    field, so a row's fssda.imitation and a column's fssda.kd_temperature both stand."""
+    out: dict[str, Any] = {}
+    for layer in layers:
+        for name, value in layer.items():
+            if name == "params":
+                fams = out.setdefault("params", {})
+                for fam, values in value.items():
+                    fams[fam] = {**fams.get(fam, {}), **values}
+            else:
+                out[name] = value
+    return out
+
+
+def select_rows(grid: Grid, rows: Sequence[str] | None) -> list[str]:
+    """Row keys chosen by name: a row key (fedgp_beta1) or a method (fedgp: all of its rows)."""
+    if not rows:
+        return [r.key for r in grid.rows]
+    keys: list[str] = []
+    for name in rows:
+        hit = [r.key for r in grid.rows if name in (r.key, r.method)]
+        if not hit:
+            known = ", ".join(dict.fromkeys([r.key for r in grid.rows] + [r.method for r in grid.rows]))
+            raise ValueError(f"methods={name!r} is invalid: grid {grid.name!r} has rows {known}")
+        keys += [k for k in hit if k not in keys]
+    return [r.key for r in grid.rows if r.key in keys]  # the table's order
+
+
+def select_values(grid: Grid, values: Sequence[float] | None) -> list[float]:
+    if not values:
+        return list(grid.values)
+    out = []
+    for v in values:
+        match = [g for g in grid.values if _same(g, v)]
+        if not match:
+            raise ValueError(f"values={v:g} is invalid: grid {grid.name!r} has {grid.variable} in "
+                             f"{', '.join(f'{g:g}' for g in grid.values)}")
+        out += [m for m in match if m not in out]
+    return [g for g in grid.values if g in out]
+
+
+def plan(grid: Grid, profile: str, *, rows: Sequence[str] | None = None, values: Sequence[float] | None = None,
+         seeds: int | None = None, overrides: dict[str, Any] | None = None) -> list[Trial]:
+    """Every trial of `grid` (or of the chosen rows and values; by default the profile's, if it names them):
+    row x value x seed, in the order they should
+    run: by seed, then shared source_only, the rows that train no source, then the rest value by value from
+    the middle of the grid outwards (an interrupted grid has whole columns rather than whole rows)."""
+    from fda_ray.algorithms import ALGORITHMS
+
+    if profile not in grid.profiles:
+        raise ValueError(f"profile={profile!r} is invalid: grid {grid.name!r} has {', '.join(grid.profiles)}")
+    if seeds is not None and (not isinstance(seeds, int) or seeds < 1):
+        raise ValueError(f"seeds={seeds!r} is invalid: an integer >= 1")
+    overrides = dict(overrides or {})
+    prof = grid.profiles[profile]
+    # the profile's rows are keys, not names (the name fedgp would also take fedgp_beta1)
+    chosen = select_rows(grid, rows) if rows or prof.rows is None else [r.key for r in grid.rows if r.key in prof.rows]
+    vals = select_values(grid, values or prof.values)
+    if grid.variable in overrides:
+        raise ValueError(f"{grid.variable}={overrides[grid.variable]!r} is invalid here: it is the grid's variable "
+                         f"(choose its values with --values)")
+    for key in chosen:
+        row_params = grid.row(key).params
+        clash = sorted((set(row_params) & set(overrides)) - {"params"})
+        if clash:
+            raise ValueError(f"{clash[0]}={overrides[clash[0]]!r} is invalid here: row {key!r} sets it "
+                             f"({grid.row(key).label})")
+        for fam, values in overrides.get("params", {}).items():  # families' parameters merge field by field
+            for name in set(values) & set(row_params.get("params", {}).get(fam, {})):
+                raise ValueError(f"{fam}.{name}={values[name]!r} is invalid here: row {key!r} sets it "
+                                 f"({grid.row(key).label})")
+    base = {"dataset": grid.dataset, **grid.fixed, **prof.fields, **overrides}
+
+    def n_seeds(v: float) -> int:
+        return seeds if seeds is not None else (prof.seeds if prof.seeds is not None else grid.seeds_for(v))
+
+    def make(row_key: str, value: float | None, seed: int, kind: str = "run", weights_from: str | None = None,
+             save_weights: bool = False, at: tuple[float, ...] = ()) -> Trial:
+        row = grid.row(row_key)
+        # the column's settings (a grid of settings, tuning.grids.Grid.value_fields) or its variable's value
+        column = {} if value is None else dict(grid.value_fields.get(value, {grid.variable: value}))
+        params = merge_fields(base, {"method": row.method, "seed": seed}, row.params,
+                              prof.row_fields.get(row_key, {}), column)
+        if at:
+            params["eval_noise"] = list(at)
+        try:
+            RunConfig(**params).resolved()
+        except ValueError as e:
+            raise ValueError(str(e).splitlines()[0]) from None
+        key = trial_key(row_key, grid.variable, value, seed, params, kind, weights_from)
+        return Trial(key, row_key, value, seed, params, kind, weights_from, save_weights, at)
+
+    share = grid.share_source_only and any(k in chosen for k in ("source_only", "finetune_offline"))
+    middle_out = sorted(vals, key=lambda v: abs(vals.index(v) - (len(vals) - 1) / 2))
+    out: list[Trial] = []
+    for seed in range(max(n_seeds(v) for v in vals)):
+        at = [v for v in middle_out if seed < n_seeds(v)]
+        shared = None
+        if share:
+            # noise 0 for its own training: source_only never reads the target; eval_noise reads every value
+            shared = make("source_only", None, seed, save_weights="finetune_offline" in chosen,
+                          at=tuple(sorted(at)))
+            out.append(shared)
+        rest = [k for k in chosen if not (share and k in ("source_only", "finetune_offline"))]
+        cheap = [k for k in rest if not getattr(ALGORITHMS.get(grid.row(k).method), "train_sources", True)]
+        heavy = [k for k in rest if k not in cheap]
+        if shared is not None and "finetune_offline" in chosen:
+            cheap = ["finetune_offline"] + cheap
+        for v in at:
+            for k in cheap:
+                if k == "finetune_offline" and shared is not None:
+                    out.append(make(k, v, seed, kind="finetune", weights_from=shared.key))
+                else:
+                    out.append(make(k, v, seed))
+        for v in at:
+            out += [make(k, v, seed) for k in heavy]
+    return out
+
+
+# ---------------------------------------------------------------- one trial and its record
+
+def _save_torch(obj: Any, path: Path) -> None:
+    import torch
+
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    tmp.replace(path)  # a kill mid-write leaves the previous file whole
+
+
+def _save_json(obj: Any, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=None, default=str) + "\n")
+    tmp.replace(path)
+
+
+def environment() -> dict[str, str]:
+    """What computed a record's numbers. A torch build alone moves results by points (seed003.md: the same FedWCA
+    code, config and seed gives +1.2-3.0 test points under torch 2.15 than under the build its grid ran on), so
+    every record says which build finished it; a resumed trial's earlier rounds may have run on another."""
+    import platform
+    from importlib import metadata
+
+    import torch
+
+    def version(dist: str) -> str:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    return {"python": platform.python_version(), "torch": torch.__version__, "numpy": version("numpy"),
+            "ray": version("ray"), "machine": platform.machine()}
+
+
+def load_state(record: Path) -> dict | None:
+    """The resume state of a cut-off trial (tensors and plain data: loaded without unpickling code)."""
+    import torch
+
+    path = record / STATE_FILE
+    return torch.load(path, weights_only=True) if path.is_file() else None
+
+
+def is_done(record: Path) -> bool:
+    return (record / ROWS_FILE).is_file()
+
+
+def read_rows(record: Path) -> dict[str, Any]:
+    """{"config", "rows", "seconds", "environment"} of a finished trial (records written before the environment
+    was recorded lack it)."""
+    return json.loads((record / ROWS_FILE).read_text())
+
+
+def run_trial(trial: Trial, records: Path, report: Callable[[dict], None] | None = None) -> Any:
+    """Run `trial` (or go on from its state.pt), keeping its record in records/<key>/; returns its History.
+    report(row) is called after every round (Tune reports there)."""
+    import torch
+
+    from fda_ray.runtime.engine import build_executor, build_experiment, finetune_from, run_rounds
+
+    record = records / trial.key
+    record.mkdir(parents=True, exist_ok=True)
+    _save_json(trial.to_dict(), record / TRIAL_FILE)
+    cfg = trial.config().resolved()
+    if trial.kind == "finetune":
+        source = records / str(trial.weights_from) / WEIGHTS_FILE
+        if not source.is_file():
+            raise FileNotFoundError(f"trial {trial.key} starts from {source}, which does not exist (run trial "
+                                    f"{trial.weights_from} first)")
+        hist = finetune_from(cfg, torch.load(source, weights_only=True), report)
+    else:
+        exp = build_experiment(cfg)
+        executor = build_executor(exp.cfg, exp.clients)
+
+        def on_round(state: dict) -> None:
+            _save_torch(state, record / STATE_FILE)
+            if report:
+                report(state["rows"][-1])
+
+        try:
+            hist = run_rounds(exp, executor, resume=load_state(record), checkpoint=on_round)
+        finally:
+            executor.shutdown()
+    if trial.save_weights:
+        _save_torch(hist.final_weights.detach().cpu().contiguous(), record / WEIGHTS_FILE)
+    _save_json({"config": cfg.to_dict(), "rows": hist.rows, "seconds": hist.seconds, "environment": environment()},
+               record / ROWS_FILE)
+    return hist
+
+
+def result_rows(trial: Trial, grid: Grid, data: dict[str, Any]) -> list[dict[str, Any]]:
+    """A finished trial's rows (`data`: its read_rows) with its identity as columns; a shared source_only
+    trial gives one set of rows per grid value it was evaluated at (accuracy = its eval_noise accuracy there)."""
+    ident = {k: v for k, v in trial.params.items() if k != "eval_noise"}
+    ident.update(row=trial.row, grid=grid.name, grid_variable=grid.variable, trial=trial.key)
+    out = []
+    if trial.value is None:
+        for i, v in enumerate(trial.values):
+            for r in data["rows"]:
+                acc = r.get("eval_noise_accuracy") or []
+                row = {k: x for k, x in r.items() if k not in ("eval_noise_accuracy", "loss")}
+                out.append({**ident, grid.variable: v, "grid_value": v, **row, "accuracy": acc[i]})
+    else:
+        out = [{**ident, "grid_value": trial.value, **r} for r in data["rows"]]
+    return out
+
+
+def point_trial(base: dict[str, Any], row: str, variable: str, value: float, point: dict[str, Any]) -> Trial:
+    """The trial of one point of a study (knob names as in tuning.searches.Dim: "family.name" under params)."""
+    layers = [{"params": {k.split(".", 1)[0]: {k.split(".", 1)[1]: v}}} if "." in k else {k: v}
+              for k, v in point.items()]
+    params = merge_fields(base, *layers)
+    try:
+        RunConfig(**params).resolved()
+    except ValueError as e:
+        raise ValueError(str(e).splitlines()[0]) from None
+    return Trial(trial_key(row, variable, value, params["seed"], params), row, value, params["seed"], params)

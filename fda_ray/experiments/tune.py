@@ -1,0 +1,271 @@
+"""Ray Tune integration (trainable, resources, schedulers, Optuna; sweep.run_tune drives the Tuner): one trial is one
+federated run.
+
+    from ray import tune
+    import fda_ray.tune as ft
+    tuner = tune.Tuner(ft.with_resources(space), param_space=ft.search_space(method=tune.grid_search(["fedgp", "fedda"]),
+                                                                             noise=tune.grid_search([0.2, 0.8])))
+    results = tuner.fit()
+
+A trial's parameters are RunConfig fields (`search_space` checks them). The trainable is the run's driver:
+it builds the experiment, trains its clients in its own process (executor "serial") or as Ray actors
+(executor "ray", placed in the trial's placement group), reports one result per round (so schedulers such as
+ASHA can stop a trial early) with a checkpoint, and resumes from its last checkpoint when Tune restarts it
+(every draw is seeded by (seed, round, client, purpose): a resumed trial gives an uninterrupted one's numbers).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from ray import tune
+
+from fda_ray.runtime.config import RunConfig
+from fda_ray.runtime.preflight import RunWarning, actor_gpus
+
+RUN_FIELDS = tuple(f.name for f in dataclasses.fields(RunConfig))
+RECORD_KEY = "record_dir"  # a trial parameter that is not a RunConfig field: see trainable()
+STATE_FILE = "state.pt"  # a round's resume state in a Tune checkpoint (the same contents as a trial record's)
+DRIVER_CPUS = 1.0  # the driver aggregates and evaluates
+# A custom resource the head node of cluster.yaml declares. Trial drivers ask for one unit, so they run on
+# the head and their checkpoints stay on its disk: Tune needs S3 or NFS for checkpoints written on other
+# nodes, while client actors (which never checkpoint) go wherever GPUs are.
+DRIVER_RESOURCE = "fda_driver"
+
+
+def search_space(**params: Any) -> dict[str, Any]:
+    """A param_space of RunConfig fields; values may be Tune search objects (tune.grid_search, ...).
+    `run` may hold a dict of fields (or a grid_search over such dicts: irregular grids, as fda_ray.sweep uses)."""
+    bad = sorted(k for k in params if k not in RUN_FIELDS and k not in ("run", RECORD_KEY))
+    if bad:
+        raise ValueError(f"search space field {bad[0]!r} is invalid: RunConfig fields are {', '.join(RUN_FIELDS)}")
+    _check_family_params(params.get("params", {}))
+    return dict(params)
+
+
+def _check_family_params(params: Any) -> None:
+    """params={family: {field: value or a Tune search object}}: the families and fields must exist (the values
+    are checked when each trial's RunConfig is built)."""
+    from fda_ray.algorithms import family_params
+
+    if hasattr(params, "sample") or isinstance(params, dict) and "grid_search" in params:
+        return  # a search over whole params dicts: each is checked as a trial's config
+    known = family_params()
+    if not isinstance(params, dict):
+        raise ValueError(f"search space field 'params' is invalid: a mapping of method family to its parameters")
+    for fam, values in params.items():
+        if fam not in known:
+            raise ValueError(f"search space params family {fam!r} is invalid: families with parameters are "
+                             f"{', '.join(known)}")
+        try:
+            known[fam].check_names(values)
+        except ValueError as e:
+            raise ValueError(f"search space field {e}") from None
+
+
+def flat_params(params: dict[str, Any]) -> dict[str, Any]:
+    """A trial's parameters with a nested `run` dict (fda_ray.sweep's grid) merged in."""
+    return {**params.get("run", {}), **{k: v for k, v in params.items() if k != "run"}}
+
+
+def config_from_params(params: dict[str, Any]) -> RunConfig:
+    """The trial's RunConfig (validated: a bad value fails the trial with the config's one-line error)."""
+    params = flat_params(params)
+    params.pop(RECORD_KEY, None)
+    params.pop("trial", None)
+    search_space(**params)
+    return RunConfig(**params).resolved()
+
+
+def driver_placement() -> dict[str, float]:
+    """{DRIVER_RESOURCE: 1} on a cluster whose nodes declare it (cluster.yaml's head), else {}."""
+    import ray
+
+    return {DRIVER_RESOURCE: 1.0} if ray.is_initialized() and ray.cluster_resources().get(DRIVER_RESOURCE) else {}
+
+
+def resources(cfg: RunConfig, driver_extra: dict[str, float] | None = None) -> tune.PlacementGroupFactory:
+    """The trial's bundles: the driver (plus `driver_extra`, e.g. DRIVER_RESOURCE), then (executor "ray")
+    one per client actor."""
+    extra = dict(driver_extra or {})
+    if cfg.executor == "serial":
+        gpu = {"GPU": 1} if cfg.device.startswith("cuda") else {}
+        return tune.PlacementGroupFactory([{"CPU": float(cfg.threads), **gpu, **extra}])
+    from fda_ray.algorithms import ALGORITHMS
+
+    resolved = cfg.resolved()
+    num_clients = ALGORITHMS.get(resolved.method).num_clients(resolved)
+    from fda_ray.runtime.ray_executor import actor_size
+
+    k = actor_size(cfg, num_clients)  # pooled to the cluster as the executor pools (one trial may fill it)
+    actors = math.ceil(num_clients / k)
+    # An actor runs its clients with `threads` threads, whatever their number (cpus_per_client: per client).
+    per_actor = {"CPU": float(cfg.cpus_per_client * k) if cfg.cpus_per_client else float(cfg.threads)}
+    if cfg.gpus_per_client > 0:
+        per_actor["GPU"] = actor_gpus(cfg.gpus_per_client, k)
+    return tune.PlacementGroupFactory([{"CPU": DRIVER_CPUS, **extra}] + [per_actor] * actors)
+
+
+def metrics(row: dict[str, Any]) -> dict[str, Any]:
+    """What a trial reports for one round: the row's numbers (lists stay lists), without NaN surprises."""
+    out: dict[str, Any] = {}
+    for k, v in row.items():
+        if isinstance(v, float) and not math.isfinite(v):
+            v = None
+        out[k] = v
+    return out
+
+
+def trainable(params: dict[str, Any]) -> None:
+    """One run as a Tune function trainable, reporting a result per round.
+
+    A sweep's trial (fda_ray.sweep): params["run"] = {"trial": a fda_ray.trials.Trial as a dict, RECORD_KEY: the
+    sweep's trials/ directory}; the trial keeps its own record there (state.pt every round, rows.json when done)
+    and goes on from it when started again, in this Tune run or a later one (a resumed sweep).
+    Otherwise params are RunConfig fields (the programmatic Tuner path) and the trial checkpoints through Tune."""
+    from fda_ray.runtime.engine import build_executor, build_experiment, run_rounds
+    from fda_ray.experiments.trials import Trial, run_trial
+
+    run = params.get("run", {})
+    if isinstance(run, dict) and "optuna" in run:  # a point Optuna drew for a search's study: its trial
+        from fda_ray.experiments.trials import point_trial
+
+        o = run["optuna"]
+        point = {name: params["point"][_safe(name)] for name in o["knobs"]}
+        run = {**run, "trial": point_trial(o["base"], o["row"], o["variable"], o["value"], point).to_dict()}
+    if isinstance(run, dict) and "trial" in run:
+        warnings.simplefilter("ignore", RunWarning)  # the sweep printed the options its trials ignore, once
+        metric = run.get("metric")  # a search's study: its scheduler decides on this column
+
+        def report(row: dict) -> None:
+            if metric is None or row.get(metric) is not None:  # (FedWCA's source pre-training row has none)
+                tune.report(metrics(row))
+
+        run_trial(Trial.from_dict(run["trial"]), Path(run[RECORD_KEY]), report=report)
+        return
+    cfg = config_from_params(params)
+    resume = None
+    ckpt = tune.get_checkpoint()
+    if ckpt is not None:  # Tune restarted this trial: go on from its checkpoint
+        with ckpt.as_directory() as d:
+            path = Path(d) / STATE_FILE
+            resume = torch.load(path, weights_only=True) if path.is_file() else None
+    exp = build_experiment(cfg)
+    executor = build_executor(exp.cfg, exp.clients)
+
+    def on_round(state: dict) -> None:
+        with tempfile.TemporaryDirectory() as d:
+            torch.save(state, Path(d) / STATE_FILE)
+            tune.report(metrics(state["rows"][-1]), checkpoint=tune.Checkpoint.from_directory(d))
+
+    try:
+        run_rounds(exp, executor, resume=resume, checkpoint=on_round)
+    finally:
+        executor.shutdown()
+
+
+def with_resources(cfg_or_params: RunConfig | dict[str, Any] | None = None):
+    """The trainable with the bundles of a config (by default one CPU: the serial executor); on a cluster
+    that declares DRIVER_RESOURCE (connect with ray.init first) the driver bundle asks for it."""
+    if cfg_or_params is None:
+        cfg = RunConfig()
+    elif isinstance(cfg_or_params, RunConfig):
+        cfg = cfg_or_params
+    else:
+        plain = {k: v for k, v in cfg_or_params.items() if not isinstance(v, dict) and not hasattr(v, "sample")}
+        cfg = config_from_params(plain)
+    return tune.with_resources(trainable, resources(cfg.resolved(), driver_placement()))
+
+
+def asha(metric: str, max_t: int, grace_period: int, reduction_factor: int) -> Any:
+    """ASHA (Li et al. 2020) on a search's per-round reports: a trial that reaches a rung (grace_period x
+    reduction_factor^k reports) below the top 1/reduction_factor of the trials seen there stops."""
+    from ray.tune.schedulers import ASHAScheduler
+
+    return ASHAScheduler(time_attr="training_iteration", metric=metric, mode="max", max_t=max(max_t, grace_period),
+                         grace_period=grace_period, reduction_factor=reduction_factor)
+
+
+def _safe(name: str) -> str:
+    """A knob's name as a Tune parameter (Tune flattens nested names with "/"; family knobs carry a ".")."""
+    return name.replace(".", "__")
+
+
+def _domain(dim: Any) -> Any:
+    if dim.kind == "choice":
+        return tune.choice(list(dim.values))
+    return (tune.uniform if dim.kind == "uniform" else tune.loguniform)(dim.low, dim.high)
+
+
+def run_optuna(space: Sequence[Any], base: dict[str, Any], row: str, variable: str, value: float, num_samples: int,
+               metric: str, records: Path, out: Path, address: str | None, max_concurrent: int | None,
+               max_failures: int, progress: Any, scheduler: Any, on_stopped: Any, points: list[dict],
+               rewards: list[float], seed: int = 0) -> tuple[list[dict], bool]:
+    """One study searched by Optuna's TPE sampler (seeded) through Tune's OptunaSearch: num_samples new trials,
+    the points settled before told to it as evaluated. Returns (failures, interrupted)."""
+    try:
+        import optuna
+        from ray.tune.search import ConcurrencyLimiter
+        from ray.tune.search.optuna import OptunaSearch
+    except ImportError:
+        raise ValueError("search_alg='optuna' is invalid here: Optuna is not installed (pip install "
+                         "'fda-ray[optuna]', or use --search-alg random)") from None
+    from fda_ray.runtime.driver import ensure_ray
+    from fda_ray.experiments.trials import Trial, is_done
+
+    ensure_ray(address, num_cpus=None)
+    searcher = OptunaSearch(metric=metric, mode="max", sampler=optuna.samplers.TPESampler(seed=seed),
+                            # (Tune flattens the space: a point names its knobs by their path)
+                            points_to_evaluate=[{f"point/{_safe(k)}": v for k, v in p.items()} for p in points] or None,
+                            evaluated_rewards=rewards or None)
+    if max_concurrent:
+        searcher = ConcurrencyLimiter(searcher, max_concurrent=max_concurrent)
+    stopped: set[str] = set()
+
+    def key_of(config: dict[str, Any]) -> str:
+        from fda_ray.experiments.trials import point_trial
+
+        o = config["run"]["optuna"]
+        return point_trial(o["base"], o["row"], o["variable"], o["value"],
+                           {n: config["point"][_safe(n)] for n in o["knobs"]}).key
+
+    class Callback(tune.Callback):
+        def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+            key = key_of(trial.config)
+            t = Trial.from_dict({"key": key, "row": row, "value": value, "seed": 0, "params": {}})
+            if not is_done(records / key):
+                on_stopped(records / key)
+                stopped.add(key)
+                progress.line(t, f"stopped early (round {trial.last_result.get('round')})")
+            else:
+                progress.line(t, "done")
+
+    launch = f"launch-{sum(1 for _ in (out / 'tune').glob('launch-*')) + 1}" if (out / "tune").exists() else "launch-1"
+    cfg = RunConfig(**base).resolved()
+    tuner = tune.Tuner(
+        with_resources(cfg),
+        param_space={"run": {"optuna": {"base": base, "row": row, "variable": variable, "value": value,
+                                        "knobs": [d.name for d in space]},
+                             RECORD_KEY: str(records), "metric": metric},
+                     "point": {_safe(d.name): _domain(d) for d in space}},
+        tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, num_samples=num_samples,
+                                    reuse_actors=True),
+        run_config=tune.RunConfig(name=launch, storage_path=str(out / "tune"), verbose=0,
+                                  failure_config=tune.FailureConfig(max_failures=max_failures), callbacks=[Callback()]))
+    grid = tuner.fit()
+    failures = []
+    for result in grid:
+        if result.error is not None:
+            failures.append({"trial": row, "row": row, "value": value, "seed": 0, "attempts": 1,
+                             "error": str(result.error).strip().splitlines()[-1][:300]})
+    # Tune stops on SIGINT and returns: a trial neither done, stopped nor failed (or fewer trials than asked for)
+    # means the study was interrupted
+    unsettled = [r for r in grid if r.error is None and not is_done(records / key_of(r.config))
+                 and key_of(r.config) not in stopped]
+    return failures, bool(unsettled) or len(grid) < num_samples
+

@@ -1,0 +1,99 @@
+"""The driver of a Ray run: it owns the global model and the round loop, and its clients are actors.
+
+    run_ray(cfg)               in this process (connects to a cluster or starts a local Ray)
+    DriverActor.remote(cfg)    the same driver as a Ray actor, so one program can run many runs at once
+
+The round loop is `fda_ray.loop.run_rounds`, the serial run's own loop, with the Ray executor that
+`fda_ray.executors.build_executor` builds. The driver loads the dataset and ships each client's shard to its
+actor through the object store, so the nodes that host clients need no copy of the dataset.
+"""
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+import ray
+
+from fda_ray.runtime import preflight
+from fda_ray.algorithms import ALGORITHMS
+from fda_ray.runtime.config import RunConfig
+from fda_ray.runtime.executors import build_executor
+from fda_ray.runtime.experiment import build_experiment
+from fda_ray.core.history import History
+from fda_ray.runtime.loop import run_rounds
+from fda_ray.runtime.ray_executor import RayExecutor
+
+
+def ensure_ray(address: str | None = None, num_cpus: int | None = None, field: str = "ray_address") -> None:
+    """Connect to Ray: keep a running session; else join `address` (or $RAY_ADDRESS); else start a local Ray."""
+    if ray.is_initialized():
+        return
+    address = address or os.environ.get("RAY_ADDRESS")
+    if address:
+        preflight.ray_address(address, field=field)  # ray.init would wait for minutes for an address nobody answers at
+        try:
+            ray.init(address=address, log_to_driver=True)
+        except ConnectionError as e:
+            raise preflight.PreflightError(f"{field}={address!r} is invalid: {str(e).splitlines()[0]}") from None
+    else:
+        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True)
+
+
+def check_client_resources(cfg: RunConfig) -> None:
+    """The client actors' request fits some node the cluster has or can add (else Ray would wait forever)."""
+    preflight.resources(preflight.client_bundles(cfg), preflight.node_shapes(), fields=preflight.fields_of_request(cfg))
+
+
+class Driver:
+    """One run of `cfg` with its clients as Ray actors."""
+
+    def __init__(self, cfg: RunConfig, faults: dict[tuple[int, int], list[str]] | None = None) -> None:
+        self.cfg = cfg.require_resolved("Driver")
+        self.faults = faults
+        self.executor: RayExecutor | None = None
+        self.gpu_memory: list[dict[str, int]] = []  # per client actor, read at the end of a GPU run
+
+    def run(self, progress: Callable[[dict], None] | None = None) -> History:
+        cfg = self.cfg
+        preflight.run(cfg)
+        check_client_resources(cfg)
+        # The actors' processes start first: they import torch while this process loads the dataset.
+        self.executor = build_executor(cfg, num_clients=ALGORITHMS.get(cfg.method).num_clients(cfg),
+                                       faults=self.faults)
+        try:
+            exp = build_experiment(cfg)
+            self.executor.load(exp.clients)
+        except BaseException:
+            self.executor.shutdown()
+            raise
+        try:
+            hist = run_rounds(exp, self.executor, progress)
+            if cfg.gpus_per_client > 0:
+                self.gpu_memory = self.executor.gpu_memory()
+            return hist
+        finally:
+            self.executor.shutdown()
+
+
+@ray.remote(num_cpus=0)
+class DriverActor:
+    """A driver as an actor (it asks no CPU of its own: its clients hold the resources)."""
+
+    def __init__(self, cfg: RunConfig, faults: dict[tuple[int, int], list[str]] | None = None) -> None:
+        self.driver = Driver(cfg.resolved(), faults)  # an entry point: resolves once (free if resolved)
+
+    def run(self, print_progress: bool = False) -> History:
+        progress = (lambda row: print(f"round {row['round']} acc {row['accuracy']:.4f}", flush=True)) \
+            if print_progress else None
+        return self.driver.run(progress)
+
+    def gpu_memory(self) -> list[dict[str, int]]:
+        return self.driver.gpu_memory
+
+
+def run_ray(cfg: RunConfig, progress: Callable[[dict], None] | None = None,
+            faults: dict[tuple[int, int], list[str]] | None = None) -> History:
+    """One run of `cfg` with Ray client actors, driven from this process."""
+    cfg = cfg.resolved()  # an entry point (engine.run passes its resolved config: then free)
+    ensure_ray(cfg.ray_address)
+    return Driver(cfg, faults).run(progress)

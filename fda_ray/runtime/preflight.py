@@ -1,0 +1,308 @@
+"""Pre-flight checks: everything a run or a sweep needs from the machine, checked before any work is done.
+
+Field validation lives with the fields (RunConfig, GridConfig); these checks need the world outside the config:
+
+    output_file, output_dir   where results will be written: the right kind, writable (probed), so a run never
+                              finishes and then fails to save what it computed
+    device                    'cuda[:i]' needs that GPU here
+    model_weights             the local state-dict file exists and is readable
+    ray_address               a cluster answers at that address within RAY_CONNECT_TIMEOUT_S
+    node_shapes, fits         a resource request that no node of the cluster can ever hold is an error now,
+                              not a silent wait (an autoscaling cluster's node types count as nodes it can add)
+    ignored_options           options the chosen method or executor does not use (one warning line)
+
+Every failure is a PreflightError (a ValueError): one line, `<field>=<value> is invalid: <why>`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import socket
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from fda_ray.runtime.config import RunConfig
+
+RAY_CONNECT_TIMEOUT_S = 10.0
+# Written by `ray up` on the head node: the cluster's node types (the autoscaler can add any of them).
+AUTOSCALER_CONFIG = "~/ray_bootstrap_config.yaml"
+
+
+class PreflightError(ValueError):
+    """A run or sweep cannot do its work here; the message is the one line a CLI prints."""
+
+
+def _err(field: str, value: Any, why: str) -> PreflightError:
+    return PreflightError(f"{field}={value!r} is invalid: {why}")
+
+
+# ---------------------------------------------------------------- outputs
+
+def _existing_ancestor(p: Path) -> Path:
+    anc = p
+    while not anc.exists() and anc != anc.parent:
+        anc = anc.parent
+    return anc
+
+
+def _probe_writable(field: str, value: Any, d: Path) -> None:
+    """Create and remove a file in directory d: os.access says yes to root on a read-only mount."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".fda-ray-probe-", dir=d)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise _err(field, value, f"cannot write in {d} ({e.strerror or type(e).__name__})") from None
+
+
+def output_file(field: str, value: str | os.PathLike) -> Path:
+    """A file a run will write at the end (written atomically: a temporary file, then a rename)."""
+    p = Path(value).expanduser().absolute()
+    if p.is_dir():
+        raise _err(field, str(value), "it is a directory; name a file")
+    anc = _existing_ancestor(p.parent)
+    if not anc.is_dir():
+        raise _err(field, str(value), f"{anc} is a file, not a directory")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise _err(field, str(value), "the file exists and is read-only")
+    _probe_writable(field, str(value), anc)
+    return p
+
+
+def output_dir(field: str, value: str | os.PathLike) -> Path:
+    """A directory a run or sweep writes into (created if missing)."""
+    p = Path(value).expanduser().absolute()
+    if p.exists() and not p.is_dir():
+        raise _err(field, str(value), "it is a file, not a directory")
+    anc = _existing_ancestor(p)
+    if not anc.is_dir():
+        raise _err(field, str(value), f"{anc} is a file, not a directory")
+    _probe_writable(field, str(value), anc)
+    return p
+
+
+# ---------------------------------------------------------------- device, weights
+
+_DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")
+
+
+def device(value: str, field: str = "device") -> None:
+    """'cpu', or a CUDA device that this machine has."""
+    if not _DEVICE.match(value):
+        raise _err(field, value, "'cpu', 'cuda' or 'cuda:<index>'")
+    if value == "cpu":
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise _err(field, value, "this machine has no CUDA GPU (torch.cuda.is_available() is False); use --device cpu")
+    index = int(value.split(":")[1]) if ":" in value else 0
+    if index >= torch.cuda.device_count():
+        raise _err(field, value, f"this machine has {torch.cuda.device_count()} GPU(s), cuda:0..cuda:{torch.cuda.device_count() - 1}")
+
+
+def model_weights(value: str | None, model: str = "resnet18") -> None:
+    """A pretrained model needs its weights file here: never a silent random initialisation."""
+    if value is None:
+        return
+    from fda_ray.train.models import IMAGENET_FILES, imagenet_arch, pretrained_path
+
+    p = Path(pretrained_path(value, model))
+    if not p.is_file():
+        arch = imagenet_arch(model)
+        where = f"torchvision's cache file {p} is absent" if value == "imagenet" else "no such file"
+        raise _err("model_weights", value, f"{where}; put torchvision's ImageNet {arch} file "
+                                           f"{IMAGENET_FILES[arch]} in $TORCH_HOME/hub/checkpoints/, or pass "
+                                           "--model-weights PATH to a local state dict (e.g. saved with torch.save("
+                                           f"torchvision.models.{arch}(weights='DEFAULT').state_dict(), PATH) on a "
+                                           "machine with internet)")
+    if not os.access(p, os.R_OK):
+        raise _err("model_weights", value, "the file is not readable")
+
+
+# ---------------------------------------------------------------- Ray: address and resources
+
+def _host_port(address: str) -> tuple[str, int] | None:
+    """(host, port) of 'host:port' or 'ray://host:port'; None for 'auto', 'local' or a bare host."""
+    rest = address.split("://", 1)[1] if "://" in address else address
+    if rest in ("auto", "local") or ":" not in rest:
+        return None
+    host, _, port = rest.rpartition(":")
+    try:
+        return host.strip("[]"), int(port)
+    except ValueError:
+        raise _err("ray_address", address, "host:port, ray://host:port or auto") from None
+
+
+def ray_address(address: str | None, timeout: float = RAY_CONNECT_TIMEOUT_S, field: str = "ray_address") -> None:
+    """Something listens at the address (ray.init would otherwise wait for it for minutes)."""
+    if not address:
+        return
+    hp = _host_port(address)
+    if hp is None:
+        return
+    try:
+        socket.create_connection(hp, timeout=timeout).close()
+    except OSError as e:
+        raise _err(field, address, f"no Ray cluster answers at {hp[0]}:{hp[1]} within {timeout:g} s "
+                                   f"({e.strerror or type(e).__name__}); start one with `ray start --head` or "
+                                   "`ray up cluster.yaml`, or leave it out for a local Ray") from None
+
+
+def autoscaler_node_types(path: str = AUTOSCALER_CONFIG) -> list[dict[str, float]]:
+    """The resources of each node type an autoscaling cluster can add ([] without `ray up`'s config file)."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        return []
+    import yaml  # a dependency of ray[default]
+
+    try:
+        conf = yaml.safe_load(p.read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return []
+    types = conf.get("available_node_types") or {}
+    head = conf.get("head_node_type")
+    # A worker type declared with max_workers: 0 is never added; any other type is (Ray's default is the
+    # cluster's max_workers).
+    return [{k: float(v) for k, v in (t.get("resources") or {}).items()}
+            for name, t in types.items() if isinstance(t, dict) and (name == head or t.get("max_workers", 1) != 0)]
+
+
+def node_shapes() -> list[dict[str, float]]:
+    """Resources of every node the connected Ray cluster has or can add (Ray must be initialised)."""
+    import ray
+
+    shapes = [{k: float(v) for k, v in n["Resources"].items()} for n in ray.nodes() if n.get("Alive")]
+    return shapes + autoscaler_node_types()
+
+
+def fits(bundle: Mapping[str, float], shape: Mapping[str, float]) -> bool:
+    return all(shape.get(k, 0.0) + 1e-9 >= v for k, v in bundle.items() if v > 0)
+
+
+def _fmt(d: Mapping[str, float]) -> str:
+    keep = {k: v for k, v in d.items() if k in ("CPU", "GPU") or not (k.startswith("node:") or k.endswith("memory")
+                                                                       or k.startswith("accelerator_type"))}
+    return "{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(keep.items())) + "}"
+
+
+def resources(bundles: Sequence[Mapping[str, float]], shapes: Sequence[Mapping[str, float]], *,
+              fields: str) -> None:
+    """Each bundle (an actor's or a trial's) must fit some node the cluster has or can add; `fields` names the
+    options that made the request (for the message)."""
+    for b in bundles:
+        if not any(fits(b, s) for s in shapes):
+            nodes = ", ".join(sorted(set(_fmt(s) for s in shapes)))
+            if b.get("GPU", 0) > 0 and not any(s.get("GPU", 0) > 0 for s in shapes):
+                why = f"no node of this cluster has a GPU (nodes: {nodes}); use CPU clients (gpus_per_client=0)"
+            else:
+                why = f"no node of this cluster can ever hold it (nodes: {nodes}); ask for less"
+            raise PreflightError(f"{fields} is invalid: one actor asks {_fmt({k: v for k, v in b.items() if v})}; {why}")
+
+
+def actor_gpus(gpus_per_client: float, clients_per_actor: int) -> float:
+    """The GPU share of an actor hosting k clients: k times a client's share, at most one whole GPU (a share
+    above 1 is whole GPUs per client, kept as asked)."""
+    return float(min(1.0, gpus_per_client * clients_per_actor) if gpus_per_client <= 1 else gpus_per_client)
+
+
+def client_bundles(cfg: RunConfig) -> list[dict[str, float]]:
+    """The client actors' resource requests of a resolved config with executor "ray" (fda_ray.ray_executor)."""
+    k = cfg.clients_per_actor or 1  # None: pooled to the cluster (fda_ray.executors), placeable when one client is
+    cpus = (cfg.cpus_per_client or 0.01) * k  # None: a share of the cluster, always placeable
+    return [{"CPU": cpus, "GPU": actor_gpus(cfg.gpus_per_client, k)}]
+
+
+def fields_of_request(cfg: RunConfig) -> str:
+    """The options that make a client actor's request, as `field=value` (for the error line)."""
+    parts = [f"cpus_per_client={cfg.cpus_per_client!r}"] if cfg.cpus_per_client is not None else []
+    if cfg.gpus_per_client > 0 or not parts:
+        parts.append(f"gpus_per_client={cfg.gpus_per_client!r}")
+    if cfg.clients_per_actor not in (None, 1):
+        parts.append(f"clients_per_actor={cfg.clients_per_actor}")
+    return ", ".join(parts)
+
+
+# ---------------------------------------------------------------- options a run does not use
+
+# The RunConfig options that only some method families read (the rest every run reads).
+FAMILY_OPTIONS = ("beta", "projection", "filter", "auto_lr_factor", "auto_beta_rule", "finetune_epochs",
+                  "baseline_protocol", "lr_source", "batch_source", "log_estimates", "aux_alpha")
+
+
+def ignored_options(cfg: RunConfig) -> list[str]:
+    """The fields set away from their defaults that this config's method, partition or executor never reads
+    (`cfg` resolved or not: a field the resolution filled in counts as unset)."""
+    from fda_ray.algorithms import ALGORITHMS
+
+    r = cfg.resolved()  # free when cfg is resolved already
+    cfg = r.given  # the values the user set
+    # The method's family says which of its options it reads (fda_ray.algorithms: Algorithm.uses).
+    uses: dict[str, bool] = {name: False for name in FAMILY_OPTIONS}
+    uses.update(ALGORITHMS.get(cfg.method).uses(r))
+    uses.update({
+        "eta": r.partition == "label_shift",
+        "source_classes": r.partition == "source_classes",
+        "source_envs": r.partition in ("domain_shards", "domain_clients"),
+        "clients_per_domain": r.partition == "domain_clients",
+        "dirichlet_concentration": r.partition == "domain_shards",
+        "target_labelled_per_class": r.partition == "domain_shards",
+        "cpus_per_client": cfg.executor == "ray",
+        "gpus_per_client": cfg.executor == "ray",
+        "clients_per_actor": cfg.executor == "ray",
+        "ray_address": cfg.executor == "ray",
+        "client_retries": cfg.executor == "ray",
+    })
+    defaults = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+
+    def set_by_user(name: str) -> bool:  # differs from what the field resolves to when left unset
+        return getattr(r, name) != getattr(cfg.replace(**{name: defaults[name]}).resolved(), name)
+
+    own = ALGORITHMS.get(cfg.method).family
+    other = [f"{fam}_{name}" for fam, values in cfg.params.items() if fam != own for name in values]
+    return [name for name, used in uses.items() if not used and set_by_user(name)] + other
+
+
+def ignored_warning(cfgs: Iterable[RunConfig], names: Iterable[str] | None = None) -> str | None:
+    """One line naming the options (of `names`, default all) that no config of `cfgs` uses, or None."""
+    cfgs = list(cfgs)
+    if not cfgs:
+        return None
+    first = ignored_options(cfgs[0])
+    unused = set(first).intersection(*(ignored_options(c) for c in cfgs[1:]))
+    if names is not None:
+        unused &= set(names)
+    if not unused:
+        return None
+    methods = "/".join(sorted({c.method for c in cfgs}))
+    return (f"{', '.join('--' + n.replace('_', '-') for n in first if n in unused)} not used by method {methods} "
+            f"(executor {cfgs[0].executor}, partition {cfgs[0].resolved().partition}): ignored")
+
+
+class RunWarning(UserWarning):
+    """Something a run does that its user may not expect (the CLIs print it as one line)."""
+
+
+def run_notes(cfg: RunConfig, target_samples: int) -> list[str]:
+    """Warnings for one run of the resolved `cfg`: options it ignores (judged on the config as given,
+    `cfg.given`: resolving drops the parameters of other families); a target that trains on one partial batch."""
+    cfg.require_resolved("run_notes")
+    notes = [w for w in (ignored_warning([cfg]),) if w]
+    if target_samples < cfg.batch_target:
+        # The documented fallback (the authors' loaders keep the target's last partial batch): one step per
+        # epoch on all of the target's samples, rather than no step at all.
+        notes.append(f"the target holds {target_samples} training samples, fewer than batch_target="
+                     f"{cfg.batch_target}: it trains one step of {target_samples} samples per epoch")
+    return notes
+
+
+# ---------------------------------------------------------------- a run
+
+def run(cfg: RunConfig) -> None:
+    """What one run needs from this machine beyond its config (the data is checked when it is loaded)."""
+    device(cfg.device)
+    model_weights(cfg.model_weights, cfg.model or "resnet18")
+    if cfg.executor == "ray":
+        ray_address(cfg.ray_address or os.environ.get("RAY_ADDRESS"))

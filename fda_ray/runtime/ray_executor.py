@@ -1,0 +1,343 @@
+"""The Ray executor: client actors, each pinned to a (fractional) GPU or a share of the CPUs.
+
+A client actor receives its `Client`s (data views, model, layout) once, moves them to its own device and keeps
+them there for the whole run, with their models, optimizers and states built once. An actor hosts k =
+`clients_per_actor` clients (client i lives on actor i mod n_actors, for the whole run; fda_ray.executors
+sizes k to the machine): on a machine with fewer cores than clients this saves the start-up of a process per
+client (each imports torch, ~3 CPU-s) and the contention of many 1-thread processes on few cores. Each round
+an actor gets one call with all of its clients' tasks and runs them with fda_ray.cohort.run_tasks (one after
+the other, or, with vectorise, as one batched cohort). The driver puts every server-state entry the tasks
+name in the object store once (`submit`), every actor reads them from there, and the driver gathers the
+results as the calls finish (`collect`, `ray.wait`).
+
+Client state (a personal model, counters): each task returns two objects, its result and the client's state
+after it. The driver fetches the results; the states stay in the object store (owned by the driver, so they
+outlive the actor), fetched only for a checkpoint or an evaluation that needs one.
+
+Faults: when a client's task fails (its process was killed, or it raised), the actor is replaced by a new
+one built from the same client objects and each client's state after its last finished task, and the
+actor's call is redone (all of its tasks, as the same cohort); tasks draw all randomness from (seed, round,
+client, purpose), so the redone call gives the same results. After `retries` failed attempts in one round, `collect` raises ClientFailure naming the client and
+the round. `faults` injects failures on purpose, to test exactly this.
+"""
+from __future__ import annotations
+
+import math
+import os
+import signal
+import warnings
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+import ray
+import torch
+
+from fda_ray.core.contract import ClientResult, ClientTask, ServerState
+from fda_ray.train.client import Client
+from fda_ray.train.cohort import run_tasks
+from fda_ray.core.contract import input_names
+from fda_ray.runtime.failures import ClientFailure
+from fda_ray.runtime.preflight import actor_gpus
+
+if TYPE_CHECKING:
+    from fda_ray.runtime.config import RunConfig
+
+FAULTS = ("kill", "raise")  # kill: SIGKILL the actor's process; raise: an exception inside local training
+PLACEMENT_TIMEOUT_S = 300.0
+
+
+class ActorTaskError(Exception):
+    """A call failed inside the actor; `clients` are those it is blamed on (an injected fault: its client; an
+    error inside training: every client of the call, since a cohort's error belongs to no one client)."""
+
+    def __init__(self, clients: Sequence[int], why: str) -> None:
+        super().__init__(why)
+        self.clients = list(clients)
+
+    def __reduce__(self):  # (it crosses processes)
+        return (ActorTaskError, (self.clients, self.args[0]))
+
+
+class ClientActor:
+    """Hosts one client (or a fixed group of clients) for the whole run (wrapped with `ray.remote` below)."""
+
+    def __init__(self, threads: int, vectorise: bool = False) -> None:
+        # The process starts (and imports torch) while the driver still loads the data; `load` follows.
+        torch.set_num_threads(threads)
+        self.vectorise = vectorise
+        self.clients: dict[int, Client] = {}
+        if not vectorise:  # the first Adam of a process imports torch._dynamo (~2 s): now, not in round 0
+            torch.optim.Adam([torch.zeros(1, requires_grad=True)])
+
+    def load(self, client_refs: Sequence[ray.ObjectRef], use_gpu: bool, state_refs: Sequence[ray.ObjectRef]) -> None:
+        # refs inside a list are not resolved by Ray
+        clients: list[Client] = ray.get(list(client_refs))
+        states: list[dict] = ray.get(list(state_refs))
+        # Ray sets CUDA_VISIBLE_DEVICES to this actor's GPU, so "cuda" is the GPU it was given.
+        device = "cuda" if use_gpu else "cpu"
+        for client, state in zip(clients, states):
+            client = client.to(device)
+            client.restore(state)
+            self.clients[client.index] = client
+
+    def run(self, tasks: Sequence[ClientTask], faults: Sequence[str | None], names: Sequence[str],
+            *arrays: np.ndarray) -> tuple:
+        """Run `tasks` (this actor's clients' of one round); `arrays` are the server-state entries `names`,
+        in order. Returns the results, then each client's state after its task: 2 * len(tasks) objects."""
+        for task, fault in zip(tasks, faults):
+            if fault == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            if fault == "raise":
+                raise ActorTaskError([task.client], f"RuntimeError: injected fault in client {task.client}, "
+                                                    f"round {task.round}")
+        with warnings.catch_warnings():  # the object store's arrays are read-only; they are only read (copied in)
+            warnings.simplefilter("ignore", UserWarning)
+            state = {name: torch.from_numpy(a) for name, a in zip(names, arrays)}  # (M,) each
+        try:
+            results = run_tasks(self.clients, tasks, lambda t: {n: state[n] for n in t.inputs}, self.vectorise)
+        except Exception as e:
+            raise ActorTaskError([t.client for t in tasks], f"{type(e).__name__}: {e}".splitlines()[0]) from e
+        return (*results, *[self.clients[t.client].snapshot() for t in tasks])
+
+    def restore(self, client: int, state: dict) -> None:
+        self.clients[client].restore(state)
+
+    def gpu_memory(self) -> dict[str, int]:
+        """Peak and current GPU memory of this actor's process, in bytes (0 on a CPU actor)."""
+        if not torch.cuda.is_available() or next(iter(self.clients.values())).device.type != "cuda":
+            return {"peak_allocated": 0, "reserved": 0}
+        return {"peak_allocated": int(torch.cuda.max_memory_allocated()), "reserved": int(torch.cuda.memory_reserved())}
+
+
+RemoteClientActor = ray.remote(ClientActor)
+
+
+@dataclass
+class _Call:
+    """One actor's share of a round: its tasks and the actor they went to."""
+
+    slot: int
+    tasks: list[ClientTask]
+    actor: Any
+
+
+@dataclass
+class _Pending:
+    tasks: list[ClientTask]
+    input_refs: dict[str, ray.ObjectRef]  # the round's server-state entries, put once
+    # result ref -> (its task, its call, the ref of the client's state after it)
+    calls: dict[ray.ObjectRef, tuple[ClientTask, _Call, ray.ObjectRef]]
+
+
+def auto_cpus_per_client(num_actors: int) -> float:
+    """Share the cluster's CPUs among the client actors (at most 1 each), so every actor can be placed."""
+    total = float(ray.cluster_resources().get("CPU", 1.0))
+    return max(0.01, min(1.0, math.floor(100 * total / num_actors) / 100))
+
+
+def _short(e: BaseException) -> str:
+    cause = getattr(e, "cause", None)  # RayTaskError: the client's own exception
+    if isinstance(cause, ActorTaskError):
+        return str(cause)
+    if isinstance(cause, BaseException):
+        return f"{type(cause).__name__}: {cause}".splitlines()[0]
+    if isinstance(e, ray.exceptions.RayActorError):
+        return f"{type(e).__name__}: the client's actor process died"
+    return f"{type(e).__name__}: {e}".splitlines()[0]
+
+
+class RayExecutor:
+    """Clients as Ray actors; the same `submit`/`collect` interface as the serial executor."""
+
+    def __init__(self, clients: Sequence[Client] | None = None, *, num_clients: int | None = None,
+                 cpus_per_client: float | None = None, gpus_per_client: float = 0.0, clients_per_actor: int = 1,
+                 retries: int = 3, threads: int | None = None,
+                 faults: dict[tuple[int, int], list[str]] | None = None, vectorise: bool = False) -> None:
+        """Start the actors; with `clients` also load them, else give `num_clients` and call `load` later
+        (the actors' processes then start while the caller builds the clients)."""
+        if not ray.is_initialized():
+            raise RuntimeError("RayExecutor needs a running Ray: call fda_ray.driver.ensure_ray() first")
+        if not isinstance(clients_per_actor, int) or clients_per_actor < 1:
+            raise ValueError(f"clients_per_actor={clients_per_actor!r} is invalid: an integer >= 1")
+        self.num_clients = len(clients) if clients is not None else int(num_clients or 0)
+        if self.num_clients < 1:
+            raise ValueError("RayExecutor needs clients or num_clients >= 1")
+        self.num_actors = math.ceil(self.num_clients / clients_per_actor)
+        # Client i lives on actor i mod num_actors: round-robin keeps the groups' sizes within one client.
+        self.slot_of = [i % self.num_actors for i in range(self.num_clients)]
+        self.groups = [[i for i in range(self.num_clients) if self.slot_of[i] == k] for k in range(self.num_actors)]
+        # Resources are per actor: one that hosts k clients asks what k one-client actors would ask together
+        # (capped at a whole GPU), unless cpus_per_client is left to share the cluster.
+        k = clients_per_actor
+        self.cpus = (cpus_per_client * k if cpus_per_client is not None else auto_cpus_per_client(self.num_actors))
+        self.gpus = actor_gpus(gpus_per_client, k)
+        # The run's thread count (RunConfig.threads), whatever the CPU share: it is part of the numbers.
+        self.threads = threads or 1
+        self.vectorise = vectorise
+        self.retries = retries
+        self.faults = {key: list(v) for key, v in (faults or {}).items()}
+        for (client, _), kinds in self.faults.items():
+            bad = [kind for kind in kinds if kind not in FAULTS]
+            if bad or not 0 <= client < self.num_clients:
+                raise ValueError(f"faults={faults!r} is invalid: clients 0..{self.num_clients - 1}, kinds {FAULTS}")
+        self.restarts: list[tuple[int, int, str]] = []  # (client, round, why) of every replaced actor
+        self._client_refs: list[ray.ObjectRef] = []
+        self._state_refs: list[ray.ObjectRef] = []  # each client's state after its last finished task
+        self.actors = [self._spawn() for _ in range(self.num_actors)]
+        if clients is not None:
+            self.load(clients)
+
+    def load(self, clients: Sequence[Client]) -> None:
+        """Ship each client (shard, model, layout) to its actor, once per run, and wait until all are ready."""
+        if len(clients) != self.num_clients:
+            raise ValueError(f"got {len(clients)} clients for {self.num_clients} client slots")
+        # The client objects stay in the object store so that a dead actor can be rebuilt from them.
+        self._client_refs = [ray.put(c) for c in clients]
+        self._state_refs = [ray.put(c.snapshot()) for c in clients]
+        self._wait_ready([self._load(slot, actor) for slot, actor in enumerate(self.actors)])
+
+    def _spawn(self) -> Any:
+        return RemoteClientActor.options(num_cpus=self.cpus, num_gpus=self.gpus, max_restarts=0).remote(
+            self.threads, self.vectorise)
+
+    def _load(self, slot: int, actor: Any) -> ray.ObjectRef:
+        group = self.groups[slot]
+        return actor.load.remote([self._client_refs[i] for i in group], self.gpus > 0,
+                                 [self._state_refs[i] for i in group])
+
+    def _start(self, slot: int) -> Any:
+        actor = self._spawn()
+        self._load(slot, actor)  # actor calls run in order: it is loaded before any train call
+        return actor
+
+    def _wait_ready(self, refs: list[ray.ObjectRef]) -> None:
+        done, pending = ray.wait(refs, num_returns=len(refs), timeout=PLACEMENT_TIMEOUT_S)
+        if pending:
+            raise RuntimeError(
+                f"{len(pending)} of {len(refs)} client actors could not start within {PLACEMENT_TIMEOUT_S:.0f} s "
+                f"(each asks num_cpus={self.cpus}, num_gpus={self.gpus}; cluster has {ray.cluster_resources()}): "
+                "lower cpus_per_client / gpus_per_client")
+        ray.get(done)
+
+    def _replace(self, slot: int, dead: Any) -> bool:
+        """Replace the actor of `slot` unless that was done already (the calls it still had failed with it)."""
+        if self.actors[slot] is not dead:
+            return False
+        try:
+            ray.kill(dead, no_restart=True)
+        except Exception:  # already dead
+            pass
+        self.actors[slot] = self._start(slot)
+        return True
+
+    def _call(self, slot: int, tasks: list[ClientTask], input_refs: dict[str, ray.ObjectRef]
+              ) -> dict[ray.ObjectRef, tuple[ClientTask, _Call, ray.ObjectRef]]:
+        """One call to the actor of `slot` running `tasks`; its result refs, each with (task, call, state ref)."""
+        faults = []
+        for t in tasks:
+            kinds = self.faults.get((t.client, t.round))
+            faults.append(kinds.pop(0) if kinds else None)
+        actor = self.actors[slot]
+        call = _Call(slot, tasks, actor)
+        names = list(dict.fromkeys(n for t in tasks for n in t.inputs))
+        # Refs passed as arguments are resolved in the actor: it reads the arrays zero-copy.
+        refs = actor.run.options(num_returns=2 * len(tasks)).remote(tasks, faults, names,
+                                                                    *[input_refs[n] for n in names])
+        return {refs[i]: (t, call, refs[len(tasks) + i]) for i, t in enumerate(tasks)}
+
+    def submit(self, state: ServerState, tasks: Sequence[ClientTask]) -> _Pending:
+        # Each entry once per round, however many clients read it.
+        input_refs = {n: ray.put(state[n].detach().cpu().numpy()) for n in input_names(state, tasks)}
+        by_slot: dict[int, list[ClientTask]] = defaultdict(list)
+        for t in tasks:
+            by_slot[self.slot_of[t.client]].append(t)
+        calls: dict = {}
+        for slot, mine in by_slot.items():
+            calls.update(self._call(slot, mine, input_refs))
+        return _Pending(list(tasks), input_refs, calls)
+
+    def collect(self, pending: _Pending) -> list[ClientResult]:
+        results: dict[int, ClientResult] = {}
+        failures: dict[int, int] = defaultdict(int)
+        waiting = dict(pending.calls)
+        while waiting:
+            done, _ = ray.wait(list(waiting), num_returns=1)
+            for ref in done:
+                task, call, state_ref = waiting.pop(ref)
+                try:
+                    result = ray.get(ref)
+                except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as e:
+                    # The call's other results failed with it: handled here, once.
+                    for other in [r for r, (_, c, _) in waiting.items() if c is call]:
+                        del waiting[other]
+                    why = _short(e)
+                    cause = getattr(e, "cause", None)
+                    # A killed process: the driver cannot tell whose task did it, so every client of the
+                    # call counts the failure (each starts again from its last finished task).
+                    blamed = cause.clients if isinstance(cause, ActorTaskError) else [t.client for t in call.tasks]
+                    for c in blamed:
+                        failures[c] += 1
+                        if failures[c] > self.retries:
+                            raise ClientFailure(c, task.round, failures[c], why) from e
+                    # An actor that raised is replaced too: its clients may be half-way through a task.
+                    if self._replace(call.slot, call.actor):
+                        self.restarts.append((blamed[0], task.round, why))
+                    waiting.update(self._call(call.slot, call.tasks, pending.input_refs))  # the same cohort again
+                    continue
+                self._state_refs[task.client] = state_ref
+                results[task.client] = result
+                if call.actor is not self.actors[call.slot]:  # finished on an actor replaced since: tell its successor
+                    self.actors[call.slot].restore.remote(task.client, state_ref)
+        return [results[t.client] for t in pending.tasks]
+
+    def client_states(self) -> list[dict]:
+        return ray.get(list(self._state_refs))
+
+    def client_state(self, client: int) -> dict:
+        return ray.get(self._state_refs[client])
+
+    def restore_states(self, states: Sequence[dict]) -> None:
+        """Set every client's state (a resumed run): in the actors, and for rebuilding a dead one."""
+        self._state_refs = [ray.put(dict(st)) for st in states]
+        ray.get([self.actors[self.slot_of[i]].restore.remote(i, ref) for i, ref in enumerate(self._state_refs)])
+
+    def gpu_memory(self) -> list[dict[str, int]]:
+        """Per actor (one entry per client when each actor hosts one)."""
+        return ray.get([a.gpu_memory.remote() for a in self.actors])
+
+    def shutdown(self) -> None:
+        for a in self.actors:
+            try:
+                ray.kill(a, no_restart=True)
+            except Exception:
+                pass
+        self.actors = []
+        self._client_refs = []
+
+
+def clients_per_actor(num_clients: int, *, cpus: float, gpus: float, gpus_per_client: float, threads: int,
+                      bundles: int | None = None) -> int:
+    """How many clients one actor hosts when the config leaves it unset (module docstring): `cpus`, `gpus`
+    the cluster's; `bundles` the client bundles of the trial's placement group (None: not in one)."""
+    if bundles is not None:
+        actors = bundles
+    elif gpus_per_client > 0:
+        actors = int(gpus)  # whole GPUs
+    else:
+        actors = int(cpus // max(threads, 1))
+    actors = max(1, min(num_clients, actors))
+    return math.ceil(num_clients / actors)
+
+
+def actor_size(cfg: RunConfig, num_clients: int, bundles: int | None = None) -> int:
+    """cfg.clients_per_actor, or, unset, `clients_per_actor` on the running cluster's CPUs and GPUs (before
+    Ray runs: one CPU per client and one GPU). Used by the executor, the Tune trial's bundles and the bench."""
+    if cfg.clients_per_actor is not None:
+        return cfg.clients_per_actor
+    import ray
+
+    res = ray.cluster_resources() if ray.is_initialized() else {}
+    return clients_per_actor(num_clients, cpus=float(res.get("CPU", num_clients)), gpus=float(res.get("GPU", 1.0)),
+                             gpus_per_client=cfg.gpus_per_client, threads=cfg.threads, bundles=bundles)

@@ -1,0 +1,331 @@
+"""Model registry: the NIID-Bench simple CNN, DomainBed's MNIST CNN, ResNet-18, and the synthetic
+experiment's one-hidden-layer sigmoid network.
+
+Each builder takes (input_shape, num_outputs, **options) and returns an nn.Module; parameters are
+initialised from torch's global RNG, which the engine seeds per (trial seed, "init") before building.
+A model class may add `forward_stacked(params, x)`, K copies of itself with stacked parameters in one pass,
+which fda_ray.cohort trains client cohorts with (the others go through torch.func.vmap).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from fda_ray.core.registry import Registry
+
+MODELS: Registry[Callable[..., nn.Module]] = Registry("model")
+
+
+def _linear_stacked(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """K linear layers at once: x (K, B, in), w (K, out, in), b (K, out) -> (K, B, out)."""
+    return torch.baddbmm(b.unsqueeze(1), x, w.transpose(1, 2))
+
+
+class SimpleCNN(nn.Module):
+    """NIID-Bench "simple CNN": conv5x5(6) - pool - conv5x5(16) - pool - fc 120 - fc 84 - fc classes, ReLU.
+
+    1x28x28 input gives 16*4*4 = 256 features, 3x32x32 gives 16*5*5 = 400.
+    """
+
+    def __init__(self, in_channels: int, image_size: int, num_classes: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, 6, 5)
+        self.pool = nn.MaxPool2d(2, 2)
+        self.conv2 = nn.Conv2d(6, 16, 5)
+        side = ((image_size - 4) // 2 - 4) // 2
+        self.fc1 = nn.Linear(16 * side * side, 120)
+        self.fc2 = nn.Linear(120, 84)
+        self.fc3 = nn.Linear(84, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (n, C, H, W) -> (n, classes)
+        x = self.pool(torch.relu(self.conv1(x)))
+        x = self.pool(torch.relu(self.conv2(x)))
+        x = x.flatten(1)
+        x = torch.relu(self.fc1(x))
+        x = torch.relu(self.fc2(x))
+        return self.fc3(x)
+
+    @staticmethod
+    def forward_stacked(p: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        """K models at once (fda_ray.cohort): p holds each parameter stacked (K, ...), x (K, B, C, H, W) ->
+        (K, B, classes). The convolutional trunk runs per model (a grouped convolution's backward pass, and
+        max-pooling over all K batches at once, are slower on CPUs than K small ones); the linear layers run
+        once for all K as batched matmuls."""
+        k = x.shape[0]
+        feats = []
+        for i in range(k):
+            h = F.max_pool2d(torch.relu(F.conv2d(x[i], p["conv1.weight"][i], p["conv1.bias"][i])), 2)
+            h = F.max_pool2d(torch.relu(F.conv2d(h, p["conv2.weight"][i], p["conv2.bias"][i])), 2)
+            feats.append(h.flatten(1))  # (B, features)
+        h = torch.stack(feats)  # (K, B, features)
+        h = torch.relu(_linear_stacked(h, p["fc1.weight"], p["fc1.bias"]))
+        h = torch.relu(_linear_stacked(h, p["fc2.weight"], p["fc2.bias"]))
+        return _linear_stacked(h, p["fc3.weight"], p["fc3.bias"])
+
+
+class ColoredMNISTCNN(nn.Module):
+    """DomainBed's MNIST_CNN featurizer (four 3x3 convs 64, 128/2, 128, 128, each ReLU + GroupNorm(8),
+    global average pool) followed by a linear classifier."""
+
+    def __init__(self, in_channels: int, num_classes: int) -> None:
+        super().__init__()
+        chans = [(in_channels, 64, 1), (64, 128, 2), (128, 128, 1), (128, 128, 1)]
+        layers: list[nn.Module] = []
+        for cin, cout, stride in chans:
+            layers += [nn.Conv2d(cin, cout, 3, stride=stride, padding=1), nn.ReLU(), nn.GroupNorm(8, cout)]
+        self.features = nn.Sequential(*layers)
+        self.pool = nn.AdaptiveAvgPool2d((1, 1))
+        self.classifier = nn.Linear(128, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.pool(self.features(x)).flatten(1))
+
+
+class FrozenBatchNorm2d(nn.BatchNorm2d):
+    """BatchNorm that stays in eval mode (running statistics fixed), for pretrained backbones."""
+
+    def train(self, mode: bool = True) -> "FrozenBatchNorm2d":
+        return super().train(False)
+
+
+class SigmoidMLP(nn.Module):
+    """One hidden layer with sigmoid activation (the synthetic experiment of 004 Appendix B)."""
+
+    def __init__(self, in_features: int, num_outputs: int, hidden: int = 64) -> None:
+        super().__init__()
+        self.hidden = nn.Linear(in_features, hidden)
+        self.out = nn.Linear(hidden, num_outputs)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(torch.sigmoid(self.hidden(x)))
+
+    @staticmethod
+    def forward_stacked(p: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        """K models at once (fda_ray.cohort): x (K, B, d) -> (K, B, outputs)."""
+        h = torch.sigmoid(_linear_stacked(x, p["hidden.weight"], p["hidden.bias"]))
+        return _linear_stacked(h, p["out.weight"], p["out.bias"])
+
+
+@MODELS.register("simple_cnn")
+def simple_cnn(input_shape: tuple[int, ...], num_outputs: int) -> nn.Module:
+    c, h, _ = input_shape
+    return SimpleCNN(c, h, num_outputs)
+
+
+@MODELS.register("mnist_cnn")
+def mnist_cnn(input_shape: tuple[int, ...], num_outputs: int) -> nn.Module:
+    """DomainBed's MNIST_CNN (ColoredMNIST, RotatedMNIST): any input channels, any classes."""
+    return ColoredMNISTCNN(input_shape[0], num_outputs)
+
+
+MODELS.add("colored_mnist_cnn", mnist_cnn)  # its earlier name: configs and sweeps that name it still run
+
+# torchvision's file names for the IMAGENET1K_V1 weights in its hub cache (torchvision.models.ResNet*_Weights).
+IMAGENET_FILES = {"resnet18": "resnet18-f37072fd.pth", "resnet50": "resnet50-0676ba61.pth",
+                  "resnet101": "resnet101-63fe2227.pth"}
+RESNET18_IMAGENET_FILE = IMAGENET_FILES["resnet18"]
+PRETRAINED_MODELS = ("resnet18", "resnet50", "resnet101", "resnet18_multitask", "shot_resnet18", "shot_resnet50")
+
+
+def imagenet_arch(model: str) -> str:
+    """The torchvision architecture whose ImageNet file a model loads (resnet18_multitask, shot_resnet18 -> resnet18)."""
+    return model.replace("_multitask", "").replace("shot_", "")
+
+
+def pretrained_path(value: str, model: str = "resnet18") -> str:
+    """The weights file a config's model_weights names: a path, or 'imagenet' for torchvision's cache file of
+    the model's ImageNet weights (torch.hub.get_dir()/checkpoints/resnet18-f37072fd.pth for ResNet-18, where
+    torchvision would put its download)."""
+    if value == "imagenet":
+        name = IMAGENET_FILES[imagenet_arch(model)]
+        return str(Path(torch.hub.get_dir()) / "checkpoints" / name)
+    return str(Path(value).expanduser())
+
+
+def _resnet(arch: str, input_shape: tuple[int, ...], num_outputs: int, weights_path: str | None,
+            freeze_bn: bool) -> nn.Module:
+    import torchvision
+
+    model = getattr(torchvision.models, arch)(weights=None)
+    if weights_path is not None:
+        state = torch.load(weights_path, map_location="cpu", weights_only=True)
+        model.load_state_dict(state)
+    if input_shape[0] != 3:
+        model.conv1 = nn.Conv2d(input_shape[0], 64, 7, stride=2, padding=3, bias=False)
+    model.fc = nn.Linear(model.fc.in_features, num_outputs)
+    if freeze_bn and weights_path is not None:
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.__class__ = FrozenBatchNorm2d  # picklable, unlike a patched train method
+                m.eval()
+    return model
+
+
+@MODELS.register("resnet18")
+def resnet18(input_shape: tuple[int, ...], num_outputs: int, weights_path: str | None = None,
+             freeze_bn: bool = True) -> nn.Module:
+    """torchvision ResNet-18; `weights_path` loads an ImageNet state dict from a local file (no hub download).
+
+    With pretrained weights the final fc is replaced by a fresh one for `num_outputs`, and BatchNorm layers
+    are frozen as DomainBed's ResNet freezes them (`freeze_bn`: eval mode, so the running statistics stay
+    ImageNet's; their affine weights still train), the backbone of the seeds' DomainBed experiments.
+    """
+    return _resnet("resnet18", input_shape, num_outputs, weights_path, freeze_bn)
+
+
+@MODELS.register("resnet50")
+def resnet50(input_shape: tuple[int, ...], num_outputs: int, weights_path: str | None = None,
+             freeze_bn: bool = True) -> nn.Module:
+    """torchvision ResNet-50, as resnet18 (seed 003's Office-Home backbone)."""
+    return _resnet("resnet50", input_shape, num_outputs, weights_path, freeze_bn)
+
+
+@MODELS.register("resnet101")
+def resnet101(input_shape: tuple[int, ...], num_outputs: int, weights_path: str | None = None,
+              freeze_bn: bool = True) -> nn.Module:
+    """torchvision ResNet-101, as resnet18 (seed 002's Office-31 backbone for every method)."""
+    return _resnet("resnet101", input_shape, num_outputs, weights_path, freeze_bn)
+
+
+class MultiHead(nn.Module):
+    """Seed 000's multi-task model (A.1, Fig. 5): a trunk, a shared 128-d layer with LeakyReLU(0.2), and one
+    linear head per task on it: the main head (`head`) and one per auxiliary task (`aux_heads.k`). The output
+    concatenates the heads' logits, the main head's first (fda_ray.multitask's layout), so every recipe,
+    evaluation and flat layout treats it as one tensor-valued model. GP excludes the `aux_heads.` layers."""
+
+    AUX_PREFIX = "aux_heads."
+
+    def __init__(self, trunk: nn.Module, features: int, main_outputs: int, aux_classes: tuple[int, ...],
+                 hidden: int = 128) -> None:
+        super().__init__()
+        self.trunk = trunk
+        self.embed = nn.Sequential(nn.Linear(features, hidden), nn.LeakyReLU(0.2))
+        self.head = nn.Linear(hidden, main_outputs)
+        self.aux_heads = nn.ModuleList(nn.Linear(hidden, c) for c in aux_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (n, ...) -> (n, main + sum C_k)
+        h = self.embed(self.trunk(x).flatten(1))  # (n, 128): h^{l-1}, shared by every head
+        return torch.cat([self.head(h), *(g(h) for g in self.aux_heads)], 1)
+
+
+class ConvTrunk(nn.Module):
+    """The simple CNN's convolutional part (conv5x5(6) - pool - conv5x5(16) - pool), flattened."""
+
+    def __init__(self, in_channels: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, 6, 5)
+        self.conv2 = nn.Conv2d(6, 16, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.max_pool2d(torch.relu(self.conv1(x)), 2)
+        return F.max_pool2d(torch.relu(self.conv2(x)), 2).flatten(1)
+
+
+@MODELS.register("multitask_cnn")
+def multitask_cnn(input_shape: tuple[int, ...], num_outputs: int, aux_classes: tuple[int, ...] = ()) -> nn.Module:
+    """Seed 000's multi-head model on a small CNN trunk (runs here): the simple CNN's convolutions, then the
+    128-d LeakyReLU(0.2) layer and the heads."""
+    c, h, _ = input_shape
+    side = ((h - 4) // 2 - 4) // 2
+    return MultiHead(ConvTrunk(c), 16 * side * side, num_outputs, tuple(aux_classes))
+
+
+@MODELS.register("resnet18_multitask")
+def resnet18_multitask(input_shape: tuple[int, ...], num_outputs: int, aux_classes: tuple[int, ...] = (),
+                       weights_path: str | None = None) -> nn.Module:
+    """Seed 000's model: ResNet-18 (ImageNet weights from a local file) whose fc becomes Linear(512, 128),
+    LeakyReLU(0.2) and one head per task. BatchNorm trains as in the authors' code (not frozen)."""
+    trunk = resnet18(input_shape, 1, weights_path=weights_path, freeze_bn=False)
+    trunk.fc = nn.Identity()
+    return MultiHead(trunk, 512, num_outputs, tuple(aux_classes))
+
+
+MULTI_HEAD_MODELS = ("multitask_cnn", "resnet18_multitask")
+
+
+class WeightNormLinear(nn.Module):
+    """A linear layer with weight normalisation, w_m = g_m v_m / |v_m| (SHOT's classifier: torch's weightNorm on
+    nn.Linear, the same weight_g (M, 1) / weight_v (M, q) parameters). FedWCA's Eq. 1 reads the class directions v_m."""
+
+    def __init__(self, in_features: int, out_features: int) -> None:
+        super().__init__()
+        lin = nn.Linear(in_features, out_features)
+        self.weight_v = nn.Parameter(lin.weight.detach().clone())  # (M, q)
+        self.weight_g = nn.Parameter(lin.weight.detach().norm(dim=1, keepdim=True))  # (M, 1): starts as a plain Linear
+        self.bias = nn.Parameter(lin.bias.detach().clone())
+
+    def weight(self) -> torch.Tensor:
+        return self.weight_g * self.weight_v / self.weight_v.norm(dim=1, keepdim=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight(), self.bias)
+
+
+class ShotNet(nn.Module):
+    """SHOT's network as seed 003 uses it (SEEDS-SPEC 3.1): f = backbone + bottleneck (Linear -> BatchNorm -> Dropout,
+    256 wide), g = a weight-normalised linear classifier. FedWCA trains and aggregates f; g stays the source's.
+    `features(x)` is f(x) (n, 256), the space of Eq. 1's cosines, Eq. 4's prototypes and FINCH's first layer."""
+
+    def __init__(self, backbone: nn.Module, feat_dim: int, num_classes: int, bottleneck: int = 256,
+                 dropout: float = 0.5) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.bottleneck = nn.Sequential(nn.Linear(feat_dim, bottleneck), nn.BatchNorm1d(bottleneck), nn.Dropout(dropout))
+        self.classifier = WeightNormLinear(bottleneck, num_classes)
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:  # (n, ...) -> (n, bottleneck)
+        return self.bottleneck(self.backbone(x).flatten(1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (n, ...) -> (n, classes)
+        return self.classifier(self.features(x))
+
+
+def _lenet_trunk(in_channels: int) -> nn.Module:
+    """SHOT's digit LeNetBase: conv5x5(20) - pool - ReLU - conv5x5(50) - Dropout2d(0.5) - pool - ReLU."""
+    return nn.Sequential(nn.Conv2d(in_channels, 20, 5), nn.MaxPool2d(2), nn.ReLU(),
+                         nn.Conv2d(20, 50, 5), nn.Dropout2d(0.5), nn.MaxPool2d(2), nn.ReLU())
+
+
+@MODELS.register("shot_lenet")
+def shot_lenet(input_shape: tuple[int, ...], num_outputs: int) -> nn.Module:
+    """Seed 003's Digit-Five model: SHOT's LeNet, randomly initialised, with the bottleneck and the weight-normalised
+    classifier (3 x 32 x 32 inputs give 50 * 5 * 5 features, 28 x 28 give 50 * 4 * 4)."""
+    trunk = _lenet_trunk(input_shape[0])
+    with torch.no_grad():
+        feat = trunk(torch.zeros(1, *input_shape)).numel()
+    return ShotNet(trunk, feat, num_outputs)
+
+
+def _shot_resnet(arch: str, input_shape: tuple[int, ...], num_outputs: int, weights_path: str | None) -> nn.Module:
+    trunk = _resnet(arch, input_shape, 1, weights_path, freeze_bn=False)  # SHOT trains the BatchNorms
+    feat = trunk.fc.in_features
+    trunk.fc = nn.Identity()
+    return ShotNet(trunk, feat, num_outputs)
+
+
+@MODELS.register("shot_resnet18")
+def shot_resnet18(input_shape: tuple[int, ...], num_outputs: int, weights_path: str | None = None) -> nn.Module:
+    """Seed 003's PACS model: ResNet-18 (ImageNet weights from a local file) + SHOT's bottleneck and classifier."""
+    return _shot_resnet("resnet18", input_shape, num_outputs, weights_path)
+
+
+@MODELS.register("shot_resnet50")
+def shot_resnet50(input_shape: tuple[int, ...], num_outputs: int, weights_path: str | None = None) -> nn.Module:
+    """Seed 003's Office-Home model: ResNet-50 (ImageNet weights from a local file) + SHOT's bottleneck and classifier."""
+    return _shot_resnet("resnet50", input_shape, num_outputs, weights_path)
+
+
+SHOT_MODELS = ("shot_lenet", "shot_resnet18", "shot_resnet50")
+
+
+@MODELS.register("mlp_sigmoid")
+def mlp_sigmoid(input_shape: tuple[int, ...], num_outputs: int, hidden: int = 64) -> nn.Module:
+    return SigmoidMLP(input_shape[0], num_outputs, hidden)
+
+
+def build_model(name: str, input_shape: tuple[int, ...], num_outputs: int, **options) -> nn.Module:
+    return MODELS.get(name)(input_shape, num_outputs, **options)
