@@ -227,7 +227,7 @@ def execute(case: Case, places: dict[str, str], tmp: Path) -> tuple[int, str, fl
         p = subprocess.run([sys.executable, "-m", case.module, *args], capture_output=True, text=True, env=env,
                            timeout=case.seconds + 60)
         return p.returncode, p.stderr, time.perf_counter() - t0
-    module = importlib.import_module(case.module if case.module != "fda_ray" else "fda_ray.cli")
+    module = importlib.import_module(case.module if case.module != "fda_ray" else "fda_ray.experiments.cli")
     main = getattr(module, "main", None) or importlib.import_module(case.module + ".__main__").main
     err, out = io.StringIO(), io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):

@@ -1,4 +1,4 @@
-"""DomainBed (issue 17, SEEDS-SPEC.md 4 and 7): the constructions, the loaders on generated trees, the
+"""DomainBed (issue 17; docs/methods.md and docs/datasets.md): the constructions, the loaders on generated trees, the
 leave-one-domain-out partition, the seeds' DomainBed settings, every method on them, and the grids."""
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from fda_ray.data.domainbed import COLORED_FLIP, colored_environments, rotated_e
 from fda_ray.data.images import ImageFiles
 from fda_ray.runtime.partitions import build_setting
 
-# What each DomainBed grid's paper profile must set (SEEDS-SPEC.md 4.1), checked on every planned trial.
+# What each DomainBed grid's paper profile must set (docs/methods.md, DomainBed protocol), checked on every planned trial.
 DOMAINBED_SETTINGS = {
     "domainbed-colored": dict(dataset="colored-fmnist", lr_source=1e-3, lr_target=2e-4, batch_source=64,
                               target_fraction=0.001, warmup_rounds=2, model="mnist_cnn", num_sources=2),
@@ -152,7 +152,7 @@ def vlcs_root(tmp_path_factory) -> Path:
 def test_vlcs_environments_are_the_sorted_folders(vlcs_root):
     s = load("vlcs", str(vlcs_root))
     assert s.env_names == ("C", "L", "S", "V") and s.num_classes == 3 and s.input_shape == (3, 224, 224)
-    x, y = s.environments[2]  # SUN09, not VOC2007 (SEEDS-SPEC 4.3 trap 1)
+    x, y = s.environments[2]  # SUN09, not VOC2007 (DomainBed's sorted folder order)
     assert isinstance(x, ImageFiles) and all("/SUN09/" in p for p in x.paths)
     assert y.tolist() == [0] * 5 + [1] * 5 + [2] * 5  # classes sorted: bird, car, person
     img = x[0]  # bird img0 of SUN09 (written second, class written second): colour (60, 70, 5), normalised
@@ -247,7 +247,7 @@ def test_leave_one_domain_out_split(colored):
     # another trial seed draws other splits of the same environments
     other = build_setting(split, cfg.replace(seed=1).resolved())
     assert not torch.equal(other.target_test[0], s.target_test[0])
-    # ColoredMNIST's size: 0.1 % of an in-split of 18 667 images is 18 labelled images (SEEDS-SPEC 4.1)
+    # ColoredMNIST's size: 0.1 % of an in-split of 18 667 images is 18 labelled images (docs/methods.md, DomainBed protocol)
     assert int(18667 * 0.001) == 18
     # training-domain validation (model selection): a share of the sources' out-splits, their in-splits untouched
     held = build_setting(split, cfg.replace(source_val_share=0.5).resolved())
@@ -393,7 +393,7 @@ def test_domainbed_grids_plan_the_papers_settings(name):
         cfg = t.config().resolved()
         personalised = t.row in PERSONALISED_ROW_KEYS
         expect = dict(DOMAINBED_SETTINGS[name])
-        if personalised or t.row == "target_only":  # no warm-up: SEEDS-SPEC 5; the authors' static script
+        if personalised or t.row == "target_only":  # no warm-up: docs/authors-code.md; the authors' static script
             expect["warmup_rounds"] = 0
         if t.row == "oracle":
             expect.update(warmup_rounds=0, lr_target=expect["lr_source"])
@@ -449,7 +449,7 @@ def test_last_five_rounds_metric():
 
 
 def test_zero_dim_state_tensors_change_no_number(tmp_path):
-    """The authors' DomainBed code averages 0-dim state tensors over the sources (REFERENCE.md); fda-ray's flat
+    """The authors' DomainBed code averages 0-dim state tensors over the sources (docs/authors-code.md); fda-ray's flat
     layout leaves them to the global model. Equal numbers, because in every registered model the only 0-dim
     tensors are BatchNorm's num_batches_tracked, which no forward pass reads while the momentum is set, and
     which frozen (pretrained) BatchNorm never changes: the sources' average is the global model's value."""

@@ -119,7 +119,7 @@ def test_target_keeps_its_last_partial_batch_and_sources_drop_theirs(tiny, monke
 
 
 def test_estimators_scale_both_sides_so_beta_ignores_the_learning_rate_ratio(tiny, monkeypatch):
-    """The auto-weighted beta_i must not depend on lr_T / lr_S when both sides are scaled by it (REFERENCE.md:
+    """The auto-weighted beta_i must not depend on lr_T / lr_S when both sides are scaled by it (docs/authors-code.md:
     scaling only the sources doubled FedDA's auto beta)."""
     from fda_ray.algorithms.fda import methods as fda
 
@@ -294,7 +294,7 @@ def test_target_only_logs_estimates_only_when_asked(tiny):
         tiny(log_estimates="yes")
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here: run on a GPU machine (GPU.md)")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here: run on a GPU machine (pytest -m gpu)")
 @pytest.mark.parametrize("method", ["fedgp", "fedgp_auto", "fedda", "ditto"])
 def test_run_on_cuda_follows_the_cpu_run(tiny, method):
     """--device cuda: the clients train and the server aggregates (the CUDA kernel) on the GPU, the clients'

@@ -11,7 +11,7 @@ from fda_ray.algorithms.fda.estimators import INDIFFERENT_BETA, auto_beta, estim
 
 
 def direct(G: torch.Tensor, S: torch.Tensor) -> dict:
-    """REFERENCE.md's formulas written out on the full matrices (no Gram tricks)."""
+    """The estimators' formulas (docs/methods.md) written out on the full matrices (no Gram tricks)."""
     G, S = G.double(), S.double()
     B, M = G.shape
     gbar = G.mean(0)

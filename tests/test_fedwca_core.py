@@ -1,6 +1,6 @@
 """Seed 003's pure pieces against hand-computed and brute-force cases: FINCH's first partition, SHOT's IM loss and
 prototype pseudo-labels, Alg. 2's label choice and mixup partners, the cluster score, SND, the server's A and B,
-the soft cluster models and Eq. 8's weights (which must sum to 1: SEEDS-SPEC 3.7 trap 1)."""
+the soft cluster models and Eq. 8's weights (which must sum to 1)."""
 from __future__ import annotations
 
 import math

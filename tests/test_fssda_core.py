@@ -1,5 +1,5 @@
 """Seed 002's pure pieces: Eq. 4 and the Frank-Wolfe min-norm solver against brute force, the soft labels'
-temperature, the fake labels under both losses (SEEDS-SPEC 2.5 traps 1-2)."""
+temperature, the fake labels under both losses (the paper's fake-label convention)."""
 from __future__ import annotations
 
 import itertools
@@ -65,7 +65,7 @@ def test_soft_labels_flatten_with_temperature():
 def test_fake_labels_move_the_target_under_mse_and_not_under_ce():
     """A batch without a labelled sample: under the default squared error the hard term has a gradient (the fake
     all-zero labels pull the probabilities down), so the min-norm lambda leaves a non-zero update; under
-    cross-entropy the hard term is 0, Eq. 4 gives lambda = 1 and the update vanishes (SEEDS-SPEC 2.5 trap 2)."""
+    cross-entropy the hard term is 0, Eq. 4 gives lambda = 1 and the update vanishes."""
     torch.manual_seed(0)
     model = torch.nn.Linear(5, 4)
     x = torch.randn(6, 5)

@@ -118,7 +118,7 @@ def _pooled_vectorised(cfg, faults):
 
 
 def test_pooled_vectorised_actors_redo_a_killed_cohort_exactly(local_ray, tiny):
-    """Each actor trains its two clients as one cohort (fda_ray.cohort); a killed actor's cohort is redone
+    """Each actor trains its two clients as one cohort (fda_ray.train.cohort); a killed actor's cohort is redone
     as the same cohort, so the run equals the undisturbed one exactly, and the serial vectorised run (other
     cohorts: all sources in one) within float tolerance (tests/test_cohort.py)."""
     cfg = tiny(method="fedgp", rounds=2, samples_per_client=96, vectorise="on")

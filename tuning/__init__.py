@@ -2,7 +2,7 @@
 
 A grid is plain data (tuning.grids.GRIDS): the dataset, the rows of the paper's table (a method with its
 settings), the values of the grid variable, the seeds per value, the fields every trial sets and the fields
-of each profile. fda_ray.trials plans it and `python -m fda_ray.sweep` runs it; adding a grid is a few lines
+of each profile. fda_ray.experiments.trials plans it and `python -m fda_ray.sweep` runs it; adding a grid is a few lines
 here.
 """
 from tuning.grids import GRIDS, Grid

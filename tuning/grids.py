@@ -2,7 +2,7 @@
 
 A grid is plain data: the dataset, the rows of the paper's table (a method, possibly with settings: FedGP_1 is
 `fedgp` with beta = 1), the values of the grid variable, the seeds per value, the RunConfig fields every
-trial sets (`fixed`), and the fields of each profile. `fda_ray.trials.plan` turns a grid into trials;
+trial sets (`fixed`), and the fields of each profile. `fda_ray.experiments.trials.plan` turns a grid into trials;
 `python -m fda_ray.sweep --grid <name>` runs them.
 
 share_source_only: the grid's variable changes nothing Source Only computes (target noise: the sources never
@@ -163,9 +163,9 @@ QUICK_NOISE = Profile({"num_sources": 2, "samples_per_client": 6000, "test_sampl
                       note="2 sources (paper: 9) of 6000 images, 50 rounds as in the paper, 2000 test images (paper: "
                            "10 000), noise 0, 0.4 and 0.8, no FedGP_1, one seed, sources trained vectorised.")
 
-# ---------------------------------------------------------------- DomainBed (seeds 001 / 004, SEEDS-SPEC.md 4)
+# ---------------------------------------------------------------- DomainBed (seeds 001 / 004, docs/methods.md)
 # Every registered method: the FDA rows of 004 Tables 1 and 3 (FedDA and FedGP at beta 0.5), then the personalised
-# baselines of 004 Table 1 (150 rounds, no warm-up: SEEDS-SPEC 5).
+# baselines of 004 Table 1 (150 rounds, no warm-up: docs/methods.md).
 PERSONALISED_ROUNDS = 150
 DOMAINBED_ROWS = _rows(
     ("source_only", "Source Only", "source_only", {}),
@@ -215,7 +215,7 @@ def _domainbed(name: str, dataset: str, envs: tuple[str, ...], paper: Mapping[st
                 value_labels={v: f"{e} (test_env {int(v)})" for v, e in zip(values, envs)})
 
 
-# ---------------------------------------------------------------- seed 000 (SEEDS-SPEC.md 1)
+# ---------------------------------------------------------------- seed 000 (docs/methods.md)
 # Table 2's rows: FedAvg is the sources' FedAvg (source_only; no warm-up: 000 has none), Oracle the target's whole
 # training table.
 TABLE2_000_ROWS = _rows(
@@ -237,7 +237,7 @@ def _column(table: Mapping[str, Mapping[str, float]], column: str, value: float 
 
 
 def _table2(dataset: str, column: str, target: str, rounds: int, warmup: int) -> Grid:
-    """000 Table 2's column `column` on the user's copy of `dataset` (fda_ray.medical_csv), its target domain
+    """000 Table 2's column `column` on the user's copy of `dataset` (fda_ray.data.medical_csv), its target domain
     held out (test_env 0), the paper's settings (rounds; no GP warm-up; the authors' scripts warm up `warmup`
     rounds: the `code` profile)."""
     return Grid(name=f"{column}-000", dataset=dataset, variable="test_env", values=(0.0,), rows=TABLE2_000_ROWS,
@@ -254,7 +254,7 @@ def _table2(dataset: str, column: str, target: str, rounds: int, warmup: int) ->
                 paper_ref=f"seed 000, Table 2 ({column})", value_labels={0.0: f"{target} held out (test_env 0)"})
 
 
-# ---------------------------------------------------------------- seed 002 (SEEDS-SPEC.md 2)
+# ---------------------------------------------------------------- seed 002 (docs/methods.md)
 # Table I's methods, iid and non-iid (Dirichlet 0.1 over the devices, the paper's NIID-Bench split), in the paper's
 # order, and our other methods on the same data (FedGP, FedDA_Auto: the 5 source shards as sources, the target the
 # 30 labelled samples; they never read the unlabelled ones).
@@ -287,7 +287,7 @@ def _transfers(pairs: tuple[tuple[tuple[int, ...], int], ...], names: tuple[str,
     return values, fields, labels
 
 
-# FMNIST-5 (fda_ray.fmnist_domains: 0 clean, 1 fmnist-m, 2 rotate-45, 3 invert, 4 edges): pairs chosen by how well a
+# FMNIST-5 (fda_ray.data.fmnist_domains: 0 clean, 1 fmnist-m, 2 rotate-45, 3 invert, 4 edges): pairs chosen by how well a
 # source model transfers (a simple CNN trained on 3 000 source images, tested on the target: fmnist-m -> invert
 # 73 %, like Office-31's W -> D; fmnist-m -> clean 44 %; edges -> clean 37 %), and the two sources together.
 FMNIST5_NAMES = ("clean", "fmnist-m", "rotate-45", "invert", "edges")
@@ -319,7 +319,7 @@ _TEMPERATURES = (1.0, 2.0, 4.0, 8.0)
 # fmnist-m -> clean model, 44 % when trained centrally, came out at 8 % federated), the Office-31 A -> W analogue
 _FM_TEACHER = 0.0
 
-# Seed 003 (FedWCA) on FMNIST-5 (SEEDS-SPEC 7.3 c): one domain the source, the four others 8 clients each (32, as
+# Seed 003 (FedWCA) on FMNIST-5 (docs/datasets.md): one domain the source, the four others 8 clients each (32, as
 # Digit-Five), 300 images a client (64/16/20 train/val/test), SHOT's LeNet; the source model trains on 2 400 source
 # images for 20 epochs (cached per seed and source). 8 rounds of E = 2 epochs (003: 100 rounds of E = 5) at SGD lr
 # 0.01 (003: 0.001), so that a table of 75 trials fits an afternoon on 2 cores.
@@ -401,12 +401,12 @@ GRIDS: dict[str, Grid] = {
     # 002 Figs. 3-4 (W -> D, a small gap, and a large one): fixed lambda against the adaptive one, on the table's
     # pairs.
     "fssda-lambda": _fmnist5_grid("fssda-lambda", FSSDA_LAMBDA_ROWS, ref="seed 002, Figs. 3-4 (curves only)"),
-    # T of Eq. 1 (the paper gives none; SEEDS-SPEC 8): FSSDA on fmnist-m -> invert.
+    # T of Eq. 1 (the paper gives none; docs/sweeps-and-searches.md): FSSDA on fmnist-m -> invert.
     "fssda-temperature": _fmnist5_grid(
         "fssda-temperature", tuple(r for r in FSSDA_TABLE_ROWS if r.method == "fssda"), values=_TEMPERATURES,
         fields={t: {"params": {"fssda": {"kd_temperature": t}}} for t in _TEMPERATURES},
         labels={t: f"T = {t:g}" for t in _TEMPERATURES}, variable="kd_temperature", fixed=_FM_FIELDS[_FM_TEACHER],
-        ref="seed 002 (no temperature given; SEEDS-SPEC 8's grid)"),
+        ref="seed 002 (no temperature given; the grid of docs/sweeps-and-searches.md)"),
     # 002 Fig. 2: the parallel paradigm against the serial one (20 source rounds first), the one-message variant
     # (soft labels from last round's W_s) and fda-ray's layout (one target client), on fmnist-m -> invert, iid.
     "fssda-paradigm": _fmnist5_grid(
@@ -481,7 +481,7 @@ GRIDS: dict[str, Grid] = {
         fixed={"partition": "source_classes", "source_classes": 3, "num_sources": 8, "target_labelled": 100},
         profiles={"paper": {}, "quick": QUICK}, paper=TABLE6_000_NONIID,
         paper_ref="seed 000, Table 6 (Non-IID MNIST; here Fashion-MNIST, noise 0.4: other images, compare gaps)"),
-    # 000 Table 2 on the CheXpert-like construction (SEEDS-SPEC 7.3 d): the Shirt domain held out.
+    # 000 Table 2 on the CheXpert-like construction (docs/datasets.md): the Shirt domain held out.
     "conditions": Grid(
         name="conditions", dataset="fmnist-conditions", variable="test_env", values=(0.0,),
         rows=TABLE2_000_ROWS, seeds={0.0: _000_SEEDS}, profiles={"paper": {}, "quick": CONDITIONS_QUICK},

@@ -86,7 +86,7 @@ TABLE2_FMNIST_ABLATION = {m: dict(zip(_ABLATION_NOISE, v)) for m, v in _ABLATION
 
 # ---------------------------------------------------------------- DomainBed (seeds 001 and 004)
 # Keyed by DomainBed's environment index (fda_ray test_env), never by the papers' column position: VLCS's
-# sorted folders make C, L, S, V = 0, 1, 2, 3 while the papers print C, L, V, S (SEEDS-SPEC.md 4.3, trap 1).
+# sorted folders make C, L, S, V = 0, 1, 2, 3 while the papers print C, L, V, S (docs/datasets.md).
 # Row keys as in tuning.grids' DomainBed rows; "source_only" is 001's "FedAvg" and 004's "Source Only",
 # "fedavg_all" 004's "FedAvg" (the target is a client).
 
@@ -150,7 +150,7 @@ TABLES7_9_CMNIST_BETA: dict[str, dict[float, float]] = {k: dict(zip(_BETA, v)) f
 }.items()}
 
 # Seed 000 (weakly-supervised FDA for healthcare), Table 2: target ACC and AUC (%), mean of 3 trials, by row and
-# dataset column (SEEDS-SPEC 1.6; the +- 95 % intervals are in the comments). FADA and KD3A are external baselines
+# dataset column (copied from the paper; the +- 95 % intervals are in the comments). FADA and KD3A are external baselines
 # the paper ran, not methods fda-ray implements.
 _T2_COLUMNS = ("chexpert", "mimic", "midrc")
 _T2_ACC = {

@@ -5,9 +5,9 @@ searched knob: a RunConfig field, or a family parameter as "family.name"), the s
 values of one variable, e.g. noise 0.2 and 0.6: every setting x method is its own study, searched and selected on
 its own), the fields every trial sets (`fixed`: the validation shares among them), the reference rows that run
 beside the selected configurations in the rerun (the auto-weighted methods), and the selection rules reported
-(fda_ray.selection). `python -m fda_ray.sweep --search <name>` runs one (fda_ray.search).
+(tuning.selection). `python -m fda_ray.sweep --search <name>` runs one (fda_ray.experiments.search).
 
-The spaces follow SEEDS-SPEC.md section 8 (the knobs and their sensible ranges): beta in [0, 1] (001/004), the
+The spaces follow docs/sweeps-and-searches.md (the knobs and their sensible ranges): beta in [0, 1] (001/004), the
 auxiliary-loss weight aux_alpha in [0, 2] (000 Eq. 3; 000 Fig. 6 tries 0.2 ... 1), FSSDA's distillation temperature
 T log-uniform in [1, 10] (002 Eq. 1; no value given), FedWCA's T_a and T_b over 003 C.2's set {0.001, ..., 0.1}, and
 the learning rates log-uniform over two decades around the defaults.
@@ -77,7 +77,7 @@ class Search:
     space: tuple[Dim, ...]
     variable: str  # the settings' variable (a RunConfig field, or a name when `value_fields` gives the fields)
     values: tuple[float, ...]
-    rules: tuple[str, ...]  # selection rules reported (fda_ray.selection.RULES); the first is what ASHA optimises
+    rules: tuple[str, ...]  # selection rules reported (tuning.selection.RULES); the first is what ASHA optimises
     profiles: dict[str, Profile]  # "quick", "paper": fields over the fixed ones
     fixed: Mapping[str, Any] = field(default_factory=dict)
     references: tuple[Row, ...] = ()  # run beside the selected configurations, on the rerun's seeds

@@ -3,7 +3,7 @@
 DomainBed (Gulrajani & Lopez-Paz 2021) made model selection part of the protocol; in federated domain adaptation
 the target's labels are few, and choosing a hyper-parameter by target test accuracy (as kNN-Per's published
 numbers and 004 Fig. 4 do) overstates every method. The rules, each a column of a trial's per-round rows
-(fda_ray.evaluation.Evaluator.validation):
+(fda_ray.train.evaluation.Evaluator.validation):
 
     target_val   val_accuracy: the evaluated model on a held-out share of the target's labelled samples
                  (RunConfig.val_share: never trained on; the target's noise drawn from its own stream)

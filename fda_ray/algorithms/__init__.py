@@ -5,7 +5,7 @@ seed 004's personalised-FL baselines, fedavg_all, ditto, fedrep, apfl, knn_per; 
 online FedAvg Finetune and GP, with and without auxiliary labels; fssda: seed 002's FSSDA, its serial variant
 and the SSDAOnly / FLOnly baselines; fedwca: seed 003's FedWCA and its variants, with the Source Only / Local /
 FedAvg baselines of source-free adaptation); each family
-registers its classes here and its local recipes in fda_ray.client.RECIPES. The contract is in `base`.
+registers its classes here and its local recipes in fda_ray.train.client.RECIPES. The contract is in `base`.
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ Every rule returns the aggregated update (M,)
     sum_i weights_i * (beta_i * s_i + (1 - beta_i) * target)
 
 where s_i = sources_i for FedDA (seed 001 Def. 3.2), and for FedGP, layer by layer (seed 001 Def. 3.1 and
-the authors' code, see REFERENCE.md):
+the authors' code, see docs/authors-code.md):
   projection="cosine" (default, the authors' code):  s_i = align_i * cos(target, sources_i) * sources_i
   projection="exact"  (the paper's definition):      s_i = align_i * <target, sources_i> / |sources_i|^2 * sources_i
 and with filter=True a layer whose cosine is not > 0 contributes 0 to s_i.

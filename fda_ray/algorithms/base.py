@@ -1,4 +1,4 @@
-"""The algorithm contract (DESIGN.md): what every method family implements, and what the round loop runs.
+"""The algorithm contract (docs/design.md): what every method family implements, and what the round loop runs.
 
 An algorithm owns both halves of its work, as in pfl-research (`simulate_one_user` /
 `process_aggregated_statistics`) and Flower (`configure_fit` / `aggregate_fit`):

@@ -7,8 +7,8 @@ Each setting runs in a fresh process per thread count (torch's thread pool is se
 clients are simple CNNs on 28x28 inputs (the default Fashion-MNIST setup's sources: batch 64, Adam, lr 0.01);
 the data are random, the arithmetic is the engine's:
 
-    loop      fda_ray.client's "epoch" recipe for each client in turn (run_task)
-    cohort    fda_ray.cohort.train_cohort: the K clients as one (K, M) computation
+    loop      fda_ray.train.client's "epoch" recipe for each client in turn (run_task)
+    cohort    fda_ray.train.cohort.train_cohort: the K clients as one (K, M) computation
     bound     one SimpleCNN trained at batch K x 64 with torch.optim.Adam (shared weights: not K clients,
               only the cost of the same samples through one model)
 """

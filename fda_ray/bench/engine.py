@@ -10,7 +10,7 @@ setting runs in a fresh process (thread settings and start-up costs do not leak 
     plain        the reference: FedGP as a plain sequential PyTorch loop, DataLoaders and a new Adam per client
                  and round, 2 threads (fda_ray.bench.plain: what a researcher would write)
     serial-1t / serial-2t   the serial executor with 1 / 2 torch threads, one client after the other
-    vectorised   the serial executor with 2 threads, the sources trained as one cohort (fda_ray.cohort)
+    vectorised   the serial executor with 2 threads, the sources trained as one cohort (fda_ray.train.cohort)
     ray          the Ray executor, one actor per client, Ray already running when the run is called
     ray-pool     the Ray executor as configured by default: actors pooled to the machine (one per CPU, each
                  hosting its share of the clients), Ray already running

@@ -6,7 +6,7 @@
 Implementations, on the same inputs (target (M,), sources (N, M) float32, the model's layer offsets):
     loop       a per-tensor Python loop like the authors' code: for every state-dict tensor and every source,
                one cosine_similarity and one accumulation
-    reference  the vectorized PyTorch reference (fda_ray.aggregation.fedgp with impl="reference")
+    reference  the vectorized PyTorch reference (fda_ray.algorithms.aggregation.fedgp with impl="reference")
     kernel     the fused kernel (two passes: per-layer statistics, then the combination)
 
 Bandwidth: the kernel moves (2N + 3) * M * 4 bytes (it reads the N + 1 deltas twice and writes the result);

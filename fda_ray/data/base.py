@@ -20,7 +20,7 @@ UNLABELLED = -1  # a sample's label in a view where it is not labelled (seed 002
 
 def add_noise(x: torch.Tensor, std: float, gen: torch.Generator | None) -> torch.Tensor:
     """x + N(0, std^2) drawn from `gen` (no clipping, no normalisation): the target domain's feature noise,
-    drawn afresh every time an image is read (fda_ray.shifts)."""
+    drawn afresh every time an image is read (fda_ray.runtime.partitions)."""
     if std == 0:
         return x
     return x + std * torch.randn(x.shape, generator=gen, device=x.device, dtype=x.dtype)
@@ -42,14 +42,14 @@ class Split:
     task: str = "classification"  # or "binary" (one logit; num_classes 2), "regression"
     # Extra domains (synthetic data: D_2..D_9, the sources with increasing shift), else empty.
     domains: tuple[tuple[torch.Tensor, torch.Tensor], ...] = ()
-    # DomainBed datasets (fda_ray.domainbed): one (x, y) per environment in DomainBed's index order, and the
+    # DomainBed datasets (fda_ray.data.domainbed): one (x, y) per environment in DomainBed's index order, and the
     # environments' names; x_train etc. are then empty (0, *input_shape) tensors that only carry the shape.
     environments: tuple[tuple[Any, torch.Tensor], ...] = ()
     env_names: tuple[str, ...] = ()
     # Environments that come with their own test split (seed 000's per-domain train/test tables), else empty:
-    # one (x, y) or None per environment (fda_ray.shifts, partition heldout_domain).
+    # one (x, y) or None per environment (fda_ray.runtime.partitions, partition heldout_domain).
     env_tests: tuple[tuple[Any, torch.Tensor] | None, ...] = ()
-    # Seed 000's auxiliary labels (fda_ray.multitask): ((name, classes), ...); y is then (n, 1 + K).
+    # Seed 000's auxiliary labels (fda_ray.core.multitask): ((name, classes), ...); y is then (n, 1 + K).
     aux_tasks: tuple[tuple[str, int], ...] = ()
 
     @property

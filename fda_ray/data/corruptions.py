@@ -1,8 +1,8 @@
-"""Domains built from Fashion-MNIST by image transforms (SEEDS-SPEC 7.3 c), pure functions.
+"""Domains built from Fashion-MNIST by image transforms (docs/datasets.md), pure functions.
 
 Seeds 002 (FSSDA: Office-31 pairs) and 003 (FedWCA: Digit-Five) need several visual domains; here they are
 Fashion-MNIST images put through one transform each, every domain on its own disjoint slice of the pool
-(SEEDS-SPEC 7.2). Images are (n, 1, 28, 28) in [0, 1]; a domain's images are a deterministic function of
+(docs/datasets.md). Images are (n, 1, 28, 28) in [0, 1]; a domain's images are a deterministic function of
 (construction seed, domain, index).
 
   clean          the image

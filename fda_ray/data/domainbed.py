@@ -1,20 +1,20 @@
 """DomainBed's datasets: environments (domains) from the layouts users have, and the ones built here.
 
 Seeds 001 and 004 run FedDA / FedGP on DomainBed (Gulrajani & Lopez-Paz 2021) with one held-out environment
-as the target (SEEDS-SPEC.md section 4.1). An environment dataset is a `Split` whose `environments` holds one
+as the target (docs/methods.md). An environment dataset is a `Split` whose `environments` holds one
 (x, y) per environment, in DomainBed's order (the position in the *sorted* folder list), and whose
-`env_names` holds DomainBed's letters for them; fda_ray.shifts makes the leave-one-domain-out partition.
+`env_names` holds DomainBed's letters for them; fda_ray.runtime.partitions makes the leave-one-domain-out partition.
 
-Constructions (DomainBed's recipes; `fashion-mnist` swaps Fashion-MNIST in for MNIST, SEEDS-SPEC 7.3 a-b):
+Constructions (DomainBed's recipes; `fashion-mnist` swaps Fashion-MNIST in for MNIST, docs/datasets.md):
   colored-{f}mnist   70 000 pooled images, shuffled (torch.randperm under the construction seed), env e =
                      pool[e::3]; y = 1[class < 5] flipped with probability 0.25; colour = y XOR Bernoulli(p_e),
                      p = 0.1, 0.2, 0.9 for +90%, +80%, -90%; 2 x 28 x 28, channel 1 - colour zeroed
   rotated-{f}mnist   env e = pool[e::6] rotated by 0, 15, ..., 75 degrees (bilinear, fill 0); 1 x 28 x 28
 The construction seed is DomainBed's `--seed` (0): with MNIST present, colored-mnist is DomainBed's own
-ColoredMNIST of seed 0, image for image. The trial seed draws the splits (fda_ray.shifts), as DomainBed's
+ColoredMNIST of seed 0, image for image. The trial seed draws the splits (fda_ray.runtime.partitions), as DomainBed's
 `--trial_seed` does.
 
-Image-folder datasets under a DomainBed data root (SEEDS-SPEC 7.4.2): VLCS, PACS, office_home,
+Image-folder datasets under a DomainBed data root (docs/datasets.md): VLCS, PACS, office_home,
 terra_incognita, domain_net, each `<root>/<Name>/<environment>/<class>/*.jpg`, and the generic `imagefolder`
 (`<data_dir>/<domain>/<class>/`). Images are read from their files when a batch is drawn (`ImageFiles`),
 with DomainBed's transforms: resize to 224 x 224 and ImageNet normalisation; a training read of a source
@@ -84,11 +84,11 @@ FOLDER_DATASETS: dict[str, FolderLayout] = {
     "terra-incognita": FolderLayout("terra_incognita", ("location_100", "location_38", "location_43", "location_46"),
                                     ("L100", "L38", "L43", "L46"),
                                     "DomainBed's download script builds it from the Caltech Camera Traps release"),
-    # Seed 002's Office-31 (not a DomainBed dataset; the same layout, SEEDS-SPEC 7.4.3): the original archive
+    # Seed 002's Office-31 (not a DomainBed dataset; the same layout, docs/datasets.md): the original archive
     # puts an images/ folder between each domain and its classes, which read_environments steps into.
     "office31": FolderLayout("office31", ("amazon", "dslr", "webcam"), ("A", "D", "W"),
                              "unpack the Office-31 archive (domain_adaptation_images) as <root>/office31/"),
-    # Seed 003's Digit-Five (SEEDS-SPEC 7.4.4): per-domain class folders 0..9 of 32 x 32 digits, normalised by 0.5
+    # Seed 003's Digit-Five (docs/datasets.md): per-domain class folders 0..9 of 32 x 32 digits, normalised by 0.5
     # (SHOT's digit transforms), no augmentation; the .mat bundles people share need converting to this layout.
     "digit-five": FolderLayout("digit_five", ("mnist", "mnistm", "svhn", "syn", "usps"), ("MN", "MN-M", "SV", "SY", "US"),
                                "write each domain's images as PNG files into <root>/digit_five/<domain>/<digit>/ (the "

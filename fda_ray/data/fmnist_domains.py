@@ -1,8 +1,8 @@
-"""FMNIST-5: five visual domains built from Fashion-MNIST (SEEDS-SPEC 7.3 c), the Digit-Five analogue.
+"""FMNIST-5: five visual domains built from Fashion-MNIST (docs/datasets.md), the Digit-Five analogue.
 
 Seeds 002 (FSSDA: Office-31 pairs) and 003 (FedWCA: Digit-Five) need several domains of one label space; the
 only real image data here is Fashion-MNIST, so each domain is a disjoint slice of its 70 000 images (train then
-test, as DomainBed pools them) put through one transform of fda_ray.corruptions:
+test, as DomainBed pools them) put through one transform of fda_ray.data.corruptions:
 
     env 0 clean, 1 fmnist-m (MNIST-M-like colour texture), 2 rotate-45, 3 invert, 4 edges (Sobel, sketch-like)
 

@@ -1,6 +1,6 @@
 """Seed 000's medical image tables: CSV files that name each image, its diagnosis, domain and auxiliary labels.
 
-The images are never shipped; a table points at them (SEEDS-SPEC 7.4.5). Two kinds of table:
+The images are never shipped; a table points at them (docs/datasets.md). Two kinds of table:
 
   medical-csv   one generic table, `<data_dir>/table.csv` (or --data-dir naming the file itself), with a header
                 `path,label,domain[,split][,aux_<name>...]`: label Yes/No, 1/0, 1.0/0.0, true/false or
@@ -18,7 +18,7 @@ The images are never shipped; a table points at them (SEEDS-SPEC 7.4.5). Two kin
 
 Relative image paths are relative to the table's folder (or image_root). Every image is checked to exist when
 the table is read (the authors' loaders skip missing images silently; here a missing one is an error naming
-it), and every training table must hold both classes. Images are read per batch (fda_ray.domainbed.ImageFiles)
+it), and every training table must hold both classes. Images are read per batch (fda_ray.data.images.ImageFiles)
 with 000's transforms.
 """
 from __future__ import annotations
@@ -81,7 +81,7 @@ def categorical(name: str, values: Mapping[str, int], other: int | None = None) 
 
 def bucketed(name: str, start: float, width: float, count: int) -> Aux:
     """A number bucketed as (value - start) // width, clamped into 0..count-1 (000's (age - 18) // 9 would give
-    -1 under 18 and 9 at 99: SEEDS-SPEC 1.8.7)."""
+    -1 under 18 and 9 at 99: docs/authors-code.md)."""
     def parse(text: str, where: str) -> int:
         t = text.strip()
         if t == "":

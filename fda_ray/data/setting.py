@@ -21,7 +21,7 @@ class Setting:
     num_outputs: int  # the main head's width (1 for a binary task)
     input_shape: tuple[int, ...]
     task: str
-    aux_tasks: AuxTasks = ()  # seed 000's auxiliary labels: y is (n, 1 + K) (fda_ray.multitask)
+    aux_tasks: AuxTasks = ()  # seed 000's auxiliary labels: y is (n, 1 + K) (fda_ray.core.multitask)
     # partition domain_shards (seed 002): per source client, one Pair per source domain; per device, its target
     # shard with label -1 on the unlabelled samples
     source_parts: tuple[tuple[Pair, ...], ...] = ()

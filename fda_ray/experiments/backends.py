@@ -148,7 +148,7 @@ def run_tune(pending: list[Trial], records: Path, out: Path, address: str | None
              max_failures: int, progress: Progress, scheduler: Any = None, metric: str | None = None,
              on_stopped: Any = None) -> tuple[list[dict], bool]:
     """Ray Tune, one launch per phase. Returns (failures, interrupted).
-    A search's study (fda_ray.search) passes a scheduler (ASHA) deciding on `metric`, which the trials report
+    A search's study (fda_ray.experiments.search) passes a scheduler (ASHA) deciding on `metric`, which the trials report
     each round (rows without it are not reported), and on_stopped(record), called for a trial the scheduler
     stopped before it finished."""
     from ray import tune

@@ -1,5 +1,5 @@
 """Command lines generated from RunConfig: one flag per field (`--lr-target` for lr_target), its help, type and
-choices from the field's metadata (fda_ray.config), so every field is settable wherever a RunConfig is built:
+choices from the field's metadata (fda_ray.runtime.config), so every field is settable wherever a RunConfig is built:
 
     python -m fda_ray --method fedgp --noise 0.4          one run (this module's `main`)
     python -m fda_ray.diagnose ...                        the same flags, plus its own

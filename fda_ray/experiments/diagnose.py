@@ -4,7 +4,7 @@
     python -m fda_ray.diagnose --dataset fashion-mnist --noise 0.8 --at path --rounds 10 --method fedgp --json
 
 Builds the run's setting exactly as `python -m fda_ray` would (same options, same seeds) and measures, at
-the parameters pi (fda_ray.diagnostics, seed 004 Secs. 3-4):
+the parameters pi (fda_ray.algorithms.fda.diagnostics, seed 004 Secs. 3-4):
   per source   d_i (source-target distance), tau^2_i (the share of d_i^2 FedGP's projection leaves), and
                the auto-weighted beta_i of FedDA and FedGP (004 eq (13))
   target       sigma (the target variance at the run's number of labelled samples)

@@ -153,7 +153,7 @@ def beta_figure(rows: list[dict[str, Any]], grid: Grid, row_key: str, values: Se
 
 def estimate_rows(rows: list[dict[str, Any]], seed: int = 0) -> dict[float, dict[str, list[tuple[int, float, float]]]]:
     """grid value -> row key -> [(round, sigma, d)] of the main rounds that logged the estimators; d is the
-    alpha-free root mean of d_i^2 over the sources. Values are per parameter (fda_ray.estimators)."""
+    alpha-free root mean of d_i^2 over the sources. Values are per parameter (fda_ray.algorithms.fda.estimators)."""
     out: dict[float, dict[str, list[tuple[int, float, float]]]] = {}
     for r in rows:
         d2 = r.get("d2_i")
@@ -258,7 +258,7 @@ def sweep_figures(rows: list[dict], summary: dict, grid: Grid, row_keys: Sequenc
         lines.append("![estimated sigma and d per round](estimates.png)")
     predicted = predicted_rules(rows)
     if predicted:
-        # The static rule with the smallest estimated Delta error (fda_ray.diagnostics), counted over rounds.
+        # The static rule with the smallest estimated Delta error (fda_ray.algorithms.fda.diagnostics), counted over rounds.
         lines += ["", "## The rule the theory predicts, from each run's own estimates", "",
                   "Main rounds in which each static rule had the smallest estimated Delta error "
                   "(seed 004 eqs (7), (9), (11); beta as configured).", "",

@@ -3,12 +3,12 @@
 A search (tuning.searches) is run as studies, one per setting (a value of its variable: a noise level, a held-out
 domain, a source) and searched method. Each study draws `num_samples` points of the search space (random search:
 a generator seeded by the study, so --resume and a larger --num-samples find the same points; or Bayesian through
-Optuna, `--search-alg optuna`) and runs each as a trial with its own record (fda_ray.trials), on Ray Tune with
+Optuna, `--search-alg optuna`) and runs each as a trial with its own record (fda_ray.experiments.trials), on Ray Tune with
 ASHA stopping trials early on the per-round value of the search's first selection rule (`--scheduler none`: every
 trial runs to the end). Every trial reports its validation metrics and its test accuracy each round
-(fda_ray.evaluation.Evaluator.validation).
+(fda_ray.train.evaluation.Evaluator.validation).
 
-Then, per study and selection rule (fda_ray.selection: target validation, training-domain validation, the
+Then, per study and selection rule (tuning.selection: target validation, training-domain validation, the
 clients' validation splits; the test-set oracle, labelled as such), the selected configuration is run again with
 fresh seeds (1 .. rerun_seeds; the search ran seed 0), beside the search's reference rows (e.g. the auto-weighted
 methods) on the same seeds: the reported number is that rerun's mean test accuracy, never the search's own best.

@@ -8,7 +8,7 @@
     python -m fda_ray.sweep --grid noise --dry-run                         print the trials, run nothing
 
 Every RunConfig field is also a flag (`--rounds 5`, `--lr-target 0.001`, ...): it overrides that field in
-every trial. Each trial is one run with its own record (fda_ray.trials). Output in --out (default
+every trial. Each trial is one run with its own record (fda_ray.experiments.trials). Output in --out (default
 sweeps/<grid>-<profile>):
 - trials/<key>/: each trial's record: state.pt after every round, rows.json once it is done. This, not
   Tune's experiment state, is what --resume reads: finished trials are kept, a trial cut off mid-run goes on
@@ -142,7 +142,7 @@ def parser() -> OneLineParser:
                       epilog="Any RunConfig field below overrides it in every trial of the sweep.")
     s = p.add_argument_group("sweep")
     s.add_argument("--grid", default=None, help=f"one of {', '.join(GRIDS)}")
-    s.add_argument("--search", default=None, help=f"a hyper-parameter search instead of a grid (fda_ray.search): "
+    s.add_argument("--search", default=None, help=f"a hyper-parameter search instead of a grid (fda_ray.experiments.search): "
                                                   f"one of {', '.join(SEARCHES)}")
     s.add_argument("--num-samples", type=int, default=None, help="search: trials per study (default: the search's "
                                                                  "for the profile)")
@@ -333,7 +333,7 @@ def _shutdown_ray() -> None:
 
 
 def search_main(a: Any, argv: list[str]) -> int:
-    """--search NAME: fda_ray.search's studies, selection and reruns."""
+    """--search NAME: fda_ray.experiments.search's studies, selection and reruns."""
     import dataclasses
 
     from fda_ray.experiments.search import run_search, studies

@@ -7,7 +7,7 @@ at initialisation also train best?
 Grid: source domain D_i (i = 1..9, shift from the target growing with i; D_1 is the target domain itself)
 x target subsample size n_j (decreasing, so the target variance grows with j): a one-source FDA problem per
 cell. For each cell and trial:
-  predicted  the rule with the smallest closed-form Delta error (fda_ray.diagnostics) at the initial
+  predicted  the rule with the smallest closed-form Delta error (fda_ray.algorithms.fda.diagnostics) at the initial
              parameters (pi = point mass at initialisation, as in the paper), from the true quantities: the
              whole target domain is known here;
   actual     the rule with the lowest target test MSE after training each rule, static beta 0.5
@@ -83,7 +83,7 @@ class GridConfig:
 
 def train(rule: str, model: torch.nn.Module, target: tuple[torch.Tensor, torch.Tensor],
           source: tuple[torch.Tensor, torch.Tensor], cfg: GridConfig) -> torch.nn.Module:
-    """`cfg.rounds` gradient steps of the aggregated gradient (rule as in fda_ray.diagnostics.aggregate)."""
+    """`cfg.rounds` gradient steps of the aggregated gradient (rule as in fda_ray.algorithms.fda.diagnostics.aggregate)."""
     w = torch.ones(1, dtype=torch.float64)
     layout = ParamLayout.from_model(model)  # parameters only (no buffers): the gradients' order
     theta = layout.flatten_model(model).double()

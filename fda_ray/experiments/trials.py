@@ -1,5 +1,5 @@
 """The trials of a grid, and one trial's run with its own record (no Ray, no Tune: the sweep's backends and
-fda_ray.tune's trainable call these).
+fda_ray.experiments.tune's trainable call these).
 
     plan(grid, profile, rows=..., values=..., seeds=..., overrides=...) -> [Trial]
     run_trial(trial, records)                                  -> the History; records/<key>/ holds its record

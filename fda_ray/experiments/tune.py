@@ -1,4 +1,4 @@
-"""Ray Tune integration (trainable, resources, schedulers, Optuna; sweep.run_tune drives the Tuner): one trial is one
+"""Ray Tune integration (trainable, resources, schedulers, Optuna; backends.run_tune drives the Tuner): one trial is one
 federated run.
 
     from ray import tune
@@ -39,8 +39,8 @@ DRIVER_RESOURCE = "fda_driver"
 
 
 def search_space(**params: Any) -> dict[str, Any]:
-    """A param_space of RunConfig fields; values may be Tune search objects (tune.grid_search, ...).
-    `run` may hold a dict of fields (or a grid_search over such dicts: irregular grids, as fda_ray.sweep uses)."""
+    """A param_space of RunConfig fields; values may be Tune search objects (tune.grid_search, ...). `run` may hold a
+    dict of fields (or a grid_search over such dicts: irregular grids, as fda_ray.experiments.sweep uses)."""
     bad = sorted(k for k in params if k not in RUN_FIELDS and k not in ("run", RECORD_KEY))
     if bad:
         raise ValueError(f"search space field {bad[0]!r} is invalid: RunConfig fields are {', '.join(RUN_FIELDS)}")
@@ -69,7 +69,7 @@ def _check_family_params(params: Any) -> None:
 
 
 def flat_params(params: dict[str, Any]) -> dict[str, Any]:
-    """A trial's parameters with a nested `run` dict (fda_ray.sweep's grid) merged in."""
+    """A trial's parameters with a nested `run` dict (fda_ray.experiments.sweep's grid) merged in."""
     return {**params.get("run", {}), **{k: v for k, v in params.items() if k != "run"}}
 
 
@@ -124,10 +124,10 @@ def metrics(row: dict[str, Any]) -> dict[str, Any]:
 def trainable(params: dict[str, Any]) -> None:
     """One run as a Tune function trainable, reporting a result per round.
 
-    A sweep's trial (fda_ray.sweep): params["run"] = {"trial": a fda_ray.trials.Trial as a dict, RECORD_KEY: the
-    sweep's trials/ directory}; the trial keeps its own record there (state.pt every round, rows.json when done)
-    and goes on from it when started again, in this Tune run or a later one (a resumed sweep).
-    Otherwise params are RunConfig fields (the programmatic Tuner path) and the trial checkpoints through Tune."""
+    A sweep's trial (fda_ray.experiments.sweep): params["run"] = {"trial": a fda_ray.experiments.trials.Trial as a dict,
+    RECORD_KEY: the sweep's trials/ directory}; the trial keeps its own record there (state.pt every round, rows.json
+    when done) and goes on from it when started again, in this Tune run or a later one (a resumed sweep). Otherwise
+    params are RunConfig fields (the programmatic Tuner path) and the trial checkpoints through Tune."""
     from fda_ray.runtime.engine import build_executor, build_experiment, run_rounds
     from fda_ray.experiments.trials import Trial, run_trial
 

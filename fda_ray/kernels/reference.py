@@ -5,9 +5,9 @@
         out[k] = sum_i scale[i, layer(k)] * sources[i, k] + target_coef * target[k]
     gram(target_steps (B, M), sources (N, M)) -> K_GG (B, B), K_GS (B, N), s_sq (N,)                   float64
 
-Vectorized (index_add over the layer of every position, one matrix product), accumulated in float64. These
-take validated inputs (fda_ray.kernels.checks); fda_ray.aggregation and fda_ray.estimators build the FDA
-rules on them.
+Vectorized (index_add over the layer of every position, one matrix product), accumulated in float64. These take
+validated inputs (fda_ray.kernels.checks); fda_ray.algorithms.aggregation and fda_ray.algorithms.fda.estimators build
+the FDA rules on them.
 """
 from __future__ import annotations
 

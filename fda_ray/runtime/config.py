@@ -1,6 +1,6 @@
 """Run configuration: one frozen, validated dataclass, and the seeds' settings per dataset and method.
 
-Fields left as None take the authors' settings for the dataset and method (PAPER_DEFAULTS, REFERENCE.md)
+Fields left as None take the authors' settings for the dataset and method (PAPER_DEFAULTS, docs/authors-code.md)
 when the config is resolved; `RunConfig.resolved()` returns the fully specified config that a run uses and
 records. Invalid values raise ValueError naming the field, the value and what is allowed.
 """
@@ -18,12 +18,12 @@ PROJECTIONS = ("cosine", "exact")
 EXECUTORS = ("serial", "ray")
 VECTORISE = ("auto", "on", "off")
 AUTO_BETA_RULES = ("fedda", "fedgp", "fedgp_thresh")
-# How the oracle and finetune_offline baselines run (REFERENCE.md, "Oracle and Finetune_Offline").
+# How the oracle and finetune_offline baselines run (docs/authors-code.md, "Oracle and Finetune_Offline").
 BASELINE_PROTOCOLS = ("authors", "loop")
 ORACLE_TEST_SHARE = 0.1  # the authors' oracle tests on this share of the target's data, trains on the rest
 WARMUP_ROUNDS = 2
 
-# The authors' settings (REFERENCE.md, seed 004 C.6): Adam, 1 local epoch, 2 warm-up rounds, 50 rounds.
+# The authors' settings (docs/authors-code.md; 004 App. C.6): Adam, 1 local epoch, 2 warm-up rounds, 50 rounds.
 PAPER_DEFAULTS: dict[str, dict[str, Any]] = {
     "fashion-mnist": dict(model="simple_cnn", partition="homo", lr_source=0.01, lr_target=0.005,
                           batch_source=64, batch_target=16, auto_batch_target=4, auto_lr_factor=0.1,
@@ -45,7 +45,7 @@ PAPER_DEFAULTS: dict[str, dict[str, Any]] = {
 def _domainbed(model: str, lr: float, batch: int, fraction: float, *, warmup: int = 2,
                auto_batch: int = 4, auto_lr: float | tuple[float, ...] = 0.25, weights: str | None = None
                ) -> dict[str, Any]:
-    """The DomainBed settings of seeds 001/004 (SEEDS-SPEC.md 4.1): Adam at lr (sources) and lr / 5 (target),
+    """The DomainBed settings of seeds 001/004 (docs/methods.md): Adam at lr (sources) and lr / 5 (target),
     DomainBed's source batch, target batch 16, the labelled share `fraction` of the target's 80 % in-split,
     `warmup` FedAvg rounds, the auto-weighted runs' lr factor (one per held-out environment where the paper
     gives one each) and target batch (004 C.3), the plain FedGP estimator rule; the authors' DomainBed loaders
@@ -74,27 +74,27 @@ PAPER_DEFAULTS["pacs"] = _domainbed("resnet18", 5e-5, 32, 0.15, weights="imagene
 PAPER_DEFAULTS["office-home"] = _domainbed("resnet18", 5e-5, 32, 0.15, weights="imagenet")
 PAPER_DEFAULTS["domain-net"] = _domainbed("resnet18", 5e-5, 32, 0.15, weights="imagenet")
 PAPER_DEFAULTS["imagefolder"] = _domainbed("resnet18", 5e-5, 32, 0.05, weights="imagenet")
-# Seed 000 (SEEDS-SPEC 1.4): Adam at the paper's 1e-3 (sources) / 2e-4 (target), batch 32 (the code's), one local
-# epoch, 50 rounds (CheXpert), no warm-up; the target holds out one domain with 1 000 labelled samples (CheXpert).
-# The loaders shuffle and keep their last partial batch (torch's DataLoader defaults in the authors' code). The
-# oracle trains on the target's whole training table like a source (lr_S, batch_S).
+# Seed 000 (000 App. A.3; docs/methods.md): Adam at the paper's 1e-3 (sources) / 2e-4 (target), batch 32 (the code's),
+# one local epoch, 50 rounds (CheXpert), no warm-up; the target holds out one domain with 1 000 labelled samples
+# (CheXpert). The loaders shuffle and keep their last partial batch (torch's DataLoader defaults in the authors' code).
+# The oracle trains on the target's whole training table like a source (lr_S, batch_S).
 PAPER_DEFAULTS["fmnist-conditions"] = dict(
     model="multitask_cnn", partition="heldout_domain", lr_source=1e-3, lr_target=2e-4, batch_source=32,
     batch_target=32, auto_batch_target=4, auto_lr_factor=0.25, target_labelled=1000, target_fraction=None,
     auto_beta_rule="fedgp", num_sources=4, oracle_lr_target=1e-3, warmup_rounds=0, shuffle=True,
     drop_last=False, data_augmentation=False, model_weights=None)
-# The medical tables (fda_ray.medical_csv): the same settings on ResNet-18 from torchvision's ImageNet file, 000's
+# The medical tables (fda_ray.data.medical_csv): the same settings on ResNet-18 from torchvision's ImageNet file, 000's
 # training augmentation on the sources, the labelled target samples of 000 A.3 (CheXpert 1 000, MIMIC 100, MIDRC
 # 2 000; a generic table 1 000); the sources are the other domains.
 for _name, _labelled in (("chexpert", 1000), ("mimic-cxr", 100), ("midrc", 2000), ("medical-csv", 1000)):
     PAPER_DEFAULTS[_name] = {**PAPER_DEFAULTS["fmnist-conditions"], "model": "resnet18_multitask",
                              "model_weights": "imagenet", "data_augmentation": True, "target_labelled": _labelled,
                              "num_sources": None}
-# Seed 002 (FSSDA, SEEDS-SPEC 2.3): source and target domains split over K = 5 devices (partition domain_shards,
-# iid unless dirichlet_concentration is set), 3 labelled target images per class, batch 32, one local epoch,
-# lr 1e-3 (the paper's SGD lr; fda-ray's clients use Adam unless --fssda-optimizer sgd), no warm-up; the loaders
+# Seed 002 (FSSDA, 002 Sec. IV-A; docs/methods.md): source and target domains split over K = 5 devices (partition
+# domain_shards, iid unless dirichlet_concentration is set), 3 labelled target images per class, batch 32, one local
+# epoch, lr 1e-3 (the paper's SGD lr; fda-ray's clients use Adam unless --fssda-optimizer sgd), no warm-up; the loaders
 # shuffle and keep their last partial batch (a Dirichlet shard may hold 10 samples). Office-31: ResNet-101 from
-# torchvision's ImageNet file, as the paper; FMNIST-5: the simple CNN (SEEDS-SPEC 7.3 c).
+# torchvision's ImageNet file, as the paper; FMNIST-5: the simple CNN (docs/datasets.md).
 PAPER_DEFAULTS["office31"] = dict(
     model="resnet101", partition="domain_shards", lr_source=1e-3, lr_target=1e-3, batch_source=32, batch_target=32,
     auto_batch_target=8, auto_lr_factor=1.0, target_labelled=None, target_fraction=None, auto_beta_rule="fedgp",
@@ -102,7 +102,7 @@ PAPER_DEFAULTS["office31"] = dict(
     model_weights="imagenet")
 PAPER_DEFAULTS["fmnist-5"] = {**PAPER_DEFAULTS["office31"], "model": "simple_cnn", "model_weights": None,
                               "auto_batch_target": 4}
-# Seed 003 (FedWCA, SEEDS-SPEC 3.4-3.5): Digit-Five's domains as clients of one source-free setting (partition
+# Seed 003 (FedWCA, 003 App. C.1-C.2): Digit-Five's domains as clients of one source-free setting (partition
 # domain_clients: 8 clients a target domain), SHOT's LeNet at 32 x 32, SGD lr 1e-3, batch 64 (the family's resolve
 # fills the rest; these make the dataset usable by the other families too).
 PAPER_DEFAULTS["digit-five"] = {**PAPER_DEFAULTS["fmnist-5"], "model": "shot_lenet", "partition": "domain_clients",
@@ -112,7 +112,7 @@ PAPER_DEFAULTS["digit-five"] = {**PAPER_DEFAULTS["fmnist-5"], "model": "shot_len
 for _d in ("fashion-mnist", "cifar10", "synthetic"):
     PAPER_DEFAULTS[_d].update(warmup_rounds=WARMUP_ROUNDS, shuffle=True, drop_last=True, data_augmentation=False,
                               model_weights=None)
-# Seed 003 (FedWCA, SEEDS-SPEC 3.5): iid clients per target domain (Digit-Five 8, PACS and Office-Home 3).
+# Seed 003 (FedWCA, 003 App. C.1): iid clients per target domain (Digit-Five 8, PACS and Office-Home 3).
 CLIENTS_PER_DOMAIN: dict[str, int] = {"fmnist-5": 8, "digit-five": 8, "pacs": 3, "office-home": 3}
 # The labelled target share of the partitions whose target test set is the rest of the target's part.
 PARTITION_LABELLED_FRACTION: dict[str, float] = {"label_shift": 0.15, "classes4": 0.10}
@@ -129,9 +129,9 @@ def _err(field: str, value: Any, allowed: str) -> ValueError:
 
 def _f(default: Any, help: str, choices: tuple[str, ...] | None = None, group: str = "run",
        numbers: bool = True) -> Any:
-    """A RunConfig field with its documentation: the CLIs (fda_ray.cli) are generated from these.
+    """A RunConfig field with its documentation: the CLIs (fda_ray.experiments.cli) are generated from these.
     numbers=False: the field says where or how a run executes, never what it computes (a trial's identity,
-    fda_ray.trials.trial_key, leaves it out)."""
+    fda_ray.experiments.trials.trial_key, leaves it out)."""
     meta: dict[str, Any] = {"help": help, "group": group, "numbers": numbers}
     if choices is not None:
         meta["choices"] = choices
@@ -193,12 +193,12 @@ class RunConfig:
     filter: bool = _f(True, "fedgp: drop a source's layer where its cosine with the target is <= 0")
     partition: str | None = _f(None, "who holds which samples; default per dataset (fashion-mnist: homo)",
                                PARTITIONS)
-    model: str | None = _f(None, "model (fda_ray.models); default per dataset")
+    model: str | None = _f(None, "model (fda_ray.train.models); default per dataset")
     model_weights: str | None = _f(None, "resnet18: a local ImageNet state-dict file, or 'imagenet' for "
                                          "torchvision's cache file $TORCH_HOME/hub/checkpoints/resnet18-f37072fd.pth "
                                          "(nothing is downloaded); default 'imagenet' on DomainBed's image datasets")
     faithful_domainbed_auto: bool | None = _f(None, "fedda_auto / fedgp_auto on DomainBed datasets as the authors' "
-                                                    "auto script runs them (SEEDS-SPEC 4.3 trap 7): the target's "
+                                                    "auto script runs them (docs/authors-code.md): the target's "
                                                     "labelled set drawn first from the environment, its test set 20 % "
                                                     "of the rest, and the target term weighted by 1 - beta of the "
                                                     "last source; default on there (the published auto rows came "
@@ -248,10 +248,10 @@ class RunConfig:
     # numbers. It is part of the config so that a config gives the same numbers on every executor.
     threads: int = _f(1, "torch threads each client trains with (serial: this process; ray: each actor) "
                          "and the driver aggregates and evaluates with; part of the numbers")
-    # Vectorised cohorts (fda_ray.cohort) sum in other orders than the per-client loop: numbers within float
+    # Vectorised cohorts (fda_ray.train.cohort) sum in other orders than the per-client loop: numbers within float
     # tolerance of it, so this is part of the numbers too. "off" leaves a trial's identity as it was before.
     vectorise: str = _f("auto", "train clients that run the same local recipe as one batched computation "
-                                "(fda_ray.cohort): on, off, or auto (off: the loop measured faster on an H100 and "
+                                "(fda_ray.train.cohort): on, off, or auto (off: the loop measured faster on an H100 and "
                                 "no slower on CPUs at 1 thread); within float tolerance of off",
                         VECTORISE, group="execution")
     aggregation_impl: str = _f("kernel", "kernel (C++/CUDA, fda_ray.kernels) or reference (the PyTorch "

@@ -3,8 +3,8 @@
     run_ray(cfg)               in this process (connects to a cluster or starts a local Ray)
     DriverActor.remote(cfg)    the same driver as a Ray actor, so one program can run many runs at once
 
-The round loop is `fda_ray.loop.run_rounds`, the serial run's own loop, with the Ray executor that
-`fda_ray.executors.build_executor` builds. The driver loads the dataset and ships each client's shard to its
+The round loop is `fda_ray.runtime.loop.run_rounds`, the serial run's own loop, with the Ray executor that
+`fda_ray.runtime.executors.build_executor` builds. The driver loads the dataset and ships each client's shard to its
 actor through the object store, so the nodes that host clients need no copy of the dataset.
 """
 from __future__ import annotations

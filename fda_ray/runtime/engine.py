@@ -1,6 +1,6 @@
 """The public entry point: one federated run of a config, with the executor it names.
 
-    fda_ray.run(cfg) -> History           serial: this process; ray: client actors (fda_ray.driver)
+    fda_ray.run(cfg) -> History           serial: this process; ray: client actors (fda_ray.runtime.driver)
     finetune_from(cfg, weights) -> History    only finetune_offline's fine-tuning, from given FedAvg weights
 
 The layers below read top to bottom: experiment (config -> data, algorithm, clients), executors (where the

@@ -8,8 +8,8 @@
     shutdown()
 
 `SerialExecutor` keeps the clients as plain objects in this process (the reference); the Ray executor
-(fda_ray.ray_executor) keeps them on actors. Both run the tasks hosted in one place with
-fda_ray.cohort.run_tasks: with cfg.vectorise "on", clients running the same recipe train as one cohort.
+(fda_ray.runtime.ray_executor) keeps them on actors. Both run the tasks hosted in one place with
+fda_ray.train.cohort.run_tasks: with cfg.vectorise "on", clients running the same recipe train as one cohort.
 `build_executor` builds either from a config, in one place for `fda_ray.run`, the driver actor, the sweep's
 trials and the Tune trainable; `clients_per_actor` sizes the Ray actors to the machine:
 
@@ -82,8 +82,9 @@ def say_once(line: str) -> None:
 
 def build_executor(cfg: RunConfig, clients: Sequence[Client] | None = None, *, num_clients: int | None = None,
                    faults: dict[tuple[int, int], list[str]] | None = None, kind: str | None = None) -> Executor:
-    """The executor `kind` names (default `cfg.executor`; `cfg` resolved). Ray: Ray must be running (fda_ray.driver.ensure_ray); give the
-    clients, or `num_clients` to start the actors now and `load` the clients later.
+    """The executor `kind` names (default `cfg.executor`; `cfg` resolved). Ray: Ray must be running
+    (fda_ray.runtime.driver.ensure_ray); give the clients, or `num_clients` to start the actors now and `load` the
+    clients later.
 
     The actors: cfg.clients_per_actor clients each, or pooled to the machine (module docstring). Their CPUs:
     cfg.cpus_per_client times the clients an actor hosts if set; else, inside a placement group (a Tune

@@ -1,4 +1,4 @@
-"""The round loop, the same for every algorithm and executor (DESIGN.md, "The flow of one trial"):
+"""The round loop, the same for every algorithm and executor (docs/design.md, "The flow of one trial"):
 
     plan = algorithm.plan_round(r, state)          None ends the run
     results = executor.collect(executor.submit(state, plan.tasks))

@@ -1,4 +1,4 @@
-"""Partitions and shifts: who holds which samples, and the target's feature noise (REFERENCE.md).
+"""Partitions and shifts: who holds which samples, and the target's feature noise (docs/authors-code.md).
 
 Pure functions of (Split, RunConfig): every random choice comes from a generator seeded by the trial seed
 and a purpose, so a setting is the same in every process and executor.
@@ -14,7 +14,7 @@ and a purpose, so a setting is the same in every process and executor.
                plus source_classes - 1 random others, each class split evenly among its holders (a class
                no source drew is left out, as in NIID-Bench).
   domains      each source is one extra domain of the dataset (synthetic D_2..D_9); the target subsamples D_1.
-  domainbed    leave one domain out (SEEDS-SPEC.md 4.1; DomainBed's train.py): every environment e is split by
+  domainbed    leave one domain out (docs/methods.md; DomainBed's train.py): every environment e is split by
                misc.split_dataset into out_e (the first int(0.2 |env_e|) of a RandomState(seed_hash(seed, e))
                shuffle) and in_e (the rest); the target is environment cfg.test_env: its labelled set the first
                int(target_fraction |in_t|) of in_t reshuffled with the same seed, its test set out_t, its pool
@@ -23,11 +23,11 @@ and a purpose, so a setting is the same in every process and executor.
                cfg.faithful_domainbed_auto (the authors' auto script) the labelled set is the first
                int(target_fraction |in_t|) of the environment's own permutation and the test set 20 % of the
                rest, reshuffled.
-  heldout_domain  seed 000 (SEEDS-SPEC 1.5): domains with their own train/test tables (the medical CSVs,
+  heldout_domain  seed 000 (000 Sec. 5.1): domains with their own train/test tables (the medical CSVs,
                fmnist-conditions); the target is domain cfg.test_env, its labelled set target_labelled samples of a
                seeded permutation of its training table, its test set its test table; every other domain is one
                source holding its training table.
-  domain_shards  seed 002 (SEEDS-SPEC 2.3): every source environment (cfg.source_envs) and the target environment
+  domain_shards  seed 002 (002 Sec. IV-A): every source environment (cfg.source_envs) and the target environment
                cfg.test_env is split over K = num_sources devices, as equal random shards (iid) or by NIID-Bench's
                Dirichlet label skew (cfg.dirichlet_concentration), each shard capped at samples_per_client; device
                k's source client holds shard k of every source domain (`source_parts[k]`, one Pair per domain;
@@ -36,20 +36,20 @@ and a purpose, so a setting is the same in every process and executor.
                shard with label -1 on its unlabelled samples); the target's pool is every held target sample,
                the labelled first (its true labels: the oracle's data); the test set is the unlabelled ones
                (transductive, as SSDA on Office-31 is reported).
-  domain_clients  seed 003 (SEEDS-SPEC 3.1, 3.5; FedWCA): the source domain cfg.source_envs[0] is the server's
+  domain_clients  seed 003 (003 Sec. 3, App. C.1; FedWCA): the source domain cfg.source_envs[0] is the server's
                labelled data (`sources[0]`, capped at samples_per_client x clients_per_domain, the size of a target
                domain's clients together; source-free: only the pre-training reads it); every other environment is a target domain split into cfg.clients_per_domain equal random (iid)
                shards, each capped at samples_per_client and split 64 / 16 / 20 into train / validation / test
                (003 C.1). `client_parts[k]` = (train with every label -1: the clients have no labels; validation;
                test) and `client_domains[k]` its environment; the target's sets are their concatenations.
-Validation (model selection, fda_ray.selection): cfg.val_share holds out that share of the target's labelled
+Validation (model selection, tuning.selection): cfg.val_share holds out that share of the target's labelled
 training samples (a permutation seeded by (seed, "validation/target"); domain_shards: of the labelled samples on
 every device, whose labels are then hidden there, so they stay unlabelled training data as the rest), and
 cfg.source_val_share that share of every source's samples (seeded per source; partition domainbed: of every
 source environment's out-split, DomainBed's training-domain validation data, so the sources still train on their
 whole in-split); the target's test set and pool are unchanged.
 Noise: x + N(0, std^2), no clipping, drawn afresh every time an image is read, on target train and test only.
-The oracle under the authors' protocol (cfg.baseline_protocol = "authors", REFERENCE.md) takes the target's whole
+The oracle under the authors' protocol (cfg.baseline_protocol = "authors", docs/authors-code.md) takes the target's whole
 part instead: a seeded permutation, its first 10 % the oracle's test set, the other 90 % its training set.
 """
 from __future__ import annotations
@@ -243,7 +243,7 @@ def domainbed_split(split: Split, cfg: RunConfig) -> tuple[tuple[Pair, ...], Pai
 
 def heldout_domain_split(split: Split, cfg: RunConfig) -> tuple[tuple[Pair, ...], Pair, Pair, Pair]:
     """(sources, target's labelled set, target's training pool, target's test set) of seed 000's protocol
-    (SEEDS-SPEC 1.5): domain cfg.test_env is the target, every other domain (in index order) one source holding
+    (000 Sec. 5.1): domain cfg.test_env is the target, every other domain (in index order) one source holding
     its training table; the target's labelled set is the first target_labelled (or target_fraction of its pool)
     samples of a seeded permutation of its training table, its test set its test table, or, for a domain
     without one, the rest of its training table (the authors' MIMIC script: the unlabelled remainder)."""

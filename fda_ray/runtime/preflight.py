@@ -209,8 +209,8 @@ def actor_gpus(gpus_per_client: float, clients_per_actor: int) -> float:
 
 
 def client_bundles(cfg: RunConfig) -> list[dict[str, float]]:
-    """The client actors' resource requests of a resolved config with executor "ray" (fda_ray.ray_executor)."""
-    k = cfg.clients_per_actor or 1  # None: pooled to the cluster (fda_ray.executors), placeable when one client is
+    """The client actors' resource requests of a resolved config with executor "ray" (fda_ray.runtime.ray_executor)."""
+    k = cfg.clients_per_actor or 1  # None: pooled to the cluster (fda_ray.runtime.executors), placeable when one client is
     cpus = (cfg.cpus_per_client or 0.01) * k  # None: a share of the cluster, always placeable
     return [{"CPU": cpus, "GPU": actor_gpus(cfg.gpus_per_client, k)}]
 

@@ -2,10 +2,10 @@
 
 A client actor receives its `Client`s (data views, model, layout) once, moves them to its own device and keeps
 them there for the whole run, with their models, optimizers and states built once. An actor hosts k =
-`clients_per_actor` clients (client i lives on actor i mod n_actors, for the whole run; fda_ray.executors
+`clients_per_actor` clients (client i lives on actor i mod n_actors, for the whole run; fda_ray.runtime.executors
 sizes k to the machine): on a machine with fewer cores than clients this saves the start-up of a process per
 client (each imports torch, ~3 CPU-s) and the contention of many 1-thread processes on few cores. Each round
-an actor gets one call with all of its clients' tasks and runs them with fda_ray.cohort.run_tasks (one after
+an actor gets one call with all of its clients' tasks and runs them with fda_ray.train.cohort.run_tasks (one after
 the other, or, with vectorise, as one batched cohort). The driver puts every server-state entry the tasks
 name in the object store once (`submit`), every actor reads them from there, and the driver gathers the
 results as the calls finish (`collect`, `ray.wait`).
@@ -158,7 +158,7 @@ class RayExecutor:
         """Start the actors; with `clients` also load them, else give `num_clients` and call `load` later
         (the actors' processes then start while the caller builds the clients)."""
         if not ray.is_initialized():
-            raise RuntimeError("RayExecutor needs a running Ray: call fda_ray.driver.ensure_ray() first")
+            raise RuntimeError("RayExecutor needs a running Ray: call fda_ray.runtime.driver.ensure_ray() first")
         if not isinstance(clients_per_actor, int) or clients_per_actor < 1:
             raise ValueError(f"clients_per_actor={clients_per_actor!r} is invalid: an integer >= 1")
         self.num_clients = len(clients) if clients is not None else int(num_clients or 0)

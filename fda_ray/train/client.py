@@ -4,7 +4,7 @@ A `Client` holds its data views as tensors on its device, a model and an optimiz
 use), and `state`: what it keeps across rounds (counters; a family's personal tensors). A `ClientTask` names a registered
 recipe (RECIPES); `run_task` runs it on the client and returns a `ClientResult`.
 
-The "epoch" recipe is the authors' local training (REFERENCE.md): start from the round's global weights, a
+The "epoch" recipe is the authors' local training (docs/authors-code.md): start from the round's global weights, a
 fresh Adam (built once, its state cleared: the same arithmetic as a new one) unless the task carries the
 client's optimizer over, one epoch over shuffled batches, cross-entropy (MSE for regression). The sources'
 loaders drop their last partial batch, the target's keeps it (100 labelled samples at batch 16 are 7 steps,
@@ -39,7 +39,7 @@ def epoch_steps(n: int, batch: int, drop_last: bool) -> int:
 
 
 def loss_fn(task: str, out: torch.Tensor, y: torch.Tensor, aux: AuxTasks = (), alpha: float = 0.0) -> torch.Tensor:
-    """A batch's training loss (fda_ray.multitask): cross-entropy, BCE-with-logits or MSE on the main head,
+    """A batch's training loss (fda_ray.core.multitask): cross-entropy, BCE-with-logits or MSE on the main head,
     plus alpha times the auxiliary heads' cross-entropies (seed 000 Eq. 3) on a dataset with auxiliary labels."""
     return multitask.loss(task, out, y, aux, alpha)
 
@@ -75,7 +75,7 @@ class Client:
         self.aux_tasks = tuple(aux_tasks)  # seed 000's auxiliary labels: y is (n, 1 + K), the model multi-head
         # Built on first use, then kept; `optimizer_for` clears its state, which equals constructing a new Adam.
         # (Not here: the first Adam of a process imports torch._dynamo, ~2 s, which a driver that never trains
-        # and a vectorised client, fda_ray.cohort, never need.)
+        # and a vectorised client, fda_ray.train.cohort, never need.)
         self._optimizer: torch.optim.Optimizer | None = None
         # Kept across rounds, snapshotted after every task (it must pickle: plain data and tensors).
         self.state: dict[str, Any] = {"rounds_trained": 0, "steps_total": 0, "last_round": -1, "last_loss": None}
@@ -153,7 +153,7 @@ class Client:
             yield perm[b * batch : (b + 1) * batch]
 
     def reader(self, round_idx: int, purpose: str, data: str = "train") -> Callable[[torch.Tensor], torch.Tensor]:
-        """x[idx] of view `data` as training reads it: a view of image files (fda_ray.domainbed.ImageFiles) is
+        """x[idx] of view `data` as training reads it: a view of image files (fda_ray.data.images.ImageFiles) is
         decoded here, augmented if it is a source environment's, from a generator seeded like the shuffle; the
         target's images with fresh noise on each read."""
         x, _ = self.view(data)

@@ -8,7 +8,7 @@ one Adam update over the (K, M) rows.
     run_tasks(clients, tasks, inputs, vectorise)   every task of a round on the clients hosted here: the
                                                    cohorts vectorised (train_cohort), the rest by their recipe
     cohort_key(client, task)                       which tasks can share one computation (None: none)
-    train_cohort(members)                          the "epoch" recipe (fda_ray.client) for K clients at once
+    train_cohort(members)                          the "epoch" recipe (fda_ray.train.client) for K clients at once
 
 Each client keeps what makes its numbers its own: its data order and noise draws (its own `Client.batches`,
 seeded by (seed, round, client, purpose)), its learning rate, its step count. A client whose epoch has fewer
@@ -18,7 +18,7 @@ per-client training within float tolerance (tests/test_cohort.py, for every mode
 for the generic path), not bit for bit: the batched operations sum in other orders.
 
 The forward pass: a model class may define `forward_stacked(params, x)` (stacked parameters (K, ...) and
-inputs (K, B, ...) -> outputs (K, B, ...)), written for speed (fda_ray.models.SimpleCNN); any other model goes
+inputs (K, B, ...) -> outputs (K, B, ...)), written for speed (fda_ray.train.models.SimpleCNN); any other model goes
 through torch.func.vmap over torch.func.functional_call. A model whose layers couple the samples of a batch
 (BatchNorm in training mode) or draw randomness (dropout), or with tensors that are not trained parameters,
 is not vectorised: its clients train one after the other.
@@ -125,7 +125,7 @@ def stacked_forward(model: nn.Module) -> Callable[[dict, torch.Tensor], torch.Te
 def train_cohort(members: Sequence[tuple[Client, ClientTask, torch.Tensor]]) -> list[ClientResult]:
     """The "epoch" recipe for K clients at once: members are (client, task, start weights (M,)).
 
-    Equal to running fda_ray.client.epoch_recipe on each within float tolerance (see the module docstring)."""
+    Equal to running fda_ray.train.client.epoch_recipe on each within float tolerance (see the module docstring)."""
     clients = [c for c, _, _ in members]
     tasks = [t for _, t, _ in members]
     c0 = clients[0]

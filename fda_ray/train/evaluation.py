@@ -43,7 +43,7 @@ def evaluate_metrics(model: nn.Module, layout: ParamLayout, flat: torch.Tensor, 
                      noise: float, gen: torch.Generator | None, task: str = "classification",
                      aux: AuxTasks = ()) -> dict[str, float]:
     """{"accuracy", "loss"[, "auc"]} of the weights `flat` (M,) on (x, y) with fresh noise, the main head's
-    (fda_ray.multitask): accuracy NaN for regression; AUC for a binary task (seed 000 reports both)."""
+    (fda_ray.core.multitask): accuracy NaN for regression; AUC for a binary task (seed 000 reports both)."""
     device = next(model.parameters()).device
     layout.load_into(model, flat.to(device))
     model.eval()
@@ -112,7 +112,7 @@ class Evaluator:
         return row
 
     def validation(self, flat: torch.Tensor, round_idx: int) -> dict[str, Any]:
-        """Model selection's metrics (fda_ray.selection) of the weights `flat`, read without any target test label:
+        """Model selection's metrics (tuning.selection) of the weights `flat`, read without any target test label:
         val_accuracy / val_loss[/ val_auc] on the held-out labelled target samples (with the target's noise, drawn
         from its own stream), source_val_accuracy / source_val_loss on the sources' held-out samples (no noise:
         the sources' images carry none)."""

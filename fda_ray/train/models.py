@@ -4,7 +4,7 @@ experiment's one-hidden-layer sigmoid network.
 Each builder takes (input_shape, num_outputs, **options) and returns an nn.Module; parameters are
 initialised from torch's global RNG, which the engine seeds per (trial seed, "init") before building.
 A model class may add `forward_stacked(params, x)`, K copies of itself with stacked parameters in one pass,
-which fda_ray.cohort trains client cohorts with (the others go through torch.func.vmap).
+which fda_ray.train.cohort trains client cohorts with (the others go through torch.func.vmap).
 """
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ class SimpleCNN(nn.Module):
 
     @staticmethod
     def forward_stacked(p: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-        """K models at once (fda_ray.cohort): p holds each parameter stacked (K, ...), x (K, B, C, H, W) ->
+        """K models at once (fda_ray.train.cohort): p holds each parameter stacked (K, ...), x (K, B, C, H, W) ->
         (K, B, classes). The convolutional trunk runs per model (a grouped convolution's backward pass, and
         max-pooling over all K batches at once, are slower on CPUs than K small ones); the linear layers run
         once for all K as batched matmuls."""
@@ -105,7 +105,7 @@ class SigmoidMLP(nn.Module):
 
     @staticmethod
     def forward_stacked(p: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-        """K models at once (fda_ray.cohort): x (K, B, d) -> (K, B, outputs)."""
+        """K models at once (fda_ray.train.cohort): x (K, B, d) -> (K, B, outputs)."""
         h = torch.sigmoid(_linear_stacked(x, p["hidden.weight"], p["hidden.bias"]))
         return _linear_stacked(h, p["out.weight"], p["out.bias"])
 
@@ -194,7 +194,7 @@ def resnet101(input_shape: tuple[int, ...], num_outputs: int, weights_path: str 
 class MultiHead(nn.Module):
     """Seed 000's multi-task model (A.1, Fig. 5): a trunk, a shared 128-d layer with LeakyReLU(0.2), and one
     linear head per task on it: the main head (`head`) and one per auxiliary task (`aux_heads.k`). The output
-    concatenates the heads' logits, the main head's first (fda_ray.multitask's layout), so every recipe,
+    concatenates the heads' logits, the main head's first (fda_ray.core.multitask's layout), so every recipe,
     evaluation and flat layout treats it as one tensor-valued model. GP excludes the `aux_heads.` layers."""
 
     AUX_PREFIX = "aux_heads."
@@ -266,7 +266,7 @@ class WeightNormLinear(nn.Module):
 
 
 class ShotNet(nn.Module):
-    """SHOT's network as seed 003 uses it (SEEDS-SPEC 3.1): f = backbone + bottleneck (Linear -> BatchNorm -> Dropout,
+    """SHOT's network as seed 003 uses it (003 Sec. 5, Models): f = backbone + bottleneck (Linear -> BatchNorm -> Dropout,
     256 wide), g = a weight-normalised linear classifier. FedWCA trains and aggregates f; g stays the source's.
     `features(x)` is f(x) (n, 256), the space of Eq. 1's cosines, Eq. 4's prototypes and FINCH's first layer."""
 

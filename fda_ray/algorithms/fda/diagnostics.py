@@ -22,7 +22,7 @@ Jensen); source only is then FedAvg, whose exact error is ||g_T - sum_i alpha_i 
 
 Two ways to the quantities: `true_quantities` where the whole target domain is known (its per-sample
 gradients), and `estimated_quantities` from the labelled target samples only (004 App. A.2's unbiased
-estimators, fda_ray.estimators, with one part per sample). `monte_carlo_deltas` draws target subsamples and
+estimators, fda_ray.algorithms.fda.estimators, with one part per sample). `monte_carlo_deltas` draws target subsamples and
 applies the rules themselves (the theory's whole-vector projection): the "true" Delta errors the closed
 forms are checked against.
 """
@@ -123,7 +123,7 @@ def true_quantities(target_domain: torch.Tensor | Moments, sources: torch.Tensor
 def estimated_quantities(target_samples: torch.Tensor, sources: torch.Tensor) -> Quantities:
     """From the labelled target samples' gradients (n, M) only: 004 App. A.2's unbiased estimators with one
     part per sample (eqs (90), (95), (105) with B = n; d^2 and tau^2 d^2 clamped at 0 as in
-    fda_ray.estimators.estimate, which gives the same numbers per parameter). Written in O(n M) instead of
+    fda_ray.algorithms.fda.estimators.estimate, which gives the same numbers per parameter). Written in O(n M) instead of
     the estimators' B x B Gram matrix, which costs O(n^2 M) when every sample is a part."""
     _check(target_samples, sources)
     n, m = target_samples.shape
@@ -145,13 +145,13 @@ def estimated_quantities(target_samples: torch.Tensor, sources: torch.Tensor) ->
 
 
 def from_estimates(stats: dict, m: int, n: int) -> Quantities:
-    """Quantities from fda_ray.estimators.estimate's per-parameter statistics (kept per parameter: the
+    """Quantities from fda_ray.algorithms.fda.estimators.estimate's per-parameter statistics (kept per parameter: the
     rules' ranking and beta_i do not change with a common scale; only the 1/M term needs M)."""
     return Quantities(sigma2=float(stats["sigma2"]), d2=stats["d2"].double(), tau2d2=stats["tau2d2"].double(), m=m, n=n)
 
 
 def round_estimates(stats: dict, weights: torch.Tensor, m: int, parts: int, beta: float) -> dict:
-    """The per-round log of a run (fda_ray.engine): the estimates, every rule's Delta^2 from them
+    """The per-round log of a run (fda_ray.runtime.engine): the estimates, every rule's Delta^2 from them
     (sum_i alpha_i Delta_i^2, per parameter) and the static rule the theory predicts best this round.
     parts: the B target parts (steps) the estimates came from."""
     q = from_estimates(stats, m, parts)

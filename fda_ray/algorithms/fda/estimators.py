@@ -2,7 +2,7 @@
 
 Inputs: `target_steps` G (B, M), the target's per-step deltas of this round, and `sources` (N, M), each
 source's delta divided by its number of steps, aligned to the target's scale by the caller (lr_T / lr_S,
-REFERENCE.md). All quantities are per parameter (divided by M) and the distances are clamped at 0, as in
+docs/authors-code.md). All quantities are per parameter (divided by M) and the distances are clamped at 0, as in
 the authors' code:
 
   v        = sum_b |G_b - g_bar|^2 / (B - 1) / M              sigma^2 = v / B
@@ -71,7 +71,7 @@ def estimate(target_steps: torch.Tensor, sources: torch.Tensor, *, impl: str | N
 
 
 def auto_beta(stats: dict[str, torch.Tensor | float], rule: str) -> torch.Tensor:
-    """beta_i (N,) float64 minimising the estimated Delta error of the rule (seed 004 Sec. 4.2, REFERENCE.md)."""
+    """beta_i (N,) float64 minimising the estimated Delta error of the rule (seed 004 Sec. 4.2, docs/authors-code.md)."""
     if rule not in AUTO_RULES:
         raise ValueError(f"auto-beta rule must be one of {AUTO_RULES}, got {rule!r}")
     for key in ("sigma2", "d2", "tau2d2", "delta", "gbar2"):

@@ -59,7 +59,7 @@ class FDA(Algorithm):
     @classmethod
     def resolve(cls, cfg, defaults: Mapping[str, Any]) -> dict[str, Any]:
         fill: dict[str, Any] = {}
-        # The authors' oracle (REFERENCE.md): from scratch, its script's lr, the source batch size.
+        # The authors' oracle (docs/authors-code.md): from scratch, its script's lr, the source batch size.
         if cls.oracle and cfg.baseline_protocol == "authors":
             if cfg.warmup_rounds is None:
                 fill["warmup_rounds"] = 0
@@ -112,7 +112,7 @@ class FDA(Algorithm):
         self.src_steps = torch.tensor([epoch_steps(len(x), cfg.batch_source, cfg.drop_last) for x, _ in setting.sources],
                                       dtype=torch.float32)
         self.lr_ratio = cfg.lr_target / cfg.lr_source
-        # (N,) magnitude alignment of each source delta to the target's (REFERENCE.md): (lr_T / lr_S) *
+        # (N,) magnitude alignment of each source delta to the target's (docs/authors-code.md): (lr_T / lr_S) *
         # (target steps per round, n_target / batch_T as a float) / (source full batches per round).
         n_t = len(self.target_data()[0])
         self.align = self.lr_ratio * (n_t / cfg.batch_target) / self.src_steps
@@ -174,14 +174,14 @@ class FDA(Algorithm):
             if self.auto_rule is not None or (cfg.log_estimates and src is not None and steps is not None
                                               and steps.shape[0] >= 2):
                 # Per-step deltas of both sides, both scaled by lr_T / lr_S as in the authors' code
-                # (REFERENCE.md): the factor cancels in beta; the logged estimates carry it.
+                # (docs/authors-code.md): the factor cancels in beta; the logged estimates carry it.
                 aligned = src / self.src_steps.to(src.device).unsqueeze(1) * self.lr_ratio  # (N, M)
                 stats = estimate(steps * self.lr_ratio, aligned, impl=cfg.aggregation_impl)
                 metrics.update(round_estimates(stats, self.weights, self.layout.size, steps.shape[0], cfg.beta))
                 if self.auto_rule is not None:
                     beta = auto_beta(stats, cfg.auto_beta_rule if self.auto_rule == "fedgp" else "fedda")  # (N,)
             # The authors' DomainBed auto script adds the target's delta once, after the per-source loop, weighted
-            # by 1 - beta of the last source, where the rule gives sum_i alpha_i (1 - beta_i) (SEEDS-SPEC 4.3, 7b).
+            # by 1 - beta of the last source, where the rule gives sum_i alpha_i (1 - beta_i) (docs/authors-code.md).
             target_weight = float(1 - beta[-1]) if self.auto_rule is not None and cfg.faithful_domainbed_auto \
                 else None
             # One pass for the layer statistics: FedGP's projections and the logged cosines share it.

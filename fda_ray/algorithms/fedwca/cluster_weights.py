@@ -14,8 +14,8 @@ Server, from the clients' alpha and beta:
 Client k then starts from f_init = beta_{k,0} f_{c_k} + beta_{k,1} sum_c alpha_{k,c} f~_c, which is
 sum_c v_{k,c} f_c with (Eq. 8)
     v_{k,c} = 1(c = c_k) beta_{k,0} + beta_{k,1} alpha_{k,c} B_{c,0} + beta_{k,1} sum_{c'} B_{c',1} alpha_{k,c'} A_{c->c'}
-and sum_c v_{k,c} = 1 exactly because sum_c A_{c->c'} = 1 (the normalisation over the first index, SEEDS-SPEC 3.7
-trap 1; the unnormalised estimate sums to 1 over the second index and lets v sum to up to C).
+and sum_c v_{k,c} = 1 exactly because sum_c A_{c->c'} = 1 (the normalisation over the first index, 003 Sec. 4.2;
+docs/methods.md, FedWCA's trap 1; the unnormalised estimate sums to 1 over the second index and lets v sum to up to C).
 """
 from __future__ import annotations
 

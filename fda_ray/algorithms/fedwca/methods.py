@@ -1,17 +1,17 @@
 """Seed 003 (FedWCA): source-free federated domain adaptation by weighted cluster aggregation, and its baselines.
 
-Roles (SEEDS-SPEC 3.1; data: partition domain_clients, fda_ray.shifts): client 0 holds the labelled source domain
-and pre-trains the source model h_S = g_S o f_S once (the server's model: the source data are not read again); the
-clients 1..K hold unlabelled shards of the other domains, each split 64/16/20 into train / validation / test. The
-model is SHOT's (fda_ray.models.ShotNet): f = backbone + bottleneck, g = a weight-normalised classifier, fixed to
-g_S; only f is trained and averaged (BatchNorm buffers too). Rows (loop rounds r):
+Roles (003 Sec. 3 and App. C.1; data: partition domain_clients, fda_ray.runtime.partitions): client 0 holds the labelled
+source domain and pre-trains the source model h_S = g_S o f_S once (the server's model: the source data are not read
+again); the clients 1..K hold unlabelled shards of the other domains, each split 64/16/20 into train / validation /
+test. The model is SHOT's (fda_ray.train.models.ShotNet): f = backbone + bottleneck, g = a weight-normalised classifier,
+fixed to g_S; only f is trained and averaged (BatchNorm buffers too). Rows (loop rounds r):
 
     r = 0   phase "source": client 0 trains h_S for source_epochs epochs (cross-entropy with SHOT's label
             smoothing); cached on disk per (seed, data, model, recipe), FDA_RAY_CACHE_DIR. Evaluated: h_S on every
             client's test split (Source Only).
     r = 1   003's round 0: every client starts from f_S, labels its train split once by Eq. 4's prototypes (refined
             once) and trains E epochs of SGD on L_IM + lambda L_CE (Eq. 9), g fixed. The server clusters the
-            clients once, FINCH's first partition of their first layers' parameters (fda_ray.clustering), and
+            clients once, FINCH's first partition of their first layers' parameters (fda_ray.algorithms.fedwca.finch), and
             averages each cluster: f_c (n_k-weighted, trap 9); f~_c = f_c.
     r >= 2  003's rounds >= 1 (Alg. 1-2): client k receives f_{c_k} and the soft cluster models f~_c; computes
             alpha_k = softmax_c(I_{k,c} / T_a) with f~_c (Eq. 1, trap 2), f_bar = sum_c alpha_{k,c} f~_c,
@@ -32,12 +32,12 @@ the equal model). `revision_interval` U > 1 is the revised FedWCA (App. D): the 
 the first round of every block of U rounds; in the others the server sends f_init = sum_c v_{k,c} f_c itself
 (Eq. 8, with the block's alpha, beta, A and B) and f_{c_k}.
 
-Baselines (003 section 5): shot_source_only (h_S, row 0 only); shot_local (SHOT on every client, no
-communication, the same rounds x E epochs; each client's own model evaluated); shot_fedavg (SHOT with round-fixed
-labels + FedAvg of f over all clients; the global model evaluated on every client). Loss details (SEEDS-SPEC 3.7):
-L_IM's mean prediction per mini-batch (SHOT, trap 5); CE on the mixed image for a mixed sample and on the original
-otherwise, IM on the original images, one forward pass through both (BatchNorm sees them together); a last batch
-of one sample is skipped (BatchNorm cannot train on it).
+Baselines (003 section 5): shot_source_only (h_S, row 0 only); shot_local (SHOT on every client, no communication, the
+same rounds x E epochs; each client's own model evaluated); shot_fedavg (SHOT with round-fixed labels + FedAvg of f over
+all clients; the global model evaluated on every client). Loss details (FedWCA's traps, docs/methods.md): L_IM's mean
+prediction per mini-batch (SHOT, trap 5); CE on the mixed image for a mixed sample and on the original otherwise, IM on
+the original images, one forward pass through both (BatchNorm sees them together); a last batch of one sample is skipped
+(BatchNorm cannot train on it).
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@
     between that model's prototypes, is larger, and is mixed with a matched partner of that label:
     x_mix = (1 - mu) x + mu x'.
 
-Entropies use SHOT's log(p + 1e-5). Traps (SEEDS-SPEC 3.7): 3, the mean inter-prototype cosine can be <= 0 and
+Entropies use SHOT's log(p + 1e-5). Traps (FedWCA's, docs/methods.md): 3, the mean inter-prototype cosine can be <= 0 and
 flip the comparison (then the raw similarities are compared, and counted); 4, a mismatched sample whose label has
 no matched sample stays unmixed (counted); 6, SHOT's code appends a constant 1 to the features and L2-normalises
 them before the centroids (`shot_style=True`), Eq. 4 as written does not (default).

@@ -1,9 +1,9 @@
 """Seed 002 (FSSDA): federated semi-supervised domain adaptation by knowledge distillation, and its baselines.
 
-Roles (SEEDS-SPEC 2.1; data: partition domain_shards, fda_ray.shifts): K devices, each holding a shard of every
-source domain and a shard of the target domain, a few of whose samples are labelled. Two global models of one
-architecture, the source model W_s (one per source domain, W_s^j) and the target model W_t, from the same
-initial weights. Per round r (Alg. 1-3):
+Roles (002 Sec. III-A; data: partition domain_shards, fda_ray.runtime.partitions): K devices, each holding a shard of
+every source domain and a shard of the target domain, a few of whose samples are labelled. Two global models of one
+architecture, the source model W_s (one per source domain, W_s^j) and the target model W_t, from the same initial
+weights. Per round r (Alg. 1-3):
 
     step 0  every device trains each W_s^j from W_s^j(r-1) for E epochs on its shard of domain j (cross-entropy);
             W_s^j(r) = (1/K) sum_k w_s^{j,k}                                             (Alg. 1 line 9)
@@ -11,7 +11,8 @@ initial weights. Per round r (Alg. 1-3):
             y_i = one-hot(label_i) if labelled, else the all-zero "fake label"
             E epochs from W_t(r-1) on  L_t = lambda_1 l(y_i, w_t(x_i)) + sum_j lambda_{j+1} l(y*^j_i, w_t(x_i))
             (Eq. 2 / Eq. 5), lambda by min-norm over the terms' gradients (Eq. 4; Frank-Wolfe with several
-            sources, fda_ray.minnorm), or fixed (lambda on the hard term, 1 - lambda spread over the soft ones);
+            sources, fda_ray.algorithms.fssda.minnorm), or fixed (lambda on the hard term, 1 - lambda spread over
+            the soft ones);
             W_t(r) = (1/K) sum_k w_t^k                                                   (Alg. 1 line 15)
     the reported model: W_t on the target's unlabelled samples (the test set of domain_shards)
 
@@ -28,7 +29,7 @@ initial weights. Per round r (Alg. 1-3):
 
 Layouts (`layout`): paper, the devices above (K = num_sources clients, each a source and a target role); fda,
 fda-ray's usual one: the K source clients train W_s, one target client (index K) holding every device's target
-shard distils W_t alone (the same samples, labelled ones included). The loss l (trap 1, SEEDS-SPEC 2.3): mse,
+shard distils W_t alone (the same samples, labelled ones included). The loss l (trap 1, docs/methods.md): mse,
 the squared error between softmax(w_t(x)) and the label vector (GDSDA's, the only common loss under which fake
 labels act), lambda per mini-batch; or ce, soft-target cross-entropy, lambda once per epoch on the whole local
 data (trap 2: per batch it is 1 with a zero update on every batch without a label). The server average is
@@ -51,7 +52,7 @@ from fda_ray.algorithms.fssda.distillation import LOSSES, hard_labels, label_los
 from fda_ray.train.evaluation import eval_chunk
 from fda_ray.algorithms.fssda.minnorm import min_norm_weights
 
-SGD_MOMENTUM = 0.9  # the paper's optimiser (SEEDS-SPEC 2.3: SGD, lr 0.001; the momentum is ours)
+SGD_MOMENTUM = 0.9  # the paper's optimiser (002 Sec. IV-A: SGD, lr 0.001; the momentum is ours)
 
 
 @dataclass(frozen=True)
@@ -337,7 +338,7 @@ class FSSDA(Algorithm):
         return out
 
     def init_state(self, initial: torch.Tensor) -> ServerState:
-        # the same initial weights for both models (SEEDS-SPEC 2.2 [O])
+        # the same initial weights for both models (our choice, docs/methods.md: the paper does not say)
         return {"target": initial.clone(), **{f"source{j}": initial.clone() for j in range(self.num_domains)}}
 
     def final_weights(self, state: ServerState) -> torch.Tensor:

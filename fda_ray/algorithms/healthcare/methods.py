@@ -1,9 +1,9 @@
 """Seed 000 (weakly-supervised FDA for healthcare): auxiliary-label training and gradient projection (GP).
 
-Roles (SEEDS-SPEC 1.1): N labelled sources, one target with n_l labelled samples; a multi-head model (a
-shared trunk, a 128-d layer, the main head and one head per auxiliary task, fda_ray.models.MultiHead). The
-sources train on L_main + alpha L_aux (Eq. 3, RunConfig.aux_alpha; fda_ray.multitask), the target on L_main
-only. Every round, with theta = the global model the sources start from (SEEDS-SPEC 1.3):
+Roles (000 Secs. 2-3): N labelled sources, one target with n_l labelled samples; a multi-head model (a
+shared trunk, a 128-d layer, the main head and one head per auxiliary task, fda_ray.train.models.MultiHead). The
+sources train on L_main + alpha L_aux (Eq. 3, RunConfig.aux_alpha; fda_ray.core.multitask), the target on L_main
+only. Every round, with theta = the global model the sources start from (docs/methods.md):
 
   fedavg_finetune[_auxinfo]   (Alg. 1, *online* fine-tuning; not finetune_offline) step 0: the sources train
                               one epoch, theta_bar = sum_i (n_i / n) theta_i; step 1: the target trains theta_bar
@@ -14,18 +14,18 @@ only. Every round, with theta = the global model the sources start from (SEEDS-S
                                   c_il = cos(Delta_i^l, G_T^l), kept where > 0               (Eqs. 4-5)
                                   P^l = sum_i c_il (n_i / n) A_i Delta_i^l                    (Eq. 6 with Eq. 8)
                                   theta^l <- theta^l + beta P^l + (1 - beta) G_T^l            (Eq. 7, beta = 0.5)
-                              = fda_ray.aggregation.fedgp with the cosine projection, the layer mask and A_i
+                              = fda_ray.algorithms.aggregation.fedgp with the cosine projection, the layer mask and A_i
   The _auxinfo names differ only in aux_alpha's default (1, the paper's; the plain names: 0).
   Table 2's other rows: FedAvg = `source_only`, Oracle = `oracle` (fda_ray.algorithms.fda).
 
-Traps (SEEDS-SPEC 1.8): 000's Eq. 7 puts its letter beta on G_T; fda-ray's `beta` is the source weight (the
-text's and the code's reading; at 0.5 the same). The alignment A_i (Eq. 8): "paper" (lr_T / lr_S) (1 / r_S)
-(n_l / bs_T) / (n_i / bs_S) with r_S = 1 local epoch, or "code" (lr_T / lr_S) (n_l / bs_T) / len(loader_i).
-GP warm-up (the authors' scripts; the paper is silent): in the first gp_warmup_rounds rounds the server
-first averages the sources (theta := theta_bar), the target then trains from theta_bar and Delta_i is taken
-relative to it (16 rounds in their MIMIC script, 5 in MIDRC's, none in CheXpert's). Learning rates: the
-paper's 1e-3 / 2e-4 (the datasets' defaults) or the code's 1e-4 / 2e-5 (`learning_rates code`). The authors'
-code applies BCEWithLogitsLoss to sigmoid outputs (a double sigmoid, 1.8.5); fda-ray's loss takes the logit.
+Traps (docs/methods.md, docs/authors-code.md): 000's Eq. 7 puts its letter beta on G_T; fda-ray's `beta` is the source
+weight (the text's and the code's reading; at 0.5 the same). The alignment A_i (Eq. 8): "paper" (lr_T / lr_S) (1 / r_S)
+(n_l / bs_T) / (n_i / bs_S) with r_S = 1 local epoch, or "code" (lr_T / lr_S) (n_l / bs_T) / len(loader_i). GP warm-up
+(the authors' scripts; the paper is silent): in the first gp_warmup_rounds rounds the server first averages the sources
+(theta := theta_bar), the target then trains from theta_bar and Delta_i is taken relative to it (16 rounds in their
+MIMIC script, 5 in MIDRC's, none in CheXpert's). Learning rates: the paper's 1e-3 / 2e-4 (the datasets' defaults) or the
+code's 1e-4 / 2e-5 (`learning_rates code`). The authors' code applies BCEWithLogitsLoss to sigmoid outputs (a double
+sigmoid); fda-ray's loss takes the logit.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The personalised-FL baselines of seed 004 (Table 1 and Table 5; SEEDS-SPEC.md section 5), on the contract.
+"""The personalised-FL baselines of seed 004 (Table 1 and Table 5; docs/methods.md), on the contract.
 
 Setting (004 App. C.2, after omarfoq/knn-per): the N sources and the target are all clients; one local epoch
 a round with a fresh Adam, the sources at (lr_source, batch_source), the target at (lr_target, batch_target);
@@ -26,7 +26,7 @@ no warm-up; FedAvg weights p_k = n_k / sum n over all N + 1 clients; the reporte
 Personal models (Ditto's v, APFL's v) are trained on the target only: no source's personal model reaches the
 global model or the reported one, so training them would change no number. FedRep's heads are trained on
 every client (each client's body update depends on its own head). Personal tensors live in the client's
-state, where it runs, and survive actor restarts and checkpoints (fda_ray.executors).
+state, where it runs, and survive actor restarts and checkpoints (fda_ray.runtime.executors).
 """
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ class _Base(Algorithm):
 
     @classmethod
     def resolve(cls, cfg, defaults: Mapping[str, Any]) -> dict[str, Any]:
-        return {"warmup_rounds": 0} if cfg.warmup_rounds is None else {}  # "No warm-up" (SEEDS-SPEC 5)
+        return {"warmup_rounds": 0} if cfg.warmup_rounds is None else {}  # "No warm-up" (docs/methods.md)
 
     @classmethod
     def uses(cls, cfg) -> dict[str, bool]:
@@ -424,7 +424,7 @@ class KNNPer(_Base):
         store_emb, _ = self._embed(evaluator, flat, sx[perm], generator(cfg.seed, r, t, "knn/store"))
         store_y = sy[perm].cpu()
         tx, ty = self.setting.target_test
-        # The test noise of round r's evaluation (fda_ray.evaluation): accuracy_base (lambda = 0 or
+        # The test noise of round r's evaluation (fda_ray.train.evaluation): accuracy_base (lambda = 0 or
         # capacity = 0) is what Evaluator.target gives the same weights in this round.
         q_emb, q_base = self._embed(evaluator, flat, tx, generator(cfg.seed, r, t, "eval", device=cfg.device))
         test = self.grid(q_emb, q_base, ty.cpu(), store_emb, store_y)  # (caps, lambdas)
