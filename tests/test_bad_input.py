@@ -252,7 +252,9 @@ def test_there_are_at_least_60_cases_across_the_command_lines():
     assert len({c.id for c in CASES}) == len(CASES)
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+# The cases that start a Python process (a sweep, Ray) are the slow tier; the in-process ones the fast tier.
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c.subprocess else c for c in CASES],
+                         ids=[c.id for c in CASES])
 def test_bad_input_gives_one_line(case: Case, places, tmp_path, monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     code, stderr, seconds = execute(case, places, tmp_path)
@@ -300,6 +302,7 @@ def _run_until(args: list[str], parquet: Path, rows: int) -> subprocess.Popen:
     raise AssertionError(f"the run did not reach {rows} rounds: {proc.communicate()[1][-2000:]}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGKILL"])
 def test_a_stopped_run_keeps_its_finished_rounds(sig, places, tmp_path):
     """Ctrl-C: exit 130, one line, every finished round in --parquet. SIGKILL (no chance to write anything):

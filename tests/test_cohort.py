@@ -59,7 +59,9 @@ def _compare(clients, start, hps, rounds=(0,)):
         for a, b, h in zip(ref, got, hps):
             assert a.client == b.client
             assert a.scalars["num_steps"] == b.scalars["num_steps"] and a.scalars["num_samples"] == b.scalars["num_samples"]
-            assert b.scalars["loss"] == pytest.approx(a.scalars["loss"], rel=1e-5)
+            # the epoch's mean loss: batched and per-client sums in other orders (~1e-7 a step) that Adam carries
+            # through the epoch; measured 5.7e-5 on an AMD EPYC (colored-MNIST CNN): 1e-3, ten times under REL
+            assert b.scalars["loss"] == pytest.approx(a.scalars["loss"], rel=1e-3)
             assert set(a.tensors) == set(b.tensors)
             s = starts[a.client]
             da, db = (a.tensors["weights"] - s, b.tensors["weights"] - s) if h.get("send") == "weights" \

@@ -294,6 +294,7 @@ def test_target_only_logs_estimates_only_when_asked(tiny):
         tiny(log_estimates="yes")
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here: run on a GPU machine (pytest -m gpu)")
 @pytest.mark.parametrize("method", ["fedgp", "fedgp_auto", "fedda", "ditto"])
 def test_run_on_cuda_follows_the_cpu_run(tiny, method):

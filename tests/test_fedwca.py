@@ -339,6 +339,7 @@ def test_fedwca_grids_plan_unique_trials():
     assert len(table) == 5 * 5 * 3 and {tr.params["source_envs"] for tr in table} == {(e,) for e in range(5)}
 
 
+@pytest.mark.slow
 def test_the_pacs_table_command_runs_on_a_generated_tree(tmp_path, capsys, monkeypatch):
     """README's PACS command (the quick profile, a random ResNet-18 state dict standing in for the ImageNet file) on
     a generated PACS/<domain>/<class>/ tree: Table 9's settings resolved, the cluster rounds run on image files, the

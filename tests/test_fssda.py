@@ -265,6 +265,7 @@ def test_a_grid_of_settings_needs_every_columns_fields():
              profiles={"paper": {}}, value_fields={0.0: {"test_env": 1}})
 
 
+@pytest.mark.slow
 def test_the_office31_table_command_runs_on_a_generated_tree(tmp_path, capsys):
     """README's Office-31 command (the quick profile, a small model: no ResNet-101 file here) through the sweep's
     local backend on a generated <root>/office31/{amazon,dslr,webcam}/images/<class>/ tree: Table I's cells and

@@ -40,6 +40,13 @@ CASES: dict[str, dict] = {
                               samples_per_client=200),
 }
 COORDS = 16
+# Cases whose numbers do not hold across machines within float tolerance: on an AMD EPYC (same torch 2.15.0 build
+# as the recording) finetune_offline's training loss moved 2.5 % and fedda_label_shift's logged cosine 0.087 ->
+# 0.101 and its layer norms 0.4 %, already at the commit before the package moved (found 2026-11-24; issue 38,
+# results that hold on another machine). Tiny data and Adam amplify another summation order; until that is
+# understood these two are checked for determinism on the running machine (two runs, identical numbers) and
+# their fixture entries are kept for the record.
+MACHINE_SENSITIVE = ("finetune_offline", "fedda_label_shift")
 
 
 def summary(weights: torch.Tensor, offsets: list[int]) -> dict:
@@ -82,7 +89,7 @@ def golden():
     return json.loads(FIXTURE.read_text())
 
 
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", [c for c in CASES if c not in MACHINE_SENSITIVE])
 def test_fda_methods_give_their_golden_numbers(golden, fmnist_dir, name):
     want = golden[name]
     got = run_case(name, fmnist_dir)
@@ -94,6 +101,14 @@ def test_fda_methods_give_their_golden_numbers(golden, fmnist_dir, name):
     ww, gw = want["weights"], got["weights"]
     torch.testing.assert_close(torch.tensor(gw["layer_norms"]), torch.tensor(ww["layer_norms"]), rtol=1e-3, atol=1e-6)
     torch.testing.assert_close(torch.tensor(gw["coords"]), torch.tensor(ww["coords"]), rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", MACHINE_SENSITIVE)
+def test_machine_sensitive_cases_are_deterministic_here(golden, fmnist_dir, name):
+    """The same code path twice in one process gives identical rows and weights (exact equality is right here)."""
+    a, b = run_case(name, fmnist_dir), run_case(name, fmnist_dir)
+    assert a == b
+    assert len(a["rows"]) == len(golden[name]["rows"])  # the fixture still describes the same rounds
 
 
 if __name__ == "__main__":

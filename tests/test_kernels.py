@@ -15,8 +15,8 @@ from fda_ray.algorithms.aggregation import fedda, fedgp, layer_cosines, projecti
 from fda_ray.algorithms.fda.estimators import estimate
 from fda_ray.kernels import loader, reference
 
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="no CUDA device here: the CUDA kernel is compile-checked only"))]
+DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device here: the CUDA kernel is compile-checked only")])]
 HAS_CXX = shutil.which(os.environ.get("CXX", "c++")) is not None
 
 
@@ -260,6 +260,7 @@ def test_kernels_cli(capsys, monkeypatch):
     assert "device cpu: implementation=cpp" in out
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(loader.cuda_home(None) is None, reason="no CUDA toolkit (nvcc and headers) on this machine")
 def test_cuda_source_compiles(monkeypatch):
     """CI has nvcc but no GPU: compile the CUDA kernel for sm_90 and load it (registering CUDA
@@ -285,7 +286,9 @@ def test_a_run_with_the_kernel_equals_a_run_with_the_reference(tiny, method):
         for key in ("beta_i", "cosine_mean_i"):
             if ra.get(key) is not None:
                 torch.testing.assert_close(torch.tensor(ra[key]), torch.tensor(rb[key]), rtol=1e-4, atol=1e-5)
-    torch.testing.assert_close(a.final_weights, b.final_weights, rtol=1e-4, atol=1e-5)
+    # float64 coefficients against float32 sums differ by ~1e-7 relative a round; Adam (lr 1e-3) can turn that
+    # into part of a step in a coordinate whose gradient is near zero: a tenth of one step, 1e-4 (3e-5 measured)
+    torch.testing.assert_close(a.final_weights, b.final_weights, rtol=1e-4, atol=1e-4)
 
 
 def test_cli_rejects_a_bad_aggregation_impl(capsys):

@@ -73,6 +73,7 @@ def test_ray_equals_serial(local_ray, tiny, method, log):
     assert states_serial[0]["rounds_trained"] == 3 and states_serial[0]["last_round"] == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("faults", [{(1, 1): ["kill"]}, {(3, 2): ["raise"], (0, 0): ["kill", "raise"]}],
                          ids=["killed-process", "raised-error"])
 def test_faulty_client_is_restarted_and_round_redone(local_ray, tiny, faults):
@@ -86,6 +87,7 @@ def test_faulty_client_is_restarted_and_round_redone(local_ray, tiny, faults):
     assert states_ray == states_serial  # restored from the snapshot, then trained the redone round
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("faults", [{}, {(2, 1): ["kill"]}, {(1, 2): ["raise"], (3, 1): ["kill"]}],
                          ids=["undisturbed", "killed-process", "raised-and-killed"])
 def test_pooled_actors_equal_serial(local_ray, tiny, faults):
@@ -117,6 +119,7 @@ def _pooled_vectorised(cfg, faults):
         ex.shutdown()
 
 
+@pytest.mark.slow
 def test_pooled_vectorised_actors_redo_a_killed_cohort_exactly(local_ray, tiny):
     """Each actor trains its two clients as one cohort (fda_ray.train.cohort); a killed actor's cohort is redone
     as the same cohort, so the run equals the undisturbed one exactly, and the serial vectorised run (other
@@ -133,6 +136,7 @@ def test_pooled_vectorised_actors_redo_a_killed_cohort_exactly(local_ray, tiny):
     assert float((h_serial.final_weights - h_clean.final_weights).norm() / moved) <= 1e-2
 
 
+@pytest.mark.slow
 def test_client_that_keeps_failing_stops_the_run_and_keeps_finished_rounds(local_ray, tiny):
     cfg = tiny(method="fedgp", rounds=3, executor="ray", client_retries=2)
     with pytest.raises(RunFailed, match=r"round 2: client 3 failed round 2 3 times.*injected fault") as info:
@@ -144,6 +148,7 @@ def test_client_that_keeps_failing_stops_the_run_and_keeps_finished_rounds(local
     assert torch.equal(hist.final_weights, h_serial.final_weights)
 
 
+@pytest.mark.slow
 def test_driver_actor_and_cli(local_ray, tiny, capsys, tmp_path):
     cfg = tiny(method="fedda", rounds=1)
     h_serial, _ = _serial(cfg)
@@ -158,6 +163,7 @@ def test_driver_actor_and_cli(local_ray, tiny, capsys, tmp_path):
     _assert_same_rows(h_serial.rows, out["rounds"])
 
 
+@pytest.mark.slow
 def test_serial_and_ray_command_lines_give_the_same_numbers(fmnist_dir):
     """As a user runs them: `python -m fda_ray` with --executor serial and ray and no thread option. The
     serial process has the machine's default thread count and the actors another, but both train with the
@@ -200,6 +206,7 @@ def test_engine_benchmark_rejects_unknown_settings(capsys):
     assert len(err.splitlines()) == 1 and "settings='serial-1t,spark'" in err and "ray-cold" in err
 
 
+@pytest.mark.slow
 def test_engine_benchmark_prints_the_finished_settings_when_a_later_one_fails(monkeypatch, fmnist_dir, capsys):
     """A setting that fails (say, cut off or out of memory on a GPU) does not take the settings already
     measured with it: their rows are printed, and the exit code says the run was incomplete."""
@@ -221,6 +228,7 @@ def test_engine_benchmark_prints_the_finished_settings_when_a_later_one_fails(mo
     assert "setting ray failed" in err and "CUDA out of memory" in err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method,faults", [("ditto", {(3, 1): ["kill"]}), ("fedrep", {(1, 1): ["kill"], (3, 2): ["raise"]})],
                          ids=["ditto-target-killed", "fedrep-source-killed"])
 def test_personalised_state_survives_a_killed_actor(local_ray, tiny, method, faults):
@@ -241,6 +249,7 @@ def test_personalised_state_survives_a_killed_actor(local_ray, tiny, method, fau
     assert key in states_ray[3]
 
 
+@pytest.mark.slow
 def test_ray_reads_image_files_as_serial_does(local_ray, tmp_path):
     """DomainBed image folders under Ray: the actors read (and augment) the files themselves, from the paths the
     views carry; the numbers equal the serial run's."""
@@ -258,6 +267,7 @@ def test_ray_reads_image_files_as_serial_does(local_ray, tmp_path):
     assert torch.equal(h_ray.final_weights, h_serial.final_weights)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["fedavg_finetune", "fedavg_finetune_auxinfo", "fedavg_finetune_gp",
                                     "fedavg_finetune_auxinfo_gp"])
 def test_ray_equals_serial_for_seed_000s_two_step_rounds(local_ray, conditions, method):
@@ -273,6 +283,7 @@ def test_ray_equals_serial_for_seed_000s_two_step_rounds(local_ray, conditions, 
     assert states_serial[-1]["rounds_trained"] == 2  # the target: one step a round
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method,params", [("fssda", {}), ("ssda_only", {}), ("fssda", {"layout": "fda"}),
                                            ("fssda_serial", {"serial_source_rounds": 1})])
 def test_ray_equals_serial_for_seed_002(local_ray, fmnist5, method, params):
@@ -287,6 +298,7 @@ def test_ray_equals_serial_for_seed_002(local_ray, fmnist5, method, params):
     assert torch.equal(a.final_weights, b.final_weights)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method,params", [("fedwca", {}), ("fedwca", {"revision_interval": 2}), ("shot_local", {})])
 def test_ray_equals_serial_for_seed_003(local_ray, fedwca5, method, params):
     """Seed 003: per-client broadcasts (each client its cluster model and the soft models), the one-time clustering,

@@ -179,6 +179,7 @@ def test_corrupting_the_test_labels_leaves_every_validation_selection_unchanged(
 
 # ---------------------------------------------------------------- end to end on Ray Tune
 
+@pytest.mark.slow
 def test_tiny_search_on_tune_with_asha_selects_by_validation_and_reruns(fmnist_dir, tmp_path, monkeypatch, capsys,
                                                                          no_ray):
     search = tiny_search()
@@ -248,6 +249,7 @@ def test_search_bad_input_is_one_line_exit_2(args, message, capsys, tmp_path):
     assert message in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_optuna_search_draws_in_the_space_selects_by_validation_and_resumes(fmnist_dir, tmp_path, monkeypatch, capsys,
                                                                             no_ray):
     """--search-alg optuna: Optuna's TPE draws the points through Tune; --resume tells it the settled ones and

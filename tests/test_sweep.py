@@ -54,6 +54,7 @@ def _plain(fmnist_dir, method, noise, **kw):
                          **{**TINY, **kw}))
 
 
+@pytest.mark.slow
 def test_sweep_end_to_end_and_resume(tiny_grid, fmnist_dir, tmp_path, capsys, no_ray):
     out = tmp_path / "sweep"
     assert sweep.main(_args(fmnist_dir, out, "--json")) == 0
@@ -147,6 +148,7 @@ def test_search_space_rejects_unknown_fields():
         ft.search_space(method="fedgp", lr=0.1)
 
 
+@pytest.mark.slow
 def test_programmatic_tuner(fmnist_dir, tmp_path, no_ray):
     """The README's Tune API path: a Tuner over RunConfig fields; each trial's last round equals a plain run."""
     from ray import tune
@@ -167,6 +169,7 @@ def test_programmatic_tuner(fmnist_dir, tmp_path, no_ray):
         assert r.metrics["accuracy"] == pytest.approx(run(cfg).final_accuracy)
 
 
+@pytest.mark.slow
 def test_trial_that_keeps_failing_is_reported_while_others_finish(fmnist_dir, tmp_path, capsys, monkeypatch, no_ray):
     # 5000 labelled target samples cannot be drawn from a 128-sample target: the run fails each attempt.
     grid = Grid(name="tiny-size", dataset="fashion-mnist", variable="target_labelled", values=(32, 5000),
@@ -227,6 +230,7 @@ def _sid(pid: int) -> int | None:
         return None
 
 
+@pytest.mark.slow
 def test_resume_after_the_sweep_is_killed(tiny_grid, fmnist_dir, tmp_path, capsys, no_ray):
     """Kill the whole sweep (driver, Tune, local Ray) once a trial has finished; --resume keeps the finished
     trials as they are and completes the rest, with the numbers an uninterrupted run gives."""
@@ -274,6 +278,7 @@ def test_resume_after_the_sweep_is_killed(tiny_grid, fmnist_dir, tmp_path, capsy
         assert got == [row["accuracy"] for row in _plain(fmnist_dir, method, noise, rounds=rounds).rows]
 
 
+@pytest.mark.slow
 def test_interrupted_sweep_says_so_and_resumes(tiny_grid, fmnist_dir, tmp_path, capsys, no_ray):
     """Ctrl-C (SIGINT to the process group) of a local-backend sweep: exit code 130, a summary that says it
     was interrupted and names the --resume command; --resume then finishes with every finished trial kept."""
@@ -308,7 +313,9 @@ def test_tunes_restore_hint_is_dropped():
     --resume instead, so that line is filtered out of the ray.tune.tune logger (other lines pass)."""
     import logging
 
-    f = sweep.TuneRestoreHint()
+    from fda_ray.experiments.backends import TuneRestoreHint
+
+    f = TuneRestoreHint()
     hint = logging.LogRecord("ray.tune.tune", logging.WARNING, "", 0, "Experiment has been interrupted, but the most "
                              "recent state was saved.\nResume experiment with: Tuner.restore(path=\"x\", trainable=...)",
                              None, None)
@@ -329,13 +336,14 @@ def test_summary_says_how_the_profile_differs_from_the_paper():
     assert "| FedGP_Auto | 70.00 / 71.53 |" in quick
 
 
+@pytest.mark.slow
 def test_pool_workers_die_with_a_killed_sweep(tmp_path):
     """A sweep killed outright (SIGKILL: no cleanup runs) takes its local pool's workers with it."""
     if not sys.platform.startswith("linux"):
         pytest.skip("PR_SET_PDEATHSIG is Linux's")
     pidfile = tmp_path / "child.pid"
     code = ("import multiprocessing as mp, time, sys\n"
-            "from fda_ray.sweep import die_with_parent\n"
+            "from fda_ray.experiments.backends import die_with_parent\n"
             "def child(path):\n"
             "    assert die_with_parent()\n"
             "    open(path, 'w').write(str(__import__('os').getpid()))\n"
