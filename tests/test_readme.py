@@ -1,5 +1,5 @@
-"""The README's "Adding a method family" example runs as written: registered, its flag generated, its
-parameters validated, and with momentum 0 it is FedAvg over the sources (source_only without warm-up)."""
+"""The "Adding a method family" example (docs/adding-a-method-family.md) runs as written: registered, its flag
+generated, its parameters validated, and with momentum 0 it is FedAvg over the sources (source_only without warm-up)."""
 from __future__ import annotations
 
 import re
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[1] / "docs" / "adding-a-method-family.md"
 
 
 @pytest.fixture
@@ -17,9 +17,9 @@ def fedavgm():
 
     text = README.read_text()
     block = re.search(r"<!-- example: add-a-family[^>]*-->\n```python\n(.*?)```", text, re.S)
-    assert block, "README lost its add-a-family example"
+    assert block, "docs/adding-a-method-family.md lost its add-a-family example"
     namespace: dict = {}
-    exec(compile(block.group(1), "README.md (add-a-family)", "exec"), namespace)
+    exec(compile(block.group(1), "docs/adding-a-method-family.md (add-a-family)", "exec"), namespace)
     try:
         yield namespace["FedAvgM"]
     finally:

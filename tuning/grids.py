@@ -152,7 +152,7 @@ QUICK = Profile({"rounds": 10, "samples_per_client": 1000, "test_samples": 2000}
 # The noise grid's quick profile keeps the paper's findings (issue 16): the paper's rounds, shards and
 # per-round work per client, with 2 sources instead of 9 (4.5x less training), at 3 of the 5 noise levels,
 # without FedGP_1 (not one of the findings; 3 more source-training trials) and vectorised (7 % faster on
-# 2 cores): 8 min 22 s on 2 cores, measured (README).
+# 2 cores): 8 min 22 s on 2 cores, measured (docs/sweeps-and-searches.md).
 # Fewer rounds or smaller shards do not: Source Only collapses on noisy images, and FedDA_0.5 falls below
 # Target Only, only once the sources have trained some thousands of steps on clean images (fmnist-noise.md),
 # and 2 sources on 20 000-image shards for fewer rounds leave the auto-weighted methods below Target Only at

@@ -498,7 +498,7 @@ class RunConfig:
         if self.finetune_epochs is None:
             fill["finetune_epochs"] = self.rounds
         if self.vectorise == "auto":
-            # Off wherever it was measured (README, "Parallel runs with Ray"): on an H100 the cohort of 10
+            # Off wherever it was measured (docs/ray-and-clusters.md, "Vectorised cohorts"): on an H100 the cohort of 10
             # simple-CNN clients took 1.04 s a round against the loop's 0.74 s in one actor; on 2 CPU cores at
             # 1 thread it was within 6 % of the loop. "on" stays a choice (2 threads: 0.79x the loop).
             fill["vectorise"] = "off"

@@ -1,4 +1,4 @@
-"""The FDA family (FedDA / FedGP, their auto-weighted versions and baselines: "FedGP and FedDA", ICLR 2023,
+"""The FDA family (FedDA / FedGP, their auto-weighted versions and baselines: "Federated Domain Adaptation via Gradient Projection",
 and "Auto-weighted FDA", the beta estimators' paper; see docs/methods.md):
 
     methods.py       the Algorithm classes (source_only, target_only, fedda, fedgp, fedda_auto, fedgp_auto,
