@@ -171,3 +171,37 @@ def no_ray():
     if ray.is_initialized():
         ray.shutdown()
 
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def s3_bucket(monkeypatch):
+    """An S3 bucket on a local S3 server (moto's, in a thread, on loopback): pyarrow, Ray Tune and boto3 reach it
+    through $AWS_ENDPOINT_URL, as they would reach MinIO or Ceph. Yields its URI, s3://<bucket>; processes started
+    after the fixture (Ray workers) inherit the environment."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    port = _free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
+           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1",
+           "AWS_EC2_METADATA_DISABLED": "true"}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    import uuid
+
+    bucket = f"fda-sweeps-{uuid.uuid4().hex[:8]}"  # (moto keeps its buckets per process: one of our own)
+    boto3.client("s3").create_bucket(Bucket=bucket)
+    try:
+        yield f"s3://{bucket}"
+    finally:
+        server.stop()

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 import warnings
 from pathlib import Path
 from typing import Any
 
+from fda_ray.core.storage import StoragePath, storage_path
 from fda_ray.runtime import preflight
 from fda_ray.experiments.trials import Trial, is_done, run_trial
 
@@ -75,10 +75,10 @@ def _worker_init() -> None:
 
 
 def _local_job(trial: dict[str, Any], records: str) -> None:
-    run_trial(Trial.from_dict(trial), Path(records))
+    run_trial(Trial.from_dict(trial), storage_path(records))
 
 
-def run_local(pending: list[Trial], records: Path, workers: int, max_failures: int, progress: Progress
+def run_local(pending: list[Trial], records: StoragePath, workers: int, max_failures: int, progress: Progress
               ) -> list[dict]:
     """A process pool of serial runs (no Ray): each trial in a fresh process, `workers` at once. Returns the
     failures (a trial is retried max_failures times). KeyboardInterrupt propagates after the pool stops."""
@@ -144,9 +144,18 @@ def trial_dirname(trial: Any) -> str:
     return f"{trial.config['run']['trial']['key']}-{trial.trial_id}"
 
 
-def run_tune(pending: list[Trial], records: Path, out: Path, address: str | None, max_concurrent: int | None,
+def _attempts(result: Any) -> int:
+    """How many times Tune ran a trial that failed for good (its error.txt has one "Failure #" per attempt)."""
+    try:
+        with result.filesystem.open_input_stream(f"{result.path}/error.txt") as f:
+            return max(1, f.read().decode(errors="replace").count("Failure # "))
+    except Exception:  # no error file where Tune keeps it: one attempt is all we know of
+        return 1
+
+
+def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, address: str | None, max_concurrent: int | None,
              max_failures: int, progress: Progress, scheduler: Any = None, metric: str | None = None,
-             on_stopped: Any = None) -> tuple[list[dict], bool]:
+             on_stopped: Any = None, pin_drivers: bool = False) -> tuple[list[dict], bool]:
     """Ray Tune, one launch per phase. Returns (failures, interrupted).
     A search's study (fda_ray.experiments.search) passes a scheduler (ASHA) deciding on `metric`, which the trials report
     each round (rows without it are not reported), and on_stopped(record), called for a trial the scheduler
@@ -156,6 +165,7 @@ def run_tune(pending: list[Trial], records: Path, out: Path, address: str | None
     import fda_ray.experiments.tune as ft
     from fda_ray.runtime.driver import ensure_ray
 
+    records, out = storage_path(records), storage_path(out)
     ensure_ray(address, num_cpus=None)
     tune_log = logging.getLogger("ray.tune.tune")
     if not any(isinstance(f, TuneRestoreHint) for f in tune_log.filters):
@@ -181,15 +191,17 @@ def run_tune(pending: list[Trial], records: Path, out: Path, address: str | None
         phase = [t for t in phase if t.weights_from is None or is_done(records / t.weights_from)]
         if not phase:
             continue
-        launch = f"launch-{sum(1 for _ in (out / 'tune').glob('launch-*')) + 1}" if (out / "tune").exists() else "launch-1"
+        launch = f"launch-{sum(1 for _ in (out / 'tune').glob('launch-*')) + 1}"
         space = [{"trial": t.to_dict(), ft.RECORD_KEY: str(records), **({"metric": metric} if metric else {})}
                  for t in phase]
         tuner = tune.Tuner(
-            ft.with_resources(phase[0].config()),  # every trial of a sweep asks the same resources
+            ft.with_resources(phase[0].config(), pin_drivers),  # every trial of a sweep asks the same resources
             param_space={"run": tune.grid_search(space)},
             # reuse_actors: a trial's process (torch imported, kernels loaded) runs the next trial too.
             tune_config=tune.TuneConfig(max_concurrent_trials=max_concurrent, reuse_actors=True,
                                         trial_dirname_creator=trial_dirname, scheduler=scheduler),
+            # Tune's own storage beside the records, on the same storage: a path every node sees or a URI
+            # (Tune on several nodes requires one; Ray builds the filesystem from the URI, as StoragePath does).
             run_config=tune.RunConfig(name=launch, storage_path=str(out / "tune"), verbose=0,
                                       failure_config=tune.FailureConfig(max_failures=max_failures),
                                       callbacks=[Callback()]))
@@ -197,9 +209,8 @@ def run_tune(pending: list[Trial], records: Path, out: Path, address: str | None
         for result in grid:
             if result.error is not None:
                 t = by_key[result.config["run"]["trial"]["key"]]
-                err = Path(result.path or "") / "error.txt"
                 failures.append({"trial": t.key, "row": t.row, "value": t.value, "seed": t.seed,
-                                 "attempts": err.read_text(errors="replace").count("Failure # ") if err.is_file() else 1,
+                                 "attempts": _attempts(result),
                                  "error": str(result.error).strip().splitlines()[-1][:300]})
         # Tune stops on SIGINT and returns: trials neither done nor failed mean the sweep was interrupted
         failed = {f["trial"] for f in failures}
@@ -208,7 +219,7 @@ def run_tune(pending: list[Trial], records: Path, out: Path, address: str | None
     return failures, False
 
 
-def write_parquet(rows: list[dict], path: Path) -> None:
+def write_parquet(rows: list[dict], path: StoragePath | Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -223,6 +234,6 @@ def write_parquet(rows: list[dict], path: Path) -> None:
                 lists and any(v is not None and not isinstance(v, list) for v in vals)):
             vals = [json.dumps(v) if v is not None else None for v in vals]
         cols[k] = vals
-    tmp = path.with_name(path.name + ".tmp")
-    pq.write_table(pa.Table.from_pydict(cols), tmp)
-    os.replace(tmp, path)
+    buf = pa.BufferOutputStream()
+    pq.write_table(pa.Table.from_pydict(cols), buf)
+    storage_path(path).write_bytes(buf.getvalue().to_pybytes())  # atomic, locally or on an object store

@@ -12,6 +12,7 @@ drawing function returns a `Drawn` naming the files and the series it drew (what
 """
 from __future__ import annotations
 
+import io
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only: a cluster node has no display
 import matplotlib.pyplot as plt  # noqa: E402
 
+from fda_ray.core.storage import StoragePath, storage_path  # noqa: E402
 from tuning.grids import Grid  # noqa: E402
 
 FORMATS = ("png", "pdf")
@@ -38,18 +40,19 @@ MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "h")
 class Drawn:
     """What a drawing function wrote: the files, and per panel the series labels it drew."""
 
-    paths: list[Path] = field(default_factory=list)
+    paths: list[Any] = field(default_factory=list)  # Path, or StoragePath on an object store
     series: dict[str, list[str]] = field(default_factory=dict)
 
 
-def _save(fig: Any, stem: Path, drawn: Drawn) -> Drawn:
+def _save(fig: Any, stem: Path | StoragePath, drawn: Drawn) -> Drawn:
+    stem = storage_path(stem)  # a local directory or an object store (fda_ray.core.storage)
     stem.parent.mkdir(parents=True, exist_ok=True)
     for fmt in FORMATS:
         path = stem.with_suffix(f".{fmt}")
-        tmp = path.with_name(path.stem + ".tmp." + fmt)  # matplotlib picks the format from the suffix
-        fig.savefig(tmp, dpi=DPI, bbox_inches="tight")
-        tmp.replace(path)  # a reader never sees half a file
-        drawn.paths.append(path)
+        buf = io.BytesIO()
+        fig.savefig(buf, format=fmt, dpi=DPI, bbox_inches="tight")
+        path.write_bytes(buf.getvalue())  # atomic: a reader never sees half a file
+        drawn.paths.append(Path(path) if path.is_local else path)
     plt.close(fig)
     return drawn
 
@@ -59,7 +62,7 @@ def _value_label(variable: str, v: float) -> str:
 
 
 def accuracy_figure(summary: dict[str, Any], grid: Grid, row_keys: Sequence[str], values: Sequence[float],
-                    stem: str | Path) -> Drawn:
+                    stem: str | Path | StoragePath) -> Drawn:
     """Final target accuracy (mean, std error bars over seeds) against the grid variable, a line per row;
     beside it the paper's numbers on the same axes where the grid has them."""
     cells = summary["cells"]
@@ -99,7 +102,7 @@ def accuracy_figure(summary: dict[str, Any], grid: Grid, row_keys: Sequence[str]
     axes[0, 0].set_ylabel("target test accuracy (%)")
     axes[0, -1].legend(loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
     fig.suptitle(f"Sweep {grid.name}: final target accuracy")
-    return _save(fig, Path(stem), drawn)
+    return _save(fig, stem, drawn)
 
 
 def beta_rows(rows: list[dict[str, Any]], row_key: str, seed: int = 0) -> dict[float, list[tuple[int, list[float]]]]:
@@ -113,7 +116,7 @@ def beta_rows(rows: list[dict[str, Any]], row_key: str, seed: int = 0) -> dict[f
     return {v: sorted(pts) for v, pts in out.items()}
 
 
-def beta_figure(rows: list[dict[str, Any]], grid: Grid, row_key: str, values: Sequence[float], stem: str | Path,
+def beta_figure(rows: list[dict[str, Any]], grid: Grid, row_key: str, values: Sequence[float], stem: str | Path | StoragePath,
                 seed: int = 0) -> Drawn | None:
     """beta_i per round, a panel per grid value and a line per source (seed `seed`); None (nothing written)
     for a row that does not weight automatically or reported no beta_i."""
@@ -148,7 +151,7 @@ def beta_figure(rows: list[dict[str, Any]], grid: Grid, row_key: str, values: Se
     axes.flat[len(shown) - 1].legend(loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False, fontsize=8)
     fig.suptitle(rf"{grid.row(row_key).label}: auto-weighted $\beta_i$ per round (seed {seed})")
     fig.tight_layout()
-    return _save(fig, Path(stem), drawn)
+    return _save(fig, stem, drawn)
 
 
 def estimate_rows(rows: list[dict[str, Any]], seed: int = 0) -> dict[float, dict[str, list[tuple[int, float, float]]]]:
@@ -165,7 +168,7 @@ def estimate_rows(rows: list[dict[str, Any]], seed: int = 0) -> dict[float, dict
     return {v: {k: sorted(pts) for k, pts in by.items()} for v, by in out.items()}
 
 
-def estimates_figure(rows: list[dict[str, Any]], grid: Grid, values: Sequence[float], stem: str | Path,
+def estimates_figure(rows: list[dict[str, Any]], grid: Grid, values: Sequence[float], stem: str | Path | StoragePath,
                      seed: int = 0) -> Drawn | None:
     """Top row sigma, bottom row d, per round: a panel per grid value, a line per table row. None when no
     trial logged the estimators."""
@@ -196,7 +199,7 @@ def estimates_figure(rows: list[dict[str, Any]], grid: Grid, values: Sequence[fl
     axes[0, -1].legend(loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False, fontsize=8)
     fig.suptitle(f"Estimated σ and d per round, per parameter (seed {seed})")
     fig.tight_layout()
-    return _save(fig, Path(stem), drawn)
+    return _save(fig, stem, drawn)
 
 
 def predicted_rules(rows: list[dict[str, Any]]) -> dict[str, dict[float, dict[str, int]]]:
@@ -210,7 +213,7 @@ def predicted_rules(rows: list[dict[str, Any]]) -> dict[str, dict[float, dict[st
     return out
 
 
-def heatmap(values: Any, row_labels: Sequence[str], col_labels: Sequence[str], stem: str | Path, *, title: str,
+def heatmap(values: Any, row_labels: Sequence[str], col_labels: Sequence[str], stem: str | Path | StoragePath, *, title: str,
             xlabel: str = "", ylabel: str = "", categories: Sequence[str] | None = None,
             colorbar_label: str = "") -> Drawn:
     """values (R, C): numbers (a colour bar) or, with `categories`, integer codes into it (one colour per
@@ -243,11 +246,11 @@ def heatmap(values: Any, row_labels: Sequence[str], col_labels: Sequence[str], s
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
-    return _save(fig, Path(stem), drawn)
+    return _save(fig, stem, drawn)
 
 
 def sweep_figures(rows: list[dict], summary: dict, grid: Grid, row_keys: Sequence[str], values: Sequence[float],
-                  out: Path) -> str:
+                  out: Path | StoragePath) -> str:
     """Writes a sweep's figures into `out`; returns the summary.md lines that show them."""
     lines = ["", "![final target accuracy](accuracy.png) ([PDF](accuracy.pdf))"]
     accuracy_figure(summary, grid, row_keys, values, out / "accuracy")

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from fda_ray.core.storage import StoragePath, storage_path
 from tuning.selection import RULES, best_so_far, final_value, mean_std, select
 from fda_ray.experiments.trials import ROWS_FILE, Trial, is_done, merge_fields, point_trial, read_rows, trial_key
 from tuning.searches import SEARCHES, Search
@@ -91,7 +92,7 @@ def optuna_row(study: Study) -> str:
     return f"{study.method}-optuna"
 
 
-def optuna_trials(search: Search, profile: str, study: Study, records: Path,
+def optuna_trials(search: Search, profile: str, study: Study, records: StoragePath,
                   overrides: dict[str, Any] | None = None) -> list[Trial]:
     """The trials an Optuna search of this study has started so far (their records), in the order they started:
     the same study's fields, any point."""
@@ -138,16 +139,16 @@ def reference_trials(search: Search, profile: str, study_value: float, seeds: in
 
 # ---------------------------------------------------------------- records
 
-def is_stopped(record: Path) -> bool:
+def is_stopped(record: StoragePath) -> bool:
     return (record / STOPPED_FILE).is_file()
 
 
-def is_settled(record: Path) -> bool:
+def is_settled(record: StoragePath) -> bool:
     """Finished, or stopped early by the scheduler: not run again on --resume."""
     return is_done(record) or is_stopped(record)
 
 
-def mark_stopped(record: Path) -> None:
+def mark_stopped(record: StoragePath) -> None:
     """A trial the scheduler stopped: its rows so far (from its last round's state) go to stopped.json, with
     whether they are all of its rows (a rung can fall on a trial's last report: ASHA then stops a trial that had
     trained every round, before it wrote rows.json; such a trial counts as finished)."""
@@ -164,7 +165,7 @@ def mark_stopped(record: Path) -> None:
                 "environment": environment()}, record / STOPPED_FILE)
 
 
-def trial_rows(record: Path) -> tuple[list[dict], bool] | None:
+def trial_rows(record: StoragePath) -> tuple[list[dict], bool] | None:
     """(rows, finished) of a settled trial; None if it has not settled."""
     if is_done(record):
         return read_rows(record)["rows"], True
@@ -176,7 +177,7 @@ def trial_rows(record: Path) -> tuple[list[dict], bool] | None:
 
 # ---------------------------------------------------------------- selection and results
 
-def study_table(search: Search, trials: Sequence[Trial], records: Path) -> dict[str, Any]:
+def study_table(search: Search, trials: Sequence[Trial], records: StoragePath) -> dict[str, Any]:
     """Per trial: its point, status and final metrics; per rule: the selected trial's key (None if none)."""
     entries, candidates = [], []
     for t in trials:
@@ -194,7 +195,7 @@ def study_table(search: Search, trials: Sequence[Trial], records: Path) -> dict[
     return {"trials": entries, "selected": {rule: select(candidates, rule) for rule in search.rules}}
 
 
-def rerun_accuracies(trials: Sequence[Trial], records: Path) -> list[float]:
+def rerun_accuracies(trials: Sequence[Trial], records: StoragePath) -> list[float]:
     """Final test accuracies (%) of the finished trials."""
     out = []
     for t in trials:
@@ -263,7 +264,7 @@ def summarize(search: Search, profile: str, tables: dict[str, dict], reruns: dic
     return "\n".join(lines) + "\n"
 
 
-def trajectory_figure(search: Search, tables: dict[str, dict], stem: Path) -> Any:
+def trajectory_figure(search: Search, tables: dict[str, dict], stem: StoragePath) -> Any:
     """Per study: each trial's final value of the first rule's metric (a cross for a trial stopped early, at its
     last round) and its test accuracy, in trial order, with the best-so-far line of the validation."""
     import matplotlib
@@ -330,7 +331,7 @@ def search(name: str | Search, *, profile: str = "quick", out: str | Path | None
         sel["studies"]["fedgp @ noise 0.6"]["selected"]["target_val"]
     """
     s = SEARCHES[name] if isinstance(name, str) else name
-    out = Path(out or f"sweeps/search-{s.name}-{profile}").resolve()
+    out = storage_path(out or f"sweeps/search-{s.name}-{profile}")
     code = run_search(s, profile=profile, out=out, num_samples=num_samples or s.num_samples[profile], backend="tune",
                       workers=None, max_concurrent=max_concurrent, max_failures=max_failures, scheduler=scheduler,
                       search_alg=search_alg, methods=methods, values=values, overrides=dict(fields),
@@ -340,13 +341,15 @@ def search(name: str | Search, *, profile: str = "quick", out: str | Path | None
     return json.loads((out / "selection.json").read_text())
 
 
-def run_search(search: Search, *, profile: str, out: Path, num_samples: int, backend: str, workers: int | None,
+def run_search(search: Search, *, profile: str, out: StoragePath, num_samples: int, backend: str, workers: int | None,
                max_concurrent: int | None, max_failures: int, scheduler: str, search_alg: str,
                methods: Sequence[str] | None, values: Sequence[float] | None, overrides: dict[str, Any],
-               address: str | None, command: str, no_figures: bool = False) -> int:
-    """Run (or go on with) a search; returns the exit code (0 all done, 1 a trial failed, 130 interrupted)."""
+               address: str | None, command: str, no_figures: bool = False, pin_drivers: bool = False) -> int:
+    """Run (or go on with) a search; returns the exit code (0 all done, 1 a trial failed, 130 interrupted).
+    `out`: a local or shared directory, or an object store URI (fda_ray.core.storage)."""
     from fda_ray.experiments.backends import Progress, run_local, run_tune, write_parquet
 
+    out = storage_path(out)
     records = out / "trials"
     records.mkdir(parents=True, exist_ok=True)
     plan = studies(search, methods, values)
@@ -361,7 +364,8 @@ def run_search(search: Search, *, profile: str, out: Path, num_samples: int, bac
             name = study.name(search)
             if search_alg == "optuna":  # Bayesian (TPE): the points come from Optuna as trials finish
                 trials, f, interrupted = _optuna_study(search, profile, study, num_samples, overrides, records, out,
-                                                       address, max_concurrent, max_failures, scheduler, metric)
+                                                       address, max_concurrent, max_failures, scheduler, metric,
+                                                       pin_drivers)
                 failures += f
                 search_by_study[name] = trials
                 if interrupted:
@@ -377,7 +381,7 @@ def run_search(search: Search, *, profile: str, out: Path, num_samples: int, bac
                 else:
                     f, interrupted = run_tune(pending, records, out, address, max_concurrent, max_failures,
                                               progress, scheduler=scheduler_for(search, scheduler, metric, trials),
-                                              metric=metric, on_stopped=mark_stopped)
+                                              metric=metric, on_stopped=mark_stopped, pin_drivers=pin_drivers)
                     failures += f
             search_by_study[name] = trials
             if interrupted:
@@ -401,7 +405,8 @@ def run_search(search: Search, *, profile: str, out: Path, num_samples: int, bac
             if backend == "local":
                 failures += run_local(pending, records, workers or 1, max_failures, progress)
             else:
-                f, interrupted = run_tune(pending, records, out, address, max_concurrent, max_failures, progress)
+                f, interrupted = run_tune(pending, records, out, address, max_concurrent, max_failures, progress,
+                                          pin_drivers=pin_drivers)
                 failures += f
                 if interrupted:
                     raise KeyboardInterrupt
@@ -412,8 +417,8 @@ def run_search(search: Search, *, profile: str, out: Path, num_samples: int, bac
 
 
 def _optuna_study(search: Search, profile: str, study: Study, num_samples: int, overrides: dict[str, Any],
-                  records: Path, out: Path, address: str | None, max_concurrent: int | None, max_failures: int,
-                  scheduler: str, metric: str) -> tuple[list[Trial], list[dict], bool]:
+                  records: StoragePath, out: StoragePath, address: str | None, max_concurrent: int | None, max_failures: int,
+                  scheduler: str, metric: str, pin_drivers: bool = False) -> tuple[list[Trial], list[dict], bool]:
     """One study searched by Optuna's TPE through Tune. The trials settled before (--resume) are told to Optuna
     as evaluated points (a trial ASHA stopped with its last value), and only the rest of num_samples run."""
     from fda_ray.experiments.backends import Progress
@@ -438,7 +443,7 @@ def _optuna_study(search: Search, profile: str, study: Study, num_samples: int, 
             search.space, base, optuna_row(study), search.variable, study.value, todo, metric, records, out,
             address, max_concurrent, max_failures, Progress(todo, search.variable),
             scheduler_for(search, scheduler, metric, probe), mark_stopped, points, rewards,
-            seed=len(before))
+            seed=len(before), pin_drivers=pin_drivers)
     return optuna_trials(search, profile, study, records, overrides)[:num_samples], failures, interrupted
 
 
@@ -455,12 +460,13 @@ def scheduler_for(search: Search, scheduler: str, metric: str, trials: Sequence[
     return asha(metric, max_t=max_t, grace_period=search.grace_period, reduction_factor=search.reduction_factor)
 
 
-def report(search: Search, profile: str, out: Path, plan: list[Study], search_by_study: dict[str, list[Trial]],
+def report(search: Search, profile: str, out: StoragePath, plan: list[Study], search_by_study: dict[str, list[Trial]],
            num_samples: int, scheduler: str, search_alg: str, overrides: dict[str, Any], command: str,
            failures: list[dict], interrupted: bool, wall: float, no_figures: bool) -> int:
     """selection.json, results.parquet, summary.md and the trajectory figure from whatever has settled."""
     from fda_ray.experiments.backends import write_parquet
 
+    out = storage_path(out)
     records = out / "trials"
     tables: dict[str, dict] = {}
     reruns: dict[str, dict[str, list[float]]] = {}
@@ -500,12 +506,10 @@ def report(search: Search, profile: str, out: Path, plan: list[Study], search_by
     rows = list({(r["trial"], r["study"], r["round"], r.get("phase"), r["search_phase"]): r for r in rows}.values())
     if rows:
         write_parquet(rows, out / "results.parquet")
-    tmp = out / "selection.json.tmp"
-    tmp.write_text(json.dumps({"search": search.name, "profile": profile, "num_samples": num_samples,
+    (out / "selection.json").write_text(json.dumps({"search": search.name, "profile": profile, "num_samples": num_samples,
                                "scheduler": scheduler, "search_alg": search_alg, "studies": tables,
                                "reruns": reruns, "references": {f"{k:g}": v for k, v in references.items()},
                                "failures": failures}, indent=1, default=str) + "\n")
-    tmp.replace(out / "selection.json")
     text = summarize(search, profile, tables, reruns, references, command, num_samples, scheduler, search_alg)
     if failures:
         text += f"\n## Failed trials ({len(failures)})\n\n" + "\n".join(
@@ -516,9 +520,7 @@ def report(search: Search, profile: str, out: Path, plan: list[Study], search_by
     if not no_figures and any(e["status"] != "to run" for t in tables.values() for e in t["trials"]):
         trajectory_figure(search, tables, out / "trajectory")
         text += "\n![trajectory](trajectory.png)\n"
-    tmp = out / "summary.md.tmp"
-    tmp.write_text(text)
-    tmp.replace(out / "summary.md")
+    (out / "summary.md").write_text(text)  # atomic
     print(text)
     if interrupted:
         print(f"interrupted; resume with: {command} --resume", file=sys.stderr)

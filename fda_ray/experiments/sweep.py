@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from fda_ray.core.storage import StoragePath, storage_path
 from fda_ray.runtime import preflight
 from fda_ray.core.parsing import OneLineParser
 from fda_ray.experiments.cli import add_config_arguments, config_fields
@@ -56,7 +57,7 @@ class SweepError(ValueError):
 
 # ---------------------------------------------------------------- results
 
-def collect(trials: Sequence[Trial], grid: Grid, records: Path) -> tuple[list[dict], float]:
+def collect(trials: Sequence[Trial], grid: Grid, records: StoragePath | Path) -> tuple[list[dict], float]:
     """A row per (finished trial, grid value, round), the trial's fields as columns; and the finished trials'
     own run time (s), whichever launch ran them."""
     rows: list[dict] = []
@@ -160,11 +161,15 @@ def parser() -> OneLineParser:
     s.add_argument("--backend", default="tune", help="tune (Ray Tune: a laptop or a cluster) or local (a "
                                                      "process pool of serial runs, no Ray)")
     s.add_argument("--workers", type=int, default=None, help="local: trials at once (default: CPUs / threads)")
-    s.add_argument("--out", default=None, help="output directory (default sweeps/<grid>-<profile>)")
+    s.add_argument("--out", default=None, help="output directory: a path (on a cluster: one every node mounts) or "
+                                               "a URI such as s3://bucket/prefix (default sweeps/<grid>-<profile>)")
     s.add_argument("--address", default=None, help="tune: an existing Ray cluster (default: $RAY_ADDRESS or a "
                                                    "local Ray)")
     s.add_argument("--max-concurrent", type=int, default=None, help="tune: trials at once (default: as "
                                                                    "resources allow)")
+    s.add_argument("--pin-drivers", action="store_true", help="tune: trial drivers run only on nodes that declare "
+                                                              "the resource fda_driver (default: beside their clients, "
+                                                              "on any node)")
     s.add_argument("--max-failures", type=int, default=2, help="retries of a failing trial")
     s.add_argument("--resume", action="store_true", help="continue the sweep in --out, finished trials kept")
     s.add_argument("--dry-run", action="store_true", help="print the trials and exit")
@@ -207,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
                 raise SweepError(f"{name}={v} is invalid: an integer >= 1")
         if a.max_failures < 0:
             raise SweepError(f"max_failures={a.max_failures} is invalid: an integer >= 0")
+        if a.pin_drivers and a.backend == "local":
+            raise SweepError("pin_drivers=True is invalid with --backend local: it places Tune trials on Ray nodes")
         overrides = config_fields(a)
         on_cluster = bool(a.address or os.environ.get("RAY_ADDRESS"))
         if a.backend == "tune" and (overrides.get("gpus_per_client", 0) > 0 or on_cluster):
@@ -214,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
             # trains its clients in its own process (a laptop)
             overrides.setdefault("executor", "ray")
             overrides.setdefault("cpus_per_client", 1.0)
+            if overrides.get("gpus_per_client", 0) > 0:
+                overrides.setdefault("device", "cuda")  # the driver aggregates and evaluates on its node's GPU
         if a.backend == "local" and overrides.get("executor", "serial") != "serial":
             raise SweepError(f"executor={overrides['executor']!r} is invalid with --backend local: its trials run "
                              "serially in a process pool (use --backend tune for Ray client actors)")
@@ -222,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         planned = {t.row for t in trials}
         row_keys = [r.key for r in grid.rows if r.key in planned]  # the paper's table order
         values = [v for v in grid.values if any(t.value == v or v in t.values for t in trials)]
-        out = Path(a.out or f"sweeps/{grid.name}-{a.profile}").resolve()
+        out = storage_path(a.out or f"sweeps/{grid.name}-{a.profile}")  # a path or a URI (s3://...)
         records = out / "trials"
         preflight.output_dir("out", out)  # before any work: results must have somewhere to go
         if records.exists() and not a.resume and not a.dry_run:
@@ -238,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{' beta ' + str(t.params['beta']) if 'beta' in t.params else ''}{extra} [{state}]")
             print(f"{len(trials)} trials")
             return 0
-        _preflight(grid.dataset, trials[0].config().resolved(), a.backend, a.address, overrides)
+        _preflight(grid.dataset, trials[0].config().resolved(), a.backend, a.address, overrides, out, a.pin_drivers)
         warning = preflight.ignored_warning([t.config() for t in trials], names=overrides)
         if warning:
             print(f"warning: {warning}", file=sys.stderr)
@@ -265,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
             failures = run_local(pending, records, workers, a.max_failures, progress)
         elif pending:
             failures, interrupted = run_tune(pending, records, out, a.address, a.max_concurrent, a.max_failures,
-                                             progress)
+                                             progress, pin_drivers=a.pin_drivers)
     except KeyboardInterrupt:
         interrupted = True
     rows, trial_seconds = collect(trials, grid, records)
@@ -284,9 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     if not a.no_figures and rows:
         from fda_ray.experiments.figures import sweep_figures
         text += sweep_figures(rows, summary, grid, row_keys, values, out)
-    tmp = out / "summary.md.tmp"
-    tmp.write_text(text)
-    tmp.replace(out / "summary.md")
+    (out / "summary.md").write_text(text)  # atomic, locally or on an object store
     print(json.dumps(summary, indent=1) if a.json else text)
     _shutdown_ray()
     if interrupted:
@@ -299,9 +306,11 @@ def main(argv: list[str] | None = None) -> int:
 SCHEDULERS = ("asha", "none")
 
 
-def _preflight(dataset: str, first: Any, backend: str, address: str | None, overrides: dict[str, Any]) -> None:
-    """What the trials need from the machine, before any work: the data, the weights file, the device (local)
-    or the trials' resource requests against the cluster's nodes (tune: before Tune waits for them)."""
+def _preflight(dataset: str, first: Any, backend: str, address: str | None, overrides: dict[str, Any],
+               out: StoragePath, pin_drivers: bool = False) -> None:
+    """What the trials need from the machine, before any work: the data, the weights file, the device (local);
+    on Ray, the trials' resource requests against the cluster's nodes (before Tune waits for them) and, on
+    several nodes, an --out that every node sees and writes (a probe from each)."""
     from fda_ray.data import load
 
     load(dataset, overrides.get("data_dir"))
@@ -313,9 +322,15 @@ def _preflight(dataset: str, first: Any, backend: str, address: str | None, over
     from fda_ray.runtime.driver import ensure_ray
 
     ensure_ray(address, num_cpus=None, field="address")
-    preflight.resources(ft.resources(first, ft.driver_placement()).bundles, preflight.node_shapes(),
-                        fields=preflight.fields_of_request(first) + (f", device={first.device!r}"
-                                                                   if first.executor == "serial" else ""))
+    joined = bool(address or os.environ.get("RAY_ADDRESS"))
+    fields = preflight.fields_of_request(first) + (f", device={first.device!r}" if first.executor == "serial" or
+                                                   first.device != "cpu" else "") + \
+        (", pin_drivers=True" if pin_drivers else "")
+    warning = preflight.resources(ft.resources(first, ft.driver_placement(pin_drivers)).bundles,
+                                  preflight.node_shapes(), fields=fields, known=preflight.node_types_known(joined))
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
+    preflight.shared_storage("out", out)
 
 
 def _command(argv: list[str]) -> str:
@@ -380,12 +395,14 @@ def search_main(a: Any, argv: list[str]) -> int:
         if a.backend == "tune" and (overrides.get("gpus_per_client", 0) > 0 or a.address or os.environ.get("RAY_ADDRESS")):
             overrides.setdefault("executor", "ray")
             overrides.setdefault("cpus_per_client", 1.0)
+            if overrides.get("gpus_per_client", 0) > 0:
+                overrides.setdefault("device", "cuda")
         plan = studies(search, _list(a.methods, str, "methods"), _list(a.values, float, "values"))
         num_samples = a.num_samples or search.num_samples[a.profile]
         from fda_ray.experiments.search import search_trials
 
         first = search_trials(search, a.profile, plan[0], 1, overrides)[0].config().resolved()
-        out = Path(a.out or f"sweeps/search-{search.name}-{a.profile}").resolve()
+        out = storage_path(a.out or f"sweeps/search-{search.name}-{a.profile}")
         preflight.output_dir("out", out)
         if (out / "trials").exists() and not a.resume and not a.dry_run:
             raise SweepError(f"out={str(out)!r} is invalid: it holds a search already; pass --resume to continue it "
@@ -402,7 +419,7 @@ def search_main(a: Any, argv: list[str]) -> int:
             print(f"{len(plan)} studies x {num_samples} trials, then each rule's selection on {search.rerun_seeds} "
                   f"fresh seeds and {len(search.references)} reference rows")
             return 0
-        _preflight(search.dataset, first, a.backend, a.address, overrides)
+        _preflight(search.dataset, first, a.backend, a.address, overrides, out, a.pin_drivers)
     except (SweepError, ValueError) as e:
         print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
@@ -413,7 +430,7 @@ def search_main(a: Any, argv: list[str]) -> int:
                       workers=a.workers, max_concurrent=a.max_concurrent, max_failures=a.max_failures,
                       scheduler=a.scheduler, search_alg=a.search_alg, methods=_list(a.methods, str, "methods"),
                       values=_list(a.values, float, "values"), overrides=overrides, address=a.address,
-                      command=_command(argv), no_figures=a.no_figures)
+                      command=_command(argv), no_figures=a.no_figures, pin_drivers=a.pin_drivers)
     _shutdown_ray()
     return code
 

@@ -11,8 +11,11 @@ value (eval_noise) and the finetune_offline trials fine-tune from its final weig
 A trial's record, records/<key>/:
   trial.json    what the trial is (written first)
   state.pt      after every round (atomic): what a cut-off trial resumes from; tensors and plain data only
-  rows.json     once the trial is done: the resolved config, one metrics row per round, and the environment
-                (python, torch, numpy, ray versions and the machine) of the process that finished it
+  nodes.json    every attempt at the trial: the driver's node (Ray node id, address, host), its client actors'
+                nodes (executor ray) and the round it started from
+  rows.json     once the trial is done: the resolved config, one metrics row per round, the environment
+                (python, torch, numpy, ray versions and the machine) of the process that finished it, and the
+                nodes that ran it (nodes.json's list: more than one when a node was lost and Tune retried it)
   weights.pt    the final flat weights, for trials others start from
 A trial whose rows.json exists is done and never runs again; its key hashes every field that changes its
 numbers (not where or how it ran: executor, resources, the data directory), so a resumed sweep finds it.
@@ -27,10 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from fda_ray.core.storage import StoragePath, storage_path
 from fda_ray.runtime.config import RunConfig, numbers_fields
 from tuning.grids import Grid
 
 STATE_FILE, ROWS_FILE, WEIGHTS_FILE, TRIAL_FILE = "state.pt", "rows.json", "weights.pt", "trial.json"
+NODES_FILE = "nodes.json"
 KINDS = ("run", "finetune")
 
 
@@ -217,18 +222,12 @@ def plan(grid: Grid, profile: str, *, rows: Sequence[str] | None = None, values:
 
 # ---------------------------------------------------------------- one trial and its record
 
-def _save_torch(obj: Any, path: Path) -> None:
-    import torch
-
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    tmp.replace(path)  # a kill mid-write leaves the previous file whole
+def _save_torch(obj: Any, path: StoragePath | Path) -> None:
+    storage_path(path).save_torch(obj)  # atomic: a kill mid-write leaves the previous file whole
 
 
-def _save_json(obj: Any, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=None, default=str) + "\n")
-    tmp.replace(path)
+def _save_json(obj: Any, path: StoragePath | Path) -> None:
+    storage_path(path).write_text(json.dumps(obj, indent=None, default=str) + "\n")  # atomic
 
 
 def environment() -> dict[str, str]:
@@ -254,27 +253,57 @@ def load_state(record: Path) -> dict | None:
     """The resume state of a cut-off trial (tensors and plain data: loaded without unpickling code)."""
     import torch
 
-    path = record / STATE_FILE
-    return torch.load(path, weights_only=True) if path.is_file() else None
+    path = storage_path(record) / STATE_FILE
+    return path.load_torch() if path.is_file() else None
 
 
-def is_done(record: Path) -> bool:
-    return (record / ROWS_FILE).is_file()
+def is_done(record: StoragePath | Path) -> bool:
+    return (storage_path(record) / ROWS_FILE).is_file()
 
 
-def read_rows(record: Path) -> dict[str, Any]:
-    """{"config", "rows", "seconds", "environment"} of a finished trial (records written before the environment
-    was recorded lack it)."""
-    return json.loads((record / ROWS_FILE).read_text())
+def read_rows(record: StoragePath | Path) -> dict[str, Any]:
+    """{"config", "rows", "seconds", "environment", "nodes"} of a finished trial (records written before the
+    environment and the nodes were recorded lack them)."""
+    return json.loads((storage_path(record) / ROWS_FILE).read_text())
 
 
-def run_trial(trial: Trial, records: Path, report: Callable[[dict], None] | None = None) -> Any:
-    """Run `trial` (or go on from its state.pt), keeping its record in records/<key>/; returns its History.
-    report(row) is called after every round (Tune reports there)."""
-    import torch
+def where_running() -> dict[str, Any]:
+    """The node this process runs on: Ray's node id and address when inside Ray (a Tune trial, an actor), and
+    the host name."""
+    import socket
 
+    here: dict[str, Any] = {"host": socket.gethostname()}
+    try:
+        import ray
+
+        if ray.is_initialized():
+            ctx = ray.get_runtime_context()
+            here.update(node_id=ctx.get_node_id(), node_ip=ray.util.get_node_ip_address())
+    except ImportError:
+        pass
+    return here
+
+
+def _note_start(record: StoragePath, resume: dict | None, executor: Any = None) -> list[dict[str, Any]]:
+    """Append this attempt (the driver's node, its client actors' nodes, the round it starts from) to the
+    record's nodes.json; returns the list."""
+    path = record / NODES_FILE
+    nodes = json.loads(path.read_text()) if path.is_file() else []
+    start = resume["next_round"] if resume and "next_round" in resume else 0
+    clients = sorted(set(executor.nodes())) if hasattr(executor, "nodes") else None
+    nodes.append({**where_running(), **({"client_nodes": clients} if clients is not None else {}), "from_round": start})
+    _save_json(nodes, path)
+    return nodes
+
+
+def run_trial(trial: Trial, records: StoragePath | Path | str, report: Callable[[dict], None] | None = None
+              ) -> Any:
+    """Run `trial` (or go on from its state.pt), keeping its record in records/<key>/ (a local or shared
+    directory, or an object store: fda_ray.core.storage); returns its History. report(row) is called after
+    every round (Tune reports there)."""
     from fda_ray.runtime.engine import build_executor, build_experiment, finetune_from, run_rounds
 
+    records = storage_path(records)
     record = records / trial.key
     record.mkdir(parents=True, exist_ok=True)
     _save_json(trial.to_dict(), record / TRIAL_FILE)
@@ -284,7 +313,8 @@ def run_trial(trial: Trial, records: Path, report: Callable[[dict], None] | None
         if not source.is_file():
             raise FileNotFoundError(f"trial {trial.key} starts from {source}, which does not exist (run trial "
                                     f"{trial.weights_from} first)")
-        hist = finetune_from(cfg, torch.load(source, weights_only=True), report)
+        nodes = _note_start(record, None)
+        hist = finetune_from(cfg, source.load_torch(), report)
     else:
         exp = build_experiment(cfg)
         executor = build_executor(exp.cfg, exp.clients)
@@ -295,13 +325,15 @@ def run_trial(trial: Trial, records: Path, report: Callable[[dict], None] | None
                 report(state["rows"][-1])
 
         try:
-            hist = run_rounds(exp, executor, resume=load_state(record), checkpoint=on_round)
+            resume = load_state(record)
+            nodes = _note_start(record, resume, executor)
+            hist = run_rounds(exp, executor, resume=resume, checkpoint=on_round)
         finally:
             executor.shutdown()
     if trial.save_weights:
         _save_torch(hist.final_weights.detach().cpu().contiguous(), record / WEIGHTS_FILE)
-    _save_json({"config": cfg.to_dict(), "rows": hist.rows, "seconds": hist.seconds, "environment": environment()},
-               record / ROWS_FILE)
+    _save_json({"config": cfg.to_dict(), "rows": hist.rows, "seconds": hist.seconds, "environment": environment(),
+                "nodes": nodes}, record / ROWS_FILE)
     return hist
 
 

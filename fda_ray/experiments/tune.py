@@ -25,6 +25,7 @@ from typing import Any, Sequence
 import torch
 from ray import tune
 
+from fda_ray.core.storage import storage_path
 from fda_ray.runtime.config import RunConfig
 from fda_ray.runtime.preflight import RunWarning, actor_gpus
 
@@ -32,10 +33,14 @@ RUN_FIELDS = tuple(f.name for f in dataclasses.fields(RunConfig))
 RECORD_KEY = "record_dir"  # a trial parameter that is not a RunConfig field: see trainable()
 STATE_FILE = "state.pt"  # a round's resume state in a Tune checkpoint (the same contents as a trial record's)
 DRIVER_CPUS = 1.0  # the driver aggregates and evaluates
-# A custom resource the head node of cluster.yaml declares. Trial drivers ask for one unit, so they run on
-# the head and their checkpoints stay on its disk: Tune needs S3 or NFS for checkpoints written on other
-# nodes, while client actors (which never checkpoint) go wherever GPUs are.
+# A custom resource nodes may declare (`ray start --resources '{"fda_driver": 8}'`). With pin_drivers (the sweep's
+# --pin-drivers) trial drivers ask for one unit, so they run only on those nodes; by default they go anywhere,
+# beside their clients, and their records go to storage every node reaches (fda_ray.core.storage).
 DRIVER_RESOURCE = "fda_driver"
+# One placement group per trial, its bundles on one node when they fit there (Ray's PACK: spread over nodes
+# only when no node holds them all): the driver's aggregation and evaluation then run beside its clients, on the
+# same node and GPU, and the round's weights travel through that node's object store.
+PLACEMENT_STRATEGY = "PACK"
 
 
 def search_space(**params: Any) -> dict[str, Any]:
@@ -82,20 +87,27 @@ def config_from_params(params: dict[str, Any]) -> RunConfig:
     return RunConfig(**params).resolved()
 
 
-def driver_placement() -> dict[str, float]:
-    """{DRIVER_RESOURCE: 1} on a cluster whose nodes declare it (cluster.yaml's head), else {}."""
-    import ray
+def driver_placement(pin: bool = False) -> dict[str, float]:
+    """{DRIVER_RESOURCE: 1} when drivers are pinned to the nodes that declare it, else {}."""
+    return {DRIVER_RESOURCE: 1.0} if pin else {}
 
-    return {DRIVER_RESOURCE: 1.0} if ray.is_initialized() and ray.cluster_resources().get(DRIVER_RESOURCE) else {}
+
+def driver_gpus(cfg: RunConfig) -> float:
+    """The GPU share a trial's driver asks for: none on a CPU device; with --device cuda, a client's share
+    (the driver's aggregation and evaluation are about one client's work per round), or a whole GPU when the
+    clients use none."""
+    if not cfg.device.startswith("cuda"):
+        return 0.0
+    return float(min(1.0, cfg.gpus_per_client)) if cfg.gpus_per_client > 0 else 1.0
 
 
 def resources(cfg: RunConfig, driver_extra: dict[str, float] | None = None) -> tune.PlacementGroupFactory:
-    """The trial's bundles: the driver (plus `driver_extra`, e.g. DRIVER_RESOURCE), then (executor "ray")
-    one per client actor."""
+    """The trial's bundles: the driver (plus `driver_extra`, e.g. DRIVER_RESOURCE; a GPU share with --device
+    cuda), then (executor "ray") one per client actor; packed on one node when they fit (PLACEMENT_STRATEGY)."""
     extra = dict(driver_extra or {})
     if cfg.executor == "serial":
         gpu = {"GPU": 1} if cfg.device.startswith("cuda") else {}
-        return tune.PlacementGroupFactory([{"CPU": float(cfg.threads), **gpu, **extra}])
+        return tune.PlacementGroupFactory([{"CPU": float(cfg.threads), **gpu, **extra}], strategy=PLACEMENT_STRATEGY)
     from fda_ray.algorithms import ALGORITHMS
 
     resolved = cfg.resolved()
@@ -108,7 +120,8 @@ def resources(cfg: RunConfig, driver_extra: dict[str, float] | None = None) -> t
     per_actor = {"CPU": float(cfg.cpus_per_client * k) if cfg.cpus_per_client else float(cfg.threads)}
     if cfg.gpus_per_client > 0:
         per_actor["GPU"] = actor_gpus(cfg.gpus_per_client, k)
-    return tune.PlacementGroupFactory([{"CPU": DRIVER_CPUS, **extra}] + [per_actor] * actors)
+    driver = {"CPU": DRIVER_CPUS, **({"GPU": driver_gpus(cfg)} if driver_gpus(cfg) else {}), **extra}
+    return tune.PlacementGroupFactory([driver] + [per_actor] * actors, strategy=PLACEMENT_STRATEGY)
 
 
 def metrics(row: dict[str, Any]) -> dict[str, Any]:
@@ -146,7 +159,7 @@ def trainable(params: dict[str, Any]) -> None:
             if metric is None or row.get(metric) is not None:  # (FedWCA's source pre-training row has none)
                 tune.report(metrics(row))
 
-        run_trial(Trial.from_dict(run["trial"]), Path(run[RECORD_KEY]), report=report)
+        run_trial(Trial.from_dict(run["trial"]), run[RECORD_KEY], report=report)  # a path or a URI
         return
     cfg = config_from_params(params)
     resume = None
@@ -169,9 +182,9 @@ def trainable(params: dict[str, Any]) -> None:
         executor.shutdown()
 
 
-def with_resources(cfg_or_params: RunConfig | dict[str, Any] | None = None):
-    """The trainable with the bundles of a config (by default one CPU: the serial executor); on a cluster
-    that declares DRIVER_RESOURCE (connect with ray.init first) the driver bundle asks for it."""
+def with_resources(cfg_or_params: RunConfig | dict[str, Any] | None = None, pin_drivers: bool = False):
+    """The trainable with the bundles of a config (by default one CPU: the serial executor); with pin_drivers
+    the driver bundle asks for DRIVER_RESOURCE (only nodes that declare it run drivers)."""
     if cfg_or_params is None:
         cfg = RunConfig()
     elif isinstance(cfg_or_params, RunConfig):
@@ -179,7 +192,7 @@ def with_resources(cfg_or_params: RunConfig | dict[str, Any] | None = None):
     else:
         plain = {k: v for k, v in cfg_or_params.items() if not isinstance(v, dict) and not hasattr(v, "sample")}
         cfg = config_from_params(plain)
-    return tune.with_resources(trainable, resources(cfg.resolved(), driver_placement()))
+    return tune.with_resources(trainable, resources(cfg.resolved(), driver_placement(pin_drivers)))
 
 
 def asha(metric: str, max_t: int, grace_period: int, reduction_factor: int) -> Any:
@@ -203,9 +216,9 @@ def _domain(dim: Any) -> Any:
 
 
 def run_optuna(space: Sequence[Any], base: dict[str, Any], row: str, variable: str, value: float, num_samples: int,
-               metric: str, records: Path, out: Path, address: str | None, max_concurrent: int | None,
+               metric: str, records: Any, out: Any, address: str | None, max_concurrent: int | None,
                max_failures: int, progress: Any, scheduler: Any, on_stopped: Any, points: list[dict],
-               rewards: list[float], seed: int = 0) -> tuple[list[dict], bool]:
+               rewards: list[float], seed: int = 0, pin_drivers: bool = False) -> tuple[list[dict], bool]:
     """One study searched by Optuna's TPE sampler (seeded) through Tune's OptunaSearch: num_samples new trials,
     the points settled before told to it as evaluated. Returns (failures, interrupted)."""
     try:
@@ -245,10 +258,11 @@ def run_optuna(space: Sequence[Any], base: dict[str, Any], row: str, variable: s
             else:
                 progress.line(t, "done")
 
-    launch = f"launch-{sum(1 for _ in (out / 'tune').glob('launch-*')) + 1}" if (out / "tune").exists() else "launch-1"
+    records, out = storage_path(records), storage_path(out)
+    launch = f"launch-{sum(1 for _ in (out / 'tune').glob('launch-*')) + 1}"
     cfg = RunConfig(**base).resolved()
     tuner = tune.Tuner(
-        with_resources(cfg),
+        with_resources(cfg, pin_drivers),
         param_space={"run": {"optuna": {"base": base, "row": row, "variable": variable, "value": value,
                                         "knobs": [d.name for d in space]},
                              RECORD_KEY: str(records), "metric": metric},

@@ -8,7 +8,10 @@ Field validation lives with the fields (RunConfig, GridConfig); these checks nee
     model_weights             the local state-dict file exists and is readable
     ray_address               a cluster answers at that address within RAY_CONNECT_TIMEOUT_S
     node_shapes, fits         a resource request that no node of the cluster can ever hold is an error now,
-                              not a silent wait (an autoscaling cluster's node types count as nodes it can add)
+                              not a silent wait (an autoscaling cluster's node types count as nodes it can add;
+                              where they cannot be known, on KubeRay, a warning)
+    shared_storage            on a multi-node cluster, every other node sees and writes the sweep's --out
+                              (probed by a task pinned to each node)
     ignored_options           options the chosen method or executor does not use (one warning line)
 
 Every failure is a PreflightError (a ValueError): one line, `<field>=<value> is invalid: <why>`.
@@ -20,9 +23,12 @@ import os
 import re
 import socket
 import tempfile
+import uuid
+import warnings
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from fda_ray.core.storage import StoragePath, is_uri, storage_path
 from fda_ray.runtime.config import RunConfig
 
 RAY_CONNECT_TIMEOUT_S = 10.0
@@ -32,6 +38,10 @@ AUTOSCALER_CONFIG = "~/ray_bootstrap_config.yaml"
 
 class PreflightError(ValueError):
     """A run or sweep cannot do its work here; the message is the one line a CLI prints."""
+
+
+class RunWarning(UserWarning):
+    """Something a run does that its user may not expect (the CLIs print it as one line)."""
 
 
 def _err(field: str, value: Any, why: str) -> PreflightError:
@@ -71,8 +81,20 @@ def output_file(field: str, value: str | os.PathLike) -> Path:
     return p
 
 
-def output_dir(field: str, value: str | os.PathLike) -> Path:
-    """A directory a run or sweep writes into (created if missing)."""
+def output_dir(field: str, value: str | os.PathLike | StoragePath) -> Path | StoragePath:
+    """A directory a run or sweep writes into (created if missing): a local path, or a URI (s3://, gs://, ...)
+    where a probe object is written and deleted, so bad credentials or a missing bucket fail now."""
+    if isinstance(value, StoragePath) and not value.is_local or is_uri(value):
+        where = storage_path(value)
+        probe = where / f".fda-ray-probe-{uuid.uuid4().hex[:12]}"
+        try:
+            probe.write_bytes(b"fda-ray")
+            probe.unlink()
+        except Exception as e:  # pyarrow raises OSError subclasses with the store's own message
+            why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise _err(field, str(value), f"cannot write there ({why[:200]}); check the bucket, the credentials "
+                                          "and $AWS_ENDPOINT_URL") from None
+        return where
     p = Path(value).expanduser().absolute()
     if p.exists() and not p.is_dir():
         raise _err(field, str(value), "it is a file, not a directory")
@@ -188,18 +210,101 @@ def _fmt(d: Mapping[str, float]) -> str:
     return "{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(keep.items())) + "}"
 
 
+def node_types_known(joined: bool) -> bool:
+    """Whether node_shapes() holds every node this cluster can ever have: a Ray this process started (no
+    autoscaler), or a cluster whose autoscaler's node types are readable (`ray up`'s file on the head). A joined
+    cluster without that file (KubeRay's autoscaler, SLURM, hand-started nodes) may add nodes we cannot see."""
+    return not joined or bool(autoscaler_node_types())
+
+
 def resources(bundles: Sequence[Mapping[str, float]], shapes: Sequence[Mapping[str, float]], *,
-              fields: str) -> None:
+              fields: str, known: bool = True) -> str | None:
     """Each bundle (an actor's or a trial's) must fit some node the cluster has or can add; `fields` names the
-    options that made the request (for the message)."""
+    options that made the request (for the message). When the node types cannot be known (`known` False: a
+    KubeRay cluster whose autoscaler may add a GPU group at zero replicas), a request no present node holds is
+    a warning (returned and issued as a RunWarning), not a refusal."""
     for b in bundles:
         if not any(fits(b, s) for s in shapes):
             nodes = ", ".join(sorted(set(_fmt(s) for s in shapes)))
+            if not known:
+                line = (f"{fields}: one request asks {_fmt({k: v for k, v in b.items() if v})} and no node of this "
+                        f"cluster holds it now (nodes: {nodes}); its node types are unknown here (no autoscaler "
+                        "config on this node, as on KubeRay), so trials wait for an autoscaler to add such a node")
+                warnings.warn(line, RunWarning, stacklevel=2)
+                return line
             if b.get("GPU", 0) > 0 and not any(s.get("GPU", 0) > 0 for s in shapes):
                 why = f"no node of this cluster has a GPU (nodes: {nodes}); use CPU clients (gpus_per_client=0)"
             else:
                 why = f"no node of this cluster can ever hold it (nodes: {nodes}); ask for less"
             raise PreflightError(f"{fields} is invalid: one actor asks {_fmt({k: v for k, v in b.items() if v})}; {why}")
+    return None
+
+
+PROBE_TIMEOUT_S = 60.0
+
+
+def _probe_from_node(where: str, token: str, node: str) -> str | None:
+    """On another node: the probe file the sweep wrote must be there with its token, and this node must be able
+    to write beside it. Returns None, or why not."""
+    here = storage_path(where)
+    try:
+        seen = (here / f".fda-ray-probe-{token}").read_text()
+    except Exception as e:
+        return f"the probe file written there is not found from node {node} ({type(e).__name__})"
+    if seen != token:
+        return f"node {node} reads another file at that path"
+    try:
+        (here / f".fda-ray-probe-{token}-{node[:12]}").write_text(token)
+    except Exception as e:
+        return f"node {node} cannot write there ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})"
+    return None
+
+
+def shared_storage(field: str, where: str | os.PathLike | StoragePath, *, timeout: float = PROBE_TIMEOUT_S) -> int:
+    """On a multi-node Ray cluster (Ray initialised), every other alive node must see and write `where`, the
+    directory trials write their records into: a probe file written here is read back, and answered, by a task
+    pinned to each other node. A node-local path (/tmp, a laptop's home) fails here, in one line, instead of
+    trials writing records the sweep never finds. Returns how many other nodes were probed."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    where = storage_path(where)
+    me = ray.get_runtime_context().get_node_id()
+    others = [n for n in ray.nodes() if n.get("Alive") and n["NodeID"] != me]
+    if not others:
+        return 0
+    where.mkdir(parents=True, exist_ok=True)
+    token = uuid.uuid4().hex
+    probe = where / f".fda-ray-probe-{token}"
+    probe.write_text(token)
+    task = ray.remote(num_cpus=0, max_retries=0)(_probe_from_node)
+    try:
+        refs = {task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
+            str(where), token, n["NodeID"]): n for n in others}
+        done, pending = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
+        if pending:
+            n = refs[pending[0]]
+            raise _err(field, str(where), f"node {n['NodeManagerAddress']} ({n['NodeID'][:12]}) did not answer a "
+                                          f"probe of this directory within {timeout:g} s")
+        gone = tuple(getattr(ray.exceptions, n) for n in ("TaskUnschedulableError", "NodeDiedError",
+                                                           "WorkerCrashedError") if hasattr(ray.exceptions, n))
+        for ref in done:
+            try:
+                why = ray.get(ref)
+            except gone:  # the node left the cluster since ray.nodes() listed it: nothing there to write
+                continue
+            if why is not None:
+                n = refs[ref]
+                raise _err(field, str(where), f"the cluster's other nodes cannot use it: {why} (address "
+                                              f"{n['NodeManagerAddress']}); put --out on a filesystem every node "
+                                              "mounts at this path, or on an object store (s3://bucket/prefix)")
+    finally:
+        for f in [probe] + [where / f".fda-ray-probe-{token}-{n['NodeID'][:12]}" for n in others]:
+            try:
+                f.unlink(missing_ok=True)
+            except Exception:
+                pass
+    return len(others)
 
 
 def actor_gpus(gpus_per_client: float, clients_per_actor: int) -> float:
@@ -279,10 +384,6 @@ def ignored_warning(cfgs: Iterable[RunConfig], names: Iterable[str] | None = Non
     methods = "/".join(sorted({c.method for c in cfgs}))
     return (f"{', '.join('--' + n.replace('_', '-') for n in first if n in unused)} not used by method {methods} "
             f"(executor {cfgs[0].executor}, partition {cfgs[0].resolved().partition}): ignored")
-
-
-class RunWarning(UserWarning):
-    """Something a run does that its user may not expect (the CLIs print it as one line)."""
 
 
 def run_notes(cfg: RunConfig, target_samples: int) -> list[str]:

@@ -104,6 +104,10 @@ class ClientActor:
     def restore(self, client: int, state: dict) -> None:
         self.clients[client].restore(state)
 
+    def node(self) -> str:
+        """The Ray node this actor runs on (a trial's record names where its clients ran)."""
+        return ray.get_runtime_context().get_node_id()
+
     def gpu_memory(self) -> dict[str, int]:
         """Peak and current GPU memory of this actor's process, in bytes (0 on a CPU actor)."""
         if not torch.cuda.is_available() or next(iter(self.clients.values())).device.type != "cuda":
@@ -302,6 +306,10 @@ class RayExecutor:
         """Set every client's state (a resumed run): in the actors, and for rebuilding a dead one."""
         self._state_refs = [ray.put(dict(st)) for st in states]
         ray.get([self.actors[self.slot_of[i]].restore.remote(i, ref) for i, ref in enumerate(self._state_refs)])
+
+    def nodes(self) -> list[str]:
+        """The Ray node of each client actor, in slot order."""
+        return ray.get([a.node.remote() for a in self.actors])
 
     def gpu_memory(self) -> list[dict[str, int]]:
         """Per actor (one entry per client when each actor hosts one)."""

@@ -1,0 +1,241 @@
+"""Sweeps on a real multi-node Ray cluster on this machine (slow tier): several raylets on loopback, 1 CPU each
+and their own custom resources (ray.cluster_utils.Cluster, and `ray start` for a node with its own view of the
+filesystem). What a cluster has to do:
+
+- a sweep with --address spreads its trials over the nodes and gives the local backend's numbers;
+- a worker node removed mid-sweep: its trial is retried by Tune on another node from its last round, the sweep
+  finishes with the numbers of an uninterrupted run, and the trial's record names both nodes;
+- a trial's driver and its client actors are placed on one node when they fit there;
+- an --out the other nodes cannot see is refused in one line before any work;
+- a sweep into an S3 bucket (a local S3 server) writes every record there, and --resume runs nothing again.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import boto3
+import pyarrow.parquet as pq
+import pytest
+import ray
+from ray.cluster_utils import Cluster
+
+from fda_ray.experiments import sweep
+from test_sweep import make_tiny_grid
+from tuning.grids import GRIDS
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def grid6(monkeypatch):
+    """The tiny two-row grid with 6 main rounds: long enough to lose a node in the middle of a trial."""
+    grid = make_tiny_grid(rounds=6)
+    monkeypatch.setitem(GRIDS, grid.name, grid)
+    return grid
+
+
+@pytest.fixture
+def cluster(no_ray):
+    """A head and two worker nodes, 1 CPU each, each with a custom resource of its own."""
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"head_node": 1}})
+    workers = [c.add_node(num_cpus=1, resources={f"node_{x}": 1}) for x in "ab"]
+    c.wait_for_nodes()
+    try:
+        yield c, workers
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        c.shutdown()
+
+
+def _lose(c: Cluster, node) -> None:
+    """A node lost as a machine is lost: every process on it at once (its trial's worker too: a raylet killed
+    alone leaves a busy worker running until it next talks to it), then the node leaves the cluster."""
+    import psutil
+
+    raylet = psutil.Process(node.all_processes["raylet"][0].process.pid)
+    for p in raylet.children(recursive=True) + [raylet]:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    c.remove_node(node, allow_graceful=False)
+
+
+def _args(fmnist_dir, out, *more):
+    return ["--grid", "tiny-noise", "--data-dir", str(fmnist_dir), "--out", str(out), "--json", *more]
+
+
+def _summary(printed: str) -> dict:
+    """The summary JSON the sweep printed (Ray's own log lines may follow it on stdout)."""
+    return json.JSONDecoder().raw_decode(printed[printed.index("{"):])[0]
+
+
+def _numbers(out) -> dict:
+    table = pq.read_table(out / "results.parquet").to_pylist()
+    return {(r["row"], r["noise"], r["round"]): r["accuracy"] for r in table}
+
+
+def _records(out: Path) -> dict[str, dict]:
+    return {p.parent.name: json.loads(p.read_text()) for p in (out / "trials").glob("*/rows.json")}
+
+
+def test_a_sweep_spreads_over_the_nodes_survives_a_lost_node_and_equals_the_local_backend(
+        cluster, grid6, fmnist_dir, tmp_path, capsys):
+    c, (node_a, node_b) = cluster
+    out = tmp_path / "cluster"
+    lost: dict[str, str] = {}
+
+    def lose_node_b() -> None:
+        """Remove worker node b (its raylet and every process on it) once a trial there finished a round."""
+        deadline = time.time() + 300
+        while time.time() < deadline and not lost:
+            for nodes in (out / "trials").glob("*/nodes.json"):
+                record = nodes.parent
+                try:
+                    here = json.loads(nodes.read_text())[-1]
+                except (OSError, ValueError, IndexError):
+                    continue
+                if (here.get("node_id") == node_b.node_id and (record / "state.pt").is_file()
+                        and not (record / "rows.json").is_file()):
+                    _lose(c, node_b)
+                    lost["trial"] = record.name
+                    return
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=lose_node_b, daemon=True)
+    watcher.start()
+    # serial trials of 1 CPU: one trial per node at a time
+    code = sweep.main(_args(fmnist_dir, out, "--address", c.address, "--executor", "serial", "--max-failures", "2"))
+    watcher.join(timeout=5)
+    printed = capsys.readouterr()
+    summary = _summary(printed.out)
+    assert code == 0, printed.err[-2000:]
+    assert summary["trials_done"] == summary["trials"] == 4 and summary["failures"] == []
+    assert lost, "no trial ran on node b long enough to lose the node under it"
+
+    records = _records(out)
+    ran_on = {key: [n["node_id"] for n in rec["nodes"]] for key, rec in records.items()}
+    print("trials per node:", {k[:24]: [n[:8] for n in v] for k, v in ran_on.items()})
+    print(f"node lost: {node_b.node_id[:8]} under trial {lost['trial'][:24]}")
+    # the trials were spread: at least the two nodes that were never removed ran some
+    assert len({n for v in ran_on.values() for n in v}) >= 2
+    # the lost node's trial: started on node b, retried on another node from the round its state.pt held
+    retried = records[lost["trial"]]["nodes"]
+    assert retried[0]["node_id"] == node_b.node_id and retried[-1]["node_id"] != node_b.node_id
+    assert len(retried) >= 2 and retried[-1]["from_round"] >= 1
+    # the same numbers as the local backend (a process pool, no Ray): the same code path, to the last bit
+    local = tmp_path / "local"
+    assert sweep.main(_args(fmnist_dir, local, "--backend", "local", "--workers", "2")) == 0
+    capsys.readouterr()
+    assert _numbers(out) == _numbers(local)
+    # nothing finished is lost: resuming the cluster's sweep runs no trial again
+    assert sweep.main(_args(fmnist_dir, out, "--address", c.address, "--executor", "serial", "--resume")) == 0
+    again = capsys.readouterr().out
+    assert _summary(again)["trials_run"] == 0
+
+
+def test_a_trials_driver_runs_beside_its_client_actors(no_ray, grid6, fmnist_dir, tmp_path, capsys):
+    """Two 3-CPU worker nodes and a head without CPUs: a trial's driver (1 CPU) and its two client actors (1 CPU
+    each) fill one node (one placement group, packed), and two trials run at once, one per node."""
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    workers = [c.add_node(num_cpus=3, resources={f"node_{x}": 1}) for x in "ab"]
+    c.wait_for_nodes()
+    try:
+        out = tmp_path / "beside"
+        code = sweep.main(_args(fmnist_dir, out, "--address", c.address, "--executor", "ray", "--cpus-per-client",
+                                "0.5", "--clients-per-actor", "2", "--rounds", "2"))
+        printed = capsys.readouterr()
+        assert code == 0, printed.err[-2000:]
+    finally:
+        ray.shutdown()
+        c.shutdown()
+    records = _records(out)
+    assert len(records) == 4
+    ids = {w.node_id for w in workers}
+    for key, rec in records.items():
+        for attempt in rec["nodes"]:
+            assert attempt["node_id"] in ids  # never the head: it has no CPU
+            assert attempt["client_nodes"] == [attempt["node_id"]], key  # the clients beside their driver
+    assert {a["node_id"] for rec in records.values() for a in rec["nodes"]} == ids  # both nodes ran trials
+
+
+def _unshare() -> list[str]:
+    """A mount namespace of its own for a Ray node (root: unshare -m; a user: a user namespace too)."""
+    return ["unshare", "-m"] if os.geteuid() == 0 else ["unshare", "-Urm"]
+
+
+def test_an_out_directory_the_other_nodes_cannot_see_is_refused_in_one_line(no_ray, grid6, fmnist_dir, tmp_path,
+                                                                            capsys):
+    """A worker node started with its own view of the filesystem (a mount namespace in which the sweep's
+    directory is an empty tmpfs), as a node-local disk is on a real cluster."""
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    private = tmp_path / "head-only"
+    private.mkdir()
+    env = {**os.environ, "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled")}
+    ray_bin = shutil.which("ray") or str(Path(sys.executable).with_name("ray"))
+    worker = subprocess.Popen(
+        _unshare() + ["sh", "-c", f'mount -t tmpfs tmpfs "{private}" && exec "{ray_bin}" start '
+                                  f'--address={c.address} --num-cpus=1 --resources=\'{{"node_w": 1}}\' --block'],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.time() + 60
+        ray.init(address=c.address)
+        while len([n for n in ray.nodes() if n["Alive"]]) < 2:
+            assert worker.poll() is None, worker.stderr.read().decode()[-2000:]
+            assert time.time() < deadline, "the worker node did not join"
+            time.sleep(0.5)
+        ray.shutdown()
+        out = private / "sweep"
+        code = sweep.main(_args(fmnist_dir, out, "--address", c.address, "--executor", "serial"))
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2
+        assert len(err) == 1 and err[0].startswith(f"error: out='{out}' is invalid: the cluster's other nodes "
+                                                   "cannot use it: the probe file written there is not found from node")
+        assert not (out / "trials").exists()  # nothing ran
+        # a directory every node sees passes the same probe
+        from fda_ray.runtime import preflight
+        if not ray.is_initialized():
+            ray.init(address=c.address)
+        assert preflight.shared_storage("out", tmp_path / "shared") == 1
+        assert [p.name for p in (tmp_path / "shared").iterdir()] == []  # the probe cleans up after itself
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait()
+        c.shutdown()
+
+
+def test_a_sweep_into_an_s3_bucket_keeps_its_records_there_and_resumes_from_them(
+        s3_bucket, grid6, fmnist_dir, tmp_path, capsys, no_ray):
+    out = f"{s3_bucket}/sweeps/tiny"
+    args = _args(fmnist_dir, out, "--rounds", "2")
+    assert sweep.main(args) == 0
+    printed = capsys.readouterr().out
+    assert _summary(printed)["trials_done"] == 4
+    bucket = s3_bucket[len("s3://"):]
+    keys = sorted(o["Key"] for page in boto3.client("s3").get_paginator("list_objects_v2").paginate(Bucket=bucket)
+                  for o in page.get("Contents", []))
+    print(f"{len(keys)} objects written, e.g.:", *[k for k in keys if "/tune/" not in k][:12], sep="\n  ")
+    records = {k.split("/")[3] for k in keys if k.startswith("sweeps/tiny/trials/") and k.endswith("/rows.json")}
+    assert len(records) == 4
+    for name in ("trial.json", "state.pt", "nodes.json"):
+        assert sum(k.endswith(f"/{name}") for k in keys) == 4, name
+    for name in ("results.parquet", "summary.md", "accuracy.png", "accuracy.pdf"):
+        assert f"sweeps/tiny/{name}" in keys, name
+    assert any(k.startswith("sweeps/tiny/tune/launch-1/") for k in keys)  # Tune's own storage, in the bucket
+    assert not any(".tmp" in k for k in keys)
+    assert sweep.main(args + ["--resume"]) == 0
+    printed = capsys.readouterr().out
+    summary = _summary(printed)
+    assert summary["trials_run"] == 0 and summary["trials_done"] == 4
+    print("resume: trials_run", summary["trials_run"])

@@ -1,0 +1,101 @@
+"""fda_ray.core.storage: a local directory and an S3 bucket (a local S3 server) answer the same calls the same
+way; writes are atomic (no temporary file left, a failed write keeps the old contents); a StoragePath crosses
+processes as its URI."""
+from __future__ import annotations
+
+import json
+import pickle
+
+import boto3
+import pytest
+import torch
+
+from fda_ray.core.storage import StoragePath, is_uri, storage_path
+from fda_ray.experiments.backends import write_parquet
+
+
+@pytest.fixture(params=["local", "s3"])
+def root(request, tmp_path):
+    if request.param == "local":
+        return StoragePath(tmp_path / "out")
+    return StoragePath(request.getfixturevalue("s3_bucket") + "/sweeps/out")
+
+
+def test_the_same_calls_answer_the_same_way_locally_and_on_s3(root):
+    assert not root.exists() and not (root / "a.json").is_file()
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "trials" / "t1").mkdir()
+    (root / "trials" / "t1" / "rows.json").write_text(json.dumps({"x": 1}))
+    (root / "trials" / "t2" / "trial.json").write_text("{}")
+    (root / "tune" / "launch-1" / "r.json").write_text("{}")
+    (root / "tune" / "launch-2" / "r.json").write_text("{}")
+    assert json.loads((root / "trials" / "t1" / "rows.json").read_text()) == {"x": 1}
+    assert (root / "trials" / "t1" / "rows.json").is_file() and (root / "trials").exists()
+    assert (root / "trials").is_dir() and not (root / "trials" / "t1" / "rows.json").is_dir()
+    assert [p.name for p in (root / "trials").iterdir()] == ["t1", "t2"]
+    assert [p.name for p in (root / "tune").glob("launch-*")] == ["launch-1", "launch-2"]
+    assert [p.parent.name for p in (root / "trials").glob("t*/trial.json")] == ["t2"]
+    assert list((root / "nothing").iterdir()) == [] and list((root / "nothing").glob("*")) == []
+    # names as pathlib spells them
+    f = root / "trials" / "t1" / "rows.json"
+    assert (f.name, f.stem, f.suffix, f.parent.name, f.with_suffix(".md").name) == \
+           ("rows.json", "rows", ".json", "t1", "rows.md")
+    # torch objects (a trial's state.pt): tensors only, read back equal
+    state = {"next_round": 3, "global": torch.arange(5.0)}
+    (root / "state.pt").save_torch(state)
+    back = (root / "state.pt").load_torch()
+    assert back["next_round"] == 3 and torch.equal(back["global"], state["global"])
+    # replace (the old tmp-then-rename idiom) and unlink
+    (root / "x.tmp").write_text("new")
+    (root / "x.tmp").replace(root / "x")
+    assert (root / "x").read_text() == "new" and not (root / "x.tmp").exists()
+    (root / "x").unlink()
+    assert not (root / "x").exists()
+    (root / "x").unlink(missing_ok=True)
+    with pytest.raises(FileNotFoundError):
+        (root / "x").read_bytes()
+
+
+def test_local_writes_are_atomic_and_leave_no_temporary_file(tmp_path, monkeypatch):
+    p = StoragePath(tmp_path / "rows.json")
+    p.write_text("old")
+    import os
+
+    def broken_replace(src, dst):  # the process dies between writing the temporary file and the rename
+        raise OSError("killed")
+
+    monkeypatch.setattr(os, "replace", broken_replace)
+    with pytest.raises(OSError):
+        p.write_text("new")
+    monkeypatch.undo()
+    assert p.read_text() == "old"  # a reader never sees half of the new file
+    p.write_text("new")
+    assert p.read_text() == "new"
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["rows.json"]  # no temporary file left
+
+
+def test_a_storage_path_travels_as_its_uri(tmp_path):
+    for where in (StoragePath(tmp_path / "a"), StoragePath("s3://bucket/prefix/")):
+        back = pickle.loads(pickle.dumps(where))
+        assert back == where and back.uri == where.uri and hash(back) == hash(where)
+    assert StoragePath("s3://bucket/prefix/").uri == "s3://bucket/prefix"
+    assert storage_path(StoragePath("s3://b/p")) == StoragePath("s3://b/p")
+    assert StoragePath(f"file://{tmp_path}").is_local and StoragePath("~/x").uri.startswith("/")
+    assert is_uri("gs://b/p") and not is_uri("/x/y") and not is_uri("file:///x")
+    assert StoragePath("s3://bucket/a/b").parent == StoragePath("s3://bucket/a")
+    assert StoragePath("s3://bucket").parent == StoragePath("s3://bucket")
+    with pytest.raises(TypeError, match="not a local path"):
+        open(StoragePath("s3://bucket/x"))  # a URI is never opened as a file name by accident
+
+
+def test_parquet_and_json_land_in_the_bucket_as_objects(s3_bucket):
+    import pyarrow.parquet as pq
+    import io
+
+    out = StoragePath(s3_bucket + "/sweeps/p")
+    write_parquet([{"row": "fedgp", "accuracy": 0.5}, {"row": "fedda", "accuracy": 0.25}], out / "results.parquet")
+    bucket = s3_bucket[len("s3://"):]
+    keys = sorted(o["Key"] for o in boto3.client("s3").list_objects_v2(Bucket=bucket)["Contents"])
+    assert keys == ["sweeps/p/results.parquet"]  # one object, no temporary object left behind
+    table = pq.read_table(io.BytesIO((out / "results.parquet").read_bytes())).to_pylist()
+    assert table == [{"row": "fedgp", "accuracy": 0.5}, {"row": "fedda", "accuracy": 0.25}]
