@@ -1,11 +1,13 @@
 """cluster.yaml, and its commented on-premise variant, pass Ray's own cluster-config validation (the
 schema and checks `ray up` applies), and keep the promises the file makes: no port open to the world,
-the pinned packages fda-ray needs, trial drivers on the head."""
+the pinned packages fda-ray needs, a head with no GPU and no driver-only resource (trial drivers are placed
+beside their clients), a spot GPU type, and no committed records copied to the nodes."""
 from __future__ import annotations
 
 import copy
 import json
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -54,7 +56,7 @@ def test_cluster_configs_pass_rays_validation(load):
     assert "." in config["file_mounts"].values()
 
 
-def test_aws_config_opens_no_port_to_the_world_and_keeps_drivers_on_the_head():
+def test_aws_config_opens_no_port_to_the_world_and_its_head_has_no_gpu_and_no_driver_resource():
     config = _aws()
     assert config["provider"]["type"] == "aws"
     nodes = config["available_node_types"]
@@ -62,8 +64,51 @@ def test_aws_config_opens_no_port_to_the_world_and_keeps_drivers_on_the_head():
     assert all(n["node_config"].get("SecurityGroupIds") for n in nodes.values())
     assert not any(v in ("0.0.0.0/0", "::/0") for v in _leaves(config))
     head, workers = nodes[config["head_node_type"]], [n for k, n in nodes.items() if k != config["head_node_type"]]
-    assert head["resources"].get("GPU", 0) == 0 and head["resources"][ft.DRIVER_RESOURCE] >= 1
+    # A small CPU head: no GPU, and no fda_driver (drivers are placed beside their clients; --pin-drivers is
+    # for nodes that declare it by hand), so trials may run on any node.
+    driver_resource = getattr(ft, "DRIVER_RESOURCE", "fda_driver")
+    assert head["resources"].get("GPU", 0) == 0 and head["resources"].get("CPU", 0) >= 1
+    assert "fda_driver" not in head["resources"] and driver_resource not in head["resources"]
+    assert not any("fda_driver" in c for c in config["head_start_ray_commands"])
+    assert not any("fda_driver" in c for c in _local()["head_start_ray_commands"])
     assert workers and all(w["resources"]["GPU"] >= 1 and w["max_workers"] > w.get("min_workers", 0) for w in workers)
+
+
+def test_aws_config_has_a_spot_gpu_type_beside_the_on_demand_one():
+    config = _aws()
+    nodes = config["available_node_types"]
+    market = {k: n["node_config"].get("InstanceMarketOptions", {}).get("MarketType") for k, n in nodes.items()}
+    spot = [k for k, m in market.items() if m == "spot"]
+    assert spot == ["gpu_spot_worker"], market
+    assert market[config["head_node_type"]] is None  # the head (the sweep's process) is never preempted
+    on_demand = nodes["gpu_worker"]
+    s = nodes["gpu_spot_worker"]
+    assert market["gpu_worker"] is None
+    # the same machine, so a trial retried after a preemption runs on the same hardware
+    assert s["node_config"]["InstanceType"] == on_demand["node_config"]["InstanceType"]
+    assert s["resources"] == on_demand["resources"] and s["resources"]["GPU"] >= 1
+    assert s.get("min_workers", 0) == 0 and s["max_workers"] >= 1
+
+
+@pytest.mark.parametrize("load", [_aws, _local], ids=["aws", "local"])
+def test_committed_records_are_not_copied_to_the_nodes(load):
+    config = load()
+    assert "docs/results" in config["rsync_exclude"] and ".git" in config["rsync_exclude"]
+
+
+def test_rsync_with_rays_own_arguments_leaves_docs_results_out(tmp_path):
+    # The arguments Ray's SSH command runner gives rsync for file_mounts (the local directory gets a trailing
+    # "/"), run for real into a local directory: docs/results and .git stay behind, the package goes.
+    from ray.autoscaler._private.command_runner import SSHCommandRunner
+
+    assert shutil.which("rsync"), "rsync is not installed (apt-get install rsync; `ray up` needs it too)"
+
+    args = SSHCommandRunner._create_rsync_filter_args(None, {"rsync_exclude": _aws()["rsync_exclude"]})
+    out = subprocess.run(["rsync", "-an", "--out-format=%n", *args, f"{ROOT}/", f"{tmp_path}/"],
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    assert "fda_ray/__init__.py" in out and "cluster.yaml" in out
+    assert not any(f.startswith("docs/results") or f == ".git" or f.startswith(".git/") for f in out)
+    assert any(f.startswith("docs/") for f in out)  # only the records are left out of docs/
 
 
 def test_pinned_ray_matches_the_installed_one():

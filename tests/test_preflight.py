@@ -137,3 +137,28 @@ def test_ctrl_c_in_the_round_loop_keeps_the_finished_rounds(tiny):
     with pytest.raises(RunInterrupted, match=r"stopped by Ctrl-C \(SIGINT\) after 2 finished rounds") as info:
         run_rounds(exp, SerialExecutor(exp.clients), progress)
     assert [r["round"] for r in info.value.history.rows] == [0, 1]
+
+
+def test_unknown_node_types_make_a_request_no_node_holds_a_warning_not_a_refusal(monkeypatch, tmp_path):
+    """KubeRay: the sweep joins a cluster whose autoscaler's node types it cannot read (no `ray up` file on the
+    head); a GPU group at zero replicas may still serve the request, so it is a warning, not a refusal."""
+    cpu_only = [{"CPU": 4.0}]
+    with pytest.warns(preflight.RunWarning, match=r"gpus_per_client=0.1: one request asks \{CPU: 1, GPU: 0.1\} and "
+                                                  r"no node of this cluster holds it now"):
+        line = preflight.resources([{"CPU": 1.0, "GPU": 0.1}], cpu_only, fields="gpus_per_client=0.1", known=False)
+    assert "node types are unknown here" in line
+    assert preflight.resources([{"CPU": 1.0}], cpu_only, fields="x", known=False) is None
+    # known: a Ray this process started, or a joined cluster whose `ray up` file lists its node types
+    monkeypatch.setattr(preflight, "AUTOSCALER_CONFIG", str(tmp_path / "absent.yaml"))
+    monkeypatch.setattr(preflight, "autoscaler_node_types", lambda path=None: [])
+    assert preflight.node_types_known(joined=False) and not preflight.node_types_known(joined=True)
+    monkeypatch.setattr(preflight, "autoscaler_node_types", lambda path=None: [{"CPU": 48.0, "GPU": 4.0}])
+    assert preflight.node_types_known(joined=True)
+
+
+def test_an_object_store_out_that_cannot_be_written_is_one_line(s3_bucket):
+    where = preflight.output_dir("out", s3_bucket + "/sweeps/x")  # writable: a probe object written and deleted
+    assert str(where) == s3_bucket + "/sweeps/x"
+    assert not any(".fda-ray-probe" in p.name for p in where.iterdir())  # the probe object is gone
+    with pytest.raises(PreflightError, match=r"^out='s3://no-such-bucket-fda/x' is invalid: cannot write there \("):
+        preflight.output_dir("out", "s3://no-such-bucket-fda/x")
