@@ -27,7 +27,8 @@ sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve
 from conftest import make_fmnist_dir, sigint_as_in_a_terminal, write_idx  # noqa: E402
 
 RUN = ("--data-dir", "{fm}", "--num-sources", "2", "--rounds", "1", "--warmup-rounds", "1",
-       "--samples-per-client", "128", "--target-labelled", "32", "--test-samples", "50")
+       "--samples-per-client", "128", "--target-labelled", "32", "--test-samples", "50",
+       "--executor", "serial")  # (a run in this process, as the cases expect; the whole-machine default: test_cli)
 SWEEP = ("--grid", "noise", "--out", "{tmp}/sweep", "--no-figures")
 GRID = ("--sources", "1", "--sizes", "5", "--trials", "1", "--rounds", "3", "--out", "{tmp}/grid")
 

@@ -19,7 +19,7 @@ from fda_ray.experiments.cli import config_from_args, main, parser
 from fda_ray.runtime.config import RunConfig
 
 TINY = ["--num-sources", "2", "--rounds", "1", "--warmup-rounds", "1", "--samples-per-client", "96",
-        "--test-samples", "50", "--target-labelled", "32", "--threads", "1"]
+        "--test-samples", "50", "--target-labelled", "32", "--threads", "1", "--executor", "serial"]
 
 
 def test_json_output_holds_config_and_rounds(fmnist_dir, capsys):
@@ -151,3 +151,33 @@ def test_a_diverging_run_stops_with_one_line_and_keeps_its_rounds(fmnist_dir, ca
     assert re.search(r"run stopped in round 1: (estimate|fedgp): non-finite values \(NaN or inf\) in target", err)
     assert "1 finished rounds kept" in err
     assert [r["phase"] for r in pq.read_table(out).to_pylist()] == ["warmup"]
+
+
+def test_the_command_line_uses_the_whole_machine_unless_told_otherwise():
+    """`python -m fda_ray` without --executor: Ray actors pooled to the cores on a machine with 2 or more (the
+    serial executor's numbers: tests/test_ray.py); one core, one client, a GPU driver or --executor keep serial."""
+    from fda_ray.experiments.cli import whole_machine
+
+    cfg = RunConfig(num_sources=3)
+    assert whole_machine(cfg, [], cores=2).executor == "ray"
+    assert whole_machine(cfg, [], cores=1).executor == "serial"
+    assert whole_machine(cfg, ["--executor", "serial"], cores=8).executor == "serial"
+    assert whole_machine(cfg, ["--executor=serial"], cores=8).executor == "serial"
+    assert whole_machine(cfg.replace(device="cuda"), [], cores=8).executor == "serial"
+    assert whole_machine(cfg, [], cores=2).replace(executor="serial") == cfg  # nothing else changes
+
+
+@pytest.mark.slow
+def test_the_whole_machine_default_gives_the_serial_numbers(fmnist_dir, capsys, no_ray):
+    """The default (Ray actors pooled to the machine's cores) and --executor serial, through the command line."""
+    args = ["--data-dir", str(fmnist_dir), "--method", "fedgp", "--noise", "0.4", "--json", *TINY[:-2]]
+    assert main(args) == 0
+    pooled = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    import ray
+
+    ray.shutdown()
+    assert main(args + ["--executor", "serial"]) == 0
+    serial = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert pooled["config"]["executor"] == "ray" and serial["config"]["executor"] == "serial"
+    assert [r["accuracy"] for r in pooled["rounds"]] == [r["accuracy"] for r in serial["rounds"]]
+    assert [r["loss"] for r in pooled["rounds"]] == [r["loss"] for r in serial["rounds"]]

@@ -319,7 +319,7 @@ def test_command_line_runs_a_seed_000_method_and_prints_auc(conditions, capsys):
     cfg = conditions()
     code = main(["--dataset", "fmnist-conditions", "--data-dir", cfg.data_dir, "--method", "fedavg_finetune_auxinfo_gp",
                  "--rounds", "1", "--target-labelled", "16", "--samples-per-client", "48", "--test-samples", "40",
-                 "--aux-alpha", "0.5", "--healthcare-gp-warmup-rounds", "1", "--test-env", "3"])
+                 "--aux-alpha", "0.5", "--healthcare-gp-warmup-rounds", "1", "--test-env", "3", "--executor", "serial"])
     out = capsys.readouterr().out
     assert code == 0 and " auc " in out and "AUC" in out and "test_env 3" in out
     assert main(["--dataset", "fmnist-conditions", "--aux-alpha", "-1"]) == 2

@@ -206,6 +206,46 @@ def test_engine_benchmark_rejects_unknown_settings(capsys):
     assert len(err.splitlines()) == 1 and "settings='serial-1t,spark'" in err and "ray-cold" in err
 
 
+def test_engine_benchmark_needs_flowers_interpreter_for_the_flower_row(capsys):
+    from fda_ray.bench.engine import main as bench_main
+
+    assert bench_main(["--settings", "default,flower"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error: flower_python=None is invalid with the flower setting")
+
+
+def test_engine_benchmark_runs_flower_under_its_own_interpreter_and_compares_with_it(monkeypatch, fmnist_dir, capsys):
+    """The flower row runs under --flower-python with this repository importable; `x flower` is each setting's
+    s/round over Flower's."""
+    import subprocess
+    from types import SimpleNamespace
+
+    from fda_ray.bench import engine as bench
+
+    def row(name: str, s: float) -> dict:
+        return {"setting": name, "rounds": 3, "seconds_per_round": s, "driver_seconds_per_round": float("nan"),
+                "driver_share": float("nan"), "beyond_busiest_actor_seconds": float("nan"),
+                "busiest_actor_seconds": float("nan"), "first_round_seconds": 2.0, "final_accuracy": 0.5}
+
+    calls = []
+
+    def fake_run(cmd, **kw):
+        calls.append((cmd, kw.get("env")))
+        name = "flower" if "fda_ray.bench.flower" in cmd else cmd[-1]
+        return SimpleNamespace(returncode=0, stdout="BENCH " + json.dumps([row(name, 9.0 if name == "flower" else 3.0)]),
+                               stderr="")
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    assert bench.main(["--settings", "default,flower", "--flower-python", "/venv/bin/python", "--rounds", "3",
+                       "--data-dir", str(fmnist_dir)]) == 0
+    (default_cmd, _), (flower_cmd, env) = calls
+    assert default_cmd[-2:] == ["--one", "default"]
+    assert flower_cmd[:3] == ["/venv/bin/python", "-m", "fda_ray.bench.flower"] and "--rounds" in flower_cmd
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(Path(__file__).resolve().parents[1])
+    out = capsys.readouterr().out
+    assert "| default | 3.00 | - | 0.33 |" in out and "| flower | 9.00 | - | 1.00 |" in out
+
+
 @pytest.mark.slow
 def test_engine_benchmark_prints_the_finished_settings_when_a_later_one_fails(monkeypatch, fmnist_dir, capsys):
     """A setting that fails (say, cut off or out of memory on a GPU) does not take the settings already

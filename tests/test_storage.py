@@ -40,6 +40,14 @@ def test_the_same_calls_answer_the_same_way_locally_and_on_s3(root):
     f = root / "trials" / "t1" / "rows.json"
     assert (f.name, f.stem, f.suffix, f.parent.name, f.with_suffix(".md").name) == \
            ("rows.json", "rows", ".json", "t1", "rows.md")
+    # when a file was written (an Optuna search orders its trials by it)
+    import time
+
+    first = (root / "trials" / "t1" / "rows.json").mtime()
+    assert abs(first - time.time()) < 120
+    time.sleep(1.1)
+    (root / "trials" / "t2" / "trial.json").write_text("{}")
+    assert (root / "trials" / "t2" / "trial.json").mtime() > first
     # torch objects (a trial's state.pt): tensors only, read back equal
     state = {"next_round": 3, "global": torch.arange(5.0)}
     (root / "state.pt").save_torch(state)

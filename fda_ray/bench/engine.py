@@ -17,6 +17,10 @@ setting runs in a fresh process (thread settings and start-up costs do not leak 
     ray-pool-vec the same, each actor training its clients as one cohort
     ray-cold     ray-pool, but the call also starts Ray (a laptop's first run)
     ray-x2       two runs side by side in one Ray, each driven by a DriverActor, pooled to the machine
+    default      what `python -m fda_ray` does with no executor option (fda_ray.experiments.cli.whole_machine:
+                 on 2 or more cores, ray-cold; on one, serial-1t), Ray started by the call
+    flower       the plain loop's work in Flower's simulation (fda_ray.bench.flower), under --flower-python:
+                 Flower pins its own Ray, so it runs from its own virtual environment
 
 Columns (medians over rounds 2..R): s/round, and its ratio to the plain loop's (the figure to compare:
 machines differ, ratios measured in one sitting much less); busiest actor s, the training time of the actor
@@ -36,7 +40,8 @@ import subprocess
 import sys
 import time
 
-SETTINGS = ("plain", "serial-1t", "serial-2t", "vectorised", "ray", "ray-pool", "ray-pool-vec", "ray-cold", "ray-x2")
+SETTINGS = ("plain", "serial-1t", "serial-2t", "vectorised", "ray", "ray-pool", "ray-pool-vec", "ray-cold", "ray-x2",
+            "default", "flower")
 # setting -> RunConfig fields (plain: the reference loop's threads)
 FIELDS: dict[str, dict] = {
     "plain": dict(threads=2),
@@ -48,6 +53,8 @@ FIELDS: dict[str, dict] = {
     "ray-pool-vec": dict(executor="ray", threads=1, vectorise="on"),
     "ray-cold": dict(executor="ray", threads=1),
     "ray-x2": dict(executor="ray", threads=1),
+    "default": dict(threads=1),  # the executor `python -m fda_ray` picks on this machine (cli.whole_machine)
+    "flower": dict(threads=1),
 }
 
 
@@ -93,6 +100,10 @@ def run_one(name: str, a: argparse.Namespace) -> list[dict]:
         rows = run_plain(cfg, lambda row: marks.append(time.perf_counter()))
         rows = [dict(r, driver_seconds=float("nan"), client_seconds_i=[r["seconds"]]) for r in rows]
         return [_summary(name, rows, marks[0] - t0, None)]
+    if name == "default":
+        from fda_ray.experiments.cli import whole_machine
+
+        cfg = whole_machine(cfg, [])
     if cfg.executor == "serial":
         t0 = time.perf_counter()
         hist = run(cfg, lambda row: marks.append(time.perf_counter()))
@@ -102,7 +113,7 @@ def run_one(name: str, a: argparse.Namespace) -> list[dict]:
 
     from fda_ray.runtime.driver import Driver, DriverActor, ensure_ray
 
-    if name == "ray-cold":
+    if name in ("ray-cold", "default"):
         t0 = time.perf_counter()
         ensure_ray(num_cpus=os.cpu_count())
     else:
@@ -135,15 +146,18 @@ def _num(v: float, fmt: str) -> str:
 
 
 def _table(results: list[dict]) -> str:
-    """The markdown table; `x plain` is each setting's s/round over the plain loop's (when it ran)."""
-    plain = next((r["seconds_per_round"] for r in results if r["setting"] == "plain"), float("nan"))
-    lines = ["| setting | s/round | x plain | busiest actor s | driver s/round | driver share "
+    """The markdown table; `x plain` is each setting's s/round over the plain loop's, `x flower` over Flower's
+    (when they ran)."""
+    ref = {k: next((r["seconds_per_round"] for r in results if r["setting"] == k), float("nan"))
+           for k in ("plain", "flower")}
+    lines = ["| setting | s/round | x plain | x flower | busiest actor s | driver s/round | driver share "
              "| round beyond busiest actor (s) | first round (s) | GPU MiB/client | final acc |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         gpu = _num(r.get("gpu_mib_per_client_peak", float("nan")), ".0f")
-        lines.append(f"| {r['setting']} | {r['seconds_per_round']:.2f} | {_num(r['seconds_per_round'] / plain, '.2f')} | "
-                     f"{r['busiest_actor_seconds']:.2f} | {_num(r['driver_seconds_per_round'], '.3f')} | "
+        lines.append(f"| {r['setting']} | {r['seconds_per_round']:.2f} | {_num(r['seconds_per_round'] / ref['plain'], '.2f')} | "
+                     f"{_num(r['seconds_per_round'] / ref['flower'], '.2f')} | "
+                     f"{_num(r['busiest_actor_seconds'], '.2f')} | {_num(r['driver_seconds_per_round'], '.3f')} | "
                      f"{_num(100 * r['driver_share'], '.1f')} % | {_num(r['beyond_busiest_actor_seconds'], '+.3f')} | "
                      f"{_num(r['first_round_seconds'], '.2f')} | {gpu} | {100 * r['final_accuracy']:.2f} |")
     return "\n".join(lines)
@@ -159,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cpus-per-client", type=typed("cpus_per_client", float, "a number"), default=None)
     p.add_argument("--gpus-per-client", type=typed("gpus_per_client", float, "a number"), default=0.0)
     p.add_argument("--device", default="cpu", help="the driver's device")
+    p.add_argument("--flower-python", default=None, help="the interpreter of a virtual environment with "
+                                                        "flwr[simulation] (the flower setting)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)  # internal: run one setting in this process
     a = p.parse_or_exit_code(argv)
@@ -171,6 +187,10 @@ def main(argv: list[str] | None = None) -> int:
     bad = [s for s in names if s not in SETTINGS]
     if bad or not names:
         print(f"error: settings={a.settings!r} is invalid: comma-separated names from {', '.join(SETTINGS)}", file=sys.stderr)
+        return 2
+    if "flower" in names and not a.flower_python:
+        print("error: flower_python=None is invalid with the flower setting: the interpreter of a virtual "
+              "environment with flwr[simulation] (docs/ray-and-clusters.md, \"On a 2-core machine\")", file=sys.stderr)
         return 2
     if a.rounds < 2:
         print(f"error: rounds={a.rounds} is invalid: an integer >= 2 (the first round is timed apart)", file=sys.stderr)
@@ -190,9 +210,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     results = []
     forwarded = [arg for arg in (argv if argv is not None else sys.argv[1:]) if arg != "--json"]
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     for name in names:
-        proc = subprocess.run([sys.executable, "-m", "fda_ray.bench.engine", *forwarded, "--one", name],
-                              capture_output=True, text=True)
+        if name == "flower":  # Flower's own environment; fda_ray from this repository
+            env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+            cmd = [a.flower_python, "-m", "fda_ray.bench.flower", "--rounds", str(a.rounds)] + \
+                (["--data-dir", a.data_dir] if a.data_dir else [])
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        else:
+            proc = subprocess.run([sys.executable, "-m", "fda_ray.bench.engine", *forwarded, "--one", name],
+                                  capture_output=True, text=True)
         line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("BENCH ")), None)
         if proc.returncode != 0 or line is None:
             print(f"error: setting {name} failed:\n{proc.stderr[-2000:]}", file=sys.stderr)

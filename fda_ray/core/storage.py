@@ -167,6 +167,15 @@ class StoragePath:
 
         return self._info().type == pafs.FileType.Directory
 
+    def mtime(self) -> float:
+        """When the file was last written (seconds since the epoch): the object's Last-Modified on a store."""
+        if self.is_local:
+            return os.stat(self.uri).st_mtime
+        info = self._info()
+        if info.mtime is None:
+            raise FileNotFoundError(f"{self.uri}: no such object")
+        return info.mtime.timestamp()
+
     def iterdir(self) -> Iterator["StoragePath"]:
         """The entries right under this directory (none if it does not exist)."""
         if self.is_local:

@@ -141,6 +141,28 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
     return RunConfig(**config_fields(a))
 
 
+def whole_machine(cfg: RunConfig, argv: list[str], cores: int | None = None) -> RunConfig:
+    """`python -m fda_ray` without --executor uses the whole machine: with 2 or more cores (those this process
+    may run on) and 2 or more clients on the CPU, the clients run on Ray actors pooled to the cores (one 1-thread
+    actor per core, each hosting its share of the clients: fda_ray.runtime.executors), instead of one after the
+    other on one thread. The numbers are the serial executor's at the same `threads`, to the last bit (the
+    executor is not part of a run's numbers); `--executor serial` keeps the run in this process."""
+    import os
+
+    if any(x == "--executor" or x.startswith("--executor=") for x in argv) or cfg.device != "cpu":
+        return cfg
+    cores = cores if cores is not None else len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+        else (os.cpu_count() or 1)
+    if cores < 2 or cfg.ray_address:
+        return cfg
+    from fda_ray.algorithms import ALGORITHMS
+
+    resolved = cfg.resolved()
+    if ALGORITHMS.get(resolved.method).num_clients(resolved) < 2:
+        return cfg
+    return cfg.replace(executor="ray")
+
+
 def parser() -> OneLineParser:
     p = OneLineParser(prog="python -m fda_ray", description="One federated domain adaptation run.")
     add_config_arguments(p)
@@ -160,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(a, int):
         return a
     try:
-        cfg = config_from_args(a)
+        cfg = whole_machine(config_from_args(a), sys.argv[1:] if argv is None else list(argv))
         resolved = cfg.resolved()
         if a.parquet:  # before any work: a run must never finish and then fail to save
             preflight.output_file("parquet", a.parquet)

@@ -105,7 +105,7 @@ def optuna_trials(search: Search, profile: str, study: Study, records: StoragePa
         if t.row != optuna_row(study) or not math.isclose(t.value, study.value):
             continue
         if point_trial(base, t.row, search.variable, study.value, point_of(search, t.params)).key == t.key:
-            found.append((f.stat().st_mtime, t))
+            found.append((f.mtime(), t))
     return [t for _, t in sorted(found, key=lambda x: x[0])]
 
 

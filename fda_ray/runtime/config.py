@@ -259,7 +259,9 @@ class RunConfig:
     device: str = _f("cpu", "the driver's device (evaluation): cpu or cuda[:i]; under Ray, clients use a GPU "
                             "iff gpus_per_client > 0", group="execution")
     # Execution: where clients train. None of these changes the numbers a run produces.
-    executor: str = _f("serial", "serial (this process) or ray (client actors)", EXECUTORS, group="execution", numbers=False)
+    executor: str = _f("serial", "serial (this process) or ray (client actors); `python -m fda_ray` without it: ray, "
+                                 "pooled to the cores, on a machine with 2 or more", EXECUTORS, group="execution",
+                       numbers=False)
     cpus_per_client: float | None = _f(None, "ray: CPUs reserved per client actor; default: share the "
                                              "cluster's CPUs", group="execution", numbers=False)
     gpus_per_client: float = _f(0.0, "ray: share of a GPU per client actor (0 = CPU clients)", group="execution", numbers=False)
