@@ -117,9 +117,10 @@ CASES = [
     run_case("target_labelled=", *RUN, "--target-labelled", "999999"),
     run_case("batch_source=", *RUN, "--batch-source", "100000"),
     run_case("batch_target=", *RUN, "--method", "fedgp_auto", "--target-labelled", "4", "--batch-target", "4"),
-    run_case("num_sources=", "--dataset", "synthetic", "--num-sources", "9", "--rounds", "1"),
+    run_case("num_sources=", "--dataset", "synthetic", "--num-sources", "9", "--rounds", "1", "--executor", "serial"),
     # ... seed 003's source-free setting (FMNIST-5 built from the generated files)
-    *[run_case(c, "--dataset", "fmnist-5", "--data-dir", "{fm}", "--method", "fedwca", "--rounds", "1", *a) for c, a in [
+    *[run_case(c, "--dataset", "fmnist-5", "--data-dir", "{fm}", "--method", "fedwca", "--rounds", "1", "--executor",
+               "serial", *a) for c, a in [
         ("fedwca.temp_a=", ("--fedwca-temp-a", "0")),
         ("source_envs=[1, 2] is invalid: one source domain", ("--source-envs", "1", "2")),
         ("clients_per_domain=", ("--clients-per-domain", "0")),
@@ -133,7 +134,7 @@ CASES = [
     run_case("source_val_share=", *RUN, "--source-val-share", "0"),
     run_case("val_share=0.999 is invalid: it would hold out all", *RUN, "--val-share", "0.999"),
     run_case("val_share=0.2 is invalid for partition 'domain_clients'", "--dataset", "fmnist-5", "--data-dir", "{fm}",
-             "--method", "fedwca", "--rounds", "1", "--val-share", "0.2"),
+             "--method", "fedwca", "--rounds", "1", "--val-share", "0.2", "--executor", "serial"),
     # ... a run whose numbers diverge: exit 1, the finished rounds kept
     run_case("run stopped in round", *RUN, "--noise", "1e38", "--rounds", "2", code=1, seconds=60),
     # ... Ray: a request no node can hold, a cluster nobody answers at (the real entry point)

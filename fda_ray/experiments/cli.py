@@ -172,7 +172,23 @@ def parser() -> OneLineParser:
     return p
 
 
+def _ray_running() -> bool:
+    ray = sys.modules.get("ray")
+    return bool(ray is not None and ray.is_initialized())
+
+
 def main(argv: list[str] | None = None) -> int:
+    """One run from the command line; a Ray this call started (the whole-machine default, --executor ray) is
+    shut down when it returns, whatever the outcome."""
+    ray_before = _ray_running()
+    try:
+        return _main(argv)
+    finally:
+        if not ray_before and _ray_running():
+            sys.modules["ray"].shutdown()
+
+
+def _main(argv: list[str] | None = None) -> int:
     from fda_ray.runtime import preflight
     from fda_ray.data.base import DatasetNotFound
     from fda_ray.runtime.engine import RunFailed, RunInterrupted, run
