@@ -124,8 +124,10 @@ def test_a_sweep_spreads_over_the_nodes_survives_a_lost_node_and_equals_the_loca
 
     records = _records(out)
     ran_on = {key: [n["node_id"] for n in rec["nodes"]] for key, rec in records.items()}
-    print("trials per node:", {k[:24]: [n[:8] for n in v] for k, v in ran_on.items()})
-    print(f"node lost: {node_b.node_id[:8]} under trial {lost['trial'][:24]}")
+    with capsys.disabled():  # what the run did, shown with -s
+        print("\ntrials -> nodes that ran them:", {k[:28]: [n[:8] for n in v] for k, v in ran_on.items()})
+        print(f"node lost: {node_b.node_id[:8]} under trial {lost['trial'][:28]}; its attempts:",
+              [(n["node_id"][:8], n["from_round"]) for n in records[lost["trial"]]["nodes"]])
     # the trials were spread: at least the two nodes that were never removed ran some
     assert len({n for v in ran_on.values() for n in v}) >= 2
     # the lost node's trial: started on node b, retried on another node from the round its state.pt held
@@ -137,6 +139,8 @@ def test_a_sweep_spreads_over_the_nodes_survives_a_lost_node_and_equals_the_loca
     assert sweep.main(_args(fmnist_dir, local, "--backend", "local", "--workers", "2")) == 0
     capsys.readouterr()
     assert _numbers(out) == _numbers(local)
+    with capsys.disabled():
+        print(f"equal to the local backend: {len(_numbers(out))} (row, noise, round) accuracies, all equal")
     # nothing finished is lost: resuming the cluster's sweep runs no trial again
     assert sweep.main(_args(fmnist_dir, out, "--address", c.address, "--executor", "serial", "--resume")) == 0
     again = capsys.readouterr().out
@@ -225,7 +229,8 @@ def test_a_sweep_into_an_s3_bucket_keeps_its_records_there_and_resumes_from_them
     bucket = s3_bucket[len("s3://"):]
     keys = sorted(o["Key"] for page in boto3.client("s3").get_paginator("list_objects_v2").paginate(Bucket=bucket)
                   for o in page.get("Contents", []))
-    print(f"{len(keys)} objects written, e.g.:", *[k for k in keys if "/tune/" not in k][:12], sep="\n  ")
+    with capsys.disabled():
+        print(f"\n{len(keys)} objects written, e.g.:", *[k for k in keys if "/tune/" not in k][:12], sep="\n  ")
     records = {k.split("/")[3] for k in keys if k.startswith("sweeps/tiny/trials/") and k.endswith("/rows.json")}
     assert len(records) == 4
     for name in ("trial.json", "state.pt", "nodes.json"):
@@ -238,4 +243,5 @@ def test_a_sweep_into_an_s3_bucket_keeps_its_records_there_and_resumes_from_them
     printed = capsys.readouterr().out
     summary = _summary(printed)
     assert summary["trials_run"] == 0 and summary["trials_done"] == 4
-    print("resume: trials_run", summary["trials_run"])
+    with capsys.disabled():
+        print("resume: trials_run", summary["trials_run"])
