@@ -50,7 +50,7 @@ def test_cluster_configs_pass_rays_validation(load):
     setup = "\n".join(config["setup_commands"])
     for pkg in ("ray[default,tune]==", "torch==", "torchvision==", "numpy==", "pyarrow=="):
         assert pkg in setup, pkg
-    assert re.search(r"pip install -q -e \S*fda-ray", setup) and "load('fashion-mnist'" in setup
+    assert re.search(r"pip install -q -c \S*fda-ray/constraints.txt -e \S*fda-ray", setup) and "load('fashion-mnist'" in setup
     # The dashboard listens on the head's loopback only (reach it with `ray dashboard`, an SSH tunnel).
     assert all("--dashboard-host=127.0.0.1" in c for c in config["head_start_ray_commands"] if "--head" in c)
     assert "." in config["file_mounts"].values()

@@ -300,7 +300,7 @@ def test_dockerfile_installs_what_the_cluster_nodes_install():
     instructions = [ln.split(None, 1) for ln in docker.splitlines() if ln and not ln.startswith(("#", " "))]
     assert instructions[0][0] == "FROM" and "3.11" in instructions[0][1]
     assert ["COPY", ". /opt/fda-ray"] in instructions and any(
-        i[0] == "RUN" and re.search(r"pip install (-e )?/opt/fda-ray\b", i[1]) for i in instructions)
+        i[0] == "RUN" and re.search(r"pip install -c /opt/fda-ray/constraints.txt (-e )?/opt/fda-ray\b", i[1]) for i in instructions)
     # g++ for the kernels, Fashion-MNIST from Debian's package through the repository's script, wget for
     # KubeRay's probes; and not root at run time
     assert re.search(r"apt-get install[^\n]*\bg\+\+", docker) and re.search(r"apt-get install[^\n]*\bwget", docker)

@@ -172,6 +172,9 @@ def parser() -> OneLineParser:
                                                               "on any node)")
     s.add_argument("--max-failures", type=int, default=2, help="retries of a failing trial")
     s.add_argument("--resume", action="store_true", help="continue the sweep in --out, finished trials kept")
+    s.add_argument("--mix-builds", action="store_true", help="resume even though --out's finished trials were "
+                                                             "recorded by another build (torch, torchvision, numpy "
+                                                             "or fda-ray's number-changing code)")
     s.add_argument("--dry-run", action="store_true", help="print the trials and exit")
     s.add_argument("--no-figures", action="store_true", help="skip the figures")
     s.add_argument("--json", action="store_true", help="print the summary as one JSON object")
@@ -239,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
                              "or choose another --out")
         if a.resume and not records.exists():
             raise SweepError(f"resume=True is invalid: {str(records)!r} does not exist (nothing to resume)")
+        if a.resume:
+            same_build(records, a.mix_builds)
         if a.dry_run:
             for t in trials:
                 state = "done" if is_done(records / t.key) else "to run"
@@ -304,6 +309,29 @@ def main(argv: list[str] | None = None) -> int:
 
 
 SCHEDULERS = ("asha", "none")
+
+
+def same_build(records: StoragePath, mix: bool) -> None:
+    """A resumed sweep adds trials of this build (fda_ray.core.build) to those already in `records`: if some were
+    recorded by another build, one table would mix two builds' numbers, so it refuses in one line unless `mix`.
+    Records that name no build (made before builds were recorded) cannot be compared: a warning line."""
+    from fda_ray.core.build import FIELDS, build, differences
+    from fda_ray.experiments.trials import recorded_builds
+
+    here = build()
+    unknown = 0
+    for env, keys in recorded_builds(records).items():
+        if all(v is None for v in env):
+            unknown += len(keys)
+            continue
+        diff = differences(dict(zip(FIELDS, env)), here)
+        if diff and not mix:
+            raise SweepError(f"resume=True is invalid: {len(keys)} trial(s) in {records} were recorded by "
+                             f"another build ({'; '.join(diff)}); pass --mix-builds to add this build's trials to "
+                             "them, or choose another --out")
+    if unknown:
+        print(f"warning: {unknown} trial(s) in {records} name no build (recorded before builds were): "
+              "they may come from another one", file=sys.stderr)
 
 
 def _preflight(dataset: str, first: Any, backend: str, address: str | None, overrides: dict[str, Any],
@@ -409,6 +437,8 @@ def search_main(a: Any, argv: list[str]) -> int:
                              "or choose another --out")
         if a.resume and not (out / "trials").exists():
             raise SweepError(f"resume=True is invalid: {str(out / 'trials')!r} does not exist (nothing to resume)")
+        if a.resume:
+            same_build(out / "trials", a.mix_builds)
         if a.dry_run and a.search_alg == "optuna":
             print(f"{len(plan)} studies x {num_samples} trials drawn by Optuna as the search goes")
             return 0

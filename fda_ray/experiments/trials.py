@@ -233,11 +233,12 @@ def _save_json(obj: Any, path: StoragePath | Path) -> None:
 def environment() -> dict[str, str]:
     """What computed a record's numbers. A torch build alone moves results by points (seed003.md: the same FedWCA
     code, config and seed gives +1.2-3.0 test points under torch 2.15 than under the build its grid ran on), so
-    every record says which build finished it; a resumed trial's earlier rounds may have run on another."""
+    every record says which build finished it (fda_ray.core.build: torch, torchvision, numpy and the version of
+    fda-ray's number-changing code) and where; a resumed trial's earlier rounds may have run on another."""
     import platform
     from importlib import metadata
 
-    import torch
+    from fda_ray.core.build import build
 
     def version(dist: str) -> str:
         try:
@@ -245,8 +246,26 @@ def environment() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             return "not installed"
 
-    return {"python": platform.python_version(), "torch": torch.__version__, "numpy": version("numpy"),
-            "ray": version("ray"), "machine": platform.machine()}
+    return {"python": platform.python_version(), **build(), "ray": version("ray"), "machine": platform.machine()}
+
+
+def recorded_builds(records: StoragePath | Path) -> dict[tuple, list[str]]:
+    """The builds (fda_ray.core.build.FIELDS, in order) the trials under `records` name (a finished trial's
+    rows.json, a cut-off one's last attempt in nodes.json), each with its trials' keys; records made before builds
+    were recorded count under a build of Nones."""
+    from fda_ray.core.build import FIELDS
+
+    out: dict[tuple, list[str]] = {}
+    for rows in storage_path(records).glob(f"*/{ROWS_FILE}"):
+        env = json.loads(rows.read_text()).get("environment") or {}
+        out.setdefault(tuple(env.get(k) for k in FIELDS), []).append(rows.parent.name)
+    # trials cut off mid-run: the build of their last attempt (their state.pt goes on from its rounds)
+    for nodes in storage_path(records).glob(f"*/{NODES_FILE}"):
+        if not (nodes.parent / ROWS_FILE).is_file():
+            attempts = json.loads(nodes.read_text())
+            env = (attempts[-1].get("build") or {}) if attempts else {}
+            out.setdefault(tuple(env.get(k) for k in FIELDS), []).append(nodes.parent.name)
+    return out
 
 
 def load_state(record: Path) -> dict | None:
@@ -290,8 +309,11 @@ def _note_start(record: StoragePath, resume: dict | None, executor: Any = None) 
     path = record / NODES_FILE
     nodes = json.loads(path.read_text()) if path.is_file() else []
     start = resume["next_round"] if resume and "next_round" in resume else 0
+    from fda_ray.core.build import build
+
     clients = sorted(set(executor.nodes())) if hasattr(executor, "nodes") else None
-    nodes.append({**where_running(), **({"client_nodes": clients} if clients is not None else {}), "from_round": start})
+    nodes.append({**where_running(), **({"client_nodes": clients} if clients is not None else {}), "from_round": start,
+                  "build": build()})
     _save_json(nodes, path)
     return nodes
 

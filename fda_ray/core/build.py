@@ -1,0 +1,88 @@
+"""What computed a number: the build (the libraries whose arithmetic a run's numbers depend on) and the version of
+fda-ray's own number-changing code. A torch upgrade alone moved FedWCA's test accuracy by 1.2-3.0 points
+(docs/results/seed003.md), so every trial record says which build finished it, and a sweep resumed under another
+build says so instead of mixing the two in one table (fda_ray.experiments.sweep, --mix-builds).
+
+    build()                      {"torch", "torchvision", "numpy", "code"} of this process
+    code_version()               a hash of the number-changing modules' code, blind to comments and docstrings
+    differences(recorded, here)  the fields two builds disagree on ([] when they agree or cannot be compared)
+
+The number-changing modules are those whose code decides what a run computes: the algorithms, training, data,
+partitions, the round loop, the kernels' reference and seeding. A comment or a docstring does not change the code
+version; any change to a statement does, whether or not it changes a number (the hash cannot tell).
+"""
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+PACKAGE = Path(__file__).resolve().parents[1]
+# Relative to the fda_ray package: directories (every .py below) and single modules.
+NUMBER_CHANGING = ("algorithms", "train", "data", "kernels", "runtime/partitions.py", "runtime/loop.py",
+                   "runtime/experiment.py", "runtime/config.py", "core/seeding.py", "core/layout.py",
+                   "core/multitask.py", "core/contract.py")
+LIBRARIES = ("torch", "torchvision", "numpy")
+FIELDS = LIBRARIES + ("code",)
+
+
+def _without_docstrings(tree: ast.AST) -> ast.AST:
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and \
+                isinstance(getattr(body[0], "value", None), ast.Constant) and isinstance(body[0].value.value, str):
+            node.body = body[1:] or [ast.Pass()]
+    return tree
+
+
+def _sources() -> list[Path]:
+    out: list[Path] = []
+    for part in NUMBER_CHANGING:
+        p = PACKAGE / part
+        out += sorted(p.rglob("*.py")) if p.is_dir() else [p]
+    kernels = PACKAGE / "kernels" / "csrc"
+    out += sorted(kernels.glob("*.cpp")) + sorted(kernels.glob("*.cu")) + sorted(kernels.glob("*.h"))
+    return out
+
+
+def fingerprint(sources: Iterable[tuple[str, str]]) -> str:
+    """12 hex digits over (name, text) pairs in order: a .py file's syntax tree without docstrings (comments never
+    reach the tree), any other file's text."""
+    h = hashlib.sha1()
+    for name, text in sources:
+        h.update(name.encode())
+        if name.endswith(".py"):
+            text = ast.dump(_without_docstrings(ast.parse(text)), include_attributes=False)
+        h.update(text.encode())
+    return h.hexdigest()[:12]
+
+
+@functools.lru_cache(maxsize=1)
+def code_version() -> str:
+    """The fingerprint of the number-changing modules and the C++/CUDA kernel sources, in a fixed order."""
+    return fingerprint((str(f.relative_to(PACKAGE)), f.read_text()) for f in _sources())
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def build() -> dict[str, str]:
+    import torch  # torch as torch.__version__ spells it ("2.15.0+cu132"), as records have named it from the start
+
+    return {**{lib: _version(lib) for lib in LIBRARIES}, "torch": torch.__version__, "code": code_version()}
+
+
+def differences(recorded: Mapping[str, Any] | None, here: Mapping[str, Any]) -> list[str]:
+    """`field recorded -> here` for each build field both name and disagree on; a record that does not name a
+    field (made before it was recorded) cannot disagree on it."""
+    if not recorded:
+        return []
+    return [f"{k} {recorded[k]} -> {here[k]}" for k in FIELDS
+            if recorded.get(k) is not None and here.get(k) is not None and str(recorded[k]) != str(here[k])]

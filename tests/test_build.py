@@ -1,0 +1,86 @@
+"""fda_ray.core.build: the code version ignores comments and docstrings and sees any statement; a sweep resumed
+into records of another build refuses in one line unless --mix-builds; records that name no build warn."""
+from __future__ import annotations
+
+import json
+
+from fda_ray.core.build import FIELDS, build, code_version, differences, fingerprint
+from fda_ray.experiments import sweep
+from fda_ray.experiments.trials import plan
+from tuning.grids import GRIDS
+
+
+def test_the_code_version_sees_statements_not_comments_or_docstrings():
+    base = fingerprint([("m.py", "def f(x):\n    return x + 1\n")])
+    assert fingerprint([("m.py", '"""A module."""\ndef f(x):\n    """Adds one."""\n    return x + 1  # why\n')]) == base
+    assert fingerprint([("m.py", "def f(x):\n    return x + 2\n")]) != base
+    assert fingerprint([("n.py", "def f(x):\n    return x + 1\n")]) != base  # a module moved is another version
+    assert fingerprint([("k.cu", "a\n")]) != fingerprint([("k.cu", "a \n")])  # kernel sources: their text
+    assert len(code_version()) == 12 and code_version() == build()["code"]
+
+
+def test_differences_name_the_fields_two_builds_disagree_on():
+    here = build()
+    assert differences(dict(here), here) == []
+    assert differences(None, here) == [] and differences({}, here) == []
+    other = {**here, "torch": "1.0.0", "code": "000000000000"}
+    assert differences(other, here) == [f"torch 1.0.0 -> {here['torch']}", f"code 000000000000 -> {here['code']}"]
+    assert differences({"torch": here["torch"]}, here) == []  # a record without a field cannot disagree on it
+
+
+def _record(out, key: str, environment: dict | None) -> None:
+    d = out / "trials" / key
+    d.mkdir(parents=True)
+    (d / "rows.json").write_text(json.dumps({"config": {}, "rows": [], "seconds": 0.0,
+                                             **({"environment": environment} if environment else {})}))
+
+
+def test_a_resumed_sweep_refuses_records_of_another_build(tmp_path, fmnist_dir, capsys):
+    key = plan(GRIDS["noise"], "quick")[0].key
+    out = tmp_path / "sweep"
+    args = ["--grid", "noise", "--data-dir", str(fmnist_dir), "--out", str(out), "--resume", "--dry-run"]
+    _record(out, key, {**build(), "torch": "1.0.0", "python": "3.11.7"})
+    assert sweep.main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: resume=True is invalid: 1 trial(s) in {out / 'trials'} were recorded by another build "
+                   f"(torch 1.0.0 -> {build()['torch']}); pass --mix-builds to add this build's trials to them, "
+                   "or choose another --out"]
+    assert sweep.main(args + ["--mix-builds"]) == 0  # told to mix
+    capsys.readouterr()
+
+
+def test_records_of_this_build_resume_and_records_without_one_warn(tmp_path, fmnist_dir, capsys):
+    trials = plan(GRIDS["noise"], "quick")
+    out = tmp_path / "sweep"
+    args = ["--grid", "noise", "--data-dir", str(fmnist_dir), "--out", str(out), "--resume", "--dry-run"]
+    _record(out, trials[0].key, {**build(), "python": "3.11.7"})
+    assert sweep.main(args) == 0
+    assert "warning" not in capsys.readouterr().err
+    _record(out, trials[1].key, None)  # recorded before builds were
+    assert sweep.main(args) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"warning: 1 trial(s) in {out / 'trials'} name no build (recorded before builds were): they may "
+                   "come from another one"]
+    assert FIELDS == ("torch", "torchvision", "numpy", "code")
+
+
+def test_the_constraints_file_is_the_installed_build_and_every_install_uses_it():
+    import re
+    from importlib import metadata
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    pins = dict(re.findall(r"^([a-z]+)==(\S+)$", (root / "constraints.txt").read_text(), flags=re.M))
+    assert {"torch", "torchvision", "numpy", "ray", "pyarrow", "matplotlib"} <= set(pins)
+    for dist, version in pins.items():  # CI installs with it: what is installed is what it pins
+        assert metadata.version(dist) == version, dist
+    for name in ("cluster.yaml", "deploy/docker/Dockerfile"):  # their explicit pins agree with it
+        text = (root / name).read_text()
+        found = dict(re.findall(r'"([a-z]+)(?:\[[a-z,]+\])?==([0-9][0-9.]*)"', text))
+        assert found and all(pins[d] == v for d, v in found.items()), (name, found)
+    assert "pip install -q -c /home/ubuntu/fda-ray/constraints.txt -e" in (root / "cluster.yaml").read_text()
+    assert "pip install -c /opt/fda-ray/constraints.txt" in (root / "deploy/docker/Dockerfile").read_text()
+    readme, ci = (root / "README.md").read_text(), (root / ".ci/run").read_text()
+    assert 'python3 -m pip install -q -c constraints.txt -e ".[test]"' in readme and \
+        'python3 -m pip install -q -c constraints.txt -e ".[test]"' in ci
+    assert "pip install -c constraints.txt -e ." in readme
