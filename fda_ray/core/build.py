@@ -66,7 +66,7 @@ def code_version() -> str:
     return fingerprint((str(f.relative_to(PACKAGE)), f.read_text()) for f in _sources())
 
 
-def _version(dist: str) -> str:
+def package_version(dist: str) -> str:
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
@@ -76,7 +76,7 @@ def _version(dist: str) -> str:
 def build() -> dict[str, str]:
     import torch  # torch as torch.__version__ spells it ("2.15.0+cu132"), as records have named it from the start
 
-    return {**{lib: _version(lib) for lib in LIBRARIES}, "torch": torch.__version__, "code": code_version()}
+    return {**{lib: package_version(lib) for lib in LIBRARIES}, "torch": torch.__version__, "code": code_version()}
 
 
 def differences(recorded: Mapping[str, Any] | None, here: Mapping[str, Any]) -> list[str]:

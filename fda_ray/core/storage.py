@@ -218,9 +218,9 @@ class StoragePath:
         try:
             with fs.open_input_stream(path) as f:
                 return f.read()
-        except FileNotFoundError:
-            raise
-        except OSError as e:
+        except OSError as e:  # (FileNotFoundError, an OSError, passes through the test below unchanged)
+            if isinstance(e, FileNotFoundError):
+                raise
             if "not found" in str(e).lower() or "does not exist" in str(e).lower():
                 raise FileNotFoundError(f"{self.uri}: no such object") from None
             raise

@@ -191,7 +191,7 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
         phase = [t for t in phase if t.weights_from is None or is_done(records / t.weights_from)]
         if not phase:
             continue
-        launch = f"launch-{sum(1 for _ in (out / 'tune').glob('launch-*')) + 1}"
+        launch = ft.next_launch(out)
         space = [{"trial": t.to_dict(), ft.RECORD_KEY: str(records), **({"metric": metric} if metric else {})}
                  for t in phase]
         tuner = tune.Tuner(

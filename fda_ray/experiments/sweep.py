@@ -218,14 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.pin_drivers and a.backend == "local":
             raise SweepError("pin_drivers=True is invalid with --backend local: it places Tune trials on Ray nodes")
         overrides = config_fields(a)
-        on_cluster = bool(a.address or os.environ.get("RAY_ADDRESS"))
-        if a.backend == "tune" and (overrides.get("gpus_per_client", 0) > 0 or on_cluster):
-            # clients as Ray actors where they have somewhere to go (GPU shares, a cluster); else each trial
-            # trains its clients in its own process (a laptop)
-            overrides.setdefault("executor", "ray")
-            overrides.setdefault("cpus_per_client", 1.0)
-            if overrides.get("gpus_per_client", 0) > 0:
-                overrides.setdefault("device", "cuda")  # the driver aggregates and evaluates on its node's GPU
+        _tune_defaults(a, overrides)
         if a.backend == "local" and overrides.get("executor", "serial") != "serial":
             raise SweepError(f"executor={overrides['executor']!r} is invalid with --backend local: its trials run "
                              "serially in a process pool (use --backend tune for Ray client actors)")
@@ -309,6 +302,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 SCHEDULERS = ("asha", "none")
+
+
+def _tune_defaults(a: Any, overrides: dict[str, Any]) -> None:
+    """Tune on GPU shares or a cluster: clients as Ray actors, where they have somewhere to go (else each trial
+    trains its clients in its own process: a laptop), and with GPU clients a driver that aggregates and
+    evaluates on its node's GPU. Fields the user set stay as set."""
+    if a.backend != "tune" or not (overrides.get("gpus_per_client", 0) > 0 or a.address or os.environ.get("RAY_ADDRESS")):
+        return
+    overrides.setdefault("executor", "ray")
+    overrides.setdefault("cpus_per_client", 1.0)
+    if overrides.get("gpus_per_client", 0) > 0:
+        overrides.setdefault("device", "cuda")
 
 
 def same_build(records: StoragePath, mix: bool) -> None:
@@ -420,11 +425,7 @@ def search_main(a: Any, argv: list[str]) -> int:
         if a.rerun_seeds is not None:
             search = dataclasses.replace(search, rerun_seeds=a.rerun_seeds)
         overrides = config_fields(a)
-        if a.backend == "tune" and (overrides.get("gpus_per_client", 0) > 0 or a.address or os.environ.get("RAY_ADDRESS")):
-            overrides.setdefault("executor", "ray")
-            overrides.setdefault("cpus_per_client", 1.0)
-            if overrides.get("gpus_per_client", 0) > 0:
-                overrides.setdefault("device", "cuda")
+        _tune_defaults(a, overrides)
         plan = studies(search, _list(a.methods, str, "methods"), _list(a.values, float, "values"))
         num_samples = a.num_samples or search.num_samples[a.profile]
         from fda_ray.experiments.search import search_trials

@@ -236,17 +236,11 @@ def environment() -> dict[str, str]:
     every record says which build finished it (fda_ray.core.build: torch, torchvision, numpy and the version of
     fda-ray's number-changing code) and where; a resumed trial's earlier rounds may have run on another."""
     import platform
-    from importlib import metadata
 
-    from fda_ray.core.build import build
+    from fda_ray.core.build import build, package_version
 
-    def version(dist: str) -> str:
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            return "not installed"
-
-    return {"python": platform.python_version(), **build(), "ray": version("ray"), "machine": platform.machine()}
+    return {"python": platform.python_version(), **build(), "ray": package_version("ray"),
+            "machine": platform.machine()}
 
 
 def recorded_builds(records: StoragePath | Path) -> dict[tuple, list[str]]:

@@ -87,6 +87,11 @@ def config_from_params(params: dict[str, Any]) -> RunConfig:
     return RunConfig(**params).resolved()
 
 
+def next_launch(out: Any) -> str:
+    """The name of the next Tune launch under out/tune/ (launch-1, launch-2, ...: each --resume adds one)."""
+    return f"launch-{sum(1 for _ in storage_path(out / 'tune').glob('launch-*')) + 1}"
+
+
 def driver_placement(pin: bool = False) -> dict[str, float]:
     """{DRIVER_RESOURCE: 1} when drivers are pinned to the nodes that declare it, else {}."""
     return {DRIVER_RESOURCE: 1.0} if pin else {}
@@ -259,7 +264,7 @@ def run_optuna(space: Sequence[Any], base: dict[str, Any], row: str, variable: s
                 progress.line(t, "done")
 
     records, out = storage_path(records), storage_path(out)
-    launch = f"launch-{sum(1 for _ in (out / 'tune').glob('launch-*')) + 1}"
+    launch = next_launch(out)
     cfg = RunConfig(**base).resolved()
     tuner = tune.Tuner(
         with_resources(cfg, pin_drivers),
