@@ -1,5 +1,6 @@
 """Seed 003 (FedWCA) as an algorithm: the domain_clients partition, SHOT's models, the weightings' initial models,
-the server's clusters and soft models, the source-model cache, per-client evaluation, resume, errors, the grids.
+the server's clusters and soft models (A by either reading), the pseudo-labels' defaults (SHOT's obtain_label, written
+out), Local's relabelling every epoch, the source-model cache, per-client evaluation, resume, errors, the grids.
 The pure pieces (FINCH, SHOT, the cluster weights) are in test_fedwca_core.py; serial == Ray in test_ray.py."""
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from torch.nn import functional as F
 
 from fda_ray.algorithms.fedwca import methods as fw
 from fda_ray.algorithms.fedwca.cluster_weights import init_weights, server_mixing, soft_cluster_models
@@ -122,8 +124,9 @@ def test_each_weighting_starts_from_its_mix_of_cluster_models(fedwca5, monkeypat
         assert torch.allclose(got, want, rtol=0, atol=1e-6 * scale), (weighting, k)
 
 
-def test_fedwca_server_keeps_g_fixed_and_mixes_soft_models_by_eq2(fedwca5):
-    cfg = fedwca5(rounds=3)
+@pytest.mark.parametrize("norm", ["columns", "rows"])
+def test_fedwca_server_keeps_g_fixed_and_mixes_soft_models_by_eq2(fedwca5, norm):
+    cfg = fedwca5(rounds=3, fedwca={"cross_cluster_norm": norm})
     exp = build_experiment(cfg)
     from fda_ray.runtime.executors import SerialExecutor
     from fda_ray.runtime.loop import run_rounds
@@ -138,8 +141,9 @@ def test_fedwca_server_keeps_g_fixed_and_mixes_soft_models_by_eq2(fedwca5):
         assert torch.equal(state[f"soft{j}"][cls], state["source"][cls])
     row = hist.rows[-1]
     alpha, beta = torch.tensor(row["alpha"]), torch.tensor(row["beta"])
-    a, b = server_mixing(alpha, beta, state["assign"], c)
+    a, b = server_mixing(alpha, beta, state["assign"], c, norm)  # the configured reading reaches the server
     assert torch.allclose(a.sum(0), torch.ones(c, dtype=torch.float64))  # trap 1: columns sum to 1
+    assert torch.equal(state["mix_a"], a)
     models = torch.stack([state[f"cluster{j}"] for j in range(c)])
     want = soft_cluster_models(models, a, b)
     for j in range(c):
@@ -147,6 +151,39 @@ def test_fedwca_server_keeps_g_fixed_and_mixes_soft_models_by_eq2(fedwca5):
         assert torch.allclose(state[f"soft{j}"][body], want[j][body], rtol=0, atol=1e-6)
     assert row["clusters"] == state["assign"].tolist() and row["num_clusters"] == c
     assert all(0 <= x <= 1 for x in row["client_accuracy"])
+
+
+@pytest.mark.parametrize("norm", ["columns", "rows"])
+def test_the_server_forms_a_by_the_configured_reading(fedwca5, norm):
+    """aggregate on made-up client results (two clusters): A is the reading written out, Eq. 2's soft models and
+    the revised FedWCA's v_k follow it, and v_k sums to 1."""
+    from fda_ray.core.contract import ClientResult
+
+    exp = build_experiment(fedwca5(rounds=3, fedwca={"cross_cluster_norm": norm, "revision_interval": 2}))
+    algo = exp.algorithm
+    g = torch.Generator().manual_seed(0)
+    size = exp.layout.size
+    assign = torch.tensor([0, 0, 1, 1, 0, 1, 1, 0])
+    alpha = torch.softmax(torch.randn(8, 2, generator=g, dtype=torch.float64) / 0.2, 1)
+    beta = torch.softmax(torch.randn(8, 2, generator=g, dtype=torch.float64), 1)
+    results = {k: ClientResult(k, {"weights": torch.randn(size, generator=g), "alpha": alpha[k - 1],
+                                   "beta": beta[k - 1]}, {"loss": 0.0}) for k in range(1, 9)}
+    state = {"source": torch.randn(size, generator=g), "assign": assign, "num_clusters": torch.tensor(2)}
+    new, _ = algo.aggregate(2, state, results)  # 003's round 1: a full round, the next one the server mixes
+    a_bar = torch.stack([alpha[assign == c].mean(0) for c in range(2)])  # A_bar[c', c]
+    want = a_bar / a_bar.sum(0, keepdim=True) if norm == "columns" else a_bar.T
+    assert torch.allclose(new["mix_a"], want, rtol=0, atol=1e-15)
+    other = a_bar.T if norm == "columns" else a_bar / a_bar.sum(0, keepdim=True)
+    assert float((other - want).abs().max()) > 0.05  # the readings differ here
+    cls, _ = fw.part_masks(exp.layout)
+    models = torch.stack([new[f"cluster{j}"] for j in range(2)]).double()
+    soft = soft_cluster_models(models, want, new["mix_b"])
+    for j in range(2):
+        assert torch.allclose(new[f"soft{j}"][~cls].double(), soft[j][~cls], rtol=0, atol=1e-5)
+    for k in range(1, 9):
+        v = init_weights(alpha[k - 1], beta[k - 1], int(assign[k - 1]), want, new["mix_b"])
+        assert math.isclose(float(v.sum()), 1.0, abs_tol=1e-12)
+        assert torch.allclose(new[f"init{k}"][~cls].double(), (v @ models)[~cls], rtol=0, atol=1e-5)
 
 
 def test_revised_fedwca_sends_the_server_mixed_model_between_blocks(fedwca5, monkeypatch):
@@ -377,3 +414,116 @@ def test_the_pacs_table_command_runs_on_a_generated_tree(tmp_path, capsys, monke
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "no-torch-home"))
     with pytest.raises(ValueError, match="model_weights='imagenet' is invalid: torchvision's cache file .*resnet18-f37072fd"):
         model_weights("imagenet", "shot_resnet18")
+
+
+def _shot_obtain_label(feat: np.ndarray, probs: np.ndarray) -> np.ndarray:
+    """tim-learn/SHOT object/image_target.py obtain_label (distance 'cosine', threshold 0), written out in numpy
+    float64: the pseudo-labels (n,) of features (n, q) and softmax outputs (n, M)."""
+    fea = np.concatenate([feat, np.ones((len(feat), 1))], 1)
+    fea = fea / np.linalg.norm(fea, axis=1, keepdims=True)
+    aff, k = probs, probs.shape[1]
+    predict = aff.argmax(1)
+    for _ in range(2):
+        initc = aff.T @ fea / (1e-8 + aff.sum(0)[:, None])
+        labelset = np.where(np.eye(k)[predict].sum(0) > 0)[0]
+        c = initc[labelset]
+        dd = 1 - (fea @ c.T) / np.linalg.norm(fea, axis=1)[:, None] / np.linalg.norm(c, axis=1)[None]
+        predict = labelset[dd.argmin(1)]
+        aff = np.eye(k)[predict]
+    return predict
+
+
+def test_pseudo_labels_default_to_shots_obtain_label_and_keep_eq4_as_an_option():
+    """The defaults (prototypes shot, labelset true) reach the labelling; eq4 / labelset false give the old labels."""
+
+    class Outputs:
+        client = None
+
+        def __init__(self, feat, probs):
+            self.out = (feat, probs)
+
+        def __call__(self, flat):
+            return self.out
+
+    g = torch.Generator().manual_seed(0)
+    feat = torch.randn(60, 8, generator=g) + 2 * torch.randn(6, 8, generator=g)[torch.randint(6, (60,), generator=g)]
+    probs = torch.softmax(2 * torch.randn(60, 6, generator=g) + torch.tensor([0, 0, 0, 0, -3.0, -3.0]), 1)
+    h = fw.FedWCAParams().to_dict()
+    assert (h["prototypes"], h["labelset"], h["cross_cluster_norm"]) == ("shot", True, "columns")
+    labels, partners, _ = fw._pseudo_labels(Outputs(feat, probs), None, torch.zeros(1), None, h)
+    assert labels.tolist() == _shot_obtain_label(feat.double().numpy(), probs.double().numpy()).tolist()
+    assert bool((partners == -1).all())
+    from fda_ray.algorithms.fedwca.shot import prototype_labels
+
+    old = fw.FedWCAParams.build({"prototypes": "eq4", "labelset": "false"}).to_dict()  # the words, as the CLI passes
+    old_labels, _, _ = fw._pseudo_labels(Outputs(feat, probs), None, torch.zeros(1), None, old)
+    assert torch.equal(old_labels, prototype_labels(feat, probs, shot_style=False, labelset=False)[0])
+    assert not torch.equal(old_labels, labels)
+
+
+def test_local_relabels_every_epoch_with_the_current_model(fedwca5, monkeypatch):
+    """shot_local is SHOT itself (image_target.py: obtain_label at the start of every epoch): the labels epoch e
+    trains on are SHOT's pseudo-labels of the model after epoch e - 1; FedAvg keeps the round's labels (003)."""
+    from fda_ray.runtime.executors import SerialExecutor
+    from fda_ray.runtime.loop import run_rounds
+    from fda_ray.train.client import run_task
+
+    epochs = 3
+    exp = build_experiment(fedwca5(method="shot_local", rounds=1, fedwca={"local_epochs": epochs}))
+    saved = {}
+    run_rounds(exp, SerialExecutor(exp.clients), checkpoint=lambda c: saved.setdefault(c["next_round"], c))
+    state = saved[1]["state"]  # the source model, before the first adaptation round
+    task = exp.algorithm.plan_round(1, state).tasks[0]
+    client = exp.clients[task.client]
+    client.state.pop("model", None)  # round 1 starts from the source model
+
+    relabels, at_epoch, ce_targets = [], {}, []
+    real_pseudo, real_batches = fw._pseudo_labels, client.batch_indices
+
+    def pseudo(outputs, task_, init, own, h):
+        relabels.append(init.clone())
+        return real_pseudo(outputs, task_, init, own, h)
+
+    def batches(batch, round_idx, purpose, data="train", drop_last=None):
+        e = int(purpose.rsplit("epoch", 1)[1])
+        at_epoch[e] = (client.layout.flatten_model(client.model).clone(), [])  # the weights this epoch starts from
+        for idx in real_batches(batch, round_idx, purpose, data, drop_last):
+            if len(idx) >= 2:
+                at_epoch[e][1].append(idx)
+            yield idx
+
+    class Spy:  # F as methods.py sees it, recording cross-entropy's targets
+        def __getattr__(self, name):
+            return getattr(F, name)
+
+        @staticmethod
+        def cross_entropy(logits, target, *a, **kw):
+            ce_targets.append(target.clone())
+            return F.cross_entropy(logits, target, *a, **kw)
+
+    monkeypatch.setattr(fw, "_pseudo_labels", pseudo)
+    monkeypatch.setattr(client, "batch_indices", batches)
+    monkeypatch.setattr(fw, "F", Spy())
+    run_task(client, task, {n: state[n] for n in task.inputs})
+    assert len(relabels) == epochs  # one labelling per epoch (was: one per round)
+    targets = iter(ce_targets)
+    changed = 0
+    for e in range(epochs):
+        start, batches_e = at_epoch[e]
+        assert torch.equal(relabels[e], start)  # labelled with the weights the epoch starts from
+        feat, probs = fw._outputs(client, start)
+        want = _shot_obtain_label(feat.double().numpy(), probs.double().numpy())
+        for idx in batches_e:
+            assert next(targets).tolist() == want[idx.cpu().numpy()].tolist()
+        if e:
+            first = _shot_obtain_label(*(t.double().numpy() for t in fw._outputs(client, at_epoch[0][0])))
+            changed += int((want != first).sum())
+    assert next(targets, None) is None
+    assert changed > 0  # the model moved the labels: round-fixed labels would have failed the comparison above
+
+    # FedAvg (and 003's round 0 of FedWCA) label once per round
+    exp2 = build_experiment(fedwca5(method="shot_fedavg", rounds=1, fedwca={"local_epochs": epochs}))
+    task2 = exp2.algorithm.plan_round(1, state).tasks[0]
+    relabels.clear()
+    run_task(exp2.clients[task2.client], task2, {n: state[n] for n in task2.inputs})
+    assert len(relabels) == 1

@@ -1,6 +1,8 @@
-"""Seed 003's pure pieces against hand-computed and brute-force cases: FINCH's first partition, SHOT's IM loss and
-prototype pseudo-labels, Alg. 2's label choice and mixup partners, the cluster score, SND, the server's A and B,
-the soft cluster models and Eq. 8's weights (which must sum to 1)."""
+"""Seed 003's pure pieces against hand-computed and brute-force cases and against the reference code written out in
+the tests (SHOT's obtain_label, tim-learn/SHOT object/image_target.py; SND's neighbor_density and entropy,
+VisionLearningGroup/SND): FINCH's first partition, SHOT's IM loss and prototype pseudo-labels (both feature modes,
+with and without SHOT's label set), Alg. 2's label choice and mixup partners, the cluster score, SND, the server's A
+(both readings) and B, the soft cluster models and Eq. 8's weights (which must sum to 1)."""
 from __future__ import annotations
 
 import math
@@ -8,6 +10,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from torch.nn import functional as F
 
 from fda_ray.algorithms.fedwca.cluster_weights import (
     cluster_score, init_weights, server_mixing, snd, soft_cluster_models, softmax_weights)
@@ -55,7 +58,7 @@ def test_im_loss_is_mean_entropy_minus_entropy_of_the_mean():
 def test_prototype_labels_refine_once_with_one_hot_weights():
     feat = torch.tensor([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.2, 0.8]])
     probs = torch.tensor([[0.6, 0.4], [0.4, 0.6], [0.3, 0.7], [0.5, 0.5]])
-    labels, protos = prototype_labels(feat, probs)
+    labels, protos = prototype_labels(feat, probs, shot_style=False, labelset=False)  # Eq. 4 as written
     # by hand: the prediction-weighted centroids, nearest by cosine, then one-hot centroids and once more
     p0 = (probs[:, 0:1] * feat).sum(0) / probs[:, 0].sum()
     p1 = (probs[:, 1:2] * feat).sum(0) / probs[:, 1].sum()
@@ -65,8 +68,94 @@ def test_prototype_labels_refine_once_with_one_hot_weights():
     second = [0 if cos(f, q[0]) >= cos(f, q[1]) else 1 for f in feat]
     assert labels.tolist() == second == [0, 0, 1, 1]
     assert torch.allclose(protos, torch.stack(q), atol=1e-6)
-    shot_labels, shot_protos = prototype_labels(feat, probs, shot_style=True)
+    shot_labels, shot_protos = prototype_labels(feat, probs)  # the default: SHOT's features and label set
     assert shot_protos.shape == (2, 3) and shot_labels.tolist() == [0, 0, 1, 1]
+
+
+def _shot_obtain_label(feat: np.ndarray, probs: np.ndarray, shot_style: bool = True, labelset: bool = True
+                       ) -> tuple[np.ndarray, np.ndarray, float]:
+    """tim-learn/SHOT object/image_target.py obtain_label (distance 'cosine', threshold 0), written out in numpy
+    float64: (labels, the second pass's centroids, the smallest gap between a sample's best and second-best cosine
+    distance in either pass). shot_style False: raw features (FedWCA's Eq. 4 as written), the same cosine comparison.
+    labelset False (the package's old behaviour, not SHOT's): every class is a candidate, a zero centroid has cosine 0
+    (distance 1)."""
+    fea = np.asarray(feat, dtype=np.float64)
+    if shot_style:
+        fea = np.concatenate([fea, np.ones((len(fea), 1))], 1)
+        fea = fea / np.linalg.norm(fea, axis=1, keepdims=True)
+    aff = np.asarray(probs, dtype=np.float64)
+    k = aff.shape[1]
+    predict = aff.argmax(1)
+    gap = np.inf
+    for _ in range(2):
+        initc = aff.T @ fea
+        initc = initc / (1e-8 + aff.sum(0)[:, None])
+        cls_count = np.eye(k)[predict].sum(0)
+        cand = np.where(cls_count > 0)[0] if labelset else np.arange(k)
+        c = initc[cand]
+        c_norm = np.linalg.norm(c, axis=1)
+        dd = 1 - (fea @ c.T) / np.linalg.norm(fea, axis=1)[:, None] / np.where(c_norm > 0, c_norm, np.inf)[None]
+        predict = cand[dd.argmin(1)]
+        aff = np.eye(k)[predict]
+        two = np.sort(dd, axis=1)[:, :2]
+        gap = min(gap, float((two[:, 1] - two[:, 0]).min()))
+    return predict, initc, gap
+
+
+def _random_outputs(seed: int, n: int = 60, q: int = 8, k: int = 6, dtype=torch.float64):
+    """Features around class centres and softmax outputs whose last two classes are rarely the argmax (seed 0:
+    class 4 never is), so SHOT's label set matters."""
+    g = torch.Generator().manual_seed(seed)
+    centres = 1.5 * torch.randn(k, q, generator=g, dtype=torch.float64)
+    feat = centres[torch.randint(k, (n,), generator=g)] + torch.randn(n, q, generator=g, dtype=torch.float64)
+    bias = torch.tensor([0.0] * (k - 2) + [-3.0, -3.0], dtype=torch.float64)
+    probs = torch.softmax(2 * torch.randn(n, k, generator=g, dtype=torch.float64) + bias, 1)
+    return feat.to(dtype), probs.to(dtype)
+
+
+@pytest.mark.parametrize("shot_style", [True, False])
+@pytest.mark.parametrize("labelset", [True, False])
+def test_prototype_labels_equal_shots_obtain_label_written_out(shot_style, labelset):
+    feat, probs = _random_outputs(0)
+    assert 4 not in probs.argmax(1).tolist()  # a class no sample predicts: the label set excludes it
+    labels, protos = prototype_labels(feat, probs, shot_style=shot_style, labelset=labelset)
+    want, centroids, gap = _shot_obtain_label(feat.numpy(), probs.numpy(), shot_style, labelset)
+    # float64 on both sides: the same argmin unless two cosine distances tie to ~1e-15; none comes near here
+    assert gap > 1e-6 and labels.tolist() == want.tolist()
+    # SHOT divides by 1e-8 + mass, the package by the mass (>= 1 for a labelled class): relative 1e-8; cosines only
+    # read the directions
+    assert np.allclose(protos.numpy(), centroids, rtol=1e-7, atol=1e-12)
+    # the option matters on this input (the test can fail): the other label-set choice gives other labels
+    other, _, _ = _shot_obtain_label(feat.numpy(), probs.numpy(), shot_style, not labelset)
+    assert (other != want).sum() >= 5
+    # float32 (the models' outputs): a cosine distance in float32 (unit vectors, <= 9 dimensions, centroids of <= 60
+    # samples) is off by ~1e-6 at most, so with every gap above 1e-5 (checked; the smallest here is 1.45e-5) the
+    # float32 labels must be the same
+    f32, p32 = feat.float(), probs.float()
+    labels32, _ = prototype_labels(f32, p32, shot_style=shot_style, labelset=labelset)
+    want32, _, gap32 = _shot_obtain_label(f32.double().numpy(), p32.double().numpy(), shot_style, labelset)
+    assert gap32 > 1e-5 and labels32.tolist() == want32.tolist()
+
+
+@pytest.mark.parametrize("shot_style", [True, False])
+def test_a_class_no_sample_predicts_is_never_assigned_and_nothing_is_nan(shot_style):
+    """Class 2 has zero mass (one-hot outputs on classes 0 and 1): its centroid is the zero vector. SHOT's digit script
+    (no label set) divides 0 by 1e-8 there and takes a NaN cosine distance, whose argmin puts every sample in class 2;
+    with the label set (image_target.py) class 2 is never a candidate. The old behaviour (labelset False) lets the zero
+    prototype (cosine 0) win for the samples with negative cosines to both real centroids."""
+    feat = torch.tensor([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9], [-1.0, -0.2], [-0.2, -1.0], [-1.0, -1.0]])
+    probs = F.one_hot(torch.tensor([0, 0, 1, 1, 0, 1, 0]), 3).float()
+    labels, protos = prototype_labels(feat, probs, shot_style=shot_style)
+    assert 2 not in labels.tolist() and bool(torch.isfinite(protos).all())
+    assert labels.tolist() == _shot_obtain_label(feat.numpy(), probs.numpy(), shot_style)[0].tolist()
+    # soft outputs: class 2 has mass but no sample's argmax; still never assigned with the label set
+    soft = 0.7 * probs + 0.1 + 0.2 * probs.flip(0)
+    soft = soft / soft.sum(1, keepdim=True)
+    assert soft.argmax(1).tolist() == probs.argmax(1).tolist()
+    assert 2 not in prototype_labels(feat, soft, shot_style=shot_style)[0].tolist()
+    if not shot_style:  # raw features: cosines to both centroids can be negative (appending the 1 lifts them here)
+        old, old_protos = prototype_labels(feat, probs, shot_style=False, labelset=False)
+        assert 2 in old.tolist() and bool(torch.isfinite(old_protos).all())
 
 
 def test_choose_labels_follows_the_normalised_similarity_and_guards_a_non_positive_mean():
@@ -104,6 +193,70 @@ def test_mixup_partners_share_the_label_and_unmatched_classes_stay_unmixed():
 
 # ---------------------------------------------------------------- cluster weights
 
+def _snd_reference(pred: torch.Tensor) -> torch.Tensor:
+    """VisionLearningGroup/SND nc_ps/eval.py neighbor_density (T = 0.05) with utils/loss.py entropy, written out,
+    on softmax outputs `pred` (n, M), in pred's dtype."""
+    normalized = F.normalize(pred)
+    mat = normalized @ normalized.T / 0.05
+    mat.masked_fill_(torch.eye(len(mat), dtype=torch.bool), -1 / 0.05)
+    p = F.softmax(mat, dim=1)
+    return -torch.mean(torch.sum(p * torch.log(p + 1e-5), 1))
+
+
+def test_snd_equals_the_snd_reference_code_written_out():
+    g = torch.Generator().manual_seed(0)
+    probs = torch.softmax(3 * torch.randn(50, 10, generator=g), 1)  # float32, as the models give them
+    got = snd(probs)
+    # the package computes in float64: the reference in float64 on the same numbers agrees to rounding
+    assert got == pytest.approx(float(_snd_reference(probs.double())), abs=1e-12)
+    # the reference's own float32 arithmetic: softmax and log of 50 terms a row, ~1e-7 relative each
+    assert got == pytest.approx(float(_snd_reference(probs)), abs=1e-5)
+    # the old epsilon 1e-12 is off by far more than that tolerance (the test can fail)
+    u = F.normalize(probs.double())
+    logits = (u @ u.T / 0.05).fill_diagonal_(-1 / 0.05)
+    q = torch.softmax(logits, 1)
+    old = float(-(q * torch.log(q + 1e-12)).sum(1).mean())
+    assert abs(old - got) > 1e-4
+
+
+def test_cross_cluster_weights_by_columns_and_by_rows_written_out():
+    g = torch.Generator().manual_seed(1)
+    c, k = 3, 8
+    clusters = torch.tensor([0, 0, 1, 1, 1, 2, 0, 2])
+    alpha = torch.softmax(torch.randn(k, c, generator=g, dtype=torch.float64) / 0.3, 1)
+    beta = torch.softmax(torch.randn(k, 2, generator=g, dtype=torch.float64), 1)
+    a_bar = torch.stack([alpha[clusters == cc].mean(0) for cc in range(c)])  # A_bar[c', c] = mean_{k in c'} alpha_kc
+    want = {"columns": a_bar / a_bar.sum(0, keepdim=True),  # A[c', c] = A_bar[c', c] / sum_c'' A_bar[c'', c]
+            "rows": a_bar.T.clone()}  # A[c', c] = A_bar[c, c']: soft model c mixes with its own clients' weights
+    got = {}
+    for norm in ("columns", "rows"):
+        a, b = server_mixing(alpha, beta, clusters, c, norm)
+        got[norm] = a
+        assert torch.allclose(a, want[norm], rtol=0, atol=1e-15)  # float64, a few roundings
+        assert torch.allclose(a.sum(0), torch.ones(c, dtype=torch.float64), rtol=0, atol=1e-15)
+        for i in range(k):  # Eq. 8's weights sum to 1 under both readings
+            v = init_weights(alpha[i], beta[i], int(clusters[i]), a, b)
+            assert float(v.sum()) == pytest.approx(1.0, abs=1e-12) and float(v.min()) >= 0
+    assert float((got["columns"] - got["rows"]).abs().max()) > 0.05  # the readings differ
+    assert torch.equal(server_mixing(alpha, beta, clusters, c)[0], got["columns"])  # the default
+    # by hand: cluster 0's clients give (0.9, 0.1), cluster 1's (0.3, 0.7)
+    alpha2 = torch.tensor([[0.9, 0.1], [0.3, 0.7]], dtype=torch.float64)
+    beta2 = torch.tensor([[0.5, 0.5], [0.5, 0.5]], dtype=torch.float64)
+    cols, _ = server_mixing(alpha2, beta2, torch.tensor([0, 1]), 2, "columns")
+    rows, _ = server_mixing(alpha2, beta2, torch.tensor([0, 1]), 2, "rows")
+    assert cols.flatten().tolist() == pytest.approx([0.75, 0.125, 0.25, 0.875], abs=1e-15)
+    assert rows.flatten().tolist() == pytest.approx([0.9, 0.3, 0.1, 0.7], abs=1e-15)
+    # a cluster without clients keeps its own model under both readings (through B = (1, 0); only rows also makes
+    # its column of A the unit vector, columns mixes the other clusters' alpha into it)
+    models = torch.randn(c, 4, generator=g, dtype=torch.float64)
+    for norm in ("columns", "rows"):
+        a3, b3 = server_mixing(alpha, beta, torch.zeros(k, dtype=torch.long), c, norm)
+        assert b3[1].tolist() == [1.0, 0.0] and torch.equal(soft_cluster_models(models, a3, b3)[1], models[1])
+        assert torch.allclose(a3.sum(0), torch.ones(c, dtype=torch.float64), rtol=0, atol=1e-15)
+    with pytest.raises(ValueError, match="norm='diagonal' is invalid: one of columns, rows"):
+        server_mixing(alpha, beta, clusters, c, "diagonal")
+
+
 def test_cluster_score_and_snd_by_hand():
     feat = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
     w = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
@@ -113,7 +266,7 @@ def test_cluster_score_and_snd_by_hand():
     logits = (u @ u.T) / 0.05
     logits.fill_diagonal_(-1 / 0.05)
     p = torch.softmax(logits, 1)
-    assert snd(probs) == pytest.approx(float(-(p * torch.log(p)).sum(1).mean()), rel=1e-9)
+    assert snd(probs) == pytest.approx(float(-(p * torch.log(p + 1e-5)).sum(1).mean()), rel=1e-9)
     # two identical predictions are each other's only neighbour: a lower entropy than uniform similarity
     assert snd(torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])) < snd(torch.full((3, 2), 0.5))
     assert softmax_weights(torch.tensor([0.0, math.log(3) * 0.1]), 0.1).tolist() == pytest.approx([0.25, 0.75])

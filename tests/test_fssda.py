@@ -116,6 +116,33 @@ def test_a_batch_without_labelled_samples_still_moves_w_t_under_the_default_loss
     assert float(res.tensors["delta_target"].abs().max()) == 0.0
 
 
+def test_the_default_optimiser_is_the_papers_sgd_at_lr_0_001(fmnist5):
+    """002 Sec. IV-A: "stochastic gradient descent with a learning rate of 0.001". One source step over the whole
+    shard is w - 0.001 * grad(CE), written out here on the device's own model; Adam stays an option."""
+    from torch.nn import functional as F
+
+    cfg = fmnist5().resolved()
+    assert cfg.params["fssda"]["optimizer"] == "sgd" and cfg.lr_source == cfg.lr_target == 1e-3
+    assert fmnist5(lr_source=0.02).resolved().lr_source == 0.02  # a set learning rate stays
+    exp, client = _device(fmnist5)
+    x, y = client.views["source0"]
+    w0 = exp.initial_weights()
+    hp = {**exp.algorithm._hp(train_source=True), "batch_source": len(y)}  # one step: the whole shard
+    res = fssda_recipe(client, ClientTask(0, "fssda", 0, hp, data="source0"), {"source0": w0, "target": w0})
+    model = client.model
+    client.layout.load_into(model, w0)
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    grads = torch.autograd.grad(F.cross_entropy(model(x), y), params)
+    step = -1e-3 * torch.cat([g.reshape(-1) for g in grads])  # (M,): SGD's first step (momentum has no history)
+    got = res.tensors["delta_source0"]
+    # the delta is (w0 + step) - w0 in float32: rounding of the order of eps * |w0| per entry
+    ulp = torch.finfo(torch.float32).eps * float(w0.abs().max())
+    assert torch.allclose(got, step, rtol=1e-4, atol=2 * ulp)
+    assert float((got - step).abs().max()) < 0.01 * float(step.abs().max())
+    assert hp["optimizer"] == "sgd" and hp["sgd_momentum"] == 0.9
+
+
 def test_fixed_lambda_spreads_the_rest_over_the_sources_and_adaptive_weights_are_on_the_simplex(fmnist5):
     hist = run(fmnist5(source_envs=(1, 4), params={"fssda": {"imitation": "fixed", "imitation_lambda": 0.3}}))
     for w in hist.rows[-1]["imitation_weights_i"]:
@@ -255,6 +282,17 @@ def test_seed_002_grids_plan_table_one_and_its_figures():
     # the table's FSSDA trials are the lambda grid's and the paradigm grid's adaptive ones (one run, three tables)
     keys = lambda g: {t.key for t in plan(GRIDS[g], "paper") if t.row == "fssda_iid" and t.value == 0.0}
     assert keys("fssda-fmnist") == keys("fssda-lambda") == keys("fssda-paradigm")
+    # Office-31 runs the paper's SGD at lr 0.001; the FMNIST-5 grids set Adam on the FSSDA family's rows only (from
+    # scratch SGD stays at chance), so FedGP's trials are the same as without it
+    from fda_ray.algorithms import ALGORITHMS
+    from tuning.grids import FSSDA_FAMILY
+
+    assert set(FSSDA_FAMILY) == {n for n in ALGORITHMS.names() if ALGORITHMS.get(n).family == "fssda"}
+    assert (a_w.params["fssda"]["optimizer"], a_w.lr_source, a_w.lr_target) == ("sgd", 1e-3, 1e-3)
+    fm = {t.row: t.config().resolved() for t in plan(GRIDS["fssda-fmnist"], "paper", values=[0.0]) if t.seed == 0}
+    assert {r: c.params["fssda"]["optimizer"] for r, c in fm.items() if c.method in FSSDA_FAMILY} == \
+        {r: "adam" for r in fm if fm[r].method in FSSDA_FAMILY} and len(fm) == 10
+    assert "fssda" not in GRIDS["fssda-fmnist"].rows[3].params.get("params", {})  # fedgp_iid: untouched
 
 
 def test_a_grid_of_settings_needs_every_columns_fields():

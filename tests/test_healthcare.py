@@ -45,6 +45,69 @@ def test_loss_is_the_main_bce_plus_alpha_times_each_heads_cross_entropy():
     assert float(multitask.loss("binary", out, y[:, 0])) == pytest.approx(bce, rel=1e-12)
 
 
+def _authors_bce(z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """The authors' main loss written out: BCEWithLogitsLoss()(torch.sigmoid(outputs), labels), a double sigmoid."""
+    s = torch.sigmoid(torch.sigmoid(z))
+    return -(y * torch.log(s) + (1 - y) * torch.log(1 - s)).mean()
+
+
+def test_double_sigmoid_loss_is_the_authors_formula_and_not_the_plain_loss():
+    g = torch.Generator().manual_seed(4)
+    z = torch.randn(64, 1, generator=g, dtype=torch.float64) * 3  # (n, 1) the main head's outputs
+    y = torch.randint(0, 2, (64,), generator=g)
+    expect = _authors_bce(z[:, 0], y.double())
+    got = multitask.main_loss("binary", z, y, binary_loss="sigmoid")
+    assert float(got) == pytest.approx(float(expect), rel=1e-12)
+    assert float(got) == pytest.approx(float(torch.nn.BCEWithLogitsLoss()(torch.sigmoid(z), y.double().unsqueeze(1))),
+                                       rel=1e-12)  # as their train() calls it
+    plain = multitask.main_loss("binary", z, y)
+    assert float(plain) == pytest.approx(float(F.binary_cross_entropy_with_logits(z[:, 0], y.double())), rel=1e-12)
+    assert abs(float(got) - float(plain)) > 0.05
+    # the default is the plain loss; the option reaches the main loss of Eq. 3, not the auxiliary heads
+    aux = (("a", 3),)
+    out = torch.cat([z, torch.randn(64, 3, generator=g, dtype=torch.float64)], 1)
+    ya = torch.stack([y, torch.randint(0, 3, (64,), generator=g)], 1)
+    ce = F.cross_entropy(out[:, 1:], ya[:, 1])
+    assert float(multitask.loss("binary", out, ya, aux, 0.5, binary_loss="sigmoid")) == \
+        pytest.approx(float(expect + 0.5 * ce), rel=1e-12)
+    assert float(multitask.loss("binary", out, ya, aux, 0.5)) == pytest.approx(float(plain + 0.5 * ce), rel=1e-12)
+    with pytest.raises(ValueError, match=r"binary_loss='probs' is invalid: one of logit, sigmoid"):
+        multitask.main_loss("binary", z, y, binary_loss="probs")
+
+
+def test_auxiliary_loss_with_leaky_heads_is_the_authors_log_softmax_of_leaky_relu():
+    """With the authors' heads (LeakyReLU(0.2) on every head's output) Eq. 3 is their loss: the main head's double
+    sigmoid plus alpha times each auxiliary head's CrossEntropyLoss on log_softmax(leaky_relu(W_k h + b_k)) (= NLL of
+    it: log_softmax is idempotent), every W_k, b_k the head's own."""
+    from fda_ray.train.models import build_model
+
+    torch.manual_seed(2)
+    aux = (("ink", 9), ("flip", 2), ("bright", 3))
+    model = build_model("multitask_cnn", (1, 28, 28), 1, aux_classes=tuple(c for _, c in aux),
+                        head_activation="leaky_relu").double()
+    g = torch.Generator().manual_seed(3)
+    x = torch.rand(12, 1, 28, 28, generator=g, dtype=torch.float64)
+    y = torch.stack([torch.randint(0, c, (12,), generator=g) for c in (2, 9, 2, 3)], 1)
+    with torch.no_grad():
+        out = model(x)
+        h = model.embed(model.trunk(x).flatten(1))
+        preds = [F.leaky_relu(F.linear(h, lin.weight, lin.bias), 0.2) for lin in (model.head, *model.aux_heads)]
+        model.head_activation = "linear"
+        plain = model(x)
+    for alpha in (0.0, 1.0, 0.3):
+        authors = _authors_bce(preds[0][:, 0], y[:, 0].double())
+        nll = authors.clone()
+        for k in range(1, 4):
+            log_p = F.log_softmax(preds[k], dim=1)
+            authors = authors + alpha * torch.nn.CrossEntropyLoss()(log_p, y[:, k])  # their criterion on log-probs
+            nll = nll + alpha * F.nll_loss(log_p, y[:, k])
+        got = multitask.loss("binary", out, y, aux, alpha, binary_loss="sigmoid")
+        assert float(got) == pytest.approx(float(authors), rel=1e-10) and float(got) == pytest.approx(float(nll),
+                                                                                                      rel=1e-10)
+    assert (out < 0).any()  # the slope acts: the linear heads' loss (the same weights) differs
+    assert abs(float(multitask.loss("binary", plain, y, aux, 0.3, binary_loss="sigmoid")) - float(got)) > 1e-4
+
+
 def test_auc_equals_the_share_of_correctly_ordered_pairs():
     g = torch.Generator().manual_seed(0)
     for n in (2, 7, 40):
@@ -208,46 +271,123 @@ def test_alpha_zero_is_plain_training_and_alpha_moves_the_trunk(conditions):
     assert (d1[aux_coords] != 0).any() and not torch.allclose(d1[trunk], d0[trunk], atol=1e-6)
 
 
+def test_code_options_train_on_the_authors_leaky_heads_and_double_sigmoid(conditions):
+    """A source's epoch as the healthcare family plans it under the code options equals a hand-written Adam loop on
+    the authors' loss: LeakyReLU(0.2) on each head's own Linear, BCE-with-logits on the sigmoid of the main output,
+    alpha times NLL of log_softmax of each auxiliary output (their log_softmax + CrossEntropyLoss)."""
+    import copy
+
+    exp = build_experiment(conditions(method="fedavg_finetune_auxinfo", rounds=1, params={"healthcare": CODE_OPTIONS}))
+    w0 = exp.initial_weights()
+    task = exp.algorithm.plan_round(0, exp.algorithm.init_state(w0)).tasks[0]
+    assert task.hparams["binary_loss"] == "sigmoid" and task.hparams["aux_alpha"] == 1.0
+    client = exp.clients[0]
+    got = run_task(client, task, {"global": w0}).tensors["delta"]
+
+    model = copy.deepcopy(client.model)
+    exp.layout.load_into(model, w0)
+    opt = torch.optim.Adam(model.parameters(), lr=task.hparams["lr"])
+    steps = 0
+    for xb, yb in client.batches(task.hparams["batch"], task.round, task.purpose):
+        h = model.embed(model.trunk(xb).flatten(1))
+        preds = [F.leaky_relu(F.linear(h, lin.weight, lin.bias), 0.2) for lin in (model.head, *model.aux_heads)]
+        loss = _authors_bce(preds[0][:, 0], yb[:, 0].float())
+        for k in range(1, len(preds)):
+            loss = loss + 1.0 * F.nll_loss(F.log_softmax(preds[k], dim=1), yb[:, k], ignore_index=multitask.MISSING)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        steps += 1
+    assert steps >= 2
+    expect = exp.layout.flatten_model(model) - w0
+    assert torch.allclose(got, expect, rtol=0, atol=1e-6)
+    # the paper's options train another model from the same start
+    plain = build_experiment(conditions(method="fedavg_finetune_auxinfo", rounds=1))
+    assert torch.equal(plain.initial_weights(), w0)
+    plain_task = plain.algorithm.plan_round(0, plain.algorithm.init_state(w0)).tasks[0]
+    assert plain_task.hparams["binary_loss"] == "logit" and plain.clients[0].model.head_activation == "linear"
+    assert not torch.allclose(run_task(plain.clients[0], plain_task, {"global": w0}).tensors["delta"], got,
+                              rtol=0, atol=1e-6)
+
+
+def test_code_profile_runs_end_to_end_with_leaky_heads_everywhere(conditions, tiny):
+    """The conditions grid's code profile on the tiny data: every client and the evaluator hold the leaky heads,
+    the target's logged training loss is a double sigmoid's (between log(1 + e^-1) and log(1 + e)), and the
+    options refuse a model without heads and a task that is not binary in one line."""
+    from fda_ray.train.evaluation import Evaluator
+    from tuning import GRIDS
+
+    fields = dict(GRIDS["conditions"].profiles["code"].fields)
+    cfg = conditions(method="fedavg_finetune_gp", rounds=2, params=fields["params"], lr_source=fields["lr_source"],
+                     lr_target=fields["lr_target"])
+    exp = build_experiment(cfg)
+    assert all(c.model.head_activation == "leaky_relu" for c in exp.clients)
+    assert exp.model.head_activation == Evaluator(exp).model.head_activation == "leaky_relu"
+    hist = run(cfg)
+    assert [r["phase"] for r in hist.rows] == ["warmup", "warmup"]  # 5 warm-up rounds > 2 rounds
+    lo, hi = math.log(1 + math.exp(-1)), math.log(1 + math.e)
+    assert all(lo < r["train_loss_target"] < hi and 0 <= r["auc"] <= 1 for r in hist.rows)
+    with pytest.raises(ValueError, match=r"healthcare.head_activation='leaky_relu' is invalid for model='simple_cnn': "
+                                         r"it needs a multi-head model"):
+        build_experiment(tiny(method="fedavg_finetune", warmup_rounds=None,
+                              params={"healthcare": {"head_activation": "leaky_relu"}}))
+    with pytest.raises(ValueError, match=r"healthcare.binary_loss='sigmoid' is invalid for dataset 'fashion-mnist': "
+                                         r"its main task is classification"):
+        build_experiment(tiny(method="fedavg_finetune", warmup_rounds=None,
+                              params={"healthcare": {"binary_loss": "sigmoid"}}))
+
+
 # ---------------------------------------------------------------- one round against a hand-computed one
 
-def _sources_by_hand(exp, start, alpha):
+def _sources_by_hand(exp, start, alpha, loss="logit"):
     cfg = exp.cfg
     deltas = torch.stack([run_task(exp.clients[i], ClientTask(i, "epoch", 0, {"lr": cfg.lr_source,
-                                   "batch": cfg.batch_source, "aux_alpha": alpha}), {"global": start}).tensors["delta"]
+                                   "batch": cfg.batch_source, "aux_alpha": alpha, "binary_loss": loss}),
+                                   {"global": start}).tensors["delta"]
                           for i in range(cfg.num_sources)]).double()  # (N, M)
     n = torch.tensor([len(x) for x, _ in exp.setting.sources], dtype=torch.float64)
     return deltas, n / n.sum()
 
 
-def _target_by_hand(exp, start, purpose):
+def _target_by_hand(exp, start, purpose, loss="logit"):
     cfg = exp.cfg
     t = cfg.num_sources
-    task = ClientTask(t, "epoch", 0, {"lr": cfg.lr_target, "batch": cfg.batch_target}, purpose=purpose)
+    task = ClientTask(t, "epoch", 0, {"lr": cfg.lr_target, "batch": cfg.batch_target, "binary_loss": loss},
+                      purpose=purpose)
     return run_task(exp.clients[t], task, {"global": start.float()}).tensors["delta"].double()
 
 
-@pytest.mark.parametrize("method", ["fedavg_finetune", "fedavg_finetune_auxinfo"])
-def test_fedavg_finetune_round_is_fedavg_then_the_targets_epoch(conditions, method):
-    cfg = conditions(method=method, rounds=1)
+# The authors' code's model and loss options (HealthcareParams; the `code` profiles, tuning/grids.py)
+CODE_OPTIONS = {"head_activation": "leaky_relu", "binary_loss": "sigmoid"}
+
+
+@pytest.mark.parametrize("method,code", [("fedavg_finetune", False), ("fedavg_finetune_auxinfo", False),
+                                         ("fedavg_finetune_auxinfo", True)])
+def test_fedavg_finetune_round_is_fedavg_then_the_targets_epoch(conditions, method, code):
+    cfg = conditions(method=method, rounds=1, params={"healthcare": CODE_OPTIONS} if code else {})
     hist = run(cfg)
     exp = build_experiment(cfg)
+    loss = "sigmoid" if code else "logit"
     w0 = exp.initial_weights().double()
-    deltas, w = _sources_by_hand(exp, w0.float(), exp.cfg.aux_alpha)
+    deltas, w = _sources_by_hand(exp, w0.float(), exp.cfg.aux_alpha, loss)
     bar = w0 + (w.unsqueeze(1) * deltas).sum(0)
-    expect = bar + _target_by_hand(exp, bar, "finetune")
+    expect = bar + _target_by_hand(exp, bar, "finetune", loss)
     assert torch.allclose(hist.final_weights.double(), expect, rtol=0, atol=1e-5)
     assert hist.rows[0]["train_loss_target"] > 0 and "auc" in hist.rows[0]
 
 
-@pytest.mark.parametrize("warmup,alignment", [(0, "paper"), (1, "paper"), (0, "code")])
-def test_gp_round_is_000_eqs_4_to_8(conditions, warmup, alignment):
+@pytest.mark.parametrize("warmup,alignment,code", [(0, "paper", False), (1, "paper", False), (0, "code", False),
+                                                   (0, "code", True), (5, "code", True)])
+def test_gp_round_is_000_eqs_4_to_8(conditions, warmup, alignment, code):
     cfg = conditions(method="fedavg_finetune_auxinfo_gp", rounds=1, samples_per_client=40,
-                     params={"healthcare": {"gp_warmup_rounds": warmup, "alignment": alignment}})
+                     params={"healthcare": {"gp_warmup_rounds": warmup, "alignment": alignment,
+                                            **(CODE_OPTIONS if code else {})}})
     hist = run(cfg)
     exp = build_experiment(cfg)
     r = exp.cfg
+    loss = "sigmoid" if code else "logit"
     w0 = exp.initial_weights().double()
-    deltas, w = _sources_by_hand(exp, w0.float(), 1.0)
+    deltas, w = _sources_by_hand(exp, w0.float(), 1.0, loss)
     n_l = len(exp.setting.target_train[0])
     counts = [len(x) for x, _ in exp.setting.sources]
     steps = [c / r.batch_source if alignment == "paper" else math.ceil(c / r.batch_source) for c in counts]
@@ -257,7 +397,7 @@ def test_gp_round_is_000_eqs_4_to_8(conditions, warmup, alignment):
         start, deltas, purpose = w0 + avg, deltas - avg, "finetune"
     else:
         start, purpose = w0, "train"
-    g_t = _target_by_hand(exp, start, purpose)
+    g_t = _target_by_hand(exp, start, purpose, loss)
     frozen = frozen_layers_mask(exp.layout.names, (MultiHead.AUX_PREFIX,))
     expect = start + gp_by_hand(g_t, deltas, exp.layout.offsets, frozen, w, align, 0.5)
     assert torch.allclose(hist.final_weights.double(), expect, rtol=0, atol=1e-5)
@@ -310,7 +450,44 @@ def test_seed_000_grids_plan_the_papers_rows_and_settings():
     mimic = {t.row: t.config().resolved() for t in plan(GRIDS["mimic-000"], "code")}
     gp = mimic["fedavg_finetune_gp"]
     assert (gp.rounds, gp.lr_source, gp.lr_target, gp.params["healthcare"]["gp_warmup_rounds"],
-            gp.params["healthcare"]["alignment"], gp.target_labelled) == (80, 1e-4, 2e-5, 16, "code", 100)
+            gp.params["healthcare"]["alignment"], gp.target_labelled) == (60, 1e-4, 2e-5, 5, "code", 100)
+
+
+# enyijiang/MIDRC at 95291b2: federated_{chexpert,mimic,midrc}_multi.py's num_global_epochs, source_batch_size and
+# target_batch_size defaults (fmnist-conditions: the dataset's rounds and batches); `if i < 5` warm-up on every one.
+HEAD_SCRIPTS = {"chexpert-000": (80, 32, 32), "mimic-000": (60, 32, 32), "midrc-000": (50, 8, 16),
+                "conditions": (50, 32, 32)}
+PAPER_ROUNDS = {"chexpert-000": 50, "mimic-000": 80, "midrc-000": 50, "conditions": 50}  # 000 A.3
+
+
+@pytest.mark.parametrize("name", sorted(HEAD_SCRIPTS))
+def test_code_profiles_resolve_to_the_authors_scripts_at_head(name):
+    from fda_ray.algorithms.healthcare.methods import HealthcareParams
+    from fda_ray.experiments.trials import plan
+    from tuning import GRIDS
+
+    rounds, batch_s, batch_t = HEAD_SCRIPTS[name]
+    grid = GRIDS[name]
+    code = {t.row: t.config().resolved() for t in plan(grid, "code") if t.seed == 0}
+    paper = {t.row: t.config().resolved() for t in plan(grid, "paper") if t.seed == 0}
+    assert set(code) == set(paper) == {r.key for r in grid.rows}
+    for row, c in code.items():
+        assert (c.rounds, c.batch_source, c.batch_target, c.lr_source, c.lr_target) == \
+            (rounds, batch_s, batch_t, 1e-4, 2e-5), row
+        assert c.target_labelled == paper[row].target_labelled and c.aux_alpha == paper[row].aux_alpha
+        if c.method.startswith("fedavg_finetune"):
+            assert c.params["healthcare"] == {"gp_warmup_rounds": 5, "alignment": "code", "learning_rates": "code",
+                                              "head_activation": "leaky_relu", "binary_loss": "sigmoid"}
+            assert paper[row].params["healthcare"] == HealthcareParams().to_dict()  # the paper: the defaults
+        else:  # FedAvg (source_only) and Oracle: another family, whose parameters these are not
+            assert c.method in ("source_only", "oracle") and c.params == {}
+    assert {p.rounds for p in paper.values()} == {PAPER_ROUNDS[name]}
+    assert {(p.lr_source, p.batch_source, p.batch_target) for p in paper.values() if p.method != "oracle"} == \
+        {(1e-3, 32, 32)}
+    assert "95291b2" in grid.profiles["code"].note and f"{rounds} rounds" in grid.profiles["code"].note or \
+        name == "conditions"
+    assert HealthcareParams() == HealthcareParams(gp_warmup_rounds=0, alignment="paper", learning_rates="paper",
+                                                  head_activation="linear", binary_loss="logit")
 
 
 def test_command_line_runs_a_seed_000_method_and_prints_auc(conditions, capsys):
@@ -336,3 +513,23 @@ def test_personalised_baselines_on_seed_000_data(conditions):
         with pytest.raises(ValueError, match=rf"method='{method}' is invalid for dataset 'fmnist-conditions': it "
                                              r"needs a single-head classification task \(this one is binary with"):
             build_experiment(conditions(method=method, rounds=1))
+
+
+def test_fidelity_table_shows_the_code_options_equal_to_the_authors_formulas():
+    """python -m fda_ray.bench.fidelity_healthcare: with the code options every measured number is the written-out
+    reference's, and the paper's defaults differ from it."""
+    from fda_ray.bench.fidelity_healthcare import rows, table
+
+    rs = rows()
+    assert all(set(r) == {"fix", "quantity", "before", "after", "reference"} for r in rs)
+    by = {r["quantity"]: r for r in rs}
+    for q in ("L_aux (sum of the 3 auxiliary cross-entropies)", "L_main on the same outputs z (the model at its start)",
+              "L_main + 1 x L_aux (Eq. 3)", "per-sample abs(dL_main/dz), mean"):
+        assert by[q]["after"] == by[q]["reference"] != by[q]["before"], q
+    heads = by["largest abs(head output - authors' leaky_relu(W h + b)), all heads"]
+    assert heads["after"] == "0" and float(heads["before"]) > 0.01
+    epoch = next(r for r in rs if r["quantity"].startswith("one source epoch"))
+    assert float(epoch["after"]) < 1e-6 < float(epoch["before"])
+    assert by["GP warm-up rounds"]["after"] == "5 / 5 / 5" and by["rounds"]["after"] == "80 / 60 / 50"
+    assert by["batch source / target"]["after"] == "32/32 / 32/32 / 8/16"
+    assert table(rs).count("\n") == len(rs) + 1

@@ -177,6 +177,45 @@ def test_multi_head_models_concatenate_the_heads_on_a_shared_128_d_layer(name):
     assert {n.split(".")[0] for n in names} == {"trunk", "embed", "head", "aux_heads"}
 
 
+@pytest.mark.parametrize("name", ["multitask_cnn", "resnet18_multitask"])
+def test_leaky_heads_are_leaky_relu_of_each_heads_own_linear_map(name):
+    """head_activation leaky_relu (the authors' models/resnet_mlt.py: `pred = leaky_relu(fc_out[i](x))` on every
+    head): each head's block of the output is leaky_relu(W h + b, 0.2) with the head's own W and b; the weights
+    (names, shapes, values from one seed) are the linear model's, and the default is linear."""
+    from torch.nn import functional as F
+
+    from fda_ray.train.models import MultiHead
+
+    shape = TINY_INPUTS[name][0]
+    torch.manual_seed(0)
+    linear = build_model(name, shape, 1, aux_classes=(9, 2, 3))
+    torch.manual_seed(0)
+    leaky = build_model(name, shape, 1, aux_classes=(9, 2, 3), head_activation="leaky_relu")
+    assert linear.head_activation == "linear" and leaky.head_activation == "leaky_relu"
+    assert list(linear.state_dict()) == list(leaky.state_dict())
+    assert all(torch.equal(a, b) for a, b in zip(linear.state_dict().values(), leaky.state_dict().values()))
+    linear.eval()
+    leaky.eval()
+    x = torch.rand(5, *shape) * 4 - 2
+    with torch.no_grad():
+        out = leaky(x)
+        h = leaky.embed(leaky.trunk(x).flatten(1))  # (5, 128)
+        blocks = [(0, 1, leaky.head)] + [(lo, lo + c, g) for lo, c, g in zip((1, 10, 12), (9, 2, 3), leaky.aux_heads)]
+        for lo, hi, lin in blocks:
+            expect = F.leaky_relu(h @ lin.weight.T + lin.bias, 0.2)  # the head's own Linear, then LeakyReLU(0.2)
+            assert torch.allclose(out[:, lo:hi], expect, rtol=0, atol=1e-6)
+            assert torch.equal(out[:, lo:hi], F.leaky_relu(lin(h), negative_slope=0.2))
+        plain = linear(x)
+    assert (out < 0).any() and not torch.allclose(out, plain)  # some head output is negative: the slope shows
+    assert torch.allclose(torch.where(plain < 0, 0.2 * plain, plain), out, rtol=0, atol=1e-6)
+    leaky.head_activation = "linear"  # a plain attribute: a family may set it on a built model
+    with torch.no_grad():
+        assert torch.equal(leaky(x), plain)
+    with pytest.raises(ValueError, match=r"head_activation='relu' is invalid: one of linear, leaky_relu"):
+        leaky.head_activation = "relu"
+    assert isinstance(leaky, MultiHead)
+
+
 def test_resnet18_multitask_loads_a_local_weights_file(tmp_path):
     """000's model starts from an ImageNet state dict on disk (here a saved random one): every trunk tensor is the
     file's, BatchNorm included; the heads are new."""

@@ -13,6 +13,15 @@ the main head's logits first, then each auxiliary head's (fda_ray.train.models.M
     L_aux  = sum_k mean_j CE(g_k(h^{l-1}(x_j)), b_kj)            (Eq. 2; every head reads the same image)
 
 alpha = 0 is plain training: the auxiliary heads get no gradient and the main loss is the plain one.
+
+binary_loss (a binary task's l): "logit" (BCE-with-logits on the main head's output: the paper's Eq. 1) or
+"sigmoid" (the authors' code: `BCEWithLogitsLoss()(torch.sigmoid(outputs), labels)`, a second sigmoid inside the
+loss, -[y log s(s(z)) + (1 - y) log(1 - s(s(z)))]: it stays between log(1 + e^-1) = 0.313 and log(1 + e) = 1.313,
+even for a perfect prediction, and its gradient in z, (s(s(z)) - y) s'(z), is below 0.16 in size; the plain one's
+below 1). Evaluation reads the output as before: sigmoid(s(z)) > 0.5 iff z > 0, and AUC only ranks. An auxiliary
+head's cross-entropy is on whatever the head outputs (the authors' code: leaky_relu of the logits, MultiHead's
+head_activation in fda_ray.train.models; their log_softmax + CrossEntropyLoss is the same number, log_softmax
+being idempotent).
 """
 from __future__ import annotations
 
@@ -22,6 +31,7 @@ import torch
 from torch.nn import functional as F
 
 TASK_KINDS = ("classification", "binary", "regression")
+BINARY_LOSSES = ("logit", "sigmoid")  # a binary task's loss: on the logit, or the authors' code's double sigmoid
 AuxTasks = tuple[tuple[str, int], ...]  # ((name, classes), ...) in label-column order 1..K
 MISSING = -1  # an auxiliary label a sample does not have
 
@@ -49,12 +59,19 @@ def split_outputs(out: torch.Tensor, aux: AuxTasks) -> tuple[torch.Tensor, list[
     return parts[0], list(parts[1:])
 
 
-def main_loss(kind: str, out: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
-    """Eq. 1's l: cross-entropy, BCE-with-logits on the single logit, or MSE."""
+def main_loss(kind: str, out: torch.Tensor, y: torch.Tensor, reduction: str = "mean",
+              binary_loss: str = "logit") -> torch.Tensor:
+    """Eq. 1's l: cross-entropy, BCE-with-logits on the single logit (binary_loss "sigmoid": on its sigmoid, the
+    authors' code's double sigmoid), or MSE."""
     if kind == "classification":
         return F.cross_entropy(out, y, reduction=reduction)
     if kind == "binary":
-        return F.binary_cross_entropy_with_logits(out[:, 0], y.to(out.dtype), reduction=reduction)
+        z = out[:, 0]
+        if binary_loss == "sigmoid":
+            z = torch.sigmoid(z)
+        elif binary_loss != "logit":
+            raise ValueError(f"binary_loss={binary_loss!r} is invalid: one of {', '.join(BINARY_LOSSES)}")
+        return F.binary_cross_entropy_with_logits(z, y.to(out.dtype), reduction=reduction)
     return F.mse_loss(out, y, reduction=reduction)
 
 
@@ -70,13 +87,14 @@ def aux_loss(outs: Sequence[torch.Tensor], y: torch.Tensor) -> torch.Tensor:
     return total
 
 
-def loss(kind: str, out: torch.Tensor, y: torch.Tensor, aux: AuxTasks = (), alpha: float = 0.0) -> torch.Tensor:
+def loss(kind: str, out: torch.Tensor, y: torch.Tensor, aux: AuxTasks = (), alpha: float = 0.0,
+         binary_loss: str = "logit") -> torch.Tensor:
     """Eq. 3: L_main + alpha * L_aux on a batch (alpha = 0: the main loss only, the same arithmetic as a
-    dataset without auxiliary labels)."""
+    dataset without auxiliary labels); binary_loss: main_loss's."""
     if not aux:
-        return main_loss(kind, out, y)
+        return main_loss(kind, out, y, binary_loss=binary_loss)
     main, heads = split_outputs(out, aux)
-    value = main_loss(kind, main, y[:, 0])
+    value = main_loss(kind, main, y[:, 0], binary_loss=binary_loss)
     if alpha:
         value = value + alpha * aux_loss(heads, y)
     return value

@@ -45,7 +45,6 @@ from fda_ray.experiments.trials import Trial, is_done, plan, read_rows, result_r
 from tuning.grids import GRIDS, Grid
 from tuning.searches import SEARCHES
 
-PROFILES = ("quick", "paper")
 BACKENDS = ("tune", "local")
 LAST_ROUNDS = 5  # seed 004's DomainBed metric: the mean accuracy of the last 5 rounds
 GAP = 3.0  # points: a gap to the paper above this is marked and must be explained (docs/results)
@@ -153,7 +152,8 @@ def parser() -> OneLineParser:
                                                           "(Bayesian TPE; pip install 'fda-ray[optuna]')")
     s.add_argument("--rerun-seeds", type=int, default=None, help="search: fresh seeds each selected configuration "
                                                                  "runs again on (default: the search's, 3)")
-    s.add_argument("--profile", default="quick", help="quick (a laptop, minutes) or paper (the seeds' settings)")
+    s.add_argument("--profile", default="quick", help="quick (a laptop, minutes), paper (the seeds' settings), or another profile "
+                                                       "the grid defines (code: the authors' code's settings)")
     s.add_argument("--methods", default=None, help="comma-separated table rows (e.g. fedgp_beta1) or methods "
                                                    "(fedgp: all its rows); default all")
     s.add_argument("--values", default=None, help="comma-separated values of the grid variable; default all")
@@ -205,8 +205,8 @@ def main(argv: list[str] | None = None) -> int:
         if a.grid not in GRIDS:
             raise SweepError(f"grid={a.grid!r} is invalid: known grids: {', '.join(GRIDS)}")
         grid = GRIDS[a.grid]
-        if a.profile not in PROFILES:
-            raise SweepError(f"profile={a.profile!r} is invalid: one of {', '.join(PROFILES)}")
+        if a.profile not in grid.profiles:
+            raise SweepError(f"profile={a.profile!r} is invalid for grid {a.grid!r}: one of {', '.join(grid.profiles)}")
         if a.backend not in BACKENDS:
             raise SweepError(f"backend={a.backend!r} is invalid: one of {', '.join(BACKENDS)}")
         for name in ("seeds", "workers", "max_concurrent"):

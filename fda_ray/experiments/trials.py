@@ -78,6 +78,11 @@ ADDED_LATER: dict[str, Any] = {"vectorise": "off", "source_classes": 4, "test_en
                                "aux_alpha": 0.0, "source_envs": None, "dirichlet_concentration": None,
                                "target_labelled_per_class": None, "clients_per_domain": None,
                                "val_share": None, "source_val_share": None}
+# The same for the method families' parameters (RunConfig.params[family][name]): a parameter added at the value that
+# computes what the family computed before it. A changed default is not listed: its trials are other trials.
+PARAMS_ADDED_LATER: dict[str, dict[str, Any]] = {"fssda": {"sgd_momentum": 0.9},
+                                                 "fedwca": {"cross_cluster_norm": "columns", "labelset": False},
+                                                 "healthcare": {"head_activation": "linear", "binary_loss": "logit"}}
 
 
 def trial_key(row: str, variable: str, value: float | None, seed: int, params: dict[str, Any], kind: str = "run",
@@ -90,6 +95,11 @@ def trial_key(row: str, variable: str, value: float | None, seed: int, params: d
     for name, old in ADDED_LATER.items():  # likewise for the fields added since, at their old behaviour
         if identity[name] == old:
             del identity[name]
+    for family, fields in identity.get("params", {}).items():
+        for name, old in PARAMS_ADDED_LATER.get(family, {}).items():
+            if name in fields and fields[name] == old:
+                fields = {k: v for k, v in fields.items() if k != name}
+        identity["params"] = {**identity["params"], family: fields}
     identity.update(kind=kind, weights_from=weights_from)
     digest = hashlib.sha1(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:8]
     v = "all" if value is None else f"{value:g}"

@@ -38,10 +38,12 @@ def epoch_steps(n: int, batch: int, drop_last: bool) -> int:
     return n // batch if drop_last else -(-n // batch)
 
 
-def loss_fn(task: str, out: torch.Tensor, y: torch.Tensor, aux: AuxTasks = (), alpha: float = 0.0) -> torch.Tensor:
+def loss_fn(task: str, out: torch.Tensor, y: torch.Tensor, aux: AuxTasks = (), alpha: float = 0.0,
+            binary_loss: str = "logit") -> torch.Tensor:
     """A batch's training loss (fda_ray.core.multitask): cross-entropy, BCE-with-logits or MSE on the main head,
-    plus alpha times the auxiliary heads' cross-entropies (seed 000 Eq. 3) on a dataset with auxiliary labels."""
-    return multitask.loss(task, out, y, aux, alpha)
+    plus alpha times the auxiliary heads' cross-entropies (seed 000 Eq. 3) on a dataset with auxiliary labels;
+    binary_loss "sigmoid": a binary task's BCE-with-logits on sigmoid(output) (seed 000's authors' code)."""
+    return multitask.loss(task, out, y, aux, alpha, binary_loss)
 
 
 def to_cpu(obj: Any) -> Any:
@@ -171,16 +173,17 @@ class Client:
             yield read(idx), y[idx]
 
     def epoch(self, opt: torch.optim.Optimizer, batch: int, round_idx: int, purpose: str, record_steps: bool,
-              data: str = "train", penalty: Callable[[], torch.Tensor] | None = None, alpha: float = 0.0
-              ) -> tuple[int, float, list[torch.Tensor]]:
+              data: str = "train", penalty: Callable[[], torch.Tensor] | None = None, alpha: float = 0.0,
+              binary_loss: str = "logit") -> tuple[int, float, list[torch.Tensor]]:
         """One epoch over shuffled batches of view `data`: (steps, mean loss, per-step deltas if recorded).
         penalty(): a term added to every step's loss (Ditto's proximal term); the logged loss leaves it out.
-        alpha: the auxiliary heads' loss weight (seed 000 Eq. 3); the logged loss includes it."""
+        alpha: the auxiliary heads' loss weight (seed 000 Eq. 3); the logged loss includes it. binary_loss:
+        fda_ray.core.multitask's (a binary task's loss on the logit, or the authors' code's double sigmoid)."""
         steps, total, rows = 0, 0.0, []
         prev = self.layout.flatten_model(self.model) if record_steps else None
         self.model.train()
         for xb, yb in self.batches(batch, round_idx, purpose, data):
-            loss = loss_fn(self.task, self.model(xb), yb, self.aux_tasks, alpha)
+            loss = loss_fn(self.task, self.model(xb), yb, self.aux_tasks, alpha, binary_loss)
             opt.zero_grad(set_to_none=True)
             (loss + penalty() if penalty is not None else loss).backward()
             opt.step()
@@ -209,14 +212,15 @@ def epoch_recipe(client: Client, task: ClientTask, inputs: Mapping[str, torch.Te
     hparams: lr, batch; record_steps (per-step deltas, default False); send ("delta", default, or "weights");
     fresh_optimizer (default True) and keep_optimizer (store the Adam moments in the client's state for a
     later task that carries them over; default False); aux_alpha (seed 000 Eq. 3's alpha on a dataset with
-    auxiliary labels; default 0, the main task only)."""
+    auxiliary labels; default 0, the main task only); binary_loss (a binary task's loss, fda_ray.core.multitask:
+    "logit", the default, or "sigmoid", seed 000's authors' code)."""
     h = task.hparams
     record = bool(h.get("record_steps", False))
     start = inputs["global"].to(client.device)  # (M,)
     client.layout.load_into(client.model, start)
     opt = client.optimizer_for(h["lr"], fresh=h.get("fresh_optimizer", True))
     steps, loss, rows = client.epoch(opt, h["batch"], task.round, task.purpose, record, task.data,
-                                     alpha=float(h.get("aux_alpha", 0.0)))
+                                     alpha=float(h.get("aux_alpha", 0.0)), binary_loss=h.get("binary_loss", "logit"))
     new = client.layout.flatten_model(client.model)  # (M,)
     tensors = {"weights": new.cpu()} if h.get("send", "delta") == "weights" else {"delta": (new - start).cpu()}
     if record and rows:

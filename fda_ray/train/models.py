@@ -191,25 +191,48 @@ def resnet101(input_shape: tuple[int, ...], num_outputs: int, weights_path: str 
     return _resnet("resnet101", input_shape, num_outputs, weights_path, freeze_bn)
 
 
+HEAD_ACTIVATIONS = ("linear", "leaky_relu")  # MultiHead's head outputs: 000 A.1's logits, or the authors' code's
+HEAD_SLOPE = 0.2  # the authors' nn.LeakyReLU(negative_slope=0.2): the 128-d layer's and (in their code) the heads'
+
+
 class MultiHead(nn.Module):
     """Seed 000's multi-task model (A.1, Fig. 5): a trunk, a shared 128-d layer with LeakyReLU(0.2), and one
     linear head per task on it: the main head (`head`) and one per auxiliary task (`aux_heads.k`). The output
-    concatenates the heads' logits, the main head's first (fda_ray.core.multitask's layout), so every recipe,
-    evaluation and flat layout treats it as one tensor-valued model. GP excludes the `aux_heads.` layers."""
+    concatenates the heads' outputs, the main head's first (fda_ray.core.multitask's layout), so every recipe,
+    evaluation and flat layout treats it as one tensor-valued model. GP excludes the `aux_heads.` layers.
+
+    head_activation: "linear" (the paper: the heads "output several classification logits") or "leaky_relu" (the
+    authors' code, models/resnet_mlt.py: `pred = leaky_relu(fc_out[i](x))` on every head, the main one included;
+    the auxiliary losses then read leaky_relu(logits)). A plain attribute, not a parameter: it changes no tensor of
+    the flat layout, and a method family may set it on a built model (fda_ray.algorithms.healthcare)."""
 
     AUX_PREFIX = "aux_heads."
 
     def __init__(self, trunk: nn.Module, features: int, main_outputs: int, aux_classes: tuple[int, ...],
-                 hidden: int = 128) -> None:
+                 hidden: int = 128, head_activation: str = "linear") -> None:
         super().__init__()
         self.trunk = trunk
-        self.embed = nn.Sequential(nn.Linear(features, hidden), nn.LeakyReLU(0.2))
+        self.embed = nn.Sequential(nn.Linear(features, hidden), nn.LeakyReLU(HEAD_SLOPE))
         self.head = nn.Linear(hidden, main_outputs)
         self.aux_heads = nn.ModuleList(nn.Linear(hidden, c) for c in aux_classes)
+        self.head_activation = head_activation
+
+    @property
+    def head_activation(self) -> str:
+        return self._head_activation
+
+    @head_activation.setter
+    def head_activation(self, value: str) -> None:
+        if value not in HEAD_ACTIVATIONS:
+            raise ValueError(f"head_activation={value!r} is invalid: one of {', '.join(HEAD_ACTIVATIONS)}")
+        self._head_activation = value
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (n, ...) -> (n, main + sum C_k)
         h = self.embed(self.trunk(x).flatten(1))  # (n, 128): h^{l-1}, shared by every head
-        return torch.cat([self.head(h), *(g(h) for g in self.aux_heads)], 1)
+        out = torch.cat([self.head(h), *(g(h) for g in self.aux_heads)], 1)
+        if self._head_activation == "leaky_relu":  # elementwise: the same as on each head's output
+            out = F.leaky_relu(out, HEAD_SLOPE)
+        return out
 
 
 class ConvTrunk(nn.Module):
@@ -226,22 +249,24 @@ class ConvTrunk(nn.Module):
 
 
 @MODELS.register("multitask_cnn")
-def multitask_cnn(input_shape: tuple[int, ...], num_outputs: int, aux_classes: tuple[int, ...] = ()) -> nn.Module:
+def multitask_cnn(input_shape: tuple[int, ...], num_outputs: int, aux_classes: tuple[int, ...] = (),
+                  head_activation: str = "linear") -> nn.Module:
     """Seed 000's multi-head model on a small CNN trunk (runs here): the simple CNN's convolutions, then the
-    128-d LeakyReLU(0.2) layer and the heads."""
+    128-d LeakyReLU(0.2) layer and the heads (head_activation: MultiHead's)."""
     c, h, _ = input_shape
     side = ((h - 4) // 2 - 4) // 2
-    return MultiHead(ConvTrunk(c), 16 * side * side, num_outputs, tuple(aux_classes))
+    return MultiHead(ConvTrunk(c), 16 * side * side, num_outputs, tuple(aux_classes), head_activation=head_activation)
 
 
 @MODELS.register("resnet18_multitask")
 def resnet18_multitask(input_shape: tuple[int, ...], num_outputs: int, aux_classes: tuple[int, ...] = (),
-                       weights_path: str | None = None) -> nn.Module:
+                       weights_path: str | None = None, head_activation: str = "linear") -> nn.Module:
     """Seed 000's model: ResNet-18 (ImageNet weights from a local file) whose fc becomes Linear(512, 128),
-    LeakyReLU(0.2) and one head per task. BatchNorm trains as in the authors' code (not frozen)."""
+    LeakyReLU(0.2) and one head per task (head_activation: MultiHead's). BatchNorm trains as in the authors' code
+    (not frozen)."""
     trunk = resnet18(input_shape, 1, weights_path=weights_path, freeze_bn=False)
     trunk.fc = nn.Identity()
-    return MultiHead(trunk, 512, num_outputs, tuple(aux_classes))
+    return MultiHead(trunk, 512, num_outputs, tuple(aux_classes), head_activation=head_activation)
 
 
 MULTI_HEAD_MODELS = ("multitask_cnn", "resnet18_multitask")

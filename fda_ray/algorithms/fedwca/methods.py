@@ -10,7 +10,9 @@ fixed to g_S; only f is trained and averaged (BatchNorm buffers too). Rows (loop
             smoothing); cached on disk per (seed, data, model, recipe), FDA_RAY_CACHE_DIR. Evaluated: h_S on every
             client's test split (Source Only).
     r = 1   003's round 0: every client starts from f_S, labels its train split once by Eq. 4's prototypes (refined
-            once) and trains E epochs of SGD on L_IM + lambda L_CE (Eq. 9), g fixed. The server clusters the
+            once; by default as SHOT's code computes them: features with a 1 appended and L2-normalised, each pass
+            choosing among the classes predicted at least once, fda_ray.algorithms.fedwca.shot) and trains E epochs
+            of SGD on L_IM + lambda L_CE (Eq. 9), g fixed. The server clusters the
             clients once, FINCH's first partition of their first layers' parameters (fda_ray.algorithms.fedwca.finch), and
             averages each cluster: f_c (n_k-weighted, trap 9); f~_c = f_c.
     r >= 2  003's rounds >= 1 (Alg. 1-2): client k receives f_{c_k} and the soft cluster models f~_c; computes
@@ -20,7 +22,8 @@ fixed to g_S; only f is trained and averaged (BatchNorm buffers too). Rows (loop
             a mismatched sample's label, trap 3's guard) and mixes each mismatched sample with a matched one of
             the same label, x_mix = (1 - mu) x + mu x' (trap 4: none -> unmixed); trains E epochs from f_init with
             the labels fixed for the round; sends f_k, alpha_k, beta_k. The server averages each cluster, forms
-            A (normalised over its first index, trap 1) and B, and the soft models f~_c (Eq. 2).
+            A (each column summing to 1, trap 1: `cross_cluster_norm` columns, A_bar normalised over its first
+            index, or rows, A_bar transposed) and B, and the soft models f~_c (Eq. 2).
     evaluated: each client's cluster model g_S o f_{c_k} on its own test split (trap 11); the row's accuracy is
             the mean over clients; val_accuracy likewise on the validation splits (model selection, e.g. T_a x
             T_b, uses this column and never the test one).
@@ -33,20 +36,23 @@ the first round of every block of U rounds; in the others the server sends f_ini
 (Eq. 8, with the block's alpha, beta, A and B) and f_{c_k}.
 
 Baselines (003 section 5): shot_source_only (h_S, row 0 only); shot_local (SHOT on every client, no communication, the
-same rounds x E epochs; each client's own model evaluated); shot_fedavg (SHOT with round-fixed labels + FedAvg of f over
-all clients; the global model evaluated on every client). Loss details (FedWCA's traps, docs/methods.md): L_IM's mean
+same rounds x E epochs, the pseudo-labels recomputed from the current model at the start of every epoch as SHOT's
+image_target.py does (interval = max_epoch); each client's own model evaluated); shot_fedavg (SHOT with round-fixed
+labels, as 003 fixes them for FedAvg and FedWCA, + FedAvg of f over all clients; the global model evaluated on every
+client). Loss details (FedWCA's traps, docs/methods.md): L_IM's mean
 prediction per mini-batch (SHOT, trap 5); CE on the mixed image for a mixed sample and on the original otherwise, IM on
 the original images, one forward pass through both (BatchNorm sees them together); a last batch of one sample is skipped
 (BatchNorm cannot train on it).
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
 import numpy as np
 import torch
@@ -56,7 +62,7 @@ from fda_ray.algorithms.base import Algorithm, Params, param
 from fda_ray.core.contract import ClientResult, ClientTask, Round, ServerState
 from fda_ray.train.client import RECIPES, Client
 from fda_ray.algorithms.fedwca.cluster_weights import (
-    server_mixing, snd, soft_cluster_models, softmax_weights, cluster_score, init_weights)
+    CROSS_CLUSTER_NORMS, server_mixing, snd, soft_cluster_models, softmax_weights, cluster_score, init_weights)
 from fda_ray.algorithms.fedwca.finch import first_partition
 from fda_ray.train.evaluation import Evaluator, eval_chunk, evaluate_metrics
 from fda_ray.core.seeding import derive_seed, generator
@@ -83,14 +89,48 @@ class FedWCAParams(Params):
     mixup_mu: float = param(0.55, "mu of Alg. 2's mixup (x_mix = (1 - mu) x + mu x'; 0: no mixup)", low=0.0, high=1.0)
     pseudo_label_models: str = param("two", "two (Alg. 2: the initial and the cluster model's labels) or one (the "
                                             "initial model's only: no mixup)", choices=("two", "one"))
-    prototypes: str = param("eq4", "eq4 (the paper's Eq. 4 on raw features) or shot (SHOT's code: features with a "
-                                   "constant 1 appended, L2-normalised; trap 6)", choices=("eq4", "shot"))
+    prototypes: str = param("shot", "shot (SHOT's code, which FedWCA says it reuses: features with a constant 1 "
+                                    "appended, L2-normalised, before the weighted centroids) or eq4 (the paper's Eq. 4 "
+                                    "as written: raw features); both compare by cosine (trap 6)",
+                            choices=("shot", "eq4"))
+    labelset: bool = param(True, "SHOT's: candidate classes limited to those predicted at least once (each of the two "
+                                 "labelling passes); false: every class competes, one nobody predicts with a zero "
+                                 "prototype", choices=("true", "false"))
+    cross_cluster_norm: str = param("columns", "the server's cross-cluster weights A_{c'->c} from A_bar_{c'->c} = the "
+                                               "mean alpha_{k,c} of cluster c's clients k: columns (A_bar normalised "
+                                               "over c', the paper's stated sum_{c'} A_{c'->c} = 1, trap 1) or rows "
+                                               "(A_{c'->c} = A_bar_{c->c'}: soft model c mixes the cluster models "
+                                               "with the weights its own clients give them; its columns sum to 1 too)",
+                                    choices=CROSS_CLUSTER_NORMS)
     local_epochs: int = param(5, "E: local epochs a round (003: 5)", low=1, integer=True)
     momentum: float = param(0.9, "SGD momentum (003 C.2)", low=0.0, high=1.0)
     weight_decay: float = param(1e-3, "SGD weight decay (003 C.2)", low=0.0)
     source_epochs: int = param(20, "epochs of the source model's pre-training (not given; SHOT's digits: 30)",
                                low=1, integer=True)
     label_smoothing: float = param(0.1, "the source training's label smoothing (SHOT's)", low=0.0, high=1.0)
+
+    def __post_init__(self) -> None:
+        """The bool fields (labelset) take True / False, or the words true / false (the command line's flag passes
+        the word); Params' own checks know numbers and words, so they see the word while the rest is checked."""
+        flags: dict[str, bool] = {}
+        for f in dataclasses.fields(self):
+            if f.type not in (bool, "bool"):
+                continue
+            v = getattr(self, f.name)
+            if isinstance(v, str) and v.strip().lower() in _WORDS:
+                v = _WORDS[v.strip().lower()]
+            if not isinstance(v, (bool, np.bool_)):
+                raise ValueError(f"{self.family}.{f.name}={getattr(self, f.name)!r} is invalid: one of true, false")
+            flags[f.name] = bool(v)
+            object.__setattr__(self, f.name, "true" if v else "false")
+        try:
+            super().__post_init__()
+        finally:
+            for name, v in flags.items():
+                object.__setattr__(self, name, v)
+
+
+_WORDS = {"true": True, "false": False}
 
 
 # Per-dataset values of 003 Table 9 (the Params defaults are Digit-Five's) and fda-ray's settings for FMNIST-5.
@@ -198,15 +238,15 @@ def _pseudo_labels(outputs: _Outputs, task: ClientTask, init: torch.Tensor, own:
                    h: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
     """The round's fixed labels (n,) and mixup partners (n,) (-1: unmixed) of the train split: Eq. 4 with the initial
     model alone (`own` None: 003's round 0, the baselines) or Alg. 2 with the initial and the cluster model."""
-    shot = h["prototypes"] == "shot"
+    shot, labelset = h["prototypes"] == "shot", bool(h["labelset"])
     client = outputs.client
     feat_a, probs_a = outputs(init)
-    labels_a, protos_a = prototype_labels(feat_a, probs_a, shot)
+    labels_a, protos_a = prototype_labels(feat_a, probs_a, shot, labelset)
     n = len(labels_a)
     if own is None or h["pseudo_label_models"] == "one":
         return labels_a, torch.full((n,), -1, dtype=torch.long, device=labels_a.device), {}
     feat_b, probs_b = outputs(own)
-    labels_b, protos_b = prototype_labels(feat_b, probs_b, shot)
+    labels_b, protos_b = prototype_labels(feat_b, probs_b, shot, labelset)
     fa = torch.cat([feat_a, torch.ones(n, 1, device=feat_a.device)], 1) if shot else feat_a
     fb = torch.cat([feat_b, torch.ones(n, 1, device=feat_b.device)], 1) if shot else feat_b
     labels, matched, guarded = choose_labels(fa, labels_a, protos_a, fb, labels_b, protos_b)
@@ -225,10 +265,12 @@ def _seed_dropout(client: Client, task: ClientTask, what: str) -> None:
     torch.manual_seed(derive_seed(client.seed, task.round, client.index, f"{task.purpose}/{what}/dropout"))
 
 
-def _adapt(client: Client, task: ClientTask, start: torch.Tensor, labels: torch.Tensor, partners: torch.Tensor,
-           h: Mapping[str, Any]) -> tuple[torch.Tensor, int, float]:
+def _adapt(client: Client, task: ClientTask, start: torch.Tensor, labels: torch.Tensor | None, partners: torch.Tensor,
+           h: Mapping[str, Any], relabel: Callable[[torch.Tensor], torch.Tensor] | None = None
+           ) -> tuple[torch.Tensor, int, float]:
     """E epochs of SGD from `start` (M,) on L_IM + lambda L_CE (Eq. 9) with the classifier fixed: (new weights (M,),
-    steps, mean loss)."""
+    steps, mean loss). The labels (n,) are fixed for the E epochs, or, with `relabel`, each epoch's are
+    relabel(the current weights (M,)), called at the start of the epoch (SHOT's obtain_label every epoch)."""
     model = client.model
     client.layout.load_into(model, start.to(client.device))
     model.train()
@@ -239,6 +281,9 @@ def _adapt(client: Client, task: ClientTask, start: torch.Tensor, labels: torch.
     lam, mu = float(h["ce_weight"]), float(h["mixup_mu"])
     steps, total = 0, 0.0
     for e in range(int(h["epochs"])):
+        if relabel is not None:  # eval-mode forward passes: no dropout draw, BatchNorm's statistics untouched
+            labels = relabel(client.layout.flatten_model(model))
+            model.train()
         purpose = f"{task.purpose}/epoch{e}"
         read = client.reader(task.round, purpose, "train")
         for idx in client.batch_indices(int(h["batch"]), task.round, purpose, "train", drop_last=False):
@@ -309,11 +354,12 @@ def fedwca_recipe(client: Client, task: ClientTask, inputs: Mapping[str, torch.T
     """A client's work in one round of seed 003's methods.
 
     hparams: role: pretrain (client 0: the source model from inputs["global"]; sends weights), shot (start from
-    the input named by `start`, or the client's own model with `local`; Eq. 4 labels; sends weights unless local),
+    the input named by `start`, or the client's own model with `local`; Eq. 4 labels, fixed for the round, or with
+    `local` recomputed every epoch; sends weights unless local),
     wca (the weighting's initial model from the inputs named by `own` (f_{c_k}), "cluster{c}" / "soft{c}" (C =
     clusters) or by `init` (the revised FedWCA's server-mixed model); Alg. 2 labels; sends weights and alpha,
     beta); lr, batch, epochs,
-    momentum, weight_decay, ce_weight, mixup_mu, pseudo_label_models, prototypes, weighting, temp_a, temp_b,
+    momentum, weight_decay, ce_weight, mixup_mu, pseudo_label_models, prototypes, labelset, weighting, temp_a, temp_b,
     snd_temperature, one_equal_p, clusters, label_smoothing, cache_key."""
     h = task.hparams
     role = h["role"]
@@ -326,8 +372,14 @@ def fedwca_recipe(client: Client, task: ClientTask, inputs: Mapping[str, torch.T
     if role == "shot":
         local = bool(h.get("local", False))
         start = client.state["model"] if local and "model" in client.state else inputs[h["start"]]
-        labels, partners, _ = _pseudo_labels(_Outputs(client), task, start, None, h)
-        new, steps, loss = _adapt(client, task, start, labels, partners, h)
+        if local:  # Local is SHOT itself: pseudo-labels from the current model at the start of every epoch
+            n = len(client.view("train")[1])
+            partners = torch.full((n,), -1, dtype=torch.long, device=client.device)
+            new, steps, loss = _adapt(client, task, start, None, partners, h,
+                                      relabel=lambda flat: _pseudo_labels(_Outputs(client), task, flat, None, h)[0])
+        else:  # FedAvg and 003's round 0: labels fixed for the round (003)
+            labels, partners, _ = _pseudo_labels(_Outputs(client), task, start, None, h)
+            new, steps, loss = _adapt(client, task, start, labels, partners, h)
         if local:
             client.state["model"] = new.cpu()
         else:
@@ -554,7 +606,7 @@ class _Base(Algorithm):
             elif self._full_round(a):
                 alpha = torch.stack([results[k].tensors["alpha"] for k in range(1, self.k + 1)])  # (K, C)
                 beta = torch.stack([results[k].tensors["beta"] for k in range(1, self.k + 1)])  # (K, 2)
-                mix_a, mix_b = server_mixing(alpha, beta, assign, c)
+                mix_a, mix_b = server_mixing(alpha, beta, assign, c, self.params.cross_cluster_norm)
                 state["alpha"], state["beta"] = alpha, beta
                 metrics.update(alpha=alpha.tolist(), beta=beta.tolist())
             else:

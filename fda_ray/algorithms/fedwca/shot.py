@@ -2,16 +2,35 @@
 
     L_IM = mean_x H(h(x)) - H(mean_x h(x))            information maximisation: confident, diverse predictions
     p_m  = sum_x h(x)_m f(x) / sum_x h(x)_m           Eq. 4: class prototypes weighted by the predictions,
-    y^   = argmax_m cos(f(x), p_m)                    then once more with one-hot y^ in place of h(x)
+    y^   = argmax_{m in L} cos(f(x), p_m)             then once more with one-hot y^ in place of h(x)
     Alg. 2: two label sets (the personal initial model's, the cluster model's); where they agree the sample is
     "matched"; each mismatched sample takes the label whose prototype similarity, divided by the mean similarity
     between that model's prototypes, is larger, and is mixed with a matched partner of that label:
     x_mix = (1 - mu) x + mu x'.
 
+FedWCA says it reuses SHOT; the labelling follows SHOT's code (tim-learn/SHOT, object/image_target.py,
+obtain_label, distance 'cosine', threshold 0):
+
+    f    <- [f, 1] / |[f, 1]|                         (shot_style; Eq. 4 as written uses f itself)
+    for 2 passes (weights: the softmax outputs, then the first pass's one-hot labels):
+        p_m = sum_x w(x)_m f(x) / (1e-8 + sum_x w(x)_m)
+        L   = the classes predicted at least once by the current labels (first pass: argmax of the softmax; second:
+              the first pass's labels)                                                    (labelset)
+        y^  = argmin_{m in L} (1 - cos(f(x), p_m))
+
+(`prototypes` divides by the mass itself, floored at 1e-12, instead of 1e-8 + mass: a positive rescaling, which no
+cosine sees.)
+
 Entropies use SHOT's log(p + 1e-5). Traps (FedWCA's, docs/methods.md): 3, the mean inter-prototype cosine can be <= 0 and
 flip the comparison (then the raw similarities are compared, and counted); 4, a mismatched sample whose label has
 no matched sample stays unmixed (counted); 6, SHOT's code appends a constant 1 to the features and L2-normalises
-them before the centroids (`shot_style=True`), Eq. 4 as written does not (default).
+them before the centroids (`shot_style=True`, the default: FedWCA reuses SHOT), Eq. 4 as written does not
+(`shot_style=False`, FedWCAParams.prototypes "eq4"); SHOT's code also restricts each pass's candidate classes to those
+predicted at least once (`labelset=True`, the default; False: every class competes, and a class no sample weighs
+competes with the zero vector, cosine 0). SHOT's digit script (digit/uda_digit.py) has no label set: there an empty
+class's centroid (second pass) is 0 / 1e-8 = the zero vector, scipy's cosine distance to it is NaN and numpy's
+argmin picks the NaN for every sample; this module follows image_target.py, and a zero prototype here has cosine 0,
+never NaN.
 """
 from __future__ import annotations
 
@@ -47,15 +66,25 @@ def prototypes(feat: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     return (weights.T @ feat) / mass.clamp(min=1e-12).unsqueeze(1)
 
 
-def prototype_labels(feat: torch.Tensor, probs: torch.Tensor, shot_style: bool = False
+def prototype_labels(feat: torch.Tensor, probs: torch.Tensor, shot_style: bool = True, labelset: bool = True
                      ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Eq. 4, refined once: (labels (n,), the refined prototypes (M, q')) from features (n, q) and the model's
-    softmax outputs (n, M)."""
+    """Eq. 4, refined once, as SHOT's obtain_label: (labels (n,), the refined prototypes (M, q')) from features
+    (n, q) and the model's softmax outputs (n, M). shot_style: features with a constant 1 appended, L2-normalised
+    (SHOT's code) or raw (Eq. 4 as written); labelset: each pass picks among the classes the current labels
+    (first pass: argmax of `probs`; second: the first pass's) predict at least once (SHOT's) or among all M. Ties:
+    the lowest class index (SHOT's argmin over the ascending label set)."""
     f = _features(feat, shot_style)
-    protos = prototypes(f, probs)
-    labels = (F.normalize(f, dim=1) @ F.normalize(protos, dim=1).T).argmax(1)  # (n,)
-    protos = prototypes(f, F.one_hot(labels, probs.shape[1]).to(f.dtype))
-    labels = (F.normalize(f, dim=1) @ F.normalize(protos, dim=1).T).argmax(1)
+    u = F.normalize(f, dim=1)
+    m = probs.shape[1]
+    weights, labels = probs, probs.argmax(1)
+    for _ in range(2):
+        protos = prototypes(f, weights)
+        sim = u @ F.normalize(protos, dim=1).T  # (n, M) cosines (0 to a zero prototype)
+        if labelset:
+            present = torch.bincount(labels, minlength=m) > 0  # (M,)
+            sim = sim.masked_fill(~present, float("-inf"))
+        labels = sim.argmax(1)
+        weights = F.one_hot(labels, m).to(f.dtype)
     return labels, protos
 
 

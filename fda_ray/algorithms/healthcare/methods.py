@@ -20,12 +20,26 @@ only. Every round, with theta = the global model the sources start from (docs/me
 
 Traps (docs/methods.md, docs/authors-code.md): 000's Eq. 7 puts its letter beta on G_T; fda-ray's `beta` is the source
 weight (the text's and the code's reading; at 0.5 the same). The alignment A_i (Eq. 8): "paper" (lr_T / lr_S) (1 / r_S)
-(n_l / bs_T) / (n_i / bs_S) with r_S = 1 local epoch, or "code" (lr_T / lr_S) (n_l / bs_T) / len(loader_i). GP warm-up
-(the authors' scripts; the paper is silent): in the first gp_warmup_rounds rounds the server first averages the sources
-(theta := theta_bar), the target then trains from theta_bar and Delta_i is taken relative to it (16 rounds in their
-MIMIC script, 5 in MIDRC's, none in CheXpert's). Learning rates: the paper's 1e-3 / 2e-4 (the datasets' defaults) or the
-code's 1e-4 / 2e-5 (`learning_rates code`). The authors' code applies BCEWithLogitsLoss to sigmoid outputs (a double
-sigmoid); fda-ray's loss takes the logit.
+(n_l / bs_T) / (n_i / bs_S) with r_S = 1 local epoch, or "code" (lr_T / lr_S) (n_l / bs_T) / len(loader_i).
+
+The paper (HealthcareParams' defaults) against the authors' code (enyijiang/MIDRC at 95291b2, federated/
+federated_{chexpert,mimic,midrc}_multi.py and models/resnet_mlt.py; each a HealthcareParams field or a RunConfig field,
+and all of them together the `code` profile of the seed-000 grids, tuning/grids.py):
+  GP warm-up (Alg. 3 has none): in the first gp_warmup_rounds rounds the server first averages the sources
+      (theta := theta_bar), the target then trains from theta_bar and Delta_i is taken relative to it. The scripts
+      at 95291b2: `if i < 5` on every dataset (their first commit, 5ee9f7f: num_global_epochs // 5 = 16 on MIMIC,
+      5 on MIDRC, none on CheXpert).
+  Learning rates: the paper's 1e-3 / 2e-4 (the datasets' defaults) or the code's 1e-4 / 2e-5 (`learning_rates code`).
+  Head outputs (`head_activation`): the paper's heads "output several classification logits" (A.1; linear); the
+      code applies LeakyReLU(0.2) to every head's output, so the auxiliary cross-entropies read leaky_relu(logits)
+      and the main output is leaky_relu(logit) (monotone in the logit: accuracy and AUC read it as the logit).
+  The main loss (`binary_loss`): BCE-with-logits on the logit, or the code's BCEWithLogitsLoss()(sigmoid(output),
+      labels), a double sigmoid (fda_ray.core.multitask), on the sources and in the target's fine-tuning.
+  Rounds and batches (RunConfig): the scripts' defaults at 95291b2 are CheXpert 80 rounds, MIMIC 60, MIDRC 50
+      (000 A.3: 50, 80, 50); batch 32 / 32 on CheXpert and MIMIC, source 8 / target 16 on MIDRC.
+head_activation and binary_loss reach the healthcare methods only: the grids' FedAvg (source_only) and Oracle rows keep
+the linear heads and the plain loss (in the authors' code those baselines have the leaky output and the double sigmoid
+too).
 """
 from __future__ import annotations
 
@@ -37,9 +51,10 @@ import torch
 from fda_ray.algorithms.aggregation import fedavg, fedgp, frozen_layers_mask, layer_cosines, layer_stats
 from fda_ray.algorithms.base import Algorithm, Params, param
 from fda_ray.core.contract import ClientResult, ClientTask, Round, ServerState
+from fda_ray.core.multitask import BINARY_LOSSES
 from fda_ray.algorithms.fda.methods import source_weights
 from fda_ray.train.client import epoch_steps
-from fda_ray.train.models import MultiHead
+from fda_ray.train.models import HEAD_ACTIVATIONS, MultiHead
 
 CODE_LEARNING_RATES = (1e-4, 2e-5)  # the authors' code defaults (lr_S, lr_T); the paper's are 1e-3 / 2e-4
 
@@ -48,13 +63,20 @@ CODE_LEARNING_RATES = (1e-4, 2e-5)  # the authors' code defaults (lr_S, lr_T); t
 class HealthcareParams(Params):
     family = "healthcare"
     gp_warmup_rounds: int = param(0, "GP methods: the first rounds in which the server averages the sources "
-                                     "before the target trains and GP runs (the authors' scripts: MIMIC 16, MIDRC "
-                                     "5, CheXpert 0; the paper: 0)", low=0, integer=True)
+                                     "before the target trains and GP runs (the authors' scripts at 95291b2: 5 on "
+                                     "every dataset; the paper: 0)", low=0, integer=True)
     alignment: str = param("paper", "GP's magnitude alignment A_i: paper (Eq. 8: (lr_T/lr_S)(n_l/bs_T)/(n_i/bs_S)) "
                                     "or code ((lr_T/lr_S)(n_l/bs_T)/source steps per epoch)", choices=("paper", "code"))
     learning_rates: str = param("paper", "lr_source / lr_target where unset: paper (the dataset's: 1e-3 / 2e-4 on "
                                          "seed 000's datasets) or code (the authors' code: 1e-4 / 2e-5)",
                                 choices=("paper", "code"))
+    head_activation: str = param("linear", "the multi-head model's head outputs: linear (the paper's logits) or "
+                                           "leaky_relu (the authors' code: LeakyReLU(0.2) on every head's output)",
+                                 choices=HEAD_ACTIVATIONS)
+    binary_loss: str = param("logit", "a binary main task's training loss: logit (BCE-with-logits on the logit) or "
+                                      "sigmoid (the authors' code: BCE-with-logits on sigmoid(output), a double "
+                                      "sigmoid); evaluation is the same for both", choices=BINARY_LOSSES)
+
 
 
 class Healthcare(Algorithm):
@@ -91,6 +113,7 @@ class Healthcare(Algorithm):
         if cfg.warmup_rounds:
             raise ValueError(f"warmup_rounds={cfg.warmup_rounds} is invalid for method {self.name}: seed 000's "
                              "warm-up is --healthcare-gp-warmup-rounds (FedAvg inside the rounds), not extra rounds")
+        self._configure_model(cfg, setting, model)
         if cfg.aux_alpha and not setting.aux_tasks:
             raise ValueError(f"aux_alpha={cfg.aux_alpha} is invalid: dataset {cfg.dataset!r} has no auxiliary labels "
                              "(datasets with them: fmnist-conditions, the medical CSV datasets); use aux_alpha 0")
@@ -107,17 +130,33 @@ class Healthcare(Algorithm):
         self.align = ratio / per  # (N,) A_i
         self._pending: torch.Tensor | None = None  # a warm-up round's Delta_i relative to theta_bar (N, M)
 
+    def _configure_model(self, cfg, setting, model) -> None:
+        """head_activation on the initial model, which the experiment builds before the algorithm and copies
+        into every client and the evaluator after it (fda_ray.runtime.experiment); a plain attribute of MultiHead,
+        so the flat layout and the initial weights do not change. binary_loss needs a binary task."""
+        act, bl = self.params.head_activation, self.params.binary_loss
+        if isinstance(model, MultiHead):
+            model.head_activation = act
+        elif act != "linear":
+            raise ValueError(f"healthcare.head_activation={act!r} is invalid for model={cfg.model!r}: it needs a "
+                             "multi-head model (multitask_cnn, resnet18_multitask); use linear")
+        if bl != "logit" and setting.task != "binary":
+            raise ValueError(f"healthcare.binary_loss={bl!r} is invalid for dataset {cfg.dataset!r}: its main task is "
+                             f"{setting.task}, not binary; use logit")
+
     # ---------------------------------------------------------------- one round
 
     def _source_tasks(self, r: int) -> tuple[ClientTask, ...]:
         cfg = self.cfg
         return tuple(ClientTask(i, "epoch", r, {"lr": cfg.lr_source, "batch": cfg.batch_source,
-                                                "aux_alpha": float(cfg.aux_alpha)})
+                                                "aux_alpha": float(cfg.aux_alpha),
+                                                "binary_loss": self.params.binary_loss})
                      for i in range(self.num_sources))
 
     def _target_task(self, r: int, purpose: str) -> ClientTask:
-        cfg = self.cfg  # the target fine-tunes on the main task only (000 section 3)
-        return ClientTask(self.target, "epoch", r, {"lr": cfg.lr_target, "batch": cfg.batch_target}, purpose=purpose)
+        cfg = self.cfg  # the target fine-tunes on the main task only (000 section 3), with the sources' loss l
+        return ClientTask(self.target, "epoch", r, {"lr": cfg.lr_target, "batch": cfg.batch_target,
+                                                    "binary_loss": self.params.binary_loss}, purpose=purpose)
 
     def _warmup(self, r: int) -> bool:
         return self.gp and r < self.params.gp_warmup_rounds
