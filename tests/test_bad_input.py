@@ -146,6 +146,7 @@ CASES = [
     *[Case("fda_ray.sweep", a, 2, c) for a, c in [
         (("--grid", "nope", "--out", "{tmp}/s"), "grid="),
         ((*SWEEP, "--profile", "nope"), "profile="),
+        ((*SWEEP, "--profile", "code"), "profile='code' is invalid for grid 'noise': one of "),  # conditions' only
         ((*SWEEP, "--backend", "nope"), "backend="),
         ((*SWEEP, "--seeds", "0"), "seeds="),
         ((*SWEEP, "--workers", "0"), "workers="),
