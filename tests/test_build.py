@@ -84,3 +84,28 @@ def test_the_constraints_file_is_the_installed_build_and_every_install_uses_it()
     assert 'python3 -m pip install -q -c constraints.txt -e ".[test]"' in readme and \
         'python3 -m pip install -q -c constraints.txt -e ".[test]"' in ci
     assert "pip install -c constraints.txt -e ." in readme
+
+
+def test_the_summary_names_the_builds_that_recorded_its_table(tmp_path):
+    """summary.md says which build recorded the table's trials, that several builds mix, and how many trials are
+    of an unknown build; trials outside the table are not counted."""
+    from fda_ray.core.storage import StoragePath
+
+    out = tmp_path / "sweep"
+    here = {**build(), "python": "3.11.7"}
+    _record(out, "a", here)
+    _record(out, "b", here)
+    records = StoragePath(str(out / "trials"))
+    found, text = sweep.builds_line(records, {"a", "b"})
+    named = ", ".join(f"{k} {here[k]}" for k in FIELDS)
+    assert text == f"\nRecorded by {named} (2 trials).\n" and found == [{**{k: here[k] for k in FIELDS}, "trials": 2}]
+    _record(out, "c", {**here, "torch": "1.0.0"})
+    _record(out, "d", None)
+    _record(out, "e", None)  # not in the table
+    _, text = sweep.builds_line(records, {"a", "b", "c", "d"})
+    old = named.replace(f"torch {here['torch']}", "torch 1.0.0")
+    assert f"{named} (2 trials)" in text and f"{old} (1 trials)" in text
+    assert "; 1 trials recorded before builds were kept: their build is unknown" in text
+    assert "(several builds: the table mixes their numbers)" in text
+    _, text = sweep.builds_line(records, {"d", "e"})
+    assert text == "\nRecorded by an unknown build.\n"

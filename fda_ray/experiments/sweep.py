@@ -285,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
         text += (f"\n**Interrupted**: {done} of {len(trials)} trials finished. Continue with "
                  f"`{command} --resume`.\n")
     summary["trial_seconds"] = trial_seconds
+    summary["builds"], builds_text = builds_line(records, {t.key for t in trials})
+    text += builds_text
     text += (f"\nWall time: {summary['wall_seconds']:.0f} s for {len(pending)} trials"
              + (f" ({len(trials) - len(pending)} more had finished before --resume)" if len(pending) < len(trials) else "")
              + f"; the finished trials' own run time adds up to {summary['trial_seconds']:.0f} s.\n")
@@ -337,6 +339,26 @@ def same_build(records: StoragePath, mix: bool) -> None:
     if unknown:
         print(f"warning: {unknown} trial(s) in {records} name no build (recorded before builds were): "
               "they may come from another one", file=sys.stderr)
+
+
+def builds_line(records: StoragePath, keys: set[str]) -> tuple[list[dict], str]:
+    """The builds (fda_ray.core.build) that recorded the table's trials `keys`: ([{build fields, "trials"}], a
+    summary.md paragraph naming each, and the trials whose build is unknown)."""
+    from fda_ray.core.build import FIELDS
+    from fda_ray.experiments.trials import recorded_builds
+
+    found = []
+    for env, names in recorded_builds(records).items():
+        n = len(set(names) & keys)
+        if n:
+            found.append({**dict(zip(FIELDS, env)), "trials": n})
+    known = [b for b in found if any(b[k] is not None for k in FIELDS)]
+    parts = [", ".join(f"{k} {b[k]}" for k in FIELDS) + f" ({b['trials']} trials)" for b in known]
+    unknown = sum(b["trials"] for b in found if b not in known)
+    text = "" if not found else "\nRecorded by " + ("; ".join(parts) if parts else "an unknown build") + (
+        f"; {unknown} trials recorded before builds were kept: their build is unknown" if unknown and parts else "") + \
+        (" (several builds: the table mixes their numbers)" if len(known) > 1 else "") + ".\n"
+    return found, text
 
 
 def _preflight(dataset: str, first: Any, backend: str, address: str | None, overrides: dict[str, Any],
