@@ -100,7 +100,8 @@ def rows_fssda(inputs: int = 400) -> list[dict]:
 def _table(rows: list[dict]) -> str:
     cols = ("fix", "quantity", "before", "after", "reference")
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in rows]
+    fmt = lambda x: f"{x:.4g}" if isinstance(x, float) else str(x)  # noqa: E731
+    lines += ["| " + " | ".join(fmt(r[c]) for c in cols) + " |" for r in rows]
     return "\n".join(lines)
 
 
