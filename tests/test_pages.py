@@ -78,3 +78,247 @@ def test_the_build_note_names_each_directorys_build_or_says_it_is_unknown(tmp_pa
                                            "points).")
     with pytest.raises(ValueError, match="'w' has no finished trial"):
         pages.render("build w")
+
+
+# ---------------------------------------------------------------- the seed pages' generators, against hand computations
+# Each expected value is computed from the sweep's rows here, without the generator's helpers: a generator that
+# picked the wrong round, seed, row or rounding would differ.
+
+def _by_run(name: str, metric: str = "accuracy") -> dict[tuple[str, float, int], list[float]]:
+    """(row, value, seed) -> the metric (%) round by round, from the raw rows."""
+    out: dict[tuple[str, float, int], list[tuple[int, float]]] = {}
+    for r in pages.load_sweep(name).rows:
+        if r.get(metric) is not None:
+            out.setdefault((r["row"], r["grid_value"], int(r["seed"])), []).append((r["round"], 100 * r[metric]))
+    return {k: [x for _, x in sorted(v)] for k, v in out.items()}
+
+
+def _seeds(name, row, value, metric="accuracy"):
+    return [run[-1] for (k, v, _), run in sorted(_by_run(name, metric).items()) if k == row and v == value]
+
+
+def test_every_records_comment_on_a_page_opens_a_block_the_check_reads():
+    # a spec holding ">" (an arrow) would not match pages.BLOCK and its text would never be checked
+    for page in pages.pages():
+        text = page.read_text()
+        assert text.count("<!-- records:") == len(pages.BLOCK.findall(text)), page
+
+
+def test_options_are_keyword_arguments():
+    oracle = statistics.fmean(_seeds("conditions", "oracle", 0.0))
+    assert pages.render("cell conditions oracle 0 digits=1") == f"{oracle:.1f}"
+    with pytest.raises(TypeError):
+        pages.render("cell conditions oracle 0 nope=1")
+
+
+def test_acc_auc_table_rows_are_mean_and_half_width_of_acc_and_auc():
+    text = pages.render("acc-auc-table conditions CheXpert")
+    acc, auc = _seeds("conditions", "fedavg", 0.0), _seeds("conditions", "fedavg", 0.0, "auc")
+    half = lambda xs: 4.303 * statistics.stdev(xs) / math.sqrt(3)
+    assert (f"| FedAvg | {statistics.fmean(acc):.2f} ± {half(acc):.2f} | 53.28 ± 2.44 | "
+            f"{statistics.fmean(auc):.2f} ± {half(auc):.2f} | 54.13 ± 3.77 |") in text.splitlines()
+    # the best federated row is in bold, the Oracle (higher) is not
+    assert text.count("**") == 4 and "| Oracle | **" not in text
+
+
+def test_std_table_gives_the_std_and_the_mean_best_round():
+    text = pages.render("std-table noniid-000 MNIST")
+    runs = [r for (k, _, _), r in sorted(_by_run("noniid-000").items()) if k == "fedavg"]
+    last = [r[-1] for r in runs]
+    assert f"(std {statistics.stdev(last):.2f}) | 60.11 | {statistics.fmean(max(r) for r in runs):.2f} |" in text
+
+
+def test_value_table_has_one_line_per_value_and_the_auc_at_round_n():
+    text = pages.render('value-table aux-alpha alpha a:A fedavg_finetune_auxinfo_gp:G round=10'.replace(
+        "a:A", "fedavg_finetune_auxinfo:A"))
+    line = next(x for x in text.splitlines() if x.startswith("| 0.2 |"))
+    auc10 = [run[9] for (k, v, _), run in _by_run("aux-alpha", "auc").items()
+             if k == "fedavg_finetune_auxinfo_gp" and v == 0.2]
+    assert line.endswith(f" | {statistics.fmean(auc10):.2f} |") and len(auc10) == 3
+    assert tables.short_ci(_seeds("aux-alpha", "fedavg_finetune_auxinfo", 0.2)).split(" ±")[0] in line
+
+
+def test_per_seed_lists_each_seeds_final_numbers():
+    acc, auc = _seeds("conditions", "oracle", 0.0), _seeds("conditions", "oracle", 0.0, "auc")
+    assert pages.render("per-seed conditions oracle:O metrics=accuracy,auc") == "O " + ", ".join(
+        f"{a:.2f} / {b:.2f}" for a, b in zip(acc, auc))
+
+
+def test_cell_diff_std_and_spread():
+    gp, fa = _seeds("conditions", "fedavg_finetune_gp", 0.0), _seeds("conditions", "fedavg", 0.0)
+    assert pages.render("cell conditions fedavg 0") == f"{statistics.fmean(fa):.2f}"
+    d = statistics.fmean(gp) - statistics.fmean(fa)
+    assert pages.render("diff conditions fedavg_finetune_gp fedavg") == f"{d:.1f}"
+    assert pages.render("std conditions fedavg") == f"{statistics.stdev(fa):.2f}"
+    s = pages.load_sweep("aux-alpha")
+    means = [statistics.fmean(_seeds("aux-alpha", "fedavg_finetune_auxinfo_gp", v, "auc")) for v in s.values]
+    assert pages.render("spread aux-alpha fedavg_finetune_auxinfo_gp metric=auc") == f"{max(means) - min(means):.1f}"
+
+
+def test_wins_and_paired_range_pair_by_seed():
+    a, b = _seeds("conditions", "fedavg_finetune_gp", 0.0), _seeds("conditions", "fedavg_finetune_auxinfo_gp", 0.0)
+    d = [x - y for x, y in zip(a, b)]
+    pair = "conditions fedavg_finetune_gp fedavg_finetune_auxinfo_gp"
+    assert pages.render(f"wins {pair}") == f"{sum(x > 0 for x in d)} of 3"
+    assert pages.render(f"paired-range {pair}") == f"{min(d):.2f}-{max(d):.2f}"
+
+
+def test_paper_gap_range_is_the_distance_to_the_papers_numbers():
+    s = pages.load_sweep("noniid-000")
+    gaps = [s.grid.paper[k][0.4] - statistics.fmean(_seeds("noniid-000", k, 0.4)) for k in s.row_keys]
+    assert pages.render("paper-gap-range noniid-000") == f"{min(gaps):.0f}-{max(gaps):.0f}"
+
+
+def test_final_peak_and_round_ranges_over_runs():
+    runs = [r for (k, _, _), r in sorted(_by_run("noniid-000").items()) if k == "fedavg_finetune"]
+    last = [r[-1] for r in runs]
+    assert pages.render("final-range noniid-000 fedavg_finetune") == f"{min(last):.1f}-{max(last):.1f}"
+    best = [max(r) for r in runs]
+    assert pages.render("peak-range noniid-000 fedavg_finetune") == f"{min(best):.1f}-{max(best):.1f}"
+    at = [r.index(max(r)) + 1 for r in runs]  # rounds counted from 1
+    assert pages.render("peak-range noniid-000 fedavg_finetune what=round") == f"{min(at)}-{max(at)}"
+    drops = [max(r) - r[-1] for r in runs]
+    assert pages.render("peak-range noniid-000 fedavg_finetune what=drop") == f"{min(drops):.1f}-{max(drops):.1f}"
+    r25 = [r[24] for r in runs]
+    assert pages.render("round-range noniid-000 25 fedavg_finetune") == f"{min(r25):.1f}-{max(r25):.1f}"
+
+
+def test_last_best_counts_the_runs_best_in_their_last_round():
+    runs = [r for (k, _, _), r in _by_run("conditions", "auc").items() if k in ("fedavg_finetune_gp", "oracle")]
+    n = sum(r.index(max(r)) == len(r) - 1 for r in runs)
+    assert pages.render("last-best conditions fedavg_finetune_gp oracle metric=auc") == f"{n} of 6"
+
+
+def _last_raw(name, row, value, seed):
+    rs = [r for r in pages.load_sweep(name).rows if r["row"] == row and r["grid_value"] == value and r["seed"] == seed]
+    return max(rs, key=lambda r: r["round"])
+
+
+def test_split_table_bolds_the_best_of_each_split_by_its_lead():
+    text = pages.render("split-table fssda-temperature fssda_iid:I fssda_noniid:N lambda_row=L")
+    lines = text.splitlines()
+    assert lines[0] == "| method | T = 1 | T = 2 | T = 4 | T = 8 |" and "**" not in text  # one row a split
+    lam = [statistics.fmean(_last_raw("fssda-temperature", k, 8.0, sd)["imitation_lambda_i"]) for k in
+           ("fssda_iid", "fssda_noniid") for sd in range(3)]
+    assert lines[-1].endswith(f"| {statistics.fmean(lam[:3]):.2f} / {statistics.fmean(lam[3:]):.2f} |")
+    both = pages.render("split-table fssda-lambda fssda_iid:a fssda_lambda0.9_iid:b")
+    assert both.count("**") == 2 * 4  # each column's best is bold
+    assert pages.render("split-table fssda-lambda fssda_iid:a fssda_lambda0.9_iid:b lead=100").count("**") == 0
+
+
+def test_teacher_table_and_last_mean_read_the_last_rounds_teacher_and_lambda():
+    teach = [100 * statistics.fmean(_last_raw("fssda-fmnist", "fssda_iid", 1.0, sd)["teacher_accuracy"])
+             for sd in range(3)]
+    lam = [statistics.fmean(_last_raw("fssda-fmnist", "fssda_iid", 1.0, sd)["imitation_lambda_i"]) for sd in range(3)]
+    line = pages.render("teacher-table fssda-fmnist fssda_iid:T").splitlines()[-1]
+    assert line.split(" | ")[2] == f"{tables.short_ci(teach)} / {statistics.fmean(lam):.2f}"
+    assert pages.render("last-mean fssda-fmnist teacher_accuracy fssda_iid 1") == f"{statistics.fmean(teach):.1f}"
+    w = [statistics.fmean(dev[2] for dev in _last_raw("fssda-fmnist", "fssda_iid", 3.0, sd)["imitation_weights_i"])
+         for sd in range(3)]
+    assert pages.render("last-range fssda-fmnist imitation_weights_i fssda_iid value=3 index=2 scale=1 digits=2") == \
+        f"{min(w):.2f}-{max(w):.2f}"
+    first = [100 * _last_raw("fssda-fmnist", "fssda_iid", 3.0, sd)["teacher_accuracy"][0] for sd in range(3)]
+    assert pages.render("last-range fssda-fmnist teacher_accuracy fssda_iid value=3 index=0 digits=1") == \
+        f"{min(first):.1f}-{max(first):.1f}"
+
+
+def test_student_teacher_counts_the_runs_near_their_teacher():
+    gaps = []
+    for v in pages.load_sweep("fssda-fmnist").values:
+        for sd in range(3):
+            r = _last_raw("fssda-fmnist", "fssda_noniid", v, sd)
+            gaps.append(abs(100 * (r["accuracy"] - statistics.fmean(r["teacher_accuracy"]))))
+    assert pages.render("student-teacher fssda-fmnist fssda_noniid within=3") == f"{sum(g <= 3 for g in gaps)} of 12"
+    far = [g for g in gaps if g > 3]
+    assert pages.render("student-teacher fssda-fmnist fssda_noniid within=3 what=outside") == \
+        f"{min(far):.1f}-{max(far):.1f}"
+
+
+def test_reach_is_the_first_round_the_mean_curve_reaches_the_goal():
+    def curve(row):
+        runs = [r for (k, _, _), r in sorted(_by_run("fssda-paradigm").items()) if k == row]
+        return [statistics.fmean(x) for x in zip(*runs)]
+    goal = curve("fssda_serial")[-1]
+    first = next(i + 1 for i, m in enumerate(curve("fssda_iid")) if m >= goal)
+    assert pages.render("reach fssda-paradigm fssda_serial fssda_iid") == str(first)
+    table = pages.render("reach-table fssda-paradigm fssda_serial fssda_iid:P")
+    assert f"final {goal:.1f} %" in table and table.endswith(f" | {first} |")
+
+
+def test_paired_table_and_gaps():
+    a, b = _seeds("fssda-lambda", "fssda_noniid", 3.0), _seeds("fssda-lambda", "fssda_lambda0.9_noniid", 3.0)
+    d = [x - y for x, y in zip(a, b)]
+    text = pages.render("paired-table fssda-lambda fssda_{split} fssda_lambda0.9_{split}")
+    seeds = ", ".join(f"{x:+.1f}" for x in d)
+    assert text.splitlines()[-1].endswith(f"**{statistics.fmean(d):+.1f}** ({seeds}) |")
+    assert pages.render("gaps fssda-lambda fssda_lambda0.9_noniid:fssda_noniid value=3") == \
+        f"{-statistics.fmean(d):.1f}-{-statistics.fmean(d):.1f}"
+    means = [statistics.fmean(_seeds("fssda-fmnist", "fedgp_iid", v)) for v in pages.load_sweep("fssda-fmnist").values]
+    assert pages.render("row-range fssda-fmnist fedgp_iid") == f"{min(means):.1f}-{max(means):.1f}"
+
+
+def _last5(name, row, value, grid=None):
+    rows = (pages.load_found(name, grid) if grid else pages.load_sweep(name)).rows
+    runs: dict[int, list] = {}
+    for r in rows:
+        if r["row"] == row and r["grid_value"] == value:
+            runs.setdefault(int(r["seed"]), []).append((r["round"], 100 * r["accuracy"]))
+    return {sd: (statistics.fmean(x for _, x in sorted(v)[-5:]), sorted(v)[-1][1]) for sd, v in sorted(runs.items())}
+
+
+def test_load_found_reads_every_seed_recorded_where_load_sweep_reads_the_commands():
+    assert set(_last5("domainbed-colored-quick", "fedgp", 2.0)) == {0}  # the command: one seed
+    found = _last5("domainbed-colored-quick", "fedgp", 2.0, "domainbed-colored")
+    assert set(found) == {0, 1, 2}  # a later launch added seeds 1 and 2
+    spec = "cell domainbed-colored-quick fedgp 2 last=5 seed=1 grid=domainbed-colored"
+    assert pages.render(spec) == f"{found[1][0]:.2f}"
+
+
+def test_domainbed_table_ranking_and_row_mean_use_the_last_5_rounds():
+    q = "domainbed-colored-quick"
+    l5 = [_last5(q, "fedda", v)[0] for v in (0.0, 1.0, 2.0)]
+    line = next(x for x in pages.render(f"domainbed-table {q}").splitlines() if x.startswith("| FedDA |"))
+    assert line.startswith("| FedDA | " + " | ".join(f"{f:.2f}" for _, f in l5) + " | "
+                           + " | ".join(f"{a:.2f}" for a, _ in l5)
+                           + f" | {statistics.fmean(a for a, _ in l5):.2f} | 60.49 (2.54)")
+    assert pages.render(f"row-mean {q} fedda last=5") == f"{statistics.fmean(a for a, _ in l5):.2f}"
+    ranking = pages.render(f"domainbed-ranking {q}").splitlines()[2]
+    assert ranking.startswith("- -90% (test_env 2), by the last-5 mean: ") and f"FedDA {l5[2][0]:.1f}" in ranking
+    got = [float(x.rsplit(" ", 1)[1]) for x in ranking.split(": ", 1)[1].split(" > ")]
+    assert got == sorted(got, reverse=True)
+
+
+def test_seed_table_gives_each_seeds_last_5_and_final():
+    runs = _last5("domainbed-colored-quick", "fedgp", 2.0, "domainbed-colored")
+    line = pages.render("seed-table domainbed-colored-quick 2 fedgp:G grid=domainbed-colored").splitlines()[-1]
+    assert line.startswith("| G (last 5 / final) | " + " | ".join(f"{a:.2f} / {f:.2f}" for a, f in runs.values()))
+    l5 = [a for a, _ in runs.values()]
+    assert f"| {statistics.fmean(l5):.2f} ({statistics.stdev(l5):.2f}) |" in line
+
+
+def test_one_seed_grid_generators_beside_the_paper():
+    name = "fmnist-target-size"
+    s = pages.load_sweep(name)
+    final = {(k, v): _seeds(name, k, v) for k in s.row_keys for v in s.values}
+    assert all(len(x) == 1 for x in final.values())  # one seed
+    m = {kv: x[0] for kv, x in final.items()}
+    assert pages.render(f"rise {name} fedgp") == f"{m[('fedgp', 1000)] - m[('fedgp', 100)]:.1f}"
+    d = [f"{m[('fedgp', v)] - m[('fedda', v)]:.1f}" for v in (100, 200, 500, 1000)]
+    assert pages.render(f"diffs {name} fedgp fedda") == f"{d[0]}, {d[1]}, {d[2]} and {d[3]}"
+    g = [m[(k, v)] - s.grid.paper[k][v] for k in s.row_keys for v in s.values]
+    assert pages.render(f"near-paper {name}") == f"{sum(abs(x) <= 3 for x in g)} of 16"
+    gap = m[("fedgp", 100)] - s.grid.paper["fedgp"][100]
+    assert pages.render(f"paper-gap {name} fedgp 100") == f"{gap:+.2f}".replace("-", "\u2212")
+    ga = [m[(k, v)] - m[("fedgp", v)] for k in ("fedda_auto", "fedgp_auto") for v in (100, 200)]
+    spec = f"gaps {name} fedda_auto:fedgp fedgp_auto:fedgp value=100,200 sep=to"
+    assert pages.render(spec) == f"{min(ga):.1f} to {max(ga):.1f}"
+    assert pages.render(f"paper-table {name} 'columns=a|b|c|d'").splitlines()[0] == "| method | a | b | c | d |"
+    renamed = pages.render(f"paper-table {name} 'columns=a|b|c|d'").splitlines()
+    assert renamed[2:] == pages.render(f"table {name}").splitlines()[2:]
+
+
+def test_peak_and_tail_range_of_one_run():
+    run = _by_run("fmnist-target-size")[("fedgp", 100, 0)]
+    assert pages.render("peak fmnist-target-size fedgp 100") == f"{max(run):.1f}"
+    assert pages.render("peak fmnist-target-size fedgp 100 what=round") == str(run.index(max(run)) + 1)  # from 1
+    assert pages.render("tail-range fmnist-target-size fedgp 100") == f"{min(run[-10:]):.1f}-{max(run[-10:]):.1f}"

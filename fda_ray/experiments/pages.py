@@ -16,11 +16,13 @@ rows and the values) and the generator's own words.
 
 tests/test_pages.py runs the check on every committed page, so a typed number that disagrees with its records
 fails the suite. The generators are pure functions of the records (GENERATORS, by name); the statistics are
-fda_ray.experiments.tables'.
+fda_ray.experiments.tables'. A spec word `key=value` is a keyword argument (`cell conditions oracle 0 digits=1`);
+a spec cannot hold ">" (the block pattern stops there), so column labels with arrows are the generators' own.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shlex
 import statistics
@@ -36,7 +38,7 @@ from fda_ray.experiments import tables
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "docs" / "results"
 PAGES = ("README.md", "docs/results/*.md")  # where blocks may be, relative to the repository
-BLOCK = re.compile(r"<!-- records: (?P<spec>[^>]*?) -->(?P<body>.*?)<!-- /records -->", re.S)
+BLOCK = re.compile(r"<!-- records: (?P<spec>[^\n]*?) -->(?P<body>.*?)<!-- /records -->", re.S)
 
 
 # ---------------------------------------------------------------- a sweep directory's records
@@ -83,6 +85,32 @@ def load_sweep(name: str) -> Sweep:
     cols = tuple(v for v in grid.values if any(t.value == v or v in t.values for t in trials))
     rows, _ = collect(trials, grid, directory / "trials")
     return Sweep(name, grid, a.profile, row_keys, cols, tuple(rows))
+
+
+@lru_cache(maxsize=None)
+def load_found(name: str, grid_name: str) -> Sweep:
+    """docs/results/<name>: every finished trial recorded under its trials/ (whatever command ran it, every seed
+    found; a directory without a summary.md, or one that later launches added seeds to), read as grid
+    `grid_name`'s trials. The rows and columns are the grid's that have a finished trial."""
+    from fda_ray.experiments.sweep import collect
+    from fda_ray.experiments.trials import Trial
+    from tuning.grids import GRIDS
+
+    grid = GRIDS[grid_name]
+    records = RESULTS / name / "trials"
+    trials = [Trial.from_dict(json.loads((rec / "trial.json").read_text())) for rec in sorted(records.iterdir())
+              if (rec / "trial.json").is_file()]
+    rows, _ = collect(trials, grid, records)
+    if not rows:
+        raise ValueError(f"dir={name!r} is invalid: no finished trial under docs/results/{name}/trials")
+    row_keys = tuple(r.key for r in grid.rows if any(x["row"] == r.key for x in rows))
+    values = tuple(v for v in grid.values if any(x["grid_value"] == v for x in rows))
+    return Sweep(name, grid, "", row_keys, values, tuple(rows))
+
+
+def _sweep(name: str, grid: str | None = None) -> Sweep:
+    """load_sweep(name), or with a grid name every trial found there (load_found)."""
+    return load_found(name, grid) if grid else load_sweep(name)
 
 
 # ---------------------------------------------------------------- generators
@@ -178,13 +206,678 @@ def build_note(*names: str) -> str:
     return "Build. " + "; ".join(parts) + "."
 
 
+# ---------------------------------------------------------------- generators for the seed pages' tables and prose
+#
+# Options are `key=value` words: metric=auc (default accuracy), value=0.4 (one grid column; default every column),
+# digits=N. Rounds are counted from 1 here (round N is the N-th recorded round: the rows' `round` + 1), as the
+# seed 000/002 pages count them; the final round is what tables.final takes.
+
+# The published 95 % half-widths that the grids do not carry (tuning/paper.py keeps them as comments), by grid,
+# metric and row: seed 000 Table 2, CheXpert column (the `conditions` grid's paper column).
+PAPER_HALF_WIDTHS: dict[str, dict[str, dict[str, float]]] = {
+    "conditions": {
+        "accuracy": {"fedavg": 2.44, "fedavg_finetune": 0.77, "fedavg_finetune_auxinfo": 2.11,
+                     "fedavg_finetune_gp": 2.27, "fedavg_finetune_auxinfo_gp": 1.17, "oracle": 1.27},
+        "auc": {"fedavg": 3.77, "fedavg_finetune": 2.92, "fedavg_finetune_auxinfo": 4.08, "fedavg_finetune_gp": 2.17,
+                "fedavg_finetune_auxinfo_gp": 2.28, "oracle": 1.15}},
+}
+UPPER_BOUNDS = ("oracle",)  # rows never set in bold as "the best" (they see the target's labels in full)
+
+
+def _final(s: Sweep, metric: str, value: str | None = None,
+           last: str | int = 1) -> dict[tuple[str, float], dict[int, float]]:
+    final = tables.final(list(s.rows), metric, int(last))
+    keep = None if value is None else {float(x) for x in str(value).split(",")}  # one value or several: "0,1"
+    return {kv: x for kv, x in final.items() if keep is None or kv[1] in keep}
+
+
+def _runs(s: Sweep, metric: str, rows: tuple[str, ...], value: str | None = None) -> dict[tuple, dict[int, float]]:
+    runs = tables.runs(list(s.rows), metric)
+    picked = {k: r for k, r in runs.items() if k[0] in rows and (value is None or k[1] == float(value))}
+    if not picked:
+        raise ValueError(f"{s.name!r} has no run of {', '.join(rows)}" + (f" at {value}" if value else ""))
+    return picked
+
+
+def _two(cell: tuple[float, float, float] | None, std: bool = False) -> str:
+    if cell is None:
+        return "-"
+    mean, half, sd = cell
+    return f"{mean:.2f} ± {half:.2f}" + (f" (std {sd:.2f})" if std else "")
+
+
+def _labelled(pairs: tuple[str, ...]) -> list[tuple[str, str]]:
+    """ROW:LABEL words -> [(row, label)]."""
+    bad = [p for p in pairs if ":" not in p]
+    if bad:
+        raise ValueError(f"{bad[0]!r} is invalid: a row is named ROW:LABEL")
+    return [tuple(p.split(":", 1)) for p in pairs]
+
+
+@GENERATORS.register("acc-auc-table")
+def acc_auc_table(name: str, paper_label: str) -> str:
+    """A one-column binary-task sweep (seed 000 Table 2): per row, ACC and AUC (%) of the final round as mean ± the
+    95 % half-width over seeds to two decimals, each beside the paper's (with its half-width where
+    PAPER_HALF_WIDTHS has it); the best federated mean (not an UPPER_BOUNDS row) of each metric in bold."""
+    s = load_sweep(name)
+    if len(s.values) != 1:
+        raise ValueError(f"acc-auc-table: {name!r} has {len(s.values)} columns; one is needed")
+    metrics = (("accuracy", "ACC", s.grid.paper), ("auc", "AUC", s.grid.paper_auc))
+    cells = {m: {k: tables.mean_ci(list(x.values())) for (k, _), x in _final(s, m).items()} for m, _, _ in metrics}
+    best = {m: max(c[0] for k, c in cells[m].items() if k not in UPPER_BOUNDS) for m, _, _ in metrics}
+    head = " | ".join(f"{n} ours | {n} paper ({paper_label})" for _, n, _ in metrics)
+    lines = [f"| method | {head} |", "|" + "---|" * (1 + 2 * len(metrics))]
+    for k in s.row_keys:
+        out = []
+        for m, _, paper in metrics:
+            c = cells[m].get(k)
+            ours = _two(c)
+            out.append(f"**{ours}**" if c and k not in UPPER_BOUNDS and c[0] == best[m] else ours)
+            p = paper.get(k, {}).get(s.values[0])
+            half = PAPER_HALF_WIDTHS.get(s.grid.name, {}).get(m, {}).get(k)
+            out.append("-" if p is None else f"{p:.2f}" + (f" ± {half:.2f}" if half is not None else ""))
+        lines.append(f"| {s.grid.row(k).label} | " + " | ".join(out) + " |")
+    return "\n".join(lines)
+
+
+@GENERATORS.register("std-table")
+def std_table(name: str, paper_label: str) -> str:
+    """A one-column sweep (seed 000 Table 6): per row, the final accuracy (%) as mean ± the 95 % half-width (std)
+    over seeds to two decimals (the best non-UPPER_BOUNDS mean in bold), the paper's, and the mean over seeds of
+    each run's best round."""
+    s = load_sweep(name)
+    if len(s.values) != 1:
+        raise ValueError(f"std-table: {name!r} has {len(s.values)} columns; one is needed")
+    cells = {k: tables.mean_ci(list(x.values())) for (k, _), x in _final(s, "accuracy").items()}
+    best = max(c[0] for k, c in cells.items() if k not in UPPER_BOUNDS)
+    lines = [f"| method | ours | paper ({paper_label}) | ours at each run's best round (mean over seeds) |",
+             "|---|---|---|---|"]
+    for k in s.row_keys:
+        c = cells.get(k)
+        ours = _two(c)
+        if c and k not in UPPER_BOUNDS and c[0] == best:
+            ours = f"**{ours}**"
+        ours += f" (std {c[2]:.2f})" if c else ""
+        p = s.grid.paper.get(k, {}).get(s.values[0])
+        peaks = [tables.peak(r)[1] for r in _runs(s, "accuracy", (k,)).values()]
+        lines.append(f"| {s.grid.row(k).label} | {ours} | {'-' if p is None else f'{p:.2f}'} | "
+                     f"{statistics.fmean(peaks):.2f} |")
+    return "\n".join(lines)
+
+
+@GENERATORS.register("value-table")
+def value_table(name: str, variable: str, *rows: str, round: str | None = None) -> str:
+    """One line per grid value (seed 000's alpha): for each ROW:LABEL, ACC and AUC (%) of the final round as mean
+    ± the 95 % half-width over seeds; with round=N, the last row's mean AUC at round N (counted from 1)."""
+    s = load_sweep(name)
+    pairs = _labelled(rows)
+    metrics = (("accuracy", "ACC"), ("auc", "AUC"))
+    final = {m: _final(s, m) for m, _ in metrics}
+    head = [f"{label} {n}" for _, label in pairs for _, n in metrics]
+    if round is not None:
+        head.append(f"{pairs[-1][1]} AUC at round {int(round)}")
+        early = _runs(s, "auc", (pairs[-1][0],))
+    lines = [f"| {variable} | " + " | ".join(head) + " |", "|" + "---|" * (1 + len(head))]
+    for v in s.values:
+        out = [_two(tables.mean_ci(list(final[m][(k, v)].values())) if (k, v) in final[m] else None)
+               for k, _ in pairs for m, _ in metrics]
+        if round is not None:
+            at = [r[int(round) - 1] for (_, w, _), r in early.items() if w == v and int(round) - 1 in r]
+            out.append(f"{statistics.fmean(at):.2f}" if at else "-")
+        lines.append(f"| {v:g} | " + " | ".join(out) + " |")
+    return "\n".join(lines)
+
+
+@GENERATORS.register("per-seed")
+def per_seed(name: str, *rows: str, metrics: str = "accuracy", value: str | None = None) -> str:
+    """Each ROW:LABEL's final-round numbers (%) seed by seed, two decimals, metrics joined by " / ":
+    "GP 79.90 / 88.60, 80.55 / 86.83, 79.40 / 84.96; AuxInfo GP ..."."""
+    s = load_sweep(name)
+    names = metrics.split(",")
+    finals = {m: _final(s, m, value) for m in names}
+    parts = []
+    for k, label in _labelled(rows):
+        seeds = sorted({sd for (r, _), x in finals[names[0]].items() if r == k for sd in x})
+        if not seeds:
+            raise ValueError(f"per-seed: {name!r} has no final round of {k!r}")
+        cells = [" / ".join(f"{next(x[sd] for (r, _), x in finals[m].items() if r == k and sd in x):.2f}"
+                            for m in names) for sd in seeds]
+        parts.append(f"{label} " + ", ".join(cells))
+    return "; ".join(parts)
+
+
+@GENERATORS.register("cell")
+def cell(name: str, row: str, value: str, metric: str = "accuracy", digits: str = "2", last: str = "1",
+         grid: str | None = None, seed: str | None = None) -> str:
+    """One cell: the row's final number (%) at a grid value (last=5: the mean of its last 5 rounds), the mean over
+    its seeds (seed=N: that seed's alone): "46.37". grid=NAME reads every trial found in the directory (load_found)."""
+    x = _final(_sweep(name, grid), metric, value, last).get((row, float(value)), {})
+    x = {int(seed): x[int(seed)]} if seed is not None and int(seed) in x else {} if seed is not None else x
+    if not x:
+        raise ValueError(f"cell: {name!r} has no final round of {row!r} at {value}"
+                         + (f", seed {seed}" if seed else ""))
+    return f"{statistics.fmean(x.values()):.{int(digits)}f}"
+
+
+@GENERATORS.register("diff")
+def diff(name: str, a: str, b: str, metric: str = "accuracy", value: str | None = None, digits: str = "1",
+         last: str = "1", grid: str | None = None) -> str:
+    """Row a's mean (over seeds) minus row b's, averaged over the columns both have: "0.3"."""
+    means = tables.column_means(_final(_sweep(name, grid), metric, value, last))
+    d = [means[(a, v)] - means[(b, v)] for (k, v) in means if k == a and (b, v) in means]
+    if not d:
+        raise ValueError(f"diff: no column of {name!r} has both {a!r} and {b!r}")
+    return f"{statistics.fmean(d):.{int(digits)}f}"
+
+
+@GENERATORS.register("std")
+def std(name: str, row: str, metric: str = "accuracy", value: str | None = None) -> str:
+    """The standard deviation over seeds of a row's final number (one column: value=, or the sweep's only one)."""
+    cells = [x for (k, _), x in _final(load_sweep(name), metric, value).items() if k == row]
+    if len(cells) != 1:
+        raise ValueError(f"std: {row!r} has {len(cells)} columns in {name!r}; name one with value=")
+    return f"{statistics.stdev(cells[0].values()):.2f}"
+
+
+@GENERATORS.register("wins")
+def wins(name: str, a: str, b: str, metric: str = "accuracy") -> str:
+    """In how many (column, seed) pairs row a's final number is above b's: "3 of 3"."""
+    s = load_sweep(name)
+    d = tables.paired_differences(_final(s, metric), a, b, s.values)
+    return f"{sum(x > 0 for x in d)} of {len(d)}"
+
+
+@GENERATORS.register("paired-range")
+def paired_range(name: str, a: str, b: str, metric: str = "accuracy", digits: str = "2") -> str:
+    """The smallest and largest of a's minus b's final numbers, paired by (column, seed): "0.05-0.45"."""
+    s = load_sweep(name)
+    return tables.span(tables.paired_differences(_final(s, metric), a, b, s.values), int(digits))
+
+
+@GENERATORS.register("paper-gap-range")
+def paper_gap_range(name: str, *rows: str, metric: str = "accuracy", digits: str = "0", last: str = "1",
+                    value: str | None = None) -> str:
+    """How far the rows' means (default: every row's) are from the paper's, smallest to largest, over every cell
+    with a paper number ("4-23"); all must be on the same side of the paper's."""
+    s = load_sweep(name)
+    paper = s.grid.paper if metric == "accuracy" else s.grid.paper_auc
+    gaps = [m - paper[k][v] for (k, v), m in tables.column_means(_final(s, metric, value, last)).items()
+            if v in paper.get(k, {}) and (not rows or k in rows)]
+    if not gaps or (min(gaps) < 0 < max(gaps)):
+        raise ValueError(f"paper-gap-range: {name!r}'s cells are not all on one side of the paper's")
+    return tables.span([abs(g) for g in gaps], int(digits))
+
+
+@GENERATORS.register("final-range")
+def final_range(name: str, *rows: str, metric: str = "accuracy", value: str | None = None, digits: str = "1") -> str:
+    """The lowest and highest final number (%) over the runs (seeds, columns) of the rows: "74.0-77.5"."""
+    return tables.span([r[max(r)] for r in _runs(load_sweep(name), metric, rows, value).values()], int(digits))
+
+
+@GENERATORS.register("peak-range")
+def peak_range(name: str, *rows: str, what: str = "value", metric: str = "accuracy", value: str | None = None,
+               digits: str = "1") -> str:
+    """Over the runs of the rows, the range of each run's best round: what=value its number (%), what=round its
+    round (from 1), what=drop the best minus the final number."""
+    runs = _runs(load_sweep(name), metric, rows, value).values()
+    peaks = [(tables.peak(r), r[max(r)]) for r in runs]
+    if what == "round":
+        return tables.span([p[0] + 1 for p, _ in peaks], 0)
+    if what == "drop":
+        return tables.span([p[1] - last for p, last in peaks], int(digits))
+    if what == "value":
+        return tables.span([p[1] for p, _ in peaks], int(digits))
+    raise ValueError(f"what={what!r} is invalid: value, round or drop")
+
+
+@GENERATORS.register("round-range")
+def round_range(name: str, round: str, *rows: str, metric: str = "accuracy", value: str | None = None,
+                digits: str = "1") -> str:
+    """The lowest and highest number (%) at round N (counted from 1) over the runs of the rows: "82.2-85.5"."""
+    at = [r[int(round) - 1] for r in _runs(load_sweep(name), metric, rows, value).values() if int(round) - 1 in r]
+    return tables.span(at, int(digits))
+
+
+@GENERATORS.register("last-best")
+def last_best(name: str, *rows: str, metric: str = "accuracy") -> str:
+    """In how many of the rows' runs the final round is the best one: "5 of 6"."""
+    runs = _runs(load_sweep(name), metric, rows).values()
+    return f"{sum(tables.peak(r)[0] == max(r) for r in runs)} of {len(runs)}"
+
+
+@GENERATORS.register("spread")
+def spread(name: str, row: str, metric: str = "accuracy", digits: str = "1") -> str:
+    """The highest minus the lowest column mean of a row: how far apart its columns end ("0.3")."""
+    means = [m for (k, _), m in tables.column_means(_final(load_sweep(name), metric)).items() if k == row]
+    if not means:
+        raise ValueError(f"spread: {name!r} has no row {row!r}")
+    return f"{max(means) - min(means):.{int(digits)}f}"
+
+
+# ---------------------------------------------------------------- seed 002's tables (FSSDA)
+
+def _mean_of(x) -> float | None:
+    """A logged metric as one number: a per-client or per-source list's mean (JSON text or a list), else itself."""
+    if isinstance(x, str):
+        x = json.loads(x)
+    if x is None or (isinstance(x, list) and not x):
+        return None
+    return statistics.fmean(_mean_of(y) for y in x) if isinstance(x, list) else float(x)
+
+
+def _last_rounds(s: Sweep) -> dict[tuple[str, float, int], dict]:
+    """(row, grid value, seed) -> the trial's last recorded round (its row dict)."""
+    out: dict[tuple[str, float, int], dict] = {}
+    for r in s.rows:
+        k = (r["row"], r["grid_value"], int(r["seed"]))
+        if k not in out or r["round"] > out[k]["round"]:
+            out[k] = r
+    return out
+
+
+def _last_metric(s: Sweep, row: str, value: float, metric: str) -> list[float]:
+    """The row's `metric` (a list: its mean) in each seed's last round, seed by seed, where logged."""
+    last = _last_rounds(s)
+    xs = [_mean_of(last[k].get(metric)) for k in sorted(last) if k[0] == row and k[1] == value]
+    return [x for x in xs if x is not None]
+
+
+def _columns(s: Sweep, columns: str | None) -> list[str]:
+    # default: the grid's labels, arrows and pluses spaced ("fmnist-m + edges -> clean"); a spec cannot hold ">"
+    labels = columns.split("|") if columns else [s.grid.value_label(v).replace("->", " -> ").replace("+", " + ")
+                                                 for v in s.values]
+    if len(labels) != len(s.values):
+        raise ValueError(f"columns={columns!r} is invalid: {s.name!r} has {len(s.values)} columns")
+    return labels
+
+
+@GENERATORS.register("split-table")
+def split_table(name: str, *rows: str, corner: str = "method", columns: str | None = None, lead: str = "0",
+                lambda_row: str | None = None) -> str:
+    """Per ROW:LABEL and column, the final accuracy (%) as "mean ± 95 % half-width" to one decimal (tables.short_ci).
+    Bold: the best mean of its column among the rows of its split (the rows whose key ends alike after its last
+    "_": iid, noniid), where the split has more than one row and the best leads the next by more than `lead`
+    points. lambda_row=LABEL adds a line of the rows' devices' mean lambda in the last round (mean over seeds),
+    joined by " / "."""
+    s = load_sweep(name)
+    pairs = _labelled(rows)
+    means = tables.column_means(_final(s, "accuracy"))
+    final = _final(s, "accuracy")
+    split = {k: k.rsplit("_", 1)[-1] for k, _ in pairs}
+    lines = [f"| {corner} | " + " | ".join(_columns(s, columns)) + " |", "|" + "---|" * (len(s.values) + 1)]
+    for k, label in pairs:
+        cells = []
+        for v in s.values:
+            c = tables.short_ci(list(final.get((k, v), {}).values()))
+            mates = sorted((means[(j, v)] for j, _ in pairs if split[j] == split[k] and (j, v) in means), reverse=True)
+            if (k, v) in means and len(mates) > 1 and means[(k, v)] == mates[0] and mates[0] - mates[1] > float(lead):
+                c = f"**{c}**"
+            cells.append(c)
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    if lambda_row:
+        cells = [" / ".join(f"{statistics.fmean(_last_metric(s, k, v, 'imitation_lambda_i')):.2f}" for k, _ in pairs)
+                 for v in s.values]
+        lines.append(f"| {lambda_row} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+@GENERATORS.register("teacher-table")
+def teacher_table(name: str, *rows: str, columns: str | None = None) -> str:
+    """Per ROW:LABEL (FSSDA rows) and column: the teacher's final accuracy (%, the mean over the source models) as
+    "mean ± 95 % half-width" over seeds, and the devices' mean lambda in the last round (mean over seeds)."""
+    s = load_sweep(name)
+    lines = ["| | " + " | ".join(_columns(s, columns)) + " |", "|" + "---|" * (len(s.values) + 1)]
+    for k, label in _labelled(rows):
+        cells = []
+        for v in s.values:
+            teach = [100 * x for x in _last_metric(s, k, v, "teacher_accuracy")]
+            lam = _last_metric(s, k, v, "imitation_lambda_i")
+            cells.append(f"{tables.short_ci(teach)} / {statistics.fmean(lam):.2f}" if lam else "-")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _mean_curve(s: Sweep, row: str, value: float) -> list[float]:
+    """The row's accuracy (%) round by round, the mean over its seeds (as long as the shortest seed's run)."""
+    runs = [r for (k, v, _), r in sorted(tables.runs(list(s.rows)).items()) if k == row and v == value]
+    if not runs:
+        raise ValueError(f"{s.name!r} has no run of {row!r}")
+    n = min(len(r) for r in runs)
+    return [statistics.fmean(r[i] for r in runs) for i in sorted(runs[0])[:n]]
+
+
+@GENERATORS.register("reach-table")
+def reach_table(name: str, goal: str, *rows: str, goal_label: str = "serial variant") -> str:
+    """A one-column sweep (seed 002 Fig. 2): per ROW:LABEL, the final accuracy (%, "mean ± 95 % half-width") and
+    the first round (from 1) at which its mean curve over seeds reaches the `goal` row's final mean."""
+    s = load_sweep(name)
+    v = s.values[0]
+    target = _mean_curve(s, goal, v)[-1]
+    final = _final(s, "accuracy")
+    lines = [f"| protocol | final accuracy | rounds to reach the {goal_label}'s final {target:.1f} % |",
+             "|---|---|---|"]
+    for k, label in _labelled(rows):
+        curve = _mean_curve(s, k, v)
+        hit = next((i + 1 for i, m in enumerate(curve) if m >= target), None)
+        lines.append(f"| {label} | {tables.short_ci(list(final[(k, v)].values()))} | {hit or '-'} |")
+    return "\n".join(lines)
+
+
+@GENERATORS.register("reach")
+def reach(name: str, goal: str, row: str) -> str:
+    """The first round (from 1) at which the row's mean curve over seeds reaches the `goal` row's final mean."""
+    s = load_sweep(name)
+    target = _mean_curve(s, goal, s.values[0])[-1]
+    return str(next((i + 1 for i, m in enumerate(_mean_curve(s, row, s.values[0])) if m >= target), "-"))
+
+
+@GENERATORS.register("paired-table")
+def paired_table(name: str, ref: str, *others: str, columns: str | None = None, splits: str = "iid,noniid",
+                 below: str = "2") -> str:
+    """Per column and split, `ref` (e.g. adaptive lambda) minus each of `others` (rows named with {split}, e.g.
+    fssda_lambda0.1_{split}), paired by seed, the mean over the seeds; a line's lowest mean is in bold with the
+    seeds' own differences in brackets where it is below -`below` points."""
+    s = load_sweep(name)
+    final = _final(s, "accuracy")
+    names = splits.split(",")
+    head = " | ".join(f"{sp.replace('noniid', 'non-iid')}: " + " / ".join(
+        "- " + o.split("lambda")[-1].split("_")[0] for o in others) for sp in names)
+    lines = [f"| pair | {head} |", "|---|" + "---|" * len(names)]
+    for v, label in zip(s.values, _columns(s, columns)):
+        cells = []
+        for sp in names:
+            diffs = [tables.paired_differences(final, ref.format(split=sp), o.format(split=sp), [v]) for o in others]
+            means = [statistics.fmean(d) for d in diffs]
+            low = min(range(len(means)), key=means.__getitem__)
+            parts = [f"{m:+.1f}" for m in means]
+            if means[low] < -float(below):
+                parts[low] = f"**{parts[low]}** (" + ", ".join(f"{x:+.1f}" for x in diffs[low]) + ")"
+            cells.append(" / ".join(parts))
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _pick(x, index: str | None) -> float | None:
+    """A logged list metric's element `index` (per source: teacher_accuracy), or for a list of lists (per device:
+    imitation_weights_i) the mean over the outer list of each inner list's element; without index, its mean."""
+    if isinstance(x, str):
+        x = json.loads(x)
+    if index is None or x is None:
+        return _mean_of(x)
+    i = int(index)
+    return statistics.fmean(y[i] for y in x) if x and isinstance(x[0], list) else float(x[i])
+
+
+def _last_values(s: Sweep, metric: str, rows: tuple[str, ...], value: str | None, index: str | None,
+                 scale: str) -> dict[tuple[str, float, int], float]:
+    out = {k: _pick(r.get(metric), index) for k, r in _last_rounds(s).items()
+           if k[0] in rows and (value is None or k[1] == float(value))}
+    out = {k: float(scale) * x for k, x in out.items() if x is not None}
+    if not out:
+        raise ValueError(f"{s.name!r} logs no {metric!r} for {', '.join(rows)}")
+    return out
+
+
+@GENERATORS.register("last-mean")
+def last_mean(name: str, metric: str, row: str, value: str, index: str | None = None, scale: str = "100",
+              digits: str = "1") -> str:
+    """A logged metric in the trials' last round (a list: its mean, or element `index`), times `scale` (100: %),
+    the mean over the seeds of one row at one grid value: the teacher's accuracy "8.2", lambda "0.94" (scale=1)."""
+    xs = _last_values(load_sweep(name), metric, (row,), value, index, scale)
+    return f"{statistics.fmean(xs.values()):.{int(digits)}f}"
+
+
+@GENERATORS.register("last-range")
+def last_range(name: str, metric: str, *rows: str, value: str | None = None, index: str | None = None,
+               scale: str = "100", over: str = "runs", digits: str = "0") -> str:
+    """The lowest and highest of a logged metric in the last round (as last-mean) over the rows' runs
+    (over=runs: every seed and column), or over their columns' means over seeds (over=columns): "3-13"."""
+    xs = _last_values(load_sweep(name), metric, rows, value, index, scale)
+    if over == "columns":
+        by: dict[tuple[str, float], list[float]] = {}
+        for (k, v, _), x in xs.items():
+            by.setdefault((k, v), []).append(x)
+        return tables.span([statistics.fmean(x) for x in by.values()], int(digits))
+    if over != "runs":
+        raise ValueError(f"over={over!r} is invalid: runs or columns")
+    return tables.span(xs.values(), int(digits))
+
+
+@GENERATORS.register("student-teacher")
+def student_teacher(name: str, *rows: str, within: str = "3", what: str = "count") -> str:
+    """The distilling rows' runs: each one's final accuracy minus its teacher's (the mean over the source models),
+    in points. what=count: in how many the two are within `within` points ("21 of 24"); what=outside: the range
+    of the distances of the others ("6.7-11.7")."""
+    s = load_sweep(name)
+    last = _last_rounds(s)
+    gaps = [100 * (r["accuracy"] - _mean_of(r["teacher_accuracy"])) for k, r in last.items()
+            if k[0] in rows and r.get("teacher_accuracy") is not None]
+    if not gaps:
+        raise ValueError(f"student-teacher: {name!r} has no teacher for {', '.join(rows)}")
+    near = [abs(g) <= float(within) for g in gaps]
+    if what == "count":
+        return f"{sum(near)} of {len(gaps)}"
+    if what == "outside":
+        return tables.span([abs(g) for g, n in zip(gaps, near) if not n], 1)
+    raise ValueError(f"what={what!r} is invalid: count or outside")
+
+
+@GENERATORS.register("gaps")
+def gaps(name: str, *pairs: str, value: str | None = None, digits: str = "1", last: str = "1",
+         grid: str | None = None, sep: str = "-") -> str:
+    """The lowest and highest of A's mean minus B's (means over seeds), over every A:B pair and column (or some
+    columns, value=100,200): "4.6-7.5" (sep=to: "4.6 to 7.5")."""
+    means = tables.column_means(_final(_sweep(name, grid), "accuracy", value, last))
+    d = []
+    for pair in pairs:
+        a, b = pair.split(":")
+        d += [m - means[(b, v)] for (k, v), m in means.items() if k == a and (b, v) in means]
+    text = tables.span(d, int(digits))
+    return text if sep == "-" else text.replace("-", f" {sep} ", 1) if not text.startswith("-") else \
+        "-" + text[1:].replace("-", f" {sep} ", 1)
+
+
+@GENERATORS.register("row-range")
+def row_range(name: str, *rows: str, digits: str = "1", last: str = "1", value: str | None = None,
+              grid: str | None = None) -> str:
+    """The lowest and highest column mean (over seeds) of the rows (or at one column, value=): "52.8-64.8"."""
+    means = [m for (k, _), m in tables.column_means(_final(_sweep(name, grid), "accuracy", value, last)).items()
+             if k in rows]
+    return tables.span(means, int(digits))
+
+
+# ---------------------------------------------------------------- seed 004's DomainBed tables
+
+def _mean_std(values: list[float]) -> str:
+    """"mean (std)" to two decimals; one value alone; "-" for none (the DomainBed pages' cells)."""
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    return f"{statistics.fmean(values):.2f} ({statistics.stdev(values):.2f})"
+
+
+def _env(s: Sweep, v: float) -> str:
+    return s.grid.value_label(v).split(" (")[0]
+
+
+@GENERATORS.register("domainbed-table")
+def domainbed_table(name: str, grid: str | None = None, n: str = "no") -> str:
+    """Per row and held-out environment: the final round and the mean of its last 5 rounds (seed 004's metric), each
+    "mean (std)" over the seeds, the average of the last-5 means, n=yes the seeds found per cell; on ColoredMNIST
+    grids 004 Table 3 (mean (std)), its average, and Table 1 where it differs or Table 3 has no row."""
+    from tuning.paper import TABLE1_CMNIST, TABLE3_CMNIST, TABLE3_CMNIST_STD
+
+    s = _sweep(name, grid)
+    final, last5 = _final(s, "accuracy"), _final(s, "accuracy", last=5)
+    colored = s.grid.dataset.startswith("colored")
+    head = (["method"] + [f"{_env(s, v)} final" for v in s.values] + [f"{_env(s, v)} last 5" for v in s.values]
+            + ["avg last 5"] + (["n"] if n == "yes" else []))
+    if colored:
+        head += (["004 T3", "004 T3 avg"] if n == "yes" else [f"004 T3: {' / '.join(_env(s, v) for v in s.values)}",
+                                                              "T3 avg"]) + ["004 T1 (if other)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for key in s.row_keys:
+        f = [list(final.get((key, v), {}).values()) for v in s.values]
+        l5 = [list(last5.get((key, v), {}).values()) for v in s.values]
+        line = [s.grid.row(key).label] + [_mean_std(x) for x in f] + [_mean_std(x) for x in l5]
+        line.append(f"{statistics.fmean(statistics.fmean(x) for x in l5):.2f}" if all(l5) else "-")
+        if n == "yes":
+            line.append("/".join(str(k) for k in sorted({len(x) for x in f})))
+        if colored:
+            t3, t1 = TABLE3_CMNIST.get(key), TABLE1_CMNIST.get(key)
+            line.append(" / ".join(f"{t3[v]:.2f} ({TABLE3_CMNIST_STD[key][v]:.2f})" for v in s.values) if t3 else "-")
+            line.append(f"{statistics.fmean(t3.values()):.2f}" if t3 else "-")
+            line.append(" / ".join(f"{t1[v]:.2f}" for v in s.values) + f" (avg {statistics.fmean(t1.values()):.2f})"
+                        if t1 and t1 != t3 else "-")
+        lines.append("| " + " | ".join(line) + " |")
+    return "\n".join(lines)
+
+
+@GENERATORS.register("domainbed-ranking")
+def domainbed_ranking(name: str, grid: str | None = None) -> str:
+    """One bullet per held-out environment: the rows ranked by their last-5 mean (mean over seeds), one decimal."""
+    s = _sweep(name, grid)
+    means = tables.column_means(_final(s, "accuracy", last=5))
+    out = []
+    for v in s.values:
+        ranked = sorted(((means[(k, v)], k) for k in s.row_keys if (k, v) in means), reverse=True)
+        out.append(f"- {s.grid.value_label(v)}, by the last-5 mean: "
+                   + " > ".join(f"{s.grid.row(k).label} {m:.1f}" for m, k in ranked))
+    return "\n".join(out)
+
+
+@GENERATORS.register("seed-table")
+def seed_table(name: str, value: str, *rows: str, grid: str | None = None) -> str:
+    """One held-out environment, seed by seed: per ROW:LABEL each seed's last-5 mean and final accuracy ("last 5 /
+    final", or one number where they agree in every seed), the last-5 "mean (std)" over seeds, 004 Table 3's."""
+    from tuning.paper import TABLE3_CMNIST, TABLE3_CMNIST_STD
+
+    s = _sweep(name, grid)
+    v = float(value)
+    final, last5 = _final(s, "accuracy", value), _final(s, "accuracy", value, last=5)
+    pairs = _labelled(rows)
+    seeds = sorted({sd for k, _ in pairs for sd in final.get((k, v), {})})
+    lines = [f"| method, {_env(s, v)} held out | " + " | ".join(f"seed {sd}" for sd in seeds)
+             + " | mean (std), last 5 | 004 T3 |", "|" + "---|" * (len(seeds) + 3)]
+    for k, label in pairs:
+        f, l5 = final[(k, v)], last5[(k, v)]
+        same = all(f"{f[sd]:.2f}" == f"{l5[sd]:.2f}" for sd in f)
+        cells = [f"{l5[sd]:.2f}" if same else f"{l5[sd]:.2f} / {f[sd]:.2f}" if sd in f else "-" for sd in seeds]
+        t3 = TABLE3_CMNIST.get(k)
+        lines.append(f"| {label} ({'last 5 = final' if same else 'last 5 / final'}) | " + " | ".join(cells)
+                     + f" | {_mean_std(list(l5.values()))} | "
+                     + (f"{t3[v]:.2f} ({TABLE3_CMNIST_STD[k][v]:.2f})" if t3 else "-") + " |")
+    return "\n".join(lines)
+
+
+@GENERATORS.register("row-mean")
+def row_mean(name: str, row: str, last: str = "1", digits: str = "2", grid: str | None = None) -> str:
+    """A row's average over the columns of its means over seeds (last=5: of the last-5 means): "82.19"."""
+    means = [m for (k, _), m in tables.column_means(_final(_sweep(name, grid), "accuracy", last=last)).items()
+             if k == row]
+    if not means:
+        raise ValueError(f"row-mean: {name!r} has no row {row!r}")
+    return f"{statistics.fmean(means):.{int(digits)}f}"
+
+
+# ---------------------------------------------------------------- one-seed grids beside the paper (seed 004's tables)
+
+def _signed(x: float, digits: int = 2) -> str:
+    """+0.11 / −4.48 (a typographic minus, as the pages print a gap to the paper)."""
+    return f"{x:+.{digits}f}".replace("-", "\u2212")
+
+
+def _and(parts: list[str]) -> str:
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def _one_run(s: Sweep, row: str, value: str) -> dict[int, float]:
+    runs = [r for (k, v, _), r in tables.runs(list(s.rows)).items() if k == row and v == float(value)]
+    if len(runs) != 1:
+        raise ValueError(f"{s.name!r} has {len(runs)} runs of {row!r} at {value}; one is needed")
+    return runs[0]
+
+
+@GENERATORS.register("paper-table")
+def paper_table(name: str, columns: str) -> str:
+    """The sweep's own summary table (as `table`: ours / paper, **!** beyond 3 points) with the columns renamed
+    ("100 labelled|200|500|1000")."""
+    lines = summary_table(name).splitlines()
+    labels = columns.split("|")
+    if len(labels) != lines[1].count("---") - 1:
+        raise ValueError(f"columns={columns!r} is invalid: {name!r}'s table has {lines[1].count('---') - 1} columns")
+    return "\n".join(["| method | " + " | ".join(labels) + " |", *lines[1:]])
+
+
+@GENERATORS.register("rise")
+def rise(name: str, row: str, digits: str = "1") -> str:
+    """A row's mean at the sweep's last column minus at its first (columns in the grid's order): "5.5"."""
+    s = load_sweep(name)
+    means = tables.column_means(_final(s, "accuracy"))
+    return f"{means[(row, s.values[-1])] - means[(row, s.values[0])]:.{int(digits)}f}"
+
+
+@GENERATORS.register("diffs")
+def diffs(name: str, a: str, b: str, digits: str = "1", sign: str = "no") -> str:
+    """Row a's mean minus row b's, column by column in the grid's order: "7.4, 7.2, 8.7 and 9.5" (sign=yes:
+    "+0.3, −0.2, ...")."""
+    s = load_sweep(name)
+    means = tables.column_means(_final(s, "accuracy"))
+    d = [means[(a, v)] - means[(b, v)] for v in s.values if (a, v) in means and (b, v) in means]
+    return _and([_signed(x, int(digits)) if sign == "yes" else f"{x:.{int(digits)}f}" for x in d])
+
+
+@GENERATORS.register("near-paper")
+def near_paper(name: str, *rows: str, within: str = "3") -> str:
+    """In how many cells (of the rows, default all) our mean is within `within` points of the paper's: "13 of 16"."""
+    s = load_sweep(name)
+    means = tables.column_means(_final(s, "accuracy"))
+    gaps = [m - s.grid.paper[k][v] for (k, v), m in means.items()
+            if v in s.grid.paper.get(k, {}) and (not rows or k in rows)]
+    return f"{sum(abs(g) <= float(within) for g in gaps)} of {len(gaps)}"
+
+
+@GENERATORS.register("paper-gap")
+def paper_gap(name: str, row: str, value: str, digits: str = "2") -> str:
+    """One cell's mean minus the paper's, signed: "−4.48"."""
+    s = load_sweep(name)
+    m = tables.column_means(_final(s, "accuracy"))[(row, float(value))]
+    return _signed(m - s.grid.paper[row][float(value)], int(digits))
+
+
+@GENERATORS.register("peak")
+def peak(name: str, row: str, value: str, what: str = "value", digits: str = "1") -> str:
+    """A one-seed cell's best round: what=value its accuracy (%), what=round its round counted from 1 (the warm-up
+    rounds included: "after round 7")."""
+    r, x = tables.peak(_one_run(load_sweep(name), row, value))
+    if what == "round":
+        return str(r + 1)
+    if what == "value":
+        return f"{x:.{int(digits)}f}"
+    raise ValueError(f"what={what!r} is invalid: value or round")
+
+
+@GENERATORS.register("tail-range")
+def tail_range(name: str, row: str, value: str, n: str = "10", digits: str = "1") -> str:
+    """A one-seed cell's lowest and highest accuracy (%) over its last n rounds: "66.0-68.2"."""
+    run = _one_run(load_sweep(name), row, value)
+    return tables.span([run[k] for k in sorted(run)[-int(n):]], int(digits))
+
+
 # ---------------------------------------------------------------- pages
 
+OPTION = re.compile(r"^(?P<key>[a-z_]+)=(?P<value>.*)$", re.S)
+
+
 def render(spec: str) -> str:
+    """A block's text: its generator called with the spec's words; a word `key=value` is a keyword argument."""
     words = shlex.split(spec)
     if not words:
         raise ValueError("a records block names no generator")
-    return GENERATORS.get(words[0])(*words[1:])
+    args = [w for w in words[1:] if not OPTION.match(w)]
+    kwargs = {m["key"]: m["value"] for m in map(OPTION.match, words[1:]) if m}
+    return GENERATORS.get(words[0])(*args, **kwargs)
 
 
 def rewrite(text: str) -> tuple[str, list[str]]:

@@ -4,6 +4,10 @@
     mean_ci(values)                 (mean, the 95 % confidence half-width t_{0.975, n-1} s / sqrt(n), s)
     short_ci(values)                "mean ± half-width" to one decimal: what seed 000 Table 2 prints as "±"
     paired_differences(final, a, b) a's minus b's, paired by (column, seed)
+    runs(rows, metric)              (row, grid value, seed) -> {round: metric (%)}: every round of each trial
+    peak(run)                       (round, metric) of a run's best round (the first, on a tie)
+    span(values, digits)            "low-high" of some numbers
+    column_means(final)             (row, grid value) -> the mean over seeds
 """
 from __future__ import annotations
 
@@ -26,11 +30,12 @@ def t975(df: int) -> float:
     return T_975[max(k for k in T_975 if k <= df)]
 
 
-def final(rows: Iterable[dict], metric: str = "accuracy") -> dict[tuple[str, float], dict[int, float]]:
-    """(row key, grid value) -> {seed: metric (%)} of each trial's last round (the sweep's final_accuracies)."""
+def final(rows: Iterable[dict], metric: str = "accuracy", last: int = 1) -> dict[tuple[str, float], dict[int, float]]:
+    """(row key, grid value) -> {seed: metric (%)} of each trial's last round (the sweep's final_accuracies), or
+    with last=k the mean of its last k rounds (seed 004's DomainBed metric, k = 5)."""
     from fda_ray.experiments.sweep import final_accuracies
 
-    return final_accuracies(list(rows), metric=metric)
+    return final_accuracies(list(rows), last=last, metric=metric)
 
 
 def mean_ci(values: list[float]) -> tuple[float, float, float]:
@@ -57,3 +62,32 @@ def paired_differences(final_: Mapping[tuple[str, float], Mapping[int, float]], 
         mine, theirs = final_.get((a, v), {}), final_.get((b, v), {})
         out += [mine[s] - theirs[s] for s in sorted(mine) if s in theirs]
     return out
+
+
+def runs(rows: Iterable[dict], metric: str = "accuracy") -> dict[tuple[str, float, int], dict[int, float]]:
+    """(row key, grid value, seed) -> {round: metric (%)}: every recorded round of each trial (rounds as the rows
+    number them, from 0)."""
+    out: dict[tuple[str, float, int], dict[int, float]] = {}
+    for r in rows:
+        if r.get(metric) is not None:
+            out.setdefault((r["row"], r["grid_value"], int(r["seed"])), {})[int(r["round"])] = 100 * float(r[metric])
+    return out
+
+
+def peak(run: Mapping[int, float]) -> tuple[int, float]:
+    """(round, metric) of a run's best round; the first such round on a tie."""
+    best = max(run.values())
+    return min(k for k, x in run.items() if x == best), best
+
+
+def span(values: Iterable[float], digits: int = 1) -> str:
+    """"low-high" of some numbers, each to `digits` decimals."""
+    values = list(values)
+    if not values:
+        raise ValueError("span: no values")
+    return f"{min(values):.{digits}f}-{max(values):.{digits}f}"
+
+
+def column_means(final_: Mapping[tuple[str, float], Mapping[int, float]]) -> dict[tuple[str, float], float]:
+    """(row key, grid value) -> the mean of its seeds' numbers."""
+    return {kv: statistics.fmean(x.values()) for kv, x in final_.items() if x}
