@@ -322,3 +322,97 @@ def test_peak_and_tail_range_of_one_run():
     assert pages.render("peak fmnist-target-size fedgp 100") == f"{max(run):.1f}"
     assert pages.render("peak fmnist-target-size fedgp 100 what=round") == str(run.index(max(run)) + 1)  # from 1
     assert pages.render("tail-range fmnist-target-size fedgp 100") == f"{min(run[-10:]):.1f}-{max(run[-10:]):.1f}"
+
+
+# ---------------------------------------------------------------- the Fashion-MNIST grids' prose generators
+
+def _raw(name, row, value, seed=None):
+    """One cell's rows from the sweep's records, in round order (one seed, or every seed)."""
+    rs = [r for r in pages.load_sweep(name).rows if r["row"] == row and r["grid_value"] == value
+          and (seed is None or r["seed"] == seed)]
+    return sorted(rs, key=lambda r: (r["seed"], r["round"]))
+
+
+def test_seed_list_gives_each_seeds_final_or_best_number_and_their_spread():
+    runs = {sd: [100 * r["accuracy"] for r in _raw("fmnist-noise", "oracle", 0.4, sd)] for sd in range(3)}
+    last = [runs[sd][-1] for sd in range(3)]
+    assert pages.render("seed-list fmnist-noise oracle 0.4 join=and") == \
+        f"{last[0]:.2f}, {last[1]:.2f} and {last[2]:.2f}"
+    assert pages.render("seed-list fmnist-noise oracle 0.4 what=spread digits=1") == f"{max(last) - min(last):.1f}"
+    best = [max(runs[sd]) for sd in range(3)]
+    assert pages.render("seed-list fmnist-noise oracle 0.4 what=peak digits=1") == ", ".join(f"{x:.1f}" for x in best)
+
+
+def test_at_round_counts_rounds_from_1_and_reads_any_logged_metric():
+    run = _raw("fmnist-noise", "fedgp_beta1", 0.8)
+    assert pages.render("at-round fmnist-noise fedgp_beta1 0.8 3") == f"{100 * run[2]['accuracy']:.1f}"
+    ft = _raw("fmnist-noise", "finetune_offline", 0.4, 1)
+    loss = ft[0]["train_loss_target"]  # the first fine-tuning epoch
+    assert pages.render("at-round fmnist-noise finetune_offline 0.4 first metric=train_loss_target seed=1 scale=1 "
+                        "digits=0 group=yes") == f"{loss:,.0f}".replace(",", " ")
+    with pytest.raises(ValueError, match="3 seeds"):
+        pages.render("at-round fmnist-noise fedgp 0.4 3")
+
+
+def test_run_mean_averages_a_list_metric_over_the_main_rounds_and_its_sources():
+    import json
+
+    def mean_beta(v):
+        rs = [r for r in _raw("fmnist-noise", "fedda_auto", v, 0) if r["phase"] == "main"]
+        per = [json.loads(r["beta_i"]) if isinstance(r["beta_i"], str) else r["beta_i"] for r in rs]
+        return statistics.fmean(statistics.fmean(b) for b in per)
+    assert pages.render("run-mean fmnist-noise beta_i fedda_auto 0.4 seed=0") == f"{mean_beta(0.4):.4f}"
+    means = [mean_beta(v) for v in (0.0, 0.2, 0.4, 0.6, 0.8)]
+    assert pages.render("run-mean-range fmnist-noise beta_i fedda_auto seed=0") == f"{min(means):.3f}-{max(means):.3f}"
+
+
+def test_epochs_count_from_the_first_fine_tuning_round():
+    # the noise grid records only the fine-tuning epochs, the label-shift grid the Source Only rounds before them
+    runs = [_raw("fmnist-noise", "finetune_offline", 0.4, sd) for sd in range(3)]
+    at = [[r["accuracy"] for r in run].index(max(r["accuracy"] for r in run)) + 1 for run in runs]
+    assert pages.render("peak-range fmnist-noise finetune_offline value=0.4 what=epoch") == f"{min(at)}-{max(at)}"
+    run = _raw("fmnist-label-shift", "finetune_offline", 0.3)
+    tune = [r["accuracy"] for r in run if r["phase"] == "finetune"]
+    assert pages.render("peak fmnist-label-shift finetune_offline 0.3 what=epoch") == str(tune.index(max(tune)) + 1)
+    assert pages.render("peak fmnist-label-shift finetune_offline 0.3 what=round") == \
+        str(run[[r["accuracy"] for r in run].index(max(tune))]["round"] + 1)
+
+
+def test_final_range_takes_several_columns():
+    last = [100 * _raw("fmnist-noise", "fedda", v, sd)[-1]["accuracy"] for v in (0.4, 0.6)
+            for sd in ({0, 1, 2} if v == 0.4 else {0})]
+    assert pages.render("final-range fmnist-noise fedda value=0.4,0.6") == f"{min(last):.1f}-{max(last):.1f}"
+
+
+def test_paper_gap_max_is_the_largest_gap_in_size_with_its_sign():
+    s = pages.load_sweep("fmnist-label-shift")
+    gaps = [statistics.fmean(_seeds("fmnist-label-shift", "fedgp_auto", v)) - s.grid.paper["fedgp_auto"][v]
+            for v in s.values]
+    g = max(gaps, key=abs)
+    assert pages.render("paper-gap-max fmnist-label-shift fedgp_auto") == f"{g:+.2f}".replace("-", "\u2212")
+    assert pages.render("paper-gap-max fmnist-label-shift fedgp_auto sign=no digits=1") == f"{abs(g):.1f}"
+    some = [gaps[s.values.index(v)] for v in (0.15, 0.05)]
+    assert pages.render("paper-gap-max fmnist-label-shift fedgp_auto value=0.15,0.05 sign=no") == \
+        f"{max(map(abs, some)):.2f}"
+
+
+def test_tail_list_width_and_range_read_the_last_rounds():
+    run = [100 * r["accuracy"] for r in _raw("fmnist-label-shift", "fedda", 0.0)]
+    assert pages.render("tail-list fmnist-label-shift fedda 0 n=4") == ", ".join(f"{x:.1f}" for x in run[-4:])
+    before = run[-10:-1]  # the nine rounds before the last
+    assert pages.render("tail-range fmnist-label-shift fedda 0 n=9 skip=1") == f"{min(before):.1f}-{max(before):.1f}"
+    widths = []
+    for v in (0.45, 0.05):
+        r = [100 * x["accuracy"] for x in _raw("fmnist-label-shift", "fedgp_beta1", v)][-10:]
+        widths.append(max(r) - min(r))
+    assert pages.render("tail-width fmnist-label-shift fedgp_beta1 value=0.45,0.05 digits=2") == f"{max(widths):.2f}"
+
+
+def test_std_range_and_one_seeds_peak_in_a_cell_of_several():
+    sds = [statistics.stdev(_seeds("fmnist-noise", k, 0.4)) for k in ("fedda", "fedgp_beta1", "target_only")]
+    assert pages.render("std-range fmnist-noise fedda fedgp_beta1 target_only value=0.4 digits=2") == \
+        f"{min(sds):.2f}-{max(sds):.2f}"
+    runs = {k: [100 * r["accuracy"] for r in _raw("fmnist-noise", k, 0.4, 1)] for k in ("fedda", "fedgp")}
+    assert pages.render("peak fmnist-noise fedda 0.4 seed=1 digits=2") == f"{max(runs['fedda']):.2f}"
+    at = [r.index(max(r)) + 1 for r in runs.values()]
+    assert pages.render("peak-range fmnist-noise fedda fedgp value=0.4 seed=1 what=round") == f"{min(at)}-{max(at)}"

@@ -233,10 +233,22 @@ def _final(s: Sweep, metric: str, value: str | None = None,
 
 def _runs(s: Sweep, metric: str, rows: tuple[str, ...], value: str | None = None) -> dict[tuple, dict[int, float]]:
     runs = tables.runs(list(s.rows), metric)
-    picked = {k: r for k, r in runs.items() if k[0] in rows and (value is None or k[1] == float(value))}
+    keep = None if value is None else {float(x) for x in str(value).split(",")}  # one value or several: "0.4,0.6"
+    picked = {k: r for k, r in runs.items() if k[0] in rows and (keep is None or k[1] in keep)}
     if not picked:
         raise ValueError(f"{s.name!r} has no run of {', '.join(rows)}" + (f" at {value}" if value else ""))
     return picked
+
+
+def _epoch(s: Sweep, run: tuple[str, float, int], round_: int) -> int:
+    """A recorded round (from 0) of a Finetune_Offline run as its fine-tuning epoch, counted from 1: the rounds of
+    phase "finetune" follow the Source Only rounds (recorded in some sweeps, not in others)."""
+    k, v, sd = run
+    first = [r["round"] for r in s.rows if r["row"] == k and r["grid_value"] == v and int(r["seed"]) == sd
+             and r.get("phase") == "finetune"]
+    if not first:
+        raise ValueError(f"{s.name!r}: the run {k!r} at {v}, seed {sd}, has no fine-tuning epoch")
+    return round_ - min(first) + 1
 
 
 def _two(cell: tuple[float, float, float] | None, std: bool = False) -> str:
@@ -379,6 +391,17 @@ def std(name: str, row: str, metric: str = "accuracy", value: str | None = None)
     return f"{statistics.stdev(cells[0].values()):.2f}"
 
 
+@GENERATORS.register("std-range")
+def std_range(name: str, *rows: str, metric: str = "accuracy", value: str | None = None, digits: str = "1") -> str:
+    """The lowest and highest standard deviation over seeds of the rows' final numbers, over their cells with two or
+    more seeds (value=: some columns): "0.6-1.5"."""
+    sds = [statistics.stdev(x.values()) for (k, _), x in _final(load_sweep(name), metric, value).items()
+           if k in rows and len(x) > 1]
+    if not sds:
+        raise ValueError(f"std-range: {name!r} has no cell of {', '.join(rows)} with two or more seeds")
+    return tables.span(sds, int(digits))
+
+
 @GENERATORS.register("wins")
 def wins(name: str, a: str, b: str, metric: str = "accuracy") -> str:
     """In how many (column, seed) pairs row a's final number is above b's: "3 of 3"."""
@@ -416,18 +439,23 @@ def final_range(name: str, *rows: str, metric: str = "accuracy", value: str | No
 
 @GENERATORS.register("peak-range")
 def peak_range(name: str, *rows: str, what: str = "value", metric: str = "accuracy", value: str | None = None,
-               digits: str = "1") -> str:
+               digits: str = "1", seed: str | None = None) -> str:
     """Over the runs of the rows, the range of each run's best round: what=value its number (%), what=round its
-    round (from 1), what=drop the best minus the final number."""
-    runs = _runs(load_sweep(name), metric, rows, value).values()
+    round (from 1), what=epoch its fine-tuning epoch (from 1: _epoch), what=drop the best minus the final number.
+    seed=N: that seed's runs alone."""
+    s = load_sweep(name)
+    picked = {k: r for k, r in _runs(s, metric, rows, value).items() if seed is None or k[2] == int(seed)}
+    runs = picked.values()
     peaks = [(tables.peak(r), r[max(r)]) for r in runs]
     if what == "round":
         return tables.span([p[0] + 1 for p, _ in peaks], 0)
+    if what == "epoch":
+        return tables.span([_epoch(s, k, tables.peak(r)[0]) for k, r in picked.items()], 0)
     if what == "drop":
         return tables.span([p[1] - last for p, last in peaks], int(digits))
     if what == "value":
         return tables.span([p[1] for p, _ in peaks], int(digits))
-    raise ValueError(f"what={what!r} is invalid: value, round or drop")
+    raise ValueError(f"what={what!r} is invalid: value, round, epoch or drop")
 
 
 @GENERATORS.register("round-range")
@@ -792,8 +820,10 @@ def _and(parts: list[str]) -> str:
     return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
-def _one_run(s: Sweep, row: str, value: str) -> dict[int, float]:
-    runs = [r for (k, v, _), r in tables.runs(list(s.rows)).items() if k == row and v == float(value)]
+def _one_run(s: Sweep, row: str, value: str, seed: str | None = None) -> dict[int, float]:
+    """The cell's only run (seed=N: that seed's run)."""
+    runs = [r for (k, v, sd), r in tables.runs(list(s.rows)).items()
+            if k == row and v == float(value) and (seed is None or sd == int(seed))]
     if len(runs) != 1:
         raise ValueError(f"{s.name!r} has {len(runs)} runs of {row!r} at {value}; one is needed")
     return runs[0]
@@ -847,22 +877,140 @@ def paper_gap(name: str, row: str, value: str, digits: str = "2") -> str:
 
 
 @GENERATORS.register("peak")
-def peak(name: str, row: str, value: str, what: str = "value", digits: str = "1") -> str:
-    """A one-seed cell's best round: what=value its accuracy (%), what=round its round counted from 1 (the warm-up
-    rounds included: "after round 7")."""
-    r, x = tables.peak(_one_run(load_sweep(name), row, value))
+def peak(name: str, row: str, value: str, what: str = "value", digits: str = "1", seed: str | None = None) -> str:
+    """A one-seed cell's best round (seed=N: that seed's run in a cell of several): what=value its accuracy (%),
+    what=round its round counted from 1 (the warm-up rounds included: "after round 7"), what=epoch its
+    fine-tuning epoch (from 1: _epoch; "after epoch 20")."""
+    s = load_sweep(name)
+    run = _one_run(s, row, value, seed)
+    r, x = tables.peak(run)
     if what == "round":
         return str(r + 1)
+    if what == "epoch":
+        sd = next(sd for (k, v, sd) in tables.runs(list(s.rows))
+                  if k == row and v == float(value) and (seed is None or sd == int(seed)))
+        return str(_epoch(s, (row, float(value), sd), r))
     if what == "value":
         return f"{x:.{int(digits)}f}"
-    raise ValueError(f"what={what!r} is invalid: value or round")
+    raise ValueError(f"what={what!r} is invalid: value, round or epoch")
 
 
 @GENERATORS.register("tail-range")
-def tail_range(name: str, row: str, value: str, n: str = "10", digits: str = "1") -> str:
-    """A one-seed cell's lowest and highest accuracy (%) over its last n rounds: "66.0-68.2"."""
+def tail_range(name: str, row: str, value: str, n: str = "10", digits: str = "1", skip: str = "0") -> str:
+    """A one-seed cell's lowest and highest accuracy (%) over its last n rounds: "66.0-68.2" (skip=1: the n rounds
+    before its last one)."""
     run = _one_run(load_sweep(name), row, value)
-    return tables.span([run[k] for k in sorted(run)[-int(n):]], int(digits))
+    keys = sorted(run)[:len(run) - int(skip)]
+    return tables.span([run[k] for k in keys[-int(n):]], int(digits))
+
+
+# ---------------------------------------------------------------- the Fashion-MNIST grids' prose (noise, label shift,
+# source classes): one cell's seeds, one run's rounds, a logged estimate's mean over rounds
+
+def _seed_runs(s: Sweep, row: str, value: str, metric: str = "accuracy") -> dict[int, dict[int, float]]:
+    """seed -> {round: metric (%)} of one cell."""
+    runs = {sd: r for (k, v, sd), r in tables.runs(list(s.rows), metric).items() if k == row and v == float(value)}
+    if not runs:
+        raise ValueError(f"{s.name!r} has no run of {row!r} at {value}")
+    return runs
+
+
+@GENERATORS.register("seed-list")
+def seed_list(name: str, row: str, value: str, what: str = "final", metric: str = "accuracy", digits: str = "2",
+              join: str = "comma") -> str:
+    """One cell seed by seed: what=final each seed's final number (%), what=peak each seed's best round's:
+    "11.67, 16.40, 16.56" (join=and: "84.33, 80.33 and 79.00"); what=spread the highest final minus the lowest."""
+    runs = _seed_runs(load_sweep(name), row, value, metric)
+    if what == "spread":
+        last = [r[max(r)] for r in runs.values()]
+        return f"{max(last) - min(last):.{int(digits)}f}"
+    if what not in ("final", "peak"):
+        raise ValueError(f"what={what!r} is invalid: final, peak or spread")
+    xs = [f"{(r[max(r)] if what == 'final' else tables.peak(r)[1]):.{int(digits)}f}" for _, r in sorted(runs.items())]
+    return _and(xs) if join == "and" else ", ".join(xs)
+
+
+def _cell_rows(s: Sweep, row: str, value: str, seed: str | None) -> list[dict]:
+    """The recorded rounds of one run (seed=N; without it, the cell's only seed), in round order."""
+    rows = [r for r in s.rows if r["row"] == row and r["grid_value"] == float(value)]
+    seeds = sorted({int(r["seed"]) for r in rows})
+    if seed is None and len(seeds) != 1:
+        raise ValueError(f"{s.name!r} has {len(seeds)} seeds of {row!r} at {value}; name one with seed=")
+    pick = seeds[0] if seed is None else int(seed)
+    out = sorted((r for r in rows if int(r["seed"]) == pick), key=lambda r: r["round"])
+    if not out:
+        raise ValueError(f"{s.name!r} has no run of {row!r} at {value}, seed {seed}")
+    return out
+
+
+@GENERATORS.register("at-round")
+def at_round(name: str, row: str, value: str, round: str, metric: str = "accuracy", seed: str | None = None,
+             scale: str = "100", digits: str = "1", group: str = "no") -> str:
+    """One run's logged metric (times `scale`) at round N counted from 1 (the warm-up rounds included; round=first:
+    its first recorded round, a fine-tuning run's first epoch): "41.6" after round 3; group=yes spaces the
+    thousands ("11 795")."""
+    rows = _cell_rows(load_sweep(name), row, value, seed)
+    if round == "first":
+        r = rows[0]
+    else:
+        r = next((x for x in rows if x["round"] == int(round) - 1), None)
+        if r is None:
+            raise ValueError(f"at-round: {name!r} has no round {round} of {row!r} at {value}")
+    x = float(scale) * float(r[metric])
+    return f"{x:,.{int(digits)}f}".replace(",", " ") if group == "yes" else f"{x:.{int(digits)}f}"
+
+
+def _run_mean(s: Sweep, metric: str, row: str, value: float, seed: str | None, phase: str) -> float:
+    xs = [_mean_of(r.get(metric)) for r in _cell_rows(s, row, str(value), seed) if r.get("phase") == phase]
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        raise ValueError(f"{s.name!r} logs no {metric!r} for {row!r} at {value} in phase {phase!r}")
+    return statistics.fmean(xs)
+
+
+@GENERATORS.register("run-mean")
+def run_mean(name: str, metric: str, row: str, value: str, seed: str | None = None, phase: str = "main",
+             digits: str = "4") -> str:
+    """A logged metric of one run (a list, e.g. per source: its mean) averaged over the run's rounds of `phase`:
+    FedDA_Auto's mean beta_i over the main rounds and the sources, "0.0377"."""
+    return f"{_run_mean(load_sweep(name), metric, row, float(value), seed, phase):.{int(digits)}f}"
+
+
+@GENERATORS.register("run-mean-range")
+def run_mean_range(name: str, metric: str, row: str, seed: str | None = None, phase: str = "main",
+                   digits: str = "3") -> str:
+    """run-mean's lowest and highest over the sweep's columns: "0.029-0.044"."""
+    s = load_sweep(name)
+    return tables.span([_run_mean(s, metric, row, v, seed, phase) for v in s.values], int(digits))
+
+
+@GENERATORS.register("paper-gap-max")
+def paper_gap_max(name: str, *rows: str, value: str | None = None, digits: str = "2", sign: str = "yes") -> str:
+    """Of the rows' cells (default: every row's; value=: some columns) with a paper number, the gap to the paper
+    (our mean minus the paper's) largest in size, signed ("+1.44", "−0.91"; sign=no: its size, "0.91")."""
+    s = load_sweep(name)
+    gaps = [m - s.grid.paper[k][v] for (k, v), m in tables.column_means(_final(s, "accuracy", value)).items()
+            if v in s.grid.paper.get(k, {}) and (not rows or k in rows)]
+    if not gaps:
+        raise ValueError(f"paper-gap-max: {name!r} has no cell with a paper number for {', '.join(rows) or 'any row'}")
+    g = max(gaps, key=abs)
+    return _signed(g, int(digits)) if sign == "yes" else f"{abs(g):.{int(digits)}f}"
+
+
+@GENERATORS.register("tail-list")
+def tail_list(name: str, row: str, value: str, n: str = "10", digits: str = "1") -> str:
+    """A one-seed cell's accuracy (%) in each of its last n rounds, in order: "57.9, 47.1, 63.3"."""
+    run = _one_run(load_sweep(name), row, value)
+    return ", ".join(f"{run[k]:.{int(digits)}f}" for k in sorted(run)[-int(n):])
+
+
+@GENERATORS.register("tail-width")
+def tail_width(name: str, *rows: str, value: str | None = None, n: str = "10", digits: str = "1") -> str:
+    """Over the rows' runs (value=: some columns), the largest highest-minus-lowest accuracy (%) within a run's last
+    n rounds: how far the end of a run still moves ("0.9")."""
+    runs = _runs(load_sweep(name), "accuracy", rows, value).values()
+    widths = [max(x) - min(x) for x in ([r[k] for k in sorted(r)[-int(n):]] for r in runs)]
+    return f"{max(widths):.{int(digits)}f}"
 
 
 # ---------------------------------------------------------------- pages
