@@ -416,3 +416,36 @@ def test_std_range_and_one_seeds_peak_in_a_cell_of_several():
     assert pages.render("peak fmnist-noise fedda 0.4 seed=1 digits=2") == f"{max(runs['fedda']):.2f}"
     at = [r.index(max(r)) + 1 for r in runs.values()]
     assert pages.render("peak-range fmnist-noise fedda fedgp value=0.4 seed=1 what=round") == f"{min(at)}-{max(at)}"
+
+
+def test_fedwca_generators_by_hand_from_the_raw_records():
+    """fedwca-guard, fedwca-beta, fedwca-alpha and fedwca-domains against the rows.json files read directly."""
+    import json
+
+    def runs(sweep, *rows):
+        for rec in sorted((pages.RESULTS / sweep / "trials").iterdir()):
+            t = json.loads((rec / "trial.json").read_text())
+            if t["row"] in rows and (rec / "rows.json").is_file():
+                yield t, json.loads((rec / "rows.json").read_text())["rows"]
+
+    guard = [r["prototype_guard"] for _, rs in runs("fedwca-ablation", "fedwca", "one_hot") for r in rs
+             if r.get("prototype_guard") is not None]
+    assert pages.render("fedwca-guard fedwca-ablation fedwca one_hot grid=fedwca-ablation") == \
+        f"{min(guard):.0f}-{max(guard):.0f}"
+    beta = [statistics.fmean(b[1] for b in r["beta"]) for _, rs in runs("fedwca-ablation", "fedwca") for r in rs
+            if r.get("beta") is not None]
+    assert pages.render("fedwca-beta fedwca-ablation fedwca grid=fedwca-ablation") == \
+        f"{min(beta):.2f}-{max(beta):.2f}, {statistics.fmean(beta):.2f} on average"
+    top, own = [], []
+    for _, rs in runs("fedwca-ablation", "fedwca"):
+        for r in rs:
+            if r.get("alpha") is not None:
+                for k, a in enumerate(r["alpha"]):
+                    top.append(max(a))
+                    own.append(a.index(max(a)) == r["clusters"][k])
+    assert pages.render("fedwca-alpha fedwca-ablation fedwca grid=fedwca-ablation") == \
+        f"{statistics.fmean(top):.2f}, on its own cluster {100 * statistics.fmean(own):.0f} % of the time"
+    last = [rs[-1]["domain_accuracy"] for t, rs in runs("fedwca-ablation", "fedwca") if t["value"] == 1.0]
+    got = pages.render("fedwca-domains fedwca-ablation fedwca 1 grid=fedwca-ablation")
+    assert got.split(", ")[0] == f"clean {100 * statistics.fmean(x[0] for x in last):.1f}" and len(last) == 3
+    assert [w.split(" ")[0] for w in got.split(", ")] == ["clean", "rotate-45", "invert", "edges"]

@@ -1072,3 +1072,66 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+# ---------------------------------------------------------------- seed 003 (FedWCA): its logged per-client metrics
+
+def _fedwca_rounds(s: Sweep, rows: tuple[str, ...], metric: str):
+    """(row, value, seed, round row) for every round of the rows' trials that logged `metric`."""
+    for r in s.rows:
+        if r["row"] in rows and r.get(metric) is not None:
+            yield r
+
+
+@GENERATORS.register("fedwca-beta")
+def fedwca_beta(name: str, *rows: str, grid: str | None = None) -> str:
+    """Eq. 3's beta_1 (the weight of the soft model f_bar in the initial model): per round the mean over the
+    clients, its lowest and highest over every round of the rows' runs, and its mean: "0.40-0.87, 0.52 on
+    average"."""
+    xs = [statistics.fmean(float(b[1]) for b in _as_list(r["beta"]))
+          for r in _fedwca_rounds(_sweep(name, grid), rows, "beta")]
+    return f"{min(xs):.2f}-{max(xs):.2f}, {statistics.fmean(xs):.2f} on average"
+
+
+@GENERATORS.register("fedwca-alpha")
+def fedwca_alpha(name: str, row: str, grid: str | None = None) -> str:
+    """Eq. 1's alpha_k over the clients and rounds of a row's runs: the mean largest weight, and how often it is
+    on the client's own cluster: "0.66, on its own cluster 65 % of the time"."""
+    top, own = [], []
+    for r in _fedwca_rounds(_sweep(name, grid), (row,), "alpha"):
+        clusters = _as_list(r["clusters"])
+        for k, a in enumerate(_as_list(r["alpha"])):
+            top.append(max(a))
+            own.append(max(range(len(a)), key=a.__getitem__) == clusters[k])
+    return f"{statistics.fmean(top):.2f}, on its own cluster {100 * statistics.fmean(own):.0f} % of the time"
+
+
+@GENERATORS.register("fedwca-domains")
+def fedwca_domains(name: str, row: str, value: str, grid: str | None = None) -> str:
+    """The last round's accuracy (%) on each target domain (`domain_accuracy`), the mean over seeds, named:
+    "clean 73.1, rotate-45 23.7, invert 78.8, edges 70.8"."""
+    from tuning.grids import FMNIST5_NAMES
+
+    s = _sweep(name, grid)
+    v = float(value)
+    last: dict[int, dict] = {}
+    for r in _fedwca_rounds(s, (row,), "domain_accuracy"):
+        if r["grid_value"] == v and (r["seed"] not in last or r["round"] > last[r["seed"]]["round"]):
+            last[r["seed"]] = r
+    if not last:
+        raise ValueError(f"fedwca-domains: no run of {row!r} at {value} in {name!r}")
+    per = [_as_list(r["domain_accuracy"]) for r in last.values()]
+    names = [d for i, d in enumerate(FMNIST5_NAMES) if i != int(v)]
+    return ", ".join(f"{d} {100 * statistics.fmean(p[i] for p in per):.1f}" for i, d in enumerate(names))
+
+
+@GENERATORS.register("fedwca-guard")
+def fedwca_guard(name: str, *rows: str, grid: str | None = None) -> str:
+    """Trap 3's guard: how many clients a round compared raw similarities (`prototype_guard`), lowest and highest
+    over the rows' rounds that label with prototypes: "20-32"."""
+    xs = [float(r["prototype_guard"]) for r in _fedwca_rounds(_sweep(name, grid), rows, "prototype_guard")]
+    return f"{min(xs):.0f}-{max(xs):.0f}"
+
+
+def _as_list(v):
+    return json.loads(v) if isinstance(v, str) else v
