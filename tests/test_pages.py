@@ -449,3 +449,27 @@ def test_fedwca_generators_by_hand_from_the_raw_records():
     got = pages.render("fedwca-domains fedwca-ablation fedwca 1 grid=fedwca-ablation")
     assert got.split(", ")[0] == f"clean {100 * statistics.fmean(x[0] for x in last):.1f}" and len(last) == 3
     assert [w.split(" ")[0] for w in got.split(", ")] == ["clean", "rotate-45", "invert", "edges"]
+
+
+def test_moved_table_clusters_and_purity_by_hand():
+    """moved-table is after minus before paired by seed; fedwca-clusters and fedwca-purity read the last round's
+    partition of each FedWCA run."""
+    import json
+
+    a, b = pages.load_sweep("fedwca-fmnist"), pages.load_sweep("fedwca-fmnist-eq4")
+    fa, fb = tables.final(list(a.rows)), tables.final(list(b.rows))
+    lines = pages.render("moved-table fedwca-fmnist fedwca-fmnist-eq4").splitlines()
+    local = next(line for line in lines if line.startswith("| Local |")).split(" | ")
+    d = [fa[("local", 0.0)][s] - fb[("local", 0.0)][s] for s in (0, 1, 2)]
+    assert local[1] == f"{statistics.fmean(d):+.1f}"
+    purity, sizes = [], []
+    for rec in sorted((pages.RESULTS / "fedwca-fmnist" / "trials").glob("fedwca-*")):
+        rows = json.loads((rec / "rows.json").read_text())["rows"]
+        purity.append(rows[-1]["cluster_purity"])
+        sizes.append(rows[-1]["num_clusters"])
+    assert len(purity) == 15
+    text = pages.render("fedwca-purity fedwca-fmnist")
+    assert text.startswith(f"{sum(p >= 1 for p in purity)} of 15 runs have every cluster on one domain")
+    assert text.endswith(f"; {min(sizes)}-{max(sizes)} clusters for 4 domains")
+    table = pages.render("fedwca-clusters fedwca-fmnist").splitlines()
+    assert len(table) == 2 + 15 and sorted(int(r.split(" | ")[-2]) for r in table[2:]) == sorted(sizes)

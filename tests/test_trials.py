@@ -3,6 +3,7 @@ plain runs, trial identity, and the planner's one-line errors."""
 from __future__ import annotations
 
 import platform
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +14,8 @@ from fda_ray.runtime.engine import run
 from fda_ray.experiments.trials import Trial, is_done, plan, read_rows, result_rows, run_trial, trial_key
 from tuning.grids import GRIDS, Grid, Profile, Row
 from tuning.paper import TABLE10_FMNIST, TABLE11_FMNIST_LABEL_SHIFT
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # What each published table holds fixed (seed 004 C.6 and the grids' captions), beyond the dataset defaults.
 TABLE_SETTINGS = {
@@ -117,6 +120,19 @@ def test_plan_restricts_rows_values_and_overrides():
     assert all(t.config().rounds == 2 and t.config().partition == "label_shift" and t.config().eta == 0.1
                and t.config().noise == 0.0 for t in trials)
     assert [t.row for t in plan(grid, "quick", rows=["fedgp_beta1"], values=[0.1])] == ["fedgp_beta1"]
+
+
+def test_a_family_flag_keeps_the_grids_other_family_fields():
+    """--fedwca-prototypes eq4 on fedwca-fmnist (whose profile sets fedwca.local_epochs 2): both stand, and the
+    trials are the ones recorded with both (their keys); a plain dict merge once dropped local_epochs."""
+    grid = GRIDS["fedwca-fmnist"]
+    t = plan(grid, "paper", rows=["fedavg"], values=[0.0], seeds=1,
+             overrides={"params": {"fedwca": {"prototypes": "eq4", "labelset": "false"}}})[0]
+    fam = t.config().resolved().params["fedwca"]
+    assert (fam["local_epochs"], fam["prototypes"], fam["labelset"]) == (2, "eq4", False)
+    assert (ROOT / "docs" / "results" / "fedwca-fmnist-eq4" / "trials" / t.key / "rows.json").is_file()
+    default = plan(grid, "paper", rows=["fedavg"], values=[0.0], seeds=1)[0]
+    assert default.config().resolved().params["fedwca"]["local_epochs"] == 2 and default.key != t.key
 
 
 def test_a_profile_sets_fields_and_the_rows_and_values_run_by_default():

@@ -1135,3 +1135,73 @@ def fedwca_guard(name: str, *rows: str, grid: str | None = None) -> str:
 
 def _as_list(v):
     return json.loads(v) if isinstance(v, str) else v
+
+
+@GENERATORS.register("moved-table")
+def moved_table(after: str, before: str, metric: str = "accuracy", grid: str | None = None) -> str:
+    """What changed between two sweeps of one grid (the same rows, columns and seeds under two versions): per row
+    and column the mean over seeds of after minus before, paired by seed, and the average over the columns."""
+    a, b = _sweep(after, grid), _sweep(before, grid)
+    fa, fb = tables.final(list(a.rows), metric), tables.final(list(b.rows), metric)
+    lines = ["| method | " + " | ".join(a.grid.value_label(v) for v in a.values) + " | Avg. |",
+             "|" + "---|" * (len(a.values) + 2)]
+    for k in a.row_keys:
+        cells, means = [], []
+        for v in a.values:
+            d = tables.paired_differences({("a", v): fa.get((k, v), {}), ("b", v): fb.get((k, v), {})}, "a", "b", [v])
+            cells.append(f"{statistics.fmean(d):+.1f}" if d else "-")
+            if d:
+                means.append(statistics.fmean(d))
+        avg = f"{statistics.fmean(means):+.1f}" if len(means) == len(a.values) else "-"
+        lines.append(f"| {a.grid.row(k).label} | " + " | ".join(cells) + f" | {avg} |")
+    return "\n".join(lines)
+
+
+@GENERATORS.register("fedwca-clusters")
+def fedwca_clusters(name: str, row: str = "fedwca", grid: str | None = None) -> str:
+    """003 Table 12: FINCH's partition of the clients by source and seed, each cluster written as its clients'
+    domains (x count), the number of clusters and the purity (the share of clients whose cluster's most common
+    domain is their own)."""
+    from collections import Counter
+
+    from tuning.grids import FMNIST5_NAMES
+
+    s = _sweep(name, grid)
+    last: dict[tuple[float, int], dict] = {}
+    for r in _fedwca_rounds(s, (row,), "clusters"):
+        key = (r["grid_value"], r["seed"])
+        if key not in last or r["round"] > last[key]["round"]:
+            last[key] = r
+    lines = ["| source | seed | clusters (each: its clients' domains) | clusters | purity |", "|---|---|---|---|---|"]
+    for (v, seed), r in sorted(last.items()):
+        targets = [e for e in range(len(FMNIST5_NAMES)) if e != int(v)]
+        assign = _as_list(r["clusters"])
+        per = len(assign) // len(targets)
+        domain = [FMNIST5_NAMES[targets[k // per]] for k in range(len(assign))]
+        groups = []
+        for c in sorted(set(assign)):
+            counts = Counter(d for d, a in zip(domain, assign) if a == c)
+            groups.append("{" + ", ".join(f"{d} x{n}" for d, n in counts.items()) + "}")
+        lines.append(f"| {s.grid.value_label(v)} | {seed} | {' '.join(groups)} | {r['num_clusters']} | "
+                     f"{r['cluster_purity']:.2f} |")
+    return "\n".join(lines)
+
+
+@GENERATORS.register("fedwca-purity")
+def fedwca_purity(name: str, row: str = "fedwca", grid: str | None = None) -> str:
+    """How well FINCH's partitions recover the domains over a row's runs: "12 of 15 runs have every cluster on one
+    domain (purity 1.00), the others 0.81-0.97; 6-11 clusters for 4 domains"."""
+    s = _sweep(name, grid)
+    last: dict[tuple[float, int], dict] = {}
+    for r in _fedwca_rounds(s, (row,), "cluster_purity"):
+        key = (r["grid_value"], r["seed"])
+        if key not in last or r["round"] > last[key]["round"]:
+            last[key] = r
+    purity = [float(r["cluster_purity"]) for r in last.values()]
+    sizes = [int(r["num_clusters"]) for r in last.values()]
+    pure = sum(p >= 1.0 for p in purity)
+    rest = [p for p in purity if p < 1.0]
+    domains = len(s.grid.values) - 1
+    return (f"{pure} of {len(purity)} runs have every cluster on one domain (purity 1.00)"
+            + (f", the others {min(rest):.2f}-{max(rest):.2f}" if rest else "")
+            + f"; {min(sizes)}-{max(sizes)} clusters for {domains} domains")

@@ -182,7 +182,9 @@ def plan(grid: Grid, profile: str, *, rows: Sequence[str] | None = None, values:
             for name in set(values) & set(row_params.get("params", {}).get(fam, {})):
                 raise ValueError(f"{fam}.{name}={values[name]!r} is invalid here: row {key!r} sets it "
                                  f"({grid.row(key).label})")
-    base = {"dataset": grid.dataset, **grid.fixed, **prof.fields, **overrides}
+    # families' parameters merge field by field here too: a command line's --fedwca-prototypes keeps the grid's
+    # fedwca.local_epochs (a plain dict merge dropped it)
+    base = merge_fields({"dataset": grid.dataset}, grid.fixed, prof.fields, overrides)
 
     def n_seeds(v: float) -> int:
         return seeds if seeds is not None else (prof.seeds if prof.seeds is not None else grid.seeds_for(v))
