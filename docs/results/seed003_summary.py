@@ -1,14 +1,13 @@
 """The tables and figures of the seed 003 (FedWCA) result page, from the sweeps' trial records.
 
     python docs/results/seed003_summary.py table docs/results/fedwca-fmnist fedwca-fmnist
-    python docs/results/seed003_summary.py clusters docs/results/fedwca-fmnist fedwca-fmnist
     python docs/results/seed003_summary.py table docs/results/fedwca-ablation fedwca-ablation
     python docs/results/seed003_summary.py heatmap docs/results/fedwca-temperatures fedwca-temperatures
 
 table: per row and column (source domain), the final round's client-averaged test accuracy (%) as mean ± the 95 %
 confidence half-width over the seeds found, an Avg. column (the mean over the columns' means, as 003 Table 2), and
-the published numbers where the grid carries them. clusters: FINCH's partition of the clients (003 Table 12) per
-source and seed, each cluster written as its clients' domains, with its purity. heatmap: the T_a x T_b grid's final
+the published numbers where the grid carries them (FINCH's partitions, 003 Table 12: the generator
+fedwca-clusters of `python -m fda_ray.pages`). heatmap: the T_a x T_b grid's final
 validation and test accuracy (heatmap.png / .pdf in the sweep's folder), the pair the validation splits select and
 its test accuracy beside the best test accuracy of the grid (the oracle, reported as such).
 """
@@ -17,7 +16,6 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -83,27 +81,6 @@ def table(out: str, grid_name: str) -> None:
         print(f"| {r.label} | " + " | ".join(cells) + " |")
 
 
-def clusters(out: str, grid_name: str) -> None:
-    """003 Table 12: each source's partitions, a cluster written as the domains of its clients (x count)."""
-    grid, runs = GRIDS[grid_name], _finals(out, grid_name)
-    row = next(r for r in grid.rows if r.key == "fedwca")
-    print("| source | seed | clusters (each: its clients' domains) | clusters | purity | = domains |")
-    print("|---|---|---|---|---|---|")
-    for v in grid.values:
-        src = int(v)
-        targets = [e for e in range(len(FMNIST5_NAMES)) if e != src]
-        for x in runs.get((row.key, v), []):
-            assign = _list(x["clusters"])
-            per = len(assign) // len(targets)
-            domain = [FMNIST5_NAMES[targets[k // per]] for k in range(len(assign))]
-            groups = []
-            for c in sorted(set(assign)):
-                counts = Counter(d for d, a in zip(domain, assign) if a == c)
-                groups.append("{" + ", ".join(f"{d} x{n}" for d, n in counts.items()) + "}")
-            print(f"| {grid.value_label(v)} | {x['seed']} | {' '.join(groups)} | {x['num_clusters']} | "
-                  f"{x['cluster_purity']:.2f} | {'yes' if x['clusters_are_domains'] else 'no'} |")
-
-
 def heatmap(out: str, grid_name: str) -> None:
     import matplotlib
 
@@ -155,4 +132,4 @@ def heatmap(out: str, grid_name: str) -> None:
 
 if __name__ == "__main__":
     cmd, out, name = sys.argv[1:4]
-    {"table": table, "clusters": clusters, "heatmap": heatmap}[cmd](out, name)
+    {"table": table, "heatmap": heatmap}[cmd](out, name)
