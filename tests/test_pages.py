@@ -473,3 +473,74 @@ def test_moved_table_clusters_and_purity_by_hand():
     assert text.endswith(f"; {min(sizes)}-{max(sizes)} clusters for 4 domains")
     table = pages.render("fedwca-clusters fedwca-fmnist").splitlines()
     assert len(table) == 2 + 15 and sorted(int(r.split(" | ")[-2]) for r in table[2:]) == sorted(sizes)
+
+
+# ---------------------------------------------------------------- one run's curve and logged estimates beside the paper
+# (paper-diff, tail-rise, run-peak, near-paper-rounds, logged-range), from the rows.json files read directly
+
+def _record(sweep, row, value, seed=0):
+    """One trial's rounds from docs/results/<sweep>/trials/*/rows.json, in round order."""
+    import json
+
+    for rec in sorted((pages.RESULTS / sweep / "trials").iterdir()):
+        t = json.loads((rec / "trial.json").read_text())
+        if t["row"] == row and float(t["value"]) == value and t["seed"] == seed:
+            return sorted(json.loads((rec / "rows.json").read_text())["rows"], key=lambda r: r["round"])
+    raise AssertionError(f"no record of {row} at {value}, seed {seed} in {sweep}")
+
+
+def _minus(text):
+    return text.replace("-", "\u2212")
+
+
+def test_paper_diff_is_the_last_5_mean_minus_the_papers_number_in_points_or_stds():
+    acc = [100 * r["accuracy"] for r in _record("domainbed-colored-quick", "source_only", 2.0)]
+    gap = statistics.fmean(acc[-5:]) - 27.77  # 004 Table 3, Source Only, -90%; its std 0.82
+    assert pages.render("paper-diff domainbed-colored-quick source_only 2") == _minus(f"{gap:+.2f}")
+    assert pages.render("paper-diff domainbed-colored-quick source_only 2 unit=std digits=1") == \
+        _minus(f"{gap / 0.82:+.1f}")
+    assert pages.render("paper-diff domainbed-colored-quick source_only 2 last=1") == _minus(f"{acc[-1] - 27.77:+.2f}")
+    # two seeds found in the paper profile's directory: the mean of their last-5 means
+    seeds = [statistics.fmean(100 * r["accuracy"] for r in _record("domainbed-colored-paper", "fedgp_auto", 1.0, sd)
+                              [-5:]) for sd in (0, 1)]
+    assert pages.render("paper-diff domainbed-colored-paper fedgp_auto 1 grid=domainbed-colored") == \
+        _minus(f"{statistics.fmean(seeds) - 76.43:+.2f}")
+    # FedAvg's number is Table 1's, which prints no std
+    with pytest.raises(ValueError, match="prints no std"):
+        pages.render("paper-diff domainbed-colored-quick fedavg_all 2 unit=std")
+
+
+def test_tail_rise_and_run_peak_read_one_runs_curve():
+    acc = [100 * r["accuracy"] for r in _record("domainbed-colored-paper", "fedda_auto", 2.0)]
+    assert len(acc) == 52  # 2 warm-up rounds and 50
+    spec = "domainbed-colored-paper fedda_auto 2 grid=domainbed-colored"
+    assert pages.render(f"tail-rise {spec}") == _minus(f"{acc[-1] - acc[-11]:+.1f}")
+    assert pages.render(f"tail-rise {spec} n=3") == _minus(f"{acc[-1] - acc[-4]:+.1f}")
+    assert pages.render(f"run-peak {spec}") == f"{max(acc):.1f}"
+    assert pages.render(f"run-peak {spec} what=round") == str(acc.index(max(acc)) + 1)  # from 1
+    with pytest.raises(ValueError, match="2 seeds"):
+        pages.render("run-peak domainbed-colored-paper fedgp_auto 1 grid=domainbed-colored")
+
+
+def test_near_paper_rounds_lists_the_rounds_whose_5_round_mean_is_near_the_paper():
+    acc = [100 * r["accuracy"] for r in _record("domainbed-colored-quick", "fedavg_all", 2.0)]
+    near = [i + 1 for i in range(4, len(acc)) if abs(statistics.fmean(acc[i - 4:i + 1]) - 10.92) <= 3]
+    assert near == list(range(near[0], near[-1] + 1))  # one stretch of rounds
+    assert pages.render("near-paper-rounds domainbed-colored-quick fedavg_all 2") == f"{near[0]}-{near[-1]}"
+    assert pages.render("near-paper-rounds domainbed-colored-quick source_only 2") == "none"
+    assert pages._ranges([5, 6, 7, 9, 12, 13]) == "5-7, 9, 12-13" and pages._ranges([4]) == "4"
+
+
+def test_logged_range_spans_every_sources_value_over_the_phases_rounds():
+    main = [r for r in _record("domainbed-colored-paper", "fedda_auto", 2.0) if r["phase"] == "main"]
+    beta = [b for r in main for b in r["beta_i"]]
+    spec = "domainbed-colored-paper fedda_auto 2 grid=domainbed-colored"
+    assert pages.render(f"logged-range {spec.replace('fedda_auto', 'beta_i fedda_auto')}") == \
+        f"{min(beta):.2f}-{max(beta):.2f}"
+    w = [r["target_weight"] for r in main]  # a number per round, not a list
+    assert pages.render(f"logged-range {spec.replace('fedda_auto', 'target_weight fedda_auto')} digits=3") == \
+        f"{min(w):.3f}-{max(w):.3f}"
+    cos = [c for r in main[-20:] for c in r["cosine_mean_i"]]
+    assert max(cos) < 0  # negative: written "a to b" with typographic minuses
+    assert pages.render(f"logged-range {spec.replace('fedda_auto', 'cosine_mean_i fedda_auto')} last=20") == \
+        f"{_minus(f'{min(cos):.2f}')} to {_minus(f'{max(cos):.2f}')}"
