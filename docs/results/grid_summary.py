@@ -11,7 +11,6 @@ the standard deviation, beside the published numbers the grid carries; then the 
 from __future__ import annotations
 
 import json
-import math
 import statistics
 import sys
 from pathlib import Path
@@ -19,25 +18,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from fda_ray.experiments.sweep import collect, final_accuracies  # noqa: E402
+from fda_ray.experiments.tables import mean_ci  # noqa: E402
 from fda_ray.experiments.trials import Trial  # noqa: E402
 from tuning.grids import GRIDS  # noqa: E402
-
-T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571}  # Student's t, 0.975 quantile, by degrees of freedom
-
-
-def mean_ci(values: list[float]) -> tuple[float, float, float]:
-    """(mean, the 95 % confidence half-width t_{0.975, n-1} s / sqrt(n), s) of n >= 2 values."""
-    mean, sd = statistics.fmean(values), statistics.stdev(values)
-    return mean, T_975.get(len(values) - 1, 1.96) * sd / math.sqrt(len(values)), sd
-
-
-def short_ci(values: list[float]) -> str:
-    """"mean ± 95 % CI half-width" to one decimal ("-" for none, the value alone for one): the result pages' cells."""
-    if len(values) < 2:
-        return f"{values[0]:.1f}" if values else "-"
-    mean, half, _ = mean_ci(values)
-    return f"{mean:.1f} ± {half:.1f}"
-
 
 def cell(values: list[float]) -> str:
     if not values:

@@ -20,7 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from grid_summary import finished_rows, short_ci  # noqa: E402  (this folder)
+from fda_ray.experiments.tables import short_ci  # noqa: E402
+from grid_summary import finished_rows  # noqa: E402  (this folder)
 from tuning.grids import GRIDS  # noqa: E402
 
 

@@ -190,15 +190,12 @@ def build_note(*names: str) -> str:
     made before builds were kept)."""
     from fda_ray.core.storage import storage_path
     from fda_ray.experiments.sweep import builds_line
-    from fda_ray.experiments.trials import recorded_builds
 
     by: dict[str, list[str]] = {}  # what recorded them -> the directories
     for name in names:
-        records = storage_path(str(RESULTS / name / "trials"))
-        keys = {k for found in recorded_builds(records).values() for k in found}
-        if not keys:
+        found, text = builds_line(storage_path(str(RESULTS / name / "trials")))
+        if not found:
             raise ValueError(f"build: {name!r} has no finished trial under docs/results/{name}/trials")
-        _, text = builds_line(records, keys)
         by.setdefault(text.strip().removeprefix("Recorded by ").rstrip("."), []).append(f"`{name}`")
     parts = [f"{', '.join(dirs)}: {what}" + (" (their records predate build recording: a rerun on another build "
                                                "may move cells by points)" if what == "an unknown build" else "")
@@ -1013,67 +1010,6 @@ def tail_width(name: str, *rows: str, value: str | None = None, n: str = "10", d
     return f"{max(widths):.{int(digits)}f}"
 
 
-# ---------------------------------------------------------------- pages
-
-OPTION = re.compile(r"^(?P<key>[a-z_]+)=(?P<value>.*)$", re.S)
-
-
-def render(spec: str) -> str:
-    """A block's text: its generator called with the spec's words; a word `key=value` is a keyword argument."""
-    words = shlex.split(spec)
-    if not words:
-        raise ValueError("a records block names no generator")
-    args = [w for w in words[1:] if not OPTION.match(w)]
-    kwargs = {m["key"]: m["value"] for m in map(OPTION.match, words[1:]) if m}
-    return GENERATORS.get(words[0])(*args, **kwargs)
-
-
-def rewrite(text: str) -> tuple[str, list[str]]:
-    """(the page with every block regenerated, the specs of the blocks whose text changed). A block's body keeps
-    the newlines around it: a table block is written on its own lines, an inline one inline."""
-    changed: list[str] = []
-
-    def one(m: re.Match) -> str:
-        body = m.group("body")
-        lead = body[:len(body) - len(body.lstrip("\n"))]
-        trail = body[len(body.rstrip("\n")):]
-        new = render(m.group("spec"))
-        if body.strip("\n") != new:
-            changed.append(m.group("spec"))
-        return f"<!-- records: {m.group('spec')} -->{lead}{new}{trail}<!-- /records -->"
-
-    return BLOCK.sub(one, text), changed
-
-
-def pages(root: Path = ROOT) -> list[Path]:
-    return sorted({p for pattern in PAGES for p in root.glob(pattern)})
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m fda_ray.pages", description=__doc__.splitlines()[0])
-    p.add_argument("pages", nargs="*", help="pages to regenerate (default: README.md and docs/results/*.md)")
-    p.add_argument("--check", action="store_true", help="change nothing; list the blocks that differ, exit 1 if any")
-    a = p.parse_args(argv)
-    stale = 0
-    for page in [Path(x) for x in a.pages] or pages():
-        text = page.read_text()
-        try:
-            new, changed = rewrite(text)
-        except (ValueError, KeyError) as e:
-            print(f"error: {page}: {str(e).splitlines()[0]}", file=sys.stderr)
-            return 2
-        for spec in changed:
-            print(f"{page}: {spec}" + (": differs from the records" if a.check else ": rewritten"))
-        stale += len(changed)
-        if changed and not a.check:
-            page.write_text(new)
-    return 1 if a.check and stale else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
-
-
 # ---------------------------------------------------------------- seed 003 (FedWCA): its logged per-client metrics
 
 def _fedwca_rounds(s: Sweep, rows: tuple[str, ...], metric: str):
@@ -1114,13 +1050,11 @@ def fedwca_domains(name: str, row: str, value: str, grid: str | None = None) -> 
 
     s = _sweep(name, grid)
     v = float(value)
-    last: dict[int, dict] = {}
-    for r in _fedwca_rounds(s, (row,), "domain_accuracy"):
-        if r["grid_value"] == v and (r["seed"] not in last or r["round"] > last[r["seed"]]["round"]):
-            last[r["seed"]] = r
+    last = [r for (k, w, _), r in sorted(_last_rounds(s).items()) if k == row and w == v
+            and r.get("domain_accuracy") is not None]
     if not last:
         raise ValueError(f"fedwca-domains: no run of {row!r} at {value} in {name!r}")
-    per = [_as_list(r["domain_accuracy"]) for r in last.values()]
+    per = [_as_list(r["domain_accuracy"]) for r in last]
     names = [d for i, d in enumerate(FMNIST5_NAMES) if i != int(v)]
     return ", ".join(f"{d} {100 * statistics.fmean(p[i] for p in per):.1f}" for i, d in enumerate(names))
 
@@ -1134,7 +1068,13 @@ def fedwca_guard(name: str, *rows: str, grid: str | None = None) -> str:
 
 
 def _as_list(v):
+    """A logged list metric as a list (the parquet path stores it as JSON text)."""
     return json.loads(v) if isinstance(v, str) else v
+
+
+def _fedwca_last(s: Sweep, row: str, metric: str) -> dict[tuple[str, float, int], dict]:
+    """(row, value, seed) -> the last round of each of the row's runs that logged `metric`."""
+    return {k: r for k, r in _last_rounds(s).items() if k[0] == row and r.get(metric) is not None}
 
 
 @GENERATORS.register("moved-table")
@@ -1148,7 +1088,8 @@ def moved_table(after: str, before: str, metric: str = "accuracy", grid: str | N
     for k in a.row_keys:
         cells, means = [], []
         for v in a.values:
-            d = tables.paired_differences({("a", v): fa.get((k, v), {}), ("b", v): fb.get((k, v), {})}, "a", "b", [v])
+            now, then = fa.get((k, v), {}), fb.get((k, v), {})
+            d = [now[seed] - then[seed] for seed in sorted(now) if seed in then]
             cells.append(f"{statistics.fmean(d):+.1f}" if d else "-")
             if d:
                 means.append(statistics.fmean(d))
@@ -1167,13 +1108,9 @@ def fedwca_clusters(name: str, row: str = "fedwca", grid: str | None = None) -> 
     from tuning.grids import FMNIST5_NAMES
 
     s = _sweep(name, grid)
-    last: dict[tuple[float, int], dict] = {}
-    for r in _fedwca_rounds(s, (row,), "clusters"):
-        key = (r["grid_value"], r["seed"])
-        if key not in last or r["round"] > last[key]["round"]:
-            last[key] = r
+    last = _fedwca_last(s, row, "clusters")
     lines = ["| source | seed | clusters (each: its clients' domains) | clusters | purity |", "|---|---|---|---|---|"]
-    for (v, seed), r in sorted(last.items()):
+    for (_, v, seed), r in sorted(last.items()):
         targets = [e for e in range(len(FMNIST5_NAMES)) if e != int(v)]
         assign = _as_list(r["clusters"])
         per = len(assign) // len(targets)
@@ -1192,11 +1129,7 @@ def fedwca_purity(name: str, row: str = "fedwca", grid: str | None = None) -> st
     """How well FINCH's partitions recover the domains over a row's runs: "12 of 15 runs have every cluster on one
     domain (purity 1.00), the others 0.81-0.97; 6-11 clusters for 4 domains"."""
     s = _sweep(name, grid)
-    last: dict[tuple[float, int], dict] = {}
-    for r in _fedwca_rounds(s, (row,), "cluster_purity"):
-        key = (r["grid_value"], r["seed"])
-        if key not in last or r["round"] > last[key]["round"]:
-            last[key] = r
+    last = _fedwca_last(s, row, "cluster_purity")
     purity = [float(r["cluster_purity"]) for r in last.values()]
     sizes = [int(r["num_clusters"]) for r in last.values()]
     pure = sum(p >= 1.0 for p in purity)
@@ -1320,3 +1253,64 @@ def logged_range(name: str, metric: str, row: str, value: str, phase: str = "mai
         raise ValueError(f"logged-range: {name!r} logs no {metric!r} for {row!r} at {value} in phase {phase!r}")
     lo, hi, d = min(xs), max(xs), int(digits)
     return f"{_minus(lo, d)} to {_minus(hi, d)}" if lo < 0 else f"{lo:.{d}f}-{hi:.{d}f}"
+
+
+# ---------------------------------------------------------------- pages
+
+OPTION = re.compile(r"^(?P<key>[a-z_]+)=(?P<value>.*)$", re.S)
+
+
+def render(spec: str) -> str:
+    """A block's text: its generator called with the spec's words; a word `key=value` is a keyword argument."""
+    words = shlex.split(spec)
+    if not words:
+        raise ValueError("a records block names no generator")
+    args = [w for w in words[1:] if not OPTION.match(w)]
+    kwargs = {m["key"]: m["value"] for m in map(OPTION.match, words[1:]) if m}
+    return GENERATORS.get(words[0])(*args, **kwargs)
+
+
+def rewrite(text: str) -> tuple[str, list[str]]:
+    """(the page with every block regenerated, the specs of the blocks whose text changed). A block's body keeps
+    the newlines around it: a table block is written on its own lines, an inline one inline."""
+    changed: list[str] = []
+
+    def one(m: re.Match) -> str:
+        body = m.group("body")
+        lead = body[:len(body) - len(body.lstrip("\n"))]
+        trail = body[len(body.rstrip("\n")):]
+        new = render(m.group("spec"))
+        if body.strip("\n") != new:
+            changed.append(m.group("spec"))
+        return f"<!-- records: {m.group('spec')} -->{lead}{new}{trail}<!-- /records -->"
+
+    return BLOCK.sub(one, text), changed
+
+
+def pages(root: Path = ROOT) -> list[Path]:
+    return sorted({p for pattern in PAGES for p in root.glob(pattern)})
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m fda_ray.pages", description=__doc__.splitlines()[0])
+    p.add_argument("pages", nargs="*", help="pages to regenerate (default: README.md and docs/results/*.md)")
+    p.add_argument("--check", action="store_true", help="change nothing; list the blocks that differ, exit 1 if any")
+    a = p.parse_args(argv)
+    stale = 0
+    for page in [Path(x) for x in a.pages] or pages():
+        text = page.read_text()
+        try:
+            new, changed = rewrite(text)
+        except (ValueError, KeyError) as e:
+            print(f"error: {page}: {str(e).splitlines()[0]}", file=sys.stderr)
+            return 2
+        for spec in changed:
+            print(f"{page}: {spec}" + (": differs from the records" if a.check else ": rewritten"))
+        stale += len(changed)
+        if changed and not a.check:
+            page.write_text(new)
+    return 1 if a.check and stale else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -341,15 +341,15 @@ def same_build(records: StoragePath, mix: bool) -> None:
               "they may come from another one", file=sys.stderr)
 
 
-def builds_line(records: StoragePath, keys: set[str]) -> tuple[list[dict], str]:
-    """The builds (fda_ray.core.build) that recorded the table's trials `keys`: ([{build fields, "trials"}], a
-    summary.md paragraph naming each, and the trials whose build is unknown)."""
+def builds_line(records: StoragePath, keys: set[str] | None = None) -> tuple[list[dict], str]:
+    """The builds (fda_ray.core.build) that recorded the table's trials `keys` (None: every trial under `records`):
+    ([{build fields, "trials"}], a summary.md paragraph naming each, and the trials whose build is unknown)."""
     from fda_ray.core.build import FIELDS
     from fda_ray.experiments.trials import recorded_builds
 
     found = []
     for env, names in recorded_builds(records).items():
-        n = len(set(names) & keys)
+        n = len(names) if keys is None else len(set(names) & keys)
         if n:
             found.append({**dict(zip(FIELDS, env)), "trials": n})
     known = [b for b in found if any(b[k] is not None for k in FIELDS)]
