@@ -103,7 +103,9 @@ def test_noise_grid_is_table_10_with_fedgp_1_and_shared_source_only():
 def test_quick_noise_profile_is_the_papers_setting_with_two_sources_at_three_noise_levels():
     trials = plan(GRIDS["noise"], "quick")
     rows = [r.key for r in GRIDS["noise"].rows if r.key != "fedgp_beta1"]  # fedgp_beta1: not named as method fedgp
-    assert _cells(trials) == {(k, v, 0) for k in rows for v in (0.0, 0.4, 0.8)}
+    # 3 seeds in every cell: the README's ordering claims need each cell's spread (issue 38)
+    assert _cells(trials) == {(k, v, s) for k in rows for v in (0.0, 0.4, 0.8) for s in range(3)}
+    assert len(trials) == 3 * (1 + 7 * 3)  # per seed: the shared Source Only run, 7 rows at 3 noise levels
     for t in trials:
         cfg = t.config().resolved()
         assert (cfg.num_sources, cfg.samples_per_client, cfg.test_samples, cfg.rounds) == (2, 6000, 2000, 50)
