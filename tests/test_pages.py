@@ -544,3 +544,30 @@ def test_logged_range_spans_every_sources_value_over_the_phases_rounds():
     assert max(cos) < 0  # negative: written "a to b" with typographic minuses
     assert pages.render(f"logged-range {spec.replace('fedda_auto', 'cosine_mean_i fedda_auto')} last=20") == \
         f"{_minus(f'{min(cos):.2f}')} to {_minus(f'{max(cos):.2f}')}"
+
+
+# ---------------------------------------------------------------- claims with their seed spread
+
+def test_cell_ci_order_and_diff_ci_state_means_with_their_95_percent_intervals_by_hand():
+    t2 = 4.303  # t_{0.975, 2}: three seeds
+    cells = {k: _seeds("fmnist-noise", k, 0.4) for k in ("fedda_auto", "fedgp_auto", "target_only")}
+    assert all(len(v) == 3 for v in cells.values())
+
+    def ci(v):
+        return f"{statistics.fmean(v):.1f} ± {t2 * statistics.stdev(v) / math.sqrt(3):.1f}"
+
+    assert pages.render("cell-ci fmnist-noise fedda_auto 0.4") == ci(cells["fedda_auto"])
+    assert pages.render("cell-ci fmnist-noise fedda_auto 0 digits=2") == f"{_seeds('fmnist-noise', 'fedda_auto', 0.0)[0]:.2f} (one seed)"
+    assert pages.render("order fmnist-noise 0.4 fedda_auto fedgp_auto target_only") == \
+        f"FedDA_Auto {ci(cells['fedda_auto'])} > FedGP_Auto {ci(cells['fedgp_auto'])} > Target Only {ci(cells['target_only'])}"
+    # a claim that no longer holds for the means is an error, so the page's check fails
+    with pytest.raises(ValueError, match="'target_only' .* is not above 'fedda_auto'"):
+        pages.render("order fmnist-noise 0.4 target_only fedda_auto")
+    d = [a - b for a, b in zip(cells["fedda_auto"], cells["target_only"])]  # paired by seed
+    m, h = statistics.fmean(d), t2 * statistics.stdev(d) / math.sqrt(3)
+    assert pages.render("diff-ci fmnist-noise fedda_auto target_only value=0.4") == \
+        f"{m:+.1f} points (95 % interval {m - h:+.1f} to {m + h:+.1f}; higher in {sum(x > 0 for x in d)} of 3)"
+    with pytest.raises(ValueError, match="not positive"):
+        pages.render("diff-ci fmnist-noise target_only fedda_auto value=0.4")
+    with pytest.raises(ValueError, match="an interval needs 2 or more"):
+        pages.render("diff-ci fmnist-noise fedda_auto target_only value=0.2")
