@@ -571,3 +571,13 @@ def test_cell_ci_order_and_diff_ci_state_means_with_their_95_percent_intervals_b
         pages.render("diff-ci fmnist-noise target_only fedda_auto value=0.4")
     with pytest.raises(ValueError, match="an interval needs 2 or more"):
         pages.render("diff-ci fmnist-noise fedda_auto target_only value=0.2")
+
+
+def test_a_block_inside_a_fenced_code_block_is_an_example_not_checked(tmp_path):
+    page = tmp_path / "page.md"
+    example = "```markdown\nby <!-- records: gap-range fmnist-ablation fedda -->1 to 2<!-- /records --> points\n```\n"
+    live = "by <!-- records: gap-range fmnist-ablation fedda -->1 to 2<!-- /records --> points\n"
+    page.write_text(example)
+    assert pages.main(["--check", str(page)]) == 0
+    page.write_text(example + live)
+    assert pages.main(["--check", str(page)]) == 1  # the same block outside the fence is read

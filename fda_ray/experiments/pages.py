@@ -37,7 +37,8 @@ from fda_ray.experiments import tables
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "docs" / "results"
-PAGES = ("README.md", "docs/results/*.md")  # where blocks may be, relative to the repository
+PAGES = ("README.md", "docs/*.md", "docs/results/*.md")  # where blocks may be, relative to the repository
+FENCE = re.compile(r"(^```.*?^```[^\n]*$)", re.S | re.M)  # fenced code blocks, kept whole by split
 BLOCK = re.compile(r"<!-- records: (?P<spec>[^\n]*?) -->(?P<body>.*?)<!-- /records -->", re.S)
 
 
@@ -1347,7 +1348,9 @@ def rewrite(text: str) -> tuple[str, list[str]]:
             changed.append(m.group("spec"))
         return f"<!-- records: {m.group('spec')} -->{lead}{new}{trail}<!-- /records -->"
 
-    return BLOCK.sub(one, text), changed
+    # a fenced code block shows the syntax (docs/sweeps-and-searches.md): its example is text, not a block
+    parts = FENCE.split(text)
+    return "".join(p if i % 2 else BLOCK.sub(one, p) for i, p in enumerate(parts)), changed
 
 
 def pages(root: Path = ROOT) -> list[Path]:
@@ -1356,7 +1359,7 @@ def pages(root: Path = ROOT) -> list[Path]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m fda_ray.pages", description=__doc__.splitlines()[0])
-    p.add_argument("pages", nargs="*", help="pages to regenerate (default: README.md and docs/results/*.md)")
+    p.add_argument("pages", nargs="*", help="pages to regenerate (default: README.md, docs/*.md and docs/results/*.md)")
     p.add_argument("--check", action="store_true", help="change nothing; list the blocks that differ, exit 1 if any")
     a = p.parse_args(argv)
     stale = 0
