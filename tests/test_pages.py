@@ -581,3 +581,45 @@ def test_a_block_inside_a_fenced_code_block_is_an_example_not_checked(tmp_path):
     assert pages.main(["--check", str(page)]) == 0
     page.write_text(example + live)
     assert pages.main(["--check", str(page)]) == 1  # the same block outside the fence is read
+
+
+def test_search_ci_reads_the_reruns_the_search_recorded():
+    import json
+
+    sel = json.loads((pages.RESULTS / "search-beta" / "selection.json").read_text())
+    t2 = 4.303  # t_{0.975, 2}: the 3 fresh seeds
+
+    def ci(v):
+        return f"{statistics.fmean(v):.2f} ± {t2 * statistics.stdev(v) / math.sqrt(3):.2f}"
+
+    # the rule's selection rerun on seeds 1-3, and a reference row, as the search's own selection.json has them
+    assert pages.render('search-ci search-beta "fedgp @ noise 0.6" oracle') == ci(sel["reruns"]["fedgp @ noise 0.6"]["oracle"])
+    assert pages.render("search-ci search-beta 0.6 fedda_auto") == ci(sel["references"]["0.6"]["fedda_auto"])
+    d = [a - b for a, b in zip(sel["references"]["0.6"]["fedda_auto"], sel["reruns"]["fedda @ noise 0.6"]["oracle"])]
+    m, h = statistics.fmean(d), t2 * statistics.stdev(d) / math.sqrt(3)
+    assert pages.render('search-diff-ci search-beta 0.6 fedda_auto "fedda @ noise 0.6" oracle') == \
+        f"{m:+.1f} points (95 % interval {m - h:+.1f} to {m + h:+.1f}; higher in {sum(x > 0 for x in d)} of 3)"
+    with pytest.raises(ValueError, match="no rerun of rule 'nope'"):
+        pages.render('search-ci search-beta "fedgp @ noise 0.6" nope')
+
+
+def test_run_file_reads_a_single_runs_parquet():
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(pages.RESULTS / "fmnist-personalised" / "apfl.parquet").to_pylist()
+    acc = [100 * r["accuracy"] for r in rows]
+    assert pages.render("run-file fmnist-personalised apfl") == f"{acc[-1]:.2f}"
+    assert pages.render("run-file fmnist-personalised apfl what=peak digits=1") == f"{max(acc):.1f}"
+    r50 = [100 * r["accuracy"] for r in rows if r["round"] == 50][-1]
+    assert pages.render("run-file fmnist-personalised apfl what=at round=50") == f"{r50:.2f}"
+    with pytest.raises(ValueError, match="what='best' is invalid"):
+        pages.render("run-file fmnist-personalised apfl what=best")
+
+
+def test_synthetic_agreement_is_recomputed_from_the_cells():
+    import json
+
+    cells = [c for row in json.loads((pages.RESULTS / "synthetic-grid" / "grid.json").read_text())["cells"] for c in row]
+    for kind in ("static", "auto"):
+        share = sum(c["predicted"] == c[f"actual_{kind}"] for c in cells) / len(cells)
+        assert pages.render(f"synthetic-agreement synthetic-grid {kind}") == f"{100 * share:.0f}"

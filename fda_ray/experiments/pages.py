@@ -543,6 +543,107 @@ def diff_ci(name: str, a: str, b: str, value: str | None = None, metric: str = "
             f"{sum(x > 0 for x in d)} of {len(d)})")
 
 
+# ---------------------------------------------------------------- searches: the selections' reruns on fresh seeds
+
+def _search_finals(name: str, keys: list[str]) -> dict[int, float]:
+    """{seed: final test accuracy (%)} of the finished trials `keys` of docs/results/<name>/trials."""
+    from fda_ray.experiments.trials import read_rows
+    from tuning.selection import final_value
+
+    out = {}
+    for key in keys:
+        rec = RESULTS / name / "trials" / key
+        if (rec / "rows.json").is_file():
+            v = final_value(read_rows(rec)["rows"], "accuracy")
+            if v is not None:
+                out[int(json.loads((rec / "trial.json").read_text())["seed"])] = 100 * v
+    return out
+
+
+def _search_cell(name: str, study_or_value: str, rule_or_row: str) -> dict[int, float]:
+    """A search's rerun numbers by seed: a study's rule's selection ("fedgp @ noise 0.6" oracle: the trial keys
+    selection.json lists), or a reference row at a value (0.6 fedda_auto: its trials under trials/)."""
+    selection = json.loads((RESULTS / name / "selection.json").read_text())
+    if study_or_value in selection["studies"]:
+        keys = selection["studies"][study_or_value].get("reruns", {}).get(rule_or_row)
+        if keys is None:
+            raise ValueError(f"{name!r}: study {study_or_value!r} has no rerun of rule {rule_or_row!r}")
+    else:
+        value = float(study_or_value)
+        keys = [rec.name for rec in sorted((RESULTS / name / "trials").iterdir()) if (rec / "trial.json").is_file()
+                and (t := json.loads((rec / "trial.json").read_text()))["row"] == rule_or_row
+                and t["value"] is not None and float(t["value"]) == value]
+    got = _search_finals(name, keys)
+    if not got:
+        raise ValueError(f"{name!r} has no finished rerun of {study_or_value!r} {rule_or_row!r}")
+    return got
+
+
+@GENERATORS.register("search-ci")
+def search_ci(name: str, study_or_value: str, rule_or_row: str, digits: str = "2") -> str:
+    """A search's number to report: the selected configuration's (or a reference row's) final test accuracy on the
+    fresh seeds, mean ± 95 % half-width: `search-ci search-beta "fedgp @ noise 0.6" oracle`, or
+    `search-ci search-beta 0.6 fedda_auto`."""
+    return _with_ci(list(_search_cell(name, study_or_value, rule_or_row).values()), int(digits))
+
+
+@GENERATORS.register("search-diff-ci")
+def search_diff_ci(name: str, a_study_or_value: str, a: str, b_study_or_value: str, b: str,
+                   digits: str = "1") -> str:
+    """Search cell A minus cell B (each as search-ci names it), paired by seed, with its 95 % interval."""
+    x, y = _search_cell(name, a_study_or_value, a), _search_cell(name, b_study_or_value, b)
+    d = [x[k] - y[k] for k in sorted(x) if k in y]
+    if len(d) < 2:
+        raise ValueError(f"search-diff-ci: {len(d)} seed(s) have both; an interval needs 2 or more")
+    mean, half, _ = tables.mean_ci(d)
+    if not mean > 0:
+        raise ValueError(f"search-diff-ci: in {name!r}, {a} minus {b} is {mean:.2f} on average, not positive")
+    n = int(digits)
+    return (f"{mean:+.{n}f} points (95 % interval {mean - half:+.{n}f} to {mean + half:+.{n}f}; higher in "
+            f"{sum(v > 0 for v in d)} of {len(d)})")
+
+
+# ---------------------------------------------------------------- single runs' Parquet files (python -m fda_ray --parquet)
+
+@GENERATORS.register("run-file")
+def run_file(name: str, file: str, what: str = "final", metric: str = "accuracy", round: str | None = None,
+             digits: str = "2") -> str:
+    """One run's `metric` (%) from docs/results/<name>/<file>.parquet (every round of a `python -m fda_ray
+    --parquet` run): what=final (its last row), peak (its best round) or at (round=N, as the rows number it)."""
+    import pyarrow.parquet as pq
+
+    path = RESULTS / name / f"{file}.parquet"
+    if not path.is_file():
+        raise ValueError(f"run-file: {str(path)!r} does not exist")
+    t = pq.read_table(path, columns=["round", metric]).to_pylist()
+    got = [(r["round"], 100 * r[metric]) for r in t if r[metric] is not None]
+    if what == "final":
+        x = got[-1][1]
+    elif what == "peak":
+        x = max(v for _, v in got)
+    elif what == "at" and round is not None:
+        hit = [v for k, v in got if k == int(round)]
+        if not hit:
+            raise ValueError(f"run-file: {file!r} has no round {round}")
+        x = hit[-1]
+    else:
+        raise ValueError(f"what={what!r} is invalid: final, peak, or at with round=N")
+    return f"{x:.{int(digits)}f}"
+
+
+@GENERATORS.register("synthetic-agreement")
+def synthetic_agreement(name: str, kind: str) -> str:
+    """The synthetic grid's share of cells where the rule predicted at initialisation is the best after training
+    (fda_ray.experiments.synthetic_grid.agreement, recomputed from the cells of docs/results/<name>/grid.json):
+    kind static or auto: "44"."""
+    from fda_ray.experiments.synthetic_grid import agreement
+
+    if kind not in ("static", "auto"):
+        raise ValueError(f"kind={kind!r} is invalid: static or auto")
+    result = json.loads((RESULTS / name / "grid.json").read_text())
+    return f"{100 * agreement({'config': result['config'], 'cells': result['cells']})[f'agreement_{kind}']:.0f}"
+
+
 # ---------------------------------------------------------------- seed 002's tables (FSSDA)
 
 def _mean_of(x) -> float | None:
