@@ -1175,6 +1175,37 @@ def tail_width(name: str, *rows: str, value: str | None = None, n: str = "10", d
     return f"{max(widths):.{int(digits)}f}"
 
 
+@GENERATORS.register("reseeded-table")
+def reseeded_table(before: str, *after: str, within: str = "3", digits: str = "1") -> str:
+    """Cells of `before` rerun with more seeds in the sweeps `after` (seed 004 Table 10's one-seed gaps): per cell,
+    the number the old table had (its seed 0), the rerun's seed 0, the rerun's mean ± 95 % half-width over its
+    seeds, the paper's number, the gap of the mean, and whether the paper's number lies inside the interval."""
+    old = _final(load_sweep(before), "accuracy")
+    n = int(digits)
+    lines = ["| method | column | old table (seed 0) | rerun, seed 0 | rerun, mean ± 95 % | seeds | paper | gap | "
+             "paper inside the interval |", "|---|---|---|---|---|---|---|---|---|"]
+    for name in after:
+        s = load_sweep(name)
+        final = _final(s, "accuracy")
+        for k in s.row_keys:
+            for v in s.values:
+                x = final.get((k, v))
+                paper = s.grid.paper.get(k, {}).get(v)
+                if not x or paper is None:
+                    continue
+                vals = [x[sd] for sd in sorted(x)]
+                mean, half, _ = tables.mean_ci(vals) if len(vals) > 1 else (vals[0], float("nan"), 0.0)
+                gap = mean - paper
+                flag = " **!**" if abs(gap) > float(within) else ""
+                inside = "-" if len(vals) < 2 else "yes" if abs(gap) <= half else "no"
+                was = old.get((k, v), {}).get(0)
+                lines.append(f"| {s.grid.row(k).label} | {s.grid.value_label(v)} | "
+                             + (f"{was:.{n}f}" if was is not None else "-") + " | "
+                             + (f"{x[0]:.{n}f}" if 0 in x else "-") + f" | {_with_ci(vals, n)} | {len(vals)} | "
+                             f"{paper:.{n}f} | {_signed(gap, n)}{flag} | {inside} |")
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------- seed 003 (FedWCA): its logged per-client metrics
 
 def _fedwca_rounds(s: Sweep, rows: tuple[str, ...], metric: str):
