@@ -623,3 +623,32 @@ def test_synthetic_agreement_is_recomputed_from_the_cells():
     for kind in ("static", "auto"):
         share = sum(c["predicted"] == c[f"actual_{kind}"] for c in cells) / len(cells)
         assert pages.render(f"synthetic-agreement synthetic-grid {kind}") == f"{100 * share:.0f}"
+
+
+def test_meets_paper_lists_the_rounds_where_the_seeds_mean_curve_is_near_the_papers_number():
+    paper = pages.load_sweep("fmnist-noise").grid.paper["fedgp"][0.4]
+    runs = [run for (k, v, _), run in _by_run("fmnist-noise").items() if k == "fedgp" and v == 0.4]
+    assert len(runs) == 3
+    mean = [statistics.fmean(r[i] for r in runs) for i in range(len(runs[0]))]
+    hits = [i + 1 for i, m in enumerate(mean) if abs(m - paper) <= 1.0]  # rounds counted from 1
+    got = pages.render("meets-paper fmnist-noise fedgp 0.4")
+    listed = []
+    for part in got.split(" of ")[0].split(", "):
+        a, _, b = part.partition("-")
+        listed += list(range(int(a), int(b or a) + 1))
+    assert listed == hits and got.endswith(f" of {len(mean)}")
+
+
+def test_reseeded_table_puts_the_old_number_beside_the_reruns_mean_and_interval():
+    table = pages.render("reseeded-table fmnist-noise fmnist-noise")  # the same sweep on both sides: seed 0 = old
+    line = next(x for x in table.splitlines() if x.startswith("| FedGP_0.5 | noise 0.4 |"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    vals = _seeds("fmnist-noise", "fedgp", 0.4)
+    mean, half = statistics.fmean(vals), 4.303 * statistics.stdev(vals) / math.sqrt(3)
+    paper = pages.load_sweep("fmnist-noise").grid.paper["fedgp"][0.4]
+    assert cells[2] == cells[3] == f"{vals[0]:.1f}"
+    assert cells[4] == f"{mean:.1f} ± {half:.1f}" and cells[5] == "3" and cells[6] == f"{paper:.1f}"
+    assert cells[7].replace("\u2212", "-").split()[0] == f"{mean - paper:+.1f}"
+    assert cells[8] == ("yes" if abs(mean - paper) <= half else "no")
+    one = next(x for x in table.splitlines() if x.startswith("| FedGP_0.5 | noise 0.2 |"))
+    assert one.rstrip().endswith("| - |")  # one seed: no interval to hold the paper's number

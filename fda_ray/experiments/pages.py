@@ -1416,6 +1416,23 @@ def _ranges(rounds: list[int]) -> str:
     return ", ".join(parts)
 
 
+@GENERATORS.register("meets-paper")
+def meets_paper(name: str, row: str, value: str, within: str = "1", grid: str | None = None) -> str:
+    """The rounds (from 1, warm-up included) at which the cell's curve, the mean over its seeds round by round, is
+    within `within` points of the paper's final number: where our runs meet it ("3-9, 14"; "none"), and the
+    last round's number ("of 52"; a fine-tuning run's rounds follow its Source Only rounds)."""
+    s = _sweep(name, grid)
+    paper = s.grid.paper.get(row, {}).get(float(value))
+    if paper is None:
+        raise ValueError(f"meets-paper: {name!r}'s grid has no paper number for {row!r} at {value}")
+    runs = [r for (k, v, _), r in sorted(tables.runs(list(s.rows)).items()) if k == row and v == float(value)]
+    if not runs:
+        raise ValueError(f"meets-paper: {name!r} has no run of {row!r} at {value}")
+    rounds = sorted(set.intersection(*(set(r) for r in runs)))
+    hits = [k + 1 for k in rounds if abs(statistics.fmean(r[k] for r in runs) - paper) <= float(within)]
+    return f"{_ranges(hits)} of {rounds[-1] + 1}"
+
+
 @GENERATORS.register("near-paper-rounds")
 def near_paper_rounds(name: str, row: str, value: str, n: str = "5", within: str = "3", seed: str | None = None,
                       grid: str | None = None) -> str:
