@@ -652,3 +652,16 @@ def test_reseeded_table_puts_the_old_number_beside_the_reruns_mean_and_interval(
     assert cells[8] == ("yes" if abs(mean - paper) <= half else "no")
     one = next(x for x in table.splitlines() if x.startswith("| FedGP_0.5 | noise 0.2 |"))
     assert one.rstrip().endswith("| - |")  # one seed: no interval to hold the paper's number
+
+
+def test_diff_ci_checks_the_words_within_or_outside_the_spread():
+    vals = {k: _seeds("fmnist-noise", k, 0.4) for k in ("fedda_auto", "fedgp", "target_only")}
+    d = [a - b for a, b in zip(vals["fedda_auto"], vals["fedgp"])]
+    low = statistics.fmean(d) - 4.303 * statistics.stdev(d) / math.sqrt(3)
+    right, wrong = ("outside", "within") if low > 0 else ("within", "outside")
+    assert pages.render(f"diff-ci fmnist-noise fedda_auto fedgp value=0.4 spread={right}") == \
+        pages.render("diff-ci fmnist-noise fedda_auto fedgp value=0.4")
+    with pytest.raises(ValueError, match=f"no longer {wrong} the seeds' spread"):
+        pages.render(f"diff-ci fmnist-noise fedda_auto fedgp value=0.4 spread={wrong}")
+    with pytest.raises(ValueError, match="spread='beyond' is invalid"):
+        pages.render("diff-ci fmnist-noise fedda_auto fedgp value=0.4 spread=beyond")

@@ -484,8 +484,8 @@ def spread(name: str, row: str, metric: str = "accuracy", digits: str = "1") -> 
 # A claim about an ordering or a gap states each mean with its 95 % interval over seeds, and holds for the means:
 # `order` raises (and so fails the page's check) when a rerun's records no longer put the rows in the stated order.
 
-def _cell_values(s: Sweep, row: str, value: str, metric: str = "accuracy") -> list[float]:
-    x = _final(s, metric, value).get((row, float(value)), {})
+def _cell_values(s: Sweep, row: str, value: str, metric: str = "accuracy", last: str = "1") -> list[float]:
+    x = _final(s, metric, value, last).get((row, float(value)), {})
     if not x:
         raise ValueError(f"{s.name!r} has no final round of {row!r} at {value}")
     return [x[k] for k in sorted(x)]
@@ -500,14 +500,15 @@ def _with_ci(values: list[float], digits: int) -> str:
 
 
 @GENERATORS.register("cell-ci")
-def cell_ci(name: str, row: str, value: str, metric: str = "accuracy", digits: str = "1",
+def cell_ci(name: str, row: str, value: str, metric: str = "accuracy", digits: str = "1", last: str = "1",
             grid: str | None = None) -> str:
-    """One cell's final number (%) as mean ± the 95 % confidence half-width over its seeds: "69.1 ± 0.8"."""
-    return _with_ci(_cell_values(_sweep(name, grid), row, value, metric), int(digits))
+    """One cell's final number (%) as mean ± the 95 % confidence half-width over its seeds: "69.1 ± 0.8" (last=5:
+    each seed's mean of its last 5 rounds, 004's DomainBed metric)."""
+    return _with_ci(_cell_values(_sweep(name, grid), row, value, metric, last), int(digits))
 
 
 @GENERATORS.register("order")
-def order(name: str, value: str, *rows: str, metric: str = "accuracy", digits: str = "1",
+def order(name: str, value: str, *rows: str, metric: str = "accuracy", digits: str = "1", last: str = "1",
           grid: str | None = None) -> str:
     """The rows at one grid value in the order the claim states, each as mean ± 95 % half-width, joined by ">":
     "FedDA_Auto 73.0 ± 4.0 > FedGP_Auto 71.4 ± 3.3 > Target Only 67.0 ± 7.1". An error if the means are not in that
@@ -515,7 +516,7 @@ def order(name: str, value: str, *rows: str, metric: str = "accuracy", digits: s
     s = _sweep(name, grid)
     if len(rows) < 2:
         raise ValueError(f"order: name two or more rows, got {list(rows)}")
-    cells = [(k, _cell_values(s, k, value, metric)) for k in rows]
+    cells = [(k, _cell_values(s, k, value, metric, last)) for k in rows]
     means = [statistics.fmean(v) for _, v in cells]
     for (a, _), (b, _), ma, mb in zip(cells, cells[1:], means, means[1:]):
         if not ma > mb:
@@ -525,22 +526,34 @@ def order(name: str, value: str, *rows: str, metric: str = "accuracy", digits: s
 
 @GENERATORS.register("diff-ci")
 def diff_ci(name: str, a: str, b: str, value: str | None = None, metric: str = "accuracy", digits: str = "1",
-            grid: str | None = None) -> str:
+            last: str = "1", spread: str | None = None, grid: str | None = None) -> str:
     """Row a minus row b, paired by (column, seed) over the sweep's columns (value=: some), as the mean difference
-    and its 95 % interval: "+2.1 points (95 % interval -4.0 to +8.2; a higher in 2 of 3)". An error if the mean
-    difference is not positive (state the claim the other way round)."""
+    and its 95 % interval: "+2.1 points (95 % interval -4.0 to +8.2; higher in 2 of 3)". An error if the mean
+    difference is not positive (state the claim the other way round), or if spread=within (the interval includes
+    0) or spread=outside (it does not) says otherwise: the prose's words about the spread are checked too."""
     s = _sweep(name, grid)
     cols = [float(x) for x in value.split(",")] if value else list(s.values)
-    d = tables.paired_differences(_final(s, metric), a, b, cols)
+    d = tables.paired_differences(_final(s, metric, last=last), a, b, cols)
     if len(d) < 2:
         raise ValueError(f"diff-ci: {name!r} has {len(d)} (column, seed) pair(s) of {a!r} and {b!r}; an interval "
                          "needs 2 or more")
     mean, half, _ = tables.mean_ci(d)
     if not mean > 0:
         raise ValueError(f"diff-ci: in {name!r}, {a!r} minus {b!r} is {mean:.2f} on average, not positive")
+    _check_spread(spread, mean - half, f"{name!r}: {a!r} minus {b!r}")
     n = int(digits)
     return (f"{mean:+.{n}f} points (95 % interval {mean - half:+.{n}f} to {mean + half:+.{n}f}; higher in "
             f"{sum(x > 0 for x in d)} of {len(d)})")
+
+
+def _check_spread(spread: str | None, low: float, what: str) -> None:
+    """spread=within: the interval's low end is <= 0; outside: it is above 0."""
+    if spread is None:
+        return
+    if spread not in ("within", "outside"):
+        raise ValueError(f"spread={spread!r} is invalid: within or outside")
+    if (low > 0) != (spread == "outside"):
+        raise ValueError(f"diff-ci: {what} is no longer {spread} the seeds' spread (interval's low end {low:+.2f})")
 
 
 # ---------------------------------------------------------------- searches: the selections' reruns on fresh seeds
@@ -589,7 +602,7 @@ def search_ci(name: str, study_or_value: str, rule_or_row: str, digits: str = "2
 
 @GENERATORS.register("search-diff-ci")
 def search_diff_ci(name: str, a_study_or_value: str, a: str, b_study_or_value: str, b: str,
-                   digits: str = "1") -> str:
+                   digits: str = "1", spread: str | None = None) -> str:
     """Search cell A minus cell B (each as search-ci names it), paired by seed, with its 95 % interval."""
     x, y = _search_cell(name, a_study_or_value, a), _search_cell(name, b_study_or_value, b)
     d = [x[k] - y[k] for k in sorted(x) if k in y]
@@ -598,6 +611,7 @@ def search_diff_ci(name: str, a_study_or_value: str, a: str, b_study_or_value: s
     mean, half, _ = tables.mean_ci(d)
     if not mean > 0:
         raise ValueError(f"search-diff-ci: in {name!r}, {a} minus {b} is {mean:.2f} on average, not positive")
+    _check_spread(spread, mean - half, f"{name!r}: {a} minus {b}")
     n = int(digits)
     return (f"{mean:+.{n}f} points (95 % interval {mean - half:+.{n}f} to {mean + half:+.{n}f}; higher in "
             f"{sum(v > 0 for v in d)} of {len(d)})")
