@@ -665,3 +665,13 @@ def test_diff_ci_checks_the_words_within_or_outside_the_spread():
         pages.render(f"diff-ci fmnist-noise fedda_auto fedgp value=0.4 spread={wrong}")
     with pytest.raises(ValueError, match="spread='beyond' is invalid"):
         pages.render("diff-ci fmnist-noise fedda_auto fedgp value=0.4 spread=beyond")
+
+
+def test_moved_share_is_the_largest_move_over_its_cells_interval():
+    a, b = (tables.final(list(pages.load_sweep(n).rows)) for n in ("fssda-fmnist", "fssda-fmnist-previous"))
+    shares = []
+    for kv, now in a.items():
+        d = [now[sd] - b[kv][sd] for sd in now]
+        half = 4.303 * statistics.stdev(now.values()) / math.sqrt(3)
+        shares.append(abs(statistics.fmean(d)) / half)
+    assert pages.render("moved-share fssda-fmnist fssda-fmnist-previous") == f"{max(shares):.2f}"

@@ -1308,6 +1308,22 @@ def moved_table(after: str, before: str, metric: str = "accuracy", grid: str | N
     return "\n".join(lines)
 
 
+@GENERATORS.register("moved-share")
+def moved_share(after: str, before: str, metric: str = "accuracy", grid: str | None = None) -> str:
+    """The largest move of a cell between two sweeps (moved-table's mean paired difference) as a share of the
+    cell's 95 % half-width over its seeds in `after`: "0.17" (every cell moved by at most 0.17 of its interval)."""
+    a, b = _sweep(after, grid), _sweep(before, grid)
+    fa, fb = tables.final(list(a.rows), metric), tables.final(list(b.rows), metric)
+    shares = []
+    for kv, now in fa.items():
+        d = [now[sd] - fb[kv][sd] for sd in sorted(now) if sd in fb.get(kv, {})]
+        if d and len(now) > 1:
+            shares.append(abs(statistics.fmean(d)) / tables.mean_ci(list(now.values()))[1])
+    if not shares:
+        raise ValueError(f"moved-share: no cell of {after!r} has seeds paired in {before!r}")
+    return f"{max(shares):.2f}"
+
+
 @GENERATORS.register("fedwca-clusters")
 def fedwca_clusters(name: str, row: str = "fedwca", grid: str | None = None) -> str:
     """003 Table 12: FINCH's partition of the clients by source and seed, each cluster written as its clients'
@@ -1540,6 +1556,9 @@ def main(argv: list[str] | None = None) -> int:
             page.write_text(new)
     return 1 if a.check and stale else 0
 
+
+# generators that live beside their subject and register themselves here
+from fda_ray.experiments import pages_projection  # noqa: E402,F401  (docs/scaling.md's projection)
 
 if __name__ == "__main__":
     raise SystemExit(main())
