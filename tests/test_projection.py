@@ -7,10 +7,13 @@ import contextlib
 import io
 import json
 import random
+import re
 
 import pytest
 
 from fda_ray.bench import projection as pj
+from fda_ray.experiments import pages, pages_projection
+from fda_ray.experiments.pages_projection import PAGE_ARGS
 from tuning.grids import GRIDS
 from tuning.searches import SEARCHES
 
@@ -143,25 +146,85 @@ def test_the_cluster_benchmarks_row_with_the_most_nodes_gives_the_overhead(tmp_p
 
 
 PAGE = pj.ROOT / "docs" / "scaling.md"
-PAGE_ARGS = ["--markdown", "--measured-noise-column-s", "101", "--cluster-json",
-             "docs/results/bench-cluster.json"]  # the command docs/scaling.md shows
 
 
-def test_the_script_on_the_committed_records_and_the_page(monkeypatch):
-    monkeypatch.chdir(pj.ROOT)  # the page's command runs from the repository root
+@pytest.fixture(scope="module")
+def page_output() -> str:
+    """The page's command's output (PAGE_ARGS, run from the repository root as the page shows it), run here by
+    main() itself: independent of the generators' cached projection."""
     out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        assert pj.main(PAGE_ARGS) == 0
-    text = out.getvalue()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(out):
+        mp.chdir(pj.ROOT)
+        assert pj.main(list(PAGE_ARGS)) == 0
+    return out.getvalue()
+
+
+def test_the_script_on_the_committed_records_and_the_page(page_output):
+    text = page_output
     assert "| grid | trials |" in text and "| all projected grids |" in text
     for name in [*GRIDS, *SEARCHES]:
         assert f"| {name} |" in text, name  # projected, or named among those not projected with a reason
     total = next(line for line in text.splitlines() if line.startswith("| grids and searches |"))
     assert total.count("|") >= 8
     assert "the noise grid's 0.4 column" in text
-    # docs/scaling.md shows this very output under its command (rerun the command when records change)
-    page = PAGE.read_text()
-    assert "python -m fda_ray.bench.projection " + " ".join(PAGE_ARGS) in page
     assert pj.fmnist_pool_size() is not None, ("Fashion-MNIST not found: the page's DomainBed rows need it "
                                                "(bash datasets/fashion-mnist.sh)")
-    assert text.strip() in page, "docs/scaling.md is out of date: paste the command's output again"
+    # docs/scaling.md shows the command, and its blocks (the output, the prose's numbers) are what the records give
+    page = PAGE.read_text()
+    assert "python -m fda_ray.bench.projection " + " ".join(PAGE_ARGS) in page
+    assert "<!-- records: projection -->" in page
+    assert pages.main(["--check", str(PAGE)]) == 0, "docs/scaling.md is out of date: python -m fda_ray.pages"
+    assert pages.render("projection") == text.strip()
+
+
+def _cells(text: str, first: str) -> list[str]:
+    line = next(x for x in text.splitlines() if x.startswith(f"| {first} |"))
+    return [c.strip() for c in line.strip("|").split("|")]
+
+
+def test_the_facts_are_the_numbers_of_the_projections_own_output(page_output):
+    text = page_output
+    fact = pages_projection.projection_fact
+    # the first totals table: set, trials, 1 / 8 / 32 GPU, stops scaling at G, makespan there, why
+    totals = text[text.index("The whole reproduction"):]
+    for set_, label in pages_projection.SETS.items():
+        row = _cells(totals, label)
+        assert fact("trials", set=set_) == row[1]
+        assert [fact("makespan", gpus=g, set=set_) for g in ("1", "8", "32")] == row[2:5]
+        assert fact("stop-gpus", set=set_) == row[5]
+        assert fact("makespan-there", set=set_) == row[6]
+        assert f"({fact('slots', set=set_)} slots, {row[1]} trials)" in row[7]
+        assert row[7].endswith("the longest chain: " + fact("chain", set=set_))
+    sharing = re.search(r"with (\d+) trials still sharing", _cells(totals, "grids and searches")[7])
+    assert fact("sharing") == (sharing.group(1) if sharing else "0")
+    # the check's totals: the last table
+    check = text[text.index("Check: "):]
+    row = _cells(check, "grids and searches")
+    assert [fact("makespan", gpus=g, checked="yes") for g in ("1", "8", "32")] == row[2:5]
+    m = re.search(r"model (\S+)\), on 1 GPU at K = 8: projected ([^;]+); measured ([^:]+): ([\d.]+)x", check)
+    assert (fact("check-models"), fact("check-projected"), fact("check-measured"), fact("check-ratio")) == m.groups()
+    # the planned / projected line, a grid's work, the lines above the tables
+    m = re.search(r"Planned: (\d+) trials \((\d+) of the grids, (\d+) of the searches\); projected: (\d+) \((\d+) "
+                  r"once each\); not projected: (\d+)\.", text)
+    assert m.groups() == (fact("planned"), fact("planned", kind="grid"), fact("planned", kind="search"),
+                          fact("projected"), fact("trials"), fact("not-projected"))
+    grids = text[text.index("Grids (paper profile)"):text.index("Searches (paper profile")]
+    assert fact("work", grid="domainbed-rotated") == _cells(grids, "domainbed-rotated")[4]
+    m = re.search(r"Records of the same work \((\d+) sets of 2 or more\): slowest / fastest ([\d.]+) \(median over "
+                  r"the sets\), at most ([\d.]+)\.", text)
+    assert m.groups() == (fact("spread-sets"), fact("spread-median"), fact("spread-max"))
+    m = re.search(r"F = ([\d.]+) \(median of (\d+) pairs, ([\d.]+) to ([\d.]+); model ([^;]+);", text)
+    assert m.groups() == (fact("factor"), fact("factor-pairs"), fact("factor-low"), fact("factor-high"),
+                          fact("factor-models"))
+    assert f"Overhead: {fact('overhead')} per trial" in text
+
+
+def test_an_unknown_fact_is_one_line_naming_the_known_ones():
+    with pytest.raises(ValueError) as err:
+        pages.render("projection-fact no-such-fact")
+    message = str(err.value)
+    assert "\n" not in message and "'no-such-fact'" in message
+    for name in pages_projection.FACTS:
+        assert name in message
+    with pytest.raises(ValueError, match="keywords: gpus, set, checked"):
+        pages_projection.projection_fact("makespan", gpu="8")  # a misspelt keyword

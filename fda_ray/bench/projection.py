@@ -533,15 +533,20 @@ def arrays(group: Group, trials_per_gpu: int) -> tuple[list[float], list[list[in
             [[index[d] for d in j.deps] for j in group.jobs])
 
 
-def longest_chain(group: Group, trials_per_gpu: int, overhead: float) -> str:
+def chain_jobs(group: Group, trials_per_gpu: int, overhead: float) -> list[Job]:
+    """The longest chain of the group's trials (each + overhead), first to last."""
     durations, deps = arrays(group, trials_per_gpu)
     tail, after = _chains([d + overhead for d in durations], deps)
     i = max(range(len(tail)), key=lambda k: tail[k])
-    names = [group.jobs[i].label]
+    jobs = [group.jobs[i]]
     while after[i]:
         i = max(after[i], key=lambda k: tail[k])
-        names.append(group.jobs[i].label)
-    return " -> ".join(names)
+        jobs.append(group.jobs[i])
+    return jobs
+
+
+def longest_chain(group: Group, trials_per_gpu: int, overhead: float) -> str:
+    return " -> ".join(j.label for j in chain_jobs(group, trials_per_gpu, overhead))
 
 
 # ---------------------------------------------------------------- output
@@ -563,16 +568,25 @@ def table(header: Sequence[str], rows: Sequence[Sequence[Any]], markdown: bool) 
     return "\n".join("  ".join(c.ljust(w[i]) for i, c in enumerate(r)).rstrip() for r in cells)
 
 
-def spread_line(records: Sequence[Record]) -> str:
-    """How far records of the same work (signature, device) differ: the slowest over the fastest."""
+def spread(records: Sequence[Record]) -> tuple[int, float, float] | None:
+    """How far records of the same work (signature, device) differ: (the sets of 2 or more, the median and the
+    largest slowest / fastest over the sets); None when no work was recorded twice."""
     groups: dict[tuple, list[float]] = defaultdict(list)
     for r in records:
         groups[(signature(r.config, r.kind), r.gpu)].append(r.seconds)
     ratios = [max(v) / min(v) for v in groups.values() if len(v) > 1]
     if not ratios:
+        return None
+    return len(ratios), statistics.median(ratios), max(ratios)
+
+
+def spread_line(records: Sequence[Record]) -> str:
+    """spread() in words."""
+    s = spread(records)
+    if s is None:
         return "Records of the same work: none repeated."
-    return (f"Records of the same work ({len(ratios)} sets of 2 or more): slowest / fastest {statistics.median(ratios):.2f}"
-            f" (median over the sets), at most {max(ratios):.2f}.")
+    return (f"Records of the same work ({s[0]} sets of 2 or more): slowest / fastest {s[1]:.2f}"
+            f" (median over the sets), at most {s[2]:.2f}.")
 
 
 def overhead_from(path: str | None) -> tuple[float, str]:
@@ -585,91 +599,101 @@ def overhead_from(path: str | None) -> tuple[float, str]:
                                                 f"(its row of {row['nodes']} nodes, {row['trials']} trials)")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m fda_ray.bench.projection", description=__doc__.split("\n\n")[0])
-    p.add_argument("--gpus", default="1,8,32", help="GPU counts to project (comma-separated)")
-    p.add_argument("--trials-per-gpu", type=int, default=MEASURED_TRIALS_PER_GPU,
-                   help=f"trials at once on one GPU (default {MEASURED_TRIALS_PER_GPU}: the GPU records' setting)")
-    p.add_argument("--cluster-json", default=None, help="python -m fda_ray.bench.cluster --json's output")
-    p.add_argument("--measured-noise-column-s", type=float, default=None,
-                   help="a measured wall time of the noise grid's 0.4 column (9 trials, seed 0) on one GPU at "
-                        "--trials-per-gpu: prints its ratio to the projection")
-    p.add_argument("--records", default=str(RESULTS), help="the records' directory (default docs/results)")
-    p.add_argument("--markdown", action="store_true")
-    a = p.parse_args(argv)
-    try:
-        gpus = sorted({int(g) for g in a.gpus.split(",") if g.strip()})
-    except ValueError:
-        p.error(f"--gpus={a.gpus!r} is invalid: comma-separated integers >= 1")
-    if not gpus or gpus[0] < 1:
-        p.error(f"--gpus={a.gpus!r} is invalid: comma-separated integers >= 1")
-    if a.trials_per_gpu < 1:
-        p.error(f"--trials-per-gpu={a.trials_per_gpu} is invalid: an integer >= 1")
-    k, md = a.trials_per_gpu, a.markdown
-    overhead, overhead_note = overhead_from(a.cluster_json)
-    records = load_records(Path(a.records))
+@dataclass(frozen=True)
+class Projected:
+    """One group (a grid, a search, a set of them run at once) on the projected GPU counts."""
+
+    group: Group
+    durations: tuple[float, ...]  # its trials' slot times (K trials per GPU), without the overhead
+    spans: dict[int, float]  # the makespan per GPU count
+    stop: StopScaling
+    work: float  # the slot time summed, the overhead included
+
+    @property
+    def basis(self) -> Counter[str]:
+        return Counter(j.basis for j in self.group.jobs)
+
+    @property
+    def sources(self) -> list[str]:
+        return sorted({s for j in self.group.jobs for s in j.sources})
+
+
+@dataclass(frozen=True)
+class Check:
+    """The noise grid's 0.4 column (seed 0) on 1 GPU, projected, against a measured time when one is given."""
+
+    trials: int
+    models: tuple[str, ...]
+    projected: float  # its makespan on 1 GPU at K trials per GPU
+    measured: float | None
+    totals: tuple[Projected, ...] = ()  # the totals with every trial of another model than F's resting on F x ratio
+
+    @property
+    def ratio(self) -> float | None:
+        return self.measured / self.projected if self.measured else None
+
+
+@dataclass(frozen=True)
+class Projection:
+    """Everything main() prints, as numbers (compute(); report() writes it)."""
+
+    records: tuple[Record, ...]
+    records_dir: str  # as shown: relative to the repository where it is inside it
+    pool: tuple[int, str] | None  # Fashion-MNIST's images and where
+    factor: GpuFactor | None
+    trials_per_gpu: int
+    gpus: tuple[int, ...]
+    overhead: float
+    overhead_note: str
+    grids: tuple[Group, ...]  # every grid, projected or not (reason)
+    searches: tuple[Group, ...]
+    grid_rows: tuple[Projected, ...]  # the projected grids
+    search_rows: tuple[Projected, ...]
+    totals: tuple[Projected, ...]  # all projected grids, all projected searches, grids and searches
+    chains: tuple[tuple[Job, ...], ...]  # the totals' longest chains (chain_jobs)
+    check: Check | None  # None when the noise grid is not projected
+
+    @property
+    def missing(self) -> list[Group]:
+        return [g for g in self.grids + self.searches if g.reason is not None]
+
+    @property
+    def planned(self) -> int:
+        return sum(g.trials for g in self.grids + self.searches)
+
+    @property
+    def not_projected(self) -> int:
+        return sum(g.trials for g in self.missing)
+
+
+def projected(g: Group, gpus: Sequence[int], k: int, overhead: float) -> Projected:
+    durations, deps = arrays(g, k)
+    spans, stop = project(durations, deps, gpus, k, overhead)
+    return Projected(g, tuple(durations), spans, stop, sum(durations) + overhead * len(durations))
+
+
+def compute(gpus: Sequence[int] = (1, 8, 32), trials_per_gpu: int = MEASURED_TRIALS_PER_GPU,
+            cluster_json: str | None = None, measured_noise_column_s: float | None = None,
+            records_dir: str | Path = RESULTS) -> Projection:
+    """The projection main() prints (its arguments; a relative --cluster-json from the current directory)."""
+    gpus, k = tuple(sorted(set(gpus))), trials_per_gpu
+    overhead, overhead_note = overhead_from(cluster_json)
+    records = load_records(Path(records_dir))
     pool = fmnist_pool_size()
     model = TimeModel(records, pool[0] if pool else None)
     grids, searches = grid_groups(model), search_groups(model)
     f = model.factor
-
-    where = Path(a.records).resolve()
+    where = Path(records_dir).resolve()
     shown = where.relative_to(ROOT) if where.is_relative_to(ROOT) else where
-    out = [f"Records: {len(records)} trial records under {shown} ({sum(r.gpu for r in records)} from a GPU, in "
-           f"{', '.join(sorted({r.source for r in records if r.gpu})) or 'none'}).",
-           (f"CPU->GPU factor F = {f.value:.1f} (median of {f.pairs} pairs, {f.low:.1f} to {f.high:.1f}; model "
-            f"{', '.join(f.models)}; records {', '.join(f.sources)})." if f else "CPU->GPU factor: no pair of records."),
-           f"Trials per GPU K = {k} (the GPU records ran {MEASURED_TRIALS_PER_GPU}; a slot's time x K / "
-           f"{MEASURED_TRIALS_PER_GPU}). Overhead: {overhead_note}.",
-           spread_line(records),
-           (f"Fashion-MNIST pool for the DomainBed constructions' sizes: {pool[0]} images ({pool[1]})." if pool else
-            "Fashion-MNIST not found: DomainBed-construction trials without a record of their own are not projected."),
-           ""]
-    if md:
-        out = [f"- {line}" if line else line for line in out]
 
-    def rows_of(groups: Sequence[Group]) -> list[list[Any]]:
-        rows = []
-        for g in groups:
-            if g.reason is not None or not g.jobs:
-                continue
-            durations, deps = arrays(g, k)
-            spans, stop = project(durations, deps, gpus, k, overhead)
-            basis = ", ".join(f"{n} {b}" for b, n in Counter(j.basis for j in g.jobs).most_common())
-            srcs = sorted({s for j in g.jobs for s in j.sources})
-            rows.append([g.name, g.trials, basis, ", ".join(srcs), fmt_s(sum(durations) + overhead * len(durations)),
-                         *(fmt_s(spans[x]) for x in gpus), stop.gpus, fmt_s(stop.critical_path)])
-        return rows
-
-    header = ["grid", "trials", "time from", "records", "work (slot time, summed)", *(f"{x} GPU" for x in gpus),
-              "stops scaling at G", "longest chain"]
-    out += ["Grids (paper profile):", "", table(header, rows_of(grids), md), ""]
-    out += ["Searches (paper profile; every trial to the end, one rerun per rule x seed: upper bounds):", "",
-            table(["search", *header[1:]], rows_of(searches), md), ""]
+    def rows_of(groups: Sequence[Group]) -> tuple[Projected, ...]:
+        return tuple(projected(g, gpus, k, overhead) for g in groups if g.reason is None and g.jobs)
 
     done_grids = [g for g in grids if g.reason is None]
     done_searches = [g for g in searches if g.reason is None]
     totals = [merged("all projected grids", done_grids), merged("all projected searches", done_searches),
               merged("grids and searches", done_grids + done_searches)]
-    trows = []
-    for g in totals:
-        durations, deps = arrays(g, k)
-        spans, stop = project(durations, deps, gpus, k, overhead)
-        trows.append([g.name, g.trials, *(fmt_s(spans[x]) for x in gpus), stop.gpus, fmt_s(stop.makespan),
-                      f"{stop.reason} ({stop.slots} slots, {stop.trials} trials); the longest chain: "
-                      f"{longest_chain(g, k, overhead)}"])
-    out += ["The whole reproduction, each set run at once (a trial shared by two grids runs once):", "",
-            table(["set", "trials", *(f"{x} GPU" for x in gpus), "stops scaling at G", "makespan there", "why"],
-                  trows, md), ""]
-
-    missing = [g for g in grids + searches if g.reason is not None]
-    planned = sum(g.trials for g in grids + searches)
-    out += [f"Planned: {planned} trials ({sum(g.trials for g in grids)} of the grids, "
-            f"{sum(g.trials for g in searches)} of the searches); projected: {planned - sum(g.trials for g in missing)}"
-            f" ({totals[-1].trials} once each); not projected: {sum(g.trials for g in missing)}.", ""]
-    out += [f"Not projected ({sum(g.trials for g in missing)} trials):", "",
-            table(["grid or search", "trials", "why"], [[g.name, g.trials, g.reason] for g in missing], md), ""]
-
+    check = None
     noise = next((g for g in grids if g.name == "noise" and g.reason is None), None)
     if noise is not None:
         from fda_ray.experiments.trials import plan
@@ -680,30 +704,117 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                         for t in column])
         durations, deps = arrays(sub, k)
         one = list_schedule(durations, deps, k, overhead).makespan
-        models = sorted({j.model for j in sub.jobs})
-        line = (f"Check: the noise grid's 0.4 column (seed 0, {len(sub.jobs)} trials, model {', '.join(models)}), "
-                f"on 1 GPU at K = {k}: projected {fmt_s(one)}")
-        if a.measured_noise_column_s:
-            ratio = a.measured_noise_column_s / one
-            line += (f"; measured {fmt_s(a.measured_noise_column_s)}: {ratio:.1f}x the projection. With every "
+        scaled_totals: tuple[Projected, ...] = ()
+        if measured_noise_column_s:
+            ratio = measured_noise_column_s / one
+            scaled_totals = tuple(projected(Group(g.name, g.kind, g.trials, [
+                Job(j.key, j.seconds * (ratio if (f and j.model not in f.models and "F" in j.basis) else 1.0),
+                    j.deps, j.basis, j.sources, j.model, j.label) for j in g.jobs]), gpus, k, overhead)
+                for g in totals)
+        check = Check(len(sub.jobs), tuple(sorted({j.model for j in sub.jobs})), one,
+                      measured_noise_column_s or None, scaled_totals)
+    return Projection(tuple(records), str(shown), pool, f, k, gpus, overhead, overhead_note, tuple(grids),
+                      tuple(searches), rows_of(grids), rows_of(searches),
+                      tuple(projected(g, gpus, k, overhead) for g in totals),
+                      tuple(tuple(chain_jobs(g, k, overhead)) for g in totals), check)
+
+
+def report(p: Projection, markdown: bool = False) -> str:
+    """The projection in words and tables (main()'s output)."""
+    records, f, k, gpus, md, pool = p.records, p.factor, p.trials_per_gpu, p.gpus, markdown, p.pool
+    out = [f"Records: {len(records)} trial records under {p.records_dir} ({sum(r.gpu for r in records)} from a GPU, "
+           f"in {', '.join(sorted({r.source for r in records if r.gpu})) or 'none'}).",
+           (f"CPU->GPU factor F = {f.value:.1f} (median of {f.pairs} pairs, {f.low:.1f} to {f.high:.1f}; model "
+            f"{', '.join(f.models)}; records {', '.join(f.sources)})." if f
+            else "CPU->GPU factor: no pair of records."),
+           f"Trials per GPU K = {k} (the GPU records ran {MEASURED_TRIALS_PER_GPU}; a slot's time x K / "
+           f"{MEASURED_TRIALS_PER_GPU}). Overhead: {p.overhead_note}.",
+           spread_line(records),
+           (f"Fashion-MNIST pool for the DomainBed constructions' sizes: {pool[0]} images ({pool[1]})." if pool else
+            "Fashion-MNIST not found: DomainBed-construction trials without a record of their own are not projected."),
+           ""]
+    if md:
+        out = [f"- {line}" if line else line for line in out]
+
+    def rows_of(rows: Sequence[Projected]) -> list[list[Any]]:
+        return [[r.group.name, r.group.trials, ", ".join(f"{n} {b}" for b, n in r.basis.most_common()),
+                 ", ".join(r.sources), fmt_s(r.work), *(fmt_s(r.spans[x]) for x in gpus), r.stop.gpus,
+                 fmt_s(r.stop.critical_path)] for r in rows]
+
+    header = ["grid", "trials", "time from", "records", "work (slot time, summed)", *(f"{x} GPU" for x in gpus),
+              "stops scaling at G", "longest chain"]
+    out += ["Grids (paper profile):", "", table(header, rows_of(p.grid_rows), md), ""]
+    out += ["Searches (paper profile; every trial to the end, one rerun per rule x seed: upper bounds):", "",
+            table(["search", *header[1:]], rows_of(p.search_rows), md), ""]
+
+    trows = [[t.group.name, t.group.trials, *(fmt_s(t.spans[x]) for x in gpus), t.stop.gpus, fmt_s(t.stop.makespan),
+              f"{t.stop.reason} ({t.stop.slots} slots, {t.stop.trials} trials); the longest chain: "
+              f"{' -> '.join(j.label for j in chain)}"]
+             for t, chain in zip(p.totals, p.chains)]
+    out += ["The whole reproduction, each set run at once (a trial shared by two grids runs once):", "",
+            table(["set", "trials", *(f"{x} GPU" for x in gpus), "stops scaling at G", "makespan there", "why"],
+                  trows, md), ""]
+
+    missing = p.missing
+    out += [f"Planned: {p.planned} trials ({sum(g.trials for g in p.grids)} of the grids, "
+            f"{sum(g.trials for g in p.searches)} of the searches); projected: {p.planned - p.not_projected}"
+            f" ({p.totals[-1].group.trials} once each); not projected: {p.not_projected}.", ""]
+    out += [f"Not projected ({p.not_projected} trials):", "",
+            table(["grid or search", "trials", "why"], [[g.name, g.trials, g.reason] for g in missing], md), ""]
+
+    c = p.check
+    if c is not None:
+        line = (f"Check: the noise grid's 0.4 column (seed 0, {c.trials} trials, model {', '.join(c.models)}), "
+                f"on 1 GPU at K = {k}: projected {fmt_s(c.projected)}")
+        if c.ratio is not None:
+            line += (f"; measured {fmt_s(c.measured)}: {c.ratio:.1f}x the projection. With every "
                      f"trial of a model other than {', '.join(f.models) if f else '-'} that rests on F taking "
-                     f"{ratio:.1f}x as long:")
+                     f"{c.ratio:.1f}x as long:")
             out.append(line)
-            crows = []
-            for g in totals:
-                scaled = Group(g.name, g.kind, g.trials, [
-                    Job(j.key, j.seconds * (ratio if (f and j.model not in f.models and "F" in j.basis) else 1.0),
-                        j.deps, j.basis, j.sources, j.model, j.label) for j in g.jobs])
-                durations, deps = arrays(scaled, k)
-                spans, stop = project(durations, deps, gpus, k, overhead)
-                crows.append([g.name, g.trials, *(fmt_s(spans[x]) for x in gpus), stop.gpus, fmt_s(stop.makespan)])
+            crows = [[t.group.name, t.group.trials, *(fmt_s(t.spans[x]) for x in gpus), t.stop.gpus,
+                      fmt_s(t.stop.makespan)] for t in c.totals]
             out += ["", table(["set", "trials", *(f"{x} GPU" for x in gpus), "stops scaling at G", "makespan there"],
                               crows, md)]
         else:
             out.append(line + ".")
-    print("\n".join(out))
-    return 0
+    return "\n".join(out)
 
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m fda_ray.bench.projection", description=__doc__.split("\n\n")[0])
+    p.add_argument("--gpus", default="1,8,32", help="GPU counts to project (comma-separated)")
+    p.add_argument("--trials-per-gpu", type=int, default=MEASURED_TRIALS_PER_GPU,
+                   help=f"trials at once on one GPU (default {MEASURED_TRIALS_PER_GPU}: the GPU records' setting)")
+    p.add_argument("--cluster-json", default=None, help="python -m fda_ray.bench.cluster --json's output")
+    p.add_argument("--measured-noise-column-s", type=float, default=None,
+                   help="a measured wall time of the noise grid's 0.4 column (9 trials, seed 0) on one GPU at "
+                        "--trials-per-gpu: prints its ratio to the projection")
+    p.add_argument("--records", default=str(RESULTS), help="the records' directory (default docs/results)")
+    p.add_argument("--markdown", action="store_true")
+    return p
+
+
+def arguments(argv: Sequence[str] | None = None) -> tuple[dict[str, Any], bool]:
+    """A command line as compute()'s keyword arguments, and whether it asks for --markdown (argparse's exit on a
+    bad one)."""
+    p = parser()
+    a = p.parse_args(argv)
+    try:
+        gpus = sorted({int(g) for g in a.gpus.split(",") if g.strip()})
+    except ValueError:
+        p.error(f"--gpus={a.gpus!r} is invalid: comma-separated integers >= 1")
+    if not gpus or gpus[0] < 1:
+        p.error(f"--gpus={a.gpus!r} is invalid: comma-separated integers >= 1")
+    if a.trials_per_gpu < 1:
+        p.error(f"--trials-per-gpu={a.trials_per_gpu} is invalid: an integer >= 1")
+    return dict(gpus=gpus, trials_per_gpu=a.trials_per_gpu, cluster_json=a.cluster_json,
+                measured_noise_column_s=a.measured_noise_column_s, records_dir=a.records), a.markdown
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    kwargs, markdown = arguments(argv)
+    print(report(compute(**kwargs), markdown))
+    return 0
 
 if __name__ == "__main__":
     sys.exit(main())
