@@ -66,7 +66,7 @@ def test_the_build_note_names_each_directorys_build_or_says_it_is_unknown(tmp_pa
 
     from fda_ray.core.build import FIELDS, build
 
-    monkeypatch.setattr(pages, "RESULTS", tmp_path)
+    monkeypatch.setattr(pages.records, "RESULTS", tmp_path)  # what every generator reads at call time
     for name, env in (("x", {**build(), "python": "3.11.7"}), ("y", None), ("z", None)):
         d = tmp_path / name / "trials" / f"{name}-trial"
         d.mkdir(parents=True)

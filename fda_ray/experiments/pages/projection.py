@@ -8,7 +8,7 @@ The page's command line is PAGE_ARGS (docs/scaling.md shows it; tests/test_proje
 computed once (fda_ray.bench.projection.compute, from the repository root) and the facts read its numbers, not its
 text; FACTS lists them with their keywords. A fact that states something the prose relies on (`work-max`: the
 named grids are the largest; `chain-trial`: the longest chain is one trial) fails with a ValueError when the records
-no longer say so, as pages.py's `order` does.
+no longer say so, as claims.py's `order` does.
 """
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from functools import lru_cache
 from typing import Callable
 
 from fda_ray.bench import projection as pj
-from fda_ray.experiments.pages import GENERATORS, ROOT
+from fda_ray.experiments.pages.engine import GENERATORS
+from fda_ray.experiments.pages.records import ROOT
 
 # the command line of docs/scaling.md's projection (its fenced block shows it after python -m fda_ray.bench.projection)
 PAGE_ARGS = ("--markdown", "--measured-noise-column-s", "101", "--cluster-json", "docs/results/bench-cluster.json")

@@ -1,0 +1,70 @@
+"""Generators for searches: the selections' reruns on fresh seeds (docs/results/<search>/selection.json names the
+trials; the reference rows' trials lie beside them)."""
+from __future__ import annotations
+
+import json
+
+from fda_ray.experiments import tables
+from fda_ray.experiments.pages import records
+from fda_ray.experiments.pages.engine import GENERATORS
+from fda_ray.experiments.pages.records import _check_spread, _with_ci
+
+
+def _search_finals(name: str, keys: list[str]) -> dict[int, float]:
+    """{seed: final test accuracy (%)} of the finished trials `keys` of docs/results/<name>/trials."""
+    from fda_ray.experiments.trials import read_rows
+    from tuning.selection import final_value
+
+    out = {}
+    for key in keys:
+        rec = records.RESULTS / name / "trials" / key
+        if (rec / "rows.json").is_file():
+            v = final_value(read_rows(rec)["rows"], "accuracy")
+            if v is not None:
+                out[int(json.loads((rec / "trial.json").read_text())["seed"])] = 100 * v
+    return out
+
+
+def _search_cell(name: str, study_or_value: str, rule_or_row: str) -> dict[int, float]:
+    """A search's rerun numbers by seed: a study's rule's selection ("fedgp @ noise 0.6" oracle: the trial keys
+    selection.json lists), or a reference row at a value (0.6 fedda_auto: its trials under trials/)."""
+    selection = json.loads((records.RESULTS / name / "selection.json").read_text())
+    if study_or_value in selection["studies"]:
+        keys = selection["studies"][study_or_value].get("reruns", {}).get(rule_or_row)
+        if keys is None:
+            raise ValueError(f"{name!r}: study {study_or_value!r} has no rerun of rule {rule_or_row!r}")
+    else:
+        value = float(study_or_value)
+        keys = [rec.name for rec in sorted((records.RESULTS / name / "trials").iterdir())
+                if (rec / "trial.json").is_file()
+                and (t := json.loads((rec / "trial.json").read_text()))["row"] == rule_or_row
+                and t["value"] is not None and float(t["value"]) == value]
+    got = _search_finals(name, keys)
+    if not got:
+        raise ValueError(f"{name!r} has no finished rerun of {study_or_value!r} {rule_or_row!r}")
+    return got
+
+
+@GENERATORS.register("search-ci")
+def search_ci(name: str, study_or_value: str, rule_or_row: str, digits: str = "2") -> str:
+    """A search's number to report: the selected configuration's (or a reference row's) final test accuracy on the
+    fresh seeds, mean ± 95 % half-width: `search-ci search-beta "fedgp @ noise 0.6" oracle`, or
+    `search-ci search-beta 0.6 fedda_auto`."""
+    return _with_ci(list(_search_cell(name, study_or_value, rule_or_row).values()), int(digits))
+
+
+@GENERATORS.register("search-diff-ci")
+def search_diff_ci(name: str, a_study_or_value: str, a: str, b_study_or_value: str, b: str,
+                   digits: str = "1", spread: str | None = None) -> str:
+    """Search cell A minus cell B (each as search-ci names it), paired by seed, with its 95 % interval."""
+    x, y = _search_cell(name, a_study_or_value, a), _search_cell(name, b_study_or_value, b)
+    d = [x[k] - y[k] for k in sorted(x) if k in y]
+    if len(d) < 2:
+        raise ValueError(f"search-diff-ci: {len(d)} seed(s) have both; an interval needs 2 or more")
+    mean, half, _ = tables.mean_ci(d)
+    if not mean > 0:
+        raise ValueError(f"search-diff-ci: in {name!r}, {a} minus {b} is {mean:.2f} on average, not positive")
+    _check_spread(spread, mean - half, f"{name!r}: {a} minus {b}")
+    n = int(digits)
+    return (f"{mean:+.{n}f} points (95 % interval {mean - half:+.{n}f} to {mean + half:+.{n}f}; higher in "
+            f"{sum(v > 0 for v in d)} of {len(d)})")
