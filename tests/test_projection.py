@@ -12,9 +12,9 @@ import re
 import pytest
 
 from fda_ray.bench import projection as pj
-from fda_ray.experiments import pages
-from fda_ray.experiments.pages import projection as pages_projection
-from fda_ray.experiments.pages.projection import PAGE_ARGS
+from fda_ray import pages
+from fda_ray.pages import projection as pages_projection
+from fda_ray.pages.projection import PAGE_ARGS
 from tuning.grids import GRIDS
 from tuning.searches import SEARCHES
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 from fda_ray.experiments import tables
-from fda_ray.experiments.pages import records
-from fda_ray.experiments.pages.engine import GENERATORS
-from fda_ray.experiments.pages.records import _check_spread, _with_ci
+from fda_ray.pages import records
+from fda_ray.pages.engine import GENERATORS
+from fda_ray.pages.records import _check_spread, _with_ci
 
 
 def _search_finals(name: str, keys: list[str]) -> dict[int, float]:

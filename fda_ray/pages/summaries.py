@@ -6,9 +6,9 @@ from __future__ import annotations
 import statistics
 
 from fda_ray.experiments import tables
-from fda_ray.experiments.pages import records
-from fda_ray.experiments.pages.engine import GENERATORS
-from fda_ray.experiments.pages.records import load_sweep
+from fda_ray.pages import records
+from fda_ray.pages.engine import GENERATORS
+from fda_ray.pages.records import load_sweep
 
 
 @GENERATORS.register("table")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import statistics
 
 from fda_ray.experiments import tables
-from fda_ray.experiments.pages.engine import GENERATORS
-from fda_ray.experiments.pages.records import Sweep, _as_list, _last_rounds, _sweep
+from fda_ray.pages.engine import GENERATORS
+from fda_ray.pages.records import Sweep, _as_list, _last_rounds, _sweep
 
 
 def _fedwca_rounds(s: Sweep, rows: tuple[str, ...], metric: str):

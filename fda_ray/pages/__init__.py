@@ -29,15 +29,15 @@ beside the paper) and projection (docs/scaling.md's).
 """
 from __future__ import annotations
 
-from fda_ray.experiments.pages import records
-from fda_ray.experiments.pages.engine import BLOCK, FENCE, GENERATORS, OPTION, PAGES, main, pages, render, rewrite
-from fda_ray.experiments.pages.records import RESULTS, ROOT, Sweep, command_of, load_found, load_sweep
+from fda_ray.pages import records
+from fda_ray.pages.engine import BLOCK, FENCE, GENERATORS, OPTION, PAGES, main, pages, render, rewrite
+from fda_ray.pages.records import RESULTS, ROOT, Sweep, command_of, load_found, load_sweep
 
 # the generator families: importing each registers its generators in GENERATORS (in this order: GENERATORS.names())
-from fda_ray.experiments.pages import summaries, seed_pages, claims, searches, run_files  # noqa: F401
-from fda_ray.experiments.pages import fssda, domainbed, paper_grids, fmnist_prose  # noqa: F401
-from fda_ray.experiments.pages import fedwca, curves, projection  # noqa: F401
-from fda_ray.experiments.pages.curves import _ranges  # noqa: F401  (tests/test_pages.py checks it)
+from fda_ray.pages import summaries, seed_pages, claims, searches, run_files  # noqa: F401
+from fda_ray.pages import fssda, domainbed, paper_grids, fmnist_prose  # noqa: F401
+from fda_ray.pages import fedwca, curves, projection  # noqa: F401
+from fda_ray.pages.curves import _ranges  # noqa: F401  (tests/test_pages.py checks it)
 
 __all__ = ["BLOCK", "FENCE", "GENERATORS", "OPTION", "PAGES", "RESULTS", "ROOT", "Sweep", "command_of", "load_found",
            "load_sweep", "main", "pages", "records", "render", "rewrite"]

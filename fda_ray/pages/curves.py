@@ -8,8 +8,8 @@ from __future__ import annotations
 import statistics
 
 from fda_ray.experiments import tables
-from fda_ray.experiments.pages.engine import GENERATORS
-from fda_ray.experiments.pages.records import _as_list, _cell_rows, _final, _signed, _sweep
+from fda_ray.pages.engine import GENERATORS
+from fda_ray.pages.records import _as_list, _cell_rows, _final, _signed, _sweep
 
 
 def _minus(x: float, digits: int) -> str:

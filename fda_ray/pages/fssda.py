@@ -6,8 +6,8 @@ import json
 import statistics
 
 from fda_ray.experiments import tables
-from fda_ray.experiments.pages.engine import GENERATORS
-from fda_ray.experiments.pages.records import Sweep, _final, _labelled, _last_rounds, _mean_of, _sweep, load_sweep
+from fda_ray.pages.engine import GENERATORS
+from fda_ray.pages.records import Sweep, _final, _labelled, _last_rounds, _mean_of, _sweep, load_sweep
 
 
 def _last_metric(s: Sweep, row: str, value: float, metric: str) -> list[float]:

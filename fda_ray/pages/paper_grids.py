@@ -3,9 +3,9 @@ a run's best round and the width of its last rounds."""
 from __future__ import annotations
 
 from fda_ray.experiments import tables
-from fda_ray.experiments.pages.engine import GENERATORS
-from fda_ray.experiments.pages.records import _and, _epoch, _final, _one_run, _signed, load_sweep
-from fda_ray.experiments.pages.summaries import summary_table
+from fda_ray.pages.engine import GENERATORS
+from fda_ray.pages.records import _and, _epoch, _final, _one_run, _signed, load_sweep
+from fda_ray.pages.summaries import summary_table
 
 
 @GENERATORS.register("paper-table")

@@ -18,8 +18,8 @@ from functools import lru_cache
 from typing import Callable
 
 from fda_ray.bench import projection as pj
-from fda_ray.experiments.pages.engine import GENERATORS
-from fda_ray.experiments.pages.records import ROOT
+from fda_ray.pages.engine import GENERATORS
+from fda_ray.pages.records import ROOT
 
 # the command line of docs/scaling.md's projection (its fenced block shows it after python -m fda_ray.bench.projection)
 PAGE_ARGS = ("--markdown", "--measured-noise-column-s", "101", "--cluster-json", "docs/results/bench-cluster.json")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import statistics
 
 from fda_ray.experiments import tables
-from fda_ray.experiments.pages.engine import GENERATORS
-from fda_ray.experiments.pages.records import (
+from fda_ray.pages.engine import GENERATORS
+from fda_ray.pages.records import (
     Sweep, _and, _cell_rows, _final, _mean_of, _one_run, _runs, _signed, _with_ci, load_sweep)
 
 

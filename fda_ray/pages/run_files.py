@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from fda_ray.experiments.pages import records
-from fda_ray.experiments.pages.engine import GENERATORS
+from fda_ray.pages import records
+from fda_ray.pages.engine import GENERATORS
 
 
 @GENERATORS.register("run-file")

@@ -8,8 +8,8 @@ from __future__ import annotations
 import statistics
 
 from fda_ray.experiments import tables
-from fda_ray.experiments.pages.engine import GENERATORS
-from fda_ray.experiments.pages.records import Sweep, _check_spread, _final, _sweep, _with_ci
+from fda_ray.pages.engine import GENERATORS
+from fda_ray.pages.records import Sweep, _check_spread, _final, _sweep, _with_ci
 
 
 def _cell_values(s: Sweep, row: str, value: str, metric: str = "accuracy", last: str = "1") -> list[float]:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable
 
 from fda_ray.core.registry import Registry
-from fda_ray.experiments.pages.records import ROOT
+from fda_ray.pages.records import ROOT
 
 PAGES = ("README.md", "docs/*.md", "docs/results/*.md")  # where blocks may be, relative to the repository
 FENCE = re.compile(r"(^```.*?^```[^\n]*$)", re.S | re.M)  # fenced code blocks, kept whole by split
@@ -55,7 +55,7 @@ def pages(root: Path = ROOT) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import fda_ray.experiments.pages as package  # its docstring is the command's description
+    import fda_ray.pages as package  # its docstring is the command's description
 
     p = argparse.ArgumentParser(prog="python -m fda_ray.pages", description=package.__doc__.splitlines()[0])
     p.add_argument("pages", nargs="*", help="pages to regenerate (default: README.md, docs/*.md and docs/results/*.md)")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import statistics
 
 from fda_ray.experiments import tables
-from fda_ray.experiments.pages.engine import GENERATORS
-from fda_ray.experiments.pages.records import Sweep, _final, _labelled, _sweep
+from fda_ray.pages.engine import GENERATORS
+from fda_ray.pages.records import Sweep, _final, _labelled, _sweep
 
 
 def _mean_std(values: list[float]) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from fda_ray.experiments import tables
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "docs" / "results"
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import statistics
 
 from fda_ray.experiments import tables
-from fda_ray.experiments.pages.engine import GENERATORS
-from fda_ray.experiments.pages.records import _epoch, _final, _labelled, _runs, _sweep, load_sweep
+from fda_ray.pages.engine import GENERATORS
+from fda_ray.pages.records import _epoch, _final, _labelled, _runs, _sweep, load_sweep
 
 
 # The published 95 % half-widths that the grids do not carry (tuning/paper.py keeps them as comments), by grid,
