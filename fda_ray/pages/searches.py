@@ -28,7 +28,10 @@ def _search_finals(name: str, keys: list[str]) -> dict[int, float]:
 def _search_cell(name: str, study_or_value: str, rule_or_row: str) -> dict[int, float]:
     """A search's rerun numbers by seed: a study's rule's selection ("fedgp @ noise 0.6" oracle: the trial keys
     selection.json lists), or a reference row at a value (0.6 fedda_auto: its trials under trials/)."""
-    selection = json.loads((records.RESULTS / name / "selection.json").read_text())
+    path = records.RESULTS / name / "selection.json"
+    if not path.is_file():
+        raise ValueError(f"{name!r} is not a search's directory: {str(path)!r} does not exist")
+    selection = json.loads(path.read_text())
     if study_or_value in selection["studies"]:
         keys = selection["studies"][study_or_value].get("reruns", {}).get(rule_or_row)
         if keys is None:
