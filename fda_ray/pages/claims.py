@@ -9,7 +9,7 @@ import statistics
 
 from fda_ray.experiments import tables
 from fda_ray.pages.engine import GENERATORS
-from fda_ray.pages.records import Sweep, _check_spread, _final, _sweep, _with_ci
+from fda_ray.pages.records import Sweep, _final, _paired_text, _sweep, _with_ci
 
 
 def _cell_values(s: Sweep, row: str, value: str, metric: str = "accuracy", last: str = "1") -> list[float]:
@@ -54,13 +54,4 @@ def diff_ci(name: str, a: str, b: str, value: str | None = None, metric: str = "
     s = _sweep(name, grid)
     cols = [float(x) for x in value.split(",")] if value else list(s.values)
     d = tables.paired_differences(_final(s, metric, last=last), a, b, cols)
-    if len(d) < 2:
-        raise ValueError(f"diff-ci: {name!r} has {len(d)} (column, seed) pair(s) of {a!r} and {b!r}; an interval "
-                         "needs 2 or more")
-    mean, half, _ = tables.mean_ci(d)
-    if not mean > 0:
-        raise ValueError(f"diff-ci: in {name!r}, {a!r} minus {b!r} is {mean:.2f} on average, not positive")
-    _check_spread(spread, mean - half, f"{name!r}: {a!r} minus {b!r}")
-    n = int(digits)
-    return (f"{mean:+.{n}f} points (95 % interval {mean - half:+.{n}f} to {mean + half:+.{n}f}; higher in "
-            f"{sum(x > 0 for x in d)} of {len(d)})")
+    return _paired_text(d, f"in {name!r}, {a!r} minus {b!r}", spread, digits, "diff-ci")

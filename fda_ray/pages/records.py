@@ -184,14 +184,24 @@ def _with_ci(values: list[float], digits: int) -> str:
     return f"{mean:.{digits}f} ± {half:.{digits}f}"
 
 
-def _check_spread(spread: str | None, low: float, what: str) -> None:
-    """spread=within: the interval's low end is <= 0; outside: it is above 0."""
-    if spread is None:
-        return
-    if spread not in ("within", "outside"):
-        raise ValueError(f"spread={spread!r} is invalid: within or outside")
-    if (low > 0) != (spread == "outside"):
-        raise ValueError(f"diff-ci: {what} is no longer {spread} the seeds' spread (interval's low end {low:+.2f})")
+def _paired_text(d: list[float], what: str, spread: str | None, digits: str, generator: str) -> str:
+    """Paired differences d as "+2.1 points (95 % interval -4.0 to +8.2; higher in 2 of 3)". An error with fewer than
+    2 pairs, when the mean is not positive (the claim should be stated the other way round), or when spread=within
+    (the interval's low end is <= 0) or spread=outside (it is above 0) says otherwise."""
+    if len(d) < 2:
+        raise ValueError(f"{generator}: {what} has {len(d)} pair(s); an interval needs 2 or more")
+    mean, half, _ = tables.mean_ci(d)
+    if not mean > 0:
+        raise ValueError(f"{generator}: {what} is {mean:.2f} on average, not positive")
+    if spread is not None:
+        if spread not in ("within", "outside"):
+            raise ValueError(f"spread={spread!r} is invalid: within or outside")
+        if (mean - half > 0) != (spread == "outside"):
+            raise ValueError(f"{generator}: {what} is no longer {spread} the seeds' spread "
+                             f"(interval's low end {mean - half:+.2f})")
+    n = int(digits)
+    return (f"{mean:+.{n}f} points (95 % interval {mean - half:+.{n}f} to {mean + half:+.{n}f}; higher in "
+            f"{sum(x > 0 for x in d)} of {len(d)})")
 
 
 def _signed(x: float, digits: int = 2) -> str:

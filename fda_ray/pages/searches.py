@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 
-from fda_ray.experiments import tables
 from fda_ray.pages import records
 from fda_ray.pages.engine import GENERATORS
-from fda_ray.pages.records import _check_spread, _with_ci
+from fda_ray.pages.records import _paired_text, _with_ci
 
 
 def _search_finals(name: str, keys: list[str]) -> dict[int, float]:
@@ -61,13 +60,5 @@ def search_diff_ci(name: str, a_study_or_value: str, a: str, b_study_or_value: s
                    digits: str = "1", spread: str | None = None) -> str:
     """Search cell A minus cell B (each as search-ci names it), paired by seed, with its 95 % interval."""
     x, y = _search_cell(name, a_study_or_value, a), _search_cell(name, b_study_or_value, b)
-    d = [x[k] - y[k] for k in sorted(x) if k in y]
-    if len(d) < 2:
-        raise ValueError(f"search-diff-ci: {len(d)} seed(s) have both; an interval needs 2 or more")
-    mean, half, _ = tables.mean_ci(d)
-    if not mean > 0:
-        raise ValueError(f"search-diff-ci: in {name!r}, {a} minus {b} is {mean:.2f} on average, not positive")
-    _check_spread(spread, mean - half, f"{name!r}: {a} minus {b}")
-    n = int(digits)
-    return (f"{mean:+.{n}f} points (95 % interval {mean - half:+.{n}f} to {mean + half:+.{n}f}; higher in "
-            f"{sum(v > 0 for v in d)} of {len(d)})")
+    d = [x[k] - y[k] for k in sorted(x) if k in y]  # paired by seed
+    return _paired_text(d, f"in {name!r}, {a} minus {b}", spread, digits, "search-diff-ci")
