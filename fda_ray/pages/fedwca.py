@@ -69,22 +69,29 @@ def _fedwca_last(s: Sweep, row: str, metric: str) -> dict[tuple[str, float, int]
     return {k: r for k, r in _last_rounds(s).items() if k[0] == row and r.get(metric) is not None}
 
 
+def _moves(after: str, before: str, metric: str, grid: str | None):
+    """(after's Sweep, after's finals, {(row, value): the mean over seeds of after minus before, paired by seed})
+    for the cells with at least one seed in both."""
+    a, b = _sweep(after, grid), _sweep(before, grid)
+    fa, fb = tables.final(list(a.rows), metric), tables.final(list(b.rows), metric)
+    moves = {}
+    for kv, now in fa.items():
+        d = [now[sd] - fb[kv][sd] for sd in sorted(now) if sd in fb.get(kv, {})]
+        if d:
+            moves[kv] = statistics.fmean(d)
+    return a, fa, moves
+
+
 @GENERATORS.register("moved-table")
 def moved_table(after: str, before: str, metric: str = "accuracy", grid: str | None = None) -> str:
     """What changed between two sweeps of one grid (the same rows, columns and seeds under two versions): per row
     and column the mean over seeds of after minus before, paired by seed, and the average over the columns."""
-    a, b = _sweep(after, grid), _sweep(before, grid)
-    fa, fb = tables.final(list(a.rows), metric), tables.final(list(b.rows), metric)
+    a, _, moves = _moves(after, before, metric, grid)
     lines = ["| method | " + " | ".join(a.grid.value_label(v) for v in a.values) + " | Avg. |",
              "|" + "---|" * (len(a.values) + 2)]
     for k in a.row_keys:
-        cells, means = [], []
-        for v in a.values:
-            now, then = fa.get((k, v), {}), fb.get((k, v), {})
-            d = [now[seed] - then[seed] for seed in sorted(now) if seed in then]
-            cells.append(f"{statistics.fmean(d):+.1f}" if d else "-")
-            if d:
-                means.append(statistics.fmean(d))
+        means = [moves[(k, v)] for v in a.values if (k, v) in moves]
+        cells = [f"{moves[(k, v)]:+.1f}" if (k, v) in moves else "-" for v in a.values]
         avg = f"{statistics.fmean(means):+.1f}" if len(means) == len(a.values) else "-"
         lines.append(f"| {a.grid.row(k).label} | " + " | ".join(cells) + f" | {avg} |")
     return "\n".join(lines)
@@ -94,13 +101,8 @@ def moved_table(after: str, before: str, metric: str = "accuracy", grid: str | N
 def moved_share(after: str, before: str, metric: str = "accuracy", grid: str | None = None) -> str:
     """The largest move of a cell between two sweeps (moved-table's mean paired difference) as a share of the
     cell's 95 % half-width over its seeds in `after`: "0.17" (every cell moved by at most 0.17 of its interval)."""
-    a, b = _sweep(after, grid), _sweep(before, grid)
-    fa, fb = tables.final(list(a.rows), metric), tables.final(list(b.rows), metric)
-    shares = []
-    for kv, now in fa.items():
-        d = [now[sd] - fb[kv][sd] for sd in sorted(now) if sd in fb.get(kv, {})]
-        if d and len(now) > 1:
-            shares.append(abs(statistics.fmean(d)) / tables.mean_ci(list(now.values()))[1])
+    _, fa, moves = _moves(after, before, metric, grid)
+    shares = [abs(m) / tables.mean_ci(list(fa[kv].values()))[1] for kv, m in moves.items() if len(fa[kv]) > 1]
     if not shares:
         raise ValueError(f"moved-share: no cell of {after!r} has seeds paired in {before!r}")
     return f"{max(shares):.2f}"
