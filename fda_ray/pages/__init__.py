@@ -25,7 +25,7 @@ the generators by family, each registering itself in GENERATORS when imported he
 tables), seed_pages (seed 000's and 002's tables and prose), claims (orderings and gaps with their seed spread),
 searches (the selections' reruns), run_files (single runs' Parquet files), fssda (seed 002), domainbed and
 paper_grids (seed 004), fmnist_prose (the Fashion-MNIST grids' prose), fedwca (seed 003), curves (one run's curve
-beside the paper) and projection (docs/scaling.md's).
+beside the paper), projection (docs/scaling.md's) and authors (runs of the authors' own scripts, tools/authors_fedgp.py).
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ from fda_ray.pages.records import RESULTS, ROOT, Sweep, command_of, load_found, 
 # the generator families: importing each registers its generators in GENERATORS (in this order: GENERATORS.names())
 from fda_ray.pages import summaries, seed_pages, claims, searches, run_files  # noqa: F401
 from fda_ray.pages import fssda, domainbed, paper_grids, fmnist_prose  # noqa: F401
-from fda_ray.pages import fedwca, curves, projection  # noqa: F401
+from fda_ray.pages import fedwca, curves, projection, authors  # noqa: F401
 from fda_ray.pages.curves import _ranges  # noqa: F401  (tests/test_pages.py checks it)
 
 __all__ = ["BLOCK", "FENCE", "GENERATORS", "OPTION", "PAGES", "RESULTS", "ROOT", "Sweep", "command_of", "load_found",

@@ -1,0 +1,167 @@
+"""Run the FedGP authors' own non-iid script (jackyzyb/AutoFedGP, `main_noniid.py`) on this machine's
+Fashion-MNIST, and keep what it records, so that a cell of docs/results/fmnist-noise.md can be set beside the
+authors' code on the same data (seed 001, Table 10: FedGP with beta = proj_w).
+
+    python tools/authors_fedgp.py --repo PATH/TO/AutoFedGP --out docs/results/authors-fedgp \\
+        --iter noise_0.6_seed8 -- --dataset fmnist --n_target_samples 100 --n_parties 10 \\
+        --use_sim --proj_w 1 --partition homo --noise 0.6 --train_seed 8
+
+Everything after `--` goes to main_noniid.py unchanged (the line above is the shipped
+scripts/noniid_exp/run_fedgp_0.5.sh with proj_w 1 and a seed). fda-ray does not import or ship the authors'
+code: --repo is a checkout of it (`git clone https://github.com/jackyzyb/AutoFedGP`).
+
+The published repository does not run as it stands, and this runner supplies what is missing, nothing else:
+- `main_noniid.py` imports a `utils` package that the repository does not contain (`utils.constants`,
+  `utils.data_sampler`, `utils.utils`). Of it the script calls only `deterministic(seed)`; the runner provides
+  that as in the code the authors credit (nicchiou/domain_adapt_cxr): seed `random`, NumPy and torch (and
+  cuDNN deterministic). The other two names are imported and never called.
+- It imports `imgaug`, which never runs in the script and does not import under NumPy 2: an empty module
+  stands in for it.
+- It reads Fashion-MNIST through torchvision with download=True from its `--datadir`: the runner unpacks the
+  four idx files of --data (default: Debian's dataset-fashion-mnist) into `DATADIR/FashionMNIST/raw/`, where
+  torchvision finds them and downloads nothing.
+It also needs scikit-learn, pandas and tqdm (imported by the script; `pip install scikit-learn pandas tqdm`).
+
+The script writes `experiments/<exp_dir>/server_results_<iter>.json` (the global model's test accuracy after
+each of its rounds, `["test"]["acc"]`) and `args_<iter>.json`; the runner copies both to --out with a
+`run_<iter>.json` beside them (the repository's commit, this machine's torch and NumPy, the wall time, the
+command). `python -m fda_ray.pages` reads them (the `authors-run` block).
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+FASHION_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
+                 "t10k-labels-idx1-ubyte")
+DEBIAN_FASHION = Path("/usr/share/datasets/fashion-mnist")
+
+# The modules the repository imports but does not contain (the module docstring says why each is what it is).
+SHIMS = {
+    "utils/__init__.py": "",
+    "utils/constants.py": '"""Imported by main_noniid.py, never read."""\n',
+    "utils/data_sampler.py": (
+        '"""Imported by main_noniid.py, never called."""\n\n\n'
+        "def get_subset_indices(*args, **kwargs):\n"
+        "    raise NotImplementedError('not part of the published repository')\n\n\n"
+        "def get_train_valid_indices(*args, **kwargs):\n"
+        "    raise NotImplementedError('not part of the published repository')\n"),
+    "utils/utils.py": (
+        '"""deterministic(seed), as in nicchiou/domain_adapt_cxr, which main_noniid.py credits."""\n'
+        "import random\n\nimport numpy as np\nimport torch\n\n\n"
+        "def deterministic(seed):\n"
+        "    if seed is not None:\n"
+        "        torch.manual_seed(seed)\n"
+        "        torch.cuda.manual_seed(seed)\n"
+        "        np.random.seed(seed)\n"
+        "        random.seed(seed)\n"
+        "        torch.backends.cudnn.enabled = False\n"
+        "        torch.backends.cudnn.benchmark = False\n"
+        "        torch.backends.cudnn.deterministic = True\n"),
+    "imgaug/__init__.py": '"""Stands in for imgaug, which main_noniid.py imports and never uses."""\n',
+    "imgaug/augmenters.py": '"""Stands in for imgaug.augmenters (imported, never used)."""\n',
+}
+
+
+def prepare_datadir(source: Path, datadir: Path) -> Path:
+    """Unpack the four Fashion-MNIST idx files (NAME or NAME.gz in `source`) into DATADIR/FashionMNIST/raw/,
+    torchvision's layout; returns that folder. A missing file is a one-line error naming where it looked."""
+    raw = datadir / "FashionMNIST" / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    for name in FASHION_FILES:
+        dst = raw / name
+        if dst.exists():
+            continue
+        part = raw / f"{name}.{os.getpid()}.part"  # renamed when whole: runs side by side share the folder
+        if (source / name).exists():
+            shutil.copyfile(source / name, part)
+        elif (source / f"{name}.gz").exists():
+            with gzip.open(source / f"{name}.gz", "rb") as f, open(part, "wb") as g:
+                shutil.copyfileobj(f, g)
+        else:
+            raise FileNotFoundError(f"data={str(source)!r}: neither {name} nor {name}.gz is there "
+                                    "(Debian: apt-get install dataset-fashion-mnist)")
+        part.replace(dst)
+    return raw
+
+
+def write_shims(root: Path) -> None:
+    for rel, text in SHIMS.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def _commit(repo: Path) -> str | None:
+    try:
+        return subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def _arg(args: list[str], name: str, default: str) -> str:
+    return args[args.index(name) + 1] if name in args else default
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    ours, theirs = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--repo", required=True, type=Path, help="a checkout of jackyzyb/AutoFedGP")
+    p.add_argument("--out", required=True, type=Path, help="where the run's records are copied")
+    p.add_argument("--iter", required=True, help="the run's name (main_noniid.py's --iter_idx)")
+    p.add_argument("--data", type=Path, default=DEBIAN_FASHION, help="folder of the four Fashion-MNIST idx files")
+    p.add_argument("--work", type=Path, default=Path("/tmp/authors-fedgp"), help="scratch folder")
+    a = p.parse_args(ours)
+    if not (a.repo / "main_noniid.py").exists():
+        print(f"error: repo={str(a.repo)!r} has no main_noniid.py (a checkout of jackyzyb/AutoFedGP)",
+              file=sys.stderr)
+        return 2
+    for name in ("--iter_idx", "--datadir"):
+        if name in theirs:
+            print(f"error: {name} is set by this runner (--iter, --work)", file=sys.stderr)
+            return 2
+    try:
+        prepare_datadir(a.data, a.work / "data")
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    shims = a.work / "shims"
+    write_shims(shims)
+    exp_dir = _arg(theirs, "--exp_dir", "fl_noniid")
+    cmd = [sys.executable, "main_noniid.py", *theirs, "--iter_idx", a.iter, "--datadir", str(a.work / "data")]
+    env = {**os.environ, "PYTHONPATH": str(shims)}
+    start = time.time()
+    rc = subprocess.run(cmd, cwd=a.repo, env=env).returncode
+    wall = time.time() - start
+    if rc != 0:
+        print(f"error: main_noniid.py exited with {rc}", file=sys.stderr)
+        return rc
+    import numpy
+    import torch
+    a.out.mkdir(parents=True, exist_ok=True)
+    made = a.repo / "experiments" / exp_dir
+    for name in (f"server_results_{a.iter}.json", f"args_{a.iter}.json"):
+        shutil.copyfile(made / name, a.out / name)
+    run = {"repository": "jackyzyb/AutoFedGP", "commit": _commit(a.repo), "script": "main_noniid.py",
+           "arguments": theirs, "iter_idx": a.iter, "wall_s": round(wall, 1),
+           "environment": {"python": platform.python_version(), "torch": torch.__version__,
+                           "numpy": numpy.__version__, "machine": platform.machine()},
+           "command": "python tools/authors_fedgp.py --repo AutoFedGP --out " + str(a.out) + f" --iter {a.iter} -- "
+                      + " ".join(theirs)}
+    (a.out / f"run_{a.iter}.json").write_text(json.dumps(run, indent=2) + "\n")
+    print(f"{a.iter}: {wall:.0f} s; records in {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
