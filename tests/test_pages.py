@@ -676,3 +676,14 @@ def test_moved_share_is_the_largest_move_over_its_cells_interval():
         half = 4.303 * statistics.stdev(now.values()) / math.sqrt(3)
         shares.append(abs(statistics.fmean(d)) / half)
     assert pages.render("moved-share fssda-fmnist fssda-fmnist-previous") == f"{max(shares):.2f}"
+
+
+def test_best_column_names_the_value_with_the_highest_final_mean():
+    runs = _by_run("fssda-lambda")
+    s = pages.load_sweep("fssda-lambda")
+    for row in ("fssda_lambda0.1_noniid", "fssda_iid"):
+        means = {v: statistics.fmean(run[-1] for (k, vv, _), run in runs.items() if k == row and vv == v)
+                 for v in s.values}
+        assert pages.render(f"best-column fssda-lambda {row}") == s.grid.value_label(max(means, key=means.get))
+    with pytest.raises(ValueError, match="has no row 'nope'"):
+        pages.render("best-column fssda-lambda nope")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import pickle
+from pathlib import Path
 
 import boto3
 import pytest
@@ -80,6 +81,18 @@ def test_local_writes_are_atomic_and_leave_no_temporary_file(tmp_path, monkeypat
     p.write_text("new")
     assert p.read_text() == "new"
     assert sorted(x.name for x in tmp_path.iterdir()) == ["rows.json"]  # no temporary file left
+
+
+def test_a_record_is_on_disk_before_the_rename_makes_it_the_file(tmp_path, monkeypatch):
+    """fsync of the temporary file, then the rename: after a power cut the name holds the old bytes or the new."""
+    import os
+
+    calls = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(("fsync", os.fstat(fd).st_size)), real_fsync(fd)))
+    monkeypatch.setattr(os, "replace", lambda a, b: (calls.append(("replace", Path(b).name)), real_replace(a, b)))
+    StoragePath(tmp_path / "rows.json").write_text("0123456789")
+    assert calls == [("fsync", 10), ("replace", "rows.json")]  # the whole text synced, then renamed
 
 
 def test_a_storage_path_travels_as_its_uri(tmp_path):

@@ -383,3 +383,55 @@ def test_parquet_takes_a_metric_that_is_a_number_in_one_trial_and_a_list_in_anot
     back = pq.read_table(tmp_path / "r.parquet").to_pylist()
     assert [json.loads(r["loss"]) if r["loss"] is not None else None for r in back] == [0.5, [0.25, 0.75], None]
     assert [r["acc"] for r in back] == [[0.1], [0.2, 0.3], None]  # lists only: a list column
+
+
+def test_a_damaged_record_makes_its_trial_pending_again_and_is_kept(tiny_grid, fmnist_dir, tmp_path, capsys, no_ray):
+    """A rows.json cut short (a crash, a full disk): --resume sets it aside as rows.json.damaged with one warning
+    line naming the trial, runs that trial again and summarises the others; --dry-run only says so."""
+    out = tmp_path / "s"
+    base = ("--backend", "local", "--workers", "1", "--methods", "target_only", "--rounds", "2")
+    assert sweep.main(_args(fmnist_dir, out, *base, "--json")) == 0
+    capsys.readouterr()
+    first = {(r["noise"], r["round"]): r["accuracy"] for r in pq.read_table(out / "results.parquet").to_pylist()}
+    keys = sorted(p.name for p in (out / "trials").iterdir())
+    assert len(keys) == 2  # target_only at noise 0 and 0.8
+    bad = out / "trials" / keys[0] / "rows.json"
+    cut = bad.read_bytes()[:100]
+    bad.write_bytes(cut)
+    assert sweep.main(_args(fmnist_dir, out, *base, "--resume", "--dry-run")) == 0
+    printed = capsys.readouterr()
+    warnings = [line for line in printed.err.splitlines() if line.startswith("warning: trial")]
+    assert len(warnings) == 1 and warnings[0].startswith(f"warning: trial {keys[0]}: its rows.json is damaged (not JSON")
+    assert warnings[0].endswith("a resume without --dry-run keeps it as rows.json.damaged and runs the trial again")
+    assert f"{keys[0]}: Target Only, target_only [to run (damaged record)]" in printed.out
+    assert f"{keys[1]}: Target Only, target_only [done]" in printed.out
+    assert bad.read_bytes() == cut  # a dry run moves nothing
+    assert sweep.main(_args(fmnist_dir, out, *base, "--resume", "--json")) == 0
+    printed = capsys.readouterr()
+    warnings = [line for line in printed.err.splitlines() if line.startswith("warning: trial")]
+    assert len(warnings) == 1 and warnings[0].startswith(f"warning: trial {keys[0]}: its rows.json is damaged (not JSON")
+    assert warnings[0].endswith("kept as rows.json.damaged, the trial is pending again")
+    assert _summary(printed.out)["trials_run"] == 1
+    assert (bad.parent / "rows.json.damaged").read_bytes() == cut  # nothing the user had is lost
+    again = {(r["noise"], r["round"]): r["accuracy"] for r in pq.read_table(out / "results.parquet").to_pylist()}
+    assert again == first  # the trial ran again, by the same code on the same seeds: the same numbers
+
+
+def test_set_aside_damaged_keeps_every_damaged_copy_and_leaves_whole_records(tmp_path):
+    from fda_ray.experiments.trials import is_done, record_damage, set_aside_damaged
+
+    records = tmp_path / "trials"
+    texts = {"good": json.dumps({"config": {}, "rows": []}), "cut": '{"config": {}, "ro',
+             "odd": json.dumps({"config": {}}), "bytes": b"\xff\xfe"}
+    for key, text in texts.items():
+        (records / key).mkdir(parents=True)
+        (records / key / "rows.json").write_bytes(text if isinstance(text, bytes) else text.encode())
+    (records / "cut" / "rows.json.damaged").write_text("an earlier damaged copy")
+    assert record_damage(records / "good") is None and record_damage(records / "odd") == "no list of rows"
+    lines = set_aside_damaged(records)
+    assert sorted(lines) == ["bytes", "cut", "odd"]
+    assert "(not UTF-8 text)" in lines["bytes"] and "kept as rows.json.damaged.1," in lines["cut"]
+    assert (records / "cut" / "rows.json.damaged").read_text() == "an earlier damaged copy"
+    assert (records / "cut" / "rows.json.damaged.1").read_text() == texts["cut"]
+    assert is_done(records / "good") and not any(is_done(records / k) for k in ("cut", "odd", "bytes"))
+    assert set_aside_damaged(records) == {}  # nothing left to set aside

@@ -34,7 +34,8 @@ from typing import Any, Sequence
 
 from fda_ray.core.storage import StoragePath, storage_path
 from tuning.selection import RULES, best_so_far, final_value, mean_std, select
-from fda_ray.experiments.trials import ROWS_FILE, Trial, is_done, merge_fields, point_trial, read_rows, trial_key
+from fda_ray.experiments.trials import (ROWS_FILE, Trial, is_done, merge_fields, point_trial, read_rows,
+                                       set_aside_damaged, trial_key)
 from tuning.searches import SEARCHES, Search
 
 STOPPED_FILE = "stopped.json"
@@ -352,6 +353,8 @@ def run_search(search: Search, *, profile: str, out: StoragePath, num_samples: i
     out = storage_path(out)
     records = out / "trials"
     records.mkdir(parents=True, exist_ok=True)
+    for line in set_aside_damaged(records).values():  # an unreadable record: that trial runs again, others kept
+        print(line, file=sys.stderr)
     plan = studies(search, methods, values)
     t0 = time.time()
     failures: list[dict] = []

@@ -41,7 +41,7 @@ from fda_ray.core.parsing import OneLineParser
 from fda_ray.experiments.cli import add_config_arguments, config_fields
 from fda_ray.data.base import DatasetNotFound
 from fda_ray.experiments.backends import Progress, run_local, run_tune, write_parquet
-from fda_ray.experiments.trials import Trial, is_done, plan, read_rows, result_rows
+from fda_ray.experiments.trials import Trial, is_done, plan, read_rows, result_rows, set_aside_damaged
 from tuning.grids import GRIDS, Grid
 from tuning.searches import SEARCHES
 
@@ -235,11 +235,15 @@ def main(argv: list[str] | None = None) -> int:
                              "or choose another --out")
         if a.resume and not records.exists():
             raise SweepError(f"resume=True is invalid: {str(records)!r} does not exist (nothing to resume)")
+        damaged = set_aside_damaged(records, move=not a.dry_run) if a.resume else {}
+        for line in damaged.values():
+            print(line, file=sys.stderr)
         if a.resume:
             same_build(records, a.mix_builds)
         if a.dry_run:
             for t in trials:
-                state = "done" if is_done(records / t.key) else "to run"
+                state = "to run (damaged record)" if t.key in damaged else "done" if is_done(records / t.key) \
+                    else "to run"
                 extra = f" (from {t.weights_from})" if t.weights_from else ""
                 print(f"{t.key}: {grid.row(t.row).label}, {t.params.get('method')}"
                       f"{' beta ' + str(t.params['beta']) if 'beta' in t.params else ''}{extra} [{state}]")

@@ -17,7 +17,8 @@ A trial's record, records/<key>/:
                 (python, torch, numpy, ray versions and the machine) of the process that finished it, and the
                 nodes that ran it (nodes.json's list: more than one when a node was lost and Tune retried it)
   weights.pt    the final flat weights, for trials others start from
-A trial whose rows.json exists is done and never runs again; its key hashes every field that changes its
+A trial whose rows.json exists is done and never runs again (a resumed sweep or search first sets aside a rows.json
+that cannot be read, set_aside_damaged: that trial runs again); its key hashes every field that changes its
 numbers (not where or how it ran: executor, resources, the data directory), so a resumed sweep finds it.
 """
 from __future__ import annotations
@@ -263,6 +264,8 @@ def recorded_builds(records: StoragePath | Path) -> dict[tuple, list[str]]:
 
     out: dict[tuple, list[str]] = {}
     for rows in storage_path(records).glob(f"*/{ROWS_FILE}"):
+        if record_damage(rows.parent) is not None:  # set aside before a resume (set_aside_damaged); no build to read
+            continue
         env = json.loads(rows.read_text()).get("environment") or {}
         out.setdefault(tuple(env.get(k) for k in FIELDS), []).append(rows.parent.name)
     # trials cut off mid-run: the build of their last attempt (their state.pt goes on from its rounds)
@@ -284,6 +287,43 @@ def load_state(record: Path) -> dict | None:
 
 def is_done(record: StoragePath | Path) -> bool:
     return (storage_path(record) / ROWS_FILE).is_file()
+
+
+def record_damage(record: StoragePath | Path) -> str | None:
+    """Why a finished trial's rows.json cannot be read as its record (cut short by a crash or a full disk, or
+    edited by hand), or None when it can."""
+    try:
+        data = json.loads((storage_path(record) / ROWS_FILE).read_text())
+    except json.JSONDecodeError as e:
+        return f"not JSON: {e.msg} at character {e.pos}"
+    except UnicodeDecodeError:
+        return "not UTF-8 text"
+    if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
+        return "no list of rows"
+    return None
+
+
+def set_aside_damaged(records: StoragePath | Path, move: bool = True) -> dict[str, str]:
+    """Every rows.json under `records` that cannot be read (record_damage) is renamed rows.json.damaged (the next
+    free .damaged.N if that exists): nothing is deleted, and the trial is pending again, so a resumed sweep runs it
+    and its summary reads the others. {trial key: a warning line} for each; move=False (a dry run) only says so."""
+    lines = {}
+    for rows in sorted(storage_path(records).glob(f"*/{ROWS_FILE}"), key=str):
+        why = record_damage(rows.parent)
+        if why is None:
+            continue
+        key = rows.parent.name
+        if not move:
+            lines[key] = (f"warning: trial {key}: its {ROWS_FILE} is damaged ({why}); a resume without --dry-run "
+                          f"keeps it as {ROWS_FILE}.damaged and runs the trial again")
+            continue
+        target, n = rows.with_name(ROWS_FILE + ".damaged"), 1
+        while target.exists():
+            target, n = rows.with_name(f"{ROWS_FILE}.damaged.{n}"), n + 1
+        rows.replace(target)
+        lines[key] = f"warning: trial {key}: its {ROWS_FILE} is damaged ({why}); kept as {target.name}, the trial is " \
+                     "pending again"
+    return lines
 
 
 def read_rows(record: StoragePath | Path) -> dict[str, Any]:

@@ -55,3 +55,18 @@ def diff_ci(name: str, a: str, b: str, value: str | None = None, metric: str = "
     cols = [float(x) for x in value.split(",")] if value else list(s.values)
     d = tables.paired_differences(_final(s, metric, last=last), a, b, cols)
     return _paired_text(d, f"in {name!r}, {a!r} minus {b!r}", spread, digits, "diff-ci")
+
+
+@GENERATORS.register("best-column")
+def best_column(name: str, row: str, metric: str = "accuracy", grid: str | None = None) -> str:
+    """The grid value (its label) where the row's final mean `metric` is highest: a selection stated from the records
+    ("T_a 0.05, T_b 0.05"). A tie for the highest mean is an error: the records would not select one."""
+    s = _sweep(name, grid)
+    means = {v: m for (k, v), m in tables.column_means(_final(s, metric)).items() if k == row}
+    if not means:
+        raise ValueError(f"best-column: {name!r} has no row {row!r}")
+    top = max(means.values())
+    best = [v for v, m in means.items() if m == top]
+    if len(best) > 1:
+        raise ValueError(f"best-column: {row!r} ties at {top:.4f} in {[s.grid.value_label(v) for v in best]}")
+    return s.grid.value_label(best[0])
