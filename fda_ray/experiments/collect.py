@@ -1,0 +1,380 @@
+"""Results collected over any number of sweep and search directories: one table per grid (DomainBed's
+collect_results, for fda-ray's records).
+
+    python -m fda_ray.collect docs/results/fmnist-noise docs/results/fmnist-noise-seeds-0.6
+    python -m fda_ray.collect docs/results/search-beta --format latex
+    python -m fda_ray.collect DIR... --format csv --out results.csv
+
+A directory is read as its summary.md `Command:` line says (the grid or the search, the profile, the options that
+change numbers), or as `--grid NAME` for a folder of records without one. Directories of the same grid, profile
+and options are one table: their trials are pooled by seed (a trial recorded in two of them, the same key, counts
+once: from the first directory named). Each cell is the trials' final-round metric (--last K: each seed's mean
+over its last K rounds, 004's DomainBed metric) as the mean and the 95 % confidence half-width over seeds
+(t_{0.975, n-1} s / sqrt(n), fda_ray.experiments.tables), n, and where the grid carries the paper's number, that
+number and the gap (ours minus the paper's). A search's table is its selection (selection.json): per study and
+selection rule, the configuration the rule selected and its reruns' test accuracy on new seeds.
+
+Formats: Markdown (default), CSV (one line a cell, every number unrounded) and LaTeX (a tabular per table).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from fda_ray.experiments import tables
+from fda_ray.experiments.trials import ROWS_FILE, TRIAL_FILE, Trial, read_rows, record_damage
+
+FORMATS = ("markdown", "csv", "latex")
+PM_TEX = r"$\pm$"
+
+
+class CollectError(ValueError):
+    """Bad input to collect: one line naming the field, the value and what is allowed."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """How a directory was made: a grid or a search, its profile, and the options that change numbers."""
+
+    path: Path
+    kind: str  # "grid" | "search"
+    name: str  # the grid's or the search's name
+    profile: str
+    options: tuple[tuple[str, str], ...] = ()  # (RunConfig field, value) the command set, sorted
+
+    @property
+    def group(self) -> tuple:
+        return (self.kind, self.name, self.profile, self.options)
+
+
+@dataclass
+class Cell:
+    seeds: dict[int, float]  # seed -> final metric (%)
+    paper: float | None = None
+
+    @property
+    def values(self) -> list[float]:
+        return [self.seeds[s] for s in sorted(self.seeds)]
+
+    @property
+    def mean(self) -> float:
+        return sum(self.values) / len(self.values)
+
+    @property
+    def half(self) -> float | None:
+        return tables.mean_ci(self.values)[1] if len(self.values) > 1 else None
+
+    @property
+    def gap(self) -> float | None:
+        return None if self.paper is None else self.mean - self.paper
+
+
+@dataclass
+class GridTable:
+    source: Source
+    directories: list[str]
+    metric: str
+    last: int
+    row_labels: dict[str, str]  # row key -> label, in the grid's order
+    value_labels: dict[float, str]  # grid value -> label, in the grid's order
+    cells: dict[tuple[str, float], Cell]
+    builds: list[str]
+    duplicates: int = 0  # trials found in more than one directory (read from the first)
+    paper_ref: str = ""
+
+    @property
+    def title(self) -> str:
+        opts = "".join(f", {k}={v}" for k, v in self.source.options)
+        return f"{self.source.name} ({self.source.profile} profile{opts})"
+
+
+@dataclass
+class SearchTable:
+    source: Source
+    directory: str
+    lines: list[dict] = field(default_factory=list)  # study, rule, selected, rerun values
+
+
+def describe(path: Path, grid: str | None = None) -> Source:
+    """The Source of a results directory, from its summary.md's `Command:` line; `grid` names the grid of a folder
+    without one (every trial found is read as that grid's)."""
+    from fda_ray.experiments.sweep import config_fields, parser
+
+    summary = path / "summary.md"
+    command = None
+    if summary.is_file():
+        for line in summary.read_text().splitlines():
+            if line.startswith("Command: `"):
+                command = line[len("Command: `"):line.rindex("`")]
+                break
+    if command is None:
+        if grid is None:
+            raise CollectError(f"dir={str(path)!r} is invalid: it has no summary.md with a 'Command:' line; pass "
+                               "--grid NAME to read its trials as a grid's")
+        return Source(path, "grid", grid, "found")
+    argv = shlex.split(command)
+    argv = argv[argv.index("fda_ray.sweep") + 1:] if "fda_ray.sweep" in argv else argv
+    a = parser().parse_args(argv)
+    options = tuple(sorted((k, str(v)) for k, v in config_fields(a).items()))
+    if a.search:
+        return Source(path, "search", a.search, a.profile, options)
+    return Source(path, "grid", grid or a.grid, a.profile, options)
+
+
+def _build_text(env: dict | None) -> str:
+    if not env or all(env.get(k) is None for k in ("torch", "numpy", "code")):
+        return "an unknown build (recorded before builds were)"
+    return f"torch {env.get('torch')}, torchvision {env.get('torchvision')}, numpy {env.get('numpy')}, " \
+           f"code {env.get('code')}"
+
+
+def grid_table(sources: Sequence[Source], metric: str = "accuracy", last: int = 1) -> GridTable:
+    """One grid's table over directories of the same group (Source.group)."""
+    from fda_ray.experiments.sweep import collect
+    from tuning.grids import GRIDS
+
+    name = sources[0].name
+    if name not in GRIDS:
+        raise CollectError(f"grid={name!r} is invalid: one of {', '.join(GRIDS)}")
+    grid = GRIDS[name]
+    rows: list[dict] = []
+    seen: set[str] = set()
+    builds: dict[str, None] = {}
+    duplicates = 0
+    for src in sources:
+        records = src.path / "trials"
+        if not records.is_dir():
+            raise CollectError(f"dir={str(src.path)!r} is invalid: it has no trials/ folder of records")
+        trials = []
+        for rec in sorted(records.iterdir()):
+            if not ((rec / ROWS_FILE).is_file() and (rec / TRIAL_FILE).is_file()):
+                continue
+            why = record_damage(rec)
+            if why is not None:
+                print(f"warning: trial {rec.name} in {src.path}: its {ROWS_FILE} is damaged ({why}); left out",
+                      file=sys.stderr)
+                continue
+            if rec.name in seen:
+                duplicates += 1
+                continue
+            seen.add(rec.name)
+            trials.append(Trial.from_dict(json.loads((rec / TRIAL_FILE).read_text())))
+            builds[_build_text(read_rows(rec).get("environment"))] = None
+        rows += collect(trials, grid, records)[0]
+    final = tables.final(rows, metric, last)
+    if not final:
+        raise CollectError(f"dir={str(sources[0].path)!r} is invalid: no finished trial with a {metric!r} to read")
+    paper = grid.paper if metric == "accuracy" else grid.paper_auc if metric == "auc" else {}
+    row_labels = {r.key: r.label for r in grid.rows if any(k == r.key for k, _ in final)}
+    value_labels = {v: grid.value_label(v) for v in grid.values if any(x == v for _, x in final)}
+    cells = {(k, v): Cell(dict(final[(k, v)]), paper.get(k, {}).get(v)) for k in row_labels for v in value_labels
+             if (k, v) in final}
+    return GridTable(sources[0], [str(s.path) for s in sources], metric, last, row_labels, value_labels, cells,
+                     list(builds), duplicates, grid.paper_ref)
+
+
+def search_table(src: Source) -> SearchTable:
+    """A search's selection: per study and rule, the selected point and its reruns' final test accuracy (%)."""
+    path = src.path / "selection.json"
+    if not path.is_file():
+        raise CollectError(f"dir={str(src.path)!r} is invalid: a search directory without selection.json")
+    sel = json.loads(path.read_text())
+    table = SearchTable(src, str(src.path))
+    for study, s in sel["studies"].items():
+        points = {t["key"]: t.get("point", {}) for t in s.get("trials", [])}
+        for rule, key in (s.get("selected") or {}).items():
+            reruns = []
+            for k in (s.get("reruns") or {}).get(rule, []):
+                rec = src.path / "trials" / k
+                if (rec / ROWS_FILE).is_file() and record_damage(rec) is None:
+                    acc = [r["accuracy"] for r in read_rows(rec)["rows"] if r.get("accuracy") is not None]
+                    if acc:
+                        reruns.append(100 * acc[-1])
+            table.lines.append({"study": study, "rule": rule, "selected": points.get(key, {}), "trial": key,
+                                "reruns": reruns})
+    return table
+
+
+def collect_tables(dirs: Sequence[str | Path], grid: str | None = None, metric: str = "accuracy",
+                   last: int = 1) -> list[GridTable | SearchTable]:
+    """The tables of the directories: one per group of grid directories (in the order first named), one per
+    search directory."""
+    if not dirs:
+        raise CollectError("dirs=[] is invalid: name one or more sweep or search directories")
+    groups: dict[tuple, list[Source]] = {}
+    order: list[tuple | Source] = []
+    for d in dirs:
+        path = Path(d)
+        if not path.is_dir():
+            raise CollectError(f"dir={str(d)!r} is invalid: not a folder")
+        src = describe(path, grid)
+        if src.kind == "search":
+            order.append(src)
+            continue
+        if src.group not in groups:
+            groups[src.group] = []
+            order.append(src.group)
+        groups[src.group].append(src)
+    return [search_table(o) if isinstance(o, Source) else grid_table(groups[o], metric, last) for o in order]
+
+
+# ---------------------------------------------------------------- formats
+
+def _num(x: float | None, digits: int) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def _cell_text(c: Cell | None, digits: int, pm: str = "±") -> str:
+    if c is None:
+        return "-"
+    text = f"{c.mean:.{digits}f}" + (f" {pm} {c.half:.{digits}f}" if c.half is not None else "") + f" (n={len(c.seeds)})"
+    if c.paper is not None:
+        text += f" / {c.paper:.{digits}f} [{c.gap:+.{digits}f}]"
+    return text
+
+
+def _point(p: dict) -> str:
+    return ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in p.items()) or "-"
+
+
+def _rerun(values: list[float], digits: int, pm: str = "±") -> str:
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f} (n=1)"
+    mean, half, _ = tables.mean_ci(values)
+    return f"{mean:.{digits}f} {pm} {half:.{digits}f} (n={len(values)})"
+
+
+def to_markdown(tabs: Sequence[GridTable | SearchTable], digits: int = 1) -> str:
+    out = []
+    for t in tabs:
+        if isinstance(t, SearchTable):
+            out.append(f"## Search {t.source.name} ({t.source.profile} profile): {t.directory}\n")
+            out.append("| study | rule | selected | rerun test accuracy |\n|---|---|---|---|")
+            for x in t.lines:
+                out.append(f"| {x['study']} | {x['rule']} | {_point(x['selected'])} | {_rerun(x['reruns'], digits)} |")
+            out.append("")
+            continue
+        what = t.metric + (f", mean of the last {t.last} rounds" if t.last > 1 else ", final round")
+        out.append(f"## {t.title}: {', '.join(t.directories)}\n")
+        out.append(f"{what} (%): mean ± 95 % half-width (n seeds)"
+                   + (" / the paper's [ours minus the paper's]" if any(c.paper is not None for c in t.cells.values())
+                      else "") + ".\n")
+        out.append("| method | " + " | ".join(t.value_labels.values()) + " |")
+        out.append("|---" * (len(t.value_labels) + 1) + "|")
+        for k, label in t.row_labels.items():
+            out.append(f"| {label} | " + " | ".join(_cell_text(t.cells.get((k, v)), digits) for v in t.value_labels)
+                       + " |")
+        out.append("")
+        out.append("Build: " + "; ".join(t.builds) + ("" if len(t.builds) == 1 else " (mixed)") + ".")
+        if t.duplicates:
+            out.append(f"{t.duplicates} trial(s) recorded in more than one directory were read from the first.")
+        if t.paper_ref:
+            out.append(f"Paper: {t.paper_ref}.")
+        out.append("")
+    return "\n".join(out)
+
+
+def to_csv(tabs: Sequence[GridTable | SearchTable]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["kind", "name", "profile", "options", "directories", "row", "label", "value", "value_label",
+                "metric", "n", "mean", "half_width_95", "seeds", "paper", "gap", "selected"])
+    for t in tabs:
+        opts = ";".join(f"{k}={v}" for k, v in t.source.options)
+        if isinstance(t, SearchTable):
+            for x in t.lines:
+                vals = x["reruns"]
+                mean = half = None
+                if vals:
+                    mean = sum(vals) / len(vals)
+                    half = tables.mean_ci(vals)[1] if len(vals) > 1 else None
+                w.writerow(["search", t.source.name, t.source.profile, opts, t.directory, x["study"], x["rule"], "",
+                            "", "accuracy", len(vals), mean, half, ";".join(map(str, vals)), "", "",
+                            json.dumps(x["selected"], sort_keys=True)])
+            continue
+        for (k, v), c in t.cells.items():
+            w.writerow(["grid", t.source.name, t.source.profile, opts, ";".join(t.directories), k, t.row_labels[k], v,
+                        t.value_labels[v], t.metric if t.last == 1 else f"{t.metric} (last {t.last})", len(c.seeds),
+                        c.mean, c.half, ";".join(f"{s}:{c.seeds[s]}" for s in sorted(c.seeds)),
+                        "" if c.paper is None else c.paper, "" if c.gap is None else c.gap, ""])
+    return buf.getvalue()
+
+
+def _tex(s: str) -> str:
+    s = "".join({"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "_": r"\_", "#": r"\#", "$": r"\$",
+                 "{": r"\{", "}": r"\}"}.get(ch, ch) for ch in s)  # one pass: no escape is escaped again
+    return s.replace("->", r"$\to$").replace("±", PM_TEX)
+
+
+def to_latex(tabs: Sequence[GridTable | SearchTable], digits: int = 1) -> str:
+    out = []
+    for t in tabs:
+        if isinstance(t, SearchTable):
+            out += [f"% search {t.source.name} ({t.source.profile}): {t.directory}", r"\begin{tabular}{lllr}",
+                    r"\toprule", r"Study & Rule & Selected & Rerun test acc. \\", r"\midrule"]
+            for x in t.lines:
+                out.append(f"{_tex(x['study'])} & {_tex(x['rule'])} & {_tex(_point(x['selected']))} & "
+                           + _rerun(x['reruns'], digits, pm=PM_TEX) + r" \\")
+            out += [r"\bottomrule", r"\end{tabular}", ""]
+            continue
+        out += [f"% {t.title}: {', '.join(t.directories)}; {t.metric}"
+                + ("" if t.last == 1 else f" (mean of the last {t.last} rounds)")
+                + " (%), mean $\\pm$ 95 % half-width (n); (paper)",
+                r"\begin{tabular}{l" + "c" * len(t.value_labels) + "}", r"\toprule",
+                "Method & " + " & ".join(_tex(x) for x in t.value_labels.values()) + r" \\", r"\midrule"]
+        for k, label in t.row_labels.items():
+            cells = []
+            for v in t.value_labels:
+                c = t.cells.get((k, v))
+                if c is None:
+                    cells.append("--")
+                    continue
+                s = f"{c.mean:.{digits}f}" + (f" $\\pm$ {c.half:.{digits}f}" if c.half is not None else "")
+                if c.paper is not None:
+                    s += f" ({c.paper:.{digits}f})"
+                cells.append(s)
+            out.append(f"{_tex(label)} & " + " & ".join(cells) + r" \\")
+        out += [r"\bottomrule", r"\end{tabular}", ""]
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from fda_ray.core.parsing import OneLineParser
+
+    p = OneLineParser(prog="python -m fda_ray.collect", description=__doc__.splitlines()[0])
+    p.add_argument("dirs", nargs="*", help="sweep or search directories (each with its summary.md and trials/)")
+    p.add_argument("--format", default="markdown", choices=FORMATS, help="markdown (default), csv or latex")
+    p.add_argument("--metric", default="accuracy", help="the round column to tabulate (accuracy, auc, "
+                                                          "val_accuracy, ...)")
+    p.add_argument("--last", type=int, default=1, help="each seed's mean over its last K rounds (default 1: the "
+                                                       "final round; 5: 004's DomainBed metric)")
+    p.add_argument("--digits", type=int, default=1, help="decimals in Markdown and LaTeX")
+    p.add_argument("--grid", default=None, help="read directories without a summary.md as this grid's trials")
+    p.add_argument("--out", default=None, help="write to this file instead of standard output")
+    a = p.parse_or_exit_code(argv)
+    if isinstance(a, int):
+        return a
+    try:
+        if a.last < 1:
+            raise CollectError(f"last={a.last} is invalid: an integer >= 1")
+        if not 0 <= a.digits <= 6:
+            raise CollectError(f"digits={a.digits} is invalid: an integer from 0 to 6")
+        tabs = collect_tables(a.dirs, a.grid, a.metric, a.last)
+    except (CollectError, FileNotFoundError) as e:
+        print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
+    text = {"markdown": lambda: to_markdown(tabs, a.digits), "csv": lambda: to_csv(tabs),
+            "latex": lambda: to_latex(tabs, a.digits)}[a.format]()
+    if a.out:
+        Path(a.out).write_text(text)
+    else:
+        print(text, end="" if text.endswith("\n") else "\n")
+    return 0

@@ -1,0 +1,84 @@
+"""Sweep and search records as one pandas DataFrame: every round of every finished trial.
+
+    import fda_ray.results
+    df = fda_ray.results.load("docs/results/fmnist-noise", "docs/results/fmnist-noise-seeds-0.6")
+    df[(df.row == "fedgp") & (df["round"] == df["round"].max())].groupby("value").accuracy.mean()
+
+One row per (trial, round), read from each directory's `trials/<key>/trial.json` (what the trial is) and
+`rows.json` (its resolved config, its rounds, the build that recorded it). Columns, in this order:
+- `directory` (the folder's name), `trial` (the record's key), `row` (the grid row or the search study's
+  method), `value` (the grid value), `seed`, `kind` ("run", or "finetune" for a fine-tuning trial);
+- the round's own columns as the run logged them: `round`, `phase`, `accuracy` (a fraction), `loss`, ... (a
+  metric logged per client stays a list in one cell);
+- the full resolved RunConfig, one column a field (`lr_source`, `batch_target`, `rounds`, ...); a field whose
+  name a round's column already has (none today) is `config_<name>`;
+- the build: `build_torch`, `build_torchvision`, `build_numpy`, `build_code` (fda-ray's number-changing code
+  version), `build_python`, `build_ray`, `build_machine` (None in records made before builds were recorded);
+- `trial_seconds`: the trial's own run time.
+A trial recorded in several of the directories appears once per directory (the `directory` column tells them
+apart). A record that cannot be read (fda_ray.experiments.trials.record_damage) is left out with one warning line.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from fda_ray.experiments.trials import ROWS_FILE, TRIAL_FILE, record_damage
+
+if TYPE_CHECKING:
+    import pandas
+
+IDENTITY = ("directory", "trial", "row", "value", "seed", "kind")
+BUILD = ("torch", "torchvision", "numpy", "code", "python", "ray", "machine")
+
+
+def records(directory: str | os.PathLike) -> list[Path]:
+    """The finished trials' folders under DIR/trials (DIR may also be the trials folder itself), sorted by key."""
+    d = Path(directory)
+    trials = d / "trials" if (d / "trials").is_dir() else d
+    if not trials.is_dir():
+        raise FileNotFoundError(f"dir={str(directory)!r} is invalid: neither it nor {str(d / 'trials')!r} is a "
+                                "folder of trial records")
+    return sorted(p for p in trials.iterdir() if (p / ROWS_FILE).is_file())
+
+
+def trial_rows(record: Path, directory: str) -> list[dict]:
+    """One finished trial's rounds as flat dicts with the columns the module docstring lists."""
+    data = json.loads((record / ROWS_FILE).read_text())
+    trial = json.loads((record / TRIAL_FILE).read_text()) if (record / TRIAL_FILE).is_file() else {}
+    config = data.get("config") or {}
+    env = data.get("environment") or {}
+    identity = {"directory": directory, "trial": record.name, "row": trial.get("row"), "value": trial.get("value"),
+                "seed": trial.get("seed", config.get("seed")), "kind": trial.get("kind", "run")}
+    build = {f"build_{k}": env.get(k) for k in BUILD}
+    out = []
+    for r in data["rows"]:
+        row = {**identity, **r}
+        for k, v in config.items():
+            row[f"config_{k}" if k in r or k in identity else k] = v
+        row.update(build)
+        row["trial_seconds"] = data.get("seconds")
+        out.append(row)
+    return out
+
+
+def load(*directories: str | os.PathLike) -> "pandas.DataFrame":
+    """Every round of every finished trial under the sweep or search directories, as one DataFrame."""
+    import pandas
+
+    if not directories:
+        raise ValueError("directories=() is invalid: name one or more sweep or search directories")
+    rows: list[dict] = []
+    for directory in directories:
+        name = Path(directory).name if Path(directory).name != "trials" else Path(directory).parent.name
+        for rec in records(directory):
+            why = record_damage(rec)
+            if why is not None:
+                print(f"warning: trial {rec.name} in {directory}: its {ROWS_FILE} is damaged ({why}); left out",
+                      file=sys.stderr)
+                continue
+            rows += trial_rows(rec, name)
+    return pandas.DataFrame(rows)

@@ -1,0 +1,143 @@
+"""python -m fda_ray.collect and fda_ray.results.load on committed records: every number recomputed here from the
+trials' rows.json by hand (the final round's accuracy per seed; mean and Student's t half-width)."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import shutil
+import statistics
+from pathlib import Path
+
+import pytest
+
+from fda_ray import results
+from fda_ray.experiments import collect
+from fda_ray.experiments.tables import t975
+
+RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
+
+
+def _finals(directory: Path, row: str, value: float) -> dict[int, float]:
+    """seed -> the final round's accuracy (%) of the row's trials at the value, read from the raw records."""
+    out = {}
+    for rec in sorted((directory / "trials").iterdir()):
+        trial = json.loads((rec / "trial.json").read_text())
+        if trial["row"] == row and trial["value"] == value and (rec / "rows.json").is_file():
+            rows = [r for r in json.loads((rec / "rows.json").read_text())["rows"] if r.get("accuracy") is not None]
+            out[trial["seed"]] = 100 * max(rows, key=lambda r: r["round"])["accuracy"]
+    return out
+
+
+def _csv(dirs: list[Path], capsys, *more: str) -> list[dict]:
+    assert collect.main([*map(str, dirs), "--format", "csv", *more]) == 0
+    return list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+
+
+def test_a_grid_cell_is_the_seeds_mean_and_t_interval_beside_the_paper(capsys):
+    d = RESULTS / "fmnist-noise-seeds-0.6"
+    seeds = _finals(d, "fedgp_beta1", 0.6)
+    assert len(seeds) == 3
+    vals = [seeds[s] for s in sorted(seeds)]
+    mean = statistics.fmean(vals)
+    half = t975(2) * statistics.stdev(vals) / math.sqrt(3)
+    line = next(r for r in _csv([d], capsys) if r["row"] == "fedgp_beta1" and float(r["value"]) == 0.6)
+    assert int(line["n"]) == 3
+    assert float(line["mean"]) == pytest.approx(mean, rel=1e-12)
+    assert float(line["half_width_95"]) == pytest.approx(half, rel=1e-12)
+    assert float(line["paper"]) == 63.71 and float(line["gap"]) == pytest.approx(mean - 63.71, rel=1e-12)
+    assert collect.main([str(d)]) == 0
+    md = capsys.readouterr().out
+    assert f"| FedGP_1 | {mean:.1f} ± {half:.1f} (n=3) / 63.7 [{mean - 63.71:+.1f}] |" in md
+
+
+def test_directories_of_one_grid_pool_their_seeds_and_a_shared_trial_counts_once(capsys):
+    a, b = RESULTS / "fmnist-noise", RESULTS / "fmnist-noise-seeds-0.6"
+    first, second = _finals(a, "fedgp_beta1", 0.6), _finals(b, "fedgp_beta1", 0.6)
+    pooled = {**second, **first}  # a trial in both: read from the first directory named
+    shared = {p.name for p in (a / "trials").iterdir() if (p / "rows.json").is_file()} & \
+        {p.name for p in (b / "trials").iterdir() if (p / "rows.json").is_file()}
+    assert shared  # the seeds rerun added seeds 1 and 2 beside seed 0's key
+    line = next(r for r in _csv([a, b], capsys) if r["row"] == "fedgp_beta1" and float(r["value"]) == 0.6)
+    assert int(line["n"]) == len(pooled)
+    assert float(line["mean"]) == pytest.approx(statistics.fmean(pooled.values()), rel=1e-12)
+    assert line["directories"] == f"{a};{b}"
+    assert collect.main([str(a), str(b)]) == 0
+    assert f"{len(shared)} trial(s) recorded in more than one directory were read from the first." in \
+        capsys.readouterr().out
+
+
+def test_a_search_table_is_its_selection_and_the_reruns_test_accuracy(capsys):
+    d = RESULTS / "search-beta"
+    sel = json.loads((d / "selection.json").read_text())["studies"]["fedgp @ noise 0.6"]
+    rerun = []
+    for key in sel["reruns"]["target_val"]:
+        rows = json.loads((d / "trials" / key / "rows.json").read_text())["rows"]
+        rerun.append(100 * [r["accuracy"] for r in rows if r.get("accuracy") is not None][-1])
+    point = next(t["point"] for t in sel["trials"] if t["key"] == sel["selected"]["target_val"])
+    line = next(r for r in _csv([d], capsys) if r["row"] == "fedgp @ noise 0.6" and r["label"] == "target_val")
+    assert json.loads(line["selected"]) == point
+    assert float(line["mean"]) == pytest.approx(statistics.fmean(rerun), rel=1e-12) and int(line["n"]) == len(rerun)
+    assert collect.main([str(d), "--format", "latex"]) == 0
+    tex = capsys.readouterr().out
+    assert tex.count(r"\begin{tabular}") == 1 and r"target\_val" in tex and "_val" not in tex.replace(r"\_val", "")
+
+
+def test_latex_escapes_and_lays_out_one_tabular_per_grid(capsys):
+    assert collect.main([str(RESULTS / "fmnist-noise-seeds-0.6"), "--format", "latex", "--digits", "2"]) == 0
+    tex = capsys.readouterr().out
+    assert tex.count(r"\begin{tabular}") == 1
+    body = tex.split(r"\midrule")[1].split(r"\bottomrule")[0]
+    assert r"FedGP\_1 & " in body and "_" not in body.replace(r"\_", "")  # every underscore escaped
+    assert body.count(r" \\") == len(body.strip().splitlines())  # every line a table row
+    assert collect._tex("a_b & 5% {x} ->") == r"a\_b \& 5\% \{x\} $\to$"
+
+
+@pytest.mark.parametrize("args,message", [
+    ([], "dirs=[] is invalid"),
+    (["/nonexistent/x"], "dir='/nonexistent/x' is invalid: not a folder"),
+    (["--last", "0", "docs/results/fmnist-noise"], "last=0 is invalid"),
+    (["--format", "xls", "docs/results/fmnist-noise"], "--format: invalid choice: 'xls'"),
+])
+def test_bad_input_is_one_line_and_exit_code_2(args, message, capsys):
+    assert collect.main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+
+
+def test_a_folder_without_a_summary_needs_grid(tmp_path, capsys):
+    src = RESULTS / "fmnist-noise-seeds-0.6" / "trials"
+    shutil.copytree(src, tmp_path / "trials")
+    assert collect.main([str(tmp_path)]) == 2
+    assert "has no summary.md with a 'Command:' line; pass --grid NAME" in capsys.readouterr().err
+    rows = _csv([tmp_path], capsys, "--grid", "noise")
+    line = next(r for r in rows if r["row"] == "fedgp_beta1" and float(r["value"]) == 0.6)
+    assert line["profile"] == "found" and int(line["n"]) == 3
+
+
+def test_results_load_is_every_round_of_every_trial_with_config_and_build(tmp_path, capsys):
+    d = RESULTS / "fmnist-noise-seeds-0.6"
+    df = results.load(d)
+    recs = [json.loads((p / "rows.json").read_text()) for p in sorted((d / "trials").iterdir())
+            if (p / "rows.json").is_file()]
+    assert len(df) == sum(len(r["rows"]) for r in recs)
+    assert list(df.columns[:6]) == list(results.IDENTITY)
+    one = recs[0]
+    rows = df[df.trial == sorted(p.name for p in (d / "trials").iterdir() if (p / "rows.json").is_file())[0]]
+    assert list(rows["round"]) == [r["round"] for r in one["rows"]]
+    assert list(rows["accuracy"]) == [r["accuracy"] for r in one["rows"]]
+    assert set(rows["lr_source"]) == {one["config"]["lr_source"]} and set(rows["rounds"]) == {one["config"]["rounds"]}
+    assert set(rows["build_torch"]) == {one["environment"]["torch"]}
+    assert set(rows["build_code"]) == {one["environment"]["code"]}
+    # a damaged record is left out with one warning line; the others load
+    shutil.copytree(d, tmp_path / "s", ignore=shutil.ignore_patterns("*.png", "*.pdf", "*.parquet"))
+    victim = sorted((tmp_path / "s" / "trials").iterdir())[0]
+    (victim / "rows.json").write_text('{"rows": [')
+    capsys.readouterr()
+    df2 = results.load(tmp_path / "s")
+    assert victim.name not in set(df2.trial) and len(df2) < len(df)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"warning: trial {victim.name} in ") and err[0].endswith("left out")
+    with pytest.raises(FileNotFoundError, match="is a folder of trial records"):
+        results.load(tmp_path / "nothing")
