@@ -94,3 +94,17 @@ def build_note(*names: str) -> str:
                                                "may move cells by points)" if what == "an unknown build" else "")
              for what, dirs in by.items()]
     return "Build. " + "; ".join(parts) + "."
+
+
+@GENERATORS.register("wall")
+def wall(name: str) -> str:
+    """The wall time and trial count of the launch that wrote docs/results/<name>/summary.md, from its `Wall time:`
+    line: "1 429 s for 25 trials"."""
+    import re
+
+    text = (records.RESULTS / name / "summary.md").read_text()
+    m = re.search(r"^Wall time(?: of this launch)?: (\d+) s(?: for (\d+) trials)?", text, flags=re.M)
+    if m is None:
+        raise ValueError(f"wall: docs/results/{name}/summary.md has no 'Wall time:' line")
+    seconds = f"{int(m.group(1)):,}".replace(",", " ")
+    return f"{seconds} s" + (f" for {m.group(2)} trials" if m.group(2) else "")
