@@ -687,3 +687,13 @@ def test_best_column_names_the_value_with_the_highest_final_mean():
         assert pages.render(f"best-column fssda-lambda {row}") == s.grid.value_label(max(means, key=means.get))
     with pytest.raises(ValueError, match="has no row 'nope'"):
         pages.render("best-column fssda-lambda nope")
+
+
+def test_wall_reads_the_summarys_wall_time_line():
+    line = next(x for x in (pages.RESULTS / "fedwca-temperatures" / "summary.md").read_text().splitlines()
+                if x.startswith("Wall time: "))
+    words = line.split()  # "Wall time: 1429 s for 25 trials; ..."
+    assert pages.render("wall fedwca-temperatures") == f"{int(words[2]) // 1000} {int(words[2]) % 1000:03d} s for " \
+                                                       f"{words[5]} trials"
+    with pytest.raises(FileNotFoundError):
+        pages.render("wall no-such-sweep")
