@@ -16,12 +16,43 @@ class OneLineParser(argparse.ArgumentParser):
         print(f"error: {message}", file=sys.stderr)
         sys.exit(2)
 
+    config_files = False  # with_config_files(): --config FILE and --print-config (fda_ray.core.config_files)
+    parsed_argv: list[str] = []  # what the last parse_or_exit_code parsed: a --config file's flags, then argv's
+    # --print-config prints the namespace this returns (the run's command line fills in the per-dataset defaults)
+    resolve_for_print: Callable[[argparse.Namespace], argparse.Namespace] | None = None
+
+    def with_config_files(self) -> "OneLineParser":
+        from fda_ray.core.config_files import add_config_options
+
+        add_config_options(self)
+        self.config_files = True
+        return self
+
     def parse_or_exit_code(self, argv: list[str] | None) -> argparse.Namespace | int:
-        """The parsed namespace, or the exit code (--help: 0, bad input: 2) for a `main` to return."""
+        """The parsed namespace, or the exit code (--help and --print-config: 0, bad input: 2) for a `main` to
+        return. With config files, `--config FILE` is read first and the command line's flags override it."""
+        argv = list(sys.argv[1:] if argv is None else argv)
         try:
-            return self.parse_args(argv)
+            if self.config_files:
+                from fda_ray.core.config_files import ConfigFileError, dump, expand, from_namespace
+
+                try:
+                    argv = expand(self, argv)
+                except ConfigFileError as e:
+                    self.error(str(e))
+            self.parsed_argv = argv
+            ns = self.parse_args(argv)
         except SystemExit as e:
             return int(e.code or 0)
+        if self.config_files and ns.print_config:
+            try:
+                shown = self.resolve_for_print(ns) if self.resolve_for_print else ns
+            except ValueError as e:
+                print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
+                return 2
+            print(dump(from_namespace(self, shown), ns.print_config), end="")
+            return 0
+        return ns
 
 
 def typed(field: str, kind: type, allowed: str) -> Callable[[str], Any]:

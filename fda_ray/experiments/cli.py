@@ -141,6 +141,17 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
     return RunConfig(**config_fields(a))
 
 
+def resolved_namespace(a: argparse.Namespace) -> argparse.Namespace:
+    """`a` with every RunConfig field the run leaves to its dataset and method (None) filled in with the value it
+    resolves to: what --print-config shows. Fed back through --config, it runs the same numbers."""
+    resolved = config_from_args(a).resolved()
+    out = argparse.Namespace(**vars(a))
+    for f in dataclasses.fields(RunConfig):
+        if hasattr(out, f.name) and getattr(out, f.name) is None:
+            setattr(out, f.name, getattr(resolved, f.name))
+    return out
+
+
 def whole_machine(cfg: RunConfig, argv: list[str], cores: int | None = None) -> RunConfig:
     """`python -m fda_ray` without --executor uses the whole machine: with 2 or more cores (those this process
     may run on) and 2 or more clients on the CPU, the clients run on Ray actors pooled to the cores (one 1-thread
@@ -165,6 +176,8 @@ def whole_machine(cfg: RunConfig, argv: list[str], cores: int | None = None) -> 
 
 def parser() -> OneLineParser:
     p = OneLineParser(prog="python -m fda_ray", description="One federated domain adaptation run.")
+    p.with_config_files()
+    p.resolve_for_print = resolved_namespace
     add_config_arguments(p)
     out = p.add_argument_group("output")
     out.add_argument("--parquet", default=None, help="write the per-round history to this Parquet file (after every round, atomically: a stopped run keeps its finished rounds)")
@@ -194,11 +207,12 @@ def _main(argv: list[str] | None = None) -> int:
     from fda_ray.runtime.engine import RunFailed, RunInterrupted, run
     from fda_ray.core.history import History
 
-    a = parser().parse_or_exit_code(argv)
+    p = parser()
+    a = p.parse_or_exit_code(argv)
     if isinstance(a, int):
         return a
     try:
-        cfg = whole_machine(config_from_args(a), sys.argv[1:] if argv is None else list(argv))
+        cfg = whole_machine(config_from_args(a), p.parsed_argv)  # a --config file's executor counts too
         resolved = cfg.resolved()
         if a.parquet:  # before any work: a run must never finish and then fail to save
             preflight.output_file("parquet", a.parquet)

@@ -140,6 +140,7 @@ def summarize(rows: list[dict], failures: list[dict], grid: Grid, profile: str, 
 def parser() -> OneLineParser:
     p = OneLineParser(prog="python -m fda_ray.sweep", description=__doc__.splitlines()[0],
                       epilog="Any RunConfig field below overrides it in every trial of the sweep.")
+    p.with_config_files()
     s = p.add_argument_group("sweep")
     s.add_argument("--grid", default=None, help=f"one of {', '.join(GRIDS)}")
     s.add_argument("--search", default=None, help=f"a hyper-parameter search instead of a grid (fda_ray.experiments.search): "
@@ -196,9 +197,11 @@ def _list(text: str | None, kind: type, field: str) -> list | None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    a = parser().parse_or_exit_code(argv)
+    p = parser()
+    a = p.parse_or_exit_code(argv)
     if isinstance(a, int):
         return a
+    argv = p.parsed_argv  # a --config file's flags written out: the summary's command replays without the file
     if a.search is not None or a.grid is None:
         return search_main(a, argv)
     try:

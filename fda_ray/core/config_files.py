@@ -1,0 +1,157 @@
+"""Config files for the command lines: a run, a sweep or a search written down in a YAML or JSON file and replayed.
+
+    python -m fda_ray --config run.yaml                    # every flag has a key: `lr_target: 0.005`
+    python -m fda_ray --config run.yaml --rounds 5         # a flag on the command line overrides the file
+    python -m fda_ray --method fedgp --print-config        # the resolved file: every option with its value
+
+A file is a mapping from option names (a flag without its dashes, `-` or `_` alike: `lr_target`, `lr-target`,
+`fssda_kd_temperature`) to values. The values become the flag's own text before the command line's flags, so a
+file goes through the same parsing, types and one-line errors as the flags themselves, and a flag given on the
+command line wins (argparse keeps the last). `null` leaves an option at its default; `true`/`false` set a switch
+(`--filter` / `--no-filter`); a list fills an option that takes several values (`eval_noise: [0.2, 0.4]`) or is
+joined with commas for one that takes a comma list (`methods: [fedgp, fedda]`). `--print-config` writes every
+option the command has, with the value it would use, in the file's format (YAML, or JSON with --print-config
+json), and exits: feeding it back through --config gives the same parse.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+FORMATS = ("yaml", "json")
+OWN = ("help", "config", "print_config")  # the options that are about the file itself
+
+
+class ConfigFileError(ValueError):
+    """A config file that cannot be used: one line naming the file, the key or the value, and what is allowed."""
+
+
+def read_mapping(path: str | Path) -> dict[str, Any]:
+    """The file's mapping: YAML (.yaml, .yml) or JSON (.json, or any other name whose text is JSON)."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigFileError(f"config={str(path)!r} is invalid: no such file")
+    text = p.read_text()
+    if p.suffix.lower() in (".yaml", ".yml"):
+        import yaml
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise ConfigFileError(f"config={str(path)!r} is invalid: not YAML ({str(e).splitlines()[0]})") from None
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ConfigFileError(f"config={str(path)!r} is invalid: not JSON ({e.msg} at line {e.lineno}); "
+                                  "name a YAML file .yaml or .yml") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
+        raise ConfigFileError(f"config={str(path)!r} is invalid: a mapping of option names to values")
+    return data
+
+
+def _options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    """Option name (underscores) -> its action, for every long option but the file's own."""
+    out = {}
+    for action in parser._actions:  # argparse keeps no public list of its actions
+        for flag in action.option_strings:
+            if flag.startswith("--") and not flag.startswith("--no-"):
+                name = flag[2:].replace("-", "_")
+                if action.dest not in OWN:
+                    out[name] = action
+    return out
+
+
+def _key(action: argparse.Action) -> str:
+    return next(f for f in action.option_strings if f.startswith("--") and not f.startswith("--no-"))[2:] \
+        .replace("-", "_")
+
+
+def _text(value: Any) -> str:
+    return repr(value) if isinstance(value, float) else str(value)  # repr: the float's shortest exact text
+
+
+def to_argv(parser: argparse.ArgumentParser, mapping: dict[str, Any], source: str) -> list[str]:
+    """The flags that say what `mapping` says (the module docstring's rules), for `parser`."""
+    options = _options(parser)
+    argv: list[str] = []
+    for raw, value in mapping.items():
+        name = raw.replace("-", "_")
+        if name not in options:
+            raise ConfigFileError(f"config key {raw!r} in {source} is invalid: not an option of {parser.prog} "
+                                  f"({parser.prog} --help lists them)")
+        action = options[name]
+        flag = "--" + _key(action).replace("_", "-")
+        if value is None:
+            continue
+        if isinstance(action, argparse.BooleanOptionalAction):
+            if not isinstance(value, bool):
+                raise ConfigFileError(f"config key {raw!r} in {source} is invalid: {value!r}; true or false")
+            argv.append(flag if value else "--no-" + flag[2:])
+        elif action.nargs == 0:  # store_true
+            if not isinstance(value, bool):
+                raise ConfigFileError(f"config key {raw!r} in {source} is invalid: {value!r}; true or false")
+            if value:
+                argv.append(flag)
+        elif action.nargs in ("*", "+"):
+            argv += [flag, *(_text(v) for v in (value if isinstance(value, (list, tuple)) else [value]))]
+        elif isinstance(value, (list, tuple)):
+            argv += [flag, ",".join(_text(v) for v in value)]
+        elif isinstance(value, dict):
+            raise ConfigFileError(f"config key {raw!r} in {source} is invalid: a mapping; a value or a list")
+        else:
+            argv += [flag, _text(value)]
+    return argv
+
+
+def from_namespace(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> dict[str, Any]:
+    """Every option `ns` holds, by its file key, with its value (tuples as lists): the resolved file."""
+    out: dict[str, Any] = {}
+    for name, action in _options(parser).items():
+        if hasattr(ns, action.dest) and name not in out:
+            value = getattr(ns, action.dest)
+            out[name] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def dump(mapping: dict[str, Any], fmt: str = "yaml") -> str:
+    if fmt == "json":
+        return json.dumps(mapping, indent=2) + "\n"
+    import yaml
+
+    return yaml.safe_dump(mapping, sort_keys=False, default_flow_style=None)
+
+
+def add_config_options(parser: argparse.ArgumentParser) -> None:
+    g = parser.add_argument_group("config file")
+    g.add_argument("--config", default=None, metavar="FILE",
+                   help="read options from a YAML (.yaml, .yml) or JSON file; flags given here override it")
+    g.add_argument("--print-config", nargs="?", const="yaml", default=None, choices=FORMATS,
+                   help="print every option with the value it would use, as a config file (yaml, or json), and exit")
+
+
+def expand(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """argv with `--config FILE` replaced by the file's flags, placed first so that the command line's win."""
+    out, i, files = [], 0, []
+    while i < len(argv):
+        x = argv[i]
+        if x == "--config":
+            if i + 1 >= len(argv):
+                raise ConfigFileError("config is invalid: --config needs a file")
+            files.append(argv[i + 1])
+            i += 2
+            continue
+        if x.startswith("--config="):
+            files.append(x[len("--config="):])
+        else:
+            out.append(x)
+        i += 1
+    if len(files) > 1:
+        raise ConfigFileError(f"config={files[1]!r} is invalid: one --config a command ({files[0]!r} is given)")
+    if not files:
+        return out
+    return to_argv(parser, read_mapping(files[0]), files[0]) + out

@@ -1,0 +1,119 @@
+"""--config FILE and --print-config (fda_ray.core.config_files) for `python -m fda_ray` and the sweep: a file says
+what the flags say, the command line overrides it, --print-config round-trips, a run from a file gives the
+numbers of the same run from flags, and a bad file is one line with exit code 2."""
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from fda_ray.experiments import cli, sweep
+from fda_ray.experiments.cli import config_from_args
+
+TINY = {"num_sources": 2, "rounds": 1, "warmup_rounds": 1, "samples_per_client": 96, "test_samples": 50,
+        "target_labelled": 32, "threads": 1, "executor": "serial"}
+
+
+def _flags(mapping: dict) -> list[str]:
+    return [x for k, v in mapping.items() for x in (f"--{k.replace('_', '-')}", str(v))]
+
+
+def _parse(argv):
+    a = cli.parser().parse_or_exit_code(argv)
+    assert not isinstance(a, int), a
+    return a
+
+
+def test_print_config_round_trips_and_resolves_the_per_dataset_defaults(tmp_path, capsys):
+    argv = ["--method", "fedgp", "--noise", "0.4", "--no-filter", "--eval-noise", "0.2", "0.4"]
+    assert cli.main(argv + ["--print-config"]) == 0
+    text = capsys.readouterr().out
+    printed = yaml.safe_load(text)
+    resolved = config_from_args(_parse(argv)).resolved()
+    assert printed["lr_target"] == resolved.lr_target == 0.005 and printed["warmup_rounds"] == resolved.warmup_rounds
+    assert printed["filter"] is False and printed["eval_noise"] == [0.2, 0.4]
+    (tmp_path / "run.yaml").write_text(text)
+    assert cli.main(["--config", str(tmp_path / "run.yaml"), "--print-config"]) == 0
+    assert capsys.readouterr().out == text  # the file it printed, read back, prints itself
+    again = config_from_args(_parse(["--config", str(tmp_path / "run.yaml")])).resolved()
+    assert again == resolved
+    assert cli.main(argv + ["--print-config", "json"]) == 0
+    (tmp_path / "run.json").write_text(capsys.readouterr().out)
+    assert config_from_args(_parse(["--config", str(tmp_path / "run.json")])).resolved() == resolved
+
+
+def test_the_command_line_overrides_the_file_and_switches_read_true_and_false(tmp_path):
+    (tmp_path / "r.yaml").write_text("method: fedda\nrounds: 7\nfilter: false\nbeta: 0.25\njson: true\n")
+    a = _parse(["--config", str(tmp_path / "r.yaml"), "--rounds", "3"])
+    assert (a.method, a.rounds, a.filter, a.beta, a.json) == ("fedda", 3, False, 0.25, True)
+    a = _parse([f"--config={tmp_path / 'r.yaml'}", "--filter"])
+    assert a.filter is True and a.rounds == 7
+    (tmp_path / "n.yaml").write_text("lr-target: 0.001\nrounds: null\n")  # dashes as the flag; null: the default
+    a = _parse(["--config", str(tmp_path / "n.yaml")])
+    assert a.lr_target == 0.001 and a.rounds == cli.parser().get_default("rounds")
+
+
+def test_a_run_from_a_file_gives_the_numbers_of_the_same_flags(fmnist_dir, tmp_path, capsys):
+    settings = {"dataset": "fashion-mnist", "data_dir": str(fmnist_dir), "method": "fedgp", "noise": 0.4, **TINY}
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(settings))
+    assert cli.main(["--config", str(tmp_path / "run.yaml"), "--json"]) == 0
+    from_file = json.loads(capsys.readouterr().out)
+    assert cli.main([*_flags(settings), "--json"]) == 0
+    from_flags = json.loads(capsys.readouterr().out)
+    numbers = [[(r["round"], r["accuracy"], r["loss"]) for r in out["rounds"]] for out in (from_file, from_flags)]
+    assert numbers[0] == numbers[1]  # the same code path twice: the same numbers, exactly
+    assert from_file["config"] == from_flags["config"]
+
+
+@pytest.mark.parametrize("text,name,needle", [
+    ("lr: 0.1\n", "a.yaml", "config key 'lr' in {path} is invalid: not an option of python -m fda_ray"),
+    ("rounds: abc\n", "a.yaml", "rounds='abc' is invalid: an integer"),
+    ("- rounds\n", "a.yaml", "config={path!r} is invalid: a mapping of option names to values"),
+    ("rounds: [1\n", "a.yaml", "config={path!r} is invalid: not YAML"),
+    ("{rounds: 1}", "a.json", "config={path!r} is invalid: not JSON"),
+    ("filter: maybe\n", "a.yaml", "config key 'filter' in {path} is invalid: 'maybe'; true or false"),
+    ("method: nope\n", "a.yaml", "method='nope' is invalid"),
+])
+def test_a_bad_file_is_one_line_and_exit_code_2(tmp_path, capsys, text, name, needle):
+    path = tmp_path / name
+    path.write_text(text)
+    assert cli.main(["--config", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle.format(path=str(path)) in err[0], err
+
+
+def test_a_missing_file_and_two_files_are_one_line_errors(tmp_path, capsys):
+    assert cli.main(["--config", str(tmp_path / "none.yaml")]) == 2
+    assert capsys.readouterr().err.strip() == f"error: config={str(tmp_path / 'none.yaml')!r} is invalid: no such file"
+    (tmp_path / "a.yaml").write_text("rounds: 1\n")
+    assert sweep.main(["--config", str(tmp_path / "a.yaml"), "--config", str(tmp_path / "a.yaml")]) == 2
+    assert "one --config a command" in capsys.readouterr().err
+
+
+def test_a_sweep_from_a_file_records_the_flags_it_ran_with(fmnist_dir, tmp_path, capsys, monkeypatch, no_ray):
+    from test_sweep import make_tiny_grid
+    from tuning.grids import GRIDS
+
+    grid = make_tiny_grid()
+    monkeypatch.setitem(GRIDS, grid.name, grid)
+    out = tmp_path / "s"
+    cfg = {"grid": grid.name, "backend": "local", "workers": 1, "methods": ["target_only"], "values": [0.8],
+           "rounds": 2, "data_dir": str(fmnist_dir), "out": str(out)}
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(cfg))
+    assert sweep.main(["--config", str(tmp_path / "sweep.yaml"), "--print-config"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["grid"] == grid.name and printed["methods"] == "target_only" and printed["rounds"] == 2
+    assert sweep.main(["--config", str(tmp_path / "sweep.yaml")]) == 0
+    capsys.readouterr()
+    rows = pq.read_table(out / "results.parquet").to_pylist()
+    assert {(r["row"], r["noise"], r["rounds"]) for r in rows} == {("target_only", 0.8, 2)}
+    command = next(x for x in (out / "summary.md").read_text().splitlines() if x.startswith("Command: "))
+    assert "--config" not in command and "--methods target_only" in command and "--values 0.8" in command
+    # the recorded command replays without the file: --resume with its flags finds every trial done
+    flags = command[len("Command: `python -m fda_ray.sweep "):-1].split()
+    assert sweep.main([*flags, "--resume", "--json"]) == 0
+    printed = capsys.readouterr().out
+    summary = json.loads(printed[printed.index("{"):])
+    assert summary["trials"] == 1 and summary["trials_run"] == 0
