@@ -233,7 +233,7 @@ def test_tiny_search_on_tune_with_asha_selects_by_validation_and_reruns(fmnist_d
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--search", "nope"], "search='nope' is invalid: known searches: beta"),
+    (["--search", "nope"], "search='nope' is invalid: a search file (.yaml, .yml, .json) or one of the known searches: beta"),
     (["--search", "beta", "--grid", "noise"], "grid='noise' is invalid with --search beta"),
     (["--search", "beta", "--backend", "local"], "scheduler='asha' is invalid with --backend local"),
     (["--search", "beta", "--seeds", "2"], "seeds=2 is invalid with --search"),

@@ -23,12 +23,13 @@ import io
 import json
 import shlex
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
 from fda_ray.experiments import tables
 from fda_ray.experiments.trials import ROWS_FILE, TRIAL_FILE, Trial, read_rows, record_damage
+from tuning.grids import Grid
 
 FORMATS = ("markdown", "csv", "latex")
 PM_TEX = r"$\pm$"
@@ -134,15 +135,31 @@ def _build_text(env: dict | None) -> str:
            f"code {env.get('code')}"
 
 
+def grid_of(src: Source) -> Grid:
+    """The grid a directory ran: a built-in one by name, else the definition the sweep kept beside its records
+    (grid.yaml: a grid file's, as it was when the sweep ran), else the grid file its command names."""
+    from fda_ray.experiments.trials import load_grid
+    from tuning.files import DefinitionFileError, is_file_ref
+    from tuning.grids import GRIDS
+
+    if src.name in GRIDS:
+        return GRIDS[src.name]
+    kept = src.path / "grid.yaml"
+    try:
+        if kept.is_file():
+            return load_grid(str(kept))
+        if is_file_ref(src.name):
+            return load_grid(src.name)
+    except DefinitionFileError as e:
+        raise CollectError(str(e)) from None
+    raise CollectError(f"grid={src.name!r} is invalid: a grid file (.yaml, .yml, .json) or one of {', '.join(GRIDS)}")
+
+
 def grid_table(sources: Sequence[Source], metric: str = "accuracy", last: int = 1) -> GridTable:
     """One grid's table over directories of the same group (Source.group)."""
     from fda_ray.experiments.sweep import collect
-    from tuning.grids import GRIDS
 
-    name = sources[0].name
-    if name not in GRIDS:
-        raise CollectError(f"grid={name!r} is invalid: one of {', '.join(GRIDS)}")
-    grid = GRIDS[name]
+    grid = grid_of(sources[0])
     rows: list[dict] = []
     seen: set[str] = set()
     builds: dict[str, None] = {}
@@ -175,7 +192,8 @@ def grid_table(sources: Sequence[Source], metric: str = "accuracy", last: int = 
     value_labels = {v: grid.value_label(v) for v in grid.values if any(x == v for _, x in final)}
     cells = {(k, v): Cell(dict(final[(k, v)]), paper.get(k, {}).get(v)) for k in row_labels for v in value_labels
              if (k, v) in final}
-    return GridTable(sources[0], [str(s.path) for s in sources], metric, last, row_labels, value_labels, cells,
+    source = sources[0] if sources[0].name == grid.name else replace(sources[0], name=grid.name)  # a file's path
+    return GridTable(source, [str(s.path) for s in sources], metric, last, row_labels, value_labels, cells,
                      list(builds), duplicates, grid.paper_ref)
 
 

@@ -36,7 +36,8 @@ from fda_ray.core.storage import StoragePath, storage_path
 from tuning.selection import RULES, best_so_far, final_value, mean_std, select
 from fda_ray.experiments.trials import (ROWS_FILE, Trial, is_done, merge_fields, point_trial, read_rows,
                                        set_aside_damaged, trial_key)
-from tuning.searches import SEARCHES, Search
+from tuning.files import write_definition
+from tuning.searches import Search
 
 STOPPED_FILE = "stopped.json"
 RERUN_SEED0 = 1  # the reruns' first seed (the search's trials run seed 0)
@@ -87,6 +88,31 @@ def search_trials(search: Search, profile: str, study: Study, num_samples: int,
     base = study_base(search, profile, study, overrides)
     return [point_trial(base, f"{study.method}-s{i:02d}", search.variable, study.value, point)
             for i, point in enumerate(search.samples(study.method, study.value, num_samples))]
+
+
+def load_search(ref: str) -> Search:
+    """A built-in search by name (tuning.searches), or the search a .yaml/.yml/.json file defines (tuning.files):
+    its keys and values checked, then each profile's first point of every study and every reference row built
+    into a RunConfig (the trials this module would plan), so a bad field or value is one line now."""
+    from tuning.files import Checker, DefinitionFileError, check_config, is_file_ref, search_file
+    from tuning.searches import SEARCHES
+
+    if ref in SEARCHES:
+        return SEARCHES[ref]
+    if not is_file_ref(ref):
+        raise DefinitionFileError(f"search={ref!r} is invalid: a search file (.yaml, .yml, .json) or one of the "
+                                  f"known searches: {', '.join(SEARCHES)}")
+    search = search_file(ref)
+    c = Checker("search", ref)
+    for name in search.profiles:
+        try:
+            trials = [t for study in studies(search) for t in search_trials(search, name, study, 1)]
+            trials += [t for v in search.values for t in reference_trials(search, name, v, 1)]
+        except ValueError as e:
+            raise DefinitionFileError(f"{c.prefix}: profile {name!r}: {str(e).splitlines()[0]}") from None
+        for t in trials:
+            check_config(c, f"profile {name!r}, {t.params.get('method')} at {search.variable} {t.value:g}", t.params)
+    return search
 
 
 def optuna_row(study: Study) -> str:
@@ -331,7 +357,7 @@ def search(name: str | Search, *, profile: str = "quick", out: str | Path | None
         sel = search("beta", num_samples=24, values=[0.6], out="sweeps/beta-0.6")
         sel["studies"]["fedgp @ noise 0.6"]["selected"]["target_val"]
     """
-    s = SEARCHES[name] if isinstance(name, str) else name
+    s = load_search(name) if isinstance(name, str) else name
     out = storage_path(out or f"sweeps/search-{s.name}-{profile}")
     code = run_search(s, profile=profile, out=out, num_samples=num_samples or s.num_samples[profile], backend="tune",
                       workers=None, max_concurrent=max_concurrent, max_failures=max_failures, scheduler=scheduler,
@@ -353,6 +379,7 @@ def run_search(search: Search, *, profile: str, out: StoragePath, num_samples: i
     out = storage_path(out)
     records = out / "trials"
     records.mkdir(parents=True, exist_ok=True)
+    write_definition(search, out / "search.yaml")  # what ran, beside its records
     for line in set_aside_damaged(records).values():  # an unreadable record: that trial runs again, others kept
         print(line, file=sys.stderr)
     plan = studies(search, methods, values)

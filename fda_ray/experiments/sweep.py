@@ -41,8 +41,9 @@ from fda_ray.core.parsing import OneLineParser
 from fda_ray.experiments.cli import add_config_arguments, config_fields
 from fda_ray.data.base import DatasetNotFound
 from fda_ray.experiments.backends import Progress, run_local, run_tune, write_parquet
-from fda_ray.experiments.trials import Trial, is_done, plan, read_rows, result_rows, set_aside_damaged
+from fda_ray.experiments.trials import Trial, is_done, load_grid, plan, read_rows, result_rows, set_aside_damaged
 from tuning.grids import GRIDS, Grid
+from tuning.files import dump as dump_definition, grid_to_dict, search_to_dict, write_definition
 from tuning.searches import SEARCHES
 
 BACKENDS = ("tune", "local")
@@ -142,9 +143,13 @@ def parser() -> OneLineParser:
                       epilog="Any RunConfig field below overrides it in every trial of the sweep.")
     p.with_config_files()
     s = p.add_argument_group("sweep")
-    s.add_argument("--grid", default=None, help=f"one of {', '.join(GRIDS)}")
+    s.add_argument("--grid", default=None, help=f"a grid file (.yaml, .yml, .json; tuning/files.py) or one of "
+                                                f"{', '.join(GRIDS)}")
     s.add_argument("--search", default=None, help=f"a hyper-parameter search instead of a grid (fda_ray.experiments.search): "
-                                                  f"one of {', '.join(SEARCHES)}")
+                                                  f"a search file (.yaml, .yml, .json) or one of {', '.join(SEARCHES)}")
+    s.add_argument("--print-grid", nargs="?", const="yaml", default=None, choices=("yaml", "json"),
+                   help="write the --grid's or --search's definition as a file (YAML, or JSON) and exit: a starting "
+                        "point for a grid of your own (run it with --grid FILE)")
     s.add_argument("--num-samples", type=int, default=None, help="search: trials per study (default: the search's "
                                                                  "for the profile)")
     s.add_argument("--scheduler", default="asha", help="search: asha (stop trials early on the first selection "
@@ -205,9 +210,10 @@ def main(argv: list[str] | None = None) -> int:
     if a.search is not None or a.grid is None:
         return search_main(a, argv)
     try:
-        if a.grid not in GRIDS:
-            raise SweepError(f"grid={a.grid!r} is invalid: known grids: {', '.join(GRIDS)}")
-        grid = GRIDS[a.grid]
+        grid = load_grid(a.grid)
+        if a.print_grid:
+            print(dump_definition(grid_to_dict(grid), a.print_grid), end="")
+            return 0
         if a.profile not in grid.profiles:
             raise SweepError(f"profile={a.profile!r} is invalid for grid {a.grid!r}: one of {', '.join(grid.profiles)}")
         if a.backend not in BACKENDS:
@@ -268,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"sweep {grid.name} ({a.profile}, backend {a.backend}): {len(trials)} trials -> {out}"
           + (f"; resuming, {len(trials) - len(pending)} finished before" if a.resume else ""), flush=True)
     records.mkdir(parents=True, exist_ok=True)
+    write_definition(grid, out / "grid.yaml")  # what ran, beside its records (collect reads a file grid from it)
     t0 = time.time()
     failures: list[dict] = []
     interrupted = False
@@ -413,7 +420,7 @@ def search_main(a: Any, argv: list[str]) -> int:
     """--search NAME: fda_ray.experiments.search's studies, selection and reruns."""
     import dataclasses
 
-    from fda_ray.experiments.search import run_search, studies
+    from fda_ray.experiments.search import load_search, run_search, studies
 
     try:
         if a.grid is not None:
@@ -421,9 +428,10 @@ def search_main(a: Any, argv: list[str]) -> int:
         if a.search is None:
             raise SweepError("grid=None is invalid: name a grid (--grid, one of "
                              f"{', '.join(GRIDS)}) or a search (--search, one of {', '.join(SEARCHES)})")
-        if a.search not in SEARCHES:
-            raise SweepError(f"search={a.search!r} is invalid: known searches: {', '.join(SEARCHES)}")
-        search = SEARCHES[a.search]
+        search = load_search(a.search)
+        if a.print_grid:
+            print(dump_definition(search_to_dict(search), a.print_grid), end="")
+            return 0
         if a.profile not in search.profiles:
             raise SweepError(f"profile={a.profile!r} is invalid: one of {', '.join(search.profiles)}")
         if a.backend not in BACKENDS:

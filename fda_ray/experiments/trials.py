@@ -432,3 +432,28 @@ def point_trial(base: dict[str, Any], row: str, variable: str, value: float, poi
     except ValueError as e:
         raise ValueError(str(e).splitlines()[0]) from None
     return Trial(trial_key(row, variable, value, params["seed"], params), row, value, params["seed"], params)
+
+
+def load_grid(ref: str) -> Grid:
+    """A built-in grid by name (tuning.grids), or the grid a .yaml/.yml/.json file defines (tuning.files): its
+    keys and values checked, then every profile planned and each row's first trial built into a RunConfig, so a
+    bad field or value is one line now rather than an error in a worker."""
+    from tuning.files import Checker, DefinitionFileError, check_config, grid_file, is_file_ref
+    from tuning.grids import GRIDS
+
+    if ref in GRIDS:
+        return GRIDS[ref]
+    if not is_file_ref(ref):
+        raise DefinitionFileError(f"grid={ref!r} is invalid: a grid file (.yaml, .yml, .json) or one of the known "
+                                  f"grids: {', '.join(GRIDS)}")
+    grid = grid_file(ref)
+    c = Checker("grid", ref)
+    for name in grid.profiles:
+        try:
+            trials = plan(grid, name, seeds=1)
+        except ValueError as e:
+            raise DefinitionFileError(f"{c.prefix}: profile {name!r}: {str(e).splitlines()[0]}") from None
+        firsts = {t.row: t for t in reversed(trials)}  # each row's first trial
+        for row, t in firsts.items():
+            check_config(c, f"profile {name!r}, row {row!r}", t.params)
+    return grid
