@@ -10,8 +10,8 @@ One row per (trial, round), read from each directory's `trials/<key>/trial.json`
   method), `value` (the grid value), `seed`, `kind` ("run", or "finetune" for a fine-tuning trial);
 - the round's own columns as the run logged them: `round`, `phase`, `accuracy` (a fraction), `loss`, ... (a
   metric logged per client stays a list in one cell);
-- the full resolved RunConfig, one column a field (`lr_source`, `batch_target`, `rounds`, ...); a field whose
-  name a round's column already has (none today) is `config_<name>`;
+- the full resolved RunConfig, one column a field (`lr_source`, `batch_target`, `rounds`, ...); a field named
+  like a column some round of the trial logs (FedWCA's `beta` and `alpha`) is `config_<name>` in all its rows;
 - the build: `build_torch`, `build_torchvision`, `build_numpy`, `build_code` (fda-ray's number-changing code
   version), `build_python`, `build_ray`, `build_machine` (None in records made before builds were recorded);
 - `trial_seconds`: the trial's own run time.
@@ -26,13 +26,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fda_ray.experiments.trials import ROWS_FILE, TRIAL_FILE, record_damage
+from fda_ray.experiments.trials import BUILD_COLUMNS, ROWS_FILE, TRIAL_FILE, record_damage
 
 if TYPE_CHECKING:
     import pandas
 
 IDENTITY = ("directory", "trial", "row", "value", "seed", "kind")
-BUILD = ("torch", "torchvision", "numpy", "code", "python", "ray", "machine")
+BUILD = BUILD_COLUMNS
 
 
 def records(directory: str | os.PathLike) -> list[Path]:
@@ -54,11 +54,12 @@ def trial_rows(record: Path, directory: str) -> list[dict]:
     identity = {"directory": directory, "trial": record.name, "row": trial.get("row"), "value": trial.get("value"),
                 "seed": trial.get("seed", config.get("seed")), "kind": trial.get("kind", "run")}
     build = {f"build_{k}": env.get(k) for k in BUILD}
+    logged = {k for r in data["rows"] for k in r}
     out = []
     for r in data["rows"]:
         row = {**identity, **r}
         for k, v in config.items():
-            row[f"config_{k}" if k in r or k in identity else k] = v
+            row[f"config_{k}" if k in logged or k in identity else k] = v
         row.update(build)
         row["trial_seconds"] = data.get("seconds")
         out.append(row)

@@ -141,3 +141,88 @@ def test_results_load_is_every_round_of_every_trial_with_config_and_build(tmp_pa
     assert len(err) == 1 and err[0].startswith(f"warning: trial {victim.name} in ") and err[0].endswith("left out")
     with pytest.raises(FileNotFoundError, match="is a folder of trial records"):
         results.load(tmp_path / "nothing")
+
+
+def _last_round(directory: Path, column: str) -> dict[tuple[str, float], dict[int, object]]:
+    """(row, value) -> {seed: the final round's raw `column`} from the records (no fda-ray code)."""
+    out: dict[tuple[str, float], dict[int, object]] = {}
+    for rec in sorted((directory / "trials").iterdir()):
+        if not (rec / "rows.json").is_file():
+            continue
+        trial = json.loads((rec / "trial.json").read_text())
+        rows = [r for r in json.loads((rec / "rows.json").read_text())["rows"] if r.get(column) is not None]
+        if rows:
+            out.setdefault((trial["row"], trial["value"]), {})[trial["seed"]] = max(rows, key=lambda r: r["round"])[column]
+    return out
+
+
+def test_a_list_valued_metric_is_its_entries_mean_and_scale_1_keeps_it_as_recorded(capsys):
+    # FSSDA's devices' imitation lambdas: a list per round; collect averages it, --scale 1 prints it as recorded
+    d = RESULTS / "fssda-fmnist"
+    raw = _last_round(d, "imitation_lambda_i")
+    key = next(k for k in raw if k[0] == "fssda_iid")
+    by_seed = {s: statistics.fmean(v) for s, v in raw[key].items()}
+    lines = _csv([d], capsys, "--metric", "imitation_lambda_i", "--scale", "1")
+    line = next(r for r in lines if r["row"] == key[0] and float(r["value"]) == key[1])
+    assert float(line["mean"]) == pytest.approx(statistics.fmean(by_seed.values()), rel=1e-12)
+    assert 0 < float(line["mean"]) <= 1  # a weight, not a percentage
+    assert collect.main([str(d), "--metric", "imitation_lambda_i", "--scale", "1"]) == 0
+    assert "imitation_lambda_i, final round: mean" in capsys.readouterr().out  # no "(%)"
+
+
+def test_average_column_and_paired_differences_are_computed_from_the_seeds(capsys):
+    d = RESULTS / "fedwca-fmnist"
+    raw = _last_round(d, "accuracy")
+    rows = sorted({k[0] for k in raw})
+    values = sorted({k[1] for k in raw})
+    assert "fedwca" in rows and len(values) > 1
+    assert collect.main([str(d), "--average", "--paired", "fedwca", "--digits", "2"]) == 0
+    md = capsys.readouterr().out
+    # Avg.: the mean over the columns of each column's mean over seeds
+    col_means = [statistics.fmean(100 * x for x in raw[("fedwca", v)].values()) for v in values]
+    table_line = next(x for x in md.splitlines() if x.startswith("| FedWCA |"))
+    assert table_line.endswith(f"| {statistics.fmean(col_means):.2f} |")
+    # paired: FedWCA minus another row over every (column, seed) both have
+    other = next(r for r in rows if r != "fedwca")
+    diffs = [100 * (raw[("fedwca", v)][s] - raw[(other, v)][s]) for v in values for s in sorted(raw[("fedwca", v)])
+             if s in raw.get((other, v), {})]
+    mean = statistics.fmean(diffs)
+    half = t975(len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(len(diffs))
+    wins = sum(x > 0 for x in diffs)
+    assert f": {mean:+.2f} (95 % interval {mean - half:+.2f} to {mean + half:+.2f}; higher in {wins} of {len(diffs)})" \
+        in md
+    assert collect.main([str(d), "--paired", "nope"]) == 2
+    assert "paired='nope' is invalid" in capsys.readouterr().err
+
+
+def test_figures_from_collect_curves_and_a_heatmap_on_one_colour_scale(tmp_path, capsys):
+    from fda_ray.experiments import figures
+
+    drawn = []
+    real = figures.grid_heatmap
+
+    def spy(*args, **kw):
+        drawn.append(real(*args, **kw))
+        return drawn[-1]
+
+    figures.grid_heatmap = spy
+    try:
+        assert collect.main([str(RESULTS / "fedwca-temperatures"), "--figure", "heatmap", "--panels",
+                             "val_accuracy,accuracy", "--figure-out", str(tmp_path / "hm")]) == 0
+    finally:
+        figures.grid_heatmap = real
+    capsys.readouterr()
+    (d,) = drawn
+    assert (tmp_path / "hm.png").is_file() and (tmp_path / "hm.pdf").is_file()
+    assert list(d.scales) == ["val_accuracy", "accuracy"]
+    assert d.scales["val_accuracy"] == d.scales["accuracy"]  # one colour scale for the comparison
+    raw = {k: v for k, v in _last_round(RESULTS / "fedwca-temperatures", "accuracy").items()}
+    val = _last_round(RESULTS / "fedwca-temperatures", "val_accuracy")
+    every = [100 * statistics.fmean(x.values()) for x in (*raw.values(), *val.values())]
+    assert d.scales["accuracy"] == pytest.approx((min(every), max(every)), rel=1e-12)
+    # a grid whose columns vary one field has no heat map
+    assert collect.main([str(RESULTS / "fssda-paradigm"), "--figure", "heatmap"]) == 2
+    assert "a heat map needs two" in capsys.readouterr().err
+    assert collect.main([str(RESULTS / "fssda-paradigm"), "--figure", "curves", "--figure-out",
+                         str(tmp_path / "cv")]) == 0
+    assert (tmp_path / "cv.png").is_file()

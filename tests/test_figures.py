@@ -57,7 +57,7 @@ def test_beta_and_estimates_figures(tmp_path):
     assert [r for r, _ in got] == [1, 2, 3]  # main rounds only, in order
     assert [b for _, b in got] == [pytest.approx([0.2 + 0.1 * r, 0.5, 0.9 - 0.1 * r]) for r in (1, 2, 3)]
     drawn = beta_figure(rows, GRID, "fedgp_auto", GRID.values, tmp_path / "beta")
-    assert drawn is not None and set(drawn.series) == {"σ = 0", "σ = 0.4", "σ = 0.8"}
+    assert drawn is not None and set(drawn.series) == {"noise = 0", "noise = 0.4", "noise = 0.8"}
     assert all(v == ["source 1", "source 2", "source 3"] for v in drawn.series.values())
     assert beta_figure(rows, GRID, "fedgp", GRID.values, tmp_path / "no") is None  # static beta: no figure
     assert beta_figure(rows, GRID, "target_only", GRID.values, tmp_path / "no") is None
@@ -65,7 +65,7 @@ def test_beta_and_estimates_figures(tmp_path):
     est = estimate_rows(rows)
     assert est[0.0]["fedgp"][0] == (1, pytest.approx(0.01), pytest.approx(np.sqrt(7e-3 / 3)))
     drawn = estimates_figure(rows, GRID, GRID.values, tmp_path / "est")
-    assert drawn is not None and len(drawn.series) == 6 and drawn.series["σ = 0.4: $\\hat d$"] == ["FedGP_0.5", "FedGP_Auto"]
+    assert drawn is not None and len(drawn.series) == 6 and drawn.series["noise = 0.4: $\\hat d$"] == ["FedGP_0.5", "FedGP_Auto"]
     assert mpimg.imread(tmp_path / "est.png").shape[0] > 500
     assert predicted_rules(rows)["fedgp"][0.8] == {"fedgp": 2, "target_only": 1}
 

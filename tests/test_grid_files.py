@@ -131,6 +131,13 @@ def test_a_file_grid_runs_as_the_same_grid_in_python_and_collect_reads_its_kept_
     capsys.readouterr()
     ran = [pq.read_table(tmp_path / d / "results.parquet").to_pylist() for d in ("file", "python")]
     assert len(ran[0]) == 3 and [r["accuracy"] for r in ran[0]] == [r["accuracy"] for r in ran[1]]  # same code path
+    # results.parquet: the resolved config beyond the grid's fields, and the build that recorded each trial
+    import torch
+
+    rec = json.loads(next((tmp_path / "file" / "trials").iterdir()).joinpath("rows.json").read_text())
+    assert all(r["lr_target"] == rec["config"]["lr_target"] and r["batch_target"] == rec["config"]["batch_target"]
+               for r in ran[0])
+    assert {r["build_torch"] for r in ran[0]} == {torch.__version__} and all(r["build_code"] for r in ran[0])
     assert yaml.safe_load((tmp_path / "file" / "grid.yaml").read_text()) == d
     # The file changes after the sweep: collect reads the grid the sweep ran (its kept copy), not the new file.
     path.write_text(dump({**d, "paper_ref": "edited later", "values": [0.1]}))

@@ -25,7 +25,7 @@ import shlex
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from fda_ray.experiments import tables
 from fda_ray.experiments.trials import ROWS_FILE, TRIAL_FILE, Trial, read_rows, record_damage
@@ -88,6 +88,22 @@ class GridTable:
     builds: list[str]
     duplicates: int = 0  # trials found in more than one directory (read from the first)
     paper_ref: str = ""
+    scale: float = 100.0  # 100: fractions shown in %; 1: numbers as recorded (a lambda, a count)
+    rows: list[dict] = field(default_factory=list, repr=False)  # every round of every trial read (figures)
+
+    @property
+    def unit(self) -> str:
+        return " (%)" if self.scale == 100 else ""
+
+    def average(self, key: str) -> float | None:
+        """The row's Avg. column: the mean of its columns' means (the papers' Avg.), when every column has one."""
+        means = [self.cells[(key, v)].mean for v in self.value_labels if (key, v) in self.cells]
+        return sum(means) / len(means) if means and len(means) == len(self.value_labels) else None
+
+    def paired(self, a: str, b: str) -> list[float]:
+        """a's minus b's number, paired by (column, seed)."""
+        finals = {kv: c.seeds for kv, c in self.cells.items()}
+        return tables.paired_differences(finals, a, b, self.value_labels)
 
     @property
     def title(self) -> str:
@@ -155,7 +171,8 @@ def grid_of(src: Source) -> Grid:
     raise CollectError(f"grid={src.name!r} is invalid: a grid file (.yaml, .yml, .json) or one of {', '.join(GRIDS)}")
 
 
-def grid_table(sources: Sequence[Source], metric: str = "accuracy", last: int = 1) -> GridTable:
+def grid_table(sources: Sequence[Source], metric: str = "accuracy", last: int = 1, scale: float = 100.0
+               ) -> GridTable:
     """One grid's table over directories of the same group (Source.group)."""
     from fda_ray.experiments.sweep import collect
 
@@ -184,7 +201,7 @@ def grid_table(sources: Sequence[Source], metric: str = "accuracy", last: int = 
             trials.append(Trial.from_dict(json.loads((rec / TRIAL_FILE).read_text())))
             builds[_build_text(read_rows(rec).get("environment"))] = None
         rows += collect(trials, grid, records)[0]
-    final = tables.final(rows, metric, last)
+    final = tables.final(rows, metric, last, scale)
     if not final:
         raise CollectError(f"dir={str(sources[0].path)!r} is invalid: no finished trial with a {metric!r} to read")
     paper = grid.paper if metric == "accuracy" else grid.paper_auc if metric == "auc" else {}
@@ -194,7 +211,7 @@ def grid_table(sources: Sequence[Source], metric: str = "accuracy", last: int = 
              if (k, v) in final}
     source = sources[0] if sources[0].name == grid.name else replace(sources[0], name=grid.name)  # a file's path
     return GridTable(source, [str(s.path) for s in sources], metric, last, row_labels, value_labels, cells,
-                     list(builds), duplicates, grid.paper_ref)
+                     list(builds), duplicates, grid.paper_ref, scale, rows)
 
 
 def search_table(src: Source) -> SearchTable:
@@ -220,7 +237,7 @@ def search_table(src: Source) -> SearchTable:
 
 
 def collect_tables(dirs: Sequence[str | Path], grid: str | None = None, metric: str = "accuracy",
-                   last: int = 1) -> list[GridTable | SearchTable]:
+                   last: int = 1, scale: float = 100.0) -> list[GridTable | SearchTable]:
     """The tables of the directories: one per group of grid directories (in the order first named), one per
     search directory."""
     if not dirs:
@@ -239,7 +256,7 @@ def collect_tables(dirs: Sequence[str | Path], grid: str | None = None, metric: 
             groups[src.group] = []
             order.append(src.group)
         groups[src.group].append(src)
-    return [search_table(o) if isinstance(o, Source) else grid_table(groups[o], metric, last) for o in order]
+    return [search_table(o) if isinstance(o, Source) else grid_table(groups[o], metric, last, scale) for o in order]
 
 
 # ---------------------------------------------------------------- formats
@@ -270,7 +287,31 @@ def _rerun(values: list[float], digits: int, pm: str = "±") -> str:
     return f"{mean:.{digits}f} {pm} {half:.{digits}f} (n={len(values)})"
 
 
-def to_markdown(tabs: Sequence[GridTable | SearchTable], digits: int = 1) -> str:
+def _paired_lines(t: GridTable, a: str, digits: int) -> list[str]:
+    """a minus each other row, paired by (column, seed): the mean difference, its 95 % interval, a's wins."""
+    if a not in t.row_labels:
+        raise CollectError(f"paired={a!r} is invalid for {t.title}: one of its rows {', '.join(t.row_labels)}")
+    out = [f"{t.row_labels[a]} minus each row, paired by (column, seed): mean difference, 95 % interval, "
+           f"{t.row_labels[a]} higher in:", ""]
+    for b, label in t.row_labels.items():
+        if b == a:
+            continue
+        d = t.paired(a, b)
+        if not d:
+            out.append(f"- {label}: no (column, seed) pair")
+            continue
+        wins = f"higher in {sum(x > 0 for x in d)} of {len(d)}"
+        if len(d) == 1:
+            out.append(f"- {label}: {d[0]:+.{digits}f} (one pair; {wins})")
+            continue
+        mean, half, _ = tables.mean_ci(d)
+        out.append(f"- {label}: {mean:+.{digits}f} (95 % interval {mean - half:+.{digits}f} to "
+                   f"{mean + half:+.{digits}f}; {wins})")
+    return out + [""]
+
+
+def to_markdown(tabs: Sequence[GridTable | SearchTable], digits: int = 1, average: bool = False,
+                paired: str | None = None) -> str:
     out = []
     for t in tabs:
         if isinstance(t, SearchTable):
@@ -282,15 +323,20 @@ def to_markdown(tabs: Sequence[GridTable | SearchTable], digits: int = 1) -> str
             continue
         what = t.metric + (f", mean of the last {t.last} rounds" if t.last > 1 else ", final round")
         out.append(f"## {t.title}: {', '.join(t.directories)}\n")
-        out.append(f"{what} (%): mean ± 95 % half-width (n seeds)"
+        out.append(f"{what}{t.unit}: mean ± 95 % half-width (n seeds)"
                    + (" / the paper's [ours minus the paper's]" if any(c.paper is not None for c in t.cells.values())
                       else "") + ".\n")
-        out.append("| method | " + " | ".join(t.value_labels.values()) + " |")
-        out.append("|---" * (len(t.value_labels) + 1) + "|")
+        avg = average and len(t.value_labels) > 1
+        out.append("| method | " + " | ".join(t.value_labels.values()) + (" | Avg." if avg else "") + " |")
+        out.append("|---" * (len(t.value_labels) + 1 + avg) + "|")
         for k, label in t.row_labels.items():
             out.append(f"| {label} | " + " | ".join(_cell_text(t.cells.get((k, v)), digits) for v in t.value_labels)
-                       + " |")
+                       + (f" | {_num(t.average(k), digits)}" if avg else "") + " |")
         out.append("")
+        if avg:
+            out += ["Avg.: the mean of the columns' means, where every column has one.", ""]
+        if paired:
+            out += _paired_lines(t, paired, digits)
         out.append("Build: " + "; ".join(t.builds) + ("" if len(t.builds) == 1 else " (mixed)") + ".")
         if t.duplicates:
             out.append(f"{t.duplicates} trial(s) recorded in more than one directory were read from the first.")
@@ -332,7 +378,7 @@ def _tex(s: str) -> str:
     return s.replace("->", r"$\to$").replace("±", PM_TEX)
 
 
-def to_latex(tabs: Sequence[GridTable | SearchTable], digits: int = 1) -> str:
+def to_latex(tabs: Sequence[GridTable | SearchTable], digits: int = 1, average: bool = False) -> str:
     out = []
     for t in tabs:
         if isinstance(t, SearchTable):
@@ -343,11 +389,13 @@ def to_latex(tabs: Sequence[GridTable | SearchTable], digits: int = 1) -> str:
                            + _rerun(x['reruns'], digits, pm=PM_TEX) + r" \\")
             out += [r"\bottomrule", r"\end{tabular}", ""]
             continue
+        avg = average and len(t.value_labels) > 1
         out += [f"% {t.title}: {', '.join(t.directories)}; {t.metric}"
                 + ("" if t.last == 1 else f" (mean of the last {t.last} rounds)")
-                + " (%), mean $\\pm$ 95 % half-width (n); (paper)",
-                r"\begin{tabular}{l" + "c" * len(t.value_labels) + "}", r"\toprule",
-                "Method & " + " & ".join(_tex(x) for x in t.value_labels.values()) + r" \\", r"\midrule"]
+                + f"{t.unit}, mean $\\pm$ 95 % half-width (n); (paper)",
+                r"\begin{tabular}{l" + "c" * (len(t.value_labels) + avg) + "}", r"\toprule",
+                "Method & " + " & ".join(_tex(x) for x in t.value_labels.values()) + (" & Avg." if avg else "")
+                + r" \\", r"\midrule"]
         for k, label in t.row_labels.items():
             cells = []
             for v in t.value_labels:
@@ -359,9 +407,109 @@ def to_latex(tabs: Sequence[GridTable | SearchTable], digits: int = 1) -> str:
                 if c.paper is not None:
                     s += f" ({c.paper:.{digits}f})"
                 cells.append(s)
+            if avg:
+                cells.append(_num(t.average(k), digits).replace("-", "--") if t.average(k) is None
+                             else _num(t.average(k), digits))
             out.append(f"{_tex(label)} & " + " & ".join(cells) + r" \\")
         out += [r"\bottomrule", r"\end{tabular}", ""]
     return "\n".join(out)
+
+
+# ---------------------------------------------------------------- figures
+
+FIGURES = ("curves", "heatmap", "sweep")
+
+
+def _leaves(d: dict, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_leaves(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def two_parameters(grid: Grid, values: Sequence[float]) -> tuple[str, list[Any], str, list[Any], dict[float, tuple[int, int]]]:
+    """A grid whose columns set two parameters (003's T_a x T_b): (the first's name, its levels, the second's,
+    its levels, value -> (i, j)). An error for a grid whose columns vary one field or more than two."""
+    fields = {v: _leaves(dict(grid.value_fields.get(v, {grid.variable: v}))) for v in values}
+    names = sorted({k for f in fields.values() for k in f})
+    varying = [k for k in names if len({repr(f.get(k)) for f in fields.values()}) > 1]
+    if len(varying) != 2:
+        raise CollectError(f"figure='heatmap' is invalid for grid {grid.name!r}: its columns vary "
+                           f"{len(varying)} parameter(s) ({', '.join(varying) or grid.variable}), a heat map needs two")
+    a, b = varying
+    levels_a = sorted({f[a] for f in fields.values()})
+    levels_b = sorted({f[b] for f in fields.values()})
+    return a, levels_a, b, levels_b, {v: (levels_a.index(f[a]), levels_b.index(f[b])) for v, f in fields.items()}
+
+
+def draw(tabs: Sequence[GridTable | SearchTable], figure: str, stem: str | Path | None, panels: Sequence[str],
+         ) -> list[Path]:
+    """The figure of each grid table (curves: the metric per round; heatmap: over the two parameters its
+    columns set, a panel per metric of `panels`, the first panel's best cell outlined in each); written to
+    `stem` (one table) or <its first directory>/<figure> (.png and .pdf). Returns the PNG paths."""
+    import numpy as np
+
+    from fda_ray.experiments import figures
+
+    grids = [t for t in tabs if isinstance(t, GridTable)]
+    if not grids:
+        raise CollectError(f"figure={figure!r} is invalid here: no grid directory among the directories")
+    if stem is not None and len(grids) > 1:
+        raise CollectError(f"figure_out={str(stem)!r} is invalid with {len(grids)} grid tables: leave it out (each "
+                           "figure goes to its table's first directory)")
+    written = []
+    for t in grids:
+        out = Path(stem) if stem is not None else Path(t.directories[0]) / figure
+        what = f"{t.metric}{t.unit}"
+        if figure == "sweep":  # the sweep's own figures (accuracy, beta_<row>, estimates), redrawn into its folder
+            from fda_ray.experiments.figures import sweep_figures
+            from fda_ray.experiments.sweep import summarize
+
+            if stem is not None:
+                raise CollectError("figure_out is invalid with --figure sweep: its figures go to the directory")
+            grid = grid_of(t.source)
+            keys, values = list(t.row_labels), list(t.value_labels)
+            _, summary = summarize(t.rows, [], grid, t.source.profile, keys, values, "")
+            sweep_figures(t.rows, summary, grid, keys, values, Path(t.directories[0]))
+            written.append(Path(t.directories[0]) / "accuracy.png")
+            continue
+        if figure == "curves":
+            runs = tables.runs(t.rows, t.metric, t.scale)
+            curves = {v: tables.mean_curves(runs, v) for v in t.value_labels}
+            figures.curves_figure(curves, t.row_labels, t.value_labels, out, ylabel=what,
+                                  title=f"{t.title}: {t.metric} per round, mean over seeds")
+        else:
+            grid = grid_of(t.source)
+            values = list(t.value_labels)
+            a, la, b, lb, at = two_parameters(grid, values)
+            if len(t.row_labels) != 1:
+                raise CollectError(f"figure='heatmap' is invalid for {t.title}: it has {len(t.row_labels)} rows; "
+                                   "pick one with a directory of one row")
+            (key,) = t.row_labels
+            arrays = {}
+            for m in panels:
+                final = tables.final(t.rows, m, t.last, t.scale)
+                grid_ = np.full((len(la), len(lb)), np.nan)
+                for v in values:
+                    seeds = final.get((key, v))
+                    if seeds:
+                        grid_[at[v]] = sum(seeds.values()) / len(seeds)
+                if np.isnan(grid_).all():
+                    raise CollectError(f"panels={m!r} is invalid for {t.title}: no trial recorded it")
+                arrays[m] = grid_
+            first = arrays[panels[0]]
+            best = tuple(int(x) for x in np.unravel_index(np.nanargmax(first), first.shape))
+            figures.grid_heatmap(arrays, [f"{x:g}" if isinstance(x, float) else str(x) for x in la],
+                                 [f"{x:g}" if isinstance(x, float) else str(x) for x in lb], out,
+                                 xlabel=b.rsplit(".", 1)[-1], ylabel=a.rsplit(".", 1)[-1],
+                                 title=f"{t.row_labels[key]}, {t.title}: mean over seeds; outlined: the best "
+                                       f"{panels[0]}", unit=t.unit.strip(" ()") or "value",
+                                 marks={m: best for m in arrays})
+        written.append(out.with_suffix(".png"))
+    return written
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -377,6 +525,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--digits", type=int, default=1, help="decimals in Markdown and LaTeX")
     p.add_argument("--grid", default=None, help="read directories without a summary.md as this grid's trials")
     p.add_argument("--out", default=None, help="write to this file instead of standard output")
+    p.add_argument("--scale", type=float, default=100.0, help="100 (default): the metric is a fraction, shown in %%; "
+                                                              "1: shown as recorded (a lambda, a count)")
+    p.add_argument("--average", action="store_true", help="an Avg. column: the mean of the columns' means")
+    p.add_argument("--paired", default=None, help="a row key: that row minus each other row, paired by (column, "
+                                                  "seed), with a 95 %% interval")
+    p.add_argument("--figure", default=None, choices=FIGURES, help="also draw: curves (the metric per round, mean "
+                                                                   "over seeds), heatmap (over the two parameters "
+                                                                   "a grid's columns set) or sweep (the sweep's own "
+                                                                   "figures, redrawn into its directory)")
+    p.add_argument("--figure-out", default=None, help="the figure's path without suffix (default: <the table's "
+                                                      "first directory>/<figure>)")
+    p.add_argument("--panels", default=None, help="heatmap: comma-separated metrics, one panel each on one colour "
+                                                  "scale (default: --metric); the first's best cell is outlined")
     a = p.parse_or_exit_code(argv)
     if isinstance(a, int):
         return a
@@ -385,12 +546,22 @@ def main(argv: list[str] | None = None) -> int:
             raise CollectError(f"last={a.last} is invalid: an integer >= 1")
         if not 0 <= a.digits <= 6:
             raise CollectError(f"digits={a.digits} is invalid: an integer from 0 to 6")
-        tabs = collect_tables(a.dirs, a.grid, a.metric, a.last)
+        if a.scale <= 0:
+            raise CollectError(f"scale={a.scale:g} is invalid: a positive number (100 for %, 1 as recorded)")
+        if a.paired is not None and a.format != "markdown":
+            raise CollectError(f"paired={a.paired!r} is invalid with --format {a.format}: Markdown only")
+        if (a.figure_out or a.panels) and not a.figure:
+            raise CollectError("figure_out/panels are invalid without --figure curves|heatmap")
+        tabs = collect_tables(a.dirs, a.grid, a.metric, a.last, a.scale)
+        text = {"markdown": lambda: to_markdown(tabs, a.digits, a.average, a.paired), "csv": lambda: to_csv(tabs),
+                "latex": lambda: to_latex(tabs, a.digits, a.average)}[a.format]()
+        if a.figure:
+            panels = [m for m in (a.panels or a.metric).split(",") if m.strip()]
+            for png in draw(tabs, a.figure, a.figure_out, panels):
+                print(f"figure: {png} (and .pdf)", file=sys.stderr)
     except (CollectError, FileNotFoundError) as e:
         print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
-    text = {"markdown": lambda: to_markdown(tabs, a.digits), "csv": lambda: to_csv(tabs),
-            "latex": lambda: to_latex(tabs, a.digits)}[a.format]()
     if a.out:
         Path(a.out).write_text(text)
     else:

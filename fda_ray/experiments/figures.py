@@ -6,6 +6,14 @@ PNG and a PDF:
   beta_<row>      the auto-weighted beta_i per round, a panel per grid value, a line per source (Figures 5-10)
   estimates       the estimated target variance sigma and source distance d per round (seed 004's diagnostics)
   heatmap         a categorical or continuous heat map (the synthetic experiment, Figure 2)
+  curves          a metric per round, the mean over seeds, a line per table row and a panel per grid value
+                  (seed 002 Fig. 2; python -m fda_ray.collect --figure curves)
+  grid_heatmap    a metric over the two parameters a grid's columns set (003's T_a x T_b), one panel per metric
+                  on one colour scale (python -m fda_ray.collect --figure heatmap)
+
+The legend rule: a legend never lists lines a reader cannot tell apart. Lines that coincide (within one
+percent of the panel's range, about a line's width) are drawn once, under one entry naming them all
+(`coinciding`).
 
 The data shapers (`beta_rows`, `estimate_rows`, `predicted_rules`) are pure functions of the rows; every
 drawing function returns a `Drawn` naming the files and the series it drew (what the tests check).
@@ -28,10 +36,13 @@ from tuning.grids import Grid  # noqa: E402
 
 FORMATS = ("png", "pdf")
 DPI = 150
-AXIS_NAMES = {"noise": "target feature noise (std σ)", "eta": "label shift η", "beta": "static β",
+AXIS_NAMES = {"noise": "target feature noise (std of the Gaussian)", "eta": "label shift η", "beta": "static β",
               "source_classes": "classes per source k",
               "target_labelled": "labelled target samples"}
-VAR_SYMBOLS = {"noise": "σ", "eta": "η", "beta": "β", "target_labelled": "n", "source_classes": "k"}
+# The noise level is written "noise", not sigma: sigma is the estimated target variance (the estimates figure).
+VAR_SYMBOLS = {"noise": "noise", "eta": "η", "beta": "β", "target_labelled": "n", "source_classes": "k"}
+BAND = 0.05  # beta_i of all sources within this share of the panel's range: drawn as their mean and min-max band
+COINCIDE = 0.01  # lines closer than this share of the panel's y range (about a line's width) are one to a reader
 # One marker per table row, so lines stay apart in grey print.
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "h")
 
@@ -42,6 +53,7 @@ class Drawn:
 
     paths: list[Any] = field(default_factory=list)  # Path, or StoragePath on an object store
     series: dict[str, list[str]] = field(default_factory=dict)
+    scales: dict[str, tuple[float, float]] = field(default_factory=dict)  # panel -> its colour scale (vmin, vmax)
 
 
 def _save(fig: Any, stem: Path | StoragePath, drawn: Drawn) -> Drawn:
@@ -55,6 +67,80 @@ def _save(fig: Any, stem: Path | StoragePath, drawn: Drawn) -> Drawn:
         drawn.paths.append(Path(path) if path.is_local else path)
     plt.close(fig)
     return drawn
+
+
+def coinciding(lines: dict[str, Sequence[float]], tol: float = COINCIDE) -> list[list[str]]:
+    """Groups of line labels a reader cannot tell apart: lines of the same length whose values differ by at most
+    `tol` times the y range of all the lines, everywhere. Each group keeps the first-drawn label's order; a line
+    alone is a group of one."""
+    ys = [y for v in lines.values() for y in v if not math.isnan(y)]
+    span = (max(ys) - min(ys)) if ys else 0.0
+    limit = tol * span if span > 0 else 1e-12
+    groups: list[list[str]] = []
+    for label, v in lines.items():
+        for g in groups:
+            first = lines[g[0]]
+            if len(first) == len(v) and all(abs(a - b) <= limit or (math.isnan(a) and math.isnan(b))
+                                            for a, b in zip(first, v)):
+                g.append(label)
+                break
+        else:
+            groups.append([label])
+    return groups
+
+
+def group_label(labels: Sequence[str]) -> str:
+    """One legend entry for coinciding lines: "source 1-9 (coincide)", "source 1, 3 (coincide)", "A = B"."""
+    if len(labels) == 1:
+        return labels[0]
+    stems = {lab.rsplit(" ", 1)[0] for lab in labels}
+    nums = [lab.rsplit(" ", 1)[-1] for lab in labels]
+    if len(stems) == 1 and all(n.isdigit() for n in nums):
+        ints = sorted(int(n) for n in nums)
+        listed = f"{ints[0]}-{ints[-1]}" if ints == list(range(ints[0], ints[-1] + 1)) else ", ".join(map(str, ints))
+        return f"{stems.pop()} {listed} (coincide)"
+    return " = ".join(labels)
+
+
+def plot_distinct(ax: Any, xs: dict[str, Sequence[float]], ys: dict[str, Sequence[float]], band: float = 0.0,
+                  **style: Any) -> list[str]:
+    """Draws each group of coinciding lines once (the legend rule); returns the legend entries drawn. With
+    `band` > 0, lines of one length that all stay within that share of the panel's y range of each other are drawn
+    as their mean with a min-max band, one entry ("source 1-9 (coincide: mean, band min-max)")."""
+    labels = list(ys)
+    same_x = len({tuple(xs[k]) for k in labels}) == 1
+    if band > 0 and len(labels) > 1 and same_x:
+        cols = list(zip(*(ys[k] for k in labels)))  # per x: the lines' values
+        every = [y for c in cols for y in c]
+        span = max(every) - min(every)
+        if span > 0 and max(max(c) - min(c) for c in cols) <= band * span:
+            label = group_label(labels).replace("(coincide)", "(coincide: mean, band min-max)")
+            if " = " in label:
+                label += " (coincide: mean, band min-max)"
+            x = xs[labels[0]]
+            ax.fill_between(x, [min(c) for c in cols], [max(c) for c in cols], color="C0", alpha=0.25, linewidth=0)
+            ax.plot(x, [sum(c) / len(c) for c in cols], color="C0", label=label,
+                    **{k: v for k, v in style.items() if k != "markersize"})
+            return [label]
+    drawn = []
+    for i, group in enumerate(coinciding(ys)):
+        label = group_label(group)
+        ax.plot(xs[group[0]], ys[group[0]], label=label, color=f"C{i % 10}", marker=MARKERS[i % len(MARKERS)],
+                markevery=max(1, len(ys[group[0]]) // 8), **style)
+        drawn.append(label)
+    return drawn
+
+
+def colour(i: int, n: int) -> Any:
+    """Row i's colour among n: matplotlib's ten where they suffice, else tab20's twenty (no two rows share one up
+    to 20; with the markers cycling over 9, no two share both up to 180)."""
+    return f"C{i % 10}" if n <= 10 else plt.get_cmap("tab20").colors[i % 20]
+
+
+def _wrap(text: str, width: int = 48) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width)) or text
 
 
 def _value_label(variable: str, v: float) -> str:
@@ -80,7 +166,8 @@ def accuracy_figure(summary: dict[str, Any], grid: Grid, row_keys: Sequence[str]
         err = [row.get(f"{v:g}", {}).get("std", 0.0) for v in values]
         label = grid.row(key).label
         # a row keeps its colour and marker in both panels, whichever rows have numbers
-        ax.errorbar(values, ys, yerr=err, marker=MARKERS[i % len(MARKERS)], color=f"C{i % 10}", capsize=3, label=label)
+        ax.errorbar(values, ys, yerr=err, marker=MARKERS[i % len(MARKERS)], color=colour(i, len(row_keys)), capsize=3,
+                    label=label)
         drawn.series["ours"].append(label)
     ax.set_title(f"fda-ray ({summary['profile']} profile)")
     if paper_rows:
@@ -90,9 +177,9 @@ def accuracy_figure(summary: dict[str, Any], grid: Grid, row_keys: Sequence[str]
             if key in grid.paper:
                 label = grid.row(key).label
                 axp.plot(values, [grid.paper[key].get(v, math.nan) for v in values], marker=MARKERS[i % len(MARKERS)],
-                         color=f"C{i % 10}", linestyle="--", label=label)
+                         color=colour(i, len(row_keys)), linestyle="--", label=label)
                 drawn.series["paper"].append(label)
-        axp.set_title(grid.paper_ref or "paper", fontsize=10)
+        axp.set_title(_wrap(grid.paper_ref or "paper"), fontsize=9)
     for a in axes[0]:
         a.set_xlabel(AXIS_NAMES.get(grid.variable, grid.variable))
         a.set_xticks(list(values))
@@ -102,6 +189,7 @@ def accuracy_figure(summary: dict[str, Any], grid: Grid, row_keys: Sequence[str]
     axes[0, 0].set_ylabel("target test accuracy (%)")
     axes[0, -1].legend(loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
     fig.suptitle(f"Sweep {grid.name}: final target accuracy")
+    fig.tight_layout()  # the panels' titles (the paper's reference wraps) clear the figure's title
     return _save(fig, stem, drawn)
 
 
@@ -136,11 +224,10 @@ def beta_figure(rows: list[dict[str, Any]], grid: Grid, row_key: str, values: Se
     for ax, v in zip(axes.flat, shown):
         pts = by_value[v]
         title = grid.value_labels.get(v) or _value_label(grid.variable, v)
-        drawn.series[title] = []
-        for i in range(len(pts[0][1])):
-            label = f"source {i + 1}"
-            ax.plot([r for r, _ in pts], [b[i] for _, b in pts], linewidth=1.2, label=label)
-            drawn.series[title].append(label)
+        xs = {f"source {i + 1}": [r for r, _ in pts] for i in range(len(pts[0][1]))}
+        ys = {f"source {i + 1}": [b[i] for _, b in pts] for i in range(len(pts[0][1]))}
+        # sources of one distribution get near-equal beta_i: nine lines a reader cannot tell apart are one band
+        drawn.series[title] = plot_distinct(ax, xs, ys, band=BAND, linewidth=1.2, markersize=3)
         ax.set_title(title)
         ax.set_xlabel("round")
         ax.grid(alpha=0.3)
@@ -148,9 +235,17 @@ def beta_figure(rows: list[dict[str, Any]], grid: Grid, row_key: str, values: Se
         ax.set_ylabel(r"$\beta_i$")
     for ax in list(axes.flat)[len(shown):]:
         ax.axis("off")
-    axes.flat[len(shown) - 1].legend(loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False, fontsize=8)
-    fig.suptitle(rf"{grid.row(row_key).label}: auto-weighted $\beta_i$ per round (seed {seed})")
-    fig.tight_layout()
+    titles = [grid.value_labels.get(v) or _value_label(grid.variable, v) for v in shown]
+    if all(drawn.series[t] == drawn.series[titles[0]] for t in titles):
+        # one legend for the figure, under the panels (beside the last panel it squeezed them all)
+        handles, names = axes.flat[0].get_legend_handles_labels()
+        fig.legend(handles, names, loc="lower center", ncol=min(3, len(names)), frameon=False, fontsize=8)
+        fig.tight_layout(rect=(0, 0.06 * math.ceil(len(names) / 3) / nrows, 1, 1))
+    else:  # the panels group their sources differently: each names its own lines
+        for ax in list(axes.flat)[:len(shown)]:
+            ax.legend(fontsize=7, frameon=False)
+        fig.tight_layout()
+    fig.suptitle(rf"{grid.row(row_key).label}: auto-weighted $\beta_i$ per round (seed {seed})", y=1.02)
     return _save(fig, stem, drawn)
 
 
@@ -246,6 +341,74 @@ def heatmap(values: Any, row_labels: Sequence[str], col_labels: Sequence[str], s
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
+    return _save(fig, stem, drawn)
+
+
+def curves_figure(curves: dict[float, dict[str, list[tuple[int, float]]]], labels: dict[str, str],
+                  value_labels: dict[float, str], stem: str | Path | StoragePath, *, ylabel: str, title: str) -> Drawn:
+    """A metric per round (the mean over seeds), a panel per grid value and a line per row (`labels`: row key ->
+    label, in the table's order); coinciding lines are one legend entry (the legend rule)."""
+    shown = [v for v in value_labels if curves.get(v)]
+    if not shown:
+        raise ValueError("curves: no row has rounds to draw")
+    fig, axes = plt.subplots(1, len(shown), figsize=(5.2 * len(shown), 3.8), sharey=True, squeeze=False)
+    drawn = Drawn()
+    for ax, v in zip(axes[0], shown):
+        keys = [k for k in labels if k in curves[v]]
+        xs = {labels[k]: [r for r, _ in curves[v][k]] for k in keys}
+        ys = {labels[k]: [y for _, y in curves[v][k]] for k in keys}
+        drawn.series[value_labels[v]] = plot_distinct(ax, xs, ys, linewidth=1.3, markersize=3)
+        ax.set_title(value_labels[v], fontsize=10)
+        ax.set_xlabel("round")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, frameon=False)
+    axes[0, 0].set_ylabel(ylabel)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return _save(fig, stem, drawn)
+
+
+def grid_heatmap(panels: dict[str, Any], row_labels: Sequence[str], col_labels: Sequence[str],
+                 stem: str | Path | StoragePath, *, xlabel: str, ylabel: str, title: str, unit: str = "%",
+                 marks: dict[str, tuple[int, int]] | None = None) -> Drawn:
+    """One panel per metric (name -> an (R, C) array, NaN for a cell not run), all on one colour scale with one
+    colour bar, so the same colour is the same number in every panel; each cell's number is written in it, and
+    `marks` (panel -> (i, j)) outlines a cell (the selected configuration)."""
+    import numpy as np
+    from matplotlib.colors import Normalize
+    from matplotlib.patches import Rectangle
+
+    arrays = {k: np.asarray(v, dtype=float) for k, v in panels.items()}
+    finite = np.concatenate([a[np.isfinite(a)] for a in arrays.values()])
+    if finite.size == 0:
+        raise ValueError("heatmap: no cell has a number")
+    norm = Normalize(vmin=float(finite.min()), vmax=float(finite.max()))
+    n = len(arrays)
+    fig, axes = plt.subplots(1, n, figsize=(0.9 + 0.75 * len(col_labels) * n + 1.2, 1.4 + 0.55 * len(row_labels)),
+                             squeeze=False)
+    drawn = Drawn()
+    im = None
+    for ax, (name, a) in zip(axes[0], arrays.items()):
+        im = ax.imshow(a, cmap="viridis", norm=norm, origin="lower")
+        for i in range(a.shape[0]):
+            for j in range(a.shape[1]):
+                if np.isfinite(a[i, j]):
+                    # dark text on the light end of viridis, white on the dark end
+                    ax.text(j, i, f"{a[i, j]:.1f}", ha="center", va="center", fontsize=7,
+                            color="black" if norm(a[i, j]) > 0.6 else "white")
+        if marks and name in marks:
+            i, j = marks[name]
+            ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2))
+        ax.set_xticks(range(len(col_labels)), col_labels, fontsize=8)
+        ax.set_yticks(range(len(row_labels)), row_labels, fontsize=8)
+        ax.set_xlabel(xlabel)
+        if ax is axes[0, 0]:
+            ax.set_ylabel(ylabel)
+        ax.set_title(name, fontsize=10)
+        drawn.series[name] = [name]
+        drawn.scales[name] = (norm.vmin, norm.vmax)
+    fig.colorbar(im, ax=list(axes[0]), fraction=0.046 / n, label=unit)
+    fig.suptitle(title)
     return _save(fig, stem, drawn)
 
 

@@ -70,11 +70,13 @@ def collect(trials: Sequence[Trial], grid: Grid, records: StoragePath | Path) ->
     return rows, seconds
 
 
-def final_accuracies(rows: list[dict], last: int = 1, metric: str = "accuracy") -> dict[tuple[str, float], dict[int, float]]:
+def final_accuracies(rows: list[dict], last: int = 1, metric: str = "accuracy", scale: float = 100.0
+                     ) -> dict[tuple[str, float], dict[int, float]]:
     """(row key, grid value) -> {seed: accuracy (%)}: each trial's last round at each value, or with last=k
     the mean of its last k rounds (seed 004's DomainBed metric: "the average of the last 5 epochs"). A final
     row that evaluates without training (kNN-Per's kNN evaluation) is the trial's number on its own.
-    metric: the row column ("auc" for seed 000's binary tasks)."""
+    metric: the row column ("auc" for seed 000's binary tasks; a list-valued one is averaged over its entries);
+    scale: 100 for a fraction shown in %, 1 for a number shown as it is (a lambda, a count)."""
     by_trial: dict[tuple[str, float, str], list[dict]] = {}
     for r in rows:
         if r.get(metric) is not None:
@@ -83,8 +85,20 @@ def final_accuracies(rows: list[dict], last: int = 1, metric: str = "accuracy") 
     for (row, value, _), rs in by_trial.items():
         rs.sort(key=lambda r: r["round"])
         tail = rs[-1:] if rs[-1].get("phase") == "knn" else rs[-last:]
-        out.setdefault((row, value), {})[int(rs[-1]["seed"])] = 100 * statistics.fmean(float(r[metric]) for r in tail)
+        out.setdefault((row, value), {})[int(rs[-1]["seed"])] = scale * statistics.fmean(scalar(r[metric]) for r in tail)
     return out
+
+
+def scalar(x: Any) -> float:
+    """A round column's number: a per-client or per-source list (FSSDA's teacher_accuracy, its devices'
+    imitation_lambda_i; a Parquet file keeps such lists as JSON text) is the mean of its entries."""
+    if isinstance(x, str):
+        x = json.loads(x)
+    if isinstance(x, (list, tuple)):
+        if not x:
+            raise ValueError("an empty list has no mean")
+        return statistics.fmean(float(v) for v in x)
+    return float(x)
 
 
 def summarize(rows: list[dict], failures: list[dict], grid: Grid, profile: str, row_keys: Sequence[str],

@@ -5,6 +5,7 @@
     short_ci(values)                "mean ± half-width" to one decimal: what seed 000 Table 2 prints as "±"
     paired_differences(final, a, b) a's minus b's, paired by (column, seed)
     runs(rows, metric)              (row, grid value, seed) -> {round: metric (%)}: every round of each trial
+    mean_curves(runs, value)        row -> [(round, mean over seeds)] at one grid value
     peak(run)                       (round, metric) of a run's best round (the first, on a tie)
     span(values, digits)            "low-high" of some numbers
     column_means(final)             (row, grid value) -> the mean over seeds
@@ -30,12 +31,14 @@ def t975(df: int) -> float:
     return T_975[max(k for k in T_975 if k <= df)]
 
 
-def final(rows: Iterable[dict], metric: str = "accuracy", last: int = 1) -> dict[tuple[str, float], dict[int, float]]:
+def final(rows: Iterable[dict], metric: str = "accuracy", last: int = 1, scale: float = 100.0
+          ) -> dict[tuple[str, float], dict[int, float]]:
     """(row key, grid value) -> {seed: metric (%)} of each trial's last round (the sweep's final_accuracies), or
-    with last=k the mean of its last k rounds (seed 004's DomainBed metric, k = 5)."""
+    with last=k the mean of its last k rounds (seed 004's DomainBed metric, k = 5); scale=1 keeps a number that is
+    not a fraction (a lambda, a count) as it is."""
     from fda_ray.experiments.sweep import final_accuracies
 
-    return final_accuracies(list(rows), last=last, metric=metric)
+    return final_accuracies(list(rows), last=last, metric=metric, scale=scale)
 
 
 def mean_ci(values: list[float]) -> tuple[float, float, float]:
@@ -64,13 +67,30 @@ def paired_differences(final_: Mapping[tuple[str, float], Mapping[int, float]], 
     return out
 
 
-def runs(rows: Iterable[dict], metric: str = "accuracy") -> dict[tuple[str, float, int], dict[int, float]]:
+def runs(rows: Iterable[dict], metric: str = "accuracy", scale: float = 100.0
+         ) -> dict[tuple[str, float, int], dict[int, float]]:
     """(row key, grid value, seed) -> {round: metric (%)}: every recorded round of each trial (rounds as the rows
     number them, from 0)."""
+    from fda_ray.experiments.sweep import scalar
+
     out: dict[tuple[str, float, int], dict[int, float]] = {}
     for r in rows:
         if r.get(metric) is not None:
-            out.setdefault((r["row"], r["grid_value"], int(r["seed"])), {})[int(r["round"])] = 100 * float(r[metric])
+            out.setdefault((r["row"], r["grid_value"], int(r["seed"])), {})[int(r["round"])] = scale * scalar(r[metric])
+    return out
+
+
+def mean_curves(runs_: Mapping[tuple[str, float, int], Mapping[int, float]], value: float
+                ) -> dict[str, list[tuple[int, float]]]:
+    """row key -> [(round, the mean over seeds)] at one grid value, over the rounds every seed recorded."""
+    by_row: dict[str, list[Mapping[int, float]]] = {}
+    for (row, v, _), run in sorted(runs_.items()):
+        if v == value:
+            by_row.setdefault(row, []).append(run)
+    out = {}
+    for row, seeds in by_row.items():
+        rounds = sorted(set.intersection(*(set(s) for s in seeds)))
+        out[row] = [(k, statistics.fmean(s[k] for s in seeds)) for k in rounds]
     return out
 
 

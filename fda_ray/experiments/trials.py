@@ -405,11 +405,25 @@ def run_trial(trial: Trial, records: StoragePath | Path | str, report: Callable[
     return hist
 
 
+# The build fields a record names (fda_ray.core.build.environment), as fda_ray.results.load's columns
+BUILD_COLUMNS = ("torch", "torchvision", "numpy", "code", "python", "ray", "machine")
+
+
 def result_rows(trial: Trial, grid: Grid, data: dict[str, Any]) -> list[dict[str, Any]]:
-    """A finished trial's rows (`data`: its read_rows) with its identity as columns; a shared source_only
-    trial gives one set of rows per grid value it was evaluated at (accuracy = its eval_noise accuracy there)."""
+    """A finished trial's rows (`data`: its read_rows) with its identity as columns, then the rest of its resolved
+    RunConfig (lr_source, batch_target, rounds, ...: what the run used, not only what the grid set) and the build
+    that recorded it (build_torch, build_torchvision, build_numpy, build_code, ...; None in records made before
+    builds were), as fda_ray.results.load gives them; a shared source_only trial gives one set of rows per grid
+    value it was evaluated at (accuracy = its eval_noise accuracy there)."""
     ident = {k: v for k, v in trial.params.items() if k != "eval_noise"}
     ident.update(row=trial.row, grid=grid.name, grid_variable=grid.variable, trial=trial.key)
+    env = data.get("environment") or {}
+    # a field named like a column some round logs (FedWCA's beta, alpha) is config_<name> in every row of the
+    # trial: a round that did not log it must not show the config's number under the metric's name
+    logged = {k for r in data["rows"] for k in r}
+    extra = {(f"config_{k}" if k in logged else k): v for k, v in (data.get("config") or {}).items()
+             if k not in ident and k != "eval_noise"}
+    extra.update({f"build_{k}": env.get(k) for k in BUILD_COLUMNS})
     out = []
     if trial.value is None:
         for i, v in enumerate(trial.values):
@@ -419,7 +433,8 @@ def result_rows(trial: Trial, grid: Grid, data: dict[str, Any]) -> list[dict[str
                 out.append({**ident, grid.variable: v, "grid_value": v, **row, "accuracy": acc[i]})
     else:
         out = [{**ident, "grid_value": trial.value, **r} for r in data["rows"]]
-    return out
+    # the config and build after the round's own columns, never over them
+    return [{**r, **{k: v for k, v in extra.items() if k not in r}} for r in out]
 
 
 def point_trial(base: dict[str, Any], row: str, variable: str, value: float, point: dict[str, Any]) -> Trial:
