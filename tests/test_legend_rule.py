@@ -45,3 +45,18 @@ def test_curves_draw_a_line_per_distinguishable_row(tmp_path):
 def test_the_noise_level_is_not_written_sigma():
     assert figures._value_label("noise", 0.4) == "noise = 0.4"
     assert "σ" not in figures.AXIS_NAMES["noise"]
+
+
+def test_the_search_trajectory_shows_the_point_each_trial_tried(tmp_path):
+    import json
+    from pathlib import Path
+
+    from fda_ray.core.storage import storage_path
+    from fda_ray.experiments.search import trajectory_figure
+    from tuning.searches import SEARCHES
+
+    sel = json.loads((Path(__file__).resolve().parents[1] / "docs/results/search-beta/selection.json").read_text())
+    d = trajectory_figure(SEARCHES["beta"], sel["studies"], storage_path(tmp_path / "t"))
+    for study, entry in sel["studies"].items():
+        assert d.series[f"{study}: point"] == ["beta"]  # a panel of beta under each study's accuracies
+        assert d.series[study] == [e["key"] for e in entry["trials"]]

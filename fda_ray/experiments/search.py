@@ -293,7 +293,9 @@ def summarize(search: Search, profile: str, tables: dict[str, dict], reruns: dic
 
 def trajectory_figure(search: Search, tables: dict[str, dict], stem: StoragePath) -> Any:
     """Per study: each trial's final value of the first rule's metric (a cross for a trial stopped early, at its
-    last round) and its test accuracy, in trial order, with the best-so-far line of the validation."""
+    last round) and its test accuracy, in trial order, with the best-so-far line of the validation; under it, the
+    point each trial tried (a line per searched knob: beta, the learning rates, ...), so a reader sees which values
+    the search drew and where the best one lies."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -303,9 +305,11 @@ def trajectory_figure(search: Search, tables: dict[str, dict], stem: StoragePath
 
     metric = RULES[search.rules[0]].metric
     names = list(tables)
-    fig, axes = plt.subplots(1, len(names), figsize=(4.6 * len(names), 3.8), squeeze=False)
+    fig, axes = plt.subplots(2, len(names), figsize=(4.6 * len(names), 6.2), squeeze=False, sharex="col",
+                             gridspec_kw={"height_ratios": (3, 2)})
     drawn = Drawn()
-    for ax, name in zip(axes[0], names):
+    for j, name in enumerate(names):
+        ax = axes[0, j]
         trials = tables[name]["trials"]
         xs = list(range(len(trials)))
         val = [None if e.get(metric) is None else 100 * e[metric] for e in trials]
@@ -322,12 +326,29 @@ def trajectory_figure(search: Search, tables: dict[str, dict], stem: StoragePath
         ax.plot([], [], "s", color="C1", label="test accuracy (oracle's view)")
         ax.plot([], [], "x", color="k", label="stopped early (last round)")
         ax.set_title(name, fontsize=10)
-        ax.set_xlabel("trial (search order)")
         ax.grid(alpha=0.3)
         drawn.series[name] = [e["key"] for e in trials]
+        low = axes[1, j]
+        drawn.series[f"{name}: point"] = []
+        for k, dim in enumerate(search.space):
+            ys = [(e.get("point") or {}).get(dim.name) for e in trials]
+            if not any(isinstance(y, (int, float)) for y in ys):
+                continue
+            low.plot(xs, [y if isinstance(y, (int, float)) else math.nan for y in ys], marker="D", ms=4,
+                     linestyle=":", color=f"C{k + 2}", label=dim.name)
+            drawn.series[f"{name}: point"].append(dim.name)
+        if any(d.kind == "loguniform" for d in search.space) or all(
+                d.kind == "choice" and all(isinstance(v, (int, float)) and v > 0 for v in d.values)
+                and max(d.values) / min(d.values) >= 20 for d in search.space):
+            low.set_yscale("log")
+        low.set_xlabel("trial (search order)")
+        low.grid(alpha=0.3)
+        low.legend(fontsize=8, frameon=False)
     axes[0, 0].set_ylabel("accuracy (%)")
+    axes[1, 0].set_ylabel("the trial's point")
     axes[0, -1].legend(loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False, fontsize=8)
     fig.suptitle(f"Search {search.name}: the trajectory of each study")
+    fig.tight_layout(rect=(0, 0, 1, 0.95))  # the panels' titles clear the figure's
     return _save(fig, stem, drawn)
 
 
