@@ -305,7 +305,7 @@ def trajectory_figure(search: Search, tables: dict[str, dict], stem: StoragePath
 
     metric = RULES[search.rules[0]].metric
     names = list(tables)
-    fig, axes = plt.subplots(2, len(names), figsize=(4.6 * len(names), 6.2), squeeze=False, sharex="col",
+    fig, axes = plt.subplots(2, len(names), figsize=(max(7.0, 4.6 * len(names)), 6.2), squeeze=False, sharex="col",
                              gridspec_kw={"height_ratios": (3, 2)})
     drawn = Drawn()
     for j, name in enumerate(names):
