@@ -1,7 +1,7 @@
 """Where a sweep's or a search's pending trials run: `run_local` (a process pool, no Ray) or `run_tune` (Ray Tune,
 one launch per phase, on a local Ray or a cluster), both writing each trial's record under `records/<key>/`
-(fda_ray.experiments.trials), with one `Progress` line per finished trial; and `write_parquet`, the results
-table both front ends write.
+(fda_ray.experiments.trials), telling `Progress` (fda_ray.experiments.console) when a trial starts, reaches a round
+and settles; and `write_parquet`, the results table both front ends write.
 """
 from __future__ import annotations
 
@@ -14,31 +14,19 @@ from typing import Any
 
 from fda_ray.core.storage import StoragePath, storage_path
 from fda_ray.runtime import preflight
+from fda_ray.experiments.console import Progress, quiet_worker
 from fda_ray.experiments.trials import Trial, is_done, run_trial
 
 
-def _fmt_s(s: float) -> str:
-    s = max(0, int(s))
-    return f"{s // 3600}h{s // 60 % 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
-
-
-def _name(t: Trial, variable: str) -> str:
-    at = "all" if t.value is None else f"{t.value:g}"
-    return f"{t.row} {variable}={at} seed {t.seed}"
-
-
-class Progress:
-    """Prints done/total, elapsed and an estimate of the time left each time a trial ends."""
-
-    def __init__(self, total: int, variable: str) -> None:
-        self.t0, self.total, self.variable, self.done = time.time(), total, variable, 0
-
-    def line(self, t: Trial, what: str) -> None:
-        self.done += 1
-        elapsed = time.time() - self.t0
-        left = elapsed / self.done * (self.total - self.done)
-        print(f"[{self.done}/{self.total}] {what}: {_name(t, self.variable)}; elapsed {_fmt_s(elapsed)}, "
-              f"left ~{_fmt_s(left)}", flush=True)
+def rounds_of(t: Trial) -> int | None:
+    """The rounds a trial's rows will number (warm-up and main; a fine-tuning trial's epochs), for the status."""
+    try:
+        cfg = t.config().resolved()
+    except (ValueError, TypeError):
+        return None
+    if t.kind == "finetune":
+        return getattr(cfg, "finetune_epochs", None)
+    return (cfg.rounds or 0) + (getattr(cfg, "warmup_rounds", 0) or 0) or None
 
 
 # ---------------------------------------------------------------- backends
@@ -72,10 +60,14 @@ def _worker_init() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     die_with_parent()
     warnings.simplefilter("ignore", preflight.RunWarning)  # the sweep printed the options its trials ignore, once
+    quiet_worker()
 
 
-def _local_job(trial: dict[str, Any], records: str) -> None:
-    run_trial(Trial.from_dict(trial), storage_path(records))
+def _local_job(trial: dict[str, Any], records: str, rounds: Any = None) -> None:
+    """One trial in a pool worker; `rounds` (a queue) hears (key, round) after every round, for the status."""
+    t = Trial.from_dict(trial)
+    report = None if rounds is None else (lambda row: rounds.put((t.key, row.get("round"))))
+    run_trial(t, storage_path(records), report=report)
 
 
 def run_local(pending: list[Trial], records: StoragePath, workers: int, max_failures: int, progress: Progress
@@ -89,7 +81,22 @@ def run_local(pending: list[Trial], records: StoragePath, workers: int, max_fail
     attempts: dict[str, int] = {}
     todo = list(pending)
     failed: set[str] = set()
-    pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"), initializer=_worker_init)
+    ctx = mp.get_context("spawn")
+    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_init)
+    manager = ctx.Manager()  # a queue the workers can reach: each trial's rounds, for the status
+    rounds = manager.Queue()
+    progress.expect(pending)
+
+    def drain() -> None:
+        import queue
+
+        while True:
+            try:
+                key, r = rounds.get_nowait()
+            except (queue.Empty, OSError, EOFError):
+                return
+            progress.at_round(key, r)
+
     try:
         running: dict = {}
         while todo or running:
@@ -103,10 +110,14 @@ def run_local(pending: list[Trial], records: StoragePath, workers: int, max_fail
             while ready and len(running) < workers:
                 t = ready.pop(0)
                 todo.remove(t)
-                running[pool.submit(_local_job, t.to_dict(), str(records))] = t
+                running[pool.submit(_local_job, t.to_dict(), str(records), rounds)] = t
+                progress.started(t, rounds_of(t))
             if not running:
                 break
-            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            finished, _ = wait(running, timeout=1.0, return_when=FIRST_COMPLETED)
+            drain()
+            if not finished:
+                progress.draw()  # the clock moves on
             for f in finished:
                 t = running.pop(f)
                 try:
@@ -126,8 +137,12 @@ def run_local(pending: list[Trial], records: StoragePath, workers: int, max_fail
         for p in list(getattr(pool, "_processes", {}).values()):
             p.terminate()  # the trials' records keep their last finished round
         pool.shutdown(wait=False, cancel_futures=True)
+        manager.shutdown()
+        progress.close()
         raise
     pool.shutdown()
+    manager.shutdown()
+    progress.close()
     return failures
 
 
@@ -171,8 +186,16 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
     if not any(isinstance(f, TuneRestoreHint) for f in tune_log.filters):
         tune_log.addFilter(TuneRestoreHint())
     by_key = {t.key: t for t in pending}
+    progress.expect(pending)
 
     class Callback(tune.Callback):
+        def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+            t = by_key[trial.config["run"]["trial"]["key"]]
+            progress.started(t, rounds_of(t))
+
+        def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+            progress.at_round(trial.config["run"]["trial"]["key"], result.get("round"))
+
         def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
             key = trial.config["run"]["trial"]["key"]
             if on_stopped is not None and not is_done(records / key):
@@ -215,7 +238,9 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
         # Tune stops on SIGINT and returns: trials neither done nor failed mean the sweep was interrupted
         failed = {f["trial"] for f in failures}
         if any(not is_done(records / t.key) and t.key not in failed | stopped for t in phase):
+            progress.close()
             return failures, True
+    progress.close()
     return failures, False
 
 

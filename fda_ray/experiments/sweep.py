@@ -41,6 +41,7 @@ from fda_ray.core.parsing import OneLineParser
 from fda_ray.experiments.cli import add_config_arguments, config_fields
 from fda_ray.data.base import DatasetNotFound
 from fda_ray.experiments.backends import Progress, run_local, run_tune, write_parquet
+from fda_ray.experiments.console import quiet
 from fda_ray.experiments.trials import Trial, is_done, load_grid, plan, read_rows, result_rows, set_aside_damaged
 from tuning.grids import GRIDS, Grid
 from tuning.files import dump as dump_definition, grid_to_dict, search_to_dict, write_definition
@@ -198,6 +199,8 @@ def parser() -> OneLineParser:
     s.add_argument("--dry-run", action="store_true", help="print the trials and exit")
     s.add_argument("--no-figures", action="store_true", help="skip the figures")
     s.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    s.add_argument("--verbose", action="store_true", help="show Ray's and Tune's own output (boxes, hints, INFO "
+                                                          "lines), hidden by default")
     add_config_arguments(p, overrides=True, exclude=("dataset", "method", "seed"))
     return p
 
@@ -221,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(a, int):
         return a
     argv = p.parsed_argv  # a --config file's flags written out: the summary's command replays without the file
+    quiet(a.verbose)  # before Ray starts (fda_ray.experiments.console)
     if a.search is not None or a.grid is None:
         return search_main(a, argv)
     try:
@@ -417,8 +421,8 @@ def _preflight(dataset: str, first: Any, backend: str, address: str | None, over
 
 
 def _command(argv: list[str]) -> str:
-    """The command line as the summary repeats it (without --resume)."""
-    return "python -m fda_ray.sweep " + " ".join(shlex.quote(x) for x in argv if x != "--resume")
+    """The command line as the summary repeats it (without --resume and --verbose)."""
+    return "python -m fda_ray.sweep " + " ".join(shlex.quote(x) for x in argv if x not in ("--resume", "--verbose"))
 
 
 def _shutdown_ray() -> None:

@@ -147,8 +147,10 @@ def trainable(params: dict[str, Any]) -> None:
     when done) and goes on from it when started again, in this Tune run or a later one (a resumed sweep). Otherwise
     params are RunConfig fields (the programmatic Tuner path) and the trial checkpoints through Tune."""
     from fda_ray.runtime.engine import build_executor, build_experiment, run_rounds
+    from fda_ray.experiments.console import quiet_worker
     from fda_ray.experiments.trials import Trial, run_trial
 
+    quiet_worker()
     run = params.get("run", {})
     if isinstance(run, dict) and "optuna" in run:  # a point Optuna drew for a search's study: its trial
         from fda_ray.experiments.trials import point_trial

@@ -9,6 +9,7 @@ actor through the object store, so the nodes that host clients need no copy of t
 """
 from __future__ import annotations
 
+import logging
 import os
 from typing import Callable
 
@@ -32,11 +33,17 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None, field: s
     if address:
         preflight.ray_address(address, field=field)  # ray.init would wait for minutes for an address nobody answers at
         try:
-            ray.init(address=address, log_to_driver=True)
+            ray.init(address=address, log_to_driver=True, logging_level=_logging_level())
         except ConnectionError as e:
             raise preflight.PreflightError(f"{field}={address!r} is invalid: {str(e).splitlines()[0]}") from None
     else:
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True)
+        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True, logging_level=_logging_level())
+
+
+def _logging_level() -> int:
+    """Ray's own log level: ERROR when a sweep asked for a quiet console (FDA_RAY_QUIET=1, set by
+    fda_ray.experiments.console.quiet: the runtime does not import the front end), else Ray's default INFO."""
+    return logging.ERROR if os.environ.get("FDA_RAY_QUIET") == "1" else logging.INFO
 
 
 def check_client_resources(cfg: RunConfig) -> None:

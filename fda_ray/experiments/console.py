@@ -1,0 +1,178 @@
+"""What a sweep or a search shows while it runs: a quiet console and a progress status.
+
+Quiet by default (`quiet(verbose=False)`): Ray's and Tune's own boxes, hints and INFO lines (the token-auth
+notice, "Started a local Ray instance", Tune's experiment box and TensorBoard hint, tensorboardX's dropped
+hyper-parameters) are not shown, nor the CPU-only torch notice that no CUDA runtime was found; Ray's errors, the
+sweep's own warnings (options its trials ignore, a GPU fallback) and every failure stay. `--verbose` shows
+everything, as Ray and Tune print it.
+
+`Progress` follows the trials: started, each running trial's round, finished, failed or stopped early. On a
+terminal it is one status block redrawn in place (trials running / done / failed, each running trial's round,
+elapsed, the time left); elsewhere (a log file, CI) it prints a plain line per settled trial. The time left is
+weighted by each row's measured cost: a trial still to run is expected to take as long as the finished trials of
+its row took (the mean over all finished trials while its row has none), a running one that minus what it has
+run, and the sum is shared by the trials that run at once. A sweep runs its cheap rows first (Target Only trains
+no source), so the mean over finished trials alone (what this replaced) was far too low early on.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import statistics
+import sys
+import time
+from typing import Any, TextIO
+
+QUIET_ENV = "FDA_RAY_QUIET"  # set for the run's processes (Ray workers inherit it): 1 = quiet
+
+
+def quiet(verbose: bool) -> None:
+    """Before Ray starts: quiet unless `verbose` (see the module docstring)."""
+    if verbose:
+        os.environ[QUIET_ENV] = "0"
+        return
+    os.environ[QUIET_ENV] = "1"
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # Tune's legacy output obeys verbose=0: no box, no hints
+    logging.getLogger("ray").setLevel(logging.ERROR)
+    quiet_worker()
+
+
+def is_quiet() -> bool:
+    return os.environ.get(QUIET_ENV) == "1"
+
+
+def ray_logging_level() -> int:
+    """ray.init's logging_level: ERROR when quiet (ray.init resets the "ray" logger to it)."""
+    return logging.ERROR if is_quiet() else logging.INFO
+
+
+def quiet_worker() -> None:
+    """In a trial's process, when quiet: torch's notice that no CUDA runtime was found (printed on a CPU-only
+    machine when the kernels compile, after the summary when a worker prints late) is not shown."""
+    if is_quiet():
+        logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+
+
+def fmt_s(s: float) -> str:
+    s = max(0, int(s))
+    return f"{s // 3600}h{s // 60 % 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def trial_name(t: Any, variable: str) -> str:
+    at = "all" if t.value is None else f"{t.value:g}"
+    return f"{t.row} {variable}={at} seed {t.seed}"
+
+
+class Progress:
+    """The trials' progress (see the module docstring). `live`: redraw a block in place (default: when the
+    stream is a terminal)."""
+
+    def __init__(self, total: int, variable: str, stream: TextIO | None = None, live: bool | None = None,
+                 clock: Any = time.time) -> None:
+        self.stream = stream or sys.stdout
+        self.live = self.stream.isatty() if live is None else live
+        self.clock = clock
+        self.t0, self.total, self.variable = clock(), total, variable
+        self.done = self.failed = self.stopped = 0
+        self.running: dict[str, dict[str, Any]] = {}  # key -> {trial, start, round, rounds}
+        self.costs: dict[str, list[float]] = {}  # row -> the finished trials' seconds
+        self.queued: dict[str, int] = {}  # row -> trials not started yet (set by expect)
+        self.parallel = 1
+        self._drawn = 0  # lines of the block on screen
+
+    # -- events ----------------------------------------------------------------------------------------------
+    def expect(self, trials: list[Any]) -> None:
+        """The trials still to run, for the weighted time left (their rows)."""
+        for t in trials:
+            self.queued[t.row] = self.queued.get(t.row, 0) + 1
+
+    def started(self, t: Any, rounds: int | None = None) -> None:
+        if t.key in self.running:  # a retry, or Tune restarting it
+            self.running[t.key]["start"] = self.clock()
+            return
+        self.running[t.key] = {"trial": t, "start": self.clock(), "round": None, "rounds": rounds}
+        if self.queued.get(t.row, 0) > 0:
+            self.queued[t.row] -= 1
+        self.parallel = max(self.parallel, len(self.running))
+        self.draw()
+
+    def at_round(self, key: str, round_: Any) -> None:
+        if key in self.running and round_ is not None:
+            self.running[key]["round"] = int(round_)
+            self.draw()
+
+    def line(self, t: Any, what: str) -> None:
+        """A trial settled: `what` is "done", "FAILED" or "stopped early (...)"."""
+        entry = self.running.pop(t.key, None)
+        if entry is None and self.queued.get(t.row, 0) > 0:  # settled without a start event (not run)
+            self.queued[t.row] -= 1
+        if what == "done":
+            self.done += 1
+            if entry is not None:
+                self.costs.setdefault(t.row, []).append(self.clock() - entry["start"])
+        elif what.startswith("stopped"):
+            self.stopped += 1
+        else:
+            self.failed += 1
+        settled = self.done + self.failed + self.stopped
+        text = (f"[{settled}/{self.total}] {what}: {trial_name(t, self.variable)}; elapsed "
+                f"{fmt_s(self.clock() - self.t0)}, left {self.left_text()}")
+        self._clear()
+        print(text, file=self.stream, flush=True)
+        self.draw()
+
+    # -- the estimate ----------------------------------------------------------------------------------------
+    def cost(self, row: str) -> float | None:
+        if self.costs.get(row):
+            return statistics.fmean(self.costs[row])
+        every = [c for cs in self.costs.values() for c in cs]
+        return statistics.fmean(every) if every else None
+
+    def left(self) -> float | None:
+        """Seconds left: the trials to run at their row's measured cost, the running ones less what they have run,
+        shared by the trials that run at once; None before any trial has finished."""
+        if not any(self.costs.values()):
+            return None
+        now = self.clock()
+        work = sum(n * self.cost(row) for row, n in self.queued.items() if n > 0)
+        work += sum(max(0.0, self.cost(e["trial"].row) - (now - e["start"])) for e in self.running.values())
+        return work / max(1, self.parallel)
+
+    def left_text(self) -> str:
+        left = self.left()
+        if left is None:
+            return "unknown until a trial finishes" if self.done + self.failed + self.stopped < self.total else "0m00s"
+        return f"~{fmt_s(left)}"
+
+    # -- the block -------------------------------------------------------------------------------------------
+    def block(self) -> list[str]:
+        head = (f"{len(self.running)} running, {self.done} done, {self.failed} failed"
+                + (f", {self.stopped} stopped early" if self.stopped else "")
+                + f" of {self.total}; elapsed {fmt_s(self.clock() - self.t0)}, left {self.left_text()}")
+        lines = [head]
+        for key, e in sorted(self.running.items(), key=lambda kv: kv[1]["start"]):
+            r = e["round"]
+            # rows number rounds from 0 (the warm-up's first): shown as rounds done, "round 3/52"
+            at = "starting" if r is None else f"round {r + 1}" + (f"/{e['rounds']}" if e["rounds"] else "")
+            lines.append(f"  {trial_name(e['trial'], self.variable)}: {at}")
+        return lines
+
+    def _clear(self) -> None:
+        if self.live and self._drawn:
+            # up to the block's first line, then clear to the end of the screen
+            self.stream.write(f"\x1b[{self._drawn}F\x1b[J")
+            self._drawn = 0
+
+    def draw(self) -> None:
+        """Redraw the block in place (a terminal only)."""
+        if not self.live:
+            return
+        self._clear()
+        lines = self.block()
+        self.stream.write("\n".join(lines) + "\n")
+        self.stream.flush()
+        self._drawn = len(lines)
+
+    def close(self) -> None:
+        """Leave the terminal clean (the summary prints next)."""
+        self._clear()

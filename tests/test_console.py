@@ -1,0 +1,100 @@
+"""The sweep's console (fda_ray.experiments.console): the time left weighted by each row's measured cost, worked
+out by hand on a fake clock; a status block redrawn in place on a terminal and plain lines elsewhere; and a quiet
+sweep on Ray Tune that shows none of Ray's and Tune's own boxes, hints and INFO lines unless --verbose."""
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from fda_ray.experiments.console import Progress
+
+
+@dataclass
+class T:
+    key: str
+    row: str
+    value: float = 0.4
+    seed: int = 0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_time_left_is_weighted_by_each_rows_measured_cost():
+    clock = Clock()
+    out = io.StringIO()
+    p = Progress(5, "noise", stream=out, live=False, clock=clock)
+    cheap = [T(f"c{i}", "target_only") for i in range(2)]
+    dear = [T(f"d{i}", "fedgp") for i in range(3)]
+    p.expect(cheap + dear)
+    assert p.left() is None  # nothing measured yet
+    p.started(cheap[0])
+    p.started(dear[0])
+    clock.now += 10
+    p.line(cheap[0], "done")  # target_only: 10 s
+    # the mean over finished trials would say 10 s a trial; fedgp has no measurement yet: the mean (10 s) stands in
+    assert p.left() == pytest.approx((1 * 10 + 2 * 10 + max(0, 10 - 10)) / 2)
+    p.started(cheap[1])
+    clock.now += 90
+    p.line(dear[0], "done")  # fedgp: 100 s
+    # to run: fedgp x2 at 100 s; running: target_only started 90 s ago, expected 10 s -> 0 left; 2 at once
+    assert p.left() == pytest.approx((2 * 100 + 0) / 2)
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("[1/5] done: target_only noise=0.4 seed 0; elapsed 0m10s, left ~0m15s")
+    assert lines[1].startswith("[2/5] done: fedgp noise=0.4 seed 0; elapsed 1m40s, left ~1m40s")
+    assert "\x1b[" not in out.getvalue()  # not a terminal: plain lines only
+
+
+def test_on_a_terminal_the_block_is_redrawn_in_place_with_each_running_trials_round():
+    clock = Clock()
+    out = io.StringIO()
+    p = Progress(2, "noise", stream=out, live=True, clock=clock)
+    a, b = T("a", "fedgp"), T("b", "fedda")
+    p.expect([a, b])
+    p.started(a, rounds=52)
+    p.started(b, rounds=52)
+    p.at_round("a", 11)
+    text = out.getvalue()
+    assert "\x1b[2F\x1b[J" in text  # the one-trial block (2 lines) erased before the two-trial block is drawn
+    last = text.rsplit("\x1b[J", 1)[-1].splitlines()
+    assert last == ["2 running, 0 done, 0 failed of 2; elapsed 0m00s, left unknown until a trial finishes",
+                    "  fedgp noise=0.4 seed 0: round 12/52", "  fedda noise=0.4 seed 0: starting"]
+    clock.now += 5
+    p.line(a, "FAILED")
+    p.close()
+    tail = out.getvalue().rsplit("\x1b[J", 1)[-1]
+    assert tail == ""  # closed: the block is erased, the settled line stays above it
+    assert "[1/2] FAILED: fedgp noise=0.4 seed 0" in out.getvalue()
+
+
+@pytest.mark.slow
+def test_a_quiet_sweep_on_tune_shows_no_ray_or_tune_boxes_and_verbose_does(fmnist_dir, tmp_path):
+    grid = tmp_path / "g.yaml"
+    grid.write_text("name: g\ndataset: fashion-mnist\nvariable: noise\nvalues: [0.4]\nrows:\n"
+                    "  - {key: target_only, label: Target Only, method: target_only}\nprofiles:\n  quick:\n    fields: {rounds: 1, "
+                    "samples_per_client: 128, test_samples: 100, num_sources: 2}\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env.pop("FDA_RAY_QUIET", None)
+    base = [sys.executable, "-m", "fda_ray.sweep", "--grid", str(grid), "--data-dir", str(fmnist_dir), "--no-figures"]
+    quiet = subprocess.run([*base, "--out", str(tmp_path / "q")], capture_output=True, text=True, env=env, timeout=600)
+    assert quiet.returncode == 0, quiet.stderr[-2000:]
+    said = quiet.stdout + quiet.stderr
+    for noise in ("Configuration for experiment", "To visualize your results with TensorBoard", " INFO ",
+                  "Token authentication", "No CUDA runtime is found", "View detailed results"):
+        assert noise not in said
+    assert "[1/1] done: target_only noise=0.4 seed 0" in quiet.stdout and "| Target Only |" in quiet.stdout
+    loud = subprocess.run([*base, "--out", str(tmp_path / "v"), "--verbose"], capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert loud.returncode == 0, loud.stderr[-2000:]
+    assert " INFO " in loud.stdout + loud.stderr  # Ray's own lines, shown when asked for
