@@ -64,7 +64,7 @@ def test_on_a_terminal_the_block_is_redrawn_in_place_with_each_running_trials_ro
     p.expect([a, b])
     p.started(a, rounds=52)
     p.started(b, rounds=52)
-    p.at_round("a", 11)
+    p.at_round("a", {"round": 11, "accuracy": 0.5})
     text = out.getvalue()
     assert "\x1b[2F\x1b[J" in text  # the one-trial block (2 lines) erased before the two-trial block is drawn
     last = text.rsplit("\x1b[J", 1)[-1].splitlines()
@@ -94,6 +94,13 @@ def test_a_quiet_sweep_on_tune_shows_no_ray_or_tune_boxes_and_verbose_does(fmnis
                   "Token authentication", "No CUDA runtime is found", "View detailed results"):
         assert noise not in said
     assert "[1/1] done: target_only noise=0.4 seed 0" in quiet.stdout and "| Target Only |" in quiet.stdout
+    # Tune's per-round results reach the tracker in the sweep's process: TensorBoard events under --out
+    from test_tracking import tensorboard_scalars
+
+    (rec,) = (tmp_path / "q" / "trials").iterdir()
+    rows = __import__("json").loads((rec / "rows.json").read_text())["rows"]
+    steps = [s for s, _ in tensorboard_scalars(tmp_path / "q" / "tensorboard" / rec.name)["accuracy"]]
+    assert steps == [r["round"] for r in rows if r.get("accuracy") is not None]
     loud = subprocess.run([*base, "--out", str(tmp_path / "v"), "--verbose"], capture_output=True, text=True, env=env,
                           timeout=600)
     assert loud.returncode == 0, loud.stderr[-2000:]

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from tuning.grids import Grid, Profile, Row

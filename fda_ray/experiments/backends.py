@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -64,9 +63,12 @@ def _worker_init() -> None:
 
 
 def _local_job(trial: dict[str, Any], records: str, rounds: Any = None) -> None:
-    """One trial in a pool worker; `rounds` (a queue) hears (key, round) after every round, for the status."""
+    """One trial in a pool worker; `rounds` (a queue) hears (key, the round's row) after every round, for the
+    status and the trackers."""
+    from fda_ray.experiments.trials import round_metrics
+
     t = Trial.from_dict(trial)
-    report = None if rounds is None else (lambda row: rounds.put((t.key, row.get("round"))))
+    report = None if rounds is None else (lambda row: rounds.put((t.key, round_metrics(row))))
     run_trial(t, storage_path(records), report=report)
 
 
@@ -194,7 +196,7 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
             progress.started(t, rounds_of(t))
 
         def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
-            progress.at_round(trial.config["run"]["trial"]["key"], result.get("round"))
+            progress.at_round(trial.config["run"]["trial"]["key"], result)
 
         def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
             key = trial.config["run"]["trial"]["key"]

@@ -21,9 +21,12 @@ import os
 import statistics
 import sys
 import time
-from typing import Any, TextIO
+from typing import Any, Mapping, TextIO
 
 QUIET_ENV = "FDA_RAY_QUIET"  # set for the run's processes (Ray workers inherit it): 1 = quiet
+# What hears every Progress's events besides the console (fda_ray.experiments.tracking.Tracking): set by the
+# sweep's or search's front end for its run, so the backends and a search's several launches need no new argument.
+OBSERVERS: list[Any] = []
 
 
 def quiet(verbose: bool) -> None:
@@ -34,6 +37,9 @@ def quiet(verbose: bool) -> None:
     os.environ[QUIET_ENV] = "1"
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # Tune's legacy output obeys verbose=0: no box, no hints
     logging.getLogger("ray").setLevel(logging.ERROR)
+    for name in ("mlflow", "alembic"):  # the trackers' own INFO lines (creating the tables, ...)
+        logging.getLogger(name).setLevel(logging.WARNING)
+    os.environ.setdefault("WANDB_SILENT", "true")
     quiet_worker()
 
 
@@ -79,6 +85,11 @@ class Progress:
         self.queued: dict[str, int] = {}  # row -> trials not started yet (set by expect)
         self.parallel = 1
         self._drawn = 0  # lines of the block on screen
+        self.observers = list(OBSERVERS)
+
+    def _tell(self, event: str, *args: Any) -> None:
+        for o in self.observers:
+            getattr(o, event)(*args)
 
     # -- events ----------------------------------------------------------------------------------------------
     def expect(self, trials: list[Any]) -> None:
@@ -91,19 +102,24 @@ class Progress:
             self.running[t.key]["start"] = self.clock()
             return
         self.running[t.key] = {"trial": t, "start": self.clock(), "round": None, "rounds": rounds}
+        self._tell("started", t.key)
         if self.queued.get(t.row, 0) > 0:
             self.queued[t.row] -= 1
         self.parallel = max(self.parallel, len(self.running))
         self.draw()
 
-    def at_round(self, key: str, round_: Any) -> None:
-        if key in self.running and round_ is not None:
-            self.running[key]["round"] = int(round_)
+    def at_round(self, key: str, row: Mapping[str, Any]) -> None:
+        """A trial reported a round: `row`, the round's row (its "round" and metrics)."""
+        if key in self.running and row.get("round") is not None:
+            self.running[key]["round"] = int(row["round"])
+            self._tell("round", key, row)
             self.draw()
 
     def line(self, t: Any, what: str) -> None:
         """A trial settled: `what` is "done", "FAILED" or "stopped early (...)"."""
         entry = self.running.pop(t.key, None)
+        if entry is not None:
+            self._tell("settled", t.key, what == "done")
         if entry is None and self.queued.get(t.row, 0) > 0:  # settled without a start event (not run)
             self.queued[t.row] -= 1
         if what == "done":

@@ -15,8 +15,9 @@ sweeps/<grid>-<profile>):
   from its last round, so a sweep killed at any moment loses at most one round per running trial. (Ray 2.60
   writes Tune's experiment state with a plain open("w"); after a SIGKILL it can be empty, half-written or
   trials behind, and Tuner.restore then starts a new experiment.)
-- tune/launch-<n>/ (backend tune): Tune's own logs of each launch (TensorBoard events, progress.csv and
-  result.json per trial): `tensorboard --logdir <out>/tune`;
+- tensorboard/<key>/ (and mlflow.db, wandb/ with --track): every trial's per-round metrics
+  (fda_ray.experiments.tracking);
+- tune/launch-<n>/ (backend tune): Tune's own logs of each launch (progress.csv and result.json per trial);
 - results.parquet: a row per trial and round, the trial's fields as columns;
 - summary.md: final target accuracy per table row and grid value, mean ± std over seeds, the paper's number
   beside it and every gap over 3 points marked; failed trials and an interruption are stated;
@@ -41,7 +42,9 @@ from fda_ray.core.parsing import OneLineParser
 from fda_ray.experiments.cli import add_config_arguments, config_fields
 from fda_ray.data.base import DatasetNotFound
 from fda_ray.experiments.backends import Progress, run_local, run_tune, write_parquet
+from fda_ray.experiments import console, tracking
 from fda_ray.experiments.console import quiet
+from fda_ray.experiments.tracking import Tracking
 from fda_ray.experiments.trials import Trial, is_done, load_grid, plan, read_rows, result_rows, set_aside_damaged
 from tuning.grids import GRIDS, Grid
 from tuning.files import dump as dump_definition, grid_to_dict, search_to_dict, write_definition
@@ -199,6 +202,9 @@ def parser() -> OneLineParser:
     s.add_argument("--dry-run", action="store_true", help="print the trials and exit")
     s.add_argument("--no-figures", action="store_true", help="skip the figures")
     s.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    s.add_argument("--track", default="tensorboard", help="where every trial's per-round metrics go: a comma list "
+                                                          "of tensorboard (<out>/tensorboard), mlflow, wandb, or "
+                                                          "none (fda_ray.experiments.tracking)")
     s.add_argument("--verbose", action="store_true", help="show Ray's and Tune's own output (boxes, hints, INFO "
                                                           "lines), hidden by default")
     add_config_arguments(p, overrides=True, exclude=("dataset", "method", "seed"))
@@ -245,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.pin_drivers and a.backend == "local":
             raise SweepError("pin_drivers=True is invalid with --backend local: it places Tune trials on Ray nodes")
         overrides = config_fields(a)
+        track = tracking.parse(a.track)
         _tune_defaults(a, overrides)
         if a.backend == "local" and overrides.get("executor", "serial") != "serial":
             raise SweepError(f"executor={overrides['executor']!r} is invalid with --backend local: its trials run "
@@ -296,6 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     failures: list[dict] = []
     interrupted = False
+    tracker = Tracking(track, out, f"{grid.name}-{a.profile}")
+    console.OBSERVERS[:] = [tracker]
     progress = Progress(len(pending), grid.variable)
     try:
         if pending and a.backend == "local":
@@ -307,6 +316,9 @@ def main(argv: list[str] | None = None) -> int:
                                              progress, pin_drivers=a.pin_drivers)
     except KeyboardInterrupt:
         interrupted = True
+    finally:
+        console.OBSERVERS.clear()
+        tracker.close()
     rows, trial_seconds = collect(trials, grid, records)
     write_parquet(rows, out / "results.parquet")
     text, summary = summarize(rows, failures, grid, a.profile, row_keys, values, command)
@@ -438,7 +450,7 @@ def search_main(a: Any, argv: list[str]) -> int:
     """--search NAME: fda_ray.experiments.search's studies, selection and reruns."""
     import dataclasses
 
-    from fda_ray.experiments.search import load_search, run_search, studies
+    from fda_ray.experiments.search import load_search, studies
 
     try:
         if a.grid is not None:
@@ -480,6 +492,7 @@ def search_main(a: Any, argv: list[str]) -> int:
         if a.rerun_seeds is not None:
             search = dataclasses.replace(search, rerun_seeds=a.rerun_seeds)
         overrides = config_fields(a)
+        track = tracking.parse(a.track)
         _tune_defaults(a, overrides)
         plan = studies(search, _list(a.methods, str, "methods"), _list(a.values, float, "values"))
         num_samples = a.num_samples or search.num_samples[a.profile]
@@ -512,13 +525,25 @@ def search_main(a: Any, argv: list[str]) -> int:
     except DatasetNotFound as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    code = run_search(search, profile=a.profile, out=out, num_samples=num_samples, backend=a.backend,
+    tracker = Tracking(track, out, f"search-{search.name}-{a.profile}")
+    console.OBSERVERS[:] = [tracker]
+    try:
+        code = _run_search(a, search, out, num_samples, overrides, argv)
+    finally:
+        console.OBSERVERS.clear()
+        tracker.close()
+    _shutdown_ray()
+    return code
+
+
+def _run_search(a: Any, search: Any, out: Any, num_samples: int, overrides: dict, argv: list[str]) -> int:
+    from fda_ray.experiments.search import run_search
+
+    return run_search(search, profile=a.profile, out=out, num_samples=num_samples, backend=a.backend,
                       workers=a.workers, max_concurrent=a.max_concurrent, max_failures=a.max_failures,
                       scheduler=a.scheduler, search_alg=a.search_alg, methods=_list(a.methods, str, "methods"),
                       values=_list(a.values, float, "values"), overrides=overrides, address=a.address,
                       command=_command(argv), no_figures=a.no_figures, pin_drivers=a.pin_drivers)
-    _shutdown_ray()
-    return code
 
 
 if __name__ == "__main__":

@@ -405,6 +405,12 @@ def run_trial(trial: Trial, records: StoragePath | Path | str, report: Callable[
     return hist
 
 
+def round_metrics(row: dict[str, Any]) -> dict[str, Any]:
+    """What a trial reports for one round (to Tune, to the status and the trackers): the row's numbers (lists stay
+    lists), a NaN or an infinity as None."""
+    return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()}
+
+
 # The build fields a record names (fda_ray.core.build.environment), as fda_ray.results.load's columns
 BUILD_COLUMNS = ("torch", "torchvision", "numpy", "code", "python", "ray", "machine")
 

@@ -26,6 +26,7 @@ import torch
 from ray import tune
 
 from fda_ray.core.storage import storage_path
+from fda_ray.experiments.trials import round_metrics as metrics
 from fda_ray.runtime.config import RunConfig
 from fda_ray.runtime.preflight import RunWarning, actor_gpus
 
@@ -127,16 +128,6 @@ def resources(cfg: RunConfig, driver_extra: dict[str, float] | None = None) -> t
         per_actor["GPU"] = actor_gpus(cfg.gpus_per_client, k)
     driver = {"CPU": DRIVER_CPUS, **({"GPU": driver_gpus(cfg)} if driver_gpus(cfg) else {}), **extra}
     return tune.PlacementGroupFactory([driver] + [per_actor] * actors, strategy=PLACEMENT_STRATEGY)
-
-
-def metrics(row: dict[str, Any]) -> dict[str, Any]:
-    """What a trial reports for one round: the row's numbers (lists stay lists), without NaN surprises."""
-    out: dict[str, Any] = {}
-    for k, v in row.items():
-        if isinstance(v, float) and not math.isfinite(v):
-            v = None
-        out[k] = v
-    return out
 
 
 def trainable(params: dict[str, Any]) -> None:

@@ -1,0 +1,244 @@
+"""Experiment tracking: every trial's per-round metrics in TensorBoard, MLflow or Weights & Biases.
+
+    python -m fda_ray.sweep --grid noise                          # TensorBoard events under <out>/tensorboard/
+    tensorboard --logdir sweeps/noise-quick/tensorboard
+    python -m fda_ray.sweep --grid noise --track tensorboard,mlflow   # + MLflow (pip install 'fda-ray[mlflow]')
+    python -m fda_ray.sweep --grid noise --track wandb            # Weights & Biases (pip install 'fda-ray[wandb]')
+    python -m fda_ray.sweep --grid noise --track none
+
+The sweep's process is the one tracker for both backends: it hears each trial start, each round's row (Ray Tune:
+a Tune callback's on_trial_result; the local process pool: a queue its workers report to after every round) and
+each trial settle, through the status (fda_ray.experiments.console.Progress), and hands them to the trackers. So
+the same numbers reach the same places whichever backend ran them, and nothing is tracked twice when Tune retries.
+
+- tensorboard: one event file per trial under <out>/tensorboard/<trial key>/ (tensorboardX, which Ray brings):
+  every numeric column of the round's row as a scalar at step = round; a list-valued column (beta_i per source) as
+  one scalar per entry. On an object store (--out s3://...) the trackers' files go to ./tracking/<sweep>/.
+- mlflow: one MLflow run per trial in the experiment "<grid>-<profile>", its fields as parameters, its rounds as
+  metric steps, FINISHED or FAILED at the end; the tracking URI is $MLFLOW_TRACKING_URI or a SQLite store in
+  <out>/mlflow.db (`mlflow ui --backend-store-uri sqlite:///<out>/mlflow.db`).
+- wandb: one W&B run per trial in the project "fda-ray-<grid>-<profile>" (or $WANDB_PROJECT), grouped by it, its
+  fields as config, its rounds as steps; W&B's own settings apply ($WANDB_MODE=offline writes under <out>/wandb
+  without a network).
+A tracker that fails (a server that does not answer) says so in one warning line and is dropped; the sweep and its
+records go on.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+TRACKERS = ("tensorboard", "mlflow", "wandb")
+EXTRAS = {"mlflow": "mlflow", "wandb": "wandb"}  # pip install 'fda-ray[<extra>]'
+
+
+class TrackingError(ValueError):
+    """Bad --track: one line naming the value and what is allowed."""
+
+
+def parse(text: str | None) -> list[str]:
+    """--track's value: a comma list of TRACKERS, or "none"."""
+    names = [x.strip() for x in (text or "").split(",") if x.strip()]
+    if names == ["none"]:
+        return []
+    bad = [n for n in names if n not in TRACKERS]
+    if bad or not names:
+        raise TrackingError(f"track={text!r} is invalid: a comma-separated list of {', '.join(TRACKERS)}, or none")
+    for n in names:
+        if n in EXTRAS:
+            try:
+                __import__(EXTRAS[n])
+            except ImportError:
+                raise TrackingError(f"track={n!r} is invalid here: {EXTRAS[n]} is not installed (pip install "
+                                    f"'fda-ray[{n}]')") from None
+    return list(dict.fromkeys(names))
+
+
+def scalars(row: Mapping[str, Any]) -> dict[str, float]:
+    """The numbers of a round's row worth a curve: finite numbers (not the round itself, not flags), and a list of
+    numbers as one scalar per entry (beta_i/0, beta_i/1, ...)."""
+    out: dict[str, float] = {}
+    for k, v in row.items():
+        if k in ("round", "seed") or isinstance(v, bool):
+            continue
+        if isinstance(v, (int, float)):
+            if math.isfinite(v):
+                out[k] = float(v)
+        elif isinstance(v, (list, tuple)) and v and all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                                        for x in v):
+            out.update({f"{k}/{i}": float(x) for i, x in enumerate(v) if math.isfinite(x)})
+    return out
+
+
+def _flat(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in params.items():
+        if isinstance(v, Mapping):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+class TensorBoard:
+    def __init__(self, logdir: Path) -> None:
+        from tensorboardX import SummaryWriter
+
+        self.logdir, self.writer_type, self.writers = logdir, SummaryWriter, {}
+
+    def start(self, key: str, params: Mapping[str, Any]) -> None:
+        self.writers.setdefault(key, self.writer_type(str(self.logdir / key), flush_secs=10))
+
+    def log(self, key: str, step: int, values: Mapping[str, float]) -> None:
+        w = self.writers.get(key)
+        if w is not None:
+            for name, v in values.items():
+                w.add_scalar(name, v, step)
+
+    def end(self, key: str, ok: bool) -> None:
+        w = self.writers.pop(key, None)
+        if w is not None:
+            w.close()
+
+    def close(self) -> None:
+        for key in list(self.writers):
+            self.end(key, False)
+
+
+class MLflow:
+    def __init__(self, uri: str, experiment: str) -> None:
+        from mlflow.tracking import MlflowClient
+
+        self.client = MlflowClient(tracking_uri=uri)
+        got = self.client.get_experiment_by_name(experiment)
+        self.experiment = got.experiment_id if got is not None else self.client.create_experiment(experiment)
+        self.runs: dict[str, str] = {}
+
+    def start(self, key: str, params: Mapping[str, Any]) -> None:
+        if key in self.runs:
+            return
+        run = self.client.create_run(self.experiment, run_name=key, tags={"fda_ray.trial": key})
+        self.runs[key] = run.info.run_id
+        for k, v in _flat(params).items():
+            self.client.log_param(run.info.run_id, k, str(v)[:500])
+
+    def log(self, key: str, step: int, values: Mapping[str, float]) -> None:
+        from mlflow.entities import Metric
+
+        run = self.runs.get(key)
+        if run is not None and values:
+            import time
+
+            now = int(time.time() * 1000)
+            # MLflow names take "/" but not every character: beta_i/0 stays, as it does in TensorBoard
+            self.client.log_batch(run, metrics=[Metric(k, v, now, step) for k, v in values.items()])
+
+    def end(self, key: str, ok: bool) -> None:
+        run = self.runs.pop(key, None)
+        if run is not None:
+            self.client.set_terminated(run, "FINISHED" if ok else "FAILED")
+
+    def close(self) -> None:
+        for key in list(self.runs):
+            self.end(key, False)
+
+
+class WandB:
+    def __init__(self, project: str, group: str, directory: Path) -> None:
+        import wandb
+
+        self.wandb, self.project, self.group, self.dir, self.runs = wandb, project, group, directory, {}
+        directory.mkdir(parents=True, exist_ok=True)
+
+    def start(self, key: str, params: Mapping[str, Any]) -> None:
+        if key in self.runs:
+            return
+        # several trials run at once: each its own run object ("create_new"), none the global one
+        self.runs[key] = self.wandb.init(project=self.project, group=self.group, name=key, config=dict(params),
+                                         dir=str(self.dir), reinit="create_new")
+
+    def log(self, key: str, step: int, values: Mapping[str, float]) -> None:
+        run = self.runs.get(key)
+        if run is not None:
+            run.log(dict(values), step=step)
+
+    def end(self, key: str, ok: bool) -> None:
+        run = self.runs.pop(key, None)
+        if run is not None:
+            run.finish(exit_code=0 if ok else 1)
+
+    def close(self) -> None:
+        for key in list(self.runs):
+            self.end(key, False)
+
+
+def record_params(out: Any, key: str) -> dict[str, Any]:
+    """A trial's fields from its record (<out>/trials/<key>/trial.json: run_trial writes it before the first
+    round); {} where it cannot be read."""
+    import json
+
+    from fda_ray.core.storage import storage_path
+
+    try:
+        return dict(json.loads((storage_path(out) / "trials" / key / "trial.json").read_text()).get("params", {}))
+    except (OSError, ValueError):
+        return {}
+
+
+class Tracking:
+    """The trackers of a sweep, fed by the status's events (fda_ray.experiments.console.Progress observers)."""
+
+    def __init__(self, names: Sequence[str], out: Any, name: str, params_of: Callable[[str], Mapping[str, Any]] | None = None,
+                 warn: Callable[[str], None] = lambda s: print(s, file=sys.stderr)) -> None:
+        self.params_of = params_of or (lambda key: record_params(out, key))
+        self.warn, self.trackers, self.opened = warn, [], set()
+        # an object-store sweep (--out s3://...) tracks to a local folder: the trackers write files
+        base = Path(str(out)) if getattr(out, "is_local", True) else Path("tracking") / name
+        for n in names:
+            try:
+                if n == "tensorboard":
+                    self.trackers.append(TensorBoard(base / "tensorboard"))
+                elif n == "mlflow":
+                    # MLflow 3 keeps its file store for old data only: a SQLite file is its local store now
+                    base.mkdir(parents=True, exist_ok=True)
+                    uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(base / 'mlflow.db').resolve()}"
+                    self.trackers.append(MLflow(uri, name))
+                elif n == "wandb":
+                    project = os.environ.get("WANDB_PROJECT") or f"fda-ray-{name}"
+                    self.trackers.append(WandB(project, name, base))
+            except Exception as e:  # a tracker that cannot start: said once, the sweep goes on
+                self.warn(f"warning: track={n!r} could not start ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
+                          "the sweep goes on without it")
+
+    def _each(self, what: str, *args: Any) -> None:
+        for tr in list(self.trackers):
+            try:
+                getattr(tr, what)(*args)
+            except Exception as e:
+                self.trackers.remove(tr)
+                self.warn(f"warning: tracking to {type(tr).__name__} failed ({type(e).__name__}: "
+                          f"{str(e).splitlines()[0][:200]}); the sweep goes on without it")
+
+    # Progress observer events. A trial's run opens at its first round, when its record names its fields (a
+    # trial that fails before any round leaves no run behind).
+    def started(self, key: str) -> None:
+        pass
+
+    def round(self, key: str, row: Mapping[str, Any]) -> None:
+        if row.get("round") is None:
+            return
+        if key not in self.opened:
+            self.opened.add(key)
+            self._each("start", key, self.params_of(key))
+        self._each("log", key, int(row["round"]), scalars(row))
+
+    def settled(self, key: str, ok: bool) -> None:
+        if key in self.opened:
+            self.opened.discard(key)
+            self._each("end", key, ok)
+
+    def close(self) -> None:
+        self._each("close")

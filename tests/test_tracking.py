@@ -1,0 +1,176 @@
+"""Experiment tracking (fda_ray.experiments.tracking), offline: TensorBoard event files, MLflow's local SQLite store and
+W&B's offline mode each hold exactly the rounds they were given, read back from their files; a local sweep tracks
+what its records hold; a tracker that fails is dropped with one warning line and the others go on."""
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import pytest
+
+from fda_ray.experiments import sweep
+from fda_ray.experiments.tracking import Tracking, TrackingError, parse, scalars
+
+
+def tensorboard_scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
+    """tag -> [(step, value)] from a folder's TFRecord event files (length, crc, Event proto, crc)."""
+    from tensorboardX.proto import event_pb2
+
+    out: dict[str, list[tuple[int, float]]] = {}
+    for f in sorted(folder.glob("events.out.tfevents.*")):
+        data, pos = f.read_bytes(), 0
+        while pos < len(data):
+            (n,) = struct.unpack("<Q", data[pos:pos + 8])
+            ev = event_pb2.Event.FromString(data[pos + 12:pos + 12 + n])
+            pos += 12 + n + 4
+            for v in ev.summary.value:
+                out.setdefault(v.tag, []).append((ev.step, v.simple_value))
+    return out
+
+
+def wandb_records(path: Path) -> list:
+    """The records of a W&B run file (":W&B" header, then LevelDB-style blocks of 32 KiB: crc, length, type)."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data = path.read_bytes()
+    assert data[:4] == b":W&B"
+    pos, buf, out = 7, b"", []
+    while pos + 7 <= len(data):
+        left = 32768 - pos % 32768
+        if left < 7:
+            pos += left
+            continue
+        length, kind = int.from_bytes(data[pos + 4:pos + 6], "little"), data[pos + 6]
+        if kind == 0:
+            break
+        buf += data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):  # a whole record, or a record's last piece
+            out.append(pb.Record.FromString(buf))
+            buf = b""
+    return out
+
+
+ROUNDS = {"t1": [0.25, 0.5, 0.625], "t2": [0.125, 0.375, 0.75]}  # exact in float32: TensorBoard stores float32
+
+
+def _feed(tracking: Tracking) -> None:
+    for key in ROUNDS:
+        tracking.started(key)
+    for r in range(3):
+        for key, acc in ROUNDS.items():
+            tracking.round(key, {"round": r, "accuracy": acc[r], "beta_i": [0.5, 0.25], "phase": "main",
+                                 "converged": False})
+    tracking.settled("t1", True)
+    tracking.settled("t2", False)
+    tracking.close()
+
+
+def test_scalars_keep_numbers_and_split_lists():
+    assert scalars({"round": 3, "accuracy": 0.5, "beta_i": [0.1, 0.2], "phase": "main", "ok": True,
+                    "loss": float("nan")}) == {"accuracy": 0.5, "beta_i/0": 0.1, "beta_i/1": 0.2}
+
+
+def test_every_tracker_holds_the_rounds_it_was_given_offline(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("WANDB_PROJECT", raising=False)
+    warnings = []
+    t = Tracking(["tensorboard", "mlflow", "wandb"], tmp_path, "g-quick", warn=warnings.append,
+                 params_of=lambda key: {"method": "fedgp", "beta": 0.5, "params": {"fssda": {"kd_temperature": 2.0}}})
+    _feed(t)
+    assert warnings == []
+    # TensorBoard: one folder per trial, the accuracy and each beta_i entry at step = round
+    for key, acc in ROUNDS.items():
+        tb = tensorboard_scalars(tmp_path / "tensorboard" / key)
+        assert tb["accuracy"] == [(r, a) for r, a in enumerate(acc)]
+        assert tb["beta_i/1"] == [(r, 0.25) for r in range(3)] and "converged" not in tb and "phase" not in tb
+    # MLflow: a run per trial, its fields as parameters (nested ones dotted), the rounds as steps, the status
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("g-quick")
+    runs = {r.info.run_name: r for r in client.search_runs([exp.experiment_id])}
+    assert set(runs) == set(ROUNDS)
+    for key, acc in ROUNDS.items():
+        hist = sorted((m.step, m.value) for m in client.get_metric_history(runs[key].info.run_id, "accuracy"))
+        assert hist == [(r, a) for r, a in enumerate(acc)]
+    assert runs["t1"].data.params["params.fssda.kd_temperature"] == "2.0"
+    assert runs["t1"].info.status == "FINISHED" and runs["t2"].info.status == "FAILED"
+    # W&B offline: a run per trial with its config, a history record per round, its exit code
+    files = sorted((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(files) == 2
+    seen = {}
+    for f in files:
+        recs = wandb_records(f)
+        run = next(r.run for r in recs if r.WhichOneof("record_type") == "run")
+        hist = [{(i.key or "/".join(i.nested_key)): json.loads(i.value_json) for i in r.history.item}
+                for r in recs if r.WhichOneof("record_type") == "history"]
+        exit_code = [r.exit.exit_code for r in recs if r.WhichOneof("record_type") == "exit"]
+        assert json.loads({u.key: u.value_json for u in run.config.update}["beta"]) == 0.5
+        assert run.project == "fda-ray-g-quick" and run.run_group == "g-quick"
+        seen[run.display_name] = ([(h["_step"], h["accuracy"]) for h in hist], exit_code)
+    assert seen == {"t1": ([(r, a) for r, a in enumerate(ROUNDS["t1"])], [0]),
+                    "t2": ([(r, a) for r, a in enumerate(ROUNDS["t2"])], [1])}
+
+
+def test_a_failing_tracker_is_dropped_with_one_warning_and_the_others_go_on(tmp_path):
+    warnings = []
+    t = Tracking(["tensorboard"], tmp_path, "g", warn=warnings.append, params_of=lambda key: {})
+
+    class Broken:
+        def start(self, key, params):
+            pass
+
+        def log(self, key, step, values):
+            raise ConnectionError("no server at 127.0.0.1:9\nmore")
+
+        def end(self, key, ok):
+            pass
+
+        def close(self):
+            pass
+
+    t.trackers.append(Broken())
+    _feed(t)
+    assert len(warnings) == 1 and "Broken failed (ConnectionError: no server at 127.0.0.1:9)" in warnings[0]
+    assert tensorboard_scalars(tmp_path / "tensorboard" / "t1")["accuracy"] == [(r, a) for r, a in enumerate(ROUNDS["t1"])]
+
+
+def test_bad_track_values_are_one_line(capsys):
+    with pytest.raises(TrackingError, match=r"track='comet' is invalid: a comma-separated list of tensorboard, "
+                                            r"mlflow, wandb, or none"):
+        parse("comet")
+    assert parse("none") == [] and parse("tensorboard,mlflow") == ["tensorboard", "mlflow"]
+    assert sweep.main(["--grid", "noise", "--track", "comet", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "track='comet' is invalid" in err
+
+
+def test_a_local_sweep_tracks_what_its_records_hold(fmnist_dir, tmp_path, capsys, monkeypatch, no_ray):
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    grid = tmp_path / "g.yaml"
+    grid.write_text("name: g\ndataset: fashion-mnist\nvariable: noise\nvalues: [0.4]\nrows:\n"
+                    "  - {key: fedgp_auto, method: fedgp_auto}\n  - {key: target_only, method: target_only}\n"
+                    "profiles:\n  quick:\n    fields: {rounds: 2, warmup_rounds: 1, samples_per_client: 128, "
+                    "test_samples: 100, num_sources: 2, target_labelled: 32}\n")
+    out = tmp_path / "s"
+    assert sweep.main(["--grid", str(grid), "--data-dir", str(fmnist_dir), "--out", str(out), "--backend", "local",
+                       "--workers", "2", "--no-figures", "--track", "tensorboard,mlflow"]) == 0
+    capsys.readouterr()
+    client = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
+    runs = {r.info.run_name: r for r in client.search_runs([client.get_experiment_by_name("g-quick").experiment_id])}
+    assert len(runs) == 2
+    for rec in (out / "trials").iterdir():
+        rows = json.loads((rec / "rows.json").read_text())["rows"]
+        want = [(r["round"], r["accuracy"]) for r in rows if r.get("accuracy") is not None]
+        got = sorted((m.step, m.value) for m in client.get_metric_history(runs[rec.name].info.run_id, "accuracy"))
+        assert got == want and runs[rec.name].info.status == "FINISHED"
+        tb = tensorboard_scalars(out / "tensorboard" / rec.name)["accuracy"]
+        assert [s for s, _ in tb] == [r for r, _ in want]
+        assert [v for _, v in tb] == pytest.approx([a for _, a in want], rel=1e-7)  # float32 in the event file
+        assert runs[rec.name].data.params["method"] == json.loads((rec / "trial.json").read_text())["params"]["method"]
