@@ -15,7 +15,9 @@ One row per (trial, round), read from each directory's `trials/<key>/trial.json`
 - the build: `build_torch`, `build_torchvision`, `build_numpy`, `build_code` (fda-ray's number-changing code
   version), `build_python`, `build_ray`, `build_machine` (None in records made before builds were recorded);
 - `trial_seconds`: the trial's own run time.
-A trial recorded in several of the directories appears once per directory (the `directory` column tells them
+A trial shared by several grid values (the noise grid's Source Only, evaluated at every noise level) gives one set
+of rows per value, `accuracy` its accuracy at that value. A trial recorded in several of the directories appears
+once per directory (the `directory` column tells them
 apart). A record that cannot be read (fda_ray.experiments.trials.record_damage) is left out with one warning line.
 """
 from __future__ import annotations
@@ -55,14 +57,22 @@ def trial_rows(record: Path, directory: str) -> list[dict]:
                 "seed": trial.get("seed", config.get("seed")), "kind": trial.get("kind", "run")}
     build = {f"build_{k}": env.get(k) for k in BUILD}
     logged = {k for r in data["rows"] for k in r}
+    # A trial shared by several grid values (the noise grid's Source Only, evaluated at every noise level: its
+    # trial.json has value None and the values in "values") gives one set of rows per value, its accuracy there
+    # the round's eval_noise_accuracy entry, as the sweep's own results.parquet does.
+    shared = trial.get("value") is None and trial.get("values")
+    per_value = [(v, i) for i, v in enumerate(trial["values"])] if shared else [(identity["value"], None)]
     out = []
-    for r in data["rows"]:
-        row = {**identity, **r}
-        for k, v in config.items():
-            row[f"config_{k}" if k in logged or k in identity else k] = v
-        row.update(build)
-        row["trial_seconds"] = data.get("seconds")
-        out.append(row)
+    for value, i in per_value:
+        for r in data["rows"]:
+            row = {**identity, "value": value, **r}
+            if i is not None:
+                row["accuracy"] = (r.get("eval_noise_accuracy") or [None] * (i + 1))[i]
+            for k, v in config.items():
+                row[f"config_{k}" if k in logged or k in identity else k] = v
+            row.update(build)
+            row["trial_seconds"] = data.get("seconds")
+            out.append(row)
     return out
 
 

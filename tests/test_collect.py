@@ -226,3 +226,19 @@ def test_figures_from_collect_curves_and_a_heatmap_on_one_colour_scale(tmp_path,
     assert collect.main([str(RESULTS / "fssda-paradigm"), "--figure", "curves", "--figure-out",
                          str(tmp_path / "cv")]) == 0
     assert (tmp_path / "cv.png").is_file()
+
+
+def test_results_load_gives_a_shared_trial_a_set_of_rows_per_value(capsys):
+    # the noise grid's Source Only is one trial evaluated at every noise level: load gives its accuracy at each
+    d = RESULTS / "fmnist-noise-quick"
+    df = results.load(d)
+    shared = df[(df.row == "source_only")]
+    assert set(shared.value) == {0.0, 0.4, 0.8}
+    for rec in (d / "trials").iterdir():
+        trial = json.loads((rec / "trial.json").read_text())
+        if trial["row"] != "source_only":
+            continue
+        last = max(json.loads((rec / "rows.json").read_text())["rows"], key=lambda r: r["round"])
+        for i, v in enumerate(trial["values"]):
+            got = shared[(shared.trial == rec.name) & (shared.value == v) & (shared["round"] == last["round"])]
+            assert list(got.accuracy) == [last["eval_noise_accuracy"][i]]
