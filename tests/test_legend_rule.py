@@ -60,3 +60,17 @@ def test_the_search_trajectory_shows_the_point_each_trial_tried(tmp_path):
     for study, entry in sel["studies"].items():
         assert d.series[f"{study}: point"] == ["beta"]  # a panel of beta under each study's accuracies
         assert d.series[study] == [e["key"] for e in entry["trials"]]
+
+
+def test_no_two_rows_share_a_colour_up_to_twenty(tmp_path):
+    # domainbed-colored's 13 rows drew with ten colours: three pairs shared one
+    for n in (8, 13, 20):
+        assert len({figures.colour(i, n) for i in range(n)}) == n
+    rows = tuple(Row(f"r{i}", f"row {i}", "target_only") for i in range(13))
+    grid = Grid(name="many", dataset="fashion-mnist", variable="noise", values=(0.0, 0.4), rows=rows, seeds={},
+                profiles={"quick": {}})
+    summary = {"profile": "quick", "cells": {f"r{i}": {"0": {"mean": float(i), "std": 0.0},
+                                                          "0.4": {"mean": float(i) + 1, "std": 0.0}}
+                                             for i in range(13)}}
+    d = figures.accuracy_figure(summary, grid, [r.key for r in rows], [0.0, 0.4], tmp_path / "a")
+    assert d.series["ours"] == [f"row {i}" for i in range(13)]
