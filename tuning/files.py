@@ -296,40 +296,27 @@ def grid_from_dict(data: Any, path: str = "<mapping>") -> Grid:
         raise
     except ValueError as e:  # Grid's own checks (a profile naming a value or row the grid lacks, ...)
         raise DefinitionFileError(f"{c.prefix}: {str(e).splitlines()[0]}") from None
-    _field_names_grid(c, grid)
+    _field_names(c, grid)
     return grid
 
 
-def _field_names_grid(c: Checker, grid: Grid) -> None:
-    """Every RunConfig field the grid names exists (a misspelt field fails here, in one line)."""
+def _field_names(c: Checker, d: Grid | Search) -> None:
+    """Every RunConfig field a grid or a search names exists (a misspelt field fails here, in one line)."""
     known = run_config_fields()
-    if not grid.value_fields and grid.variable not in known:
-        raise c.fail("variable", grid.variable, "a RunConfig field (or give every value's fields in value_fields)")
-    known_fields(c, "fixed", grid.fixed, known)
-    for r in grid.rows:
+    if not d.value_fields and d.variable not in known:
+        raise c.fail("variable", d.variable, "a RunConfig field (or give every value's fields in value_fields)")
+    for i, dim in enumerate(getattr(d, "space", ())):
+        if "." not in dim.name and dim.name not in known:
+            raise c.fail(f"space[{i}].name", dim.name, "a RunConfig field, or a family's parameter as family.name")
+    known_fields(c, "fixed", d.fixed, known)
+    for r in (d.rows if isinstance(d, Grid) else d.references):
         known_fields(c, f"row {r.key!r} params", r.params, known)
-    for v, fields in grid.value_fields.items():
+    for v, fields in d.value_fields.items():
         known_fields(c, f"value_fields[{v:g}]", fields, known)
-    for name, prof in grid.profiles.items():
+    for name, prof in d.profiles.items():
         known_fields(c, f"profiles.{name}.fields", prof.fields, known)
         for key, fields in prof.row_fields.items():
             known_fields(c, f"profiles.{name}.row_fields.{key}", fields, known)
-
-
-def _field_names_search(c: Checker, search: Search) -> None:
-    known = run_config_fields()
-    if not search.value_fields and search.variable not in known:
-        raise c.fail("variable", search.variable, "a RunConfig field (or give every value's fields in value_fields)")
-    for i, dim in enumerate(search.space):
-        if "." not in dim.name and dim.name not in known:
-            raise c.fail(f"space[{i}].name", dim.name, "a RunConfig field, or a family's parameter as family.name")
-    known_fields(c, "fixed", search.fixed, known)
-    for r in search.references:
-        known_fields(c, f"reference {r.key!r} params", r.params, known)
-    for v, fields in search.value_fields.items():
-        known_fields(c, f"value_fields[{v:g}]", fields, known)
-    for name, prof in search.profiles.items():
-        known_fields(c, f"profiles.{name}.fields", prof.fields, known)
 
 
 def run_config_fields() -> set[str]:
@@ -408,7 +395,7 @@ def search_from_dict(data: Any, path: str = "<mapping>") -> Search:
         raise
     except ValueError as e:  # Search's own checks (an unknown rule, a knob searched twice, ...)
         raise DefinitionFileError(f"{c.prefix}: {str(e).splitlines()[0]}") from None
-    _field_names_search(c, search)
+    _field_names(c, search)
     return search
 
 

@@ -420,20 +420,12 @@ def to_latex(tabs: Sequence[GridTable | SearchTable], digits: int = 1, average: 
 FIGURES = ("curves", "heatmap", "sweep")
 
 
-def _leaves(d: dict, prefix: str = "") -> dict[str, Any]:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_leaves(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
 def two_parameters(grid: Grid, values: Sequence[float]) -> tuple[str, list[Any], str, list[Any], dict[float, tuple[int, int]]]:
     """A grid whose columns set two parameters (003's T_a x T_b): (the first's name, its levels, the second's,
     its levels, value -> (i, j)). An error for a grid whose columns vary one field or more than two."""
-    fields = {v: _leaves(dict(grid.value_fields.get(v, {grid.variable: v}))) for v in values}
+    from fda_ray.experiments.trials import dotted
+
+    fields = {v: dotted(grid.value_fields.get(v, {grid.variable: v})) for v in values}
     names = sorted({k for f in fields.values() for k in f})
     varying = [k for k in names if len({repr(f.get(k)) for f in fields.values()}) > 1]
     if len(varying) != 2:

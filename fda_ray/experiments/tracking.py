@@ -73,16 +73,6 @@ def scalars(row: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
-def _flat(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in params.items():
-        if isinstance(v, Mapping):
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
 class TensorBoard:
     def __init__(self, logdir: Path) -> None:
         from tensorboardX import SummaryWriter
@@ -122,7 +112,9 @@ class MLflow:
             return
         run = self.client.create_run(self.experiment, run_name=key, tags={"fda_ray.trial": key})
         self.runs[key] = run.info.run_id
-        for k, v in _flat(params).items():
+        from fda_ray.experiments.trials import dotted
+
+        for k, v in dotted(params).items():
             self.client.log_param(run.info.run_id, k, str(v)[:500])
 
     def log(self, key: str, step: int, values: Mapping[str, float]) -> None:

@@ -405,6 +405,18 @@ def run_trial(trial: Trial, records: StoragePath | Path | str, report: Callable[
     return hist
 
 
+def dotted(fields: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested fields as one level with dotted names: {"params": {"fssda": {"kd_temperature": 2}}} ->
+    {"params.fssda.kd_temperature": 2} (a tracker's parameters; the fields a grid's columns set)."""
+    out: dict[str, Any] = {}
+    for k, v in fields.items():
+        if isinstance(v, Mapping):
+            out.update(dotted(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
 def round_metrics(row: dict[str, Any]) -> dict[str, Any]:
     """What a trial reports for one round (to Tune, to the status and the trackers): the row's numbers (lists stay
     lists), a NaN or an infinity as None."""
