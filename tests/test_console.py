@@ -90,7 +90,7 @@ def test_a_quiet_sweep_on_tune_shows_no_ray_or_tune_boxes_and_verbose_does(fmnis
     quiet = subprocess.run([*base, "--out", str(tmp_path / "q")], capture_output=True, text=True, env=env, timeout=600)
     assert quiet.returncode == 0, quiet.stderr[-2000:]
     said = quiet.stdout + quiet.stderr
-    for noise in ("Configuration for experiment", "To visualize your results with TensorBoard", " INFO ",
+    for noise in ("Configuration for experiment", "To visualize your results with TensorBoard", "INFO",
                   "Token authentication", "No CUDA runtime is found", "View detailed results"):
         assert noise not in said
     assert "[1/1] done: target_only noise=0.4 seed 0" in quiet.stdout and "| Target Only |" in quiet.stdout
@@ -104,4 +104,18 @@ def test_a_quiet_sweep_on_tune_shows_no_ray_or_tune_boxes_and_verbose_does(fmnis
     loud = subprocess.run([*base, "--out", str(tmp_path / "v"), "--verbose"], capture_output=True, text=True, env=env,
                           timeout=600)
     assert loud.returncode == 0, loud.stderr[-2000:]
-    assert " INFO " in loud.stdout + loud.stderr  # Ray's own lines, shown when asked for
+    said = loud.stdout + loud.stderr  # Ray's and Tune's own output, shown when asked for
+    assert "Configuration for experiment" in said and "Token authentication" in said
+
+
+def test_progress_pickles_without_its_stream_and_trackers():
+    # Tune pickles its callbacks, which hold the Progress, into its experiment state
+    import pickle
+
+    out = io.StringIO()
+    p = Progress(3, "noise", stream=out, live=False)
+    p.observers.append(object())
+    p.expect([T("a", "fedgp")])
+    q = pickle.loads(pickle.dumps(p))
+    assert q.stream is sys.stdout and q.observers == [] and q.queued == {"fedgp": 1} and q.total == 3
+    assert p.stream is out and len(p.observers) == 1  # the live one keeps both

@@ -87,6 +87,17 @@ class Progress:
         self._drawn = 0  # lines of the block on screen
         self.observers = list(OBSERVERS)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # Tune pickles its callbacks (which hold this) into its experiment state: the stream (a terminal, pytest's
+        # capture, a notebook's) and the trackers stay behind; a copy brought back writes to stdout, tracks nothing
+        state = dict(self.__dict__)
+        state.update(stream=None, observers=[], clock=None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.stream, self.clock = sys.stdout, time.time
+
     def _tell(self, event: str, *args: Any) -> None:
         for o in self.observers:
             getattr(o, event)(*args)
