@@ -105,7 +105,7 @@ def test_a_quiet_sweep_on_tune_shows_no_ray_or_tune_boxes_and_verbose_does(fmnis
                           timeout=600)
     assert loud.returncode == 0, loud.stderr[-2000:]
     said = loud.stdout + loud.stderr  # Ray's and Tune's own output, shown when asked for
-    assert "Configuration for experiment" in said and "Token authentication" in said
+    assert "Configuration for experiment" in said  # (the token-auth notice depends on the machine: not asserted)
 
 
 def test_progress_pickles_without_its_stream_and_trackers():
