@@ -30,9 +30,8 @@ def test_every_built_in_grid_written_as_a_file_plans_the_same_trials(name, fmt):
     assert grid_to_dict(again) == grid_to_dict(grid)
     for profile in grid.profiles:
         # the trials' keys hash their fields: equal keys are equal RunConfigs, trial for trial
-        assert [t.to_dict() for t in plan(again, profile)] == [t.to_dict() for t in plan(grid, profile)] or \
-            [t.key for t in plan(again, profile)] == [t.key for t in plan(grid, profile)]
-        assert len(plan(again, profile)) == len(plan(grid, profile)) > 0
+        ours, theirs = plan(again, profile), plan(grid, profile)
+        assert [t.key for t in ours] == [t.key for t in theirs] and len(ours) > 0
 
 
 @pytest.mark.parametrize("fmt", ["yaml", "json"])
