@@ -23,6 +23,16 @@ torch.set_num_threads(TEST_THREADS)
 os.environ["FDA_RAY_CACHE_DIR"] = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"fda-ray-test-cache-{os.getpid()}")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _tracking_outside_the_checkout(tmp_path_factory):
+    """A sweep into an object store tracks to $FDA_RAY_TRACKING_DIR (default ./tracking): the tests' go to a
+    temporary folder, not into the checkout."""
+    import os
+
+    os.environ["FDA_RAY_TRACKING_DIR"] = str(tmp_path_factory.mktemp("tracking"))
+    yield
+
+
 def write_idx(path: Path, array: np.ndarray) -> None:
     """Write a uint8 array in IDX format (gzip if the name ends with .gz)."""
     header = struct.pack(">BBBB", 0, 0, 0x08, array.ndim) + struct.pack(">" + "I" * array.ndim, *array.shape)

@@ -174,3 +174,16 @@ def test_a_local_sweep_tracks_what_its_records_hold(fmnist_dir, tmp_path, capsys
         assert [s for s, _ in tb] == [r for r, _ in want]
         assert [v for _, v in tb] == pytest.approx([a for _, a in want], rel=1e-7)  # float32 in the event file
         assert runs[rec.name].data.params["method"] == json.loads((rec / "trial.json").read_text())["params"]["method"]
+
+
+def test_an_object_store_sweep_tracks_to_a_local_folder_and_says_where(tmp_path, monkeypatch):
+    from fda_ray.core.storage import storage_path
+
+    monkeypatch.setenv("FDA_RAY_TRACKING_DIR", str(tmp_path / "tr"))
+    said = []
+    t = Tracking(["tensorboard"], storage_path("s3://bucket/sweeps/x"), "g-quick", warn=said.append,
+                 params_of=lambda key: {})
+    _feed(t)
+    assert said == [f"note: --out is an object store: tensorboard write to {tmp_path / 'tr' / 'g-quick'}/ on this "
+                    "machine ($FDA_RAY_TRACKING_DIR moves it; --track none turns tracking off)"]
+    assert tensorboard_scalars(tmp_path / "tr" / "g-quick" / "tensorboard" / "t1")["accuracy"][0] == (0, 0.25)

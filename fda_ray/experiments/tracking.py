@@ -13,7 +13,8 @@ the same numbers reach the same places whichever backend ran them, and nothing i
 
 - tensorboard: one event file per trial under <out>/tensorboard/<trial key>/ (tensorboardX, which Ray brings):
   every numeric column of the round's row as a scalar at step = round; a list-valued column (beta_i per source) as
-  one scalar per entry. On an object store (--out s3://...) the trackers' files go to ./tracking/<sweep>/.
+  one scalar per entry. On an object store (--out s3://...) the trackers' files go to ./tracking/<sweep>/ on the
+  sweep's machine ($FDA_RAY_TRACKING_DIR/<sweep> when set), which the sweep says in one line.
 - mlflow: one MLflow run per trial in the experiment "<grid>-<profile>", its fields as parameters, its rounds as
   metric steps, FINISHED or FAILED at the end; the tracking URI is $MLFLOW_TRACKING_URI or a SQLite store in
   <out>/mlflow.db (`mlflow ui --backend-store-uri sqlite:///<out>/mlflow.db`).
@@ -187,8 +188,14 @@ class Tracking:
                  warn: Callable[[str], None] = lambda s: print(s, file=sys.stderr)) -> None:
         self.params_of = params_of or (lambda key: record_params(out, key))
         self.warn, self.trackers, self.opened = warn, [], set()
-        # an object-store sweep (--out s3://...) tracks to a local folder: the trackers write files
-        base = Path(str(out)) if getattr(out, "is_local", True) else Path("tracking") / name
+        # an object-store sweep (--out s3://...) tracks to a local folder (the trackers write files), said once
+        if getattr(out, "is_local", True):
+            base = Path(str(out))
+        else:
+            base = Path(os.environ.get("FDA_RAY_TRACKING_DIR", "tracking")) / name
+            if names:
+                warn(f"note: --out is an object store: {', '.join(names)} write to {base}/ on this machine "
+                     "($FDA_RAY_TRACKING_DIR moves it; --track none turns tracking off)")
         for n in names:
             try:
                 if n == "tensorboard":
