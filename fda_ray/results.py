@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fda_ray.experiments.trials import BUILD_COLUMNS, ROWS_FILE, TRIAL_FILE, record_damage
+from fda_ray.experiments.trials import BUILD_COLUMNS, ROWS_FILE, TRIAL_FILE, config_columns, record_damage
 
 if TYPE_CHECKING:
     import pandas
@@ -52,11 +52,9 @@ def trial_rows(record: Path, directory: str) -> list[dict]:
     data = json.loads((record / ROWS_FILE).read_text())
     trial = json.loads((record / TRIAL_FILE).read_text()) if (record / TRIAL_FILE).is_file() else {}
     config = data.get("config") or {}
-    env = data.get("environment") or {}
     identity = {"directory": directory, "trial": record.name, "row": trial.get("row"), "value": trial.get("value"),
                 "seed": trial.get("seed", config.get("seed")), "kind": trial.get("kind", "run")}
-    build = {f"build_{k}": env.get(k) for k in BUILD}
-    logged = {k for r in data["rows"] for k in r}
+    columns = config_columns(data, clash=identity)  # the resolved config, then the build
     # A trial shared by several grid values (the noise grid's Source Only, evaluated at every noise level: its
     # trial.json has value None and the values in "values") gives one set of rows per value, its accuracy there
     # the round's eval_noise_accuracy entry, as the sweep's own results.parquet does.
@@ -68,9 +66,7 @@ def trial_rows(record: Path, directory: str) -> list[dict]:
             row = {**identity, "value": value, **r}
             if i is not None:
                 row["accuracy"] = (r.get("eval_noise_accuracy") or [None] * (i + 1))[i]
-            for k, v in config.items():
-                row[f"config_{k}" if k in logged or k in identity else k] = v
-            row.update(build)
+            row.update(columns)
             row["trial_seconds"] = data.get("seconds")
             out.append(row)
     return out

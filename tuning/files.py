@@ -420,6 +420,28 @@ def search_file(path: str) -> Search:
     return search_from_dict(_read(path, "search"), path)
 
 
+def resolve(ref: str, known: Mapping[str, Any], what: str, plural: str, read: Callable[[str], Any],
+            planned: Callable[[Any, str], Any]) -> Any:
+    """A built-in grid or search by name (`known`), or the one a .yaml/.yml/.json file defines: its keys and values
+    checked (`read`), then every profile's trials built into RunConfigs, `planned(definition, profile)` giving
+    (where, fields) pairs, so a bad field or value is one line now rather than an error in a worker."""
+    if ref in known:
+        return known[ref]
+    if not is_file_ref(ref):
+        raise DefinitionFileError(f"{what}={ref!r} is invalid: a {what} file (.yaml, .yml, .json) or one of the known "
+                                  f"{plural}: {', '.join(known)}")
+    definition = read(ref)
+    c = Checker(what, ref)
+    for name in definition.profiles:
+        try:
+            checks = list(planned(definition, name))
+        except ValueError as e:
+            raise DefinitionFileError(f"{c.prefix}: profile {name!r}: {str(e).splitlines()[0]}") from None
+        for where, fields in checks:
+            check_config(c, f"profile {name!r}, {where}", fields)
+    return definition
+
+
 def write_definition(definition: Grid | Search, path: Any) -> None:
     """Keep the definition a sweep ran beside its records (grid.yaml / search.yaml), so collect and --resume read
     the same grid even when the file it came from has changed or gone. `path`: a Path or a StoragePath (s3://)."""

@@ -114,9 +114,9 @@ def plot_distinct(ax: Any, xs: dict[str, Sequence[float]], ys: dict[str, Sequenc
         every = [y for c in cols for y in c]
         span = max(every) - min(every)
         if span > 0 and max(max(c) - min(c) for c in cols) <= band * span:
-            label = group_label(labels).replace("(coincide)", "(coincide: mean, band min-max)")
-            if " = " in label:
-                label += " (coincide: mean, band min-max)"
+            base = group_label(labels)  # "source 1-9 (coincide)" or "A = B"
+            label = (base.replace("(coincide)", "(coincide: mean, band min-max)") if "(coincide)" in base
+                     else f"{base} (coincide: mean, band min-max)")
             x = xs[labels[0]]
             ax.fill_between(x, [min(c) for c in cols], [max(c) for c in cols], color="C0", alpha=0.25, linewidth=0)
             ax.plot(x, [sum(c) / len(c) for c in cols], color="C0", label=label,

@@ -94,25 +94,15 @@ def load_search(ref: str) -> Search:
     """A built-in search by name (tuning.searches), or the search a .yaml/.yml/.json file defines (tuning.files):
     its keys and values checked, then each profile's first point of every study and every reference row built
     into a RunConfig (the trials this module would plan), so a bad field or value is one line now."""
-    from tuning.files import Checker, DefinitionFileError, check_config, is_file_ref, search_file
+    from tuning.files import resolve, search_file
     from tuning.searches import SEARCHES
 
-    if ref in SEARCHES:
-        return SEARCHES[ref]
-    if not is_file_ref(ref):
-        raise DefinitionFileError(f"search={ref!r} is invalid: a search file (.yaml, .yml, .json) or one of the "
-                                  f"known searches: {', '.join(SEARCHES)}")
-    search = search_file(ref)
-    c = Checker("search", ref)
-    for name in search.profiles:
-        try:
-            trials = [t for study in studies(search) for t in search_trials(search, name, study, 1)]
-            trials += [t for v in search.values for t in reference_trials(search, name, v, 1)]
-        except ValueError as e:
-            raise DefinitionFileError(f"{c.prefix}: profile {name!r}: {str(e).splitlines()[0]}") from None
-        for t in trials:
-            check_config(c, f"profile {name!r}, {t.params.get('method')} at {search.variable} {t.value:g}", t.params)
-    return search
+    def firsts(search: Search, profile: str) -> list[tuple[str, dict]]:
+        trials = [t for study in studies(search) for t in search_trials(search, profile, study, 1)]
+        trials += [t for v in search.values for t in reference_trials(search, profile, v, 1)]
+        return [(f"{t.params.get('method')} at {search.variable} {t.value:g}", t.params) for t in trials]
+
+    return resolve(ref, SEARCHES, "search", "searches", search_file, firsts)
 
 
 def optuna_row(study: Study) -> str:

@@ -427,6 +427,18 @@ def round_metrics(row: dict[str, Any]) -> dict[str, Any]:
 BUILD_COLUMNS = ("torch", "torchvision", "numpy", "code", "python", "ray", "machine")
 
 
+def config_columns(data: dict[str, Any], skip: Any = (), clash: Any = ()) -> dict[str, Any]:
+    """A record's resolved RunConfig (`data`: its read_rows) and the build that recorded it, as columns beside its
+    rounds: the fields but those in `skip`, then build_torch, build_torchvision, ... A field named like a column
+    some round of the trial logs (FedWCA's beta, alpha), or in `clash`, is config_<name> in every row: a round that
+    did not log it must not show the config's number under the metric's name."""
+    renamed = {k for r in data["rows"] for k in r} | set(clash)
+    env = data.get("environment") or {}
+    out = {(f"config_{k}" if k in renamed else k): v for k, v in (data.get("config") or {}).items() if k not in skip}
+    out.update({f"build_{k}": env.get(k) for k in BUILD_COLUMNS})
+    return out
+
+
 def result_rows(trial: Trial, grid: Grid, data: dict[str, Any]) -> list[dict[str, Any]]:
     """A finished trial's rows (`data`: its read_rows) with its identity as columns, then the rest of its resolved
     RunConfig (lr_source, batch_target, rounds, ...: what the run used, not only what the grid set) and the build
@@ -435,13 +447,7 @@ def result_rows(trial: Trial, grid: Grid, data: dict[str, Any]) -> list[dict[str
     value it was evaluated at (accuracy = its eval_noise accuracy there)."""
     ident = {k: v for k, v in trial.params.items() if k != "eval_noise"}
     ident.update(row=trial.row, grid=grid.name, grid_variable=grid.variable, trial=trial.key)
-    env = data.get("environment") or {}
-    # a field named like a column some round logs (FedWCA's beta, alpha) is config_<name> in every row of the
-    # trial: a round that did not log it must not show the config's number under the metric's name
-    logged = {k for r in data["rows"] for k in r}
-    extra = {(f"config_{k}" if k in logged else k): v for k, v in (data.get("config") or {}).items()
-             if k not in ident and k != "eval_noise"}
-    extra.update({f"build_{k}": env.get(k) for k in BUILD_COLUMNS})
+    extra = config_columns(data, skip={*ident, "eval_noise"})
     out = []
     if trial.value is None:
         for i, v in enumerate(trial.values):
@@ -471,22 +477,11 @@ def load_grid(ref: str) -> Grid:
     """A built-in grid by name (tuning.grids), or the grid a .yaml/.yml/.json file defines (tuning.files): its
     keys and values checked, then every profile planned and each row's first trial built into a RunConfig, so a
     bad field or value is one line now rather than an error in a worker."""
-    from tuning.files import Checker, DefinitionFileError, check_config, grid_file, is_file_ref
+    from tuning.files import grid_file, resolve
     from tuning.grids import GRIDS
 
-    if ref in GRIDS:
-        return GRIDS[ref]
-    if not is_file_ref(ref):
-        raise DefinitionFileError(f"grid={ref!r} is invalid: a grid file (.yaml, .yml, .json) or one of the known "
-                                  f"grids: {', '.join(GRIDS)}")
-    grid = grid_file(ref)
-    c = Checker("grid", ref)
-    for name in grid.profiles:
-        try:
-            trials = plan(grid, name, seeds=1)
-        except ValueError as e:
-            raise DefinitionFileError(f"{c.prefix}: profile {name!r}: {str(e).splitlines()[0]}") from None
-        firsts = {t.row: t for t in reversed(trials)}  # each row's first trial
-        for row, t in firsts.items():
-            check_config(c, f"profile {name!r}, row {row!r}", t.params)
-    return grid
+    def firsts(grid: Grid, profile: str) -> list[tuple[str, dict]]:
+        trials = plan(grid, profile, seeds=1)
+        return [(f"row {row!r}", t.params) for row, t in {t.row: t for t in reversed(trials)}.items()]
+
+    return resolve(ref, GRIDS, "grid", "grids", grid_file, firsts)
