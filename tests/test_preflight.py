@@ -47,35 +47,6 @@ def test_ray_address():
             preflight.ray_address(bad, timeout=2)
 
 
-def test_resource_requests_against_node_shapes(tmp_path):
-    laptop = [{"CPU": 2.0, "memory": 1e9}]
-    preflight.resources([{"CPU": 2.0, "GPU": 0.0}], laptop, fields="cpus_per_client=2")
-    with pytest.raises(PreflightError, match=r"^cpus_per_client=100 is invalid: one actor asks \{CPU: 100\}; no node "
-                                             r"of this cluster can ever hold it \(nodes: \{CPU: 2\}\)"):
-        preflight.resources([{"CPU": 100.0, "GPU": 0.0}], laptop, fields="cpus_per_client=100")
-    with pytest.raises(PreflightError, match="no node of this cluster has a GPU"):
-        preflight.resources([{"CPU": 0.01, "GPU": 0.1}], laptop, fields="gpus_per_client=0.1")
-    # An autoscaling cluster (`ray up` wrote its node types on the head): a GPU request fits a worker type
-    # that is not running yet; a type with max_workers 0 is never added.
-    bootstrap = tmp_path / "ray_bootstrap_config.yaml"
-    bootstrap.write_text("head_node_type: head\navailable_node_types:\n"
-                         "  head: {resources: {CPU: 8, fda_driver: 8}, node_config: {}}\n"
-                         "  gpu_worker: {min_workers: 0, max_workers: 8, resources: {CPU: 48, GPU: 4}, node_config: {}}\n"
-                         "  never: {max_workers: 0, resources: {CPU: 512, GPU: 8}, node_config: {}}\n")
-    shapes = laptop + preflight.autoscaler_node_types(str(bootstrap))
-    assert shapes[1:] == [{"CPU": 8.0, "fda_driver": 8.0}, {"CPU": 48.0, "GPU": 4.0}]
-    preflight.resources([{"CPU": 1.0, "GPU": 0.1}, {"CPU": 1.0, "fda_driver": 1.0}], shapes, fields="x")
-    with pytest.raises(PreflightError):
-        preflight.resources([{"CPU": 100.0}], shapes, fields="x")
-    assert preflight.autoscaler_node_types(str(tmp_path / "none.yaml")) == []
-
-
-def test_client_bundles_follow_the_ray_executor():
-    cfg = RunConfig(executor="ray", cpus_per_client=1.5, gpus_per_client=0.3, clients_per_actor=3)
-    assert preflight.client_bundles(cfg) == [{"CPU": 4.5, "GPU": pytest.approx(0.9, rel=1e-15)}]
-    assert preflight.client_bundles(cfg.replace(gpus_per_client=0.5)) == [{"CPU": 4.5, "GPU": 1.0}]  # capped at one GPU
-
-
 def test_device():
     preflight.device("cpu")
     with pytest.raises(PreflightError, match="'cpu', 'cuda' or 'cuda:<index>'"):
@@ -139,21 +110,21 @@ def test_ctrl_c_in_the_round_loop_keeps_the_finished_rounds(tiny):
     assert [r["round"] for r in info.value.history.rows] == [0, 1]
 
 
-def test_unknown_node_types_make_a_request_no_node_holds_a_warning_not_a_refusal(monkeypatch, tmp_path):
+def test_unknown_node_types_make_a_request_no_node_holds_a_warning_not_a_refusal():
     """KubeRay: the sweep joins a cluster whose autoscaler's node types it cannot read (no `ray up` file on the
     head); a GPU group at zero replicas may still serve the request, so it is a warning, not a refusal."""
-    cpu_only = [{"CPU": 4.0}]
-    with pytest.warns(preflight.RunWarning, match=r"gpus_per_client=0.1: one request asks \{CPU: 1, GPU: 0.1\} and "
-                                                  r"no node of this cluster holds it now"):
-        line = preflight.resources([{"CPU": 1.0, "GPU": 0.1}], cpu_only, fields="gpus_per_client=0.1", known=False)
+    from fda_ray.runtime import resources
+
+    cpu_only = resources.Cluster(({"CPU": 4.0},), known=False)
+    cfg = RunConfig(executor="ray", gpus_per_client=0.1, clients_per_actor=1, num_sources=3).resolved()
+    with pytest.warns(preflight.RunWarning, match=r"gpus_per_client=0.1, clients_per_actor=1: a run asks 4 x "
+                                                  r"\{CPU: 1, GPU: 0.1\} and no node of this cluster holds it now"):
+        line = resources.check(resources.plan(cfg, cpu_only), cpu_only, what="a run")
     assert "node types are unknown here" in line
-    assert preflight.resources([{"CPU": 1.0}], cpu_only, fields="x", known=False) is None
+    assert resources.check(resources.plan(cfg.replace(gpus_per_client=0.0), cpu_only), cpu_only) is None
     # known: a Ray this process started, or a joined cluster whose `ray up` file lists its node types
-    monkeypatch.setattr(preflight, "AUTOSCALER_CONFIG", str(tmp_path / "absent.yaml"))
-    monkeypatch.setattr(preflight, "autoscaler_node_types", lambda path=None: [])
-    assert preflight.node_types_known(joined=False) and not preflight.node_types_known(joined=True)
-    monkeypatch.setattr(preflight, "autoscaler_node_types", lambda path=None: [{"CPU": 48.0, "GPU": 4.0}])
-    assert preflight.node_types_known(joined=True)
+    assert resources.nodes_known(joined=False, types=()) and not resources.nodes_known(joined=True, types=())
+    assert resources.nodes_known(joined=True, types=({"CPU": 48.0, "GPU": 4.0},))
 
 
 def test_an_object_store_out_that_cannot_be_written_is_one_line(s3_bucket):

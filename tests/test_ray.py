@@ -16,6 +16,7 @@ from fda_ray.runtime import engine
 from fda_ray.experiments.cli import main
 from fda_ray.runtime.driver import DriverActor, run_ray
 from fda_ray.runtime.engine import RunFailed, SerialExecutor, build_experiment, run_rounds
+from fda_ray.runtime import resources
 from fda_ray.runtime.ray_executor import RayExecutor
 
 # Per-round values that must agree between executors (timings are excluded).
@@ -45,10 +46,15 @@ def _serial(cfg):
     return run_rounds(exp, ex), ex.client_states()
 
 
+def _plan(cfg, k):
+    """The resource model's plan (fda_ray.runtime.resources) of k clients an actor on the running Ray."""
+    return resources.plan(cfg.replace(clients_per_actor=k), resources.from_ray())
+
+
 def _ray(cfg, faults=None):
     exp = build_experiment(cfg)
-    ex = RayExecutor(exp.clients, cpus_per_client=cfg.cpus_per_client, retries=cfg.client_retries, faults=faults,
-                     clients_per_actor=cfg.clients_per_actor or 1, threads=cfg.threads)
+    ex = RayExecutor(exp.clients, plan=_plan(exp.cfg, cfg.clients_per_actor or 1), retries=cfg.client_retries,
+                     faults=faults, threads=cfg.threads)
     try:
         return run_rounds(exp, ex), ex.client_states(), list(ex.restarts)
     finally:
@@ -97,7 +103,7 @@ def test_pooled_actors_equal_serial(local_ray, tiny, faults):
     h_serial, states_serial = _serial(cfg)
     pooled = cfg.replace(executor="ray", clients_per_actor=2)
     exp = build_experiment(pooled)
-    ex = RayExecutor(exp.clients, clients_per_actor=2, faults=faults)
+    ex = RayExecutor(exp.clients, plan=_plan(exp.cfg, 2), faults=faults)
     try:
         assert ex.num_actors == 2 and ex.groups == [[0, 2], [1, 3]]
         h_ray = run_rounds(exp, ex)
@@ -112,7 +118,7 @@ def test_pooled_actors_equal_serial(local_ray, tiny, faults):
 
 def _pooled_vectorised(cfg, faults):
     exp = build_experiment(cfg)
-    ex = RayExecutor(exp.clients, clients_per_actor=2, faults=faults, vectorise=True)
+    ex = RayExecutor(exp.clients, plan=_plan(exp.cfg, 2), faults=faults, vectorise=True)
     try:
         return run_rounds(exp, ex), list(ex.restarts)
     finally:

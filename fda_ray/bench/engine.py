@@ -126,12 +126,13 @@ def run_one(name: str, a: argparse.Namespace) -> list[dict]:
         return [_summary(name, hist.rows, marks[0] - t0, driver.executor.groups, driver.gpu_memory)]
     # ray-x2: two independent runs (seeds 0 and 1) at once; their clients share the machine (each run pools
     # its clients to the machine's CPUs, at a CPU share that lets both runs' actors be placed).
-    from fda_ray.runtime.ray_executor import actor_size
-    from fda_ray.runtime.ray_executor import auto_cpus_per_client
+    from fda_ray.runtime import resources
 
     n = cfg.resolved().num_sources + 1
-    k = actor_size(cfg, n)
-    per = cfg.cpus_per_client or auto_cpus_per_client(2 * -(-n // k)) / k  # per client; both runs' actors fit
+    one = resources.plan(cfg.resolved(), resources.from_ray())  # one run's plan on this machine
+    k = one.clients_per_actor
+    # Both runs' actors must be placed at once: each asks half of what one run would.
+    per = cfg.cpus_per_client or max(resources.MIN_CPU_SHARE, one.actor.cpu / 2) / k  # per client
     drivers = [DriverActor.remote(cfg.replace(seed=s, cpus_per_client=per, clients_per_actor=k)) for s in (0, 1)]
     hists = ray.get([d.run.remote() for d in drivers])
     gpus = ray.get([d.gpu_memory.remote() for d in drivers])
@@ -163,7 +164,7 @@ def _table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser():
     from fda_ray.core.parsing import OneLineParser, typed
 
     p = OneLineParser(prog="python -m fda_ray.bench.engine", description=__doc__.splitlines()[0])
@@ -177,7 +178,11 @@ def main(argv: list[str] | None = None) -> int:
                                                         "flwr[simulation] (the flower setting)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)  # internal: run one setting in this process
-    a = p.parse_or_exit_code(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_or_exit_code(argv)
     if isinstance(a, int):
         return a
     if a.one:

@@ -27,6 +27,7 @@ Exit code: 0 when every trial finished; 1 when a trial failed for good; 130 when
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -37,7 +38,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from fda_ray.core.storage import StoragePath, storage_path
-from fda_ray.runtime import preflight
+from fda_ray.runtime import preflight, resources
 from fda_ray.core.parsing import OneLineParser
 from fda_ray.experiments.cli import add_config_arguments, config_fields
 from fda_ray.data.base import DatasetNotFound
@@ -199,7 +200,11 @@ def parser() -> OneLineParser:
     s.add_argument("--mix-builds", action="store_true", help="resume even though --out's finished trials were "
                                                              "recorded by another build (torch, torchvision, numpy "
                                                              "or fda-ray's number-changing code)")
-    s.add_argument("--dry-run", action="store_true", help="print the trials and exit")
+    s.add_argument("--dry-run", action="store_true", help="print the trials and the resource plan (each trial's "
+                                                          "bundles, how many run at once) and exit")
+    s.add_argument("--plan-for", default=None, help="with --dry-run: plan for these nodes instead of this machine "
+                                                    "or --address's cluster, e.g. CPU=16,GPU=1 or 3xCPU=1 or "
+                                                    "CPU=8+2xCPU=48,GPU=4")
     s.add_argument("--no-figures", action="store_true", help="skip the figures")
     s.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     s.add_argument("--track", default="tensorboard", help="where every trial's per-round metrics go: a comma list "
@@ -274,7 +279,11 @@ def main(argv: list[str] | None = None) -> int:
             print(line, file=sys.stderr)
         if a.resume:
             same_build(records, a.mix_builds)
+        if a.plan_for is not None and not a.dry_run:
+            raise SweepError(f"plan_for={a.plan_for!r} is invalid without --dry-run: it plans for nodes that are "
+                             "not here")
         if a.dry_run:
+            lines, refusal = dry_run_plan(trials[0].config().resolved(), a)
             for t in trials:
                 state = "to run (damaged record)" if t.key in damaged else "done" if is_done(records / t.key) \
                     else "to run"
@@ -282,7 +291,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{t.key}: {grid.row(t.row).label}, {t.params.get('method')}"
                       f"{' beta ' + str(t.params['beta']) if 'beta' in t.params else ''}{extra} [{state}]")
             print(f"{len(trials)} trials")
-            return 0
+            print("\n".join(lines))
+            if refusal:
+                print(refusal, file=sys.stderr)
+            return 2 if refusal else 0
         _preflight(grid.dataset, trials[0].config().resolved(), a.backend, a.address, overrides, out, a.pin_drivers)
         warning = preflight.ignored_warning([t.config() for t in trials], names=overrides)
         if warning:
@@ -353,11 +365,11 @@ SCHEDULERS = ("asha", "none")
 def _tune_defaults(a: Any, overrides: dict[str, Any]) -> None:
     """Tune on GPU shares or a cluster: clients as Ray actors, where they have somewhere to go (else each trial
     trains its clients in its own process: a laptop), and with GPU clients a driver that aggregates and
-    evaluates on its node's GPU. Fields the user set stay as set."""
+    evaluates on its node's GPU. The actors' sizes and requests are fda_ray.runtime.resources' plan. Fields the
+    user set stay as set."""
     if a.backend != "tune" or not (overrides.get("gpus_per_client", 0) > 0 or a.address or os.environ.get("RAY_ADDRESS")):
         return
     overrides.setdefault("executor", "ray")
-    overrides.setdefault("cpus_per_client", 1.0)
     if overrides.get("gpus_per_client", 0) > 0:
         overrides.setdefault("device", "cuda")
 
@@ -408,8 +420,9 @@ def builds_line(records: StoragePath, keys: set[str] | None = None) -> tuple[lis
 def _preflight(dataset: str, first: Any, backend: str, address: str | None, overrides: dict[str, Any],
                out: StoragePath, pin_drivers: bool = False) -> None:
     """What the trials need from the machine, before any work: the data, the weights file, the device (local);
-    on Ray, the trials' resource requests against the cluster's nodes (before Tune waits for them) and, on
-    several nodes, an --out that every node sees and writes (a probe from each)."""
+    on Ray, the trials' placement groups against the cluster's nodes (fda_ray.runtime.resources: refused in one line
+    before Tune would wait for them) and, on several nodes, an --out that every node sees and writes (a probe from
+    each)."""
     from fda_ray.data import load
 
     load(dataset, overrides.get("data_dir"))
@@ -417,19 +430,58 @@ def _preflight(dataset: str, first: Any, backend: str, address: str | None, over
     if backend == "local":
         preflight.device(first.device)
         return
-    import fda_ray.experiments.tune as ft
     from fda_ray.runtime.driver import ensure_ray
 
     ensure_ray(address, num_cpus=None, field="address")
-    joined = bool(address or os.environ.get("RAY_ADDRESS"))
-    fields = preflight.fields_of_request(first) + (f", device={first.device!r}" if first.executor == "serial" or
-                                                   first.device != "cpu" else "") + \
-        (", pin_drivers=True" if pin_drivers else "")
-    warning = preflight.resources(ft.resources(first, ft.driver_placement(pin_drivers)).bundles,
-                                  preflight.node_shapes(), fields=fields, known=preflight.node_types_known(joined))
+    p, cluster = trial_plan(first, address, pin_drivers)
+    warning = resources.check(p, cluster)
     if warning:
         print(f"warning: {warning}", file=sys.stderr)
     preflight.shared_storage("out", out)
+
+
+def trial_plan(first: Any, address: str | None, pin_drivers: bool, plan_for: str | None = None
+               ) -> tuple[resources.TrialPlan, resources.Cluster]:
+    """A Tune trial's plan (every trial of a sweep asks the same) on the cluster it will run on: the nodes
+    --plan-for names, else the running Ray's (joined with --address or $RAY_ADDRESS), else this machine."""
+    import fda_ray.experiments.tune as ft
+
+    if plan_for is not None:
+        cluster = resources.parse_nodes(plan_for)
+    else:
+        import ray
+
+        joined = bool(address or os.environ.get("RAY_ADDRESS"))
+        cluster = resources.from_ray(joined) if ray.is_initialized() else resources.this_machine()
+    p = resources.plan(first, cluster, in_tune=True, driver_extra=ft.driver_placement(pin_drivers))
+    if pin_drivers:
+        p = dataclasses.replace(p, fields=p.fields + ("pin_drivers=True",))
+    return p, cluster
+
+
+def dry_run_plan(first: Any, a: Any) -> tuple[list[str], str | None]:
+    """The resource plan --dry-run prints, and the one-line refusal when the trials can never be placed."""
+    if a.backend == "local":
+        threads = int(first.threads)
+        node = resources.parse_nodes(a.plan_for) if a.plan_for is not None else resources.this_machine()
+        cpus = node.total("CPU") if a.plan_for is not None else (os.cpu_count() or 1)
+        workers = a.workers or max(1, int(cpus) // threads)
+        line = [f"plan: {workers} trial(s) at once (backend local: worker processes, each trial serially in one of "
+                f"them; {threads} thread(s), device {first.device})"]
+        if first.device.startswith("cuda") and a.plan_for is not None and node.total("GPU") < 1:
+            return line, f"error: device={first.device!r} is invalid: {node.source} has no GPU; use --device cpu"
+        return line, None
+    if a.address and a.plan_for is None:
+        from fda_ray.runtime.driver import ensure_ray
+
+        ensure_ray(a.address, num_cpus=None, field="address")
+    p, cluster = trial_plan(first, a.address, a.pin_drivers, a.plan_for)
+    lines = resources.plan_lines(p, cluster)
+    try:
+        resources.check(p, cluster)
+    except preflight.PreflightError as e:
+        return lines, f"error: {e}"
+    return lines, None
 
 
 def _command(argv: list[str]) -> str:
@@ -508,16 +560,23 @@ def search_main(a: Any, argv: list[str]) -> int:
             raise SweepError(f"resume=True is invalid: {str(out / 'trials')!r} does not exist (nothing to resume)")
         if a.resume:
             same_build(out / "trials", a.mix_builds)
-        if a.dry_run and a.search_alg == "optuna":
-            print(f"{len(plan)} studies x {num_samples} trials drawn by Optuna as the search goes")
-            return 0
+        if a.plan_for is not None and not a.dry_run:
+            raise SweepError(f"plan_for={a.plan_for!r} is invalid without --dry-run: it plans for nodes that are "
+                             "not here")
         if a.dry_run:
-            for study in plan:
-                for t in search_trials(search, a.profile, study, num_samples, overrides):
-                    print(f"{t.key}: {study.name(search)}")
-            print(f"{len(plan)} studies x {num_samples} trials, then each rule's selection on {search.rerun_seeds} "
-                  f"fresh seeds and {len(search.references)} reference rows")
-            return 0
+            if a.search_alg == "optuna":
+                print(f"{len(plan)} studies x {num_samples} trials drawn by Optuna as the search goes")
+            else:
+                for study in plan:
+                    for t in search_trials(search, a.profile, study, num_samples, overrides):
+                        print(f"{t.key}: {study.name(search)}")
+                print(f"{len(plan)} studies x {num_samples} trials, then each rule's selection on "
+                      f"{search.rerun_seeds} fresh seeds and {len(search.references)} reference rows")
+            lines, refusal = dry_run_plan(first, a)
+            print("\n".join(lines))
+            if refusal:
+                print(refusal, file=sys.stderr)
+            return 2 if refusal else 0
         _preflight(search.dataset, first, a.backend, a.address, overrides, out, a.pin_drivers)
     except (SweepError, ValueError) as e:
         print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)

@@ -16,7 +16,6 @@ ASHA can stop a trial early) with a checkpoint, and resumes from its last checkp
 from __future__ import annotations
 
 import dataclasses
-import math
 import tempfile
 import warnings
 from pathlib import Path
@@ -28,20 +27,21 @@ from ray import tune
 from fda_ray.core.storage import storage_path
 from fda_ray.experiments.trials import round_metrics as metrics
 from fda_ray.runtime.config import RunConfig
-from fda_ray.runtime.preflight import RunWarning, actor_gpus
+from fda_ray.runtime.preflight import RunWarning
+from fda_ray.runtime import resources as plans
 
 RUN_FIELDS = tuple(f.name for f in dataclasses.fields(RunConfig))
 RECORD_KEY = "record_dir"  # a trial parameter that is not a RunConfig field: see trainable()
 STATE_FILE = "state.pt"  # a round's resume state in a Tune checkpoint (the same contents as a trial record's)
-DRIVER_CPUS = 1.0  # the driver aggregates and evaluates
 # A custom resource nodes may declare (`ray start --resources '{"fda_driver": 8}'`). With pin_drivers (the sweep's
 # --pin-drivers) trial drivers ask for one unit, so they run only on those nodes; by default they go anywhere,
 # beside their clients, and their records go to storage every node reaches (fda_ray.core.storage).
 DRIVER_RESOURCE = "fda_driver"
-# One placement group per trial, its bundles on one node when they fit there (Ray's PACK: spread over nodes
-# only when no node holds them all): the driver's aggregation and evaluation then run beside its clients, on the
-# same node and GPU, and the round's weights travel through that node's object store.
-PLACEMENT_STRATEGY = "PACK"
+# One placement group per trial: its driver's bundle, then one per client actor (fda_ray.runtime.resources, which
+# sizes them), packed on one node when they fit (PACK: spread over nodes only when no node holds them all): the
+# driver's aggregation and evaluation then run beside its clients, and the round's weights travel through that
+# node's object store.
+PLACEMENT_STRATEGY = plans.PLACEMENT_STRATEGY
 
 
 def search_space(**params: Any) -> dict[str, Any]:
@@ -98,36 +98,17 @@ def driver_placement(pin: bool = False) -> dict[str, float]:
     return {DRIVER_RESOURCE: 1.0} if pin else {}
 
 
-def driver_gpus(cfg: RunConfig) -> float:
-    """The GPU share a trial's driver asks for: none on a CPU device; with --device cuda, a client's share
-    (the driver's aggregation and evaluation are about one client's work per round), or a whole GPU when the
-    clients use none."""
-    if not cfg.device.startswith("cuda"):
-        return 0.0
-    return float(min(1.0, cfg.gpus_per_client)) if cfg.gpus_per_client > 0 else 1.0
+def resources(cfg: RunConfig, driver_extra: dict[str, float] | None = None,
+              cluster: plans.Cluster | None = None) -> tune.PlacementGroupFactory:
+    """The trial's placement group (fda_ray.runtime.resources.plan): the driver (plus `driver_extra`, e.g.
+    DRIVER_RESOURCE), then one bundle per client actor (executor "ray"), packed on one node when they fit.
+    `cluster`: what to size the actors to (default: the running Ray's nodes, else this machine)."""
+    import ray
 
-
-def resources(cfg: RunConfig, driver_extra: dict[str, float] | None = None) -> tune.PlacementGroupFactory:
-    """The trial's bundles: the driver (plus `driver_extra`, e.g. DRIVER_RESOURCE; a GPU share with --device
-    cuda), then (executor "ray") one per client actor; packed on one node when they fit (PLACEMENT_STRATEGY)."""
-    extra = dict(driver_extra or {})
-    if cfg.executor == "serial":
-        gpu = {"GPU": 1} if cfg.device.startswith("cuda") else {}
-        return tune.PlacementGroupFactory([{"CPU": float(cfg.threads), **gpu, **extra}], strategy=PLACEMENT_STRATEGY)
-    from fda_ray.algorithms import ALGORITHMS
-
-    resolved = cfg.resolved()
-    num_clients = ALGORITHMS.get(resolved.method).num_clients(resolved)
-    from fda_ray.runtime.ray_executor import actor_size
-
-    k = actor_size(cfg, num_clients)  # pooled to the cluster as the executor pools (one trial may fill it)
-    actors = math.ceil(num_clients / k)
-    # An actor runs its clients with `threads` threads, whatever their number (cpus_per_client: per client).
-    per_actor = {"CPU": float(cfg.cpus_per_client * k) if cfg.cpus_per_client else float(cfg.threads)}
-    if cfg.gpus_per_client > 0:
-        per_actor["GPU"] = actor_gpus(cfg.gpus_per_client, k)
-    driver = {"CPU": DRIVER_CPUS, **({"GPU": driver_gpus(cfg)} if driver_gpus(cfg) else {}), **extra}
-    return tune.PlacementGroupFactory([driver] + [per_actor] * actors, strategy=PLACEMENT_STRATEGY)
+    if cluster is None:
+        cluster = plans.from_ray() if ray.is_initialized() else plans.this_machine()
+    p = plans.plan(cfg.resolved(), cluster, in_tune=True, driver_extra=driver_extra)
+    return tune.PlacementGroupFactory(p.bundles, strategy=p.strategy)
 
 
 def trainable(params: dict[str, Any]) -> None:

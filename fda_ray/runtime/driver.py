@@ -47,8 +47,12 @@ def _logging_level() -> int:
 
 
 def check_client_resources(cfg: RunConfig) -> None:
-    """The client actors' request fits some node the cluster has or can add (else Ray would wait forever)."""
-    preflight.resources(preflight.client_bundles(cfg), preflight.node_shapes(), fields=preflight.fields_of_request(cfg))
+    """The client actors' plan (fda_ray.runtime.resources) fits the nodes the cluster has or can add (else Ray
+    would wait forever): one line naming the request, the largest node and the option to change."""
+    from fda_ray.runtime import resources
+
+    cluster = resources.from_ray(joined=bool(cfg.ray_address or os.environ.get("RAY_ADDRESS")))
+    resources.check(resources.plan(cfg, cluster), cluster, what="a run")
 
 
 class Driver:

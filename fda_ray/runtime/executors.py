@@ -11,13 +11,7 @@
 (fda_ray.runtime.ray_executor) keeps them on actors. Both run the tasks hosted in one place with
 fda_ray.train.cohort.run_tasks: with cfg.vectorise "on", clients running the same recipe train as one cohort.
 `build_executor` builds either from a config, in one place for `fda_ray.run`, the driver actor, the sweep's
-trials and the Tune trainable; `clients_per_actor` sizes the Ray actors to the machine:
-
-    GPU clients (gpus_per_client > 0): one actor per whole GPU the cluster has, at most one per client (one
-        GPU: every client of the run on one actor, trained as one cohort)
-    CPU clients: one actor per `threads` CPUs the run may use, at most one per client (a laptop: as many
-        processes as cores; a large cluster: one actor per client)
-    inside a Tune trial's placement group: one actor per client bundle the trial reserved
+trials and the Tune trainable; the Ray actors' number, sizes and requests are fda_ray.runtime.resources' plan.
 """
 from __future__ import annotations
 
@@ -86,10 +80,9 @@ def build_executor(cfg: RunConfig, clients: Sequence[Client] | None = None, *, n
     (fda_ray.runtime.driver.ensure_ray); give the clients, or `num_clients` to start the actors now and `load` the
     clients later.
 
-    The actors: cfg.clients_per_actor clients each, or pooled to the machine (module docstring). Their CPUs:
-    cfg.cpus_per_client times the clients an actor hosts if set; else, inside a placement group (a Tune
-    trial), the bundle's; else the cluster's CPUs shared among the actors (at most `threads` each), so that
-    every actor can be placed."""
+    The actors follow the plan of fda_ray.runtime.resources: inside a Tune trial's placement group, the plan the
+    group was reserved for (one actor per client bundle, each in its own bundle); else the plan of `cfg` on the
+    running cluster."""
     cfg.require_resolved("build_executor")
     vectorise = cfg.vectorise == "on"
     if (kind or cfg.executor) != "ray":
@@ -98,20 +91,17 @@ def build_executor(cfg: RunConfig, clients: Sequence[Client] | None = None, *, n
         return SerialExecutor(clients, vectorise)
     from ray.util import get_current_placement_group
 
-    from fda_ray.runtime.ray_executor import RayExecutor, actor_size
+    from fda_ray.runtime import resources
+    from fda_ray.runtime.ray_executor import RayExecutor
 
-    n = len(clients) if clients is not None else int(num_clients or 0)
+    n = len(clients) if clients is not None else num_clients
     pg = get_current_placement_group()
-    bundles = len(pg.bundle_specs) - 1 if pg is not None else None  # the first bundle is the trial's driver
-    k = actor_size(cfg, n, bundles)
-    cpus = cfg.cpus_per_client
-    if cpus is None and pg is not None:
-        cpus = float(pg.bundle_specs[1].get("CPU", 1.0)) / k if bundles else 1.0
-    ex = RayExecutor(clients, num_clients=num_clients, cpus_per_client=cpus, gpus_per_client=cfg.gpus_per_client,
-                     clients_per_actor=k, retries=cfg.client_retries, threads=cfg.threads, faults=faults,
-                     vectorise=vectorise)
+    plan = (resources.plan_in_group(cfg, pg.bundle_specs, clients=n) if pg is not None
+            else resources.plan(cfg, resources.from_ray(), clients=n))
+    ex = RayExecutor(clients, plan=plan, retries=cfg.client_retries, threads=cfg.threads, faults=faults,
+                     vectorise=vectorise, placement_group=pg)
     where = f"{ex.gpus:g} GPU" if ex.gpus > 0 else f"{ex.cpus:g} CPU"
-    say_once(f"executor ray: {n} clients on {ex.num_actors} actor(s) ({k} each at most), {where} and "
-             f"{cfg.threads} thread(s) per actor, {'vectorised cohorts' if vectorise else 'clients in turn'}"
-             + (" (set by clients_per_actor)" if cfg.clients_per_actor is not None else " (pooled to the machine)"))
+    say_once(f"executor ray: {plan.num_clients} clients on {ex.num_actors} actor(s) ({plan.clients_per_actor} each "
+             f"at most), {where} and {cfg.threads} thread(s) per actor, "
+             f"{'vectorised cohorts' if vectorise else 'clients in turn'} ({plan.pooling})")
     return ex

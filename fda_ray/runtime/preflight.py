@@ -7,9 +7,8 @@ Field validation lives with the fields (RunConfig, GridConfig); these checks nee
     device                    'cuda[:i]' needs that GPU here
     model_weights             the local state-dict file exists and is readable
     ray_address               a cluster answers at that address within RAY_CONNECT_TIMEOUT_S
-    node_shapes, fits         a resource request that no node of the cluster can ever hold is an error now,
-                              not a silent wait (an autoscaling cluster's node types count as nodes it can add;
-                              where they cannot be known, on KubeRay, a warning)
+    autoscaler_node_types     the node types `ray up`'s autoscaler can add (fda_ray.runtime.resources plans a trial
+                              on them and refuses, in one line, a request no node can ever hold)
     shared_storage            on a multi-node cluster, every other node sees and writes the sweep's --out
                               (probed by a task pinned to each node)
     ignored_options           options the chosen method or executor does not use (one warning line)
@@ -26,7 +25,7 @@ import tempfile
 import uuid
 import warnings
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable
 
 from fda_ray.core.storage import StoragePath, is_uri, storage_path
 from fda_ray.runtime.config import RunConfig
@@ -192,54 +191,6 @@ def autoscaler_node_types(path: str = AUTOSCALER_CONFIG) -> list[dict[str, float
             for name, t in types.items() if isinstance(t, dict) and (name == head or t.get("max_workers", 1) != 0)]
 
 
-def node_shapes() -> list[dict[str, float]]:
-    """Resources of every node the connected Ray cluster has or can add (Ray must be initialised)."""
-    import ray
-
-    shapes = [{k: float(v) for k, v in n["Resources"].items()} for n in ray.nodes() if n.get("Alive")]
-    return shapes + autoscaler_node_types()
-
-
-def fits(bundle: Mapping[str, float], shape: Mapping[str, float]) -> bool:
-    return all(shape.get(k, 0.0) + 1e-9 >= v for k, v in bundle.items() if v > 0)
-
-
-def _fmt(d: Mapping[str, float]) -> str:
-    keep = {k: v for k, v in d.items() if k in ("CPU", "GPU") or not (k.startswith("node:") or k.endswith("memory")
-                                                                       or k.startswith("accelerator_type"))}
-    return "{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(keep.items())) + "}"
-
-
-def node_types_known(joined: bool) -> bool:
-    """Whether node_shapes() holds every node this cluster can ever have: a Ray this process started (no
-    autoscaler), or a cluster whose autoscaler's node types are readable (`ray up`'s file on the head). A joined
-    cluster without that file (KubeRay's autoscaler, SLURM, hand-started nodes) may add nodes we cannot see."""
-    return not joined or bool(autoscaler_node_types())
-
-
-def resources(bundles: Sequence[Mapping[str, float]], shapes: Sequence[Mapping[str, float]], *,
-              fields: str, known: bool = True) -> str | None:
-    """Each bundle (an actor's or a trial's) must fit some node the cluster has or can add; `fields` names the
-    options that made the request (for the message). When the node types cannot be known (`known` False: a
-    KubeRay cluster whose autoscaler may add a GPU group at zero replicas), a request no present node holds is
-    a warning (returned and issued as a RunWarning), not a refusal."""
-    for b in bundles:
-        if not any(fits(b, s) for s in shapes):
-            nodes = ", ".join(sorted(set(_fmt(s) for s in shapes)))
-            if not known:
-                line = (f"{fields}: one request asks {_fmt({k: v for k, v in b.items() if v})} and no node of this "
-                        f"cluster holds it now (nodes: {nodes}); its node types are unknown here (no autoscaler "
-                        "config on this node, as on KubeRay), so trials wait for an autoscaler to add such a node")
-                warnings.warn(line, RunWarning, stacklevel=2)
-                return line
-            if b.get("GPU", 0) > 0 and not any(s.get("GPU", 0) > 0 for s in shapes):
-                why = f"no node of this cluster has a GPU (nodes: {nodes}); use CPU clients (gpus_per_client=0)"
-            else:
-                why = f"no node of this cluster can ever hold it (nodes: {nodes}); ask for less"
-            raise PreflightError(f"{fields} is invalid: one actor asks {_fmt({k: v for k, v in b.items() if v})}; {why}")
-    return None
-
-
 PROBE_TIMEOUT_S = 60.0
 
 
@@ -305,29 +256,6 @@ def shared_storage(field: str, where: str | os.PathLike | StoragePath, *, timeou
             except Exception:
                 pass
     return len(others)
-
-
-def actor_gpus(gpus_per_client: float, clients_per_actor: int) -> float:
-    """The GPU share of an actor hosting k clients: k times a client's share, at most one whole GPU (a share
-    above 1 is whole GPUs per client, kept as asked)."""
-    return float(min(1.0, gpus_per_client * clients_per_actor) if gpus_per_client <= 1 else gpus_per_client)
-
-
-def client_bundles(cfg: RunConfig) -> list[dict[str, float]]:
-    """The client actors' resource requests of a resolved config with executor "ray" (fda_ray.runtime.ray_executor)."""
-    k = cfg.clients_per_actor or 1  # None: pooled to the cluster (fda_ray.runtime.executors), placeable when one client is
-    cpus = (cfg.cpus_per_client or 0.01) * k  # None: a share of the cluster, always placeable
-    return [{"CPU": cpus, "GPU": actor_gpus(cfg.gpus_per_client, k)}]
-
-
-def fields_of_request(cfg: RunConfig) -> str:
-    """The options that make a client actor's request, as `field=value` (for the error line)."""
-    parts = [f"cpus_per_client={cfg.cpus_per_client!r}"] if cfg.cpus_per_client is not None else []
-    if cfg.gpus_per_client > 0 or not parts:
-        parts.append(f"gpus_per_client={cfg.gpus_per_client!r}")
-    if cfg.clients_per_actor not in (None, 1):
-        parts.append(f"clients_per_actor={cfg.clients_per_actor}")
-    return ", ".join(parts)
 
 
 # ---------------------------------------------------------------- options a run does not use

@@ -2,8 +2,8 @@
 
 A client actor receives its `Client`s (data views, model, layout) once, moves them to its own device and keeps
 them there for the whole run, with their models, optimizers and states built once. An actor hosts k =
-`clients_per_actor` clients (client i lives on actor i mod n_actors, for the whole run; fda_ray.runtime.executors
-sizes k to the machine): on a machine with fewer cores than clients this saves the start-up of a process per
+`clients_per_actor` clients (client i lives on actor i mod n_actors, for the whole run; fda_ray.runtime.resources
+sizes k and each actor's request): on a machine with fewer cores than clients this saves the start-up of a process per
 client (each imports torch, ~3 CPU-s) and the contention of many 1-thread processes on few cores. Each round
 an actor gets one call with all of its clients' tasks and runs them with fda_ray.train.cohort.run_tasks (one after
 the other, or, with vectorise, as one batched cohort). The driver puts every server-state entry the tasks
@@ -22,7 +22,6 @@ the round. `faults` injects failures on purpose, to test exactly this.
 """
 from __future__ import annotations
 
-import math
 import os
 import signal
 import warnings
@@ -39,7 +38,7 @@ from fda_ray.train.client import Client
 from fda_ray.train.cohort import run_tasks
 from fda_ray.core.contract import input_names
 from fda_ray.runtime.failures import ClientFailure
-from fda_ray.runtime.preflight import actor_gpus
+from fda_ray.runtime.resources import TrialPlan
 
 if TYPE_CHECKING:
     from fda_ray.runtime.config import RunConfig
@@ -135,12 +134,6 @@ class _Pending:
     calls: dict[ray.ObjectRef, tuple[ClientTask, _Call, ray.ObjectRef]]
 
 
-def auto_cpus_per_client(num_actors: int) -> float:
-    """Share the cluster's CPUs among the client actors (at most 1 each), so every actor can be placed."""
-    total = float(ray.cluster_resources().get("CPU", 1.0))
-    return max(0.01, min(1.0, math.floor(100 * total / num_actors) / 100))
-
-
 def _short(e: BaseException) -> str:
     cause = getattr(e, "cause", None)  # RayTaskError: the client's own exception
     if isinstance(cause, ActorTaskError):
@@ -155,28 +148,26 @@ def _short(e: BaseException) -> str:
 class RayExecutor:
     """Clients as Ray actors; the same `submit`/`collect` interface as the serial executor."""
 
-    def __init__(self, clients: Sequence[Client] | None = None, *, num_clients: int | None = None,
-                 cpus_per_client: float | None = None, gpus_per_client: float = 0.0, clients_per_actor: int = 1,
-                 retries: int = 3, threads: int | None = None,
-                 faults: dict[tuple[int, int], list[str]] | None = None, vectorise: bool = False) -> None:
-        """Start the actors; with `clients` also load them, else give `num_clients` and call `load` later
-        (the actors' processes then start while the caller builds the clients)."""
+    def __init__(self, clients: Sequence[Client] | None = None, *, plan: TrialPlan, retries: int = 3,
+                 threads: int | None = None, faults: dict[tuple[int, int], list[str]] | None = None,
+                 vectorise: bool = False, placement_group: Any = None) -> None:
+        """Start the actors of `plan` (fda_ray.runtime.resources: how many, the clients of each, what each asks);
+        with `clients` also load them, else call `load` later (the actors' processes then start while the caller
+        builds the clients). `placement_group`: a Tune trial's, each actor in its own bundle of it."""
         if not ray.is_initialized():
             raise RuntimeError("RayExecutor needs a running Ray: call fda_ray.runtime.driver.ensure_ray() first")
-        if not isinstance(clients_per_actor, int) or clients_per_actor < 1:
-            raise ValueError(f"clients_per_actor={clients_per_actor!r} is invalid: an integer >= 1")
-        self.num_clients = len(clients) if clients is not None else int(num_clients or 0)
-        if self.num_clients < 1:
-            raise ValueError("RayExecutor needs clients or num_clients >= 1")
-        self.num_actors = math.ceil(self.num_clients / clients_per_actor)
-        # Client i lives on actor i mod num_actors: round-robin keeps the groups' sizes within one client.
+        if plan.actor is None or plan.num_actors < 1:
+            raise ValueError("RayExecutor needs a plan with client actors (executor 'ray')")
+        if clients is not None and len(clients) != plan.num_clients:
+            raise ValueError(f"got {len(clients)} clients for a plan of {plan.num_clients}")
+        self.plan = plan
+        self.num_clients = plan.num_clients
+        self.num_actors = plan.num_actors
+        # Client i lives on actor i mod num_actors (TrialPlan.groups: round-robin keeps the sizes within one).
         self.slot_of = [i % self.num_actors for i in range(self.num_clients)]
-        self.groups = [[i for i in range(self.num_clients) if self.slot_of[i] == k] for k in range(self.num_actors)]
-        # Resources are per actor: one that hosts k clients asks what k one-client actors would ask together
-        # (capped at a whole GPU), unless cpus_per_client is left to share the cluster.
-        k = clients_per_actor
-        self.cpus = (cpus_per_client * k if cpus_per_client is not None else auto_cpus_per_client(self.num_actors))
-        self.gpus = actor_gpus(gpus_per_client, k)
+        self.groups = plan.groups
+        self.cpus, self.gpus = plan.actor.cpu, plan.actor.gpu
+        self.placement_group = placement_group
         # The run's thread count (RunConfig.threads), whatever the CPU share: it is part of the numbers.
         self.threads = threads or 1
         self.vectorise = vectorise
@@ -189,7 +180,7 @@ class RayExecutor:
         self.restarts: list[tuple[int, int, str]] = []  # (client, round, why) of every replaced actor
         self._client_refs: list[ray.ObjectRef] = []
         self._state_refs: list[ray.ObjectRef] = []  # each client's state after its last finished task
-        self.actors = [self._spawn() for _ in range(self.num_actors)]
+        self.actors = [self._spawn(slot) for slot in range(self.num_actors)]
         if clients is not None:
             self.load(clients)
 
@@ -202,8 +193,14 @@ class RayExecutor:
         self._state_refs = [ray.put(c.snapshot()) for c in clients]
         self._wait_ready([self._load(slot, actor) for slot, actor in enumerate(self.actors)])
 
-    def _spawn(self) -> Any:
-        return RemoteClientActor.options(num_cpus=self.cpus, num_gpus=self.gpus, max_restarts=0).remote(
+    def _spawn(self, slot: int) -> Any:
+        options: dict[str, Any] = {}
+        if self.placement_group is not None:  # its own bundle of the trial's group (TrialPlan.actor_bundle)
+            from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+            options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+                self.placement_group, placement_group_bundle_index=self.plan.actor_bundle(slot))
+        return RemoteClientActor.options(num_cpus=self.cpus, num_gpus=self.gpus, max_restarts=0, **options).remote(
             self.threads, self.vectorise)
 
     def _load(self, slot: int, actor: Any) -> ray.ObjectRef:
@@ -212,7 +209,7 @@ class RayExecutor:
                                  [self._state_refs[i] for i in group])
 
     def _start(self, slot: int) -> Any:
-        actor = self._spawn()
+        actor = self._spawn(slot)
         self._load(slot, actor)  # actor calls run in order: it is loaded before any train call
         return actor
 
@@ -323,29 +320,3 @@ class RayExecutor:
                 pass
         self.actors = []
         self._client_refs = []
-
-
-def clients_per_actor(num_clients: int, *, cpus: float, gpus: float, gpus_per_client: float, threads: int,
-                      bundles: int | None = None) -> int:
-    """How many clients one actor hosts when the config leaves it unset (module docstring): `cpus`, `gpus`
-    the cluster's; `bundles` the client bundles of the trial's placement group (None: not in one)."""
-    if bundles is not None:
-        actors = bundles
-    elif gpus_per_client > 0:
-        actors = int(gpus)  # whole GPUs
-    else:
-        actors = int(cpus // max(threads, 1))
-    actors = max(1, min(num_clients, actors))
-    return math.ceil(num_clients / actors)
-
-
-def actor_size(cfg: RunConfig, num_clients: int, bundles: int | None = None) -> int:
-    """cfg.clients_per_actor, or, unset, `clients_per_actor` on the running cluster's CPUs and GPUs (before
-    Ray runs: one CPU per client and one GPU). Used by the executor, the Tune trial's bundles and the bench."""
-    if cfg.clients_per_actor is not None:
-        return cfg.clients_per_actor
-    import ray
-
-    res = ray.cluster_resources() if ray.is_initialized() else {}
-    return clients_per_actor(num_clients, cpus=float(res.get("CPU", num_clients)), gpus=float(res.get("GPU", 1.0)),
-                             gpus_per_client=cfg.gpus_per_client, threads=cfg.threads, bundles=bundles)
