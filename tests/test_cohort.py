@@ -12,7 +12,6 @@ difference (another data order, learning rate, bias correction, a padded sample 
 from __future__ import annotations
 
 import copy
-import math
 
 import pytest
 import torch
@@ -22,7 +21,6 @@ from fda_ray.algorithms import ClientTask
 from fda_ray.train.client import RECIPES, Client, run_task
 from fda_ray.train.cohort import cohort_key, not_vectorisable, run_tasks, train_cohort
 from fda_ray.runtime.engine import build_experiment, run
-from fda_ray.runtime.ray_executor import clients_per_actor
 from fda_ray.core.layout import ParamLayout
 from fda_ray.train.models import build_model
 
@@ -166,22 +164,6 @@ def test_trial_keys_of_the_loop_are_those_recorded_before_vectorise_existed(tiny
     off = trial_key("fedgp", "noise", 0.4, 0, params)
     assert trial_key("fedgp", "noise", 0.4, 0, {**params, "vectorise": "off"}) == off
     assert trial_key("fedgp", "noise", 0.4, 0, {**params, "vectorise": "on"}) != off
-
-
-@pytest.mark.parametrize("n,cpus,gpus,gpc,threads,bundles,expected", [
-    (10, 2, 0, 0.0, 1, None, 5),     # a 2-core laptop: two processes of five clients
-    (10, 2, 0, 0.0, 2, None, 10),    # two threads each: one process
-    (10, 64, 0, 0.0, 1, None, 1),    # a cluster: one actor per client
-    (10, 16, 1, 0.1, 1, None, 10),   # one GPU: the whole run on it, one cohort
-    (10, 64, 8, 0.1, 1, None, 2),    # eight GPUs: five actors of two
-    (10, 64, 16, 0.1, 1, None, 1),   # many GPUs: one per client
-    (10, 2, 0, 0.0, 1, 3, 4),        # a Tune trial with three client bundles
-    (1, 0.5, 0, 0.0, 1, None, 1),    # less than one CPU: still one actor
-])
-def test_actors_are_sized_to_the_machine(n, cpus, gpus, gpc, threads, bundles, expected):
-    k = clients_per_actor(n, cpus=cpus, gpus=gpus, gpus_per_client=gpc, threads=threads, bundles=bundles)
-    assert k == expected
-    assert math.ceil(n / k) <= max(1, n)
 
 
 def test_the_experiment_clients_form_one_cohort_of_sources(tiny):

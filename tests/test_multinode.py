@@ -172,6 +172,44 @@ def test_a_trials_driver_runs_beside_its_client_actors(no_ray, grid6, fmnist_dir
     assert {a["node_id"] for rec in records.values() for a in rec["nodes"]} == ids  # both nodes ran trials
 
 
+def test_one_cpu_nodes_get_a_trial_that_fits_or_a_one_line_refusal(no_ray, grid6, fmnist_dir, tmp_path, capsys):
+    """Three 1-CPU worker nodes and a head without CPUs, joined with --address. Before the resource model every
+    client asked a CPU and a pooled actor all of its clients' ({CPU 1} + 3 x {CPU 4}, PACK): no node set could
+    hold it and the sweep waited in silence. Now the default plan pools the 4 clients to the 2 CPUs beside the
+    driver and the trial runs, its bundles over three nodes; a per-client CPU the nodes can never hold is refused
+    in one line before any work."""
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    workers = [c.add_node(num_cpus=1) for _ in range(3)]
+    c.wait_for_nodes()
+    try:
+        refused = tmp_path / "refused"
+        code = sweep.main(_args(fmnist_dir, refused, "--address", c.address, "--executor", "ray", "--cpus-per-client",
+                                "1", "--methods", "target_only", "--values", "0.8"))
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2
+        assert len(err) == 1 and err[0].startswith("error: cpus_per_client=1.0 is invalid: a trial asks driver {CPU: 1} "
+                                                   "+ 4 x {CPU: 1} (PACK); no node set of the Ray cluster can ever "
+                                                   "hold it (largest node {CPU: 1}")
+        assert err[0].endswith("lower --cpus-per-client")
+        assert not (refused / "trials").exists()  # nothing ran
+        if ray.is_initialized():
+            ray.shutdown()
+        out = tmp_path / "fits"
+        code = sweep.main(_args(fmnist_dir, out, "--address", c.address, "--methods", "target_only", "--values",
+                                "0.8", "--rounds", "1"))
+        printed = capsys.readouterr()
+        assert code == 0, printed.err[-2000:]
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        c.shutdown()
+    (rec,) = _records(out).values()
+    ids = {w.node_id for w in workers}
+    attempt = rec["nodes"][-1]
+    assert len(attempt["client_nodes"]) == 2  # two pooled actors of 2 clients
+    assert {attempt["node_id"], *attempt["client_nodes"]} == ids  # the driver and each actor on a node of its own
+
+
 def _unshare() -> list[str]:
     """A mount namespace of its own for a Ray node (root: unshare -m; a user: a user namespace too)."""
     return ["unshare", "-m"] if os.geteuid() == 0 else ["unshare", "-Urm"]

@@ -3,6 +3,7 @@ client actor, packed on one node when they fit), how many trials a node holds at
 placement with logical GPUs, the one-line refusal of a request no node can hold, and the sweep's --dry-run plan."""
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -72,6 +73,30 @@ def test_gpu_shares_are_per_process_and_cpu_follows_the_launch_loop():
     assert R.plan(serial, R.parse_nodes(GPU_NODE), in_tune=True).bundles == [
         {"CPU": 1.0, "GPU": R.TRIAL_GPU_SHARE["simple_cnn"]}]
     assert "GPU" not in ft.resources(_cfg(executor="ray", gpus_per_client=0.1)).bundles[0]  # a CPU driver
+
+
+@pytest.mark.parametrize("n,cpus,gpus,gpc,threads,bundles,expected", [
+    (10, 2, 0, 0.0, 1, None, 5),     # a 2-core laptop: two processes of five clients
+    (10, 2, 0, 0.0, 2, None, 10),    # two threads each: one process
+    (10, 64, 0, 0.0, 1, None, 1),    # a cluster: one actor per client
+    (10, 16, 1, 0.1, 1, None, 10),   # one GPU: the whole run on it, one actor
+    (10, 64, 8, 0.1, 1, None, 2),    # eight GPUs: five actors of two
+    (10, 64, 16, 0.1, 1, None, 1),   # many GPUs: one per client
+    (10, 2, 0, 0.0, 1, 3, 4),        # a Tune trial with three client bundles
+    (1, 0.5, 0, 0.0, 1, None, 1),    # less than one CPU: still one actor
+])
+def test_actors_are_sized_to_the_machine(n, cpus, gpus, gpc, threads, bundles, expected):
+    """A run driven from this process pools its clients to the machine (a trial reads its group's bundles)."""
+    cfg = _cfg(executor="ray", gpus_per_client=gpc, threads=threads)
+    cluster = R.Cluster(({"CPU": float(cpus), "GPU": float(gpus)},))
+    if bundles is None:
+        p = R.plan(cfg, cluster, clients=n)
+    else:
+        p = R.plan_in_group(cfg, [{"CPU": 1.0}] + [{"CPU": 1.0}] * bundles, clients=n)
+    assert p.clients_per_actor == expected
+    assert p.num_actors == math.ceil(n / expected) and sorted(c for g in p.groups for c in g) == list(range(n))
+    if bundles is None and gpc == 0:  # the actors share the cores: every one of them can be placed at once
+        assert R.placeable(p.bundles, cluster)
 
 
 def test_pooling_counts_the_driver_and_the_largest_node():

@@ -21,6 +21,7 @@ class History:
     rows: list[dict[str, Any]] = field(default_factory=list)
     final_weights: torch.Tensor | None = None  # (M,) flat global weights after the last row
     seconds: float = 0.0
+    startup: dict[str, float] = field(default_factory=dict)  # seconds by start-up phase (fda_ray.runtime.startup)
 
     @property
     def final_accuracy(self) -> float:

@@ -23,6 +23,8 @@ import sys
 import time
 from typing import Any, Mapping, TextIO
 
+from fda_ray.runtime.startup import from_report, slow_phases
+
 QUIET_ENV = "FDA_RAY_QUIET"  # set for the run's processes (Ray workers inherit it): 1 = quiet
 # What hears every Progress's events besides the console (fda_ray.experiments.tracking.Tracking): set by the
 # sweep's or search's front end for its run, so the backends and a search's several launches need no new argument.
@@ -124,6 +126,11 @@ class Progress:
         if key in self.running and row.get("round") is not None:
             self.running[key]["round"] = int(row["round"])
             self._tell("round", key, row)
+            slow = slow_phases(from_report(row))  # the first report carries the trial's start-up phases
+            if slow:
+                self._clear()
+                print(f"note: {trial_name(self.running[key]['trial'], self.variable)}: slow start-up: "
+                      f"{'; '.join(slow)}", file=self.stream, flush=True)
             self.draw()
 
     def line(self, t: Any, what: str) -> None:

@@ -369,7 +369,8 @@ def run_trial(trial: Trial, records: StoragePath | Path | str, report: Callable[
     """Run `trial` (or go on from its state.pt), keeping its record in records/<key>/ (a local or shared
     directory, or an object store: fda_ray.core.storage); returns its History. report(row) is called after
     every round (Tune reports there)."""
-    from fda_ray.runtime.engine import build_executor, build_experiment, finetune_from, run_rounds
+    from fda_ray.runtime.engine import finetune_from, run_rounds, start_run
+    from fda_ray.runtime.startup import REPORT_KEY
 
     records = storage_path(records)
     record = records / trial.key
@@ -384,24 +385,26 @@ def run_trial(trial: Trial, records: StoragePath | Path | str, report: Callable[
         nodes = _note_start(record, None)
         hist = finetune_from(cfg, source.load_torch(), report)
     else:
-        exp = build_experiment(cfg)
-        executor = build_executor(exp.cfg, exp.clients)
+        exp, executor, startup = start_run(cfg)  # the actors start while the data loads (timed phases)
+        reported: list[bool] = []
 
         def on_round(state: dict) -> None:
             _save_torch(state, record / STATE_FILE)
-            if report:
-                report(state["rows"][-1])
+            if report:  # the first report carries the start-up's phases (the status names a slow one)
+                row = state["rows"][-1]
+                report(row if reported else {**row, REPORT_KEY: dict(startup.seconds)})
+                reported.append(True)
 
         try:
             resume = load_state(record)
             nodes = _note_start(record, resume, executor)
-            hist = run_rounds(exp, executor, resume=resume, checkpoint=on_round)
+            hist = run_rounds(exp, executor, resume=resume, checkpoint=on_round, startup=startup)
         finally:
             executor.shutdown()
     if trial.save_weights:
         _save_torch(hist.final_weights.detach().cpu().contiguous(), record / WEIGHTS_FILE)
     _save_json({"config": cfg.to_dict(), "rows": hist.rows, "seconds": hist.seconds, "environment": environment(),
-                "nodes": nodes}, record / ROWS_FILE)
+                "nodes": nodes, "startup": hist.startup}, record / ROWS_FILE)
     return hist
 
 

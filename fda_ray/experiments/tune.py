@@ -118,7 +118,7 @@ def trainable(params: dict[str, Any]) -> None:
     RECORD_KEY: the sweep's trials/ directory}; the trial keeps its own record there (state.pt every round, rows.json
     when done) and goes on from it when started again, in this Tune run or a later one (a resumed sweep). Otherwise
     params are RunConfig fields (the programmatic Tuner path) and the trial checkpoints through Tune."""
-    from fda_ray.runtime.engine import build_executor, build_experiment, run_rounds
+    from fda_ray.runtime.engine import run_rounds, start_run
     from fda_ray.experiments.console import quiet_worker
     from fda_ray.experiments.trials import Trial, run_trial
 
@@ -147,8 +147,7 @@ def trainable(params: dict[str, Any]) -> None:
         with ckpt.as_directory() as d:
             path = Path(d) / STATE_FILE
             resume = torch.load(path, weights_only=True) if path.is_file() else None
-    exp = build_experiment(cfg)
-    executor = build_executor(exp.cfg, exp.clients)
+    exp, executor, startup = start_run(cfg)
 
     def on_round(state: dict) -> None:
         with tempfile.TemporaryDirectory() as d:
@@ -156,7 +155,7 @@ def trainable(params: dict[str, Any]) -> None:
             tune.report(metrics(state["rows"][-1]), checkpoint=tune.Checkpoint.from_directory(d))
 
     try:
-        run_rounds(exp, executor, resume=resume, checkpoint=on_round)
+        run_rounds(exp, executor, resume=resume, checkpoint=on_round, startup=startup)
     finally:
         executor.shutdown()
 

@@ -14,6 +14,7 @@ import logging
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -26,6 +27,7 @@ log = logging.getLogger("fda_ray.kernels")
 
 # "ok" once loaded, an error message once a build or load failed, absent while not tried.
 _status: dict[str, str] = {}
+_seconds: dict[str, float] = {}  # the time each kind's build or load took in this process (a run's start-up phase)
 
 
 def cpu_capability() -> str:
@@ -108,6 +110,7 @@ def ensure(kind: str) -> bool:
         if kind == "cuda" and not torch.cuda.is_available():
             _status[kind] = "no CUDA device"
             return False
+        t0, nested = time.perf_counter(), seconds()
         try:
             if kind == "cuda" and not ensure("cpu"):  # the operators' schemas live in the CPU library
                 raise RuntimeError(f"the CPU library is not available: {_status['cpu']}")
@@ -116,7 +119,14 @@ def ensure(kind: str) -> bool:
             _status[kind] = f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
             log.warning("fda_ray.kernels: the %s kernel is not available (%s); using the PyTorch reference",
                         kind.upper(), _status[kind])
+        finally:
+            _seconds[kind] = time.perf_counter() - t0 - (seconds() - nested)  # (the CPU library's own, if loaded)
     return _status[kind] == "ok"
+
+
+def seconds() -> float:
+    """Seconds this process has spent building or loading kernels so far."""
+    return sum(_seconds.values())
 
 
 def status() -> dict[str, str]:

@@ -16,10 +16,8 @@ from typing import Callable
 import ray
 
 from fda_ray.runtime import preflight
-from fda_ray.algorithms import ALGORITHMS
 from fda_ray.runtime.config import RunConfig
-from fda_ray.runtime.executors import build_executor
-from fda_ray.runtime.experiment import build_experiment
+from fda_ray.runtime.startup import Startup, start_run
 from fda_ray.core.history import History
 from fda_ray.runtime.loop import run_rounds
 from fda_ray.runtime.ray_executor import RayExecutor
@@ -58,9 +56,11 @@ def check_client_resources(cfg: RunConfig) -> None:
 class Driver:
     """One run of `cfg` with its clients as Ray actors."""
 
-    def __init__(self, cfg: RunConfig, faults: dict[tuple[int, int], list[str]] | None = None) -> None:
+    def __init__(self, cfg: RunConfig, faults: dict[tuple[int, int], list[str]] | None = None,
+                 startup: Startup | None = None) -> None:
         self.cfg = cfg.require_resolved("Driver")
         self.faults = faults
+        self.startup = startup or Startup()  # phases so far (ray_start, where run_ray started Ray)
         self.executor: RayExecutor | None = None
         self.gpu_memory: list[dict[str, int]] = []  # per client actor, read at the end of a GPU run
 
@@ -69,16 +69,9 @@ class Driver:
         preflight.run(cfg)
         check_client_resources(cfg)
         # The actors' processes start first: they import torch while this process loads the dataset.
-        self.executor = build_executor(cfg, num_clients=ALGORITHMS.get(cfg.method).num_clients(cfg),
-                                       faults=self.faults)
+        exp, self.executor, startup = start_run(cfg, faults=self.faults, startup=self.startup)
         try:
-            exp = build_experiment(cfg)
-            self.executor.load(exp.clients)
-        except BaseException:
-            self.executor.shutdown()
-            raise
-        try:
-            hist = run_rounds(exp, self.executor, progress)
+            hist = run_rounds(exp, self.executor, progress, startup=startup)
             if cfg.gpus_per_client > 0:
                 self.gpu_memory = self.executor.gpu_memory()
             return hist
@@ -106,5 +99,7 @@ def run_ray(cfg: RunConfig, progress: Callable[[dict], None] | None = None,
             faults: dict[tuple[int, int], list[str]] | None = None) -> History:
     """One run of `cfg` with Ray client actors, driven from this process."""
     cfg = cfg.resolved()  # an entry point (engine.run passes its resolved config: then free)
-    ensure_ray(cfg.ray_address)
-    return Driver(cfg, faults).run(progress)
+    startup = Startup()
+    with startup.phase("ray_start"):
+        ensure_ray(cfg.ray_address)
+    return Driver(cfg, faults, startup).run(progress)

@@ -19,9 +19,10 @@ from fda_ray.runtime.experiment import Experiment, build_experiment
 from fda_ray.runtime.failures import ClientFailure, RunFailed, RunInterrupted
 from fda_ray.core.history import History
 from fda_ray.runtime.loop import run_rounds
+from fda_ray.runtime.startup import Startup, start_run
 
-__all__ = ["ClientFailure", "Experiment", "RunFailed", "RunInterrupted", "SerialExecutor", "build_executor",
-           "build_experiment", "finetune_from", "run", "run_rounds"]
+__all__ = ["ClientFailure", "Experiment", "RunFailed", "RunInterrupted", "SerialExecutor", "Startup", "build_executor",
+           "build_experiment", "finetune_from", "run", "run_rounds", "start_run"]
 
 
 def run(cfg: RunConfig, progress: Callable[[dict], None] | None = None) -> History:
@@ -32,8 +33,8 @@ def run(cfg: RunConfig, progress: Callable[[dict], None] | None = None) -> Histo
         from fda_ray.runtime.driver import run_ray  # Ray is imported only when it is used
 
         return run_ray(cfg, progress)
-    exp = build_experiment(cfg)
-    return run_rounds(exp, build_executor(exp.cfg, exp.clients), progress)
+    exp, executor, startup = start_run(cfg)
+    return run_rounds(exp, executor, progress, startup=startup)
 
 
 def finetune_from(cfg: RunConfig, start_flat: torch.Tensor, progress: Callable[[dict], None] | None = None) -> History:

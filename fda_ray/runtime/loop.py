@@ -26,6 +26,7 @@ from fda_ray.train.evaluation import Evaluator
 from fda_ray.runtime.executors import Executor
 from fda_ray.runtime.experiment import Experiment
 from fda_ray.runtime.failures import ClientFailure, RunFailed, RunInterrupted
+from fda_ray.runtime.startup import Startup
 from fda_ray.core.history import History
 
 
@@ -58,7 +59,8 @@ def plain(value: Any) -> Any:
 
 
 def run_rounds(exp: Experiment, executor: Executor, progress: Callable[[dict], None] | None = None,
-               resume: dict | None = None, checkpoint: Callable[[dict], None] | None = None) -> History:
+               resume: dict | None = None, checkpoint: Callable[[dict], None] | None = None,
+               startup: Startup | None = None) -> History:
     """Every round of one run, from round 0 or from `resume`.
 
     checkpoint(state) is called after every round with what `resume` needs to go on from there:
@@ -66,20 +68,27 @@ def run_rounds(exp: Experiment, executor: Executor, progress: Callable[[dict], N
     `resume`: the clients keep the states they have). If a client fails for good (ClientFailure), or the
     algorithm refuses a round's numbers (ValueError: a diverged client), raises RunFailed carrying the
     finished rounds' History; Ctrl-C (KeyboardInterrupt) raises RunInterrupted, carrying them too.
+    `startup` (fda_ray.runtime.startup): the phases so far; the first round's are added, and the History keeps
+    them all (History.startup).
     """
     hist = History(config=exp.cfg.to_dict())
+    startup = startup if startup is not None else Startup()
+    hist.startup = startup.seconds
     t0 = time.perf_counter()
     try:
-        return _rounds(exp, executor, hist, progress, resume, checkpoint)
+        return _rounds(exp, executor, hist, progress, resume, checkpoint, startup)
     except KeyboardInterrupt:
         hist.seconds = time.perf_counter() - t0
         raise RunInterrupted(f"stopped by Ctrl-C (SIGINT) after {len(hist.rows)} finished rounds", hist) from None
 
 
 def _rounds(exp: Experiment, executor: Executor, hist: History, progress: Callable[[dict], None] | None,
-            resume: dict | None, checkpoint: Callable[[dict], None] | None) -> History:
+            resume: dict | None, checkpoint: Callable[[dict], None] | None, startup: Startup) -> History:
     """run_rounds' loop; it fills `hist` as rounds finish."""
+    from fda_ray.kernels import loader
+
     algo = exp.algorithm
+    first, kernels_before = True, loader.seconds()
     t0 = time.perf_counter()
     r = 0
     initial = exp.initial_weights()  # (M,) on the driver's device (cfg.device)
@@ -136,7 +145,14 @@ def _rounds(exp: Experiment, executor: Executor, hist: History, progress: Callab
         next_plan = algo.plan_round(r + 1, state)
         if next_plan is not None:  # the clients start the next round while this one is evaluated
             pending = executor.submit(state, next_plan.tasks)
+        t_eval = time.perf_counter()
         row = {"round": r, "phase": plan.phase, **metrics, **algo.evaluate(r, state, evaluator)}
+        if first:  # the start-up's last phases: the first round's parts (fda_ray.runtime.startup)
+            first = False
+            startup.add("first_collect", t_collected - tr)  # (with the waits of later steps)
+            startup.add("first_aggregation", t_eval - t_collected)
+            startup.add("first_evaluation", time.perf_counter() - t_eval)
+            startup.add("kernel_load", loader.seconds() - kernels_before)
         if not math.isfinite(row["loss"]):
             raise stop(f"the evaluated model's test loss is {row['loss']} (non-finite weights or outputs); try a "
                        "lower learning rate")

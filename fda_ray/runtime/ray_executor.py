@@ -193,6 +193,10 @@ class RayExecutor:
         self._state_refs = [ray.put(c.snapshot()) for c in clients]
         self._wait_ready([self._load(slot, actor) for slot, actor in enumerate(self.actors)])
 
+    def wait_started(self) -> None:
+        """Wait until every actor's process is up (torch imported, its constructor run)."""
+        self._wait_ready([a.node.remote() for a in self.actors])
+
     def _spawn(self, slot: int) -> Any:
         options: dict[str, Any] = {}
         if self.placement_group is not None:  # its own bundle of the trial's group (TrialPlan.actor_bundle)

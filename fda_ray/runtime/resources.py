@@ -283,8 +283,10 @@ def plan(cfg: RunConfig, cluster: Cluster | None = None, *, in_tune: bool = Fals
             actors = max(1, min(n, int(free // (cpc if cpc else threads)) if free > 0 else 1))
             pooling = f"pooled: one actor per {cpc if cpc else cfg.threads:g} CPU(s) beside the driver"
         if cpc:  # an actor asks cpc for each client it hosts: no more clients than the largest node holds
-            fit = int(max(s.get("CPU", 0.0) for s in cluster.shapes) // cpc) if cluster.shapes else 0
-            actors = max(actors, math.ceil(n / max(1, fit)))
+            fit = max(1, int(max(s.get("CPU", 0.0) for s in cluster.shapes) // cpc) if cluster.shapes else 1)
+            if math.ceil(n / fit) > actors:
+                actors = math.ceil(n / fit)
+                pooling = f"pooled: {fit} client(s) an actor at most, as many as the largest node holds"
         k = math.ceil(n / min(n, actors))
     actors = math.ceil(n / k)
     k = math.ceil(n / actors)  # round-robin: the largest group (4 clients at 3 a actor: 2 actors of 2)
