@@ -184,3 +184,70 @@ def test_the_plain_reference_loop_of_the_engine_benchmark_learns(tiny):
     assert [r["round"] for r in rows] == [0, 1, 2, 3, 4] and all(r["seconds"] > 0 for r in rows)
     engine = run(cfg).rows[-1]["accuracy"]  # 0.51 here, the plain loop 0.52 (chance: 0.1)
     assert rows[-1]["accuracy"] > 0.3 and abs(rows[-1]["accuracy"] - engine) < 0.2
+
+
+def _round_tasks(exp):
+    state = exp.algorithm.init_state(exp.initial_weights())
+    plan = exp.algorithm.plan_round(1, state)
+    return plan.tasks, (lambda t: {n: state[n] for n in t.inputs})
+
+
+def test_clients_trained_side_by_side_equal_one_after_the_other(tiny):
+    """run_concurrently (GPU clients' default: a thread and a CUDA stream each) runs each client's operations in
+    the same order as alone: on the CPU, at one torch thread, the results and the clients' states are the same to
+    the last bit."""
+    from fda_ray.train.client import run_task
+    from fda_ray.train.cohort import run_concurrently
+
+    cfg = tiny(method="fedgp_auto", rounds=2)
+    one = build_experiment(cfg)
+    tasks, inputs = _round_tasks(one)
+    alone = {t.client: run_task(one.clients[t.client], t, inputs(t)) for t in tasks}
+    two = build_experiment(cfg)
+    tasks2, inputs2 = _round_tasks(two)
+    side = run_concurrently({c.index: c for c in two.clients}, tasks2, inputs2)
+    assert sorted(side) == sorted(alone) and len(side) == 4
+    for i, res in alone.items():
+        assert res.tensors.keys() == side[i].tensors.keys()
+        for k in res.tensors:
+            assert torch.equal(res.tensors[k], side[i].tensors[k]), (i, k)
+        assert res.scalars == side[i].scalars
+    for a, b in zip(one.clients, two.clients):
+        assert a.snapshot() == b.snapshot()
+
+
+def test_which_tasks_train_side_by_side():
+    import types
+
+    from torch import nn
+
+    from fda_ray.core.contract import ClientTask
+    from fda_ray.train.cohort import may_overlap
+
+    def client(device, *layers):
+        return types.SimpleNamespace(device=torch.device(device), model=nn.Sequential(nn.Linear(2, 2), *layers))
+
+    task = ClientTask(client=0, round=0, recipe="epoch", hparams={})
+    assert may_overlap(client("cuda"), task)  # a GPU client (only its device is read: no GPU needed)
+    assert not may_overlap(client("cpu"), task)  # CPU clients: one after the other (serial == Ray, exactly)
+    assert not may_overlap(client("cuda", nn.Dropout(0.5)), task)  # dropout draws from the global generator
+    assert not may_overlap(client("cuda"), ClientTask(client=0, round=0, recipe="fedwca", hparams={}))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_gpu_clients_side_by_side_equal_in_turn(tiny, monkeypatch):
+    """On a GPU the round's clients train side by side by default; with cuDNN's deterministic kernels each
+    client's numbers equal those it gets trained alone."""
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
+    cfg = tiny(method="fedgp", rounds=2, device="cuda")
+    outs = []
+    for overlap in (False, True):
+        exp = build_experiment(cfg)
+        assert exp.clients[0].device.type == "cuda"
+        tasks, inputs = _round_tasks(exp)
+        outs.append(run_tasks({c.index: c for c in exp.clients}, tasks, inputs, vectorise=False, overlap=overlap))
+    for a, b in zip(*outs):
+        for k in a.tensors:
+            assert torch.equal(a.tensors[k], b.tensors[k]), (a.client, k)

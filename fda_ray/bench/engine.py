@@ -15,6 +15,9 @@ setting runs in a fresh process (thread settings and start-up costs do not leak 
     ray-pool     the Ray executor as configured by default: actors pooled to the machine (one per CPU, each
                  hosting its share of the clients), Ray already running
     ray-pool-vec the same, each actor training its clients as one cohort
+    ray-pool-turns  ray-pool with GPU clients trained one after the other in their actor
+                 (FDA_RAY_CONCURRENT_CLIENTS=0); ray-pool trains them side by side, a thread and a CUDA stream
+                 each (fda_ray.train.cohort.run_concurrently): on the CPU the two are the same
     ray-cold     ray-pool, but the call also starts Ray (a laptop's first run)
     ray-x2       two runs side by side in one Ray, each driven by a DriverActor, pooled to the machine
     default      what `python -m fda_ray` does with no executor option (fda_ray.experiments.cli.whole_machine:
@@ -40,8 +43,9 @@ import subprocess
 import sys
 import time
 
-SETTINGS = ("plain", "serial-1t", "serial-2t", "vectorised", "ray", "ray-pool", "ray-pool-vec", "ray-cold", "ray-x2",
-            "default", "flower")
+SETTINGS = ("plain", "serial-1t", "serial-2t", "vectorised", "ray", "ray-pool", "ray-pool-vec", "ray-pool-turns",
+            "ray-cold", "ray-x2", "default", "flower")
+ENV = {"ray-pool-turns": {"FDA_RAY_CONCURRENT_CLIENTS": "0"}}  # a setting's environment (its actors inherit it)
 # setting -> RunConfig fields (plain: the reference loop's threads)
 FIELDS: dict[str, dict] = {
     "plain": dict(threads=2),
@@ -51,6 +55,7 @@ FIELDS: dict[str, dict] = {
     "ray": dict(executor="ray", threads=1, clients_per_actor=1),
     "ray-pool": dict(executor="ray", threads=1),
     "ray-pool-vec": dict(executor="ray", threads=1, vectorise="on"),
+    "ray-pool-turns": dict(executor="ray", threads=1),
     "ray-cold": dict(executor="ray", threads=1),
     "ray-x2": dict(executor="ray", threads=1),
     "default": dict(threads=1),  # the executor `python -m fda_ray` picks on this machine (cli.whole_machine)
@@ -224,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
         else:
             proc = subprocess.run([sys.executable, "-m", "fda_ray.bench.engine", *forwarded, "--one", name],
-                                  capture_output=True, text=True)
+                                  capture_output=True, text=True, env={**os.environ, **ENV.get(name, {})})
         line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("BENCH ")), None)
         if proc.returncode != 0 or line is None:
             print(f"error: setting {name} failed:\n{proc.stderr[-2000:]}", file=sys.stderr)

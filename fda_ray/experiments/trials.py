@@ -27,6 +27,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -349,9 +350,10 @@ def where_running() -> dict[str, Any]:
     return here
 
 
-def _note_start(record: StoragePath, resume: dict | None, executor: Any = None) -> list[dict[str, Any]]:
-    """Append this attempt (the driver's node, its client actors' nodes, the round it starts from) to the
-    record's nodes.json; returns the list."""
+def _note_start(record: StoragePath, resume: dict | None, executor: Any = None, started_at: float | None = None
+                ) -> list[dict[str, Any]]:
+    """Append this attempt (the driver's node, its client actors' nodes, the round it starts from, when it started:
+    seconds since the epoch) to the record's nodes.json; returns the list."""
     path = record / NODES_FILE
     nodes = json.loads(path.read_text()) if path.is_file() else []
     start = resume["next_round"] if resume and "next_round" in resume else 0
@@ -359,7 +361,7 @@ def _note_start(record: StoragePath, resume: dict | None, executor: Any = None) 
 
     clients = sorted(set(executor.nodes())) if hasattr(executor, "nodes") else None
     nodes.append({**where_running(), **({"client_nodes": clients} if clients is not None else {}), "from_round": start,
-                  "build": build()})
+                  "build": build(), "started_at": started_at if started_at is not None else time.time()})
     _save_json(nodes, path)
     return nodes
 
@@ -376,13 +378,14 @@ def run_trial(trial: Trial, records: StoragePath | Path | str, report: Callable[
     record = records / trial.key
     record.mkdir(parents=True, exist_ok=True)
     _save_json(trial.to_dict(), record / TRIAL_FILE)
+    started_at = time.time()
     cfg = trial.config().resolved()
     if trial.kind == "finetune":
         source = records / str(trial.weights_from) / WEIGHTS_FILE
         if not source.is_file():
             raise FileNotFoundError(f"trial {trial.key} starts from {source}, which does not exist (run trial "
                                     f"{trial.weights_from} first)")
-        nodes = _note_start(record, None)
+        nodes = _note_start(record, None, started_at=started_at)
         hist = finetune_from(cfg, source.load_torch(), report)
     else:
         exp, executor, startup = start_run(cfg)  # the actors start while the data loads (timed phases)
@@ -397,14 +400,14 @@ def run_trial(trial: Trial, records: StoragePath | Path | str, report: Callable[
 
         try:
             resume = load_state(record)
-            nodes = _note_start(record, resume, executor)
+            nodes = _note_start(record, resume, executor, started_at)
             hist = run_rounds(exp, executor, resume=resume, checkpoint=on_round, startup=startup)
         finally:
             executor.shutdown()
     if trial.save_weights:
         _save_torch(hist.final_weights.detach().cpu().contiguous(), record / WEIGHTS_FILE)
     _save_json({"config": cfg.to_dict(), "rows": hist.rows, "seconds": hist.seconds, "environment": environment(),
-                "nodes": nodes, "startup": hist.startup}, record / ROWS_FILE)
+                "nodes": nodes, "startup": hist.startup, "finished_at": time.time()}, record / ROWS_FILE)
     return hist
 
 

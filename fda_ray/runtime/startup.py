@@ -83,6 +83,9 @@ def warm_device(device: str) -> None:
     if device.startswith("cuda"):
         import torch
 
+        from fda_ray.runtime.preflight import device as check_device
+
+        check_device(device)  # a machine without that GPU: the one-line error, before CUDA's own
         torch.zeros(1, device=device).add_(1).item()
 
 

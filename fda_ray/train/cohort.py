@@ -6,7 +6,9 @@ weights as the rows of one (K, M) tensor; each step runs every client's forward 
 one Adam update over the (K, M) rows.
 
     run_tasks(clients, tasks, inputs, vectorise)   every task of a round on the clients hosted here: the
-                                                   cohorts vectorised (train_cohort), the rest by their recipe
+                                                   cohorts vectorised (train_cohort), the rest by their recipe,
+                                                   GPU clients' side by side (run_concurrently: a thread and
+                                                   a CUDA stream each)
     cohort_key(client, task)                       which tasks can share one computation (None: none)
     train_cohort(members)                          the "epoch" recipe (fda_ray.train.client) for K clients at once
 
@@ -29,6 +31,7 @@ the learning rate is one per row.
 """
 from __future__ import annotations
 
+import os
 import time
 from typing import Callable, Mapping, Sequence
 
@@ -73,12 +76,59 @@ def cohort_key(client: Client, task: ClientTask) -> tuple | None:
     return (type(client.model), layout.names, layout.shapes, str(client.device), client.task, int(h["batch"]))
 
 
+# Recipes that draw from torch's global generator (FedWCA seeds it before its dropout): threads would share it.
+GLOBAL_RNG_RECIPES = frozenset({"fedwca"})
+_RANDOM_LAYERS = (nn.modules.dropout._DropoutNd, nn.AlphaDropout)
+
+
+def overlap_enabled() -> bool:
+    """GPU clients of one process train side by side unless $FDA_RAY_CONCURRENT_CLIENTS is 0 (for measuring)."""
+    return os.environ.get("FDA_RAY_CONCURRENT_CLIENTS", "1") != "0"
+
+
+def may_overlap(client: Client, task: ClientTask) -> bool:
+    """Whether `task` may train beside other clients' tasks, in threads of this process: a GPU client whose recipe
+    and model draw nothing from torch's global generator. On the CPU clients run one after the other: their
+    arithmetic uses the process's `threads` already, and serial == Ray stays exact."""
+    if client.device.type != "cuda" or task.recipe in GLOBAL_RNG_RECIPES:
+        return False
+    if not hasattr(client, "_overlap_ok"):  # checked once per client (the model does not change)
+        client._overlap_ok = not any(isinstance(m, _RANDOM_LAYERS) for m in client.model.modules())
+    return client._overlap_ok
+
+
+def run_concurrently(clients: Mapping[int, Client], tasks: Sequence[ClientTask],
+                     inputs: Callable[[ClientTask], Mapping[str, torch.Tensor]]) -> dict[int, ClientResult]:
+    """Each task in a thread of its own; a GPU client's on a CUDA stream of its own, so the clients' kernels
+    overlap on the device (torch releases the GIL inside its operators) instead of queueing on the default
+    stream. Each client runs the same operations in the same order as alone: the same arithmetic. A task's
+    seconds are its own wall time (they overlap)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(t: ClientTask) -> ClientResult:
+        c = clients[t.client]
+        if c.device.type != "cuda":
+            return run_task(c, t, inputs(t))
+        stream = torch.cuda.Stream(device=c.device)
+        stream.wait_stream(torch.cuda.current_stream(c.device))  # the shards and models put there before
+        with torch.cuda.stream(stream):
+            res = run_task(c, t, inputs(t))
+        stream.synchronize()
+        return res
+
+    with ThreadPoolExecutor(max_workers=len(tasks), thread_name_prefix="fda-client") as pool:
+        return dict(zip([t.client for t in tasks], pool.map(one, tasks)))
+
+
 def run_tasks(clients: Mapping[int, Client], tasks: Sequence[ClientTask],
-              inputs: Callable[[ClientTask], Mapping[str, torch.Tensor]], vectorise: bool) -> list[ClientResult]:
+              inputs: Callable[[ClientTask], Mapping[str, torch.Tensor]], vectorise: bool,
+              overlap: bool | None = None) -> list[ClientResult]:
     """Run every task on its client (all hosted in this process); results in task order.
 
     vectorise: tasks that share a cohort key (and are two or more) train as one cohort; each result's
-    seconds are the cohort's wall time divided among its members (their sum is the time spent)."""
+    seconds are the cohort's wall time divided among its members (their sum is the time spent).
+    overlap (default overlap_enabled()): the other tasks of GPU clients that may overlap (may_overlap) train side
+    by side, each in its own thread and CUDA stream (run_concurrently), not one after the other."""
     results: dict[int, ClientResult] = {}
     groups: dict[tuple, list[ClientTask]] = {}
     alone: list[ClientTask] = []
@@ -96,6 +146,11 @@ def run_tasks(clients: Mapping[int, Client], tasks: Sequence[ClientTask],
         for t, res in zip(members, out):
             res.seconds = share
             results[t.client] = res
+    side = [t for t in alone if (overlap_enabled() if overlap is None else overlap) and
+            may_overlap(clients[t.client], t)]
+    if len(side) > 1:
+        results.update(run_concurrently(clients, side, inputs))
+        alone = [t for t in alone if t not in side]
     for t in alone:
         results[t.client] = run_task(clients[t.client], t, inputs(t))
     return [results[t.client] for t in tasks]
