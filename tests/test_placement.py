@@ -239,7 +239,7 @@ def test_dry_run_prints_the_plan_for_a_gpu_node(capsys, share):
     gpu = float(share)
     assert lines[0] == (f"plan: each trial asks 2 bundle(s), PACK: driver {{CPU: 1, GPU: {gpu / 10:g}}}; "
                         f"1 client actor(s) x {{CPU: 1, GPU: {gpu:g}}}, 10 client(s) each at most (pooled: one actor "
-                        "per whole GPU)")
+                        "per trial on a GPU)")
     at_once = int(re.match(r"plan: (\d+) trial\(s\) at once on \{CPU: 16, GPU: 1\}", lines[1]).group(1))
     assert at_once >= 8
 
@@ -329,3 +329,18 @@ def test_documented_gpu_commands_plan_on_one_gpu(where, argv, capsys):
     assert cfgs
     for cfg in cfgs:
         assert R.check(R.plan(cfg, node), node) is None, where
+
+
+def test_the_documented_plans_are_what_the_sweep_prints(capsys):
+    """docs/ray-and-clusters.md quotes --dry-run's plans and a refusal: each block is the output of its command."""
+    import shlex
+
+    text = (ROOT / "docs" / "ray-and-clusters.md").read_text()
+    blocks = re.findall(r"<!-- dry-run: (.*?) -->\n```\n(.*?)```\n<!-- /dry-run -->", text, re.S)
+    assert len(blocks) >= 4
+    for args, shown in blocks:
+        code = sweep.main(shlex.split(args))
+        cap = capsys.readouterr()
+        printed = [x for x in cap.out.splitlines() if x.startswith("plan: ")] + cap.err.splitlines()
+        assert printed == shown.splitlines(), args
+        assert code == (2 if cap.err else 0)

@@ -112,7 +112,8 @@ def test_ctrl_c_in_the_round_loop_keeps_the_finished_rounds(tiny):
 
 def test_unknown_node_types_make_a_request_no_node_holds_a_warning_not_a_refusal():
     """KubeRay: the sweep joins a cluster whose autoscaler's node types it cannot read (no `ray up` file on the
-    head); a GPU group at zero replicas may still serve the request, so it is a warning, not a refusal."""
+    head); a GPU group at zero replicas may still serve the request, so it is a warning, not a refusal. Elsewhere a
+    joined cluster's current nodes are all there is: a refusal (tests/test_multinode.py)."""
     from fda_ray.runtime import resources
 
     cpu_only = resources.Cluster(({"CPU": 4.0},), known=False)
@@ -122,9 +123,12 @@ def test_unknown_node_types_make_a_request_no_node_holds_a_warning_not_a_refusal
         line = resources.check(resources.plan(cfg, cpu_only), cpu_only, what="a run")
     assert "node types are unknown here" in line
     assert resources.check(resources.plan(cfg.replace(gpus_per_client=0.0), cpu_only), cpu_only) is None
-    # known: a Ray this process started, or a joined cluster whose `ray up` file lists its node types
-    assert resources.nodes_known(joined=False, types=()) and not resources.nodes_known(joined=True, types=())
-    assert resources.nodes_known(joined=True, types=({"CPU": 48.0, "GPU": 4.0},))
+    # known: a Ray this process started, a joined cluster whose `ray up` file lists its node types, or a joined
+    # cluster's current nodes; not on KubeRay, whose autoscaler may add a group no file here describes
+    assert resources.nodes_known(joined=False, types=(), kuberay=True)
+    assert resources.nodes_known(joined=True, types=(), kuberay=False)
+    assert not resources.nodes_known(joined=True, types=(), kuberay=True)
+    assert resources.nodes_known(joined=True, types=({"CPU": 48.0, "GPU": 4.0},), kuberay=True)
 
 
 def test_an_object_store_out_that_cannot_be_written_is_one_line(s3_bucket):

@@ -76,3 +76,23 @@ def test_the_status_names_a_slow_phase_once():
     assert notes == [f"note: fedgp noise=0.4 seed 0: slow start-up: first_evaluation "
                      f"{S.SLOW_S['first_evaluation'] + 70:.1f} s (usually under {S.SLOW_S['first_evaluation']:g} s)"]
     assert S.slow_phases({"data_load": 1.0}) == []
+
+
+def test_warming_a_device_is_nothing_on_the_cpu():
+    import torch
+
+    from fda_ray.train.device import warm
+
+    warm("cpu")
+    assert not torch.cuda.is_initialized()
+    S.warm_device("cpu")
+    assert not torch.cuda.is_initialized()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device")
+def test_warming_a_gpu_creates_its_context():
+    import torch
+
+    S.warm_device("cuda")
+    assert torch.cuda.is_initialized() and torch.backends.cudnn.is_available()

@@ -45,3 +45,21 @@ def synthetic_agreement(name: str, kind: str) -> str:
         raise ValueError(f"kind={kind!r} is invalid: static or auto")
     result = json.loads((records.RESULTS / name / "grid.json").read_text())
     return f"{100 * agreement({'config': result['config'], 'cells': result['cells']})[f'agreement_{kind}']:.0f}"
+
+
+@GENERATORS.register("bench-sweep")
+def bench_sweep(name: str) -> str:
+    """The sweep benchmark's tables (python -m fda_ray.bench.sweep --json) from docs/results/bench-sweep/<name>.json,
+    under a line naming the machine, the column, torch and Ray, and the date it ran."""
+    from fda_ray.bench.sweep import table
+
+    path = records.RESULTS / "bench-sweep" / f"{name}.json"
+    if not path.is_file():
+        raise ValueError(f"bench-sweep: {str(path)!r} does not exist")
+    result = json.loads(path.read_text())
+    m = result["machine"]
+    extra = " ".join(result.get("extra") or [])
+    head = (f"{result['grid']} grid, {result['profile']} profile, column {result['values']}, {result['seeds']} "
+            f"seed(s){' (' + extra + ')' if extra else ''}; {m['cpus']} CPUs, {m['gpu'] or 'no GPU'}; torch "
+            f"{m['torch']}, Ray {m['ray']}, Python {m['python']}; {m['date']}.")
+    return head + "\n\n" + table(result)

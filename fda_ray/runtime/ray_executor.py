@@ -36,6 +36,7 @@ import torch
 from fda_ray.core.contract import ClientResult, ClientTask, ServerState
 from fda_ray.train.client import Client
 from fda_ray.train.cohort import run_tasks
+from fda_ray.train.device import warm
 from fda_ray.core.contract import input_names
 from fda_ray.runtime.failures import ClientFailure
 from fda_ray.runtime.resources import TrialPlan
@@ -69,6 +70,8 @@ class ClientActor:
         self.clients: dict[int, Client] = {}
         if not vectorise:  # the first Adam of a process imports torch._dynamo (~2 s): now, not in round 0
             torch.optim.Adam([torch.zeros(1, requires_grad=True)])
+        if ray.get_gpu_ids() and torch.cuda.is_available():  # a GPU actor: its CUDA context and cuDNN now, while
+            warm("cuda")                                      # the driver loads the data, not in round 0
 
     def load(self, client_refs: Sequence[ray.ObjectRef], use_gpu: bool, state_refs: Sequence[ray.ObjectRef]) -> None:
         # refs inside a list are not resolved by Ray

@@ -26,7 +26,9 @@ The rules, and why (docs/ray-and-clusters.md, "How a trial is sized"):
         client actor's (it aggregates and evaluates once a round), or, beside CPU clients or in a serial trial,
         the measured share of one trial (TRIAL_GPU_SHARE).
     Pooling: CPU clients, one actor per `threads` CPUs the cluster has beside the driver, at most one per
-        client; GPU clients, one actor per whole GPU, at most one per client; cfg.clients_per_actor overrides.
+        client; GPU clients, in a Tune trial one actor (its clients train side by side in it, a thread and a CUDA
+        stream each: fda_ray.train.cohort.run_concurrently), in a run one actor per whole GPU, at most one per
+        client; cfg.clients_per_actor overrides.
     Default GPU shares come from measurement: on one H100/H200 eight trials of the paper noise grid at once
         kept the GPU 99 % busy (one alone: 11-16 %), so a trial of the simple CNN asks 1/8 of a GPU.
 """
@@ -176,11 +178,18 @@ def from_ray(joined: bool | None = None) -> Cluster:
                    source="the Ray cluster" if joined else "this machine's Ray")
 
 
-def nodes_known(joined: bool, types: Sequence[Mapping[str, float]]) -> bool:
-    """Whether the nodes up now and the autoscaler's types are every node there can ever be: a Ray this process
-    started (no autoscaler), or a cluster whose autoscaler's node types are readable (`ray up`'s file on the
-    head). A joined cluster without that file (KubeRay's autoscaler, SLURM, hand-started nodes) may add nodes."""
-    return not joined or bool(types)
+KUBERAY_ENV = ("RAY_CLUSTER_NAME", "KUBERAY_GEN_RAY_START_CMD")  # set by KubeRay in its Ray pods
+
+
+def nodes_known(joined: bool, types: Sequence[Mapping[str, float]], kuberay: bool | None = None) -> bool:
+    """Whether the nodes up now and the autoscaler's types are every node the sweep can know of: a Ray this
+    process started, a cluster whose autoscaler's node types are readable (`ray up`'s file on the head), or a
+    joined cluster's current nodes (SLURM, hand-started nodes: no node comes by itself). Only on KubeRay (its pods
+    carry KUBERAY_ENV), whose autoscaler may add a worker group at zero replicas that no file here describes, are
+    they not all known."""
+    if kuberay is None:
+        kuberay = any(os.environ.get(k) for k in KUBERAY_ENV)
+    return not joined or bool(types) or not kuberay
 
 
 _NODE = re.compile(r"^(?:(\d+)\s*[x*]\s*)?(.+)$")
@@ -275,7 +284,10 @@ def plan(cfg: RunConfig, cluster: Cluster | None = None, *, in_tune: bool = Fals
         k = cfg.clients_per_actor
         pooling = "set by clients_per_actor"
     else:
-        if g > 0:
+        if g > 0 and driver is not None:  # a Tune trial: its clients side by side in one process; more trials
+            actors = 1                        # fill more GPUs (a trial's actors would share one GPU anyway)
+            pooling = "pooled: one actor per trial on a GPU"
+        elif g > 0:
             actors = max(1, min(n, int(cluster.total("GPU"))))
             pooling = "pooled: one actor per whole GPU"
         else:
@@ -383,24 +395,34 @@ def placeable(bundles: Sequence[Mapping[str, float]], cluster: Cluster) -> bool:
     return any(_place(bundles, [_Node(t) for _ in range(len(bundles))]) is not None for t in cluster.types)
 
 
-def concurrent(bundles: Sequence[Mapping[str, float]], nodes: Iterable[Mapping[str, float]], limit: int = 10_000
-               ) -> int:
-    """How many groups of `bundles` the `nodes` hold at once (placed one after the other, as Ray does)."""
+def _fill(bundles: Sequence[Mapping[str, float]], nodes: Iterable[Mapping[str, float]], limit: int = 10_000
+          ) -> tuple[int, list[_Node]]:
+    """Place groups of `bundles` one after the other, as Ray does, until one does not fit: (count, nodes after)."""
     state = [_Node(s) for s in nodes]
     count = 0
     while count < limit:
-        state = _place(bundles, state)  # type: ignore[assignment]
-        if state is None:
-            return count
-        count += 1
-    return count
+        after = _place(bundles, state)
+        if after is None:
+            break
+        state, count = after, count + 1
+    return count, state
+
+
+def concurrent(bundles: Sequence[Mapping[str, float]], nodes: Iterable[Mapping[str, float]], limit: int = 10_000
+               ) -> int:
+    """How many groups of `bundles` the `nodes` hold at once (placed one after the other, as Ray does)."""
+    return _fill(bundles, nodes, limit)[0]
 
 
 def binding(bundles: Sequence[Mapping[str, float]], nodes: Sequence[Mapping[str, float]]) -> str:
-    """The resource that stops one more group from fitting (for the plan's line)."""
-    full = concurrent(bundles, nodes)
+    """The resource that stops one more group from fitting: the one that, given freely on the nodes the groups
+    went to (all nodes when none went anywhere), lets one more in."""
+    full, state = _fill(bundles, nodes)
+    used = [i for i, (shape, after) in enumerate(zip(nodes, state))
+            if after.free != {k: float(v) for k, v in shape.items() if k != "GPU"} or after.gpus != _gpus_of(shape)]
+    used = used or list(range(len(nodes)))
     for res in ("GPU", "CPU"):
-        more = [{**s, res: s.get(res, 0.0) + 1024.0} for s in nodes]
+        more = [{**s, res: s.get(res, 0.0) + 1024.0} if i in used else s for i, s in enumerate(nodes)]
         if concurrent(bundles, more, full + 1) > full:
             return res
     return "other resources"

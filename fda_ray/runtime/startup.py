@@ -79,14 +79,15 @@ def slow_phases(seconds: Mapping[str, float]) -> list[str]:
 
 
 def warm_device(device: str) -> None:
-    """Create the CUDA context of `device` now (a phase of its own) rather than inside the first tensor's move."""
+    """Create the CUDA context of `device` now, and load cuDNN's and cuBLAS's kernels with one tiny convolution
+    and matrix product, forward and backward (a phase of its own, overlapping other work where the caller can),
+    rather than inside the first round's first batch."""
     if device.startswith("cuda"):
-        import torch
-
         from fda_ray.runtime.preflight import device as check_device
+        from fda_ray.train.device import warm
 
         check_device(device)  # a machine without that GPU: the one-line error, before CUDA's own
-        torch.zeros(1, device=device).add_(1).item()
+        warm(device)
 
 
 def start_run(cfg: RunConfig, *, faults: dict[tuple[int, int], list[str]] | None = None,
