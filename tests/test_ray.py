@@ -48,7 +48,7 @@ def _serial(cfg):
 
 def _plan(cfg, k):
     """The resource model's plan (fda_ray.runtime.resources) of k clients an actor on the running Ray."""
-    return resources.plan(cfg.replace(clients_per_actor=k), resources.from_ray())
+    return resources.plan(cfg.replace(executor="ray", clients_per_actor=k), resources.from_ray())
 
 
 def _ray(cfg, faults=None):

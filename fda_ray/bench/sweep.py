@@ -15,9 +15,11 @@ outside and from its trial records:
     first round     per trial, the start-up phases up to its first row (fda_ray.runtime.startup): the median and the
                     slowest trial, and each phase's median
 
-On a GPU (--device cuda) the local pool runs --workers trials at once with --device cuda, and Tune runs its trials'
-clients as Ray actors at --gpus-per-client (the command docs/ray-and-clusters.md gives); --local-args and
---tune-args replace a backend's own flags. The JSON output (--json FILE) names the machine, torch and Ray; the
+Three backends: `local`, `tune` (each trial's clients in the trial's own process) and `tune-actors` (the clients as
+Ray actors in the trial's placement group). On a GPU (--device cuda) the local pool runs --workers trials at once
+with --device cuda, `tune` runs its trials with --device cuda, and `tune-actors` at --gpus-per-client (the command
+docs/ray-and-clusters.md gives); on the CPU `tune-actors` adds --executor ray. --local-args, --tune-args and
+--actor-args replace a backend's own flags. The JSON output (--json FILE) names the machine, torch and Ray; the
 committed ones are in docs/results/bench-sweep/.
 """
 from __future__ import annotations
@@ -40,7 +42,7 @@ from typing import Any
 
 from fda_ray.runtime.startup import PHASES
 
-BACKENDS = ("local", "tune")
+BACKENDS = ("local", "tune", "tune-actors")  # tune-actors: Ray Tune with the clients as Ray actors
 
 
 class GpuSampler:
@@ -117,7 +119,7 @@ def _summary(stdout: str) -> dict[str, Any]:
 
 def run_backend(backend: str, a: argparse.Namespace, flags: list[str], extra: list[str], out: Path) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "fda_ray.sweep", "--grid", a.grid, "--profile", a.profile, "--values", a.values,
-           "--seeds", str(a.seeds), "--backend", backend, "--out", str(out), "--json", "--no-figures", "--track",
+           "--seeds", str(a.seeds), "--backend", backend.split("-")[0], "--out", str(out), "--json", "--no-figures", "--track",
            "none", *(["--methods", a.methods] if a.methods else []), *(["--data-dir", a.data_dir] if a.data_dir
                                                                        else []), *flags, *extra]
     t0 = time.perf_counter()
@@ -162,7 +164,8 @@ def _num(v: Any, fmt: str) -> str:
 
 
 def table(result: dict[str, Any]) -> str:
-    """The benchmark's two tables (backends, then the median start-up phases), as Markdown."""
+    """The benchmark's two tables (backends, then the median start-up phases; "-": a phase that backend does not
+    have), as Markdown."""
     rows = result["backends"]
     local = next((r["wall_seconds"] for r in rows if r["backend"] == "local"), None)
     lines = ["| backend | trials | wall (s) | x local | trials at once (max / mean) | trial (s, median) | GPU busy "
@@ -177,7 +180,8 @@ def table(result: dict[str, Any]) -> str:
     lines += ["", "| start-up phase (median s) | " + " | ".join(r["backend"] for r in rows) + " |",
               "|---|" + "---:|" * len(rows)]
     for p in names:
-        lines.append(f"| {p} | " + " | ".join(_num(r["phases_median_seconds"].get(p), ".3f") for r in rows) + " |")
+        lines.append(f"| {p} | " + " | ".join(format(r["phases_median_seconds"][p], ".3f") if p in
+                                              r["phases_median_seconds"] else "-" for r in rows) + " |")
     return "\n".join(lines)
 
 
@@ -191,7 +195,7 @@ def parser() -> Any:
     p.add_argument("--values", default="0.4", help="the grid column (one value)")
     p.add_argument("--methods", default=None, help="the rows (default all)")
     p.add_argument("--seeds", type=typed("seeds", int, "an integer"), default=1)
-    p.add_argument("--backends", default="local,tune")
+    p.add_argument("--backends", default="local,tune,tune-actors")
     p.add_argument("--device", default="cpu", help="cpu, or cuda: both backends train on the GPU")
     p.add_argument("--workers", type=typed("workers", int, "an integer"), default=None,
                    help="local: trials at once (default: the sweep's, CPUs / threads; 8 on a GPU)")
@@ -199,6 +203,7 @@ def parser() -> Any:
                    help="tune on a GPU: each client actor's share")
     p.add_argument("--local-args", default=None, help="the local backend's flags instead of the defaults")
     p.add_argument("--tune-args", default=None, help="the Tune backend's flags instead of the defaults")
+    p.add_argument("--actor-args", default=None, help="the tune-actors backend's flags instead of the defaults")
     p.add_argument("--data-dir", default=None)
     p.add_argument("--json", default=None, help="also write the result to this file")
     return p
@@ -225,8 +230,9 @@ def main(argv: list[str] | None = None) -> int:
     gpu = a.device == "cuda"
     defaults = {"local": ["--device", "cuda", "--workers", str(a.workers or 8)] if gpu else
                 (["--workers", str(a.workers)] if a.workers else []),
-                "tune": ["--gpus-per-client", f"{a.gpus_per_client:g}"] if gpu else []}
-    given = {"local": a.local_args, "tune": a.tune_args}
+                "tune": ["--device", "cuda"] if gpu else [],  # each trial's clients in its own process
+                "tune-actors": ["--gpus-per-client", f"{a.gpus_per_client:g}"] if gpu else ["--executor", "ray"]}
+    given = {"local": a.local_args, "tune": a.tune_args, "tune-actors": a.actor_args}
     result: dict[str, Any] = {"machine": machine(), "grid": a.grid, "profile": a.profile, "values": a.values,
                               "seeds": a.seeds, "extra": extra, "backends": []}
     with tempfile.TemporaryDirectory() as d:

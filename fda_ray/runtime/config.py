@@ -263,12 +263,17 @@ class RunConfig:
     executor: str = _f("serial", "serial (this process) or ray (client actors); `python -m fda_ray` without it: ray, "
                                  "pooled to the cores, on a machine with 2 or more", EXECUTORS, group="execution",
                        numbers=False)
-    cpus_per_client: float | None = _f(None, "ray: CPUs reserved per client actor; default: share the "
-                                             "cluster's CPUs", group="execution", numbers=False)
-    gpus_per_client: float = _f(0.0, "ray: share of a GPU per client actor (0 = CPU clients)", group="execution", numbers=False)
-    clients_per_actor: int | None = _f(None, "ray: clients one actor hosts (in turn, or as one vectorised "
-                                             "cohort); default: pooled to the machine, one actor per CPU (per "
-                                             "`threads` CPUs) or per GPU, at most one per client",
+    cpus_per_client: float | None = _f(None, "ray: CPUs reserved per client (an actor asks this for each client it "
+                                             "hosts); default: `threads` per actor, or a share of the cores that "
+                                             "lets every actor be placed (fda_ray.runtime.resources)",
+                                       group="execution", numbers=False)
+    gpus_per_client: float = _f(0.0, "ray: the GPU share each client actor (process) asks, however many clients "
+                                     "it hosts (0 = CPU clients; fda_ray.runtime.resources)", group="execution",
+                                numbers=False)
+    clients_per_actor: int | None = _f(None, "ray: clients one actor hosts (in turn, side by side on a GPU, or as "
+                                             "one vectorised cohort); default: pooled to the machine, one actor per "
+                                             "`threads` CPUs or per GPU (a Tune trial's GPU clients: one actor), at "
+                                             "most one per client",
                                        group="execution", numbers=False)
     ray_address: str | None = _f(None, "ray: an existing cluster (auto, ray://...); default $RAY_ADDRESS or "
                                        "a local Ray", group="execution", numbers=False)

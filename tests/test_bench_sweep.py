@@ -1,0 +1,60 @@
+"""The sweep benchmark (fda_ray.bench.sweep): trials at once from the records' start and end times, a trial's first
+round from its start-up phases, the tables, and (slow tier) both backends run end to end on a tiny column."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fda_ray.bench import sweep as bench
+
+
+def test_trials_at_once_is_the_most_overlapping_intervals():
+    assert bench.at_once([]) == 0
+    assert bench.at_once([(0, 10), (1, 2), (3, 4), (3.5, 5)]) == 3  # (0, 10), (3, 4), (3.5, 5)
+    assert bench.at_once([(0, 1), (1, 2)]) == 1  # one ends as the next starts: one at a time
+    assert bench.at_once([(0, 5)] * 4) == 4
+
+
+def test_a_first_round_is_its_phases_kernel_load_aside():
+    st = {"data_load": 1.5, "first_collect": 2.0, "first_evaluation": 0.25, "kernel_load": 0.75}
+    assert bench.first_round_seconds(st) == 3.75  # kernel_load lies inside another phase
+
+
+def _row(backend, wall, phases, busy=None):
+    return {"backend": backend, "trials": 2, "wall_seconds": wall, "trials_at_once_max": 2, "trials_at_once_mean": 1.5,
+            "trial_seconds_median": 4.0, "gpu_busy_percent": busy, "first_round_seconds_median": 1.0,
+            "first_round_seconds_max": 2.0, "phases_median_seconds": phases}
+
+
+def test_the_table_compares_with_the_local_backend_and_marks_what_is_missing():
+    text = bench.table({"backends": [_row("local", 10.0, {"data_load": 0.5}),
+                                     _row("tune-actors", 12.5, {"data_load": 0.5, "data_ship": 0.25}, busy=97.0)]})
+    lines = text.splitlines()
+    assert lines[2].startswith("| local | 2 | 10.0 | 1.00 | 2 / 1.5 | 4.0 | not measured | 1.00 / 2.00 |")
+    assert lines[3].startswith("| tune-actors | 2 | 12.5 | 1.25 | 2 / 1.5 | 4.0 | 97 |")
+    assert "| data_ship | - | 0.250 |" in lines  # a phase the local backend does not have
+
+
+def test_bad_arguments_are_one_line(capsys):
+    for argv, field in ((["--backends", "dask"], "backends"), (["--device", "tpu"], "device"),
+                        (["--values", "0.2,0.4"], "values")):
+        assert bench.main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and err.startswith(f"error: {field}=")
+
+
+@pytest.mark.slow
+def test_both_backends_run_a_tiny_column(fmnist_dir, tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    code = bench.main(["--methods", "target_only", "--backends", "local,tune", "--data-dir", str(fmnist_dir), "--json",
+                       str(out), "--", "--rounds", "1", "--samples-per-client", "100", "--test-samples", "100"])
+    assert code == 0, capsys.readouterr().err[-2000:]
+    result = json.loads(out.read_text())
+    assert [r["backend"] for r in result["backends"]] == ["local", "tune"]
+    for r in result["backends"]:
+        assert r["trials"] == 1 and r["trials_at_once_max"] == 1
+        assert {"data_load", "first_collect", "first_evaluation"} <= set(r["phases_median_seconds"])
+        assert 0 < r["first_round_seconds_median"] <= r["trial_seconds_median"] <= r["wall_seconds"]
+        assert r["gpu_busy_percent"] is None or 0 <= r["gpu_busy_percent"] <= 100
+    assert "| local | 1 |" in capsys.readouterr().out
