@@ -109,6 +109,16 @@ def test_pooling_counts_the_driver_and_the_largest_node():
     assert max(b["CPU"] for b in p.bundles[1:]) <= 1.0
 
 
+def test_the_local_backend_runs_what_the_node_and_its_gpu_hold():
+    """The local backend's default workers: one per `threads` CPUs; on a GPU no more than its measured share of a
+    trial allows (8 of the small CNN), on the one GPU --device names."""
+    assert R.local_workers(_cfg(), R.parse_nodes("CPU=16")) == 16
+    assert R.local_workers(_cfg(threads=3), R.parse_nodes("CPU=16")) == 5
+    gpu = RunConfig(dataset="fashion-mnist", method="fedgp", device="cuda").resolved()
+    assert R.local_workers(gpu, R.parse_nodes(GPU_NODE)) == 8 == round(1 / R.TRIAL_GPU_SHARE["simple_cnn"])
+    assert R.local_workers(gpu, R.parse_nodes("CPU=4,GPU=2")) == 4
+
+
 def test_drivers_are_pinned_only_when_asked():
     assert ft.driver_placement() == {} and ft.driver_placement(True) == {ft.DRIVER_RESOURCE: 1.0}
     cfg = _cfg(executor="ray", cpus_per_client=1.0, clients_per_actor=1)
@@ -344,3 +354,17 @@ def test_the_documented_plans_are_what_the_sweep_prints(capsys):
         printed = [x for x in cap.out.splitlines() if x.startswith("plan: ")] + cap.err.splitlines()
         assert printed == shown.splitlines(), args
         assert code == (2 if cap.err else 0)
+
+
+def test_one_place_computes_a_share():
+    """The four sizing call sites that disagreed (the executor's clients_per_actor/actor_size, the pre-flight's
+    actor_gpus/client_bundles, the executors' own CPU share, Tune's resources/driver_gpus) are gone, and only the
+    resource model reads a placement group's bundle layout."""
+    package = ROOT / "fda_ray"
+    sources = {p: p.read_text() for p in package.rglob("*.py")}
+    for old in ("def clients_per_actor", "def actor_size", "def actor_gpus", "def client_bundles", "def driver_gpus",
+                "auto_cpus_per_client", "DRIVER_CPUS", "bundle_specs[1]"):
+        assert not [p for p, text in sources.items() if old in text], old
+    readers = sorted(str(p.relative_to(package)) for p, text in sources.items() if ".bundle_specs" in text)
+    assert readers == ["runtime/executors.py"]  # it hands them to resources.plan_in_group, which reads them
+    assert "plan_in_group(cfg, pg.bundle_specs" in sources[package / "runtime" / "executors.py"]

@@ -320,8 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     progress = Progress(len(pending), grid.variable)
     try:
         if pending and a.backend == "local":
-            threads = int(overrides.get("threads", 1))
-            workers = a.workers or max(1, (os.cpu_count() or 1) // threads)
+            workers = a.workers or resources.local_workers(trials[0].config().resolved())
             failures = run_local(pending, records, workers, a.max_failures, progress)
         elif pending:
             failures, interrupted = run_tune(pending, records, out, a.address, a.max_concurrent, a.max_failures,
@@ -462,12 +461,10 @@ def trial_plan(first: Any, address: str | None, pin_drivers: bool, plan_for: str
 def dry_run_plan(first: Any, a: Any) -> tuple[list[str], str | None]:
     """The resource plan --dry-run prints, and the one-line refusal when the trials can never be placed."""
     if a.backend == "local":
-        threads = int(first.threads)
         node = resources.parse_nodes(a.plan_for) if a.plan_for is not None else resources.this_machine()
-        cpus = node.total("CPU") if a.plan_for is not None else (os.cpu_count() or 1)
-        workers = a.workers or max(1, int(cpus) // threads)
+        workers = a.workers or resources.local_workers(first, node)
         line = [f"plan: {workers} trial(s) at once (backend local: worker processes, each trial serially in one of "
-                f"them; {threads} thread(s), device {first.device})"]
+                f"them; {first.threads} thread(s), device {first.device})"]
         if first.device.startswith("cuda") and a.plan_for is not None and node.total("GPU") < 1:
             return line, f"error: device={first.device!r} is invalid: {node.source} has no GPU; use --device cpu"
         return line, None
@@ -587,7 +584,7 @@ def search_main(a: Any, argv: list[str]) -> int:
     tracker = Tracking(track, out, f"search-{search.name}-{a.profile}")
     console.OBSERVERS[:] = [tracker]
     try:
-        code = _run_search(a, search, out, num_samples, overrides, argv)
+        code = _run_search(a, search, out, num_samples, overrides, argv, first)
     finally:
         console.OBSERVERS.clear()
         tracker.close()
@@ -595,11 +592,12 @@ def search_main(a: Any, argv: list[str]) -> int:
     return code
 
 
-def _run_search(a: Any, search: Any, out: Any, num_samples: int, overrides: dict, argv: list[str]) -> int:
+def _run_search(a: Any, search: Any, out: Any, num_samples: int, overrides: dict, argv: list[str],
+                first: Any) -> int:
     from fda_ray.experiments.search import run_search
 
     return run_search(search, profile=a.profile, out=out, num_samples=num_samples, backend=a.backend,
-                      workers=a.workers, max_concurrent=a.max_concurrent, max_failures=a.max_failures,
+                      workers=a.workers or resources.local_workers(first), max_concurrent=a.max_concurrent, max_failures=a.max_failures,
                       scheduler=a.scheduler, search_alg=a.search_alg, methods=_list(a.methods, str, "methods"),
                       values=_list(a.values, float, "values"), overrides=overrides, address=a.address,
                       command=_command(argv), no_figures=a.no_figures, pin_drivers=a.pin_drivers)

@@ -224,6 +224,16 @@ def parse_nodes(text: str, field: str = "plan_for") -> Cluster:
 
 # ---------------------------------------------------------------- the plan
 
+def local_workers(cfg: RunConfig, cluster: Cluster | None = None) -> int:
+    """The local backend's trials at once (a process pool of serial runs): one per `threads` CPUs and, on a GPU
+    (--device cuda names one), no more than it holds at each trial's measured share (TRIAL_GPU_SHARE)."""
+    cluster = cluster or this_machine()
+    by_cpu = max(1, int(cluster.total("CPU") // max(1, cfg.threads)))
+    if not _cuda(cfg):
+        return by_cpu
+    return max(1, min(by_cpu, int(1 / trial_gpu_share(cfg) + 1e-9)))
+
+
 def trial_gpu_share(cfg: RunConfig) -> float:
     """One trial's measured share of a GPU (TRIAL_GPU_SHARE by model)."""
     return TRIAL_GPU_SHARE.get(cfg.model or "", TRIAL_GPU_SHARE_UNMEASURED)
