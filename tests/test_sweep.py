@@ -103,6 +103,29 @@ def test_sweep_end_to_end_and_resume(tiny_grid, fmnist_dir, tmp_path, capsys, no
            {(r["row"], r["noise"], r["round"]): r["accuracy"] for r in table}
 
 
+@pytest.mark.slow
+def test_a_sweeps_next_trial_reuses_the_client_actors_and_gives_the_same_numbers(tiny_grid, fmnist_dir, tmp_path,
+                                                                                capsys, no_ray):
+    """Tune runs a sweep's next trial in the same trainable process and placement group (reuse_actors): a trial of
+    the same shape loads its clients into the actors the previous one left, instead of starting new processes.
+    The numbers are a plain run's (executor ray equals serial), reused actors or not."""
+    out = tmp_path / "reuse"
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    code = sweep.main(_args(fmnist_dir, out, "--executor", "ray", "--methods", "target_only", "--max-concurrent", "1",
+                            "--json"))
+    assert code == 0, capsys.readouterr().err[-2000:]
+    attempts = {p.parent.name: json.loads(p.read_text())[-1] for p in (out / "trials").glob("*/nodes.json")}
+    assert len(attempts) == 2
+    assert sorted(a["reused_actors"] for a in attempts.values()) == [False, True]
+    rows = pq.read_table(out / "results.parquet").to_pylist()
+    for noise in (0.0, 0.8):
+        got = [r["accuracy"] for r in rows if r["noise"] == noise]
+        assert got == [r["accuracy"] for r in _plain(fmnist_dir, "target_only", noise).rows], noise
+    reused = next(k for k, a in attempts.items() if a["reused_actors"])
+    startup = json.loads((out / "trials" / reused / "rows.json").read_text())["startup"]
+    assert startup["actors_spawn"] < 0.5  # no process was started
+
+
 def test_local_backend_equals_plain_runs_and_restricts_the_grid(tiny_grid, fmnist_dir, tmp_path, capsys, no_ray):
     """--backend local (a process pool, no Ray) with --methods/--values/--rounds: only those trials, and each
     equals a plain run of its config."""

@@ -360,7 +360,9 @@ def _note_start(record: StoragePath, resume: dict | None, executor: Any = None, 
     from fda_ray.core.build import build
 
     clients = sorted(set(executor.nodes())) if hasattr(executor, "nodes") else None
-    nodes.append({**where_running(), **({"client_nodes": clients} if clients is not None else {}), "from_round": start,
+    reused = {"reused_actors": executor.reused} if hasattr(executor, "reused") else {}
+    nodes.append({**where_running(), **({"client_nodes": clients} if clients is not None else {}), **reused,
+                  "from_round": start,
                   "build": build(), "started_at": started_at if started_at is not None else time.time()})
     _save_json(nodes, path)
     return nodes
@@ -398,12 +400,14 @@ def run_trial(trial: Trial, records: StoragePath | Path | str, report: Callable[
                 report(row if reported else {**row, REPORT_KEY: dict(startup.seconds)})
                 reported.append(True)
 
+        finished = False
         try:
             resume = load_state(record)
             nodes = _note_start(record, resume, executor, started_at)
             hist = run_rounds(exp, executor, resume=resume, checkpoint=on_round, startup=startup)
+            finished = True
         finally:
-            executor.shutdown()
+            executor.shutdown(keep=finished)  # a finished trial's actors may serve the sweep's next trial
     if trial.save_weights:
         _save_torch(hist.final_weights.detach().cpu().contiguous(), record / WEIGHTS_FILE)
     _save_json({"config": cfg.to_dict(), "rows": hist.rows, "seconds": hist.seconds, "environment": environment(),

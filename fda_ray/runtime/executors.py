@@ -5,7 +5,7 @@
     client_states() -> [state]         each client's state after its last finished task (checkpoints)
     client_state(i) -> state           one client's (an algorithm evaluating a personal model reads it)
     restore_states(states)             a resumed run sets them
-    shutdown()
+    shutdown(keep=False)               keep: a sweep's trial that finished leaves its actors to the next one
 
 `SerialExecutor` keeps the clients as plain objects in this process (the reference); the Ray executor
 (fda_ray.runtime.ray_executor) keeps them on actors. Both run the tasks hosted in one place with
@@ -31,7 +31,7 @@ class Executor(Protocol):
     def client_states(self) -> list[dict]: ...
     def client_state(self, client: int) -> dict: ...
     def restore_states(self, states: Sequence[dict]) -> None: ...
-    def shutdown(self) -> None: ...
+    def shutdown(self, keep: bool = False) -> None: ...
 
 
 class SerialExecutor:
@@ -60,7 +60,7 @@ class SerialExecutor:
         for c, st in zip(self.clients, states):
             c.restore(st)
 
-    def shutdown(self) -> None:
+    def shutdown(self, keep: bool = False) -> None:
         pass
 
 

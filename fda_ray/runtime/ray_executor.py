@@ -79,6 +79,7 @@ class ClientActor:
         states: list[dict] = ray.get(list(state_refs))
         # Ray sets CUDA_VISIBLE_DEVICES to this actor's GPU, so "cuda" is the GPU it was given.
         device = "cuda" if use_gpu else "cpu"
+        self.clients = {}  # an actor kept from a sweep's previous trial (KEPT) forgets that trial's clients
         for client, state in zip(clients, states):
             client = client.to(device)
             client.restore(state)
@@ -118,6 +119,21 @@ class ClientActor:
 
 
 RemoteClientActor = ray.remote(ClientActor)
+
+# Client actors kept between a sweep's trials. Tune's reuse_actors runs the next trial in the same trainable process
+# and placement group; a trial of the same shape (the same actors and requests) then loads its clients into the
+# actors the previous one left here, instead of starting new processes (torch imported, a GPU's CUDA context and
+# cuDNN warmed). Keyed by (placement group, actors, request, threads, vectorise); actors of another shape are
+# killed, so that the new ones can take their bundles. The group's removal ends them all.
+KEPT: dict[tuple, list[Any]] = {}
+
+
+def _kill(actors: Sequence[Any]) -> None:
+    for a in actors:
+        try:
+            ray.kill(a, no_restart=True)
+        except Exception:  # already dead
+            pass
 
 
 @dataclass
@@ -183,7 +199,17 @@ class RayExecutor:
         self.restarts: list[tuple[int, int, str]] = []  # (client, round, why) of every replaced actor
         self._client_refs: list[ray.ObjectRef] = []
         self._state_refs: list[ray.ObjectRef] = []  # each client's state after its last finished task
-        self.actors = [self._spawn(slot) for slot in range(self.num_actors)]
+        self._key = None if placement_group is None else (
+            placement_group.id.hex(), self.num_actors, plan.actor, self.threads, vectorise)
+        kept = None
+        for key in [k for k in KEPT if self._key is not None and k[0] == self._key[0]]:
+            actors = KEPT.pop(key)
+            if key == self._key:
+                kept = actors
+            else:
+                _kill(actors)
+        self.reused = kept is not None  # (a trial record says so: fda_ray.experiments.trials)
+        self.actors = kept if kept is not None else [self._spawn(slot) for slot in range(self.num_actors)]
         if clients is not None:
             self.load(clients)
 
@@ -319,11 +345,12 @@ class RayExecutor:
         """Per actor (one entry per client when each actor hosts one)."""
         return ray.get([a.gpu_memory.remote() for a in self.actors])
 
-    def shutdown(self) -> None:
-        for a in self.actors:
-            try:
-                ray.kill(a, no_restart=True)
-            except Exception:
-                pass
+    def shutdown(self, keep: bool = False) -> None:
+        """End the actors; with `keep`, inside a Tune trial's placement group, leave them for the sweep's next trial
+        of the same shape (KEPT)."""
+        if keep and self._key is not None and self.actors:
+            KEPT[self._key] = list(self.actors)
+        else:
+            _kill(self.actors)
         self.actors = []
         self._client_refs = []
