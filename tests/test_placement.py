@@ -368,3 +368,27 @@ def test_one_place_computes_a_share():
     readers = sorted(str(p.relative_to(package)) for p, text in sources.items() if ".bundle_specs" in text)
     assert readers == ["runtime/executors.py"]  # it hands them to resources.plan_in_group, which reads them
     assert "plan_in_group(cfg, pg.bundle_specs" in sources[package / "runtime" / "executors.py"]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device")
+def test_a_tune_sweep_fills_a_real_gpu_with_several_trials(fmnist_dir, tmp_path, capsys, monkeypatch, no_ray):
+    """The real thing on a lent GPU: the tiny grid through Ray Tune at --gpus-per-client 0.1 runs its trials with
+    their clients on the GPU, several at once (the plan's count on this node), and finishes."""
+    import json
+
+    from fda_ray.bench.sweep import at_once, read_trials
+    from test_sweep import make_tiny_grid
+    from tuning.grids import GRIDS
+
+    grid = make_tiny_grid()
+    monkeypatch.setitem(GRIDS, grid.name, grid)
+    out = tmp_path / "gpu"
+    code = sweep.main(["--grid", "tiny-noise", "--data-dir", str(fmnist_dir), "--out", str(out), "--gpus-per-client",
+                       "0.1", "--no-figures", "--track", "none"])
+    assert code == 0, capsys.readouterr().err[-2000:]
+    trials = read_trials(out)
+    assert len(trials) == 4
+    assert at_once([(t["started_at"], t["finished_at"]) for t in trials]) >= 2
+    for p in (out / "trials").glob("*/rows.json"):
+        assert json.loads(p.read_text())["config"]["device"] == "cuda"

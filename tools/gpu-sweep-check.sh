@@ -17,7 +17,7 @@ left() { echo $(( BUDGET - ($(date +%s) - start) )); }
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu.csv" 2>&1
 timeout 240 python -m fda_ray.kernels --build --cuda --check > "$OUT/kernels.txt" 2>&1
-timeout 120 python -m pytest -q -m gpu tests/test_kernels.py tests/test_engine.py tests/test_cohort.py \
+timeout 180 python -m pytest -q -m gpu tests/test_kernels.py tests/test_engine.py tests/test_cohort.py tests/test_placement.py \
   tests/test_startup.py > "$OUT/pytest-gpu.txt" 2>&1
 timeout "$(left)" python -m fda_ray.bench.sweep --profile paper --device cuda "${DATA_ARGS[@]}" \
   --json "$OUT/bench-sweep.json" > "$OUT/bench-sweep.txt" 2>&1
