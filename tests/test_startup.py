@@ -96,3 +96,19 @@ def test_warming_a_gpu_creates_its_context():
 
     S.warm_device("cuda")
     assert torch.cuda.is_initialized() and torch.backends.cudnn.is_available()
+
+
+def test_a_client_ships_its_own_shard_not_the_dataset(tiny):
+    """data_ship puts each client in the object store once: its pickle holds its shard and model, not the whole
+    dataset its shard was cut from (a view of a larger tensor would pickle all of that tensor's storage)."""
+    import pickle
+
+    from fda_ray.runtime.experiment import build_experiment
+
+    exp = build_experiment(tiny(method="fedgp"))
+    for c in exp.clients:
+        shard = sum(t.numel() * t.element_size() for pair in c.views.values() for t in pair)
+        model = sum(p.numel() * p.element_size() for p in c.model.parameters())
+        storage = sum(t.untyped_storage().nbytes() for pair in c.views.values() for t in pair)
+        assert storage == shard  # the views own their storage
+        assert len(pickle.dumps(c)) < shard + 2 * model + 200_000  # (+ the optimizer-free model, layout, framing)

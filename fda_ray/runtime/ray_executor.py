@@ -27,7 +27,7 @@ import signal
 import warnings
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import ray
@@ -40,9 +40,6 @@ from fda_ray.train.device import warm
 from fda_ray.core.contract import input_names
 from fda_ray.runtime.failures import ClientFailure
 from fda_ray.runtime.resources import TrialPlan
-
-if TYPE_CHECKING:
-    from fda_ray.runtime.config import RunConfig
 
 FAULTS = ("kill", "raise")  # kill: SIGKILL the actor's process; raise: an exception inside local training
 PLACEMENT_TIMEOUT_S = 300.0
