@@ -61,7 +61,7 @@ def test_records_of_this_build_resume_and_records_without_one_warn(tmp_path, fmn
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"warning: 1 trial(s) in {out / 'trials'} name no build (recorded before builds were): they may "
                    "come from another one"]
-    assert FIELDS == ("torch", "torchvision", "numpy", "code")
+    assert FIELDS == ("torch", "torchvision", "numpy", "code", "aggregation", "cpu")
 
 
 def test_the_constraints_file_is_the_installed_build_and_every_install_uses_it():
@@ -97,7 +97,7 @@ def test_the_summary_names_the_builds_that_recorded_its_table(tmp_path):
     _record(out, "b", here)
     records = StoragePath(str(out / "trials"))
     found, text = sweep.builds_line(records, {"a", "b"})
-    named = ", ".join(f"{k} {here[k]}" for k in FIELDS)
+    named = ", ".join(f"{k} {here[k]}" for k in FIELDS if here[k] is not None)  # (no aggregation named here)
     assert text == f"\nRecorded by {named} (2 trials).\n" and found == [{**{k: here[k] for k in FIELDS}, "trials": 2}]
     _record(out, "c", {**here, "torch": "1.0.0"})
     _record(out, "d", None)
@@ -109,3 +109,44 @@ def test_the_summary_names_the_builds_that_recorded_its_table(tmp_path):
     assert "(several builds: the table mixes their numbers)" in text
     _, text = sweep.builds_line(records, {"d", "e"})
     assert text == "\nRecorded by an unknown build.\n"
+
+
+def test_a_record_names_the_aggregation_that_ran_and_the_cpu(tiny, tmp_path):
+    """rows.json's environment names the kernels' implementation the trial's aggregation really ran (cpp here, or
+    reference where the C++ kernel cannot be built; reference when asked) and the CPU capability."""
+    from fda_ray import kernels
+    from fda_ray.experiments.trials import Trial, run_trial, trial_key
+    from fda_ray.kernels.loader import cpu_capability
+
+    def env_of(**kw):
+        params = dict(tiny(rounds=1, **kw).to_dict())
+        t = Trial(trial_key("x", "noise", 0.0, 0, params), "x", 0.0, 0, params)
+        run_trial(t, tmp_path)
+        return json.loads((tmp_path / t.key / "rows.json").read_text())["environment"]
+
+    env = env_of(method="fedgp")
+    assert env["aggregation"] == kernels.implementation("cpu") and env["cpu"] == cpu_capability()
+    assert env_of(method="fedgp", aggregation_impl="reference")["aggregation"] == "reference"
+    kernels.forget_ran()
+    assert kernels.ran() is None  # nothing through the kernels since: a record names no aggregation
+
+
+def test_a_resume_under_another_aggregation_or_cpu_refuses(tmp_path, tiny):
+    """A kernel that built when the records were made and falls back to the reference now (or another CPU) counts
+    like a change of torch, where this machine runs the trials; a cluster's nodes are not this machine."""
+    import pytest
+
+    from fda_ray.core.storage import StoragePath
+
+    cfg = tiny(method="fedgp").resolved()
+    out = tmp_path / "sweep"
+    _record(out, "a", {**build("cpp"), "python": "3.11.7"})
+    records = StoragePath(str(out / "trials"))
+    with pytest.raises(sweep.SweepError, match=r"recorded by another build \(aggregation cpp -> reference\)"):
+        sweep.same_build(records, False, cfg.replace(aggregation_impl="reference"))
+    sweep.same_build(records, True, cfg.replace(aggregation_impl="reference"))  # --mix-builds
+    sweep.same_build(records, False, cfg.replace(aggregation_impl="reference"), here_runs=False)  # a cluster's
+    _record(out, "b", {**build(sweep.expected_aggregation(cfg)), "cpu": "SOMEOTHER", "python": "3.11.7"})
+    with pytest.raises(sweep.SweepError, match=r"\(cpu SOMEOTHER -> "):
+        sweep.same_build(records, False, cfg)
+    sweep.same_build(records, False, cfg, here_runs=False)

@@ -3,9 +3,14 @@ fda-ray's own number-changing code. A torch upgrade alone moved FedWCA's test ac
 (docs/results/seed003.md), so every trial record says which build finished it, and a sweep resumed under another
 build says so instead of mixing the two in one table (fda_ray.experiments.sweep, --mix-builds).
 
-    build()                      {"torch", "torchvision", "numpy", "code"} of this process
+    build(aggregation)           {"torch", "torchvision", "numpy", "code", "aggregation", "cpu"} of this process
     code_version()               a hash of the number-changing modules' code, blind to comments and docstrings
     differences(recorded, here)  the fields two builds disagree on ([] when they agree or cannot be compared)
+
+"aggregation" is the implementation of the aggregation kernels that actually ran (cpp, cuda or reference: a kernel
+that cannot be built falls back to the reference, which agrees only to rounding), known once a run has aggregated;
+"cpu" is the CPU capability torch dispatches to and the C++ kernel is built for (DEFAULT, AVX2, AVX512: another SIMD
+width sums in another order).
 
 The number-changing modules are those whose code decides what a run computes: the algorithms, training, data,
 partitions, the round loop, the kernels' reference and seeding. A comment or a docstring does not change the code
@@ -26,7 +31,7 @@ NUMBER_CHANGING = ("algorithms", "train", "data", "kernels", "runtime/partitions
                    "runtime/experiment.py", "runtime/config.py", "core/seeding.py", "core/layout.py",
                    "core/multitask.py", "core/contract.py")
 LIBRARIES = ("torch", "torchvision", "numpy")
-FIELDS = LIBRARIES + ("code",)
+FIELDS = LIBRARIES + ("code", "aggregation", "cpu")
 
 
 def _without_docstrings(tree: ast.AST) -> ast.AST:
@@ -73,10 +78,15 @@ def package_version(dist: str) -> str:
         return "not installed"
 
 
-def build() -> dict[str, str]:
+def build(aggregation: str | None = None) -> dict[str, str | None]:
+    """This process's build; `aggregation`: the kernels' implementation that ran (None: not known yet, or no
+    aggregation went through the kernels, as in FSSDA)."""
     import torch  # torch as torch.__version__ spells it ("2.15.0+cu132"), as records have named it from the start
 
-    return {**{lib: package_version(lib) for lib in LIBRARIES}, "torch": torch.__version__, "code": code_version()}
+    from fda_ray.kernels.loader import cpu_capability
+
+    return {**{lib: package_version(lib) for lib in LIBRARIES}, "torch": torch.__version__, "code": code_version(),
+            "aggregation": aggregation, "cpu": cpu_capability()}
 
 
 def differences(recorded: Mapping[str, Any] | None, here: Mapping[str, Any]) -> list[str]:

@@ -278,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         for line in damaged.values():
             print(line, file=sys.stderr)
         if a.resume:
-            same_build(records, a.mix_builds)
+            same_build(records, a.mix_builds, trials[0].config().resolved(), here_runs=_runs_here(a))
         if a.plan_for is not None and not a.dry_run:
             raise SweepError(f"plan_for={a.plan_for!r} is invalid without --dry-run: it plans for nodes that are "
                              "not here")
@@ -373,16 +373,40 @@ def _tune_defaults(a: Any, overrides: dict[str, Any]) -> None:
         overrides.setdefault("device", "cuda")
 
 
-def same_build(records: StoragePath, mix: bool) -> None:
+def _runs_here(a: Any) -> bool:
+    """Whether this machine runs the trials (no cluster joined): then its CPU and kernels are theirs."""
+    return not (getattr(a, "address", None) or os.environ.get("RAY_ADDRESS"))
+
+
+def expected_aggregation(cfg: Any) -> str | None:
+    """The aggregation kernels' implementation a trial of `cfg` would run on this machine (cpp, cuda, reference),
+    or None where this machine cannot tell (a CUDA trial on a machine without a GPU)."""
+    import torch
+
+    from fda_ray import kernels
+
+    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
+        return None
+    return kernels.implementation(cfg.device, cfg.aggregation_impl)
+
+
+def same_build(records: StoragePath, mix: bool, cfg: Any = None, here_runs: bool = True) -> None:
     """A resumed sweep adds trials of this build (fda_ray.core.build) to those already in `records`: if some were
     recorded by another build, one table would mix two builds' numbers, so it refuses in one line unless `mix`.
-    Records that name no build (made before builds were recorded) cannot be compared: a warning line."""
+    A change of the aggregation kernels' implementation (a kernel that no longer builds: the reference) or of the
+    CPU capability counts like a change of torch, where this machine runs the trials (`here_runs`; `cfg`: the
+    sweep's first trial, whose implementation is looked up only when a record names one). Records that name no
+    build (made before builds were recorded) cannot be compared: a warning line."""
     from fda_ray.core.build import FIELDS, build, differences
     from fda_ray.experiments.trials import recorded_builds
 
-    here = build()
+    recorded = recorded_builds(records)
+    named = here_runs and cfg is not None and any(dict(zip(FIELDS, env)).get("aggregation") for env in recorded)
+    here = build(expected_aggregation(cfg) if named else None)
+    if not here_runs:  # the cluster's nodes, not this one, run the trials: their CPU is not this one's
+        here["cpu"] = None
     unknown = 0
-    for env, keys in recorded_builds(records).items():
+    for env, keys in recorded.items():
         if all(v is None for v in env):
             unknown += len(keys)
             continue
@@ -408,7 +432,9 @@ def builds_line(records: StoragePath, keys: set[str] | None = None) -> tuple[lis
         if n:
             found.append({**dict(zip(FIELDS, env)), "trials": n})
     known = [b for b in found if any(b[k] is not None for k in FIELDS)]
-    parts = [", ".join(f"{k} {b[k]}" for k in FIELDS) + f" ({b['trials']} trials)" for b in known]
+    # (a field a record does not name is left out: records made before it was recorded, or a trial whose method
+    # aggregates without the kernels names no aggregation)
+    parts = [", ".join(f"{k} {b[k]}" for k in FIELDS if b[k] is not None) + f" ({b['trials']} trials)" for b in known]
     unknown = sum(b["trials"] for b in found if b not in known)
     text = "" if not found else "\nRecorded by " + ("; ".join(parts) if parts else "an unknown build") + (
         f"; {unknown} trials recorded before builds were kept: their build is unknown" if unknown and parts else "") + \
@@ -556,7 +582,7 @@ def search_main(a: Any, argv: list[str]) -> int:
         if a.resume and not (out / "trials").exists():
             raise SweepError(f"resume=True is invalid: {str(out / 'trials')!r} does not exist (nothing to resume)")
         if a.resume:
-            same_build(out / "trials", a.mix_builds)
+            same_build(out / "trials", a.mix_builds, first, here_runs=_runs_here(a))
         if a.plan_for is not None and not a.dry_run:
             raise SweepError(f"plan_for={a.plan_for!r} is invalid without --dry-run: it plans for nodes that are "
                              "not here")

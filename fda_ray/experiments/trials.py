@@ -244,16 +244,17 @@ def _save_json(obj: Any, path: StoragePath | Path) -> None:
     storage_path(path).write_text(json.dumps(obj, indent=None, default=str) + "\n")  # atomic
 
 
-def environment() -> dict[str, str]:
+def environment(aggregation: str | None = None) -> dict[str, str | None]:
     """What computed a record's numbers. A torch build alone moves results by points (seed003.md: the same FedWCA
     code, config and seed gives +1.2-3.0 test points under torch 2.15 than under the build its grid ran on), so
     every record says which build finished it (fda_ray.core.build: torch, torchvision, numpy and the version of
-    fda-ray's number-changing code) and where; a resumed trial's earlier rounds may have run on another."""
+    fda-ray's number-changing code, the aggregation kernels' implementation that ran, the CPU capability) and where;
+    a resumed trial's earlier rounds may have run on another."""
     import platform
 
     from fda_ray.core.build import build, package_version
 
-    return {"python": platform.python_version(), **build(), "ray": package_version("ray"),
+    return {"python": platform.python_version(), **build(aggregation), "ray": package_version("ray"),
             "machine": platform.machine()}
 
 
@@ -381,6 +382,9 @@ def run_trial(trial: Trial, records: StoragePath | Path | str, report: Callable[
     record.mkdir(parents=True, exist_ok=True)
     _save_json(trial.to_dict(), record / TRIAL_FILE)
     started_at = time.time()
+    from fda_ray import kernels
+
+    kernels.forget_ran()  # (a reused trial process ran other trials before: this record names this trial's)
     cfg = trial.config().resolved()
     if trial.kind == "finetune":
         source = records / str(trial.weights_from) / WEIGHTS_FILE
@@ -410,7 +414,8 @@ def run_trial(trial: Trial, records: StoragePath | Path | str, report: Callable[
             executor.shutdown(keep=finished)  # a finished trial's actors may serve the sweep's next trial
     if trial.save_weights:
         _save_torch(hist.final_weights.detach().cpu().contiguous(), record / WEIGHTS_FILE)
-    _save_json({"config": cfg.to_dict(), "rows": hist.rows, "seconds": hist.seconds, "environment": environment(),
+    _save_json({"config": cfg.to_dict(), "rows": hist.rows, "seconds": hist.seconds,
+                "environment": environment(kernels.ran()),
                 "nodes": nodes, "startup": hist.startup, "finished_at": time.time()}, record / ROWS_FILE)
     return hist
 
@@ -434,7 +439,7 @@ def round_metrics(row: dict[str, Any]) -> dict[str, Any]:
 
 
 # The build fields a record names (fda_ray.core.build.environment), as fda_ray.results.load's columns
-BUILD_COLUMNS = ("torch", "torchvision", "numpy", "code", "python", "ray", "machine")
+BUILD_COLUMNS = ("torch", "torchvision", "numpy", "code", "aggregation", "cpu", "python", "ray", "machine")
 
 
 def config_columns(data: dict[str, Any], skip: Any = (), clash: Any = ()) -> dict[str, Any]:

@@ -25,6 +25,17 @@ from fda_ray.kernels.loader import ensure, status
 
 IMPLS = ("kernel", "reference")
 _default: list[str] = []  # set_default_impl's choice; empty = $FDA_RAY_KERNELS or "kernel"
+_ran: set[str] = set()  # the implementations calls ran since forget_ran() (a trial's record names them)
+
+
+def ran() -> str | None:
+    """The implementations that ran since forget_ran(), joined by "+" ("cpp", "cuda", "reference", "cpp+reference"),
+    or None when nothing went through the kernels."""
+    return "+".join(sorted(_ran)) or None
+
+
+def forget_ran() -> None:
+    _ran.clear()
 
 
 def default_impl() -> str:
@@ -58,12 +69,19 @@ def implementation(device: torch.device | str, impl: str | None = None) -> str:
     return "reference"
 
 
+def _running(device: torch.device | str, impl: str | None) -> str:
+    """implementation(), noted as run."""
+    chosen = implementation(device, impl)
+    _ran.add(chosen)
+    return chosen
+
+
 def layer_stats(target: torch.Tensor, sources: torch.Tensor, offsets: torch.Tensor, *, impl: str | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dots (N, L), s_sq (N, L), t_sq (L,) in float64 on the inputs' device."""
     _, m = check_flat(target, sources)
     check_offsets(offsets, m)
-    if implementation(target.device, impl) == "reference":
+    if _running(target.device, impl) == "reference":
         return reference.layer_stats(target, sources, offsets)
     check_kernel_tensor("target", target)
     check_kernel_tensor("sources", sources)
@@ -79,7 +97,7 @@ def layer_combine(target: torch.Tensor, sources: torch.Tensor, offsets: torch.Te
     if not isinstance(scale, torch.Tensor) or tuple(scale.shape) != shape or not scale.is_floating_point():
         raise ValueError(f"scale must be a floating (N, L) = {shape} tensor, got "
                          f"{getattr(scale, 'dtype', type(scale))} of shape {tuple(getattr(scale, 'shape', ()))}")
-    if implementation(target.device, impl) == "reference":
+    if _running(target.device, impl) == "reference":
         return reference.layer_combine(target, sources, offsets, scale, float(target_coef))
     check_kernel_tensor("target", target)
     check_kernel_tensor("sources", sources)
@@ -90,12 +108,12 @@ def gram(target_steps: torch.Tensor, sources: torch.Tensor, *, impl: str | None 
          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """K_GG (B, B), K_GS (B, N), s_sq (N,) in float64."""
     check_gram(target_steps, sources)
-    if implementation(target_steps.device, impl) == "reference":
+    if _running(target_steps.device, impl) == "reference":
         return reference.gram(target_steps, sources)
     check_kernel_tensor("target_steps", target_steps)
     check_kernel_tensor("sources", sources)
     return tuple(torch.ops.fda_ray.gram(target_steps, sources))  # type: ignore[return-value]
 
 
-__all__ = ["IMPLS", "default_impl", "gram", "implementation", "layer_combine", "layer_stats", "reference",
-           "set_default_impl", "status"]
+__all__ = ["IMPLS", "default_impl", "forget_ran", "gram", "implementation", "layer_combine", "layer_stats", "ran",
+           "reference", "set_default_impl", "status"]
