@@ -2,8 +2,8 @@
 
 - deploy/slurm/fda-ray.sbatch is run for real, with stand-ins for srun, scontrol and python on PATH that record
   their command lines: the Ray head and one worker per other node started through srun with SLURM's CPUs and a
-  node-local temporary directory, the sweep called with --address, --out and the job's arguments, --resume
-  exactly when the sweep has records to resume, and the sweep's exit code as the job's;
+  node-local temporary directory, the sweep called with --address, --out, --resume auto and the job's arguments,
+  python3 found first, and the sweep's exit code as the job's;
 - deploy/kuberay/rayjob.yaml is a RayJob for the installed Ray, a GPU-less head, a GPU group that scales from 0,
   and a sweep writing to S3;
 - deploy/docker/Dockerfile installs what cluster.yaml's nodes install, at the same versions;
@@ -14,6 +14,7 @@ import fnmatch
 import json
 import re
 import shlex
+import shutil
 import stat
 import subprocess
 import sys
@@ -73,7 +74,7 @@ elif name == "srun":
         if os.environ.get("FAKE_RAY_FAILS"):
             sys.exit(1)
         time.sleep(60)  # `ray start --block` runs until the job stops it
-elif name == "python":
+elif name in ("python", "python3"):
     if args[0] == "-c" and "secrets" in args[1]:
         print("ab" * 32)
     elif args[0] == "-c" and "ray.nodes()" in args[1]:
@@ -154,52 +155,39 @@ def test_sbatch_starts_the_head_and_a_worker_per_node_then_the_sweep(slurm, tmp_
     sweeps = [c for c in calls("python") if c["argv"][:2] == ["-m", "fda_ray.sweep"]]
     assert len(sweeps) == 1
     assert sweeps[0]["argv"] == ["-m", "fda_ray.sweep", "--address", "10.0.0.1:6379", "--out", str(tmp_path / "out"),
-                                 "--grid", "noise", "--profile", "paper", "--gpus-per-client", "0.1"]
+                                 "--resume", "auto", "--grid", "noise", "--profile", "paper", "--gpus-per-client", "0.1"]
     assert sweeps[0]["token"] == "ab" * 32
 
 
-@pytest.mark.parametrize("restarts,records,resume", [
-    (0, False, False),  # a first run
-    (1, True, True),  # requeued (preempted, a node failed) after trials were recorded: go on from them
-    (0, True, True),  # the same job submitted again on the same OUT
-    (1, False, False),  # requeued before any record: the sweep would refuse --resume, so start afresh
-    (None, False, False),  # SLURM_RESTART_COUNT unset (never requeued)
-], ids=["first-run", "requeued", "resubmitted", "requeued-before-any-record", "no-restart-count"])
-def test_sbatch_maps_a_requeue_to_resume(slurm, tmp_path, restarts, records, resume):
-    if records:
-        (tmp_path / "out" / "trials").mkdir(parents=True)
-    p, calls = slurm("--grid", "noise", restarts=restarts)
+@pytest.mark.parametrize("restarts", [0, 1, None], ids=["first-run", "requeued", "no-restart-count"])
+def test_sbatch_leaves_resuming_to_the_sweep(slurm, tmp_path, restarts):
+    """A first run, a requeued job and a resubmitted one run the same command: `--resume auto` continues the sweep
+    where OUT holds its records and starts it where OUT holds none (tests/test_sweep.py), a path or a URI alike."""
+    for out in (None, "s3://bucket/sweeps/noise"):
+        p, calls = slurm("--grid", "noise", restarts=restarts, out=out)
+        assert p.returncode == 0, p.stderr
+        sweep = [c["argv"] for c in calls("python") if c["argv"][:2] == ["-m", "fda_ray.sweep"]]
+        assert len(sweep) == 1 and sweep[0][sweep[0].index("--resume") + 1] == "auto"
+        assert sweep[0][sweep[0].index("--out") + 1] == (out or str(tmp_path / "out"))
+
+
+def test_sbatch_runs_python3_first_and_says_when_there_is_none(slurm, tmp_path):
+    bin_dir = tmp_path / "bin"
+    (bin_dir / "python3").write_text((bin_dir / "python").read_text())
+    (bin_dir / "python3").chmod(0o755)
+    p, calls = slurm("--grid", "noise", PYTHON="")
     assert p.returncode == 0, p.stderr
-    sweep = [c["argv"] for c in calls("python") if c["argv"][:2] == ["-m", "fda_ray.sweep"]]
-    assert len(sweep) == 1 and ("--resume" in sweep[0]) is resume
-    assert ("starting the sweep afresh" in p.stderr) is (restarts == 1 and not records)
-
-
-@pytest.mark.parametrize("restarts,found,resume", [
-    (0, 0, True), (1, 1, False), (1, 2, True), (0, 2, False),
-], ids=["records-there", "requeued-nothing-there", "requeued-cannot-look", "first-run-cannot-look"])
-def test_sbatch_looks_for_records_behind_a_uri_through_pyarrow(slurm, restarts, found, resume):
-    p, calls = slurm("--grid", "noise", restarts=restarts, out="s3://bucket/sweeps/noise", FAKE_RECORDS=str(found))
-    assert p.returncode == 0, p.stderr
-    looks = [c["argv"] for c in calls("python") if c["argv"][0] == "-c" and "pyarrow" in c["argv"][1]]
-    assert looks and looks[0][-1] == "s3://bucket/sweeps/noise"
-    sweep = [c["argv"] for c in calls("python") if c["argv"][:2] == ["-m", "fda_ray.sweep"]]
-    assert sweep[0][sweep[0].index("--out") + 1] == "s3://bucket/sweeps/noise"
-    assert ("--resume" in sweep[0]) is resume
-
-
-def test_sbatchs_record_lookup_works_with_real_pyarrow(tmp_path):
-    # the Python the script runs to look behind a URI, run by this Python with the real pyarrow.fs
-    code = re.search(r"records_exist\(\) \{.*?\"\$PYTHON\" -c '(.*?)' \"\$OUT\"", SBATCH.read_text(), re.S).group(1)
-
-    def look(uri: str) -> int:
-        return subprocess.run([sys.executable, "-c", code, uri], capture_output=True, text=True).returncode
-
-    out = tmp_path / "sweep"
-    assert look(out.as_uri()) == 1  # nothing there
-    (out / "trials" / "k1").mkdir(parents=True)
-    assert look(out.as_uri()) == 0 and look(out.as_uri() + "/") == 0
-    assert look("nosuchscheme://bucket/prefix") == 2  # cannot look: the script falls back to the restart count
+    assert calls("python3") and not calls("python")  # python3 first
+    (bin_dir / "python3").unlink()
+    (bin_dir / "python").unlink()
+    only_bash = tmp_path / "only-bash"  # a PATH with bash and the stand-ins, and no Python
+    only_bash.mkdir()
+    (only_bash / "bash").symlink_to(shutil.which("bash"))
+    p, calls = slurm("--grid", "noise", PYTHON="", PATH=f"{bin_dir}:{only_bash}")
+    assert p.returncode == 2 and p.stderr.strip().splitlines() == [
+        "error: PYTHON= is invalid: no python3 or python on PATH; activate fda-ray's environment (or name it in VENV) "
+        "or set PYTHON"]
+    assert not calls("srun")  # nothing started
 
 
 def test_sbatch_exits_with_the_sweeps_exit_code(slurm):
@@ -265,6 +253,9 @@ def test_rayjob_has_a_gpu_less_head_and_a_gpu_group_that_scales_from_zero():
         assert g["minReplicas"] == 0 and g["maxReplicas"] >= 1 and g.get("replicas", 0) == 0
         containers = g["template"]["spec"]["containers"]
         assert float(containers[0]["resources"]["limits"]["nvidia.com/gpu"]) >= 1
+    every = head["containers"] + [c for g in groups for c in g["template"]["spec"]["containers"]]
+    # Kubernetes pulls a :latest image Always by default, which fails for an image loaded into the node (kind load)
+    assert all(c.get("imagePullPolicy") == "IfNotPresent" for c in every)
     images = {c["image"] for c in head["containers"]} | {c["image"] for g in groups for c in g["template"]["spec"]["containers"]}
     assert images == {"fda-ray:latest"}  # the Dockerfile's tag (its build command)
     assert "-t fda-ray:latest" in DOCKERFILE.read_text()
@@ -283,6 +274,7 @@ def test_rayjob_entrypoint_is_a_sweep_writing_to_s3():
     a = parser().parse_args(argv[3:])  # the sweep's own parser accepts it
     assert a.out.startswith("s3://") and a.grid == "noise" and float(argv[argv.index("--gpus-per-client") + 1]) > 0
     assert a.address is None  # a Ray job: RAY_ADDRESS is set for it
+    assert a.resume == "auto"  # the first submission starts, a resubmission continues
 
 
 # ---------------------------------------------------------------- Docker

@@ -458,3 +458,23 @@ def test_set_aside_damaged_keeps_every_damaged_copy_and_leaves_whole_records(tmp
     assert (records / "cut" / "rows.json.damaged.1").read_text() == texts["cut"]
     assert is_done(records / "good") and not any(is_done(records / k) for k in ("cut", "odd", "bytes"))
     assert set_aside_damaged(records) == {}  # nothing left to set aside
+
+
+def test_resume_auto_starts_a_sweep_then_continues_it(tiny_grid, fmnist_dir, tmp_path, capsys, no_ray):
+    """--resume auto, a launcher's one command: the first run starts (no records yet), a rerun continues; the
+    summary's command names neither --resume nor its value."""
+    out = tmp_path / "auto"
+    base = ("--backend", "local", "--workers", "1", "--methods", "target_only", "--values", "0.8", "--rounds", "1",
+            "--resume", "auto", "--json")
+    assert sweep.main(_args(fmnist_dir, out, *base)) == 0
+    first = _summary(capsys.readouterr().out)
+    assert first["trials_run"] == 1 and first["resumed"] is False
+    assert sweep.main(_args(fmnist_dir, out, *base)) == 0
+    again = _summary(capsys.readouterr().out)
+    assert again["trials_run"] == 0 and again["resumed"] is True
+    text = (out / "summary.md").read_text()
+    command = text.split("Command: ")[1].splitlines()[0]
+    assert "--resume" not in command and " auto" not in command
+    assert sweep.main(_args(fmnist_dir, out, "--resume", "maybe")) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "resume='maybe' is invalid: --resume, --resume auto" in err

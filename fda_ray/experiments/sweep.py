@@ -196,7 +196,9 @@ def parser() -> OneLineParser:
                                                               "the resource fda_driver (default: beside their clients, "
                                                               "on any node)")
     s.add_argument("--max-failures", type=int, default=2, help="retries of a failing trial")
-    s.add_argument("--resume", action="store_true", help="continue the sweep in --out, finished trials kept")
+    s.add_argument("--resume", nargs="?", const=True, default=False, type=resume_value,
+                   help="continue the sweep in --out, finished trials kept; --resume auto: continue if --out holds "
+                        "records, else start (a launcher's one command for a first run and a rerun)")
     s.add_argument("--mix-builds", action="store_true", help="resume even though --out's finished trials were "
                                                              "recorded by another build (torch, torchvision, numpy "
                                                              "or fda-ray's number-changing code)")
@@ -214,6 +216,26 @@ def parser() -> OneLineParser:
                                                           "lines), hidden by default")
     add_config_arguments(p, overrides=True, exclude=("dataset", "method", "seed"))
     return p
+
+
+RESUME_WORDS = {"auto": "auto", "true": True, "yes": True, "false": False, "no": False}
+
+
+def resume_value(text: str) -> Any:
+    """--resume's optional value: auto, or true/false (a config file's `resume: true`)."""
+    word = str(text).strip().lower()
+    if word not in RESUME_WORDS:
+        import argparse
+
+        raise argparse.ArgumentTypeError(f"resume={text!r} is invalid: --resume, --resume auto, or true/false in a "
+                                         "config file")
+    return RESUME_WORDS[word]
+
+
+def _auto_resume(a: Any, records: Any) -> None:
+    """--resume auto: resume exactly when `records` (the sweep's or search's trials/) exist."""
+    if a.resume == "auto":
+        a.resume = records.exists()
 
 
 def _list(text: str | None, kind: type, field: str) -> list | None:
@@ -269,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         out = storage_path(a.out or f"sweeps/{grid.name}-{a.profile}")  # a path or a URI (s3://...)
         records = out / "trials"
         preflight.output_dir("out", out)  # before any work: results must have somewhere to go
+        _auto_resume(a, records)
         if records.exists() and not a.resume and not a.dry_run:
             raise SweepError(f"out={str(out)!r} is invalid: it holds a sweep already; pass --resume to continue it "
                              "or choose another --out")
@@ -509,7 +532,15 @@ def dry_run_plan(first: Any, a: Any) -> tuple[list[str], str | None]:
 
 def _command(argv: list[str]) -> str:
     """The command line as the summary repeats it (without --resume and --verbose)."""
-    return "python -m fda_ray.sweep " + " ".join(shlex.quote(x) for x in argv if x not in ("--resume", "--verbose"))
+    kept, skip = [], False
+    for x in argv:
+        if skip and x.strip().lower() in RESUME_WORDS:  # --resume's own value
+            skip = False
+            continue
+        skip = x == "--resume"
+        if x not in ("--resume", "--verbose") and not x.startswith("--resume="):
+            kept.append(x)
+    return "python -m fda_ray.sweep " + " ".join(shlex.quote(x) for x in kept)
 
 
 def _shutdown_ray() -> None:
@@ -576,6 +607,7 @@ def search_main(a: Any, argv: list[str]) -> int:
         first = search_trials(search, a.profile, plan[0], 1, overrides)[0].config().resolved()
         out = storage_path(a.out or f"sweeps/search-{search.name}-{a.profile}")
         preflight.output_dir("out", out)
+        _auto_resume(a, out / "trials")
         if (out / "trials").exists() and not a.resume and not a.dry_run:
             raise SweepError(f"out={str(out)!r} is invalid: it holds a search already; pass --resume to continue it "
                              "or choose another --out")
