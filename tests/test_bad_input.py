@@ -349,3 +349,31 @@ def test_a_sweep_whose_every_trial_fails_exits_1(places, tmp_path, monkeypatch):
     assert code == 1 and summary["trials_done"] == 0 and summary["trials"] == len(summary["failures"]) >= 2
     assert all("run stopped in round 0" in f["error"] for f in summary["failures"])
     assert "Failed trials" in (out / "summary.md").read_text()
+
+
+@pytest.mark.parametrize("argv,tail", [
+    (["-m", "fda_ray.sweep", "--grid", "noize", "--dry-run"], "; did you mean 'noise'?"),
+    (["-m", "fda_ray.sweep", "--grid", "noise", "--profile", "papr", "--dry-run"], "; did you mean 'paper'?"),
+    (["-m", "fda_ray.sweep", "--grid", "noise", "--backend", "tun", "--dry-run"], "; did you mean 'tune'?"),
+    (["-m", "fda_ray.sweep", "--grid", "noise", "--methods", "fedgpp", "--dry-run"], "; did you mean 'fedgp'?"),
+    (["-m", "fda_ray", "--method", "fedgpp"], "; did you mean 'fedgp'?"),
+    (["-m", "fda_ray", "--dataset", "fashion-mnst"], "; did you mean 'fashion-mnist'?"),
+    (["-m", "fda_ray", "--partition", "labelshift"], "; did you mean 'label_shift'?"),
+])
+def test_a_misspelt_name_is_told_the_closest_one(argv, tail):
+    """One line, exit code 2, ending in the known name closest to the misspelt one (difflib)."""
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and lines[0].endswith(tail), lines
+
+
+def test_no_suggestion_for_a_name_close_to_nothing():
+    from fda_ray.core.registry import did_you_mean
+
+    assert did_you_mean("zzzzzz", ["fedgp", "fedda"]) == "" and did_you_mean(3, ["fedgp"]) == ""
+    assert did_you_mean("FedGP", ["fedgp", "fedda"]) == ""  # (difflib is case-sensitive: 0.4)
+    assert did_you_mean("fedpg", ["fedgp", "fedda"]) == "; did you mean 'fedgp'?"

@@ -44,6 +44,7 @@ import dataclasses
 import json
 from typing import Any, Callable, Mapping
 
+from fda_ray.core.registry import did_you_mean
 from tuning.grids import Grid, Profile, Row
 from tuning.searches import Dim, Search
 
@@ -164,10 +165,10 @@ class Checker:
     def __init__(self, what: str, path: str) -> None:
         self.prefix = f"{what} file {path!r}"
 
-    def fail(self, where: str, value: Any, allowed: str) -> DefinitionFileError:
+    def fail(self, where: str, value: Any, allowed: str, names: Any = ()) -> DefinitionFileError:
         shown = repr(value)
         shown = shown if len(shown) <= 60 else shown[:57] + "..."
-        return DefinitionFileError(f"{self.prefix}: {where}={shown} is invalid: {allowed}")
+        return DefinitionFileError(f"{self.prefix}: {where}={shown} is invalid: {allowed}{did_you_mean(value, names)}")
 
     def keys(self, where: str, d: Any, required: tuple[str, ...], optional: tuple[str, ...]) -> dict[str, Any]:
         if not isinstance(d, dict):
@@ -225,7 +226,7 @@ def _row(c: Checker, where: str, d: Any) -> Row:
     d = c.keys(where, d, ("key", "method"), ("label", "params"))
     method = c.text(f"{where}.method", d["method"])
     if method not in ALGORITHMS:
-        raise c.fail(f"{where}.method", method, f"one of {', '.join(ALGORITHMS.names())}")
+        raise c.fail(f"{where}.method", method, f"one of {', '.join(ALGORITHMS.names())}", ALGORITHMS.names())
     key = c.text(f"{where}.key", d["key"])
     params = c.mapping(f"{where}.params", d.get("params", {}))
     if "method" in params:
@@ -254,7 +255,7 @@ def _dataset(c: Checker, v: Any) -> str:
 
     name = c.text("dataset", v)
     if name not in DATASETS:
-        raise c.fail("dataset", name, f"one of {', '.join(DATASETS.names())}")
+        raise c.fail("dataset", name, f"one of {', '.join(DATASETS.names())}", DATASETS.names())
     return name
 
 
@@ -366,7 +367,7 @@ def search_from_dict(data: Any, path: str = "<mapping>") -> Search:
     methods = tuple(c.text(f"methods[{i}]", m) for i, m in enumerate(c.seq("methods", d["methods"])))
     for i, m in enumerate(methods):
         if m not in ALGORITHMS:
-            raise c.fail(f"methods[{i}]", m, f"one of {', '.join(ALGORITHMS.names())}")
+            raise c.fail(f"methods[{i}]", m, f"one of {', '.join(ALGORITHMS.names())}", ALGORITHMS.names())
     profiles = {c.text("profiles key", k): _profile(c, f"profiles.{k}", p)
                 for k, p in c.mapping("profiles", d["profiles"]).items()}
     if not profiles:
@@ -429,7 +430,7 @@ def resolve(ref: str, known: Mapping[str, Any], what: str, plural: str, read: Ca
         return known[ref]
     if not is_file_ref(ref):
         raise DefinitionFileError(f"{what}={ref!r} is invalid: a {what} file (.yaml, .yml, .json) or one of the known "
-                                  f"{plural}: {', '.join(known)}")
+                                  f"{plural}: {', '.join(known)}{did_you_mean(ref, known)}")
     definition = read(ref)
     c = Checker(what, ref)
     for name in definition.profiles:

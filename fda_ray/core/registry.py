@@ -1,12 +1,23 @@
 """Name -> object registries (rules, methods, models, datasets), DomainBed style.
 
-A typo in a name gives one ValueError that lists the known names, so a CLI can print it as is.
+A typo in a name gives one ValueError that lists the known names, and the closest of them (`did_you_mean`, the
+standard library's difflib), so a CLI can print it as is.
 """
 from __future__ import annotations
 
-from typing import Callable, Generic, Iterator, TypeVar
+import difflib
+from typing import Callable, Generic, Iterable, Iterator, TypeVar
 
 T = TypeVar("T")
+
+
+def did_you_mean(value: object, names: Iterable[str]) -> str:
+    """"; did you mean 'fedgp'?" for the known name closest to a misspelt `value` (difflib's ratio of at least
+    0.6), or "" when none is close or `value` is not a string."""
+    if not isinstance(value, str):
+        return ""
+    close = difflib.get_close_matches(value, [str(n) for n in names], n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 class Registry(Generic[T]):
@@ -33,7 +44,7 @@ class Registry(Generic[T]):
             return self._items[name]
         except KeyError:
             known = ", ".join(self._items)
-            raise ValueError(f"unknown {self.kind} {name!r}; known: {known}") from None
+            raise ValueError(f"unknown {self.kind} {name!r}; known: {known}{did_you_mean(name, self._items)}") from None
 
     def names(self) -> list[str]:
         return list(self._items)

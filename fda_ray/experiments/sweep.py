@@ -40,6 +40,7 @@ from typing import Any, Sequence
 from fda_ray.core.storage import StoragePath, storage_path
 from fda_ray.runtime import preflight, resources
 from fda_ray.core.parsing import OneLineParser
+from fda_ray.core.registry import did_you_mean
 from fda_ray.experiments.cli import add_config_arguments, config_fields
 from fda_ray.data.base import DatasetNotFound
 from fda_ray.experiments.backends import Progress, run_local, run_tune, write_parquet
@@ -266,9 +267,11 @@ def main(argv: list[str] | None = None) -> int:
             print(dump_definition(grid_to_dict(grid), a.print_grid), end="")
             return 0
         if a.profile not in grid.profiles:
-            raise SweepError(f"profile={a.profile!r} is invalid for grid {a.grid!r}: one of {', '.join(grid.profiles)}")
+            raise SweepError(f"profile={a.profile!r} is invalid for grid {a.grid!r}: one of {', '.join(grid.profiles)}"
+                             f"{did_you_mean(a.profile, grid.profiles)}")
         if a.backend not in BACKENDS:
-            raise SweepError(f"backend={a.backend!r} is invalid: one of {', '.join(BACKENDS)}")
+            raise SweepError(f"backend={a.backend!r} is invalid: one of {', '.join(BACKENDS)}"
+                             f"{did_you_mean(a.backend, BACKENDS)}")
         for name in ("seeds", "workers", "max_concurrent"):
             v = getattr(a, name)
             if v is not None and v < 1:
@@ -569,9 +572,11 @@ def search_main(a: Any, argv: list[str]) -> int:
             print(dump_definition(search_to_dict(search), a.print_grid), end="")
             return 0
         if a.profile not in search.profiles:
-            raise SweepError(f"profile={a.profile!r} is invalid: one of {', '.join(search.profiles)}")
+            raise SweepError(f"profile={a.profile!r} is invalid: one of {', '.join(search.profiles)}"
+                             f"{did_you_mean(a.profile, search.profiles)}")
         if a.backend not in BACKENDS:
-            raise SweepError(f"backend={a.backend!r} is invalid: one of {', '.join(BACKENDS)}")
+            raise SweepError(f"backend={a.backend!r} is invalid: one of {', '.join(BACKENDS)}"
+                             f"{did_you_mean(a.backend, BACKENDS)}")
         if a.scheduler not in SCHEDULERS:
             raise SweepError(f"scheduler={a.scheduler!r} is invalid: one of {', '.join(SCHEDULERS)}")
         from fda_ray.experiments.search import SEARCH_ALGS

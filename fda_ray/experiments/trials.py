@@ -135,8 +135,11 @@ def select_rows(grid: Grid, rows: Sequence[str] | None) -> list[str]:
     for name in rows:
         hit = [r.key for r in grid.rows if name in (r.key, r.method)]
         if not hit:
-            known = ", ".join(dict.fromkeys([r.key for r in grid.rows] + [r.method for r in grid.rows]))
-            raise ValueError(f"methods={name!r} is invalid: grid {grid.name!r} has rows {known}")
+            from fda_ray.core.registry import did_you_mean
+
+            names = list(dict.fromkeys([r.key for r in grid.rows] + [r.method for r in grid.rows]))
+            raise ValueError(f"methods={name!r} is invalid: grid {grid.name!r} has rows {', '.join(names)}"
+                             f"{did_you_mean(name, names)}")
         keys += [k for k in hit if k not in keys]
     return [r.key for r in grid.rows if r.key in keys]  # the table's order
 

@@ -124,8 +124,11 @@ def numbers_fields() -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(RunConfig) if f.metadata.get("numbers", True))
 
 
-def _err(field: str, value: Any, allowed: str) -> ValueError:
-    return ValueError(f"{field}={value!r} is invalid: {allowed}")
+def _err(field: str, value: Any, allowed: str, names: Any = ()) -> ValueError:
+    """The one-line error; `names`: the known names, the closest of which a misspelt value is told of."""
+    from fda_ray.core.registry import did_you_mean
+
+    return ValueError(f"{field}={value!r} is invalid: {allowed}{did_you_mean(value, names)}")
 
 
 def _f(default: Any, help: str, choices: tuple[str, ...] | None = None, group: str = "run",
@@ -286,11 +289,11 @@ class RunConfig:
         from fda_ray.train.models import MODELS
 
         if self.dataset not in DATASETS:
-            raise _err("dataset", self.dataset, f"known datasets: {', '.join(DATASETS.names())}")
+            raise _err("dataset", self.dataset, f"known datasets: {', '.join(DATASETS.names())}", DATASETS.names())
         if self.method not in ALGORITHMS:
-            raise _err("method", self.method, f"known methods: {', '.join(ALGORITHMS.names())}")
+            raise _err("method", self.method, f"known methods: {', '.join(ALGORITHMS.names())}", ALGORITHMS.names())
         if self.model is not None and self.model not in MODELS:
-            raise _err("model", self.model, f"known models: {', '.join(MODELS.names())}")
+            raise _err("model", self.model, f"known models: {', '.join(MODELS.names())}", MODELS.names())
         if isinstance(self.test_env, float) and self.test_env.is_integer():  # a grid's value (2.0)
             object.__setattr__(self, "test_env", int(self.test_env))
         if not isinstance(self.test_env, int) or isinstance(self.test_env, bool) or self.test_env < 0:
@@ -355,13 +358,13 @@ class RunConfig:
             if not isinstance(v, int) or v < lo:
                 raise _err(name, v, f"an integer >= {lo}")
         if self.baseline_protocol not in BASELINE_PROTOCOLS:
-            raise _err("baseline_protocol", self.baseline_protocol, f"one of {', '.join(BASELINE_PROTOCOLS)}")
+            raise _err("baseline_protocol", self.baseline_protocol, f"one of {', '.join(BASELINE_PROTOCOLS)}", BASELINE_PROTOCOLS)
         if self.projection not in PROJECTIONS:
-            raise _err("projection", self.projection, f"one of {', '.join(PROJECTIONS)}")
+            raise _err("projection", self.projection, f"one of {', '.join(PROJECTIONS)}", PROJECTIONS)
         if self.partition is not None and self.partition not in PARTITIONS:
-            raise _err("partition", self.partition, f"one of {', '.join(PARTITIONS)}")
+            raise _err("partition", self.partition, f"one of {', '.join(PARTITIONS)}", PARTITIONS)
         if self.auto_beta_rule is not None and self.auto_beta_rule not in AUTO_BETA_RULES:
-            raise _err("auto_beta_rule", self.auto_beta_rule, f"one of {', '.join(AUTO_BETA_RULES)}")
+            raise _err("auto_beta_rule", self.auto_beta_rule, f"one of {', '.join(AUTO_BETA_RULES)}", AUTO_BETA_RULES)
         for name in ("lr_source", "lr_target", "auto_lr_factor"):
             v = getattr(self, name)
             if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
@@ -391,7 +394,7 @@ class RunConfig:
         if self.aggregation_impl not in ("kernel", "reference"):
             raise _err("aggregation_impl", self.aggregation_impl, "one of kernel, reference")
         if self.executor not in EXECUTORS:
-            raise _err("executor", self.executor, f"one of {', '.join(EXECUTORS)}")
+            raise _err("executor", self.executor, f"one of {', '.join(EXECUTORS)}", EXECUTORS)
         if self.cpus_per_client is not None and not (
                 isinstance(self.cpus_per_client, (int, float)) and 0 < self.cpus_per_client <= 1024):
             raise _err("cpus_per_client", self.cpus_per_client, "a number of CPUs > 0 (fractions allowed)")
@@ -403,7 +406,7 @@ class RunConfig:
                                                    or self.clients_per_actor < 1):
             raise _err("clients_per_actor", self.clients_per_actor, "an integer >= 1 (or unset: pooled to the machine)")
         if self.vectorise not in VECTORISE:
-            raise _err("vectorise", self.vectorise, f"one of {', '.join(VECTORISE)}")
+            raise _err("vectorise", self.vectorise, f"one of {', '.join(VECTORISE)}", VECTORISE)
         if not isinstance(self.client_retries, int) or self.client_retries < 0:
             raise _err("client_retries", self.client_retries, "an integer >= 0")
 
