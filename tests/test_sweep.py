@@ -478,3 +478,20 @@ def test_resume_auto_starts_a_sweep_then_continues_it(tiny_grid, fmnist_dir, tmp
     assert sweep.main(_args(fmnist_dir, out, "--resume", "maybe")) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "resume='maybe' is invalid: --resume, --resume auto" in err
+
+
+def test_dry_run_checks_the_device_and_the_data_of_this_machine(tmp_path, capsys):
+    """--dry-run plans for this machine, so it checks what the trials need from it (one line, exit code 2);
+    with --plan-for it plans for other nodes and checks nothing here."""
+    import torch
+
+    if not torch.cuda.is_available():  # (a GPU machine has the device)
+        assert sweep.main(["--grid", "noise", "--device", "cuda", "--dry-run"]) == 2
+        assert capsys.readouterr().err.strip() == ("error: device='cuda' is invalid: this machine has no CUDA GPU "
+                                                   "(torch.cuda.is_available() is False); use --device cpu")
+    assert sweep.main(["--grid", "noise", "--data-dir", str(tmp_path / "none"), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: Fashion-MNIST not found in data_dir=") and "searched:" in err
+    assert sweep.main(["--grid", "noise", "--device", "cuda", "--data-dir", str(tmp_path / "none"), "--dry-run",
+                       "--plan-for", "CPU=16,GPU=1"]) == 0
+    capsys.readouterr()

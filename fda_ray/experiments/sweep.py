@@ -309,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
             raise SweepError(f"plan_for={a.plan_for!r} is invalid without --dry-run: it plans for nodes that are "
                              "not here")
         if a.dry_run:
+            if a.plan_for is None:  # planned for this machine: what its trials need from it, checked now
+                _check_here(grid.dataset, trials[0].config().resolved(), overrides)
             lines, refusal = dry_run_plan(trials[0].config().resolved(), a)
             for t in trials:
                 state = "to run (damaged record)" if t.key in damaged else "done" if is_done(records / t.key) \
@@ -491,6 +493,15 @@ def _preflight(dataset: str, first: Any, backend: str, address: str | None, over
     preflight.shared_storage("out", out)
 
 
+def _check_here(dataset: str, first: Any, overrides: dict[str, Any]) -> None:
+    """--dry-run's checks of this machine: the dataset is found, the weights file exists, the device is here."""
+    from fda_ray.data import load
+
+    load(dataset, overrides.get("data_dir"))
+    preflight.model_weights(first.model_weights, first.model)
+    preflight.device(first.device)
+
+
 def trial_plan(first: Any, address: str | None, pin_drivers: bool, plan_for: str | None = None
                ) -> tuple[resources.TrialPlan, resources.Cluster]:
     """A Tune trial's plan (every trial of a sweep asks the same) on the cluster it will run on: the nodes
@@ -624,6 +635,8 @@ def search_main(a: Any, argv: list[str]) -> int:
             raise SweepError(f"plan_for={a.plan_for!r} is invalid without --dry-run: it plans for nodes that are "
                              "not here")
         if a.dry_run:
+            if a.plan_for is None:
+                _check_here(search.dataset, first, overrides)
             if a.search_alg == "optuna":
                 print(f"{len(plan)} studies x {num_samples} trials drawn by Optuna as the search goes")
             else:
