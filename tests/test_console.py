@@ -119,3 +119,22 @@ def test_progress_pickles_without_its_stream_and_trackers():
     q = pickle.loads(pickle.dumps(p))
     assert q.stream is sys.stdout and q.observers == [] and q.queued == {"fedgp": 1} and q.total == 3
     assert p.stream is out and len(p.observers) == 1  # the live one keeps both
+
+
+def test_the_block_never_wraps_or_scrolls_a_small_terminal():
+    """A line wider than the terminal wraps, a block taller than it scrolls: either way the redraw's cursor-up
+    clears too little. The block is cut to the terminal: lines to its width, running trials to its height."""
+    from fda_ray.experiments.console import fit
+
+    out = io.StringIO()
+    p = Progress(30, "noise", stream=out, live=True)
+    p.terminal_size = lambda: (40, 6)
+    for i in range(12):
+        p.started(T(f"k{i}", "fedgp_auto_with_a_long_row_name"), 52)
+    frames = [f for f in out.getvalue().split("\x1b[") if f]
+    last = frames[-1].split("J", 1)[-1] if "J" in frames[-1][:4] else frames[-1]
+    lines = [ln for ln in last.splitlines() if ln]
+    assert len(lines) == 5 and all(len(ln) <= 39 for ln in lines)
+    assert lines[-1] == "  ... and 9 more running"
+    assert fit(["short", "x" * 100], 30, 24) == ["short", "x" * 26 + "..."]
+    assert fit(["a", "b"], 80, 24) == ["a", "b"]

@@ -71,6 +71,16 @@ def trial_name(t: Any, variable: str) -> str:
     return f"{t.row} {variable}={at} seed {t.seed}"
 
 
+def fit(lines: list[str], columns: int, rows: int) -> list[str]:
+    """The status block cut to a terminal of `columns` x `rows`: each line at most columns - 1 characters (the
+    last column would wrap on some terminals), at most rows - 1 lines (the head, the first running trials, and
+    "... and N more running")."""
+    width, height = max(10, columns - 1), max(2, rows - 1)
+    if len(lines) > height:
+        lines = lines[:height - 1] + [f"  ... and {len(lines) - (height - 1)} more running"]
+    return [ln if len(ln) <= width else ln[:width - 3] + "..." for ln in lines]
+
+
 class Progress:
     """The trials' progress (see the module docstring). `live`: redraw a block in place (default: when the
     stream is a terminal)."""
@@ -197,12 +207,23 @@ class Progress:
             self.stream.write(f"\x1b[{self._drawn}F\x1b[J")
             self._drawn = 0
 
+    def terminal_size(self) -> tuple[int, int]:
+        """(columns, lines) of the terminal the block is drawn on; a stream that is no terminal (a test's, a
+        notebook's) has no size to keep to."""
+        try:
+            size = os.get_terminal_size(self.stream.fileno())
+        except (AttributeError, OSError, ValueError):
+            return 10_000, 10_000
+        return size.columns, size.lines
+
     def draw(self) -> None:
-        """Redraw the block in place (a terminal only)."""
+        """Redraw the block in place (a terminal only), never wider or taller than the terminal: a line wider
+        than it would wrap and the block's cursor-up would then clear too few lines (and leave the old block
+        behind); a block taller than it would scroll the same way."""
         if not self.live:
             return
         self._clear()
-        lines = self.block()
+        lines = fit(self.block(), *self.terminal_size())
         self.stream.write("\n".join(lines) + "\n")
         self.stream.flush()
         self._drawn = len(lines)
