@@ -437,7 +437,7 @@ def test_quick_profile_gives_the_personalised_rows_the_fda_budget():
 
 
 def test_last_five_rounds_metric():
-    from fda_ray.experiments.sweep import final_accuracies
+    from fda_ray.experiments.tables import final_accuracies
 
     rows = [{"row": "fedgp", "grid_value": 0.0, "trial": "t", "seed": 0, "round": r, "phase": "main",
              "accuracy": a} for r, a in enumerate([0.1, 0.2, 0.5, 0.6, 0.7, 0.8, 0.9])]

@@ -495,3 +495,20 @@ def test_dry_run_checks_the_device_and_the_data_of_this_machine(tmp_path, capsys
     assert sweep.main(["--grid", "noise", "--device", "cuda", "--data-dir", str(tmp_path / "none"), "--dry-run",
                        "--plan-for", "CPU=16,GPU=1"]) == 0
     capsys.readouterr()
+
+
+def test_summary_cells_print_the_interval_collect_prints():
+    """One statistic everywhere a user reads a cell: summary.md prints mean ± the 95 % confidence half-width
+    (Student's t), as collect and the results pages do, and says so."""
+    from fda_ray.experiments.tables import mean_ci
+    from tuning.grids import GRIDS
+
+    grid = GRIDS["noise"]
+    rows = [{"row": "fedgp", "grid_value": 0.4, "trial": f"t{s}", "seed": s, "round": 0, "accuracy": a}
+            for s, a in enumerate((0.60, 0.64, 0.65))]
+    text, summary = sweep.summarize(rows, [], grid, "quick", ["fedgp"], [0.4], "python -m fda_ray.sweep")
+    mean, half, sd = mean_ci([60.0, 64.0, 65.0])
+    assert f"| FedGP_0.5 | {mean:.2f} ± {half:.2f} (n=3)" in text and half > sd  # t_{0.975, 2} / sqrt(3) > 1
+    assert "mean ± the 95 % confidence half-width over seeds (Student's t)" in text
+    cell = summary["cells"]["fedgp"]["0.4"]
+    assert cell["ci95"] == pytest.approx(half, rel=1e-12) and cell["std"] == pytest.approx(sd, rel=1e-12)

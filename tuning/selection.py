@@ -20,7 +20,6 @@ column alone: corrupting the test labels cannot change a non-oracle selection (t
 """
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -73,7 +72,3 @@ def best_so_far(values: Sequence[float | None]) -> list[float | None]:
         out.append(best)
     return out
 
-
-def mean_std(values: Sequence[float]) -> tuple[float, float]:
-    """(mean, sample std; 0 for one value)."""
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)

@@ -78,12 +78,20 @@ def package_version(dist: str) -> str:
         return "not installed"
 
 
+def cpu_capability() -> str:
+    """The CPU capability torch dispatches to: "DEFAULT", "AVX2", "AVX512", ... (the C++ kernel is built for it)."""
+    import torch
+
+    try:
+        return str(torch.backends.cpu.get_cpu_capability())
+    except Exception:  # older torch
+        return "DEFAULT"
+
+
 def build(aggregation: str | None = None) -> dict[str, str | None]:
     """This process's build; `aggregation`: the kernels' implementation that ran (None: not known yet, or no
     aggregation went through the kernels, as in FSSDA)."""
     import torch  # torch as torch.__version__ spells it ("2.15.0+cu132"), as records have named it from the start
-
-    from fda_ray.kernels.loader import cpu_capability
 
     return {**{lib: package_version(lib) for lib in LIBRARIES}, "torch": torch.__version__, "code": code_version(),
             "aggregation": aggregation, "cpu": cpu_capability()}

@@ -149,7 +149,8 @@ def _value_label(variable: str, v: float) -> str:
 
 def accuracy_figure(summary: dict[str, Any], grid: Grid, row_keys: Sequence[str], values: Sequence[float],
                     stem: str | Path | StoragePath) -> Drawn:
-    """Final target accuracy (mean, std error bars over seeds) against the grid variable, a line per row;
+    """Final target accuracy (mean, error bars the 95 % confidence half-width over seeds, as the tables print)
+    against the grid variable, a line per row;
     beside it the paper's numbers on the same axes where the grid has them."""
     cells = summary["cells"]
     paper_rows = [k for k in row_keys if k in grid.paper]
@@ -163,13 +164,13 @@ def accuracy_figure(summary: dict[str, Any], grid: Grid, row_keys: Sequence[str]
         ys = [row.get(f"{v:g}", {}).get("mean", math.nan) for v in values]
         if all(math.isnan(y) for y in ys):
             continue
-        err = [row.get(f"{v:g}", {}).get("std", 0.0) for v in values]
+        err = [row.get(f"{v:g}", {}).get("ci95", 0.0) for v in values]
         label = grid.row(key).label
         # a row keeps its colour and marker in both panels, whichever rows have numbers
         ax.errorbar(values, ys, yerr=err, marker=MARKERS[i % len(MARKERS)], color=colour(i, len(row_keys)), capsize=3,
                     label=label)
         drawn.series["ours"].append(label)
-    ax.set_title(f"fda-ray ({summary['profile']} profile)")
+    ax.set_title(f"fda-ray ({summary['profile']} profile; bars: 95 % CI over seeds)", fontsize=9)
     if paper_rows:
         axp = axes[0, 1]
         drawn.series["paper"] = []

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from fda_ray.core.storage import StoragePath, storage_path
-from tuning.selection import RULES, best_so_far, final_value, mean_std, select
+from tuning.selection import RULES, best_so_far, final_value, select
 from fda_ray.experiments.trials import (ROWS_FILE, Trial, is_done, merge_fields, point_trial, read_rows,
                                        set_aside_damaged, trial_key)
 from tuning.files import write_definition
@@ -231,8 +231,12 @@ def _fmt_point(point: dict[str, Any]) -> str:
 def _cell(values: list[float]) -> str:
     if not values:
         return "-"
-    m, s = mean_std(values)
-    return f"{m:.2f} ± {s:.2f} (n={len(values)})" if len(values) > 1 else f"{m:.2f}"
+    if len(values) < 2:
+        return f"{values[0]:.2f}"
+    from fda_ray.experiments.tables import mean_ci
+
+    m, half, _ = mean_ci(values)
+    return f"{m:.2f} ± {half:.2f} (n={len(values)})"  # the 95 % confidence half-width, as collect prints it
 
 
 def summarize(search: Search, profile: str, tables: dict[str, dict], reruns: dict[str, dict[str, list[float]]],
@@ -246,7 +250,8 @@ def summarize(search: Search, profile: str, tables: dict[str, dict], reruns: dic
              + ". The oracle reads the target's test labels: an upper bound, not a result.", "",
              f"Per setting: each rule's selected configuration, the search's final value of the rule's validation "
              f"metric (for the oracle: of the first rule's) and of the test accuracy (%, seed 0), and the test accuracy "
-             f"of the configuration rerun on seeds {RERUN_SEED0}..{RERUN_SEED0 + search.rerun_seeds - 1} (mean ± std): "
+             f"of the configuration rerun on seeds {RERUN_SEED0}..{RERUN_SEED0 + search.rerun_seeds - 1} (mean ± the 95 % "
+             f"confidence half-width over seeds, Student's t): "
              f"the number to report.", "",
              f"Command: `{command}`", ""]
     for value in search.values:

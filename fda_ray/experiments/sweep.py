@@ -46,6 +46,7 @@ from fda_ray.data.base import DatasetNotFound
 from fda_ray.experiments.backends import Progress, run_local, run_tune, write_parquet
 from fda_ray.experiments import console, tracking
 from fda_ray.experiments.console import quiet
+from fda_ray.experiments.tables import final_accuracies, mean_ci
 from fda_ray.experiments.tracking import Tracking
 from fda_ray.experiments.trials import Trial, is_done, load_grid, plan, read_rows, result_rows, set_aside_damaged
 from tuning.grids import GRIDS, Grid
@@ -76,37 +77,6 @@ def collect(trials: Sequence[Trial], grid: Grid, records: StoragePath | Path) ->
     return rows, seconds
 
 
-def final_accuracies(rows: list[dict], last: int = 1, metric: str = "accuracy", scale: float = 100.0
-                     ) -> dict[tuple[str, float], dict[int, float]]:
-    """(row key, grid value) -> {seed: accuracy (%)}: each trial's last round at each value, or with last=k
-    the mean of its last k rounds (seed 004's DomainBed metric: "the average of the last 5 epochs"). A final
-    row that evaluates without training (kNN-Per's kNN evaluation) is the trial's number on its own.
-    metric: the row column ("auc" for seed 000's binary tasks; a list-valued one is averaged over its entries);
-    scale: 100 for a fraction shown in %, 1 for a number shown as it is (a lambda, a count)."""
-    by_trial: dict[tuple[str, float, str], list[dict]] = {}
-    for r in rows:
-        if r.get(metric) is not None:
-            by_trial.setdefault((r["row"], r["grid_value"], r["trial"]), []).append(r)
-    out: dict[tuple[str, float], dict[int, float]] = {}
-    for (row, value, _), rs in by_trial.items():
-        rs.sort(key=lambda r: r["round"])
-        tail = rs[-1:] if rs[-1].get("phase") == "knn" else rs[-last:]
-        out.setdefault((row, value), {})[int(rs[-1]["seed"])] = scale * statistics.fmean(scalar(r[metric]) for r in tail)
-    return out
-
-
-def scalar(x: Any) -> float:
-    """A round column's number: a per-client or per-source list (FSSDA's teacher_accuracy, its devices'
-    imitation_lambda_i; a Parquet file keeps such lists as JSON text) is the mean of its entries."""
-    if isinstance(x, str):
-        x = json.loads(x)
-    if isinstance(x, (list, tuple)):
-        if not x:
-            raise ValueError("an empty list has no mean")
-        return statistics.fmean(float(v) for v in x)
-    return float(x)
-
-
 def summarize(rows: list[dict], failures: list[dict], grid: Grid, profile: str, row_keys: Sequence[str],
               values: Sequence[float], command: str) -> tuple[str, dict]:
     """summary.md text and the same numbers as a dict: final accuracy (%) per row x value (and, for the
@@ -114,7 +84,8 @@ def summarize(rows: list[dict], failures: list[dict], grid: Grid, profile: str, 
     cells: dict[str, dict[str, Any]] = {}
     lines = [f"# Sweep `{grid.name}` ({profile} profile)", "",
              f"Final target test accuracy (%), ours / paper ({grid.paper_ref or 'no published numbers'}); "
-             f"mean ± std over seeds where n > 1; **!** marks a gap of more than {GAP:g} points.", "",
+             f"mean ± the 95 % confidence half-width over seeds (Student's t) where n > 1, as `python -m "
+             f"fda_ray.collect` and the results pages print it; **!** marks a gap of more than {GAP:g} points.", "",
              *([f"Profile `{profile}`: {grid.profiles[profile].note}", ""] if grid.profiles[profile].note else []),
              f"Command: `{command}`", ""]
     binary = any(r.get("auc") is not None for r in rows)  # seed 000's tasks: AUC beside accuracy
@@ -137,13 +108,13 @@ def summarize(rows: list[dict], failures: list[dict], grid: Grid, profile: str, 
                 cell = "-"
                 if accs:
                     mean = statistics.fmean(accs)
-                    sd = statistics.stdev(accs) if len(accs) > 1 else 0.0
-                    cell = f"{mean:.2f} ± {sd:.2f} (n={len(accs)})" if len(accs) > 1 else f"{mean:.2f}"
-                    entry = {"mean": mean, "std": sd, "n": len(accs), "paper": paper}
+                    half, sd = mean_ci(accs)[1:] if len(accs) > 1 else (0.0, 0.0)
+                    cell = f"{mean:.2f} ± {half:.2f} (n={len(accs)})" if len(accs) > 1 else f"{mean:.2f}"
+                    entry = {"mean": mean, "std": sd, "ci95": half, "n": len(accs), "paper": paper}
                     if name == "accuracy":
                         cells.setdefault(key, {})[f"{v:g}"] = entry
                     else:
-                        cells[key][f"{v:g}"][name] = {"mean": mean, "std": sd}
+                        cells[key][f"{v:g}"][name] = {"mean": mean, "std": sd, "ci95": half}
                 if paper is not None:
                     cell += f" / {paper:.2f}" + (" **!**" if accs and abs(statistics.fmean(accs) - paper) > GAP else "")
                 out.append(cell)

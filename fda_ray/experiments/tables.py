@@ -1,5 +1,7 @@
-"""The statistics results tables print, pure functions of a sweep's rows (fda_ray.experiments.sweep.collect).
+"""The statistics results tables print (summary.md, collect, the pages), pure functions of a sweep's rows.
 
+    final_accuracies(rows, last)    (row, grid value) -> {seed: the final round's (or last k rounds') metric (%)}
+    scalar(x)                       a round column's number (a list: the mean of its entries)
     final(rows, metric)             (row, grid value) -> {seed: the final round's metric (%)}
     mean_ci(values)                 (mean, the 95 % confidence half-width t_{0.975, n-1} s / sqrt(n), s)
     short_ci(values)                "mean ± half-width" to one decimal: what seed 000 Table 2 prints as "±"
@@ -12,9 +14,10 @@
 """
 from __future__ import annotations
 
+import json
 import math
 import statistics
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 # Student's t, 0.975 quantile, by degrees of freedom (beyond the table: the normal's 1.96 is within 2 % from 60 on)
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
@@ -31,13 +34,42 @@ def t975(df: int) -> float:
     return T_975[max(k for k in T_975 if k <= df)]
 
 
+def final_accuracies(rows: list[dict], last: int = 1, metric: str = "accuracy", scale: float = 100.0
+                     ) -> dict[tuple[str, float], dict[int, float]]:
+    """(row key, grid value) -> {seed: accuracy (%)}: each trial's last round at each value, or with last=k
+    the mean of its last k rounds (seed 004's DomainBed metric: "the average of the last 5 epochs"). A final
+    row that evaluates without training (kNN-Per's kNN evaluation) is the trial's number on its own.
+    metric: the row column ("auc" for seed 000's binary tasks; a list-valued one is averaged over its entries);
+    scale: 100 for a fraction shown in %, 1 for a number shown as it is (a lambda, a count)."""
+    by_trial: dict[tuple[str, float, str], list[dict]] = {}
+    for r in rows:
+        if r.get(metric) is not None:
+            by_trial.setdefault((r["row"], r["grid_value"], r["trial"]), []).append(r)
+    out: dict[tuple[str, float], dict[int, float]] = {}
+    for (row, value, _), rs in by_trial.items():
+        rs.sort(key=lambda r: r["round"])
+        tail = rs[-1:] if rs[-1].get("phase") == "knn" else rs[-last:]
+        out.setdefault((row, value), {})[int(rs[-1]["seed"])] = scale * statistics.fmean(scalar(r[metric]) for r in tail)
+    return out
+
+
+def scalar(x: Any) -> float:
+    """A round column's number: a per-client or per-source list (FSSDA's teacher_accuracy, its devices'
+    imitation_lambda_i; a Parquet file keeps such lists as JSON text) is the mean of its entries."""
+    if isinstance(x, str):
+        x = json.loads(x)
+    if isinstance(x, (list, tuple)):
+        if not x:
+            raise ValueError("an empty list has no mean")
+        return statistics.fmean(float(v) for v in x)
+    return float(x)
+
+
 def final(rows: Iterable[dict], metric: str = "accuracy", last: int = 1, scale: float = 100.0
           ) -> dict[tuple[str, float], dict[int, float]]:
     """(row key, grid value) -> {seed: metric (%)} of each trial's last round (the sweep's final_accuracies), or
     with last=k the mean of its last k rounds (seed 004's DomainBed metric, k = 5); scale=1 keeps a number that is
     not a fraction (a lambda, a count) as it is."""
-    from fda_ray.experiments.sweep import final_accuracies
-
     return final_accuracies(list(rows), last=last, metric=metric, scale=scale)
 
 
@@ -71,8 +103,6 @@ def runs(rows: Iterable[dict], metric: str = "accuracy", scale: float = 100.0
          ) -> dict[tuple[str, float, int], dict[int, float]]:
     """(row key, grid value, seed) -> {round: metric (%)}: every recorded round of each trial (rounds as the rows
     number them, from 0)."""
-    from fda_ray.experiments.sweep import scalar
-
     out: dict[tuple[str, float, int], dict[int, float]] = {}
     for r in rows:
         if r.get(metric) is not None:

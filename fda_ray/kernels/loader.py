@@ -30,11 +30,7 @@ _status: dict[str, str] = {}
 _seconds: dict[str, float] = {}  # the time each kind's build or load took in this process (a run's start-up phase)
 
 
-def cpu_capability() -> str:
-    try:
-        return str(torch.backends.cpu.get_cpu_capability())  # "DEFAULT", "AVX2", "AVX512", ...
-    except Exception:  # older torch
-        return "DEFAULT"
+from fda_ray.core.build import cpu_capability  # noqa: E402  (the build names it too)
 
 
 def cache_dir(kind: str) -> Path:
