@@ -150,3 +150,35 @@ def test_a_resume_under_another_aggregation_or_cpu_refuses(tmp_path, tiny):
     with pytest.raises(sweep.SweepError, match=r"\(cpu SOMEOTHER -> "):
         sweep.same_build(records, False, cfg)
     sweep.same_build(records, False, cfg, here_runs=False)
+
+
+def test_ninja_comes_with_the_package_so_the_kernel_builds_anywhere():
+    """torch.utils.cpp_extension builds the C++ kernel with ninja: a dependency of the package (the PyPI wheel, at
+    the pinned version), so a machine without Debian's ninja-build (the Docker image, cluster.yaml's nodes) builds
+    the kernel instead of falling back to the reference."""
+    from importlib import metadata
+    from pathlib import Path
+
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    deps = tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert any(d.startswith("ninja") for d in deps)
+    assert "ninja==" + metadata.version("ninja") in (root / "constraints.txt").read_text()
+    from torch.utils.cpp_extension import verify_ninja_availability
+
+    verify_ninja_availability()  # raises where torch finds none
+
+
+def test_the_supported_pythons_are_those_the_pins_exist_for():
+    """pyproject's requires-python is what constraints.txt's build installs on (numpy 2.4.6 and pandas 3.1.1 publish
+    no wheels for 3.10), and the README says the same."""
+    import sys
+    from pathlib import Path
+
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    assert tomllib.loads((root / "pyproject.toml").read_text())["project"]["requires-python"] == ">=3.11"
+    assert sys.version_info >= (3, 11)
+    assert "(Python 3.11 or newer)" in (root / "README.md").read_text()
