@@ -447,12 +447,8 @@ def _preflight(dataset: str, first: Any, backend: str, address: str | None, over
     on Ray, the trials' placement groups against the cluster's nodes (fda_ray.runtime.resources: refused in one line
     before Tune would wait for them) and, on several nodes, an --out that every node sees and writes (a probe from
     each)."""
-    from fda_ray.data import load
-
-    load(dataset, overrides.get("data_dir"))
-    preflight.model_weights(first.model_weights, first.model)
+    _check_here(dataset, first, overrides, device=backend == "local")  # (on Ray the nodes hold the devices)
     if backend == "local":
-        preflight.device(first.device)
         return
     from fda_ray.runtime.driver import ensure_ray
 
@@ -464,13 +460,15 @@ def _preflight(dataset: str, first: Any, backend: str, address: str | None, over
     preflight.shared_storage("out", out)
 
 
-def _check_here(dataset: str, first: Any, overrides: dict[str, Any]) -> None:
-    """--dry-run's checks of this machine: the dataset is found, the weights file exists, the device is here."""
+def _check_here(dataset: str, first: Any, overrides: dict[str, Any], device: bool = True) -> None:
+    """What the trials need from this machine (the pre-flight's and --dry-run's checks): the dataset is found,
+    the weights file exists and, with `device`, the device is here."""
     from fda_ray.data import load
 
     load(dataset, overrides.get("data_dir"))
     preflight.model_weights(first.model_weights, first.model)
-    preflight.device(first.device)
+    if device:
+        preflight.device(first.device)
 
 
 def trial_plan(first: Any, address: str | None, pin_drivers: bool, plan_for: str | None = None

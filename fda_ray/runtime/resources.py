@@ -310,7 +310,7 @@ def plan(cfg: RunConfig, cluster: Cluster | None = None, *, in_tune: bool = Fals
             if math.ceil(n / fit) > actors:
                 actors = math.ceil(n / fit)
                 pooling = f"pooled: {fit} client(s) an actor at most, as many as the largest node holds"
-        k = math.ceil(n / min(n, actors))
+        k = math.ceil(n / actors)
     actors = math.ceil(n / k)
     k = math.ceil(n / actors)  # round-robin: the largest group (4 clients at 3 a actor: 2 actors of 2)
     if cpc is not None:
@@ -320,8 +320,8 @@ def plan(cfg: RunConfig, cluster: Cluster | None = None, *, in_tune: bool = Fals
     else:  # a run driven from this process: share the cores among the actors, so every one can be placed
         total = cluster.total("CPU") or threads
         cpu = max(MIN_CPU_SHARE, min(threads, math.floor(100 * total / actors) / 100))
-    gpu = g if g <= 1 else float(g)  # a share per process (module docstring); above 1: whole GPUs as asked
-    return TrialPlan("ray", n, k, actors, Request(round(cpu, 4), gpu), driver, pooling, fields)
+    # a GPU share per process (module docstring); above 1, whole GPUs as asked
+    return TrialPlan("ray", n, k, actors, Request(round(cpu, 4), g), driver, pooling, fields)
 
 
 def plan_in_group(cfg: RunConfig, bundle_specs: Sequence[Mapping[str, float]], clients: int | None = None
@@ -425,10 +425,11 @@ def concurrent(bundles: Sequence[Mapping[str, float]], nodes: Iterable[Mapping[s
     return _fill(bundles, nodes, limit)[0]
 
 
-def binding(bundles: Sequence[Mapping[str, float]], nodes: Sequence[Mapping[str, float]]) -> str:
-    """The resource that stops one more group from fitting: the one that, given freely on the nodes the groups
-    went to (all nodes when none went anywhere), lets one more in."""
-    full, state = _fill(bundles, nodes)
+def binding(bundles: Sequence[Mapping[str, float]], nodes: Sequence[Mapping[str, float]], full: int,
+            state: Sequence[_Node]) -> str:
+    """The resource that stops one more group from fitting, `full` groups placed (`state`: the nodes after, as
+    _fill leaves them): the one that, given freely on the nodes the groups went to (all nodes when none went
+    anywhere), lets one more in."""
     used = [i for i, (shape, after) in enumerate(zip(nodes, state))
             if after.free != {k: float(v) for k, v in shape.items() if k != "GPU"} or after.gpus != _gpus_of(shape)]
     used = used or list(range(len(nodes)))
@@ -540,7 +541,8 @@ def capacity(p: TrialPlan, cluster: Cluster) -> Capacity:
     bundles = p.bundles or [{"CPU": 1.0}]
     nodes = list(cluster.nodes)
     per_type = tuple((fmt(t), concurrent(bundles, [t])) for t in cluster.types)
-    return Capacity(concurrent(bundles, nodes), binding(bundles, nodes), per_type)
+    full, state = _fill(bundles, nodes)
+    return Capacity(full, binding(bundles, nodes, full, state), per_type)
 
 
 def plan_lines(p: TrialPlan, cluster: Cluster) -> list[str]:

@@ -146,11 +146,11 @@ def run_tasks(clients: Mapping[int, Client], tasks: Sequence[ClientTask],
         for t, res in zip(members, out):
             res.seconds = share
             results[t.client] = res
-    side = [t for t in alone if (overlap_enabled() if overlap is None else overlap) and
-            may_overlap(clients[t.client], t)]
-    if len(side) > 1:
-        results.update(run_concurrently(clients, side, inputs))
-        alone = [t for t in alone if t not in side]
+    if overlap_enabled() if overlap is None else overlap:
+        side = [t for t in alone if may_overlap(clients[t.client], t)]
+        if len(side) > 1:
+            results.update(run_concurrently(clients, side, inputs))
+            alone = [t for t in alone if t.client not in results]
     for t in alone:
         results[t.client] = run_task(clients[t.client], t, inputs(t))
     return [results[t.client] for t in tasks]
