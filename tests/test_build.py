@@ -61,7 +61,7 @@ def test_records_of_this_build_resume_and_records_without_one_warn(tmp_path, fmn
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"warning: 1 trial(s) in {out / 'trials'} name no build (recorded before builds were): they may "
                    "come from another one"]
-    assert FIELDS == ("torch", "torchvision", "numpy", "code", "aggregation", "cpu")
+    assert FIELDS == ("torch", "torchvision", "numpy", "code", "aggregation", "cpu", "plugins")
 
 
 def test_the_constraints_file_is_the_installed_build_and_every_install_uses_it():
@@ -109,6 +109,13 @@ def test_the_summary_names_the_builds_that_recorded_its_table(tmp_path):
     assert "(several builds: the table mixes their numbers)" in text
     _, text = sweep.builds_line(records, {"d", "e"})
     assert text == "\nRecorded by an unknown build.\n"
+    # a field one record does not name cannot disagree: a method that aggregates without the kernels is one build
+    # with the kernel runs of the same libraries
+    _record(out, "f", {**here, "aggregation": "cpp"})
+    _, text = sweep.builds_line(records, {"a", "b", "f"})
+    merged = {**here, "aggregation": "cpp"}
+    assert text == "\nRecorded by " + ", ".join(f"{k} {merged[k]}" for k in FIELDS if merged[k] is not None) + \
+        " (3 trials).\n"
 
 
 def test_a_record_names_the_aggregation_that_ran_and_the_cpu(tiny, tmp_path):

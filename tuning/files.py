@@ -44,7 +44,7 @@ import dataclasses
 import json
 from typing import Any, Callable, Mapping
 
-from fda_ray.core.registry import did_you_mean
+from fda_ray.core.registry import did_you_mean, plugin_hint
 from tuning.grids import Grid, Profile, Row
 from tuning.searches import Dim, Search
 
@@ -165,10 +165,13 @@ class Checker:
     def __init__(self, what: str, path: str) -> None:
         self.prefix = f"{what} file {path!r}"
 
-    def fail(self, where: str, value: Any, allowed: str, names: Any = ()) -> DefinitionFileError:
+    def fail(self, where: str, value: Any, allowed: str, names: Any = (), pluggable: bool = False
+             ) -> DefinitionFileError:
+        """pluggable: `names` are a registry's, which a plug-in may add to (fda_ray.core.plugins)."""
         shown = repr(value)
         shown = shown if len(shown) <= 60 else shown[:57] + "..."
-        return DefinitionFileError(f"{self.prefix}: {where}={shown} is invalid: {allowed}{did_you_mean(value, names)}")
+        hint = did_you_mean(value, names) or (plugin_hint() if pluggable else "")
+        return DefinitionFileError(f"{self.prefix}: {where}={shown} is invalid: {allowed}{hint}")
 
     def keys(self, where: str, d: Any, required: tuple[str, ...], optional: tuple[str, ...]) -> dict[str, Any]:
         if not isinstance(d, dict):
@@ -226,7 +229,8 @@ def _row(c: Checker, where: str, d: Any) -> Row:
     d = c.keys(where, d, ("key", "method"), ("label", "params"))
     method = c.text(f"{where}.method", d["method"])
     if method not in ALGORITHMS:
-        raise c.fail(f"{where}.method", method, f"one of {', '.join(ALGORITHMS.names())}", ALGORITHMS.names())
+        raise c.fail(f"{where}.method", method, f"one of {', '.join(ALGORITHMS.names())}", ALGORITHMS.names(),
+                     pluggable=True)
     key = c.text(f"{where}.key", d["key"])
     params = c.mapping(f"{where}.params", d.get("params", {}))
     if "method" in params:
@@ -255,7 +259,7 @@ def _dataset(c: Checker, v: Any) -> str:
 
     name = c.text("dataset", v)
     if name not in DATASETS:
-        raise c.fail("dataset", name, f"one of {', '.join(DATASETS.names())}", DATASETS.names())
+        raise c.fail("dataset", name, f"one of {', '.join(DATASETS.names())}", DATASETS.names(), pluggable=True)
     return name
 
 
@@ -367,7 +371,8 @@ def search_from_dict(data: Any, path: str = "<mapping>") -> Search:
     methods = tuple(c.text(f"methods[{i}]", m) for i, m in enumerate(c.seq("methods", d["methods"])))
     for i, m in enumerate(methods):
         if m not in ALGORITHMS:
-            raise c.fail(f"methods[{i}]", m, f"one of {', '.join(ALGORITHMS.names())}", ALGORITHMS.names())
+            raise c.fail(f"methods[{i}]", m, f"one of {', '.join(ALGORITHMS.names())}", ALGORITHMS.names(),
+                         pluggable=True)
     profiles = {c.text("profiles key", k): _profile(c, f"profiles.{k}", p)
                 for k, p in c.mapping("profiles", d["profiles"]).items()}
     if not profiles:

@@ -20,7 +20,7 @@ from fda_ray.algorithms.healthcare.methods import FAMILY as _HEALTHCARE
 from fda_ray.algorithms.personalised.methods import FAMILY as _PERSONALISED
 from fda_ray.core.registry import Registry
 
-ALGORITHMS: Registry[type[Algorithm]] = Registry("method")
+ALGORITHMS: Registry[type[Algorithm]] = Registry("method", pluggable=True)
 for _cls in (*_FDA, *_PERSONALISED, *_HEALTHCARE, *_FSSDA, *_FEDWCA):
     ALGORITHMS.add(_cls.name, _cls)
 

@@ -3,14 +3,15 @@ fda-ray's own number-changing code. A torch upgrade alone moved FedWCA's test ac
 (docs/results/seed003.md), so every trial record says which build finished it, and a sweep resumed under another
 build says so instead of mixing the two in one table (fda_ray.experiments.sweep, --mix-builds).
 
-    build(aggregation)           {"torch", "torchvision", "numpy", "code", "aggregation", "cpu"} of this process
+    build(aggregation)           {"torch", "torchvision", "numpy", "code", "aggregation", "cpu", "plugins"} here
     code_version()               a hash of the number-changing modules' code, blind to comments and docstrings
     differences(recorded, here)  the fields two builds disagree on ([] when they agree or cannot be compared)
 
 "aggregation" is the implementation of the aggregation kernels that actually ran (cpp, cuda or reference: a kernel
 that cannot be built falls back to the reference, which agrees only to rounding), known once a run has aggregated;
 "cpu" is the CPU capability torch dispatches to and the C++ kernel is built for (DEFAULT, AVX2, AVX512: another SIMD
-width sums in another order).
+width sums in another order); "plugins" the version of each plug-in module loaded (plugin_versions, fda_ray.core.plugins: a user's
+method is number-changing code too), None without plug-ins.
 
 The number-changing modules are those whose code decides what a run computes: the algorithms, training, data,
 partitions, the round loop, the kernels' reference and seeding. A comment or a docstring does not change the code
@@ -31,7 +32,7 @@ NUMBER_CHANGING = ("algorithms", "train", "data", "kernels", "runtime/partitions
                    "runtime/experiment.py", "runtime/config.py", "core/seeding.py", "core/layout.py",
                    "core/multitask.py", "core/contract.py")
 LIBRARIES = ("torch", "torchvision", "numpy")
-FIELDS = LIBRARIES + ("code", "aggregation", "cpu")
+FIELDS = LIBRARIES + ("code", "aggregation", "cpu", "plugins")
 
 
 def _without_docstrings(tree: ast.AST) -> ast.AST:
@@ -88,13 +89,33 @@ def cpu_capability() -> str:
         return "DEFAULT"
 
 
+def plugin_versions() -> str | None:
+    """'module@<12 hex>' for each plug-in loaded in this process (fda_ray.core.plugins; its source fingerprinted as
+    fda-ray's own code is), ', '-joined in name order; None without plug-ins."""
+    import sys
+
+    from fda_ray.core import plugins
+
+    if not plugins.loaded():
+        return None
+    out = []
+    for name in sorted(plugins.loaded()):
+        origin = Path(getattr(sys.modules.get(name), "__file__", "") or "")
+        files = sorted(origin.parent.rglob("*.py")) if origin.name == "__init__.py" else [origin]
+        try:
+            out.append(f"{name}@{fingerprint((str(f.relative_to(origin.parent)), f.read_text()) for f in files)}")
+        except (OSError, SyntaxError, UnicodeDecodeError, ValueError):  # no file (a namespace), unreadable
+            out.append(f"{name}@unknown")
+    return ", ".join(out)
+
+
 def build(aggregation: str | None = None) -> dict[str, str | None]:
     """This process's build; `aggregation`: the kernels' implementation that ran (None: not known yet, or no
     aggregation went through the kernels, as in FSSDA)."""
     import torch  # torch as torch.__version__ spells it ("2.15.0+cu132"), as records have named it from the start
 
     return {**{lib: package_version(lib) for lib in LIBRARIES}, "torch": torch.__version__, "code": code_version(),
-            "aggregation": aggregation, "cpu": cpu_capability()}
+            "aggregation": aggregation, "cpu": cpu_capability(), "plugins": plugin_versions()}
 
 
 def differences(recorded: Mapping[str, Any] | None, here: Mapping[str, Any]) -> list[str]:

@@ -114,6 +114,8 @@ def from_namespace(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> d
     for name, action in _options(parser).items():
         if hasattr(ns, action.dest) and name not in out:
             value = getattr(ns, action.dest)
+            if isinstance(action, argparse._AppendAction) and not value:
+                continue  # (--import not given: no key)
             out[name] = list(value) if isinstance(value, tuple) else value
     return out
 

@@ -13,8 +13,21 @@ class OneLineParser(argparse.ArgumentParser):
     """argparse, but a usage error is one line on stderr and exit code 2 (no usage dump)."""
 
     def error(self, message: str) -> NoReturn:
+        if message.startswith("unrecognized arguments: "):
+            message += self._unknown_flag_hint(message.removeprefix("unrecognized arguments: ").split())
         print(f"error: {message}", file=sys.stderr)
         sys.exit(2)
+
+    def _unknown_flag_hint(self, given: list[str]) -> str:
+        """The known flag closest to the first unknown one; else, for a command that loads plug-ins, that a plug-in's
+        family flags need its module."""
+        from fda_ray.core.registry import did_you_mean, plugin_hint
+
+        flags = [a.split("=")[0] for a in given if a.startswith("--")]
+        known = [o for action in self._actions for o in action.option_strings]
+        # (a stricter cutoff than for names: flags share long prefixes, --fedprox-mu is not --fedwca-mixup-mu)
+        close = did_you_mean(flags[0], known, cutoff=0.8) if flags else ""
+        return close or (plugin_hint() if "--import" in known and flags else "")
 
     config_files = False  # with_config_files(): --config FILE and --print-config (fda_ray.core.config_files)
     parsed_argv: list[str] = []  # what the last parse_or_exit_code parsed: a --config file's flags, then argv's

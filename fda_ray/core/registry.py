@@ -1,30 +1,40 @@
 """Name -> object registries (rules, methods, models, datasets), DomainBed style.
 
 A typo in a name gives one ValueError that lists the known names, and the closest of them (`did_you_mean`, the
-standard library's difflib), so a CLI can print it as is.
+standard library's difflib), so a CLI can print it as is. A name not found is looked for once more after the
+process's pending plug-ins are imported (fda_ray.core.plugins: a worker process finds a plug-in's names without a
+call of its own), and an entry registered from a module outside fda-ray is noted as a plug-in, so that the other
+processes of a run import it too.
 """
 from __future__ import annotations
 
 import difflib
 from typing import Callable, Generic, Iterable, Iterator, TypeVar
 
+from fda_ray.core import plugins
+
 T = TypeVar("T")
 
 
-def did_you_mean(value: object, names: Iterable[str]) -> str:
+def did_you_mean(value: object, names: Iterable[str], cutoff: float = 0.6) -> str:
     """"; did you mean 'fedgp'?" for the known name closest to a misspelt `value` (difflib's ratio of at least
-    0.6), or "" when none is close or `value` is not a string."""
+    `cutoff`), or "" when none is close or `value` is not a string."""
     if not isinstance(value, str):
         return ""
-    close = difflib.get_close_matches(value, [str(n) for n in names], n=1, cutoff=0.6)
+    close = difflib.get_close_matches(value, [str(n) for n in names], n=1, cutoff=cutoff)
     return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def plugin_hint() -> str:
+    return "; a plug-in's names need its module: --import MODULE (docs/plugins.md)"
 
 
 class Registry(Generic[T]):
     """A small ordered mapping from names to registered objects."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, pluggable: bool = False) -> None:
         self.kind = kind
+        self.pluggable = pluggable  # plug-ins may add to it (fda_ray.core.plugins)
         self._items: dict[str, T] = {}
 
     def register(self, name: str) -> Callable[[T], T]:
@@ -38,19 +48,28 @@ class Registry(Generic[T]):
         if name in self._items:
             raise ValueError(f"{self.kind} {name!r} is registered twice")
         self._items[name] = obj
+        if self.pluggable:
+            plugins.note(obj)
+
+    def _find(self, name: object) -> bool:
+        """Whether `name` is registered, once the pending plug-ins are imported if it was not."""
+        if name in self._items or not self.pluggable:
+            return name in self._items
+        plugins.load_pending()
+        return name in self._items
 
     def get(self, name: str) -> T:
-        try:
+        if self._find(name):
             return self._items[name]
-        except KeyError:
-            known = ", ".join(self._items)
-            raise ValueError(f"unknown {self.kind} {name!r}; known: {known}{did_you_mean(name, self._items)}") from None
+        known = ", ".join(self._items)
+        hint = did_you_mean(name, self._items) or (plugin_hint() if self.pluggable else "")
+        raise ValueError(f"unknown {self.kind} {name!r}; known: {known}{hint}")
 
     def names(self) -> list[str]:
         return list(self._items)
 
     def __contains__(self, name: object) -> bool:
-        return name in self._items
+        return self._find(name)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._items)

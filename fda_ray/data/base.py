@@ -57,7 +57,7 @@ class Split:
         return tuple(self.x_train.shape[1:])
 
 
-DATASETS: Registry[Callable[..., Split]] = Registry("dataset")
+DATASETS: Registry[Callable[..., Split]] = Registry("dataset", pluggable=True)
 
 
 def _candidate_dirs(data_dir: str | None, subdirs: list[str], system_dirs: list[str]) -> list[Path]:

@@ -65,8 +65,10 @@ def _worker_init() -> None:
 def _local_job(trial: dict[str, Any], records: str, rounds: Any = None) -> None:
     """One trial in a pool worker; `rounds` (a queue) hears (key, the round's row) after every round, for the
     status and the trackers."""
+    from fda_ray.core import plugins
     from fda_ray.experiments.trials import round_metrics
 
+    plugins.load_pending()  # the sweep's plug-ins: this spawned process inherited $FDA_RAY_IMPORTS
     t = Trial.from_dict(trial)
     report = None if rounds is None else (lambda row: rounds.put((t.key, round_metrics(row))))
     run_trial(t, storage_path(records), report=report)
@@ -183,6 +185,7 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
     from fda_ray.runtime.driver import ensure_ray
 
     records, out = storage_path(records), storage_path(out)
+    ft.keep_working_directory()
     ensure_ray(address, num_cpus=None)
     tune_log = logging.getLogger("ray.tune.tune")
     if not any(isinstance(f, TuneRestoreHint) for f in tune_log.filters):

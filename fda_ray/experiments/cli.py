@@ -18,8 +18,9 @@ import time
 import typing
 from typing import Any, Callable, NoReturn
 
-from fda_ray.runtime.config import RunConfig
+from fda_ray.core import plugins
 from fda_ray.core.parsing import OneLineParser, typed
+from fda_ray.runtime.config import RunConfig
 
 
 def one_line_warnings() -> None:
@@ -178,6 +179,7 @@ def parser() -> OneLineParser:
     p = OneLineParser(prog="python -m fda_ray", description="One federated domain adaptation run.")
     p.with_config_files()
     p.resolve_for_print = resolved_namespace
+    plugins.add_option(p)
     add_config_arguments(p)
     out = p.add_argument_group("output")
     out.add_argument("--parquet", default=None, help="write the per-round history to this Parquet file (after every round, atomically: a stopped run keeps its finished rounds)")
@@ -207,6 +209,9 @@ def _main(argv: list[str] | None = None) -> int:
     from fda_ray.runtime.engine import RunFailed, RunInterrupted, run
     from fda_ray.core.history import History
 
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if (code := plugins.preload(argv)) is not None:  # before the parser: a plug-in's families add flags
+        return code
     p = parser()
     a = p.parse_or_exit_code(argv)
     if isinstance(a, int):

@@ -148,7 +148,7 @@ def _build_text(env: dict | None) -> str:
     if not env or all(env.get(k) is None for k in ("torch", "numpy", "code")):
         return "an unknown build (recorded before builds were)"
     return f"torch {env.get('torch')}, torchvision {env.get('torchvision')}, numpy {env.get('numpy')}, " \
-           f"code {env.get('code')}"
+           f"code {env.get('code')}" + (f", plugins {env['plugins']}" if env.get("plugins") else "")
 
 
 def grid_of(src: Source) -> Grid:
@@ -505,9 +505,13 @@ def draw(tabs: Sequence[GridTable | SearchTable], figure: str, stem: str | Path 
 
 
 def main(argv: list[str] | None = None) -> int:
+    from fda_ray.core import plugins
     from fda_ray.core.parsing import OneLineParser
 
+    if (code := plugins.preload(sys.argv[1:] if argv is None else argv)) is not None:  # a file grid's plug-ins
+        return code
     p = OneLineParser(prog="python -m fda_ray.collect", description=__doc__.splitlines()[0])
+    plugins.add_option(p)
     p.add_argument("dirs", nargs="*", help="sweep or search directories (each with its summary.md and trials/)")
     p.add_argument("--format", default="markdown", choices=FORMATS, help="markdown (default), csv or latex")
     p.add_argument("--metric", default="accuracy", help="the round column to tabulate (accuracy, auc, "

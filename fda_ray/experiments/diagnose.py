@@ -197,6 +197,11 @@ def main(argv: list[str] | None = None) -> int:
     from fda_ray.experiments.cli import config_from_args, parser
     from fda_ray.data.base import DatasetNotFound
 
+    from fda_ray.core import plugins
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if (code := plugins.preload(argv)) is not None:
+        return code
     p = parser()
     p.prog = "python -m fda_ray.diagnose"
     p.description = __doc__.splitlines()[0]

@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from fda_ray.core import plugins
 from fda_ray.core.storage import StoragePath, storage_path
 from fda_ray.runtime import preflight, resources
 from fda_ray.core.parsing import OneLineParser
@@ -133,6 +134,7 @@ def parser() -> OneLineParser:
     p = OneLineParser(prog="python -m fda_ray.sweep", description=__doc__.splitlines()[0],
                       epilog="Any RunConfig field below overrides it in every trial of the sweep.")
     p.with_config_files()
+    plugins.add_option(p)
     s = p.add_argument_group("sweep")
     s.add_argument("--grid", default=None, help=f"a grid file (.yaml, .yml, .json; tuning/files.py) or one of "
                                                 f"{', '.join(GRIDS)}")
@@ -224,6 +226,8 @@ def _list(text: str | None, kind: type, field: str) -> list | None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if (code := plugins.preload(argv)) is not None:  # before the parser and the grid-file checks
+        return code
     p = parser()
     a = p.parse_or_exit_code(argv)
     if isinstance(a, int):
@@ -422,19 +426,26 @@ def same_build(records: StoragePath, mix: bool, cfg: Any = None, here_runs: bool
 def builds_line(records: StoragePath, keys: set[str] | None = None) -> tuple[list[dict], str]:
     """The builds (fda_ray.core.build) that recorded the table's trials `keys` (None: every trial under `records`):
     ([{build fields, "trials"}], a summary.md paragraph naming each, and the trials whose build is unknown)."""
-    from fda_ray.core.build import FIELDS
+    from fda_ray.core.build import FIELDS, differences
     from fda_ray.experiments.trials import recorded_builds
 
-    found = []
+    found: list[dict] = []
     for env, names in recorded_builds(records).items():
         n = len(names) if keys is None else len(set(names) & keys)
         if n:
             found.append({**dict(zip(FIELDS, env)), "trials": n})
-    known = [b for b in found if any(b[k] is not None for k in FIELDS)]
-    # (a field a record does not name is left out: records made before it was recorded, or a trial whose method
-    # aggregates without the kernels names no aggregation)
+    # A field a record does not name cannot disagree (records made before it was recorded; a trial whose method
+    # aggregates without the kernels names no aggregation): such builds are one, named by the fields they name.
+    known: list[dict] = []
+    for b in sorted((b for b in found if any(b[k] is not None for k in FIELDS)),
+                    key=lambda b: -sum(b[k] is not None for k in FIELDS)):
+        same = next((g for g in known if not differences(g, b)), None)
+        if same is None:
+            known.append(dict(b))
+        else:
+            same.update({k: b[k] for k in FIELDS if same[k] is None}, trials=same["trials"] + b["trials"])
     parts = [", ".join(f"{k} {b[k]}" for k in FIELDS if b[k] is not None) + f" ({b['trials']} trials)" for b in known]
-    unknown = sum(b["trials"] for b in found if b not in known)
+    unknown = sum(b["trials"] for b in found if all(b[k] is None for k in FIELDS))
     text = "" if not found else "\nRecorded by " + ("; ".join(parts) if parts else "an unknown build") + (
         f"; {unknown} trials recorded before builds were kept: their build is unknown" if unknown and parts else "") + \
         (" (several builds: the table mixes their numbers)" if len(known) > 1 else "") + ".\n"

@@ -16,6 +16,7 @@ ASHA can stop a trial early) with a checkpoint, and resumes from its last checkp
 from __future__ import annotations
 
 import dataclasses
+import os
 import tempfile
 import warnings
 from pathlib import Path
@@ -118,8 +119,11 @@ def trainable(params: dict[str, Any]) -> None:
     RECORD_KEY: the sweep's trials/ directory}; the trial keeps its own record there (state.pt every round, rows.json
     when done) and goes on from it when started again, in this Tune run or a later one (a resumed sweep). Otherwise
     params are RunConfig fields (the programmatic Tuner path) and the trial checkpoints through Tune."""
+    from fda_ray.core import plugins
     from fda_ray.runtime.engine import run_rounds, start_run
     from fda_ray.experiments.console import quiet_worker
+
+    plugins.load_pending()  # the sweep's plug-ins ($FDA_RAY_IMPORTS, which Ray's runtime_env carries here)
     from fda_ray.experiments.trials import Trial, run_trial
 
     quiet_worker()
@@ -158,6 +162,13 @@ def trainable(params: dict[str, Any]) -> None:
         run_rounds(exp, executor, resume=resume, checkpoint=on_round, startup=startup)
     finally:
         executor.shutdown()
+
+
+def keep_working_directory() -> None:
+    """Tune's trial processes stay in the working directory of the command that starts them (Tune would move each
+    into its trial folder; fda-ray keeps its own records): a relative --data-dir, ./data and a plug-in module next
+    to the command are found there as they are by the command. Tune hands the setting on to its trial processes."""
+    os.environ.setdefault("RAY_CHDIR_TO_TRIAL_DIR", "0")
 
 
 def with_resources(cfg_or_params: RunConfig | dict[str, Any] | None = None, pin_drivers: bool = False):
@@ -209,6 +220,7 @@ def run_optuna(space: Sequence[Any], base: dict[str, Any], row: str, variable: s
     from fda_ray.runtime.driver import ensure_ray
     from fda_ray.experiments.trials import Trial, is_done
 
+    keep_working_directory()
     ensure_ray(address, num_cpus=None)
     searcher = OptunaSearch(metric=metric, mode="max", sampler=optuna.samplers.TPESampler(seed=seed),
                             # (Tune flattens the space: a point names its knobs by their path)

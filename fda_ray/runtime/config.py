@@ -124,11 +124,13 @@ def numbers_fields() -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(RunConfig) if f.metadata.get("numbers", True))
 
 
-def _err(field: str, value: Any, allowed: str, names: Any = ()) -> ValueError:
-    """The one-line error; `names`: the known names, the closest of which a misspelt value is told of."""
-    from fda_ray.core.registry import did_you_mean
+def _err(field: str, value: Any, allowed: str, names: Any = (), pluggable: bool = False) -> ValueError:
+    """The one-line error; `names`: the known names, the closest of which a misspelt value is told of;
+    pluggable: a registry's names, which a plug-in may add to (fda_ray.core.plugins)."""
+    from fda_ray.core.registry import did_you_mean, plugin_hint
 
-    return ValueError(f"{field}={value!r} is invalid: {allowed}{did_you_mean(value, names)}")
+    hint = did_you_mean(value, names) or (plugin_hint() if pluggable else "")
+    return ValueError(f"{field}={value!r} is invalid: {allowed}{hint}")
 
 
 def _f(default: Any, help: str, choices: tuple[str, ...] | None = None, group: str = "run",
@@ -289,11 +291,17 @@ class RunConfig:
         from fda_ray.train.models import MODELS
 
         if self.dataset not in DATASETS:
-            raise _err("dataset", self.dataset, f"known datasets: {', '.join(DATASETS.names())}", DATASETS.names())
+            raise _err("dataset", self.dataset, f"known datasets: {', '.join(DATASETS.names())}", DATASETS.names(),
+                       pluggable=True)
+        if self.dataset not in PAPER_DEFAULTS:  # a plug-in's dataset without its settings (docs/plugins.md)
+            raise _err("dataset", self.dataset, "it is registered but has no default settings: add "
+                       f"PAPER_DEFAULTS[{self.dataset!r}] (fda_ray.runtime.config) where it is registered")
         if self.method not in ALGORITHMS:
-            raise _err("method", self.method, f"known methods: {', '.join(ALGORITHMS.names())}", ALGORITHMS.names())
+            raise _err("method", self.method, f"known methods: {', '.join(ALGORITHMS.names())}", ALGORITHMS.names(),
+                       pluggable=True)
         if self.model is not None and self.model not in MODELS:
-            raise _err("model", self.model, f"known models: {', '.join(MODELS.names())}", MODELS.names())
+            raise _err("model", self.model, f"known models: {', '.join(MODELS.names())}", MODELS.names(),
+                       pluggable=True)
         if isinstance(self.test_env, float) and self.test_env.is_integer():  # a grid's value (2.0)
             object.__setattr__(self, "test_env", int(self.test_env))
         if not isinstance(self.test_env, int) or isinstance(self.test_env, bool) or self.test_env < 0:

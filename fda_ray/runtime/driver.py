@@ -15,6 +15,7 @@ from typing import Callable
 
 import ray
 
+from fda_ray.core import plugins
 from fda_ray.runtime import preflight
 from fda_ray.runtime.config import RunConfig
 from fda_ray.runtime.startup import Startup, start_run
@@ -28,14 +29,17 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None, field: s
     if ray.is_initialized():
         return
     address = address or os.environ.get("RAY_ADDRESS")
+    # The plug-ins loaded here (fda_ray.core.plugins), for the workers of a joined cluster; a started Ray's inherit them.
+    env = {"runtime_env": {"env_vars": plugins.ray_env()}} if plugins.ray_env() else {}
     if address:
         preflight.ray_address(address, field=field)  # ray.init would wait for minutes for an address nobody answers at
         try:
-            ray.init(address=address, log_to_driver=True, logging_level=_logging_level())
+            ray.init(address=address, log_to_driver=True, logging_level=_logging_level(), **env)
         except ConnectionError as e:
             raise preflight.PreflightError(f"{field}={address!r} is invalid: {str(e).splitlines()[0]}") from None
     else:
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True, logging_level=_logging_level())
+        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True, logging_level=_logging_level(),
+                 **env)
 
 
 def _logging_level() -> int:

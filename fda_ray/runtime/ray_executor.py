@@ -33,6 +33,7 @@ import numpy as np
 import ray
 import torch
 
+from fda_ray.core import plugins
 from fda_ray.core.contract import ClientResult, ClientTask, ServerState
 from fda_ray.train.client import Client
 from fda_ray.train.cohort import run_tasks
@@ -60,8 +61,10 @@ class ActorTaskError(Exception):
 class ClientActor:
     """Hosts one client (or a fixed group of clients) for the whole run (wrapped with `ray.remote` below)."""
 
-    def __init__(self, threads: int, vectorise: bool = False) -> None:
+    def __init__(self, threads: int, vectorise: bool = False, imports: Sequence[tuple[str, str | None]] = ()) -> None:
         # The process starts (and imports torch) while the driver still loads the data; `load` follows.
+        # The driver's plug-ins (a recipe of theirs runs here), also when a user's own ray.init made this worker.
+        plugins.load_specs(imports)
         torch.set_num_threads(threads)
         self.vectorise = vectorise
         self.clients: dict[int, Client] = {}
@@ -231,7 +234,7 @@ class RayExecutor:
             options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
                 self.placement_group, placement_group_bundle_index=self.plan.actor_bundle(slot))
         return RemoteClientActor.options(num_cpus=self.cpus, num_gpus=self.gpus, max_restarts=0, **options).remote(
-            self.threads, self.vectorise)
+            self.threads, self.vectorise, plugins.specs())
 
     def _load(self, slot: int, actor: Any) -> ray.ObjectRef:
         group = self.groups[slot]

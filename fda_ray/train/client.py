@@ -30,7 +30,7 @@ from fda_ray.data.base import Pair, add_noise
 from fda_ray.core.multitask import AuxTasks
 
 Recipe = Callable[["Client", ClientTask, Mapping[str, torch.Tensor]], ClientResult]
-RECIPES: Registry[Recipe] = Registry("recipe")
+RECIPES: Registry[Recipe] = Registry("recipe", pluggable=True)
 
 
 def epoch_steps(n: int, batch: int, drop_last: bool) -> int:

@@ -17,7 +17,7 @@ from torch.nn import functional as F
 
 from fda_ray.core.registry import Registry
 
-MODELS: Registry[Callable[..., nn.Module]] = Registry("model")
+MODELS: Registry[Callable[..., nn.Module]] = Registry("model", pluggable=True)
 
 
 def _linear_stacked(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,240 @@
+"""Plug-ins (fda_ray.core.plugins, docs/plugins.md): a module outside the package registers a method, a model, a
+dataset and a recipe, and runs through the command line, a grid file, the local backend's workers, Tune's trial
+processes and the client actors. The tutorial's blocks are run as written, from a folder of their own."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from fda_ray.core import plugins
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "plugins.md"
+
+
+def block(tag: str, lang: str) -> str:
+    found = re.search(rf"<!-- {re.escape(tag)}[^>]*-->\n```{lang}\n(.*?)```", DOC.read_text(), re.S)
+    assert found, f"docs/plugins.md lost its {tag} block"
+    return found.group(1)
+
+
+def write_tutorial(folder: Path) -> None:
+    """my_fda.py, data/my-blobs.npz and my-prox.yaml in `folder`, from the page's blocks."""
+    (folder / "my_fda.py").write_text(block("plugin-module: my_fda.py", "python"))
+    here = os.getcwd()
+    os.chdir(folder)
+    try:
+        exec(compile(block("plugin-data: make-blobs", "python"), "docs/plugins.md (make-blobs)", "exec"), {})
+    finally:
+        os.chdir(here)
+    (folder / "my-prox.yaml").write_text(block("plugin-grid: my-prox.yaml", "yaml"))
+
+
+@pytest.fixture
+def clean_plugins(monkeypatch):
+    """The plug-in state of this process as it was: registries, PAPER_DEFAULTS, modules, $FDA_RAY_IMPORTS."""
+    from fda_ray.algorithms import ALGORITHMS
+    from fda_ray.data.base import DATASETS
+    from fda_ray.runtime.config import PAPER_DEFAULTS
+    from fda_ray.train.client import RECIPES
+    from fda_ray.train.models import MODELS
+
+    regs = (ALGORITHMS, DATASETS, RECIPES, MODELS)
+    before = [dict(r._items) for r in regs]
+    defaults = dict(PAPER_DEFAULTS)
+    modules = set(sys.modules)
+    monkeypatch.delenv(plugins.ENV, raising=False)  # restored at the end, whatever the plug-ins wrote
+    monkeypatch.setattr(plugins, "_loaded", {})
+    monkeypatch.setattr(plugins, "_pending_done", False)
+    yield
+    for r, items in zip(regs, before):
+        r._items.clear()
+        r._items.update(items)
+    PAPER_DEFAULTS.clear()
+    PAPER_DEFAULTS.update(defaults)
+    for name in set(sys.modules) - modules:
+        if name.startswith(("my_fda", "plug_")):
+            del sys.modules[name]
+
+
+@pytest.mark.parametrize("source, name, expected", [
+    (None, "plug_nowhere", "import='plug_nowhere' is invalid: no module 'plug_nowhere' in"),
+    ("raise RuntimeError('boom')\n", "plug_raises", "import='plug_raises' is invalid: importing it failed: "
+                                                     "RuntimeError: boom (plug_raises.py:1)"),
+    ("import plug_missing_dependency\n", "plug_needs", "import='plug_needs' is invalid: importing it failed: "
+                                                       "ModuleNotFoundError: No module named 'plug_missing_dependency'"),
+    (None, "my-fda", "import='my-fda' is invalid: a module name (my_fda, or package.module)"),
+])
+def test_a_plugin_that_cannot_be_imported_is_one_line(tmp_path, monkeypatch, clean_plugins, capsys, source, name,
+                                                       expected):
+    if source is not None:
+        (tmp_path / f"{name}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(plugins.PluginError) as e:
+        plugins.load([name])
+    assert str(e.value).startswith(expected) and "\n" not in str(e.value)
+    from fda_ray.experiments import cli, sweep
+
+    for main in (cli.main, sweep.main):  # the commands: that line, exit code 2, before their parsers
+        assert main(["--import", name, "--method", "fedgp"]) == 2
+        assert capsys.readouterr().err.strip().splitlines() == [f"error: {e.value}"]
+
+
+def test_import_flags_are_read_before_the_parser():
+    assert plugins.from_argv(["--import", "a", "--rounds", "3", "--import=b,c", "--", "--import", "d"]) == \
+        ["a", "b", "c"]
+    assert plugins.from_argv(["--method", "fedgp"]) == []
+
+
+def test_a_config_file_names_its_plugins(tmp_path):
+    """`--print-config` writes the `import` key; `--config FILE` loads it before the parser is built."""
+    (tmp_path / "c.yaml").write_text("import: [my_fda, other]\nmethod: fedprox\n")
+    (tmp_path / "bad.yaml").write_text("import: [unclosed\n")
+    assert plugins._config_imports(["--config", str(tmp_path / "c.yaml"), "--rounds", "1"]) == ["my_fda", "other"]
+    assert plugins._config_imports([f"--config={tmp_path / 'c.yaml'}"]) == ["my_fda", "other"]
+    assert plugins._config_imports(["--config", str(tmp_path / "bad.yaml")]) == []  # the parser names the fault
+    assert plugins._config_imports(["--config", str(tmp_path / "missing.yaml")]) == []
+
+
+def test_a_malformed_environment_list_is_named(monkeypatch, clean_plugins):
+    monkeypatch.setenv(plugins.ENV, "[not json")
+    with pytest.raises(plugins.PluginError, match=r"FDA_RAY_IMPORTS='\[not json' is invalid: a JSON list"):
+        plugins.load_pending()
+
+
+def test_an_installed_entry_point_is_loaded_and_its_function_called(tmp_path, monkeypatch, clean_plugins):
+    """A package's `fda_ray.plugins` entry point (here a dist-info folder on sys.path, as pip writes one)."""
+    (tmp_path / "plug_installed.py").write_text(
+        "CALLED = []\n\ndef register():\n    CALLED.append(1)\n")
+    dist = tmp_path / "plug_installed-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: plug-installed\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[fda_ray.plugins]\nplug = plug_installed:register\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert "plug_installed" in plugins.load_pending()
+    assert sys.modules["plug_installed"].CALLED == [1]
+    assert plugins.load_pending() == ("plug_installed",) and sys.modules["plug_installed"].CALLED == [1]  # once
+
+
+def test_a_worker_finds_a_plugin_name_through_the_environment(tmp_path, monkeypatch, clean_plugins):
+    """What a spawned worker or a Ray worker does: $FDA_RAY_IMPORTS names the module and the folder it is in (not
+    on this process's sys.path); the first lookup of a name the registry lacks imports it."""
+    from fda_ray.train.client import RECIPES
+
+    folder = tmp_path / "elsewhere"
+    folder.mkdir()
+    (folder / "plug_recipe.py").write_text(
+        "from fda_ray.train.client import RECIPES\n\nRECIPES.add('plug_recipe', lambda client, task, inputs: 42)\n")
+    monkeypatch.setenv(plugins.ENV, json.dumps([["plug_recipe", str(folder)]]))
+    assert "plug_recipe" not in RECIPES._items
+    assert RECIPES.get("plug_recipe")(None, None, None) == 42
+    assert str(folder) in sys.path
+    with pytest.raises(ValueError, match="a plug-in's names need its module: --import MODULE"):
+        RECIPES.get("zzzz")
+
+
+def test_the_tutorial_plugin_in_this_process(tmp_path, monkeypatch, clean_plugins, capsys):
+    """The page's module: its family's flag, its validation, and FedProx with mu = 0 is FedAvg over the sources
+    (source_only without warm-up); mu > 0 pulls the local models back, so the weights differ. Loading it exports it
+    for the processes a run starts, and the record's build names its fingerprint."""
+    from fda_ray import run
+    from fda_ray.core.build import build
+    from fda_ray.experiments import cli
+    from fda_ray.runtime.config import RunConfig
+
+    write_tutorial(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert cli.main(["--import", "my_fda", "--dataset", "my-blobs", "--data-dir", str(tmp_path / "data"),
+                     "--method", "fedprox", "--fedprox-mu", "20", "--rounds", "1"]) == 2
+    assert capsys.readouterr().err.strip() == "error: fedprox.mu=20.0 is invalid: a number in [0.0, 10.0]"
+    assert plugins.loaded() == ("my_fda",)
+    assert json.loads(os.environ[plugins.ENV]) == [["my_fda", str(tmp_path.resolve())]]
+    assert re.fullmatch(r"my_fda@[0-9a-f]{12}", build()["plugins"])
+
+    def cfg(method: str, **kw) -> RunConfig:
+        return RunConfig(dataset="my-blobs", data_dir=str(tmp_path / "data"), method=method, num_sources=3,
+                         rounds=3, samples_per_client=300, test_samples=300, target_labelled=40, threads=1,
+                         executor="serial", **kw)
+
+    prox0 = run(cfg("fedprox", params={"fedprox": {"mu": 0.0}}))
+    fedavg = run(cfg("source_only", warmup_rounds=0, log_estimates=False))
+    # the same local epochs (the proximal term is 0) and the same average summed in another order (a float32 Python
+    # sum against the kernel's float64 coefficients): ~1e-7 relative a round, below 1e-4 after three rounds of Adam
+    torch.testing.assert_close(prox0.final_weights, fedavg.final_weights, rtol=1e-4, atol=1e-4)
+    prox = run(cfg("fedprox", params={"fedprox": {"mu": 5.0}}))
+    assert not torch.allclose(prox.final_weights, prox0.final_weights, rtol=1e-3, atol=1e-3)
+    assert prox.config["model"] == "my_mlp" and [r["phase"] for r in prox.rows] == ["main"] * 3
+
+
+def _python(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if k not in (plugins.ENV, "FDA_DATA_DIR", "RAY_ADDRESS")}
+    return subprocess.run([sys.executable, *args], cwd=cwd, env={**base, **(env or {})}, capture_output=True,
+                          text=True, timeout=600)
+
+
+def _final(stdout: str) -> str:
+    found = re.search(r"final target accuracy ([0-9.]+) %", stdout)
+    assert found, stdout[-2000:]
+    return found.group(1)
+
+
+@pytest.mark.slow
+def test_the_tutorial_commands_run_as_written(tmp_path):
+    """Every command of the page, from a folder outside the package: the CLI (in this process and on Ray actors,
+    where the recipe runs), the grid file on the local backend's workers and on Tune's trial processes (their tables
+    agree: the same serial runs), the error without --import, and an installed entry point instead of the flag."""
+    write_tutorial(tmp_path)
+    commands = [line.split()[1:] for line in block("plugin-commands", "").strip().splitlines()]
+    assert len(commands) == 4
+    outs = []
+    for args in commands:
+        p = _python(args, tmp_path)
+        assert p.returncode == 0, (args, p.stderr[-3000:])
+        outs.append(p.stdout)
+    _final(outs[0])
+    # the Ray run's recipe ran in actors: the serial run of the same config gives the same numbers
+    serial = _python([*commands[1][:-4], "--executor", "serial", "--num-sources", "2"], tmp_path)
+    assert serial.returncode == 0, serial.stderr[-3000:]
+    assert _final(outs[1]) == _final(serial.stdout)
+    tables = []
+    for out in ("sweeps/prox-local", "sweeps/prox-tune"):
+        summary = (tmp_path / out / "summary.md").read_text()
+        rows = [line for line in summary.splitlines() if line.startswith(("| FedProx", "| FedGP"))][:3]
+        assert len(rows) == 3 and all(re.search(r"\| \d+\.\d\d \|$", r) for r in rows), summary
+        assert re.search(r"plugins my_fda@[0-9a-f]{12} \(3 trials\)", summary), summary
+        tables.append(rows)
+    assert tables[0] == tables[1]
+    plain = commands[0][:2] + commands[0][4:]  # without --import my_fda
+    assert commands[0][2:4] == ["--import", "my_fda"]
+    hint = "; a plug-in's names need its module: --import MODULE (docs/plugins.md)"
+    p = _python(plain, tmp_path)
+    assert p.returncode == 2 and p.stderr == f"error: unrecognized arguments: --fedprox-mu 0.1{hint}\n"
+    p = _python(commands[1][:2] + commands[1][4:], tmp_path)
+    assert p.returncode == 2 and p.stderr.strip().splitlines() == [p.stderr.strip()]
+    assert p.stderr.startswith("error: dataset='my-blobs' is invalid: known datasets: ") and \
+        p.stderr.strip().endswith(hint)
+    # a config file written by --print-config names the plug-in, and runs without the flag
+    p = _python([*commands[0], "--print-config"], tmp_path)
+    assert p.returncode == 0 and "import: [my_fda]" in p.stdout, p.stderr[-2000:]
+    (tmp_path / "run.yaml").write_text(p.stdout)
+    p = _python(["-m", "fda_ray", "--config", "run.yaml"], tmp_path)
+    assert p.returncode == 0 and _final(p.stdout) == _final(outs[0]), p.stderr[-2000:]
+    # collect reads the file grid's records with the plug-in, and names what it lacks without it
+    p = _python(["-m", "fda_ray.collect", "--import", "my_fda", "sweeps/prox-local"], tmp_path)
+    assert p.returncode == 0 and "plugins my_fda@" in p.stdout, p.stderr[-2000:]
+    p = _python(["-m", "fda_ray.collect", "sweeps/prox-local"], tmp_path)
+    assert p.returncode == 2 and p.stderr.strip().endswith(hint), p.stderr
+    # an installed package's entry point: no flag needed
+    dist = tmp_path / "my_fda-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: my-fda\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[fda_ray.plugins]\nmy-fda = my_fda\n")
+    p = _python(plain, tmp_path, env={"PYTHONPATH": str(tmp_path)})
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert _final(p.stdout) == _final(outs[0])
