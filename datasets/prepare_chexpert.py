@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Turn CheXpert's official train.csv into fda-ray's generic medical table (seed 000's CheXpert domains).
+"""Turn CheXpert's official train.csv into fda-ray's generic medical table (Healthcare FDA's CheXpert domains).
 
     python datasets/prepare_chexpert.py CheXpert-v1.0-small/train.csv table.csv --image-root /data/chexpert
 
-Five domains, one per lung condition (000 section 5.1): Edema (the paper's target), LungLesion, Pneumonia,
+Five domains, one per lung condition (Healthcare FDA section 5.1): Edema (the paper's target), LungLesion, Pneumonia,
 Atelectasis, Consolidation. A domain's positives are the images labelled 1.0 for its condition; its negatives,
 as many, are the images where the condition is blank (not mentioned: the authors' preprocessing,
 enyijiang/MIDRC preprocess/chexpert_meta_data_preprocess.py) or, with --negatives explicit, labelled 0.0.

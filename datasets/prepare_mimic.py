@@ -5,7 +5,7 @@
         --metadata mimic-cxr-2.0.0-metadata.csv --patients patients.csv --admissions admissions.csv \
         --out table.csv --image-root /data/mimic-cxr-jpg/2.0.0
 
-Seed 000's MIMIC setting as the authors' preprocessing builds it (enyijiang/MIDRC preprocess/
+Healthcare FDA's MIMIC setting as the authors' preprocessing builds it (enyijiang/MIDRC preprocess/
 mimic_meta_data_preprocess.py): images (metadata) joined with their study's CheXpert labels (blank = 0), the
 subject's first admission (admission_type, race; `ethnicity` in MIMIC-IV 1.0) and patient (gender,
 anchor_age); images with an uncertain (-1) label for any condition dropped; domains by race: White, Black,

@@ -18,7 +18,7 @@ import torch
 
 TEST_THREADS = int(os.environ.get("FDA_RAY_TEST_THREADS", "1"))
 torch.set_num_threads(TEST_THREADS)
-# Seed 003's pre-trained source models are cached on disk (fda_ray.algorithms.fedwca): not in the user's home. Set
+# FedWCA's pre-trained source models are cached on disk (fda_ray.algorithms.fedwca): not in the user's home. Set
 # before any Ray worker starts, so the actors see it too.
 os.environ["FDA_RAY_CACHE_DIR"] = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"fda-ray-test-cache-{os.getpid()}")
 

@@ -118,7 +118,7 @@ CASES = [
     run_case("batch_source=", *RUN, "--batch-source", "100000"),
     run_case("batch_target=", *RUN, "--method", "fedgp_auto", "--target-labelled", "4", "--batch-target", "4"),
     run_case("num_sources=", "--dataset", "synthetic", "--num-sources", "9", "--rounds", "1", "--executor", "serial"),
-    # ... seed 003's source-free setting (FMNIST-5 built from the generated files)
+    # ... FedWCA's source-free setting (FMNIST-5 built from the generated files)
     *[run_case(c, "--dataset", "fmnist-5", "--data-dir", "{fm}", "--method", "fedwca", "--rounds", "1", "--executor",
                "serial", *a) for c, a in [
         ("fedwca.temp_a=", ("--fedwca-temp-a", "0")),

@@ -446,7 +446,7 @@ def test_registered_dataset_smoke(isolated, name):
         for x, y in tables:
             assert len(x) == len(y) > 0 and tuple(x[:2].shape[1:]) == s.input_shape
             assert x[:2].dtype == torch.float32 and torch.isfinite(x[:2]).all()
-            main = y[:, 0] if s.aux_tasks else y  # seed 000's datasets: (main, auxiliary labels...)
+            main = y[:, 0] if s.aux_tasks else y  # Healthcare FDA's datasets: (main, auxiliary labels...)
             assert y.dtype == torch.int64 and int(main.min()) >= 0 and int(main.max()) < s.num_classes
             for k, (_, classes) in enumerate(s.aux_tasks, start=1):
                 assert int(y[:, k].min()) >= -1 and int(y[:, k].max()) < classes

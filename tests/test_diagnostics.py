@@ -1,4 +1,4 @@
-"""FDA diagnostics: the closed forms of 004 (d^2, sigma^2, tau^2 d^2, the Delta errors of each rule) against
+"""FDA diagnostics: the closed forms of Auto-weighted FDA (d^2, sigma^2, tau^2 d^2, the Delta errors of each rule) against
 Monte Carlo on synthetic Gaussian gradients, the estimators' unbiasedness, path averaging, and per-sample
 gradients against one backward pass per sample."""
 from __future__ import annotations
@@ -41,7 +41,7 @@ def test_closed_forms_match_monte_carlo_for_one_source():
 
 @pytest.mark.parametrize("d2,expected", [(0.2, "source_only"), (0.5, "fedda"), (2.0, "fedgp"), (6.0, "target_only")])
 def test_best_rule_regions_of_001_figure_2(d2, expected):
-    """001 Sec. 4.3's setting (beta 0.5, tau^2 0.5, M 10): as d^2/sigma^2 grows the best rule goes source only
+    """FedGP Sec. 4.3's setting (beta 0.5, tau^2 0.5, M 10): as d^2/sigma^2 grows the best rule goes source only
     (< 1/3) -> FedDA (< 0.6) -> FedGP (< 5.4) -> target only."""
     q = dg.Quantities(sigma2=1.0, d2=torch.tensor([d2], dtype=torch.float64),
                       tau2d2=torch.tensor([0.5 * d2], dtype=torch.float64), m=10, n=100)
@@ -65,7 +65,7 @@ def test_several_sources_bound_and_fedavg():
     w = torch.tensor([0.2, 0.3, 0.5], dtype=torch.float64)
     bound = dg.combined(dg.delta_errors(q), w)
     mc = dg.monte_carlo_deltas(domain, src, N_T, weights=w, draws=300, generator=gen)
-    for rule in ("fedda", "fedgp"):  # 004 eq (9): sum_i alpha_i Delta_i bounds the combined rule's error
+    for rule in ("fedda", "fedgp"):  # Auto-weighted FDA eq (9): sum_i alpha_i Delta_i bounds the combined rule's error
         assert mc[rule] <= bound[rule] * 1.03
     g_t = domain.mean(0)
     fedavg_err = float(((g_t - w @ src) ** 2).sum())

@@ -212,7 +212,7 @@ def colored(fmnist_dir):
 
 
 def test_paper_settings_per_dataset_and_held_out_environment():
-    for env, factor in enumerate((0.1, 0.5, 0.25)):  # 004 C.3: +90 %, +80 %, -90 %
+    for env, factor in enumerate((0.1, 0.5, 0.25)):  # Auto-weighted FDA App. C.3: +90 %, +80 %, -90 %
         cfg = RunConfig(dataset="colored-fmnist", method="fedgp_auto", test_env=env).resolved()
         assert (cfg.auto_lr_factor, cfg.batch_target, cfg.auto_beta_rule) == (factor, 2, "fedgp")
     cfg = RunConfig(dataset="colored-fmnist", method="fedgp").resolved()
@@ -336,18 +336,18 @@ def test_every_registered_method_runs_leave_one_domain_out(colored):
     finals = {}
     for name in ALGORITHMS.names():
         fda = ALGORITHMS.get(name).family == "fda"  # the personalised baselines have no warm-up
-        # (seed 000's methods: ColoredMNIST has no auxiliary labels, so the AuxInfo ones run at alpha 0; seed 002's
+        # (Healthcare FDA's methods: ColoredMNIST has no auxiliary labels, so the AuxInfo ones run at alpha 0; FSSDA's
         # split the environments over devices instead of holding one out)
         fssda = {"partition": "domain_shards", "num_sources": 2, "target_fraction": None,
                  "params": {"fssda": {"serial_source_rounds": 1}}} if ALGORITHMS.get(name).family == "fssda" else {}
-        if ALGORITHMS.get(name).family == "fedwca":  # seed 003: one source domain, clients of the others
+        if ALGORITHMS.get(name).family == "fedwca":  # FedWCA: one source domain, clients of the others
             fssda = {"partition": "domain_clients", "clients_per_domain": 2, "source_envs": (0,), "model": "shot_lenet",
                      "target_fraction": None, "params": {"fedwca": {"source_epochs": 1, "local_epochs": 1}}}
         hist = run(colored(method=name, test_env=2, finetune_epochs=1, warmup_rounds=1 if fda else None,
                            aux_alpha=0.0 if ALGORITHMS.get(name).family == "healthcare" else None, **fssda))
         assert hist.rows and all(0 <= r["accuracy"] <= 1 for r in hist.rows), name
         finals[name] = hist.final_weights
-    # 004's "FedAvg" has the target as a client: not the sources' FedAvg (001's "FedAvg" = source_only)
+    # Auto-weighted FDA's "FedAvg" has the target as a client: not the sources' FedAvg (FedGP's "FedAvg" = source_only)
     assert not torch.equal(finals["fedavg_all"], finals["source_only"])
     assert len(ALGORITHMS.names()) == 25
 
@@ -405,7 +405,7 @@ def test_domainbed_grids_plan_the_papers_settings(name):
         assert float(getattr(cfg, grid.variable)) == t.value
     if grid.variable == "test_env":
         algorithms = __import__("fda_ray.algorithms", fromlist=["x"]).ALGORITHMS
-        other_seeds = ("healthcare", "fssda", "fedwca")  # every method of 001/004, none of 000's, 002's, 003's
+        other_seeds = ("healthcare", "fssda", "fedwca")  # every method of FedGP/Auto-weighted FDA, none of Healthcare FDA's, FSSDA's, FedWCA's
         assert {r.method for r in grid.rows} == {m for m in algorithms.names()
                                                  if algorithms.get(m).family not in other_seeds}
         assert all(grid.seeds_for(v) == 5 for v in grid.values)
@@ -533,7 +533,7 @@ def test_faithful_auto_weighs_the_target_by_the_last_sources_beta(colored):
 
 
 def test_office31_reads_the_archives_images_level_and_the_flat_layout(tmp_path):
-    """Seed 002's Office-31: <root>/office31/<domain>/images/<class>/ (the archive) or without images/."""
+    """FSSDA's Office-31: <root>/office31/<domain>/images/<class>/ (the archive) or without images/."""
     from fda_ray.data import load
 
     for domain, inner in (("amazon", "images"), ("dslr", ""), ("webcam", "images")):
@@ -543,6 +543,6 @@ def test_office31_reads_the_archives_images_level_and_the_flat_layout(tmp_path):
     assert s.env_names == ("A", "D", "W") and s.num_classes == 2
     assert [len(y) for _, y in s.environments] == [4, 4, 4]
     assert all("/images/" in p for p in s.environments[0][0].paths) and s.environments[0][1].tolist() == [0, 0, 1, 1]
-    # seed 002's protocol: the domains split over 5 devices, ResNet-101 (the paper's)
+    # FSSDA's protocol: the domains split over 5 devices, ResNet-101 (the paper's)
     cfg = RunConfig(dataset="office31", test_env=2).resolved()
     assert (cfg.partition, cfg.num_sources, cfg.source_envs, cfg.model) == ("domain_shards", 5, (0, 1), "resnet101")

@@ -42,7 +42,7 @@ def test_gram_implementation_equals_direct_formulas():
 
 def test_unbiased_against_monte_carlo_truth():
     """G_b = mu_T + N(0, s^2 I): sigma^2 = s^2 / B, d^2 = |g_S - mu_T|^2 / M and tau^2 d^2 = |mu_T - <mu_T, u> u|^2 / M
-    (seed 004 eqs. 86, 93, 96). The mean estimate over K trials must lie within 4 standard errors of the truth."""
+    (Auto-weighted FDA eqs. 86, 93, 96). The mean estimate over K trials must lie within 4 standard errors of the truth."""
     g = torch.Generator().manual_seed(0)
     M, B, K, s = 64, 6, 3000, 1.0
     mu = torch.randn(M, generator=g, dtype=torch.float64)

@@ -1,4 +1,4 @@
-"""Seed 003 (FedWCA) as an algorithm: the domain_clients partition, SHOT's models, the weightings' initial models,
+"""FedWCA as an algorithm: the domain_clients partition, SHOT's models, the weightings' initial models,
 the server's clusters and soft models (A by either reading), the pseudo-labels' defaults (SHOT's obtain_label, written
 out), Local's relabelling every epoch, the source-model cache, per-client evaluation, resume, errors, the grids.
 The pure pieces (FINCH, SHOT, the cluster weights) are in test_fedwca_core.py; serial == Ray in test_ray.py."""
@@ -79,8 +79,8 @@ def _spy_start(monkeypatch):
 
 @pytest.mark.parametrize("weighting", fw.WEIGHTINGS)
 def test_each_weighting_starts_from_its_mix_of_cluster_models(fedwca5, monkeypatch, weighting):
-    """Round 2 (003's round 1) with the local training replaced by the identity: each client's initial model is the
-    weighting's combination (003 Table 3) of the models the server sent, with the weights the client sent back."""
+    """Round 2 (FedWCA's round 1) with the local training replaced by the identity: each client's initial model is the
+    weighting's combination (FedWCA Table 3) of the models the server sent, with the weights the client sent back."""
     cfg = fedwca5(rounds=2, fedwca={"weighting": weighting})
     exp = build_experiment(cfg)
     algo = exp.algorithm
@@ -142,7 +142,7 @@ def test_fedwca_server_keeps_g_fixed_and_mixes_soft_models_by_eq2(fedwca5, norm)
     row = hist.rows[-1]
     alpha, beta = torch.tensor(row["alpha"]), torch.tensor(row["beta"])
     a, b = server_mixing(alpha, beta, state["assign"], c, norm)  # the configured reading reaches the server
-    assert torch.allclose(a.sum(0), torch.ones(c, dtype=torch.float64))  # trap 1: columns sum to 1
+    assert torch.allclose(a.sum(0), torch.ones(c, dtype=torch.float64))  # open point 1: columns sum to 1
     assert torch.equal(state["mix_a"], a)
     models = torch.stack([state[f"cluster{j}"] for j in range(c)])
     want = soft_cluster_models(models, a, b)
@@ -169,7 +169,7 @@ def test_the_server_forms_a_by_the_configured_reading(fedwca5, norm):
     results = {k: ClientResult(k, {"weights": torch.randn(size, generator=g), "alpha": alpha[k - 1],
                                    "beta": beta[k - 1]}, {"loss": 0.0}) for k in range(1, 9)}
     state = {"source": torch.randn(size, generator=g), "assign": assign, "num_clusters": torch.tensor(2)}
-    new, _ = algo.aggregate(2, state, results)  # 003's round 1: a full round, the next one the server mixes
+    new, _ = algo.aggregate(2, state, results)  # FedWCA's round 1: a full round, the next one the server mixes
     a_bar = torch.stack([alpha[assign == c].mean(0) for c in range(2)])  # A_bar[c', c]
     want = a_bar / a_bar.sum(0, keepdim=True) if norm == "columns" else a_bar.T
     assert torch.allclose(new["mix_a"], want, rtol=0, atol=1e-15)
@@ -187,7 +187,7 @@ def test_the_server_forms_a_by_the_configured_reading(fedwca5, norm):
 
 
 def test_revised_fedwca_sends_the_server_mixed_model_between_blocks(fedwca5, monkeypatch):
-    """U = 2: round 2 (003's round 1) the clients compute alpha, beta; for round 3 the server sends each client
+    """U = 2: round 2 (FedWCA's round 1) the clients compute alpha, beta; for round 3 the server sends each client
     f_init = sum_c v_{k,c} f_c (Eq. 8) with those weights, which is what the client starts from."""
     cfg = fedwca5(rounds=3, fedwca={"revision_interval": 2})
     exp = build_experiment(cfg)
@@ -321,7 +321,7 @@ def test_local_keeps_its_models_on_the_clients_and_fedavg_averages_them(fedwca5)
 
 
 def test_clustering_groups_clients_of_the_same_domain(fmnist_dir):
-    """003 Tables 4 / 12: after one round from a trained source model, FINCH on the first layers puts only clients
+    """FedWCA Tables 4 / 12: after one round from a trained source model, FINCH on the first layers puts only clients
     of one domain together (purity 1) on the generated FMNIST-5."""
     cfg = RunConfig(dataset="fmnist-5", data_dir=str(fmnist_dir), method="fedwca", rounds=1, samples_per_client=60,
                     clients_per_domain=3, source_envs=(0,), params={"fedwca": {"source_epochs": 5, "local_epochs": 2}},
@@ -463,7 +463,7 @@ def test_pseudo_labels_default_to_shots_obtain_label_and_keep_eq4_as_an_option()
 
 def test_local_relabels_every_epoch_with_the_current_model(fedwca5, monkeypatch):
     """shot_local is SHOT itself (image_target.py: obtain_label at the start of every epoch): the labels epoch e
-    trains on are SHOT's pseudo-labels of the model after epoch e - 1; FedAvg keeps the round's labels (003)."""
+    trains on are SHOT's pseudo-labels of the model after epoch e - 1; FedAvg keeps the round's labels (FedWCA)."""
     from fda_ray.runtime.executors import SerialExecutor
     from fda_ray.runtime.loop import run_rounds
     from fda_ray.train.client import run_task
@@ -521,7 +521,7 @@ def test_local_relabels_every_epoch_with_the_current_model(fedwca5, monkeypatch)
     assert next(targets, None) is None
     assert changed > 0  # the model moved the labels: round-fixed labels would have failed the comparison above
 
-    # FedAvg (and 003's round 0 of FedWCA) label once per round
+    # FedAvg (and FedWCA's round 0 of FedWCA) label once per round
     exp2 = build_experiment(fedwca5(method="shot_fedavg", rounds=1, fedwca={"local_epochs": epochs}))
     task2 = exp2.algorithm.plan_round(1, state).tasks[0]
     relabels.clear()

@@ -1,4 +1,4 @@
-"""Seed 003's pure pieces against hand-computed and brute-force cases and against the reference code written out in
+"""FedWCA's pure pieces against hand-computed and brute-force cases and against the reference code written out in
 the tests (SHOT's obtain_label, tim-learn/SHOT object/image_target.py; SND's neighbor_density and entropy,
 VisionLearningGroup/SND): FINCH's first partition, SHOT's IM loss and prototype pseudo-labels (both feature modes,
 with and without SHOT's label set), Alg. 2's label choice and mixup partners, the cluster score, SND, the server's A
@@ -184,7 +184,7 @@ def test_mixup_partners_share_the_label_and_unmatched_classes_stay_unmixed():
     partners = mixup_partners(labels, matched, gen)
     assert partners[0] == -1 and partners[2] == -1 and partners[5] == -1  # matched: no partner
     assert int(partners[1]) in (0, 5) and int(partners[3]) == 2
-    assert partners[4] == -1  # class 2 has no matched sample: unmixed (trap 4)
+    assert partners[4] == -1  # class 2 has no matched sample: unmixed (open point 4)
     x = torch.arange(6, dtype=torch.float32).view(6, 1)
     mixed = mixup(x, partners, 0.55)
     assert float(mixed[3]) == pytest.approx(0.45 * 3 + 0.55 * 2)
@@ -281,7 +281,7 @@ def test_eq8_weights_sum_to_one_and_equal_the_clients_mix_of_soft_models():
     alpha = torch.softmax(torch.randn(k, c, generator=g, dtype=torch.float64), 1)
     beta = torch.softmax(torch.randn(k, 2, generator=g, dtype=torch.float64), 1)
     a, b = server_mixing(alpha, beta, clusters, c)
-    assert torch.allclose(a.sum(0), torch.ones(c, dtype=torch.float64))  # sum_{c'} A_{c'->c} = 1 (trap 1)
+    assert torch.allclose(a.sum(0), torch.ones(c, dtype=torch.float64))  # sum_{c'} A_{c'->c} = 1 (open point 1)
     abar1 = alpha[clusters == 1].double().mean(0)
     assert b[1].tolist() == pytest.approx(beta[clusters == 1].double().mean(0).tolist())
     col = torch.stack([alpha[clusters == cc].double().mean(0) for cc in range(c)])  # A_bar[c', c]

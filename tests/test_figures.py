@@ -14,7 +14,7 @@ from tuning.grids import Grid, Row
 GRID = Grid(name="fig", dataset="fashion-mnist", variable="noise", values=(0.0, 0.4, 0.8),
             rows=(Row("fedgp", "FedGP_0.5", "fedgp"), Row("fedgp_auto", "FedGP_Auto", "fedgp_auto"),
                   Row("target_only", "Target Only", "target_only")),
-            seeds={}, profiles={"quick": {}}, paper={"fedgp": {0.0: 76.3, 0.4: 71.1, 0.8: 62.2}}, paper_ref="seed 004, Table 10")
+            seeds={}, profiles={"quick": {}}, paper={"fedgp": {0.0: 76.3, 0.4: 71.1, 0.8: 62.2}}, paper_ref="Auto-weighted FDA, Table 10")
 
 
 def _rows() -> list[dict]:

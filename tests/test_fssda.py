@@ -1,4 +1,4 @@
-"""Seed 002 end to end: the domain_shards partition, FMNIST-5, the FSSDA recipe (a batch without labels still moves
+"""FSSDA end to end: the domain_shards partition, FMNIST-5, the FSSDA recipe (a batch without labels still moves
 W_t under the default loss; fixed and adaptive lambda), the server halves (unweighted averages, FLOnly's devices),
 resume == uninterrupted, the grids and the configuration's one-line errors. serial == Ray is in test_ray.py; the
 pure pieces (Eq. 4, Frank-Wolfe, the soft labels' temperature, the fake labels) are in test_fssda_core.py."""
@@ -110,14 +110,14 @@ def test_a_batch_without_labelled_samples_still_moves_w_t_under_the_default_loss
     res = fssda_recipe(client, ClientTask(0, "fssda", 0, _hp(exp), data="target"), inputs)
     assert float(res.tensors["delta_target"].abs().max()) > 0  # mse: fake all-zero labels and soft labels act
     assert 0.0 <= res.scalars["imitation_lambda"] <= 1.0
-    # trap 2: under cross-entropy with lambda = 1 (what per-batch min-norm gives without labels) nothing moves
+    # open point 2: under cross-entropy with lambda = 1 (what per-batch min-norm gives without labels) nothing moves
     res = fssda_recipe(client, ClientTask(0, "fssda", 0, _hp(exp, loss="ce", imitation="fixed", imitation_lambda=1.0),
                                           data="target"), inputs)
     assert float(res.tensors["delta_target"].abs().max()) == 0.0
 
 
 def test_the_default_optimiser_is_the_papers_sgd_at_lr_0_001(fmnist5):
-    """002 Sec. IV-A: "stochastic gradient descent with a learning rate of 0.001". One source step over the whole
+    """FSSDA Sec. IV-A: "stochastic gradient descent with a learning rate of 0.001". One source step over the whole
     shard is w - 0.001 * grad(CE), written out here on the device's own model; Adam stays an option."""
     from torch.nn import functional as F
 
@@ -261,7 +261,7 @@ def test_seed_002_grids_plan_table_one_and_its_figures():
 
     office = GRIDS["fssda-office31"]
     trials = plan(office, "paper")
-    assert len(trials) == len(office.rows) * 7 * 5  # 6 pairs + W+D -> A, 5 trials (002 IV-B)
+    assert len(trials) == len(office.rows) * 7 * 5  # 6 pairs + W+D -> A, 5 trials (FSSDA IV-B)
     by = {(t.row, t.value): t.config().resolved() for t in trials if t.seed == 0}
     a_w = by[("fssda_iid", 0.0)]
     assert (a_w.source_envs, a_w.test_env, a_w.model, a_w.model_weights, a_w.num_sources) == ((0,), 2, "resnet101",

@@ -1,4 +1,4 @@
-"""Seed 002's pure pieces: Eq. 4 and the Frank-Wolfe min-norm solver against brute force, the soft labels'
+"""FSSDA's pure pieces: Eq. 4 and the Frank-Wolfe min-norm solver against brute force, the soft labels'
 temperature, the fake labels under both losses (the paper's fake-label convention)."""
 from __future__ import annotations
 

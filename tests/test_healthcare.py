@@ -1,4 +1,4 @@
-"""Seed 000: the multi-task loss (Eq. 3), AUC, the masked GP (Eqs. 4-8), the online fine-tuning and GP rounds
+"""Healthcare FDA: the multi-task loss (Eq. 3), AUC, the masked GP (Eqs. 4-8), the online fine-tuning and GP rounds
 against hand-computed rounds, and the fmnist-conditions construction with its held-out-domain partition."""
 from __future__ import annotations
 
@@ -139,7 +139,7 @@ def test_evaluation_reports_accuracy_at_logit_zero_and_auc():
 # ---------------------------------------------------------------- the masked GP
 
 def gp_by_hand(target, sources, offsets, frozen, weights, align, beta):
-    """000 Eqs. 4-7 layer by layer in float64: theta += beta sum_i [c_il > 0] c_il w_i A_i Delta_il
+    """Healthcare FDA Eqs. 4-7 layer by layer in float64: theta += beta sum_i [c_il > 0] c_il w_i A_i Delta_il
     + (1 - beta) G_T,l on every layer but the frozen ones, which keep their value."""
     out = torch.zeros_like(target, dtype=torch.float64)
     for l in range(len(offsets) - 1):
@@ -457,7 +457,7 @@ def test_seed_000_grids_plan_the_papers_rows_and_settings():
 # target_batch_size defaults (fmnist-conditions: the dataset's rounds and batches); `if i < 5` warm-up on every one.
 HEAD_SCRIPTS = {"chexpert-000": (80, 32, 32), "mimic-000": (60, 32, 32), "midrc-000": (50, 8, 16),
                 "conditions": (50, 32, 32)}
-PAPER_ROUNDS = {"chexpert-000": 50, "mimic-000": 80, "midrc-000": 50, "conditions": 50}  # 000 A.3
+PAPER_ROUNDS = {"chexpert-000": 50, "mimic-000": 80, "midrc-000": 50, "conditions": 50}  # Healthcare FDA App. A.3
 
 
 @pytest.mark.parametrize("name", sorted(HEAD_SCRIPTS))

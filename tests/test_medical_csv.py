@@ -1,4 +1,4 @@
-"""Seed 000's medical tables on generated PNG fixtures: the generic table and the authors' per-domain formats,
+"""Healthcare FDA's medical tables on generated PNG fixtures: the generic table and the authors' per-domain formats,
 their label and auxiliary mappings, their errors, and a run end to end; the preparation scripts of datasets/."""
 from __future__ import annotations
 
@@ -60,9 +60,9 @@ def test_generic_table_reads_domains_labels_and_auxiliary_columns(tmp_path):
     assert y[:, 0].tolist() == [0, 1] * 4
     assert y[:, 1].tolist() == [1, 0] * 4  # Female 0 < Male 1 (sorted)
     ages = [17 + 11 * i for i in range(8)]
-    assert y[:, 2].tolist() == [min(max((a - 18) // 9, 0), 8) for a in ages]  # 000's buckets, clamped
+    assert y[:, 2].tolist() == [min(max((a - 18) // 9, 0), 8) for a in ages]  # Healthcare FDA's buckets, clamped
     assert y[:, 3].tolist() == [0, 1, MISSING, 0, 1, MISSING, 0, 1]  # AP 0, PA 1, empty: missing
-    # 000's evaluation transform: Resize(224) and (0.5, 0.5, 0.5) normalisation of the grey value
+    # Healthcare FDA's evaluation transform: Resize(224) and (0.5, 0.5, 0.5) normalisation of the grey value
     assert torch.allclose(x[1], torch.full((3, 224, 224), (5 / 255 - 0.5) / 0.5), atol=1e-6)  # grey value 5
 
 

@@ -158,7 +158,7 @@ def test_resnet18_weights_other_channels(resnet_weights):
 
 @pytest.mark.parametrize("name", ["multitask_cnn", "resnet18_multitask"])
 def test_multi_head_models_concatenate_the_heads_on_a_shared_128_d_layer(name):
-    """Seed 000's model: trunk -> Linear(., 128) -> LeakyReLU(0.2) -> the main head and one head per auxiliary
+    """Healthcare FDA's model: trunk -> Linear(., 128) -> LeakyReLU(0.2) -> the main head and one head per auxiliary
     task, each reading the same 128-d features; the output is the heads' logits side by side."""
     from fda_ray.train.models import MultiHead
 
@@ -217,7 +217,7 @@ def test_leaky_heads_are_leaky_relu_of_each_heads_own_linear_map(name):
 
 
 def test_resnet18_multitask_loads_a_local_weights_file(tmp_path):
-    """000's model starts from an ImageNet state dict on disk (here a saved random one): every trunk tensor is the
+    """Healthcare FDA's model starts from an ImageNet state dict on disk (here a saved random one): every trunk tensor is the
     file's, BatchNorm included; the heads are new."""
     import torchvision
 

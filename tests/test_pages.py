@@ -496,7 +496,7 @@ def _minus(text):
 
 def test_paper_diff_is_the_last_5_mean_minus_the_papers_number_in_points_or_stds():
     acc = [100 * r["accuracy"] for r in _record("domainbed-colored-quick", "source_only", 2.0)]
-    gap = statistics.fmean(acc[-5:]) - 27.77  # 004 Table 3, Source Only, -90%; its std 0.82
+    gap = statistics.fmean(acc[-5:]) - 27.77  # Auto-weighted FDA Table 3, Source Only, -90%; its std 0.82
     assert pages.render("paper-diff domainbed-colored-quick source_only 2") == _minus(f"{gap:+.2f}")
     assert pages.render("paper-diff domainbed-colored-quick source_only 2 unit=std digits=1") == \
         _minus(f"{gap / 0.82:+.1f}")

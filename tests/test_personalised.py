@@ -33,9 +33,9 @@ def test_every_registered_algorithm_runs_on_tiny_data(tiny, fmnist5, fedwca5, me
 
         monkeypatch.setitem(RECIPES._items, name, spy)
     cls = ALGORITHMS.get(method)
-    if cls.family == "fssda":  # seed 002's methods need domains split over devices
+    if cls.family == "fssda":  # FSSDA's methods need domains split over devices
         cfg = fmnist5(method=method, noise=0.3, params={"fssda": {"serial_source_rounds": 1}})
-    elif cls.family == "fedwca":  # seed 003's: one source domain, unlabelled clients of the others
+    elif cls.family == "fedwca":  # FedWCA's: one source domain, unlabelled clients of the others
         cfg = fedwca5(method=method)
     else:
         cfg = tiny(method=method, noise=0.3, finetune_epochs=1, batch_target=8,

@@ -333,7 +333,7 @@ def test_ray_equals_serial_for_seed_000s_two_step_rounds(local_ray, conditions, 
 @pytest.mark.parametrize("method,params", [("fssda", {}), ("ssda_only", {}), ("fssda", {"layout": "fda"}),
                                            ("fssda_serial", {"serial_source_rounds": 1})])
 def test_ray_equals_serial_for_seed_002(local_ray, fmnist5, method, params):
-    """Seed 002's devices (K clients holding a source and a target role, no separate target client), two models in
+    """FSSDA's devices (K clients holding a source and a target role, no separate target client), two models in
     the server state, two source domains, SSDAOnly's models in the clients' states: Ray gives the serial numbers."""
     cfg = fmnist5(method=method, source_envs=(1, 4), params={"fssda": params})
     a = engine.run(cfg)
@@ -347,7 +347,7 @@ def test_ray_equals_serial_for_seed_002(local_ray, fmnist5, method, params):
 @pytest.mark.slow
 @pytest.mark.parametrize("method,params", [("fedwca", {}), ("fedwca", {"revision_interval": 2}), ("shot_local", {})])
 def test_ray_equals_serial_for_seed_003(local_ray, fedwca5, method, params):
-    """Seed 003: per-client broadcasts (each client its cluster model and the soft models), the one-time clustering,
+    """FedWCA: per-client broadcasts (each client its cluster model and the soft models), the one-time clustering,
     the clients' alpha and beta, Local's models in the clients' states, dropout seeded per task: Ray gives the serial
     numbers. The source model is trained in both (Ray first, on an actor; the cache emptied before the serial run)."""
     import os

@@ -65,7 +65,7 @@ def test_validation_splits_are_held_out_seeded_and_never_trained_on(tiny, fmnist
 
 
 def test_validation_on_device_shards_hides_the_held_out_labels(fmnist5, fmnist_dir):
-    """Seed 002's labelled target samples live on the devices: the held-out ones become unlabelled there."""
+    """FSSDA's labelled target samples live on the devices: the held-out ones become unlabelled there."""
     from fda_ray.data.base import UNLABELLED
     from fda_ray.data import load
     from fda_ray.runtime.partitions import build_setting
@@ -132,7 +132,7 @@ def test_search_definitions_plan_valid_trials_and_extend_their_points():
                         v = point_of(s, t.params)[d.name]
                         assert (v in d.values) if d.kind == "choice" else d.low <= v <= d.high
         assert not RULES[s.rules[0]].oracle  # what the scheduler optimises is never the test set
-    wca = SEARCHES["fedwca-temperatures"].samples("fedwca", 1.0, 30)  # 003's 5 x 5 set: each point once
+    wca = SEARCHES["fedwca-temperatures"].samples("fedwca", 1.0, 30)  # FedWCA's 5 x 5 set: each point once
     assert len(wca) == 25 and len({tuple(p.values()) for p in wca}) == 25
     with pytest.raises(ValueError, match="loguniform"):
         Dim("x", "loguniform", 0.0, 1.0)

@@ -186,7 +186,7 @@ def test_classes4_reproducible(split):
     assert [ids(p) for p in a.sources] != [ids(p) for p in c.sources]
 
 
-# ---------------------------------------------------------------- source_classes (seed 004 Table 12)
+# ---------------------------------------------------------------- source_classes (Auto-weighted FDA Table 12)
 
 @pytest.mark.parametrize("k", [1, 3, 9])
 def test_source_classes_regroups_the_sources_and_keeps_homos_target(split, k):

@@ -396,7 +396,7 @@ def test_pool_workers_die_with_a_killed_sweep(tmp_path):
 
 
 def test_parquet_takes_a_metric_that_is_a_number_in_one_trial_and_a_list_in_another(tmp_path):
-    """Seed 002's source loss: one number with one source domain, a list with two; Parquet's columns hold one
+    """FSSDA's source loss: one number with one source domain, a list with two; Parquet's columns hold one
     type, so such a column is written as JSON text (readable back to the same values)."""
     from fda_ray.experiments.backends import write_parquet
 

@@ -1,4 +1,4 @@
-"""The synthetic experiment (004 Figure 2) on a 2 x 2 grid: the quantities move the way the grid is built
+"""The synthetic experiment (Auto-weighted FDA Figure 2) on a 2 x 2 grid: the quantities move the way the grid is built
 (distance with the source index, variance with smaller subsamples), predicted = argmin of the Delta errors,
 actual = argmin of the test MSEs, the agreement share counts the cells, and the outputs are written."""
 from __future__ import annotations

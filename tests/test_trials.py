@@ -17,7 +17,7 @@ from tuning.paper import TABLE10_FMNIST, TABLE11_FMNIST_LABEL_SHIFT
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# What each published table holds fixed (seed 004 C.6 and the grids' captions), beyond the dataset defaults.
+# What each published table holds fixed (Auto-weighted FDA C.6 and the grids' captions), beyond the dataset defaults.
 TABLE_SETTINGS = {
     "noise": {"partition": "homo", "target_labelled": 100, "eta": 0.5},
     "beta": {"partition": "homo", "noise": 0.4, "target_labelled": 100},
@@ -25,8 +25,8 @@ TABLE_SETTINGS = {
     "target-size": {"partition": "homo", "noise": 0.4},
     "target-size-noise0.2": {"partition": "homo", "noise": 0.2},
     "target-size-noise0.6": {"partition": "homo", "noise": 0.6},
-    "source-classes": {"partition": "source_classes", "noise": 0.4, "target_labelled": 100},  # seed 004 Table 12
-    "ablation": {"partition": "homo", "target_labelled": 100},  # seed 004 Table 2
+    "source-classes": {"partition": "source_classes", "noise": 0.4, "target_labelled": 100},  # Auto-weighted FDA Table 12
+    "ablation": {"partition": "homo", "target_labelled": 100},  # Auto-weighted FDA Table 2
 }
 
 

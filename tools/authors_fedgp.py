@@ -1,6 +1,6 @@
 """Run the FedGP authors' own non-iid script (jackyzyb/AutoFedGP, `main_noniid.py`) on this machine's
 Fashion-MNIST, and keep what it records, so that a cell of docs/results/fmnist-noise.md can be set beside the
-authors' code on the same data (seed 001, Table 10: FedGP with beta = proj_w).
+authors' code on the same data (FedGP, Table 10: FedGP with beta = proj_w).
 
     python tools/authors_fedgp.py --repo PATH/TO/AutoFedGP --out docs/results/authors-fedgp \\
         --iter noise_0.6_seed8 -- --dataset fmnist --n_target_samples 100 --n_parties 10 \\

@@ -20,7 +20,7 @@ A grid file is the Grid dataclass (tuning.grids) as plain data, one key per fiel
       quick: {fields: {rounds: 10}, values: [0.4], seeds: 1, note: "10 rounds, noise 0.4 only"}
       paper: {}
     paper: {fedgp_auto: {0.4: 71.5}}   # optional: the paper's numbers (row -> value -> %), shown beside ours
-    paper_ref: "seed 004, Table 10"
+    paper_ref: "Auto-weighted FDA, Table 10"
 
 and the rest of Grid's fields where needed (value_labels, value_fields for columns that are settings, paper_auc,
 share_source_only, a profile's rows and row_fields). A search file is the Search dataclass (tuning.searches) the

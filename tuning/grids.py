@@ -63,8 +63,8 @@ class Grid:
     fixed: dict[str, Any] = field(default_factory=dict)  # RunConfig fields every trial of the grid sets
     share_source_only: bool = False  # see the module docstring
     value_labels: dict[float, str] = field(default_factory=dict)  # how a value is printed (test_env 2: "-90%")
-    paper_auc: dict[str, dict[float, float]] = field(default_factory=dict)  # binary tasks (seed 000): AUC (%)
-    # A grid whose columns are settings rather than values of one field (seed 002's domain pairs, a family's
+    paper_auc: dict[str, dict[float, float]] = field(default_factory=dict)  # binary tasks (Healthcare FDA): AUC (%)
+    # A grid whose columns are settings rather than values of one field (FSSDA's domain pairs, a family's
     # parameter): the RunConfig fields of each value (families' parameters under "params"); the variable is then
     # a name for the columns, not a RunConfig field.
     value_fields: dict[float, dict[str, Any]] = field(default_factory=dict)
@@ -114,7 +114,7 @@ def _rows(*spec: tuple[str, str, str, dict[str, Any]]) -> tuple[Row, ...]:
     return tuple(Row(key, label, method, params) for key, label, method, params in spec)
 
 
-# The rows of seed 004's Tables 10 and 11 (Fashion-MNIST), in the paper's order.
+# The rows of Auto-weighted FDA's Tables 10 and 11 (Fashion-MNIST), in the paper's order.
 TABLE_ROWS = _rows(
     ("source_only", "Source Only", "source_only", {}),
     ("finetune_offline", "Finetune_Offline", "finetune_offline", {}),
@@ -127,7 +127,7 @@ TABLE_ROWS = _rows(
     ("oracle", "Oracle", "oracle", {}),
 )
 AUTO_ROWS = tuple(r for r in TABLE_ROWS if r.key in ("fedda", "fedgp", "fedda_auto", "fedgp_auto"))
-# Seed 004 Table 12 has no auto rows.
+# Auto-weighted FDA Table 12 has no auto rows.
 STATIC_ROWS = tuple(r for r in TABLE_ROWS if r.key not in ("fedda_auto", "fedgp_auto"))
 ABLATION_ROWS = _rows(
     ("fedda", "FedDA (w/o projection)", "fedda", {"beta": 0.5}),
@@ -137,13 +137,13 @@ ABLATION_ROWS = _rows(
 
 
 def _target_size(noise: float, paper: Mapping[str, Mapping[float, float]]) -> Grid:
-    """Seed 004 Tables 13-14 (Fashion-MNIST) at one noise level: one grid per column pair of the tables."""
+    """Auto-weighted FDA Tables 13-14 (Fashion-MNIST) at one noise level: one grid per column pair of the tables."""
     return Grid(
         name="target-size" if noise == 0.4 else f"target-size-noise{noise:g}", dataset="fashion-mnist",
         variable="target_labelled", values=(100, 200, 500, 1000), rows=AUTO_ROWS, seeds={}, fixed={"noise": noise},
         profiles={"paper": {}, "quick": QUICK},
         paper={m: {int(k): v for k, v in row.items()} for m, row in paper.items()},
-        paper_ref=f"seed 004, Tables 13-14 (Fashion-MNIST, noise {noise:g})")
+        paper_ref=f"Auto-weighted FDA, Tables 13-14 (Fashion-MNIST, noise {noise:g})")
 
 # Laptop profile of most grids: for checking a setup in minutes; its numbers are not the paper's.
 QUICK = Profile({"rounds": 10, "samples_per_client": 1000, "test_samples": 2000}, seeds=1,
@@ -169,9 +169,9 @@ QUICK_NOISE = Profile({"num_sources": 2, "samples_per_client": 6000, "test_sampl
                       note="2 sources (paper: 9) of 6000 images, 50 rounds as in the paper, 2000 test images (paper: "
                            "10 000), noise 0, 0.4 and 0.8, no FedGP_1, 3 seeds, sources trained vectorised.")
 
-# ---------------------------------------------------------------- DomainBed (seeds 001 / 004, docs/methods.md)
-# Every registered method: the FDA rows of 004 Tables 1 and 3 (FedDA and FedGP at beta 0.5), then the personalised
-# baselines of 004 Table 1 (150 rounds, no warm-up: docs/methods.md).
+# ---------------------------------------------------------------- DomainBed (the FedGP paper / Auto-weighted FDA, docs/methods.md)
+# Every registered method: the FDA rows of Auto-weighted FDA Tables 1 and 3 (FedDA and FedGP at beta 0.5), then the personalised
+# baselines of Auto-weighted FDA Table 1 (150 rounds, no warm-up: docs/methods.md).
 PERSONALISED_ROUNDS = 150
 DOMAINBED_ROWS = _rows(
     ("source_only", "Source Only", "source_only", {}),
@@ -196,7 +196,7 @@ PERSONALISED_ROW_KEYS = tuple(r.key for r in DOMAINBED_ROWS[8:])
 _SAME_BUDGET = {k: {"rounds": 50} for k in PERSONALISED_ROW_KEYS}
 COLORED_QUICK = Profile({"samples_per_client": 500, "test_samples": 1000}, seeds=1, row_fields=_SAME_BUDGET,
                         note="DomainBed's protocol and the paper's settings (50 rounds, the 18 labelled target "
-                             "images, lrs, batches, warm-up, 004 C.3's auto settings), except: each source trains "
+                             "images, lrs, batches, warm-up, Auto-weighted FDA App. C.3's auto settings), except: each source trains "
                              "on 500 of its ~18 670 in-split images, the test set is 1000 of the held-out "
                              "environment's 4 666 out-split images, the personalised rows run 50 rounds (paper: "
                              "150), one seed (paper: 5). The paper profile's partial run (the FDA rows, seeds 0-1 in "
@@ -211,7 +211,7 @@ IMAGE_QUICK = Profile({"samples_per_client": 200, "test_samples": 200, "rounds":
                       row_fields={k: {"rounds": 5} for k in PERSONALISED_ROW_KEYS},
                       note="5 rounds on 200 images per source and 200 test images: checks a setup, not the paper's "
                            "numbers or orderings.")
-_DOMAINBED_SEEDS = 5  # "accuracies reported using 5 trials" (001), "across 5 trials" (004 C.2)
+_DOMAINBED_SEEDS = 5  # "accuracies reported using 5 trials" (FedGP), "across 5 trials" (Auto-weighted FDA App. C.2)
 
 
 def _domainbed(name: str, dataset: str, envs: tuple[str, ...], paper: Mapping[str, Mapping[float, float]],
@@ -223,8 +223,8 @@ def _domainbed(name: str, dataset: str, envs: tuple[str, ...], paper: Mapping[st
                 value_labels={v: f"{e} (test_env {int(v)})" for v, e in zip(values, envs)})
 
 
-# ---------------------------------------------------------------- seed 000 (docs/methods.md)
-# Table 2's rows: FedAvg is the sources' FedAvg (source_only; no warm-up: 000 has none), Oracle the target's whole
+# ---------------------------------------------------------------- Healthcare FDA (docs/methods.md)
+# Table 2's rows: FedAvg is the sources' FedAvg (source_only; no warm-up: Healthcare FDA has none), Oracle the target's whole
 # training table.
 TABLE2_000_ROWS = _rows(
     ("fedavg", "FedAvg", "source_only", {"warmup_rounds": 0}),
@@ -234,7 +234,7 @@ TABLE2_000_ROWS = _rows(
     ("fedavg_finetune_auxinfo_gp", "FedAvg Finetune AuxInfo GP", "fedavg_finetune_auxinfo_gp", {}),
     ("oracle", "Oracle", "oracle", {}),
 )
-_000_SEEDS = 3  # "3 trials" (000 Table 2)
+_000_SEEDS = 3  # "3 trials" (Healthcare FDA Table 2)
 CONDITIONS_QUICK = Profile({"rounds": 10, "samples_per_client": 1000, "test_samples": 1000}, seeds=1,
                            note="10 rounds (paper: 50), each source on 1000 of its 4000 training images, 1000 of the "
                                 "target's 2000 test images, one seed (paper: 3). Whether it keeps the paper profile's "
@@ -246,7 +246,7 @@ def _column(table: Mapping[str, Mapping[str, float]], column: str, value: float 
     return {k: {value: v[column]} for k, v in table.items()}
 
 
-# The `code` profile of seed 000's grids: the authors' code (enyijiang/MIDRC at 95291b2, the argparse defaults of
+# The `code` profile of Healthcare FDA's grids: the authors' code (enyijiang/MIDRC at 95291b2, the argparse defaults of
 # federated/federated_{chexpert,mimic,midrc}_multi.py and models/resnet_mlt.py; fda_ray.algorithms.healthcare's
 # docstring). On every dataset: Adam at 1e-4 / 2e-5, 5 GP warm-up rounds (`if i < 5`), the code's alignment
 # (len(loader_i)), LeakyReLU(0.2) on every head's output and BCE-with-logits on sigmoid(output) (a double sigmoid).
@@ -254,7 +254,7 @@ AUTHORS_CODE_000 = "enyijiang/MIDRC@95291b2"
 CODE_000 = {"lr_source": 1e-4, "lr_target": 2e-5,
             "params": {"healthcare": {"gp_warmup_rounds": 5, "alignment": "code", "learning_rates": "code",
                                       "head_activation": "leaky_relu", "binary_loss": "sigmoid"}}}
-# Per dataset at 95291b2: num_global_epochs (000 A.3: 50, 80 and 50 rounds), source_batch_size / target_batch_size, and
+# Per dataset at 95291b2: num_global_epochs (Healthcare FDA App. A.3: 50, 80 and 50 rounds), source_batch_size / target_batch_size, and
 # whether the loaders drop their last partial batch (drop_last=args.no_drop_last: CheXpert's and MIDRC's do, MIMIC's not).
 CODE_000_DATASETS = {"chexpert": {"rounds": 80, "batch_source": 32, "batch_target": 32, "drop_last": True},
                      "mimic": {"rounds": 60, "batch_source": 32, "batch_target": 32, "drop_last": False},
@@ -265,11 +265,11 @@ _CODE_000_NOTE = ("the authors' code ({ref}): lr 1e-4 / 2e-5 (every row, the ora
                   "loss){extra}.")
 
 
-_PAPER_ROUNDS_000 = {"chexpert": 50, "mimic": 80, "midrc": 50}  # 000 A.3
+_PAPER_ROUNDS_000 = {"chexpert": 50, "mimic": 80, "midrc": 50}  # Healthcare FDA App. A.3
 
 
 def _code_000(column: str | None) -> Profile:
-    """The `code` profile of 000 Table 2's column `column` (CODE_000 with the dataset's rounds and batches), or of a
+    """The `code` profile of Healthcare FDA Table 2's column `column` (CODE_000 with the dataset's rounds and batches), or of a
     local dataset (None: CODE_000 alone, the dataset's rounds and batches)."""
     fields = {**CODE_000, "params": {"healthcare": dict(CODE_000["params"]["healthcare"])}}
     if column is None:
@@ -283,8 +283,8 @@ def _code_000(column: str | None) -> Profile:
 
 
 def _table2(dataset: str, column: str, target: str) -> Grid:
-    """000 Table 2's column `column` on the user's copy of `dataset` (fda_ray.data.medical_csv), its target domain
-    held out (test_env 0), the paper's settings (000 A.3's rounds; no GP warm-up); the `code` profile: the
+    """Healthcare FDA Table 2's column `column` on the user's copy of `dataset` (fda_ray.data.medical_csv), its target domain
+    held out (test_env 0), the paper's settings (Healthcare FDA App. A.3's rounds; no GP warm-up); the `code` profile: the
     authors' code's (_code_000)."""
     return Grid(name=f"{column}-000", dataset=dataset, variable="test_env", values=(0.0,), rows=TABLE2_000_ROWS,
                 seeds={0.0: _000_SEEDS}, fixed={"rounds": _PAPER_ROUNDS_000[column]},
@@ -293,10 +293,10 @@ def _table2(dataset: str, column: str, target: str) -> Grid:
                                                                       "setup, not the paper's numbers."),
                           "code": _code_000(column)},
                 paper=_column(TABLE2_000_ACC, column), paper_auc=_column(TABLE2_000_AUC, column),
-                paper_ref=f"seed 000, Table 2 ({column})", value_labels={0.0: f"{target} held out (test_env 0)"})
+                paper_ref=f"Healthcare FDA, Table 2 ({column})", value_labels={0.0: f"{target} held out (test_env 0)"})
 
 
-# ---------------------------------------------------------------- seed 002 (docs/methods.md)
+# ---------------------------------------------------------------- FSSDA (docs/methods.md)
 # Table I's methods, iid and non-iid (Dirichlet 0.1 over the devices, the paper's NIID-Bench split), in the paper's
 # order, and our other methods on the same data (FedGP, FedDA_Auto: the 5 source shards as sources, the target the
 # 30 labelled samples; they never read the unlabelled ones).
@@ -366,7 +366,7 @@ _FSSDA_NOTE = ("FMNIST-5 domains (not Office-31's photos), a simple CNN from scr
 
 
 def _fmnist5_grid(name: str, rows: tuple[Row, ...], values=_FM_VALUES, fields=_FM_FIELDS, labels=_FM_LABELS,
-                  variable: str = "transfer", ref: str = "seed 002, Table I (Office-31; here FMNIST-5 pairs)",
+                  variable: str = "transfer", ref: str = "FSSDA, Table I (Office-31; here FMNIST-5 pairs)",
                   fixed: Mapping[str, Any] | None = None) -> Grid:
     return Grid(name=name, dataset="fmnist-5", variable=variable, values=values, rows=_fssda_adam(rows),
                 seeds={v: _FSSDA_SEEDS for v in values}, fixed={**FMNIST5_FSSDA, **(fixed or {})},
@@ -379,10 +379,10 @@ _TEMPERATURES = (1.0, 2.0, 4.0, 8.0)
 # fmnist-m -> clean model, 44 % when trained centrally, came out at 8 % federated), the Office-31 A -> W analogue
 _FM_TEACHER = 0.0
 
-# Seed 003 (FedWCA) on FMNIST-5 (docs/datasets.md): one domain the source, the four others 8 clients each (32, as
+# FedWCA on FMNIST-5 (docs/datasets.md): one domain the source, the four others 8 clients each (32, as
 # Digit-Five), 300 images a client (64/16/20 train/val/test), SHOT's LeNet; the source model trains on 2 400 source
-# images for 20 epochs (cached per seed and source). 8 rounds of E = 2 epochs (003: 100 rounds of E = 5) at SGD lr
-# 0.01 (003: 0.001), so that a table of 75 trials fits an afternoon on 2 cores.
+# images for 20 epochs (cached per seed and source). 8 rounds of E = 2 epochs (FedWCA: 100 rounds of E = 5) at SGD lr
+# 0.01 (FedWCA: 0.001), so that a table of 75 trials fits an afternoon on 2 cores.
 FEDWCA_FMNIST5 = {"samples_per_client": 300, "clients_per_domain": 8, "rounds": 8,
                   "params": {"fedwca": {"local_epochs": 2}}}
 FEDWCA_QUICK = Profile({"samples_per_client": 40, "clients_per_domain": 2, "rounds": 2,
@@ -390,12 +390,12 @@ FEDWCA_QUICK = Profile({"samples_per_client": 40, "clients_per_domain": 2, "roun
                        note="2 rounds, 2 clients a domain of 40 images, one seed: checks a setup, not the numbers or "
                             "their orderings (the paper profile's FedWCA, FedWCA-L, Local and FedAvg rows lie within 2 "
                             "points of each other).")
-_FEDWCA_NOTE = ("FMNIST-5 domains (not Digit-Five's digits), 8 rounds of 2 epochs at SGD lr 0.01 (003: 100 of 5 at 0.001): "
+_FEDWCA_NOTE = ("FMNIST-5 domains (not Digit-Five's digits), 8 rounds of 2 epochs at SGD lr 0.01 (FedWCA: 100 of 5 at 0.001): "
                 "compare orderings, not numbers.")
 FEDWCA_ROWS = _rows(("source_only", "Source Only", "shot_source_only", {}), ("local", "Local", "shot_local", {}),
                     ("fedavg", "FedAvg", "shot_fedavg", {}), ("fedwca", "FedWCA", "fedwca", {}),
                     ("fedwca_l", "FedWCA-L", "fedwca", {"params": {"fedwca": {"weighting": "local"}}}))
-# 003 Table 3's weightings, then Table 10's revised FedWCA (U = 5)
+# FedWCA Table 3's weightings, then Table 10's revised FedWCA (U = 5)
 FEDWCA_ABLATION_ROWS = _rows(*((w, label, "fedwca", {"params": {"fedwca": {"weighting": w}}}) for w, label in (
     ("one_hot", "One-hot"), ("equal", "Equal"), ("one_equal", "One-Equal"), ("one_equal_a", "One-Equal-A"))),
     ("fedwca_l", "FedWCA-L", "fedwca", {"params": {"fedwca": {"weighting": "local"}}}),
@@ -404,7 +404,7 @@ FEDWCA_ABLATION_ROWS = _rows(*((w, label, "fedwca", {"params": {"fedwca": {"weig
 _SOURCES = tuple(float(e) for e in range(len(FMNIST5_NAMES)))
 _SOURCE_FIELDS = {v: {"source_envs": (int(v),)} for v in _SOURCES}
 _SOURCE_LABELS = {v: FMNIST5_NAMES[int(v)] for v in _SOURCES}
-FEDWCA_TEMPERATURES = (0.001, 0.005, 0.01, 0.05, 0.1)  # 003 C.2's search set for T_a and T_b
+FEDWCA_TEMPERATURES = (0.001, 0.005, 0.01, 0.05, 0.1)  # FedWCA App. C.2's search set for T_a and T_b
 _TATB = tuple(float(i) for i in range(len(FEDWCA_TEMPERATURES) ** 2))
 _TATB_FIELDS = {v: {"params": {"fedwca": {"temp_a": FEDWCA_TEMPERATURES[int(v) // 5],
                                           "temp_b": FEDWCA_TEMPERATURES[int(v) % 5]}}} for v in _TATB}
@@ -413,7 +413,7 @@ FEDWCA_SOURCE = 1.0  # fmnist-m: the source whose model transfers best (the abla
 
 
 def _fedwca_grid(name: str, rows: tuple[Row, ...], values=_SOURCES, fields=_SOURCE_FIELDS, labels=_SOURCE_LABELS,
-                 variable: str = "source", ref: str = "seed 003, Table 2 (Digit-Five; here FMNIST-5)",
+                 variable: str = "source", ref: str = "FedWCA, Table 2 (Digit-Five; here FMNIST-5)",
                  seeds: int = 3) -> Grid:
     return Grid(name=name, dataset="fmnist-5", variable=variable, values=values, rows=rows,
                 seeds={v: seeds for v in values}, fixed=FEDWCA_FMNIST5,
@@ -421,7 +421,7 @@ def _fedwca_grid(name: str, rows: tuple[Row, ...], values=_SOURCES, fields=_SOUR
                 value_fields=fields, value_labels=labels)
 
 
-# 003's datasets as the user has them (partition domain_clients; Table 9's settings through the fedwca family's
+# FedWCA's datasets as the user has them (partition domain_clients; Table 9's settings through the fedwca family's
 # defaults: SHOT's LeNet / ImageNet ResNet-18 / ResNet-50, SGD, E = 5, T_a by dataset and source), 15 trials a cell
 # as the paper (5 source models x 3), R = 100 rounds (Office-Home 50).
 _REVISED = Row("fedwca_revised", "Revised FedWCA (U = 5)", "fedwca", {"params": {"fedwca": {"revision_interval": 5}}})
@@ -441,7 +441,7 @@ def _fedwca_user_grid(name: str, dataset: str, envs: tuple[str, ...], rounds: in
                 value_labels={v: envs[int(v)] for v in values})
 
 
-_T2_REF = "seed 003, Tables 2 and 10"
+_T2_REF = "FedWCA, Tables 2 and 10"
 GRIDS: dict[str, Grid] = {
     "fedwca-digit-five": _fedwca_user_grid("fedwca-digit-five", "digit-five", ("MN", "MN-M", "SV", "SY", "US"), 100,
                                            (*FEDWCA_ROWS, _REVISED), TABLE2_003["digit-five"], _T2_REF + " (Digit-Five)"),
@@ -451,26 +451,26 @@ GRIDS: dict[str, Grid] = {
                                             (*FEDWCA_ROWS, _REVISED), TABLE2_003["office-home"],
                                             _T2_REF + " (Office-Home)"),
     "fedwca-pacs-ablation": _fedwca_user_grid("fedwca-pacs-ablation", "pacs", ("Ar", "Ca", "Ph", "Sk"), 100,
-                                              FEDWCA_ABLATION_ROWS, TABLE3_003_PACS, "seed 003, Tables 3 and 10 (PACS)"),
-    # 002 Table I on FMNIST-5 pairs; on Office-31 (the user's copy, ResNet-101 ImageNet weights): the paper's table.
+                                              FEDWCA_ABLATION_ROWS, TABLE3_003_PACS, "FedWCA, Tables 3 and 10 (PACS)"),
+    # FSSDA Table I on FMNIST-5 pairs; on Office-31 (the user's copy, ResNet-101 ImageNet weights): the paper's table.
     "fssda-fmnist": _fmnist5_grid("fssda-fmnist", FSSDA_TABLE_ROWS),
     "fssda-office31": Grid(
         name="fssda-office31", dataset="office31", variable="transfer", values=_O31_VALUES, rows=FSSDA_TABLE_ROWS,
         seeds={v: 5 for v in _O31_VALUES}, fixed={"rounds": 50},
         profiles={"paper": {}, "quick": Profile({"rounds": 2, "samples_per_client": 20}, seeds=1,
                                                 note="2 rounds on 20 images per device and domain: checks a setup.")},
-        paper=TABLE1_002_OFFICE31, paper_ref="seed 002, Table I (Office-31) and section IV-B (W+D->A)",
+        paper=TABLE1_002_OFFICE31, paper_ref="FSSDA, Table I (Office-31) and section IV-B (W+D->A)",
         value_fields=_O31_FIELDS, value_labels=_O31_LABELS),
-    # 002 Figs. 3-4 (W -> D, a small gap, and a large one): fixed lambda against the adaptive one, on the table's
+    # FSSDA Figs. 3-4 (W -> D, a small gap, and a large one): fixed lambda against the adaptive one, on the table's
     # pairs.
-    "fssda-lambda": _fmnist5_grid("fssda-lambda", FSSDA_LAMBDA_ROWS, ref="seed 002, Figs. 3-4 (curves only)"),
+    "fssda-lambda": _fmnist5_grid("fssda-lambda", FSSDA_LAMBDA_ROWS, ref="FSSDA, Figs. 3-4 (curves only)"),
     # T of Eq. 1 (the paper gives none; docs/sweeps-and-searches.md): FSSDA on fmnist-m -> invert.
     "fssda-temperature": _fmnist5_grid(
         "fssda-temperature", tuple(r for r in FSSDA_TABLE_ROWS if r.method == "fssda"), values=_TEMPERATURES,
         fields={t: {"params": {"fssda": {"kd_temperature": t}}} for t in _TEMPERATURES},
         labels={t: f"T = {t:g}" for t in _TEMPERATURES}, variable="kd_temperature", fixed=_FM_FIELDS[_FM_TEACHER],
-        ref="seed 002 (no temperature given; the grid of docs/sweeps-and-searches.md)"),
-    # 002 Fig. 2: the parallel paradigm against the serial one (20 source rounds first), the one-message variant
+        ref="FSSDA (no temperature given; the grid of docs/sweeps-and-searches.md)"),
+    # FSSDA Fig. 2: the parallel paradigm against the serial one (20 source rounds first), the one-message variant
     # (soft labels from last round's W_s) and fda-ray's layout (one target client), on fmnist-m -> invert, iid.
     "fssda-paradigm": _fmnist5_grid(
         "fssda-paradigm", _rows(("fssda_iid", "FSSDA parallel (iid)", "fssda", {}),
@@ -482,36 +482,36 @@ GRIDS: dict[str, Grid] = {
                                  {"params": {"fssda": {"layout": "fda"}}})),
         values=(_FM_TEACHER,), fields={_FM_TEACHER: _FM_FIELDS[_FM_TEACHER]},
         labels={_FM_TEACHER: _FM_LABELS[_FM_TEACHER]},
-        ref="seed 002, Fig. 2 (curves only)"),
-    # 003 Table 2 on FMNIST-5: every source domain, the baselines, FedWCA and FedWCA-L
+        ref="FSSDA, Fig. 2 (curves only)"),
+    # FedWCA Table 2 on FMNIST-5: every source domain, the baselines, FedWCA and FedWCA-L
     "fedwca-fmnist": _fedwca_grid("fedwca-fmnist", FEDWCA_ROWS),
-    # 003 Table 3 (+ Table 10's revised FedWCA) on one source
+    # FedWCA Table 3 (+ Table 10's revised FedWCA) on one source
     "fedwca-ablation": _fedwca_grid("fedwca-ablation", FEDWCA_ABLATION_ROWS, values=(FEDWCA_SOURCE,),
                                     fields={FEDWCA_SOURCE: _SOURCE_FIELDS[FEDWCA_SOURCE]},
                                     labels={FEDWCA_SOURCE: _SOURCE_LABELS[FEDWCA_SOURCE]},
-                                    ref="seed 003, Tables 3 and 10 (PACS, Digit-Five; here FMNIST-5)"),
-    # 003 C.2's T_a x T_b search, read on the clients' validation splits (val_accuracy), one source, one seed
+                                    ref="FedWCA, Tables 3 and 10 (PACS, Digit-Five; here FMNIST-5)"),
+    # FedWCA App. C.2's T_a x T_b search, read on the clients' validation splits (val_accuracy), one source, one seed
     "fedwca-temperatures": Grid(
         name="fedwca-temperatures", dataset="fmnist-5", variable="temperatures", values=_TATB,
         rows=_rows(("fedwca", "FedWCA", "fedwca", {})), seeds={}, fixed={**FEDWCA_FMNIST5,
                                                                          **_SOURCE_FIELDS[FEDWCA_SOURCE]},
         profiles={"paper": Profile(note=_FEDWCA_NOTE), "quick": FEDWCA_QUICK},
-        paper_ref="seed 003, App. C.2 (the temperature search; no table)", value_fields=_TATB_FIELDS,
+        paper_ref="FedWCA, App. C.2 (the temperature search; no table)", value_fields=_TATB_FIELDS,
         value_labels=_TATB_LABELS),
     "noise": Grid(
         name="noise", dataset="fashion-mnist", variable="noise", values=(0.0, 0.2, 0.4, 0.6, 0.8),
         rows=TABLE_ROWS, seeds={0.4: 3}, profiles={"paper": {}, "quick": QUICK_NOISE},
-        paper=TABLE10_FMNIST, paper_ref="seed 004, Table 10 (Fashion-MNIST)", share_source_only=True),
+        paper=TABLE10_FMNIST, paper_ref="Auto-weighted FDA, Table 10 (Fashion-MNIST)", share_source_only=True),
     "beta": Grid(
         name="beta", dataset="fashion-mnist", variable="beta", values=(0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
         rows=_rows(("fedda", "FedDA", "fedda", {}), ("fedgp", "FedGP", "fedgp", {})), seeds={},
         fixed={"noise": 0.4}, profiles={"paper": {}, "quick": QUICK},
-        paper_ref="seed 004, Figure 4 (Fashion-MNIST, noise 0.4)"),
+        paper_ref="Auto-weighted FDA, Figure 4 (Fashion-MNIST, noise 0.4)"),
     "label-shift": Grid(
         name="label-shift", dataset="fashion-mnist", variable="eta", values=(0.45, 0.3, 0.15, 0.1, 0.05, 0.0),
         rows=TABLE_ROWS, seeds={}, fixed={"partition": "label_shift"},
         profiles={"paper": {}, "quick": QUICK},
-        paper=TABLE11_FMNIST_LABEL_SHIFT, paper_ref="seed 004, Table 11 (Fashion-MNIST label shift)"),
+        paper=TABLE11_FMNIST_LABEL_SHIFT, paper_ref="Auto-weighted FDA, Table 11 (Fashion-MNIST label shift)"),
     "target-size": _target_size(0.4, TABLE13_14_FMNIST_TARGET_SIZE),
     "target-size-noise0.2": _target_size(0.2, TABLE13_14_FMNIST_TARGET_SIZE_02),
     "target-size-noise0.6": _target_size(0.6, TABLE13_14_FMNIST_TARGET_SIZE_06),
@@ -519,25 +519,25 @@ GRIDS: dict[str, Grid] = {
         name="source-classes", dataset="fashion-mnist", variable="source_classes", values=(9, 7, 3, 5),
         rows=STATIC_ROWS, seeds={}, fixed={"partition": "source_classes", "noise": 0.4},
         profiles={"paper": {}, "quick": QUICK}, paper=TABLE12_FMNIST_SOURCE_CLASSES,
-        paper_ref="seed 004, Table 12 (Fashion-MNIST, sources holding k classes, noise 0.4)"),
+        paper_ref="Auto-weighted FDA, Table 12 (Fashion-MNIST, sources holding k classes, noise 0.4)"),
     "ablation": Grid(
         name="ablation", dataset="fashion-mnist", variable="noise", values=(0.2, 0.4, 0.6, 0.8),
         rows=ABLATION_ROWS, seeds={}, profiles={"paper": {}, "quick": QUICK}, paper=TABLE2_FMNIST_ABLATION,
-        paper_ref="seed 004, Table 2 (Fashion-MNIST: projection and filter ablation)"),
+        paper_ref="Auto-weighted FDA, Table 2 (Fashion-MNIST: projection and filter ablation)"),
     "domainbed-colored": _domainbed(
         "domainbed-colored", "colored-fmnist", ("+90%", "+80%", "-90%"), DOMAINBED_CMNIST,
-        "seed 004, Table 3 and Table 1 (personalised rows), Colored-MNIST: other images, compare orderings",
+        "Auto-weighted FDA, Table 3 and Table 1 (personalised rows), Colored-MNIST: other images, compare orderings",
         COLORED_QUICK),
     "domainbed-rotated": _domainbed(
         "domainbed-rotated", "rotated-fmnist", tuple(f"{a} deg" for a in (0, 15, 30, 45, 60, 75)), {},
         "", ROTATED_QUICK),
     "domainbed-vlcs": _domainbed(
         "domainbed-vlcs", "vlcs", ("C", "L", "S", "V"), DOMAINBED_VLCS,
-        "seed 001 Table 1, seed 004 Tables 1 and 4 (VLCS)", IMAGE_QUICK),
+        "FedGP Table 1, Auto-weighted FDA Tables 1 and 4 (VLCS)", IMAGE_QUICK),
     "domainbed-terra": _domainbed(
         "domainbed-terra", "terra-incognita", ("L100", "L38", "L43", "L46"), DOMAINBED_TERRA,
-        "seed 001 Table 2, seed 004 Table 5 (TerraIncognita)", IMAGE_QUICK),
-    # 000 Table 6: Non-IID (NIID-Bench #C=3) sources, a noisy target; Fashion-MNIST instead of MNIST.
+        "FedGP Table 2, Auto-weighted FDA Table 5 (TerraIncognita)", IMAGE_QUICK),
+    # Healthcare FDA Table 6: Non-IID (NIID-Bench #C=3) sources, a noisy target; Fashion-MNIST instead of MNIST.
     "noniid-000": Grid(
         name="noniid-000", dataset="fashion-mnist", variable="noise", values=(0.4,),
         rows=TABLE2_000_ROWS[:2] + TABLE2_000_ROWS[3:4], seeds={0.4: _000_SEEDS},
@@ -545,29 +545,29 @@ GRIDS: dict[str, Grid] = {
         profiles={"paper": {}, "quick": Profile(QUICK.fields, seeds=QUICK.seeds, note=QUICK.note + (
             " Its ordering is not the paper profile's: after 10 rounds FedAvg Finetune is above FedAvg Finetune GP "
             "(seed 0: 60.6 against 51.1), where the paper profile's 50 rounds put GP first (64.1 against 55.0, "
-            "3 seeds, as 000 Table 6): GP is still rising when the quick profile stops."))},
+            "3 seeds, as Healthcare FDA Table 6): GP is still rising when the quick profile stops."))},
         paper=TABLE6_000_NONIID,
-        paper_ref="seed 000, Table 6 (Non-IID MNIST; here Fashion-MNIST, noise 0.4: other images, compare gaps)"),
-    # 000 Table 2 on the CheXpert-like construction (docs/datasets.md): the Shirt domain held out.
+        paper_ref="Healthcare FDA, Table 6 (Non-IID MNIST; here Fashion-MNIST, noise 0.4: other images, compare gaps)"),
+    # Healthcare FDA Table 2 on the CheXpert-like construction (docs/datasets.md): the Shirt domain held out.
     "conditions": Grid(
         name="conditions", dataset="fmnist-conditions", variable="test_env", values=(0.0,),
         rows=TABLE2_000_ROWS, seeds={0.0: _000_SEEDS},
         profiles={"paper": {}, "quick": CONDITIONS_QUICK,
                   "code": _code_000(None)},
         paper=_column(TABLE2_000_ACC, "chexpert"), paper_auc=_column(TABLE2_000_AUC, "chexpert"),
-        paper_ref="seed 000, Table 2, CheXpert column (other data: compare orderings)",
+        paper_ref="Healthcare FDA, Table 2, CheXpert column (other data: compare orderings)",
         value_labels={0.0: "shirt held out (test_env 0)"}),
-    # 000 Table 2 on the users' data (000 A.3: CheXpert and MIDRC 50 rounds, MIMIC 80).
+    # Healthcare FDA Table 2 on the users' data (Healthcare FDA App. A.3: CheXpert and MIDRC 50 rounds, MIMIC 80).
     "chexpert-000": _table2("chexpert", "chexpert", "Edema"),
     "mimic-000": _table2("mimic-cxr", "mimic", "Asian"),
     "midrc-000": _table2("midrc", "midrc", "IL"),
-    # 000 Fig. 6's knob (there on MIMIC, curves only): the auxiliary-loss weight alpha.
+    # Healthcare FDA Fig. 6's knob (there on MIMIC, curves only): the auxiliary-loss weight alpha.
     "aux-alpha": Grid(
         name="aux-alpha", dataset="fmnist-conditions", variable="aux_alpha", values=(0.0, 0.2, 0.4, 0.6, 0.8, 1.0),
         rows=TABLE2_000_ROWS[2:3] + TABLE2_000_ROWS[4:5], seeds={},
         profiles={"paper": {}, "quick": CONDITIONS_QUICK},
-        paper_ref="seed 000, Fig. 6 (alpha on MIMIC, curves only: no numbers)"),
-    # 004 Tables 7-9: FedDA and FedGP over static beta, each held-out environment its own row.
+        paper_ref="Healthcare FDA, Fig. 6 (alpha on MIMIC, curves only: no numbers)"),
+    # Auto-weighted FDA Tables 7-9: FedDA and FedGP over static beta, each held-out environment its own row.
     "domainbed-colored-beta": Grid(
         name="domainbed-colored-beta", dataset="colored-fmnist", variable="beta",
         values=(0.0, 0.2, 0.4, 0.6, 0.8, 1.0),
@@ -576,5 +576,5 @@ GRIDS: dict[str, Grid] = {
                                                                                 ("fedgp", "FedGP")))),
         seeds={}, profiles={"paper": {}, "quick": Profile({"samples_per_client": 500, "test_samples": 1000},
                                                           note=COLORED_QUICK.note.split(", the personalised")[0] + ".")},
-        paper=TABLES7_9_CMNIST_BETA, paper_ref="seed 004, Tables 7-9 (Colored-MNIST, static beta)"),
+        paper=TABLES7_9_CMNIST_BETA, paper_ref="Auto-weighted FDA, Tables 7-9 (Colored-MNIST, static beta)"),
 }

@@ -1,6 +1,6 @@
 """Published target test accuracies (%) of the seed papers, to print beside ours.
 
-TABLE10_FMNIST: seed 004, Table 10, Fashion-MNIST feature-noise grid (9 sources, 1 target, 100 labelled
+TABLE10_FMNIST: Auto-weighted FDA, Table 10, Fashion-MNIST feature-noise grid (9 sources, 1 target, 100 labelled
 target samples, 50 rounds), by the grid row's key (tuning.grids.Row: a method, or a method with settings such
 as fedgp_beta1 = FedGP with beta 1) and noise std.
 """
@@ -20,7 +20,7 @@ _ROWS = {
 }
 TABLE10_FMNIST: dict[str, dict[float, float]] = {m: dict(zip(_NOISE, v)) for m, v in _ROWS.items()}
 
-# Seed 004, Table 11: Fashion-MNIST label shift, by eta (the share of each class on its minority side).
+# Auto-weighted FDA, Table 11: Fashion-MNIST label shift, by eta (the share of each class on its minority side).
 _ETA = (0.45, 0.3, 0.15, 0.1, 0.05, 0.0)
 _ETA_ROWS = {
     "source_only": (83.97, 79.71, 69.15, 59.90, 52.51, 0.00),
@@ -35,7 +35,7 @@ _ETA_ROWS = {
 }
 TABLE11_FMNIST_LABEL_SHIFT: dict[str, dict[float, float]] = {m: dict(zip(_ETA, v)) for m, v in _ETA_ROWS.items()}
 
-# Seed 004, Tables 13 (static beta 0.5) and 14 (auto weights): Fashion-MNIST at noise 0.4, by the number of
+# Auto-weighted FDA, Tables 13 (static beta 0.5) and 14 (auto weights): Fashion-MNIST at noise 0.4, by the number of
 # labelled target samples.
 _SIZES = (100.0, 200.0, 500.0, 1000.0)
 _SIZE_ROWS = {
@@ -61,7 +61,7 @@ _SIZE_ROWS_06 = {
 TABLE13_14_FMNIST_TARGET_SIZE_02 = {m: dict(zip(_SIZES, v)) for m, v in _SIZE_ROWS_02.items()}
 TABLE13_14_FMNIST_TARGET_SIZE_06 = {m: dict(zip(_SIZES, v)) for m, v in _SIZE_ROWS_06.items()}
 
-# Seed 004, Table 12: the sources hold k of the 10 classes each (target: noise 0.4, 100 labelled samples).
+# Auto-weighted FDA, Table 12: the sources hold k of the 10 classes each (target: noise 0.4, 100 labelled samples).
 # The paper prints the columns in the order k = 9, 7, 3, 5.
 _K = (9.0, 7.0, 3.0, 5.0)
 _K_ROWS = {
@@ -75,7 +75,7 @@ _K_ROWS = {
 }
 TABLE12_FMNIST_SOURCE_CLASSES: dict[str, dict[float, float]] = {m: dict(zip(_K, v)) for m, v in _K_ROWS.items()}
 
-# Seed 004, Table 2 (Fashion-MNIST columns): the projection and filter ablation, by target noise.
+# Auto-weighted FDA, Table 2 (Fashion-MNIST columns): the projection and filter ablation, by target noise.
 _ABLATION_NOISE = (0.2, 0.4, 0.6, 0.8)
 _ABLATION_ROWS = {
     "fedda": (69.73, 58.60, 50.13, 45.51),           # FedDA: "without projection"
@@ -84,18 +84,18 @@ _ABLATION_ROWS = {
 }
 TABLE2_FMNIST_ABLATION = {m: dict(zip(_ABLATION_NOISE, v)) for m, v in _ABLATION_ROWS.items()}
 
-# ---------------------------------------------------------------- DomainBed (seeds 001 and 004)
+# ---------------------------------------------------------------- DomainBed (the FedGP and Auto-weighted FDA papers)
 # Keyed by DomainBed's environment index (fda_ray test_env), never by the papers' column position: VLCS's
 # sorted folders make C, L, S, V = 0, 1, 2, 3 while the papers print C, L, V, S (docs/datasets.md).
-# Row keys as in tuning.grids' DomainBed rows; "source_only" is 001's "FedAvg" and 004's "Source Only",
-# "fedavg_all" 004's "FedAvg" (the target is a client).
+# Row keys as in tuning.grids' DomainBed rows; "source_only" is FedGP's "FedAvg" and Auto-weighted FDA's "Source Only",
+# "fedavg_all" Auto-weighted FDA's "FedAvg" (the target is a client).
 
 def _by_env(rows: dict[str, tuple], order: tuple[int, ...]) -> dict[str, dict[float, float]]:
     return {m: {float(e): v for e, v in zip(order, vals) if v is not None} for m, vals in rows.items()}
 
 
 _CMNIST = (0, 1, 2)  # +90 %, +80 %, -90 %: the papers' column order is DomainBed's
-# Seed 004, Table 3 (with std; preferred where it disagrees with Table 1: trap 6).
+# Auto-weighted FDA, Table 3 (with std; preferred where it disagrees with Table 1: open point 6).
 _CMNIST_T3 = {
     "source_only": (56.82, 62.37, 27.77), "finetune_offline": (66.58, 69.09, 53.86), "fedda": (60.49, 65.07, 33.04),
     "fedgp": (83.68, 74.41, 89.76), "fedda_auto": (86.30, 76.29, 85.57), "fedgp_auto": (89.85, 76.43, 89.62),
@@ -106,7 +106,7 @@ _CMNIST_T3_STD = {
     "fedgp": (9.94, 4.40, 0.48), "fedda_auto": (4.39, 3.71, 5.50), "fedgp_auto": (0.53, 4.49, 0.43),
     "target_only": (4.78, 2.98, 3.41), "oracle": (0.38, 0.44, 0.54),
 }
-# Seed 004, Table 1 (= 001 Table 1 for the static rows): the personalised baselines, and FedGP / FedDA_Auto as
+# Auto-weighted FDA, Table 1 (= FedGP Table 1 for the static rows): the personalised baselines, and FedGP / FedDA_Auto as
 # Table 1 prints them.
 _CMNIST_T1 = {
     **_CMNIST_T3, "fedgp": (88.14, 76.34, 89.80), "fedda_auto": (87.41, 76.33, 85.57),
@@ -119,7 +119,7 @@ TABLE1_CMNIST = _by_env(_CMNIST_T1, _CMNIST)
 # The grid's reference: Table 3 where it has the row, Table 1 for the personalised rows.
 DOMAINBED_CMNIST = {**TABLE1_CMNIST, **TABLE3_CMNIST}
 
-# VLCS: 001 Table 1 / 004 Tables 1 and 4, columns printed C, L, V, S -> DomainBed indices 0, 1, 3, 2.
+# VLCS: FedGP Table 1 / Auto-weighted FDA Tables 1 and 4, columns printed C, L, V, S -> DomainBed indices 0, 1, 3, 2.
 _VLCS = (0, 1, 3, 2)
 DOMAINBED_VLCS = _by_env({
     "source_only": (90.49, 60.65, 70.24, 69.10), "finetune_offline": (96.65, 68.22, 74.34, 74.66),
@@ -129,7 +129,7 @@ DOMAINBED_VLCS = _by_env({
     "fedavg_all": (96.31, 68.03, 69.84, 68.67), "ditto": (95.94, 67.45, 70.48, 66.05),
     "fedrep": (91.14, 60.39, 70.31, 70.06), "apfl": (68.63, 60.98, 65.40, 49.85), "knn_per": (96.31, 68.04, 69.84, 68.67),
 }, _VLCS)
-# TerraIncognita: 001 Table 2 / 004 Table 5, columns L100, L38, L43, L46 = DomainBed indices 0..3.
+# TerraIncognita: FedGP Table 2 / Auto-weighted FDA Table 5, columns L100, L38, L43, L46 = DomainBed indices 0..3.
 _TERRA = (0, 1, 2, 3)
 DOMAINBED_TERRA = _by_env({
     "source_only": (54.62, 31.39, 36.85, 27.15), "finetune_offline": (77.45, 75.22, 61.16, 58.89),
@@ -140,7 +140,7 @@ DOMAINBED_TERRA = _by_env({
     "fedrep": (45.27, 6.15, 21.13, 10.89), "apfl": (65.16, 64.42, 38.97, 42.33), "knn_per": (38.46, 21.24, 39.76, 20.55),
 }, _TERRA)
 
-# Seed 004, Tables 7-9: static beta on Colored-MNIST, by row "<method>_env<test_env>" and beta
+# Auto-weighted FDA, Tables 7-9: static beta on Colored-MNIST, by row "<method>_env<test_env>" and beta
 # (T7: -90 %, T8: +90 %, T9: +80 %).
 _BETA = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 TABLES7_9_CMNIST_BETA: dict[str, dict[float, float]] = {k: dict(zip(_BETA, v)) for k, v in {
@@ -149,7 +149,7 @@ TABLES7_9_CMNIST_BETA: dict[str, dict[float, float]] = {k: dict(zip(_BETA, v)) f
     "fedda_env1": (73.66, 75.12, 70.21, 65.14, 61.84, 61.32), "fedgp_env1": (73.66, 73.61, 74.39, 79.32, 80.11, 76.67),
 }.items()}
 
-# Seed 000 (weakly-supervised FDA for healthcare), Table 2: target ACC and AUC (%), mean of 3 trials, by row and
+# Healthcare FDA (weakly-supervised FDA for healthcare), Table 2: target ACC and AUC (%), mean of 3 trials, by row and
 # dataset column (copied from the paper; the +- 95 % intervals are in the comments). FADA and KD3A are external baselines
 # the paper ran, not methods fda-ray implements.
 _T2_COLUMNS = ("chexpert", "mimic", "midrc")
@@ -171,18 +171,18 @@ _T2_AUC = {
 }
 TABLE2_000_ACC: dict[str, dict[str, float]] = {m: dict(zip(_T2_COLUMNS, v)) for m, v in _T2_ACC.items()}
 TABLE2_000_AUC: dict[str, dict[str, float]] = {m: dict(zip(_T2_COLUMNS, v)) for m, v in _T2_AUC.items()}
-# Seed 000, Table 4: MIDRC target AUC (%) by labelled target samples (FedAvg does not use them).
+# Healthcare FDA, Table 4: MIDRC target AUC (%) by labelled target samples (FedAvg does not use them).
 _T4_SIZES = (50.0, 100.0, 500.0, 1000.0, 2000.0)
 TABLE4_000_MIDRC_AUC: dict[str, dict[float, float]] = {m: dict(zip(_T4_SIZES, v)) for m, v in {
     "fedavg": (52.45, 52.45, 52.45, 52.45, 52.45), "fedavg_finetune": (51.92, 54.56, 58.52, 60.48, 65.57),
     "fedavg_finetune_auxinfo": (55.13, 57.38, 61.30, 64.88, 72.51),
     "fedavg_finetune_gp": (53.27, 55.38, 63.45, 67.44, 71.98)}.items()}
-# Seed 000, Table 6: Non-IID MNIST (8 sources with 3 classes each, a noisy 10-class target, 100 labelled), target
+# Healthcare FDA, Table 6: Non-IID MNIST (8 sources with 3 classes each, a noisy 10-class target, 100 labelled), target
 # accuracy (%); one column (the noise level is not stated; fda-ray runs 0.4).
 TABLE6_000_NONIID: dict[str, dict[float, float]] = {"fedavg": {0.4: 60.11}, "fedavg_finetune": {0.4: 69.82},
                                                     "fedavg_finetune_gp": {0.4: 79.74}}
 
-# Seed 002, Table I (Office-31, ResNet-101, K devices, 3 labelled target images per class, 5 trials): target
+# FSSDA, Table I (Office-31, ResNet-101, K devices, 3 labelled target images per class, 5 trials): target
 # accuracy (%) by transfer, as fda_ray's grid `fssda-office31` numbers its columns: 0 A->W, 1 A->D, 2 W->A, 3 W->D,
 # 4 D->A, 5 D->W, 6 W+D->A (the multi-source case, given in the text of section IV-B for FSSDA iid only).
 # (Trap 8: FSSDA non-iid prints 82.15 for both A->W and A->D, likely a copy error.)
@@ -198,7 +198,7 @@ TABLE1_002_OFFICE31: dict[str, dict[float, float]] = {
     }.items()}
 TABLE1_002_OFFICE31["fssda_iid"][6.0] = 74.40
 
-# Seed 003, Table 2 (mean of 15 trials; client-averaged accuracy %, each client's cluster model on its own test
+# FedWCA, Table 2 (mean of 15 trials; client-averaged accuracy %, each client's cluster model on its own test
 # split) by source domain, as fda_ray numbers the environments (the sorted folder order): Digit-Five 0 MN (mnist),
 # 1 MN-M (mnistm), 2 SV (svhn), 3 SY (syn), 4 US (usps); PACS 0 Ar, 1 Ca, 2 Ph, 3 Sk; Office-Home 0 Ar, 1 Cl, 2 Pr,
 # 3 Re. LADD and FedPCL+PL are external baselines (numbers only). Table 2's own standard deviations follow.
@@ -227,7 +227,7 @@ _T2_003_STD = {
 }
 TABLE2_003_STD = {ds: {row: dict(zip(_T2_003[ds][0], vals)) for row, vals in rows.items()}
                   for ds, rows in _T2_003_STD.items()}
-# Seed 003, Table 3: the cluster weights' ablation on PACS (%), by source; Table 10: the revised FedWCA (U = 5).
+# FedWCA, Table 3: the cluster weights' ablation on PACS (%), by source; Table 10: the revised FedWCA (U = 5).
 TABLE3_003_PACS: dict[str, dict[float, float]] = {row: dict(zip(_P4, vals)) for row, vals in {
     "one_hot": (73.22, 77.34, 64.45, 80.40), "equal": (76.91, 76.03, 61.16, 79.55),
     "one_equal": (77.89, 79.69, 64.76, 83.13), "one_equal_a": (77.80, 79.17, 63.64, 83.29),

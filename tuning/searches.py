@@ -7,9 +7,9 @@ its own), the fields every trial sets (`fixed`: the validation shares among them
 beside the selected configurations in the rerun (the auto-weighted methods), and the selection rules reported
 (tuning.selection). `python -m fda_ray.sweep --search <name>` runs one (fda_ray.experiments.search).
 
-The spaces follow docs/sweeps-and-searches.md (the knobs and their sensible ranges): beta in [0, 1] (001/004), the
-auxiliary-loss weight aux_alpha in [0, 2] (000 Eq. 3; 000 Fig. 6 tries 0.2 ... 1), FSSDA's distillation temperature
-T log-uniform in [1, 10] (002 Eq. 1; no value given), FedWCA's T_a and T_b over 003 C.2's set {0.001, ..., 0.1}, and
+The spaces follow docs/sweeps-and-searches.md (the knobs and their sensible ranges): beta in [0, 1] (FedGP/Auto-weighted FDA), the
+auxiliary-loss weight aux_alpha in [0, 2] (Healthcare FDA Eq. 3; Healthcare FDA Fig. 6 tries 0.2 ... 1), FSSDA's distillation temperature
+T log-uniform in [1, 10] (FSSDA Eq. 1; no value given), FedWCA's T_a and T_b over FedWCA App. C.2's set {0.001, ..., 0.1}, and
 the learning rates log-uniform over two decades around the defaults.
 """
 from __future__ import annotations
@@ -117,7 +117,7 @@ class Search:
 
         rng = np_rng(0, purpose=f"search/{self.name}/{method}/{value:g}")
         if all(d.kind == "choice" for d in self.space):
-            # a finite grid (003's T_a x T_b): distinct points, in a seeded order (a repeat would only rerun a trial)
+            # a finite grid (FedWCA's T_a x T_b): distinct points, in a seeded order (a repeat would only rerun a trial)
             grid = [dict(zip([d.name for d in self.space], combo))
                     for combo in itertools.product(*(d.values for d in self.space))]
             return [grid[i] for i in rng.permutation(len(grid))[:n]]
@@ -132,7 +132,7 @@ _AUTO_REFS = _rows(("fedda_auto", "FedDA_Auto", "fedda_auto", {}), ("fedgp_auto"
 _NOISE_QUICK = Profile({k: v for k, v in QUICK_NOISE.fields.items()}, note=QUICK_NOISE.note.split(", noise")[0] + ".")
 
 SEARCHES: dict[str, Search] = {
-    # Does an auto-weighted beta match a tuned static one? (004 Fig. 4 sweeps beta on the test set.)
+    # Does an auto-weighted beta match a tuned static one? (Auto-weighted FDA Fig. 4 sweeps beta on the test set.)
     "beta": Search(
         name="beta", dataset="fashion-mnist", methods=("fedgp", "fedda"), space=(Dim("beta", "uniform", 0.0, 1.0),),
         variable="noise", values=(0.2, 0.6), rules=("target_val", "source_val", "oracle"),
@@ -145,24 +145,24 @@ SEARCHES: dict[str, Search] = {
         variable="noise", values=(0.2, 0.6), rules=("target_val", "source_val", "oracle"),
         profiles={"quick": _NOISE_QUICK, "paper": Profile()}, fixed=VALIDATION,
         note="the sources' and the target's learning rates of FedGP and FedDA (beta 0.5)"),
-    # 000 Eq. 3's alpha for the auxiliary-label methods, on the CheXpert-like FMNIST construction (the aux-alpha
-    # grid's setting: 000 Fig. 6 tries 0.2 ... 1 on MIMIC).
+    # Healthcare FDA Eq. 3's alpha for the auxiliary-label methods, on the CheXpert-like FMNIST construction (the aux-alpha
+    # grid's setting: Healthcare FDA Fig. 6 tries 0.2 ... 1 on MIMIC).
     "aux-alpha": Search(
         name="aux-alpha", dataset="fmnist-conditions", methods=("fedavg_finetune_auxinfo", "fedavg_finetune_auxinfo_gp"),
         space=(Dim("aux_alpha", "uniform", 0.0, 2.0),), variable="test_env", values=(0.0,),
         rules=("target_val", "source_val", "oracle"), fixed=VALIDATION,
         profiles={"quick": Profile(dict(CONDITIONS_QUICK.fields)), "paper": Profile()},
         value_labels={0.0: "shirt held out (test_env 0)"}, grace_period=3,
-        note="the auxiliary-loss weight alpha of seed 000's AuxInfo methods"),
-    # 002 Eq. 1's T (the paper gives none) on fmnist-m -> invert, the fssda-temperature grid's pair.
+        note="the auxiliary-loss weight alpha of Healthcare FDA's AuxInfo methods"),
+    # FSSDA Eq. 1's T (the paper gives none) on fmnist-m -> invert, the fssda-temperature grid's pair.
     "fssda-temperature": Search(
         name="fssda-temperature", dataset="fmnist-5", methods=("fssda",),
         space=(Dim("fssda.kd_temperature", "loguniform", 1.0, 10.0),), variable="transfer", values=(_FM_TEACHER,),
         rules=("target_val", "oracle"), fixed={**FMNIST5_FSSDA, "val_share": 0.2},
         profiles={"quick": Profile(dict(FSSDA_QUICK.fields)), "paper": Profile()},
         value_fields={_FM_TEACHER: _FM_FIELDS[_FM_TEACHER]}, value_labels={_FM_TEACHER: "fmnist-m->invert"},
-        grace_period=5, note="FSSDA's distillation temperature T (seed 002 Eq. 1)"),
-    # 003 C.2's T_a x T_b, selected on the clients' own validation splits (source-free: no labelled target set).
+        grace_period=5, note="FSSDA's distillation temperature T (FSSDA Eq. 1)"),
+    # FedWCA App. C.2's T_a x T_b, selected on the clients' own validation splits (source-free: no labelled target set).
     "fedwca-temperatures": Search(
         name="fedwca-temperatures", dataset="fmnist-5", methods=("fedwca",),
         space=(Dim("fedwca.temp_a", "choice", values=FEDWCA_TEMPERATURES),
@@ -171,5 +171,5 @@ SEARCHES: dict[str, Search] = {
         fixed=FEDWCA_FMNIST5, profiles={"quick": Profile(dict(FEDWCA_QUICK.fields)), "paper": Profile()},
         value_fields={FEDWCA_SOURCE: _SOURCE_FIELDS[FEDWCA_SOURCE]}, value_labels={FEDWCA_SOURCE: "source fmnist-m"},
         num_samples={"quick": 4, "paper": 12}, grace_period=3,
-        note="FedWCA's temperatures T_a (Eq. 1) and T_b (Eq. 3) on 003 C.2's set"),
+        note="FedWCA's temperatures T_a (Eq. 1) and T_b (Eq. 3) on FedWCA App. C.2's set"),
 }

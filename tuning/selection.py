@@ -2,7 +2,7 @@
 
 DomainBed (Gulrajani & Lopez-Paz 2021) made model selection part of the protocol; in federated domain adaptation
 the target's labels are few, and choosing a hyper-parameter by target test accuracy (as kNN-Per's published
-numbers and 004 Fig. 4 do) overstates every method. The rules, each a column of a trial's per-round rows
+numbers and Auto-weighted FDA Fig. 4 do) overstates every method. The rules, each a column of a trial's per-round rows
 (fda_ray.train.evaluation.Evaluator.validation):
 
     target_val   val_accuracy: the evaluated model on a held-out share of the target's labelled samples
@@ -10,7 +10,7 @@ numbers and 004 Fig. 4 do) overstates every method. The rules, each a column of 
     source_val   source_val_accuracy: the same model on the sources' held-out samples (RunConfig.source_val_share;
                  DomainBed's training-domain validation)
     client_val   val_accuracy of the source-free FedWCA: each client's cluster model on its own validation split,
-                 averaged over the clients (seed 003 C.1's 64/16/20 split)
+                 averaged over the clients (FedWCA C.1's 64/16/20 split)
     oracle       accuracy: the target's test set. Reads test labels: an upper bound, labelled as such wherever it
                  is shown, never what a search optimises.
 

@@ -1,9 +1,9 @@
 """Every method by name: ALGORITHMS maps a method (RunConfig.method) to its Algorithm class.
 
 One module per method family (fda: FedDA/FedGP, their auto-weighted versions and baselines; personalised:
-seed 004's personalised-FL baselines, fedavg_all, ditto, fedrep, apfl, knn_per; healthcare: seed 000's
-online FedAvg Finetune and GP, with and without auxiliary labels; fssda: seed 002's FSSDA, its serial variant
-and the SSDAOnly / FLOnly baselines; fedwca: seed 003's FedWCA and its variants, with the Source Only / Local /
+Auto-weighted FDA's personalised-FL baselines, fedavg_all, ditto, fedrep, apfl, knn_per; healthcare: Healthcare FDA's
+online FedAvg Finetune and GP, with and without auxiliary labels; fssda: FSSDA's FSSDA, its serial variant
+and the SSDAOnly / FLOnly baselines; fedwca: FedWCA's FedWCA and its variants, with the Source Only / Local /
 FedAvg baselines of source-free adaptation); each family
 registers its classes here and its local recipes in fda_ray.train.client.RECIPES. The contract is in `base`.
 """

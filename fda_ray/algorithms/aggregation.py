@@ -8,7 +8,7 @@ Every rule returns the aggregated update (M,)
 
     sum_i weights_i * (beta_i * s_i + (1 - beta_i) * target)
 
-where s_i = sources_i for FedDA (seed 001 Def. 3.2), and for FedGP, layer by layer (seed 001 Def. 3.1 and
+where s_i = sources_i for FedDA (FedGP Def. 3.2), and for FedGP, layer by layer (FedGP Def. 3.1 and
 the authors' code, see docs/authors-code.md):
   projection="cosine" (default, the authors' code):  s_i = align_i * cos(target, sources_i) * sources_i
   projection="exact"  (the paper's definition):      s_i = align_i * <target, sources_i> / |sources_i|^2 * sources_i
@@ -154,7 +154,7 @@ def fedda(target: torch.Tensor, sources: torch.Tensor, *, beta: float | torch.Te
 
 
 def frozen_layers_mask(names: tuple[str, ...], prefixes: tuple[str, ...]) -> torch.Tensor:
-    """(L,) bool: the layers whose state-dict name starts with one of `prefixes` (seed 000's auxiliary heads,
+    """(L,) bool: the layers whose state-dict name starts with one of `prefixes` (Healthcare FDA's auxiliary heads,
     "aux_heads.", which GP leaves at their value)."""
     return torch.tensor([n.startswith(prefixes) for n in names], dtype=torch.bool)
 
@@ -174,7 +174,7 @@ def fedgp(target: torch.Tensor, sources: torch.Tensor, offsets: torch.Tensor, *,
     """FedGP: sum_i w_i (beta_i s_i + (1 - beta_i) g_T) with the layerwise projections s_i (module docstring).
     stats: layer_stats(target, sources, offsets) when the caller has them already (pass 1 is then skipped).
     target_weight replaces g_T's coefficient sum_i w_i (1 - beta_i), as fedda's. frozen: (L,) bool, layers the
-    rule leaves at their value (update 0 on both sides: seed 000's GP on its auxiliary heads)."""
+    rule leaves at their value (update 0 on both sides: Healthcare FDA's GP on its auxiliary heads)."""
     n, _ = _check_flat(target, sources)
     b = check_beta(beta, n, target)
     w = check_weights(weights, n, target)

@@ -103,7 +103,7 @@ class Algorithm:
     Params: ClassVar[type[Params]] = NoParams  # the family's hyper-parameters (RunConfig.params[family])
     # The authors' oracle protocol: the data setting splits the target's whole part into train and test.
     oracle_split: ClassVar[bool] = False
-    # RunConfig.aux_alpha when left unset (seed 000's AuxInfo methods: 1; everything else trains the main task)
+    # RunConfig.aux_alpha when left unset (Healthcare FDA's AuxInfo methods: 1; everything else trains the main task)
     default_aux_alpha: ClassVar[float] = 0.0
 
     def __init__(self, cfg: "RunConfig", setting: "Setting", layout: "ParamLayout",
@@ -125,7 +125,7 @@ class Algorithm:
 
     @classmethod
     def param_defaults(cls, cfg: "RunConfig") -> dict[str, Any]:
-        """The family's parameters whose default depends on the config (seed 003's per-dataset values); the
+        """The family's parameters whose default depends on the config (FedWCA's per-dataset values); the
         config's own values win."""
         return {}
 
@@ -142,7 +142,7 @@ class Algorithm:
     @classmethod
     def num_clients(cls, cfg: "RunConfig") -> int:
         """How many clients (data holders, each a slot in the executor) a run of the resolved config has: the
-        sources and the target; seed 002's devices hold both roles, so there a run has num_sources."""
+        sources and the target; FSSDA's devices hold both roles, so there a run has num_sources."""
         return cfg.num_sources + 1
 
     @classmethod
@@ -175,7 +175,7 @@ class Algorithm:
         raise NotImplementedError
 
     def plan_step(self, r: int, step: int, state: ServerState) -> Round | None:
-        """Step `step` (>= 1) of round r: tasks that need the state the round's earlier steps made (seed 000's
+        """Step `step` (>= 1) of round r: tasks that need the state the round's earlier steps made (Healthcare FDA's
         online fine-tuning: the target fine-tunes the FedAvg of this round's sources); None: the round is
         complete. Default: one step per round."""
         return None

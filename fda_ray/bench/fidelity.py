@@ -109,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     argparse.ArgumentParser(prog="python -m fda_ray.bench.fidelity", description=__doc__.split("\n")[0]).parse_args(argv)
     from fda_ray.bench import fidelity_fedwca, fidelity_healthcare
 
-    for title, rows in (("FSSDA (seed 002)", rows_fssda()), ("FedWCA (seed 003)", fidelity_fedwca.rows()),
-                        ("Auxiliary-label GP (seed 000)", fidelity_healthcare.rows())):
+    for title, rows in (("FSSDA", rows_fssda()), ("FedWCA", fidelity_fedwca.rows()),
+                        ("Auxiliary-label GP (Healthcare FDA)", fidelity_healthcare.rows())):
         print(f"## {title}\n\n{_table(rows)}\n")
     return 0
 

@@ -1,4 +1,4 @@
-"""Fidelity to the authors' code of seed 000 (enyijiang/MIDRC at 95291b2), change by change: before / after / the
+"""Fidelity to the authors' code of Healthcare FDA (enyijiang/MIDRC at 95291b2), change by change: before / after / the
 authors' formula written out, on one fixed small seeded input.
 
     python -m fda_ray.bench.fidelity_healthcare     # a Markdown table

@@ -2,7 +2,7 @@
 
 No fda-ray engine: per round, each client deep-copies the global model, makes a new Adam and trains one epoch
 through a torch DataLoader (shuffled; the sources drop their last partial batch, the target keeps it and
-draws its noise per batch); the server applies FedGP layer by layer over the state dicts (seed 001 Def. 3.1
+draws its noise per batch); the server applies FedGP layer by layer over the state dicts (FedGP Def. 3.1
 with the authors' cosine projection, filter, beta 0.5 and the magnitude alignment of docs/authors-code.md), then
 evaluates on the target's test set. This is the structure of the authors' code (jackyzyb/AutoFedGP), with the
 data already in memory as tensors (their loaders decode images per sample, which is slower still).

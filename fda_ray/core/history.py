@@ -28,7 +28,7 @@ class History:
         return float(self.rows[-1]["accuracy"]) if self.rows else float("nan")
 
     def last_accuracy(self, k: int = 5) -> float:
-        """Mean target accuracy of the last k rows (seed 004 reports its DomainBed numbers this way)."""
+        """Mean target accuracy of the last k rows (Auto-weighted FDA reports its DomainBed numbers this way)."""
         accs = [float(r["accuracy"]) for r in self.rows[-k:]]
         return sum(accs) / len(accs) if accs else float("nan")
 

@@ -1,14 +1,14 @@
-"""Labels, losses and metrics of a learning task, including seed 000's auxiliary labels (pure functions).
+"""Labels, losses and metrics of a learning task, including Healthcare FDA's auxiliary labels (pure functions).
 
 A task kind (`Setting.task`): "classification" (cross-entropy over C logits), "binary" (one logit,
-BCE-with-logits, as seed 000's diagnosis head; accuracy at sigmoid > 0.5, and AUC) or "regression" (MSE).
+BCE-with-logits, as Healthcare FDA's diagnosis head; accuracy at sigmoid > 0.5, and AUC) or "regression" (MSE).
 
-Auxiliary labels (seed 000, section 3): a dataset with K auxiliary tasks `aux` = ((name_1, C_1), ...,
+Auxiliary labels (Healthcare FDA, section 3): a dataset with K auxiliary tasks `aux` = ((name_1, C_1), ...,
 (name_K, C_K)) stores its labels y as (n, 1 + K) int64: column 0 the main label, column k the label of
 auxiliary task k (-1 where a sample has none: ignored by the loss). Its models output (n, main + sum C_k):
 the main head's logits first, then each auxiliary head's (fda_ray.train.models.MultiHead). The local loss is
 
-    L = L_main + alpha * L_aux                                   (seed 000 Eq. 3)
+    L = L_main + alpha * L_aux                                   (Healthcare FDA Eq. 3)
     L_main = mean_j l(h(x_j), y_j)                               (Eq. 1, the batch mean)
     L_aux  = sum_k mean_j CE(g_k(h^{l-1}(x_j)), b_kj)            (Eq. 2; every head reads the same image)
 

@@ -36,7 +36,7 @@ def load(name: str, data_dir: str | None = None, download: bool = False) -> Spli
 
 def count_environments(dataset: str, data_dir: str | None) -> int:
     """Environments of a dataset without reading its images (a config's default source count)."""
-    if dataset in MEDICAL_DATASETS:  # seed 000's tables: one environment per domain
+    if dataset in MEDICAL_DATASETS:  # Healthcare FDA's tables: one environment per domain
         return count_domains(dataset, data_dir)
     if dataset in FOLDER_DATASETS:
         return len(FOLDER_DATASETS[dataset].environments)

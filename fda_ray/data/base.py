@@ -15,7 +15,7 @@ import torch
 from fda_ray.core.registry import Registry
 
 Pair = tuple[torch.Tensor, torch.Tensor]  # (x, y) of one data view
-UNLABELLED = -1  # a sample's label in a view where it is not labelled (seed 002's devices' target shards)
+UNLABELLED = -1  # a sample's label in a view where it is not labelled (FSSDA's devices' target shards)
 
 
 def add_noise(x: torch.Tensor, std: float, gen: torch.Generator | None) -> torch.Tensor:
@@ -46,10 +46,10 @@ class Split:
     # environments' names; x_train etc. are then empty (0, *input_shape) tensors that only carry the shape.
     environments: tuple[tuple[Any, torch.Tensor], ...] = ()
     env_names: tuple[str, ...] = ()
-    # Environments that come with their own test split (seed 000's per-domain train/test tables), else empty:
+    # Environments that come with their own test split (Healthcare FDA's per-domain train/test tables), else empty:
     # one (x, y) or None per environment (fda_ray.runtime.partitions, partition heldout_domain).
     env_tests: tuple[tuple[Any, torch.Tensor] | None, ...] = ()
-    # Seed 000's auxiliary labels (fda_ray.core.multitask): ((name, classes), ...); y is then (n, 1 + K).
+    # Healthcare FDA's auxiliary labels (fda_ray.core.multitask): ((name, classes), ...); y is then (n, 1 + K).
     aux_tasks: tuple[tuple[str, int], ...] = ()
 
     @property

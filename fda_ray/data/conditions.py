@@ -1,9 +1,9 @@
-"""Seed 000's datasets: domains with their own train/test tables, a binary main task and auxiliary labels.
+"""Healthcare FDA's datasets: domains with their own train/test tables, a binary main task and auxiliary labels.
 
 A medical dataset is a `Split` of task "binary" whose `environments` hold each domain's training table, whose
 `env_tests` hold its test table, and whose labels carry the auxiliary tasks (fda_ray.core.multitask: y is
 (n, 1 + K), column 0 the diagnosis). fda_ray.runtime.partitions' partition `heldout_domain` holds one domain out as the
-target (000 Sec. 5.1).
+target (Healthcare FDA Sec. 5.1).
 
 fmnist-conditions (docs/datasets.md; runs here): the CheXpert-like construction on Fashion-MNIST. Five
 domains, each the binary task "is it class c_d" for one of the five mutually confusable tops (Shirt,

@@ -1,6 +1,6 @@
 """Domains built from Fashion-MNIST by image transforms (docs/datasets.md), pure functions.
 
-Seeds 002 (FSSDA: Office-31 pairs) and 003 (FedWCA: Digit-Five) need several visual domains; here they are
+The FSSDA paper (FSSDA: Office-31 pairs) and FedWCA (FedWCA: Digit-Five) need several visual domains; here they are
 Fashion-MNIST images put through one transform each, every domain on its own disjoint slice of the pool
 (docs/datasets.md). Images are (n, 1, 28, 28) in [0, 1]; a domain's images are a deterministic function of
 (construction seed, domain, index).

@@ -1,6 +1,6 @@
 """DomainBed's datasets: environments (domains) from the layouts users have, and the ones built here.
 
-Seeds 001 and 004 run FedDA / FedGP on DomainBed (Gulrajani & Lopez-Paz 2021) with one held-out environment
+The FedGP and Auto-weighted FDA papers run FedDA / FedGP on DomainBed (Gulrajani & Lopez-Paz 2021) with one held-out environment
 as the target (docs/methods.md). An environment dataset is a `Split` whose `environments` holds one
 (x, y) per environment, in DomainBed's order (the position in the *sorted* folder list), and whose
 `env_names` holds DomainBed's letters for them; fda_ray.runtime.partitions makes the leave-one-domain-out partition.
@@ -84,11 +84,11 @@ FOLDER_DATASETS: dict[str, FolderLayout] = {
     "terra-incognita": FolderLayout("terra_incognita", ("location_100", "location_38", "location_43", "location_46"),
                                     ("L100", "L38", "L43", "L46"),
                                     "DomainBed's download script builds it from the Caltech Camera Traps release"),
-    # Seed 002's Office-31 (not a DomainBed dataset; the same layout, docs/datasets.md): the original archive
+    # FSSDA's Office-31 (not a DomainBed dataset; the same layout, docs/datasets.md): the original archive
     # puts an images/ folder between each domain and its classes, which read_environments steps into.
     "office31": FolderLayout("office31", ("amazon", "dslr", "webcam"), ("A", "D", "W"),
                              "unpack the Office-31 archive (domain_adaptation_images) as <root>/office31/"),
-    # Seed 003's Digit-Five (docs/datasets.md): per-domain class folders 0..9 of 32 x 32 digits, normalised by 0.5
+    # FedWCA's Digit-Five (docs/datasets.md): per-domain class folders 0..9 of 32 x 32 digits, normalised by 0.5
     # (SHOT's digit transforms), no augmentation; the .mat bundles people share need converting to this layout.
     "digit-five": FolderLayout("digit_five", ("mnist", "mnistm", "svhn", "syn", "usps"), ("MN", "MN-M", "SV", "SY", "US"),
                                "write each domain's images as PNG files into <root>/digit_five/<domain>/<digit>/ (the "

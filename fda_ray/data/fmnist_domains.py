@@ -1,6 +1,6 @@
 """FMNIST-5: five visual domains built from Fashion-MNIST (docs/datasets.md), the Digit-Five analogue.
 
-Seeds 002 (FSSDA: Office-31 pairs) and 003 (FedWCA: Digit-Five) need several domains of one label space; the
+The FSSDA paper (FSSDA: Office-31 pairs) and FedWCA (FedWCA: Digit-Five) need several domains of one label space; the
 only real image data here is Fashion-MNIST, so each domain is a disjoint slice of its 70 000 images (train then
 test, as DomainBed pools them) put through one transform of fda_ray.data.corruptions:
 

@@ -36,7 +36,7 @@ class ImageFiles:
     augment: bool = False
     size: int = IMAGE_SIZE
     device: str = "cpu"
-    recipe: str = "domainbed"  # the transforms: DomainBed's, or seed 000's ("000", fda_ray.data.medical_csv)
+    recipe: str = "domainbed"  # the transforms: DomainBed's, or Healthcare FDA's ("healthcare", fda_ray.data.medical_csv)
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
@@ -77,16 +77,16 @@ class ImageFiles:
 
 @functools.lru_cache(maxsize=None)
 def _transform(size: int, augment: bool, recipe: str = "domainbed"):
-    """DomainBed's evaluation or augmentation transform (built once per process, not per batch), or seed 000's
+    """DomainBed's evaluation or augmentation transform (built once per process, not per batch), or Healthcare FDA's
     (the authors' code, docs/authors-code.md): training reads Resize(256, 256) -> RandomResizedCrop(224, scale 0.9-1)
     -> horizontal flip, evaluation Resize(224, 224) (their code evaluates at 256: a faithful-mode detail not
     kept), both normalised by (0.5, 0.5, 0.5)."""
     from torchvision import transforms
 
-    if recipe == "digits":  # seed 003's Digit-Five: SHOT's digit transforms (resize, normalise by 0.5), no augmentation
+    if recipe == "digits":  # FedWCA's Digit-Five: SHOT's digit transforms (resize, normalise by 0.5), no augmentation
         return transforms.Compose([transforms.Resize((size, size)), transforms.ToTensor(),
                                    transforms.Normalize((0.5,) * 3, (0.5,) * 3)])
-    if recipe == "000":
+    if recipe == "healthcare":
         norm = [transforms.ToTensor(), transforms.Normalize((0.5,) * 3, (0.5,) * 3)]
         if not augment:
             return transforms.Compose([transforms.Resize((size, size)), *norm])

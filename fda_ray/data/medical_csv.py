@@ -1,11 +1,11 @@
-"""Seed 000's medical image tables: CSV files that name each image, its diagnosis, domain and auxiliary labels.
+"""Healthcare FDA's medical image tables: CSV files that name each image, its diagnosis, domain and auxiliary labels.
 
 The images are never shipped; a table points at them (docs/datasets.md). Two kinds of table:
 
   medical-csv   one generic table, `<data_dir>/table.csv` (or --data-dir naming the file itself), with a header
                 `path,label,domain[,split][,aux_<name>...]`: label Yes/No, 1/0, 1.0/0.0, true/false or
                 positive/negative; split train or test (without a split column, or for a domain without test
-                rows, the held-out domain tests on the rest of its training rows); aux_age is bucketed as 000's
+                rows, the held-out domain tests on the rest of its training rows); aux_age is bucketed as Healthcare FDA's
                 code does ((age - 18) // 9, 9 classes, clamped), every other aux_<name> is categorical over the
                 table's sorted values; an empty auxiliary cell is a missing label (ignored by the loss). An optional
                 `<table>.json` beside it overrides: {"domains": [order], "image_root": dir, "aux": {name:
@@ -19,7 +19,7 @@ The images are never shipped; a table points at them (docs/datasets.md). Two kin
 Relative image paths are relative to the table's folder (or image_root). Every image is checked to exist when
 the table is read (the authors' loaders skip missing images silently; here a missing one is an error naming
 it), and every training table must hold both classes. Images are read per batch (fda_ray.data.images.ImageFiles)
-with 000's transforms.
+with Healthcare FDA's transforms.
 """
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def categorical(name: str, values: Mapping[str, int], other: int | None = None) 
 
 
 def bucketed(name: str, start: float, width: float, count: int) -> Aux:
-    """A number bucketed as (value - start) // width, clamped into 0..count-1 (000's (age - 18) // 9 would give
+    """A number bucketed as (value - start) // width, clamped into 0..count-1 (Healthcare FDA's (age - 18) // 9 would give
     -1 under 18 and 9 at 99: docs/authors-code.md)."""
     def parse(text: str, where: str) -> int:
         t = text.strip()
@@ -107,7 +107,7 @@ class Format:
     path_col: int  # column positions (negative: from the end, as their MIMIC loader reads)
     label_col: int
     aux: tuple[tuple[int, Aux], ...] = field(default_factory=tuple)  # (column, task)
-    target_labelled: int = 1000  # 000 A.3
+    target_labelled: int = 1000  # Healthcare FDA App. A.3
 
 
 SEX_MF = categorical("sex", {"Male": 0, "Female": 1})
@@ -173,7 +173,7 @@ def _to_split(name: str, domains: Sequence[str], trains: Mapping[str, Table], te
 
 def _pair(t: Table, k: int):
     y = torch.tensor(t.labels, dtype=torch.int64).reshape(-1, 1 + k)
-    return ImageFiles(tuple(t.paths), recipe="000"), y
+    return ImageFiles(tuple(t.paths), recipe="healthcare"), y
 
 
 # ---------------------------------------------------------------- the authors' per-domain files

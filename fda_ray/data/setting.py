@@ -21,12 +21,12 @@ class Setting:
     num_outputs: int  # the main head's width (1 for a binary task)
     input_shape: tuple[int, ...]
     task: str
-    aux_tasks: AuxTasks = ()  # seed 000's auxiliary labels: y is (n, 1 + K) (fda_ray.core.multitask)
-    # partition domain_shards (seed 002): per source client, one Pair per source domain; per device, its target
+    aux_tasks: AuxTasks = ()  # Healthcare FDA's auxiliary labels: y is (n, 1 + K) (fda_ray.core.multitask)
+    # partition domain_shards (FSSDA): per source client, one Pair per source domain; per device, its target
     # shard with label -1 on the unlabelled samples
     source_parts: tuple[tuple[Pair, ...], ...] = ()
     target_parts: tuple[Pair, ...] = ()
-    # partition domain_clients (seed 003): per target client, (train with label -1, validation, test), and its domain
+    # partition domain_clients (FedWCA): per target client, (train with label -1, validation, test), and its domain
     client_parts: tuple[tuple[Pair, Pair, Pair], ...] = ()
     client_domains: tuple[int, ...] = ()
     # model selection (cfg.val_share, cfg.source_val_share): held-out labelled target samples, and the sources'

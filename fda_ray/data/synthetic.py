@@ -8,12 +8,12 @@ import torch
 
 from fda_ray.data.base import DATASETS, Split
 
-# ---------------------------------------------------------------- synthetic regression (004 Appendix B)
+# ---------------------------------------------------------------- synthetic regression (Auto-weighted FDA Appendix B)
 
 def synthetic_domains(seed: int = 0, n: int = 5000, dim: int = 50, outputs: int = 10, n_basis: int = 100,
                       n_domains: int = 9, max_shift: float = 1.0, mixture: int = 10
                       ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """D_1..D_n_domains of 004 Appendix B: x (n, dim) from a mixture of `mixture` unit-covariance Gaussians
+    """D_1..D_n_domains of Auto-weighted FDA Appendix B: x (n, dim) from a mixture of `mixture` unit-covariance Gaussians
     with centres ~ U(-0.5, 0.5)^dim; y (n, outputs), y_k = sum of `n_basis` radial basis functions
     exp(-|x - mu|^2 / (2 s)^2). D_1 is the target domain; D_k moves every basis centre and width by
     (k - 1) / (n_domains - 1) * max_shift times a fixed random direction, so the shift grows with k.

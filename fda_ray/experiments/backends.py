@@ -258,7 +258,7 @@ def write_parquet(rows: list[dict], path: StoragePath | Path) -> None:
     for k in keys:
         vals = [r.get(k) for r in rows]
         # JSON text where one Parquet type cannot hold the column: mappings, or lists beside strings or numbers
-        # (a metric that is a number in one trial and a list in another: seed 002's one and two source domains)
+        # (a metric that is a number in one trial and a list in another: FSSDA's one and two source domains)
         lists = any(isinstance(v, list) for v in vals)
         if any(isinstance(v, (dict, tuple)) for v in vals) or (
                 lists and any(v is not None and not isinstance(v, list) for v in vals)):

@@ -238,7 +238,7 @@ def _main(argv: list[str] | None = None) -> int:
             return
         beta = row.get("beta_i")
         extra = f" beta {sum(beta) / len(beta):.3f}" if beta else ""
-        if row.get("auc") is not None:  # seed 000's binary tasks
+        if row.get("auc") is not None:  # Healthcare FDA's binary tasks
             extra += f" auc {100 * row['auc']:6.2f}"
         print(f"round {row['round'] + 1:3d}/{total} [{row['phase']}] acc {100 * row['accuracy']:6.2f} "
               f"loss {row['loss']:.4f}{extra} ({row['seconds']:.2f} s)", flush=True)

@@ -9,7 +9,7 @@ A directory is read as its summary.md `Command:` line says (the grid or the sear
 change numbers), or as `--grid NAME` for a folder of records without one. Directories of the same grid, profile
 and options are one table: their trials are pooled by seed (a trial recorded in two of them, the same key, counts
 once: from the first directory named). Each cell is the trials' final-round metric (--last K: each seed's mean
-over its last K rounds, 004's DomainBed metric) as the mean and the 95 % confidence half-width over seeds
+over its last K rounds, Auto-weighted FDA's DomainBed metric) as the mean and the 95 % confidence half-width over seeds
 (t_{0.975, n-1} s / sqrt(n), fda_ray.experiments.tables), n, and where the grid carries the paper's number, that
 number and the gap (ours minus the paper's). A search's table is its selection (selection.json): per study and
 selection rule, the configuration the rule selected and its reruns' test accuracy on new seeds.
@@ -421,7 +421,7 @@ FIGURES = ("curves", "heatmap", "sweep")
 
 
 def two_parameters(grid: Grid, values: Sequence[float]) -> tuple[str, list[Any], str, list[Any], dict[float, tuple[int, int]]]:
-    """A grid whose columns set two parameters (003's T_a x T_b): (the first's name, its levels, the second's,
+    """A grid whose columns set two parameters (FedWCA's T_a x T_b): (the first's name, its levels, the second's,
     its levels, value -> (i, j)). An error for a grid whose columns vary one field or more than two."""
     from fda_ray.experiments.trials import dotted
 
@@ -517,7 +517,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--metric", default="accuracy", help="the round column to tabulate (accuracy, auc, "
                                                           "val_accuracy, ...)")
     p.add_argument("--last", type=int, default=1, help="each seed's mean over its last K rounds (default 1: the "
-                                                       "final round; 5: 004's DomainBed metric)")
+                                                       "final round; 5: Auto-weighted FDA's DomainBed metric)")
     p.add_argument("--digits", type=int, default=1, help="decimals in Markdown and LaTeX")
     p.add_argument("--grid", default=None, help="read directories without a summary.md as this grid's trials")
     p.add_argument("--out", default=None, help="write to this file instead of standard output")

@@ -4,15 +4,15 @@
     python -m fda_ray.diagnose --dataset fashion-mnist --noise 0.8 --at path --rounds 10 --method fedgp --json
 
 Builds the run's setting exactly as `python -m fda_ray` would (same options, same seeds) and measures, at
-the parameters pi (fda_ray.algorithms.fda.diagnostics, seed 004 Secs. 3-4):
+the parameters pi (fda_ray.algorithms.fda.diagnostics, Auto-weighted FDA Secs. 3-4):
   per source   d_i (source-target distance), tau^2_i (the share of d_i^2 FedGP's projection leaves), and
-               the auto-weighted beta_i of FedDA and FedGP (004 eq (13))
+               the auto-weighted beta_i of FedDA and FedGP (Auto-weighted FDA eq (13))
   target       sigma (the target variance at the run's number of labelled samples)
-  every rule   its Delta^2 = sum_i alpha_i Delta_i^2 (004 eq (9); exact with one source) and the rule with the
+  every rule   its Delta^2 = sum_i alpha_i Delta_i^2 (Auto-weighted FDA eq (9); exact with one source) and the rule with the
                smallest one: the rule the theory predicts best.
 Two columns: "true" takes the whole target domain as known (the target client's pool: every target
 training sample with its label, the noise drawn once) and "estimated" only what the target client has,
-its labelled samples (004 App. A.2's unbiased estimators, one part per sample). The gap between the two
+its labelled samples (Auto-weighted FDA App. A.2's unbiased estimators, one part per sample). The gap between the two
 shows how far the auto-weighted methods' own estimates can be trusted at this sample size. An estimated
 tau^2_i is the ratio of two separate unbiased estimates (tau^2 d_i^2 and d_i^2, each clamped at 0), so
 with d_i small against sigma it can come out above 1.
@@ -20,7 +20,7 @@ with d_i small against sigma it can come out above 1.
 pi (`--at`): `warmup` (default) the global model after the warm-up rounds, where every method's own rule
 starts (the warm-up is FedAvg for all methods, so this point does not depend on --method); `init` the
 initial model (the synthetic experiment's choice); `path` the global models at the start of each of
---rounds main rounds of a run of --method (004 App. A.2's "empirical distribution along the optimisation
+--rounds main rounds of a run of --method (Auto-weighted FDA App. A.2's "empirical distribution along the optimisation
 path"; it trains that run here, serially). Gradients are of the loss at pi with the model in eval mode,
 not Adam updates: these are the quantities the theory is about.
 """
@@ -181,7 +181,7 @@ def format_report(r: dict[str, Any]) -> str:
         bda = " / ".join("-" if q is None else f"{q['beta_auto_i']['fedda_auto'][i]:.3f}" for q in (true, est))
         bgp = " / ".join("-" if q is None else f"{q['beta_auto_i']['fedgp_auto'][i]:.3f}" for q in (true, est))
         lines.append(f"{i + 1:>8} {a:>6.3f}  {pair('d_i', i):>19}  {pair('tau2_i', i, '{:.3f}'):>17}  {bda:>19}  {bgp:>19}")
-    lines += ["", f"Delta^2 of each rule (sum_i alpha_i Delta_i^2, seed 004 eq (9); smaller is better; "
+    lines += ["", f"Delta^2 of each rule (sum_i alpha_i Delta_i^2, Auto-weighted FDA eq (9); smaller is better; "
                   f"static beta {r['beta']:g}):", f"{'rule':>18}  {'true':>12}  {'estimated':>12}"]
     for rule in dg.RULES:
         t = "-" if true is None else f"{true['delta2'][rule]:.4g}"

@@ -2,13 +2,13 @@
 PNG and a PDF:
 
   accuracy        final target accuracy against the grid variable, a line per table row, ours beside the
-                  paper's numbers (seed 004, Figure 3)
+                  paper's numbers (Auto-weighted FDA, Figure 3)
   beta_<row>      the auto-weighted beta_i per round, a panel per grid value, a line per source (Figures 5-10)
-  estimates       the estimated target variance sigma and source distance d per round (seed 004's diagnostics)
+  estimates       the estimated target variance sigma and source distance d per round (Auto-weighted FDA's diagnostics)
   heatmap         a categorical or continuous heat map (the synthetic experiment, Figure 2)
   curves          a metric per round, the mean over seeds, a line per table row and a panel per grid value
-                  (seed 002 Fig. 2; python -m fda_ray.collect --figure curves)
-  grid_heatmap    a metric over the two parameters a grid's columns set (003's T_a x T_b), one panel per metric
+                  (FSSDA Fig. 2; python -m fda_ray.collect --figure curves)
+  grid_heatmap    a metric over the two parameters a grid's columns set (FedWCA's T_a x T_b), one panel per metric
                   on one colour scale (python -m fda_ray.collect --figure heatmap)
 
 The legend rule: a legend never lists lines a reader cannot tell apart. Lines that coincide (within one
@@ -184,7 +184,7 @@ def accuracy_figure(summary: dict[str, Any], grid: Grid, row_keys: Sequence[str]
     for a in axes[0]:
         a.set_xlabel(AXIS_NAMES.get(grid.variable, grid.variable))
         a.set_xticks(list(values))
-        if grid.value_labels:  # columns that are settings (seed 002's domain pairs): their names
+        if grid.value_labels:  # columns that are settings (FSSDA's domain pairs): their names
             a.set_xticklabels([grid.value_labels.get(v, f"{v:g}") for v in values], rotation=20, fontsize=8)
         a.grid(alpha=0.3)
     axes[0, 0].set_ylabel("target test accuracy (%)")
@@ -428,7 +428,7 @@ def sweep_figures(rows: list[dict], summary: dict, grid: Grid, row_keys: Sequenc
         # The static rule with the smallest estimated Delta error (fda_ray.algorithms.fda.diagnostics), counted over rounds.
         lines += ["", "## The rule the theory predicts, from each run's own estimates", "",
                   "Main rounds in which each static rule had the smallest estimated Delta error "
-                  "(seed 004 eqs (7), (9), (11); beta as configured).", "",
+                  "(Auto-weighted FDA eqs (7), (9), (11); beta as configured).", "",
                   "| method | " + " | ".join(grid.value_label(v) for v in values) + " |",
                   "|---|" + "---|" * len(values)]
         for key in row_keys:

@@ -21,7 +21,7 @@ sweeps/<grid>-<profile>):
 - results.parquet: a row per trial and round, the trial's fields as columns;
 - summary.md: final target accuracy per table row and grid value, mean ± std over seeds, the paper's number
   beside it and every gap over 3 points marked; failed trials and an interruption are stated;
-- accuracy.{png,pdf} (004 Figure 3 style), beta_<row>.{png,pdf} for auto-weighted rows (Figures 5-10),
+- accuracy.{png,pdf} (Auto-weighted FDA Figure 3 style), beta_<row>.{png,pdf} for auto-weighted rows (Figures 5-10),
   estimates.{png,pdf} (the estimated sigma and d per round).
 Exit code: 0 when every trial finished; 1 when a trial failed for good; 130 when interrupted; 2 bad input.
 """
@@ -55,7 +55,7 @@ from tuning.files import dump as dump_definition, grid_to_dict, search_to_dict, 
 from tuning.searches import SEARCHES
 
 BACKENDS = ("tune", "local")
-LAST_ROUNDS = 5  # seed 004's DomainBed metric: the mean accuracy of the last 5 rounds
+LAST_ROUNDS = 5  # Auto-weighted FDA's DomainBed metric: the mean accuracy of the last 5 rounds
 GAP = 3.0  # points: a gap to the paper above this is marked and must be explained (docs/results)
 
 
@@ -81,7 +81,7 @@ def collect(trials: Sequence[Trial], grid: Grid, records: StoragePath | Path) ->
 def summarize(rows: list[dict], failures: list[dict], grid: Grid, profile: str, row_keys: Sequence[str],
               values: Sequence[float], command: str) -> tuple[str, dict]:
     """summary.md text and the same numbers as a dict: final accuracy (%) per row x value (and, for the
-    DomainBed grids, the mean of the last 5 rounds, which seed 004 reports there)."""
+    DomainBed grids, the mean of the last 5 rounds, which Auto-weighted FDA reports there)."""
     cells: dict[str, dict[str, Any]] = {}
     lines = [f"# Sweep `{grid.name}` ({profile} profile)", "",
              f"Final target test accuracy (%), ours / paper ({grid.paper_ref or 'no published numbers'}); "
@@ -89,14 +89,14 @@ def summarize(rows: list[dict], failures: list[dict], grid: Grid, profile: str, 
              f"fda_ray.collect` and the results pages print it; **!** marks a gap of more than {GAP:g} points.", "",
              *([f"Profile `{profile}`: {grid.profiles[profile].note}", ""] if grid.profiles[profile].note else []),
              f"Command: `{command}`", ""]
-    binary = any(r.get("auc") is not None for r in rows)  # seed 000's tasks: AUC beside accuracy
+    binary = any(r.get("auc") is not None for r in rows)  # Healthcare FDA's tasks: AUC beside accuracy
     tables = [("accuracy", 1)] + ([("auc", 1)] if binary else []) + \
         ([("last5", LAST_ROUNDS)] if grid.variable == "test_env" and not binary else [])
     for name, k in tables:
         final = final_accuracies(rows, last=k, metric="auc" if name == "auc" else "accuracy")
         paper_table = grid.paper_auc if name == "auc" else grid.paper
         if name == "last5":
-            lines += ["", f"Mean target test accuracy (%) of the last {k} rounds (seed 004's metric), ours / paper:", ""]
+            lines += ["", f"Mean target test accuracy (%) of the last {k} rounds (Auto-weighted FDA's metric), ours / paper:", ""]
         elif name == "auc":
             lines += ["", "Final target test AUC (%), ours / paper:", ""]
         lines += ["| method | " + " | ".join(grid.value_label(v) for v in values) + " |",

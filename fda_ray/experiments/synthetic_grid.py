@@ -1,4 +1,4 @@
-"""The synthetic experiment of seed 004 (Sec. 5, App. B, Figure 2): does the rule with the smallest Delta error
+"""The synthetic experiment of Auto-weighted FDA (Sec. 5, App. B, Figure 2): does the rule with the smallest Delta error
 at initialisation also train best?
 
     python -m fda_ray.synthetic_grid --out docs/results/synthetic-grid            # 9 x 9, 3 trials
@@ -16,10 +16,10 @@ Rules: target only, source only, FedDA, FedGP. Outputs: d_pi and sigma_pi per ce
 (predicted, actual static, actual auto) as PNG, a summary.md with the share of cells where the predicted
 rule is the actual best, and grid.json with every number.
 
-Training is the theory's setting (004 eq (1)): full-batch gradients, the target's on its subsample and the
+Training is the theory's setting (Auto-weighted FDA eq (1)): full-batch gradients, the target's on its subsample and the
 source's on its domain, aggregated by the rule as the theory states it (whole-vector projection), one
 gradient step of `lr` per round. Auto-weighted rules re-estimate beta each round from the gradients of
-B = 16 equal parts of the subsample (004 App. A.2 and Algorithm 1; one sample per part when n < 16). Not in the papers, so our choices (004 gives no sizes, width,
+B = 16 equal parts of the subsample (Auto-weighted FDA App. A.2 and Algorithm 1; one sample per part when n < 16). Not in the papers, so our choices (Auto-weighted FDA gives no sizes, width,
 optimiser, learning rate, rounds or metric): sizes 2000..5, 64 hidden units, lr 0.5, 100 rounds, MSE on
 targets standardised with the target domain's training statistics, 1000 held-out target test points.
 """
@@ -94,7 +94,7 @@ def train(rule: str, model: torch.nn.Module, target: tuple[torch.Tensor, torch.T
         g_src = dg.full_gradient(model, F.mse_loss, *source).double().unsqueeze(0) if rule != "target_only" else None
         beta: float | torch.Tensor = cfg.beta
         if rule.endswith("_auto"):
-            # Algorithm 1's estimate: B equal parts of the (randomly ordered) subsample, 004 App. A.2
+            # Algorithm 1's estimate: B equal parts of the (randomly ordered) subsample, Auto-weighted FDA App. A.2
             parts = dg.part_gradients(model, F.mse_loss, *target, parts=min(cfg.parts, target[0].shape[0])).double()
             beta = dg.auto_betas(dg.estimated_quantities(parts, g_src))[rule]
         theta = theta - cfg.lr * dg.aggregate(rule, g_hat, g_src, w, beta)
@@ -186,7 +186,7 @@ def agreement(result: dict, tol: float = NEAR_BEST) -> dict:
 
 
 def draw_heatmaps(result: dict, out: Path) -> list[Path]:
-    """The three heat maps of 004 Figure 2 (PNG and PDF) from a grid's result (as in grid.json)."""
+    """The three heat maps of Auto-weighted FDA Figure 2 (PNG and PDF) from a grid's result (as in grid.json)."""
     from fda_ray.experiments.figures import heatmap
 
     cfg = result["config"]
@@ -218,7 +218,7 @@ def write_outputs(result: dict, out: Path, seconds: float, command: str) -> str:
     tmp.replace(out / "grid.json")
     draw_heatmaps(result, out)
     d_of = [_mean([row[a]["d"] for row in cells]) for a in range(len(cfg["sources"]))]
-    lines = [f"# Synthetic experiment (seed 004 Sec. 5, Figure 2): {len(cfg['sizes'])} x {len(cfg['sources'])} grid",
+    lines = [f"# Synthetic experiment (Auto-weighted FDA Sec. 5, Figure 2): {len(cfg['sizes'])} x {len(cfg['sources'])} grid",
              "", f"Command: `{command}` ({seconds:.0f} s on this machine).", "",
              f"- Cells where the rule with the smallest Delta error at initialisation is the best after training "
              f"(static beta {cfg['beta']}): **{100 * result['agreement_static']:.0f} %** "

@@ -4,7 +4,7 @@
     scalar(x)                       a round column's number (a list: the mean of its entries)
     final(rows, metric)             (row, grid value) -> {seed: the final round's metric (%)}
     mean_ci(values)                 (mean, the 95 % confidence half-width t_{0.975, n-1} s / sqrt(n), s)
-    short_ci(values)                "mean ± half-width" to one decimal: what seed 000 Table 2 prints as "±"
+    short_ci(values)                "mean ± half-width" to one decimal: what Healthcare FDA Table 2 prints as "±"
     paired_differences(final, a, b) a's minus b's, paired by (column, seed)
     runs(rows, metric)              (row, grid value, seed) -> {round: metric (%)}: every round of each trial
     mean_curves(runs, value)        row -> [(round, mean over seeds)] at one grid value
@@ -37,9 +37,9 @@ def t975(df: int) -> float:
 def final_accuracies(rows: list[dict], last: int = 1, metric: str = "accuracy", scale: float = 100.0
                      ) -> dict[tuple[str, float], dict[int, float]]:
     """(row key, grid value) -> {seed: accuracy (%)}: each trial's last round at each value, or with last=k
-    the mean of its last k rounds (seed 004's DomainBed metric: "the average of the last 5 epochs"). A final
+    the mean of its last k rounds (Auto-weighted FDA's DomainBed metric: "the average of the last 5 epochs"). A final
     row that evaluates without training (kNN-Per's kNN evaluation) is the trial's number on its own.
-    metric: the row column ("auc" for seed 000's binary tasks; a list-valued one is averaged over its entries);
+    metric: the row column ("auc" for Healthcare FDA's binary tasks; a list-valued one is averaged over its entries);
     scale: 100 for a fraction shown in %, 1 for a number shown as it is (a lambda, a count)."""
     by_trial: dict[tuple[str, float, str], list[dict]] = {}
     for r in rows:
@@ -68,7 +68,7 @@ def scalar(x: Any) -> float:
 def final(rows: Iterable[dict], metric: str = "accuracy", last: int = 1, scale: float = 100.0
           ) -> dict[tuple[str, float], dict[int, float]]:
     """(row key, grid value) -> {seed: metric (%)} of each trial's last round (the sweep's final_accuracies), or
-    with last=k the mean of its last k rounds (seed 004's DomainBed metric, k = 5); scale=1 keeps a number that is
+    with last=k the mean of its last k rounds (Auto-weighted FDA's DomainBed metric, k = 5); scale=1 keeps a number that is
     not a fraction (a lambda, a count) as it is."""
     return final_accuracies(list(rows), last=last, metric=metric, scale=scale)
 

@@ -22,9 +22,9 @@ a spec cannot hold ">" (the block pattern stops there), so column labels with ar
 The package, one concept a module: engine (the block patterns, render, rewrite, pages, main, GENERATORS), records
 (a results directory read as a Sweep: load_sweep, load_found; RESULTS, ROOT; the helpers the generators share), and
 the generators by family, each registering itself in GENERATORS when imported here: summaries (a sweep's own
-tables), seed_pages (seed 000's and 002's tables and prose), claims (orderings and gaps with their seed spread),
-searches (the selections' reruns), run_files (single runs' Parquet files), fssda (seed 002), domainbed and
-paper_grids (seed 004), fmnist_prose (the Fashion-MNIST grids' prose), fedwca (seed 003), curves (one run's curve
+tables), seed_pages (Healthcare FDA's and FSSDA's tables and prose), claims (orderings and gaps with their seed spread),
+searches (the selections' reruns), run_files (single runs' Parquet files), fssda (FSSDA), domainbed and
+paper_grids (Auto-weighted FDA), fmnist_prose (the Fashion-MNIST grids' prose), fedwca (FedWCA), curves (one run's curve
 beside the paper), projection (docs/scaling.md's) and authors (runs of the authors' own scripts, tools/authors_fedgp.py).
 """
 from __future__ import annotations

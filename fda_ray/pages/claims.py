@@ -23,7 +23,7 @@ def _cell_values(s: Sweep, row: str, value: str, metric: str = "accuracy", last:
 def cell_ci(name: str, row: str, value: str, metric: str = "accuracy", digits: str = "1", last: str = "1",
             grid: str | None = None) -> str:
     """One cell's final number (%) as mean ± the 95 % confidence half-width over its seeds: "69.1 ± 0.8" (last=5:
-    each seed's mean of its last 5 rounds, 004's DomainBed metric)."""
+    each seed's mean of its last 5 rounds, Auto-weighted FDA's DomainBed metric)."""
     return _with_ci(_cell_values(_sweep(name, grid), row, value, metric, last), int(digits))
 
 

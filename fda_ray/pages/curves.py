@@ -31,7 +31,7 @@ def _curve(name: str, row: str, value: str, seed: str | None, grid: str | None,
 def paper_diff(name: str, row: str, value: str, last: str = "5", unit: str = "points", digits: str = "2",
                grid: str | None = None) -> str:
     """One cell's mean over seeds (last=5: of each seed's last-5 mean; last=1: the final round) minus the paper's
-    number (the grid's), signed: "−8.55"; unit=std: in units of 004 Table 3's std for that cell ("−10.4"), which
+    number (the grid's), signed: "−8.55"; unit=std: in units of Auto-weighted FDA Table 3's std for that cell ("−10.4"), which
     only Table 3's ColoredMNIST rows carry."""
     s = _sweep(name, grid)
     v = float(value)
@@ -47,7 +47,7 @@ def paper_diff(name: str, row: str, value: str, last: str = "5", unit: str = "po
 
     if not s.grid.dataset.startswith("colored") or v not in TABLE3_CMNIST_STD.get(row, {}) \
             or TABLE3_CMNIST[row][v] != s.grid.paper[row][v]:
-        raise ValueError(f"paper-diff: 004 Table 3 prints no std for {row!r} at {value} on {name!r}'s grid")
+        raise ValueError(f"paper-diff: Auto-weighted FDA Table 3 prints no std for {row!r} at {value} on {name!r}'s grid")
     return _signed(gap / TABLE3_CMNIST_STD[row][v], int(digits))
 
 
@@ -109,7 +109,7 @@ def meets_paper(name: str, row: str, value: str, within: str = "1", grid: str | 
 def near_paper_rounds(name: str, row: str, value: str, n: str = "5", within: str = "3", seed: str | None = None,
                       grid: str | None = None) -> str:
     """The rounds (from 1) at which one run's mean accuracy over its last n rounds so far is within `within` points
-    of the paper's number (the grid's): where a run cut there would match 004's last-5 metric: "5-46", "30-32, 40",
+    of the paper's number (the grid's): where a run cut there would match Auto-weighted FDA's last-5 metric: "5-46", "30-32, 40",
     "none"."""
     s = _sweep(name, grid)
     paper = s.grid.paper.get(row, {}).get(float(value))

@@ -1,5 +1,5 @@
-"""Generators for seed 004's DomainBed tables: per held-out environment, the final round and the mean of the last 5
-rounds (004's metric), beside 004's Table 3."""
+"""Generators for Auto-weighted FDA's DomainBed tables: per held-out environment, the final round and the mean of the last 5
+rounds (Auto-weighted FDA's metric), beside Auto-weighted FDA's Table 3."""
 from __future__ import annotations
 
 import statistics
@@ -24,9 +24,9 @@ def _env(s: Sweep, v: float) -> str:
 
 @GENERATORS.register("domainbed-table")
 def domainbed_table(name: str, grid: str | None = None, n: str = "no") -> str:
-    """Per row and held-out environment: the final round and the mean of its last 5 rounds (seed 004's metric), each
+    """Per row and held-out environment: the final round and the mean of its last 5 rounds (Auto-weighted FDA's metric), each
     "mean (std)" over the seeds, the average of the last-5 means, n=yes the seeds found per cell; on ColoredMNIST
-    grids 004 Table 3 (mean (std)), its average, and Table 1 where it differs or Table 3 has no row."""
+    grids Auto-weighted FDA Table 3 (mean (std)), its average, and Table 1 where it differs or Table 3 has no row."""
     from tuning.paper import TABLE1_CMNIST, TABLE3_CMNIST, TABLE3_CMNIST_STD
 
     s = _sweep(name, grid)
@@ -35,8 +35,8 @@ def domainbed_table(name: str, grid: str | None = None, n: str = "no") -> str:
     head = (["method"] + [f"{_env(s, v)} final" for v in s.values] + [f"{_env(s, v)} last 5" for v in s.values]
             + ["avg last 5"] + (["n"] if n == "yes" else []))
     if colored:
-        head += (["004 T3", "004 T3 avg"] if n == "yes" else [f"004 T3: {' / '.join(_env(s, v) for v in s.values)}",
-                                                              "T3 avg"]) + ["004 T1 (if other)"]
+        head += (["paper T3", "paper T3 avg"] if n == "yes" else [f"paper T3: {' / '.join(_env(s, v) for v in s.values)}",
+                                                                  "T3 avg"]) + ["paper T1 (if other)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for key in s.row_keys:
         f = [list(final.get((key, v), {}).values()) for v in s.values]
@@ -71,7 +71,7 @@ def domainbed_ranking(name: str, grid: str | None = None) -> str:
 @GENERATORS.register("seed-table")
 def seed_table(name: str, value: str, *rows: str, grid: str | None = None) -> str:
     """One held-out environment, seed by seed: per ROW:LABEL each seed's last-5 mean and final accuracy ("last 5 /
-    final", or one number where they agree in every seed), the last-5 "mean (std)" over seeds, 004 Table 3's."""
+    final", or one number where they agree in every seed), the last-5 "mean (std)" over seeds, Auto-weighted FDA Table 3's."""
     from tuning.paper import TABLE3_CMNIST, TABLE3_CMNIST_STD
 
     s = _sweep(name, grid)
@@ -80,7 +80,7 @@ def seed_table(name: str, value: str, *rows: str, grid: str | None = None) -> st
     pairs = _labelled(rows)
     seeds = sorted({sd for k, _ in pairs for sd in final.get((k, v), {})})
     lines = [f"| method, {_env(s, v)} held out | " + " | ".join(f"seed {sd}" for sd in seeds)
-             + " | mean (std), last 5 | 004 T3 |", "|" + "---|" * (len(seeds) + 3)]
+             + " | mean (std), last 5 | paper T3 |", "|" + "---|" * (len(seeds) + 3)]
     for k, label in pairs:
         f, l5 = final[(k, v)], last5[(k, v)]
         same = all(f"{f[sd]:.2f}" == f"{l5[sd]:.2f}" for sd in f)

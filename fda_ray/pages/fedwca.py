@@ -1,4 +1,4 @@
-"""Generators for seed 003 (FedWCA): its logged per-client metrics (Eq. 3's beta, Eq. 1's alpha, the per-domain
+"""Generators for FedWCA: its logged per-client metrics (Eq. 3's beta, Eq. 1's alpha, the per-domain
 accuracy, FINCH's clusters), and how far the cells moved between two sweeps of one grid (moved-table, moved-share)."""
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ def moved_share(after: str, before: str, metric: str = "accuracy", grid: str | N
 
 @GENERATORS.register("fedwca-clusters")
 def fedwca_clusters(name: str, row: str = "fedwca", grid: str | None = None) -> str:
-    """003 Table 12: FINCH's partition of the clients by source and seed, each cluster written as its clients'
+    """FedWCA Table 12: FINCH's partition of the clients by source and seed, each cluster written as its clients'
     domains (x count), the number of clusters and the purity (the share of clients whose cluster's most common
     domain is their own)."""
     from collections import Counter

@@ -105,7 +105,7 @@ def tail_width(name: str, *rows: str, value: str | None = None, n: str = "10", d
 
 @GENERATORS.register("reseeded-table")
 def reseeded_table(before: str, *after: str, within: str = "3", digits: str = "1") -> str:
-    """Cells of `before` rerun with more seeds in the sweeps `after` (seed 004 Table 10's one-seed gaps): per cell,
+    """Cells of `before` rerun with more seeds in the sweeps `after` (Auto-weighted FDA Table 10's one-seed gaps): per cell,
     the number the old table had (its seed 0), the rerun's seed 0, the rerun's mean ± 95 % half-width over its
     seeds, the paper's number, the gap of the mean, and whether the paper's number lies inside the interval."""
     old = _final(load_sweep(before), "accuracy")

@@ -1,4 +1,4 @@
-"""Generators for seed 002's tables (FSSDA): the splits' tables (iid, non-iid), the teacher, the rounds to reach a
+"""Generators for FSSDA's tables (FSSDA): the splits' tables (iid, non-iid), the teacher, the rounds to reach a
 goal, paired lambdas, and metrics logged in the trials' last round."""
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def _mean_curve(s: Sweep, row: str, value: float) -> list[float]:
 
 @GENERATORS.register("reach-table")
 def reach_table(name: str, goal: str, *rows: str, goal_label: str = "serial variant") -> str:
-    """A one-column sweep (seed 002 Fig. 2): per ROW:LABEL, the final accuracy (%, "mean ± 95 % half-width") and
+    """A one-column sweep (FSSDA Fig. 2): per ROW:LABEL, the final accuracy (%, "mean ± 95 % half-width") and
     the first round (from 1) at which its mean curve over seeds reaches the `goal` row's final mean."""
     s = load_sweep(name)
     v = s.values[0]

@@ -1,4 +1,4 @@
-"""Generators for one-seed grids beside the paper (seed 004's tables): the summary table renamed, gaps to the paper,
+"""Generators for one-seed grids beside the paper (Auto-weighted FDA's tables): the summary table renamed, gaps to the paper,
 a run's best round and the width of its last rounds."""
 from __future__ import annotations
 

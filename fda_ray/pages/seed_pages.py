@@ -1,8 +1,8 @@
-"""Generators for the seed pages' tables and prose (seed 000's and 002's pages).
+"""Generators for the seed pages' tables and prose (Healthcare FDA's and FSSDA's pages).
 
 Options are `key=value` words: metric=auc (default accuracy), value=0.4 (one grid column; default every column),
 digits=N. Rounds are counted from 1 here (round N is the N-th recorded round: the rows' `round` + 1), as the
-seed 000/002 pages count them; the final round is what tables.final takes.
+the Healthcare FDA and FSSDA papers pages count them; the final round is what tables.final takes.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from fda_ray.pages.records import _epoch, _final, _labelled, _runs, _sweep, load
 
 
 # The published 95 % half-widths that the grids do not carry (tuning/paper.py keeps them as comments), by grid,
-# metric and row: seed 000 Table 2, CheXpert column (the `conditions` grid's paper column).
+# metric and row: Healthcare FDA Table 2, CheXpert column (the `conditions` grid's paper column).
 PAPER_HALF_WIDTHS: dict[str, dict[str, dict[str, float]]] = {
     "conditions": {
         "accuracy": {"fedavg": 2.44, "fedavg_finetune": 0.77, "fedavg_finetune_auxinfo": 2.11,
@@ -34,7 +34,7 @@ def _two(cell: tuple[float, float, float] | None, std: bool = False) -> str:
 
 @GENERATORS.register("acc-auc-table")
 def acc_auc_table(name: str, paper_label: str) -> str:
-    """A one-column binary-task sweep (seed 000 Table 2): per row, ACC and AUC (%) of the final round as mean ± the
+    """A one-column binary-task sweep (Healthcare FDA Table 2): per row, ACC and AUC (%) of the final round as mean ± the
     95 % half-width over seeds to two decimals, each beside the paper's (with its half-width where
     PAPER_HALF_WIDTHS has it); the best federated mean (not an UPPER_BOUNDS row) of each metric in bold."""
     s = load_sweep(name)
@@ -60,7 +60,7 @@ def acc_auc_table(name: str, paper_label: str) -> str:
 
 @GENERATORS.register("std-table")
 def std_table(name: str, paper_label: str) -> str:
-    """A one-column sweep (seed 000 Table 6): per row, the final accuracy (%) as mean ± the 95 % half-width (std)
+    """A one-column sweep (Healthcare FDA Table 6): per row, the final accuracy (%) as mean ± the 95 % half-width (std)
     over seeds to two decimals (the best non-UPPER_BOUNDS mean in bold), the paper's, and the mean over seeds of
     each run's best round."""
     s = load_sweep(name)
@@ -85,7 +85,7 @@ def std_table(name: str, paper_label: str) -> str:
 
 @GENERATORS.register("value-table")
 def value_table(name: str, variable: str, *rows: str, round: str | None = None) -> str:
-    """One line per grid value (seed 000's alpha): for each ROW:LABEL, ACC and AUC (%) of the final round as mean
+    """One line per grid value (Healthcare FDA's alpha): for each ROW:LABEL, ACC and AUC (%) of the final round as mean
     ± the 95 % half-width over seeds; with round=N, the last row's mean AUC at round N (counted from 1)."""
     s = load_sweep(name)
     pairs = _labelled(rows)

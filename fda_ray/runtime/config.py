@@ -23,7 +23,7 @@ BASELINE_PROTOCOLS = ("authors", "loop")
 ORACLE_TEST_SHARE = 0.1  # the authors' oracle tests on this share of the target's data, trains on the rest
 WARMUP_ROUNDS = 2
 
-# The authors' settings (docs/authors-code.md; 004 App. C.6): Adam, 1 local epoch, 2 warm-up rounds, 50 rounds.
+# The authors' settings (docs/authors-code.md; Auto-weighted FDA App. C.6): Adam, 1 local epoch, 2 warm-up rounds, 50 rounds.
 PAPER_DEFAULTS: dict[str, dict[str, Any]] = {
     "fashion-mnist": dict(model="simple_cnn", partition="homo", lr_source=0.01, lr_target=0.005,
                           batch_source=64, batch_target=16, auto_batch_target=4, auto_lr_factor=0.1,
@@ -45,10 +45,10 @@ PAPER_DEFAULTS: dict[str, dict[str, Any]] = {
 def _domainbed(model: str, lr: float, batch: int, fraction: float, *, warmup: int = 2,
                auto_batch: int = 4, auto_lr: float | tuple[float, ...] = 0.25, weights: str | None = None
                ) -> dict[str, Any]:
-    """The DomainBed settings of seeds 001/004 (docs/methods.md): Adam at lr (sources) and lr / 5 (target),
+    """The DomainBed settings of the FedGP and Auto-weighted FDA papers (docs/methods.md): Adam at lr (sources) and lr / 5 (target),
     DomainBed's source batch, target batch 16, the labelled share `fraction` of the target's 80 % in-split,
     `warmup` FedAvg rounds, the auto-weighted runs' lr factor (one per held-out environment where the paper
-    gives one each) and target batch (004 C.3), the plain FedGP estimator rule; the authors' DomainBed loaders
+    gives one each) and target batch (Auto-weighted FDA App. C.3), the plain FedGP estimator rule; the authors' DomainBed loaders
     neither shuffle nor drop the last partial batch; DomainBed's augmentation of the source environments.
     The oracle trains on the target's whole in-split at the sources' lr and batch. The sources are the other
     environments (num_sources is counted from the dataset's environments when a config is resolved)."""
@@ -59,9 +59,9 @@ def _domainbed(model: str, lr: float, batch: int, fraction: float, *, warmup: in
                 data_augmentation=True, model_weights=weights)
 
 
-# ColoredMNIST: auto lr factors 0.1, 0.5, 0.25 for +90 %, +80 %, -90 %, auto target batch 2 (004 C.3; the code: 1).
+# ColoredMNIST: auto lr factors 0.1, 0.5, 0.25 for +90 %, +80 %, -90 %, auto target batch 2 (Auto-weighted FDA App. C.3; the code: 1).
 # RotatedMNIST is not in the papers: the ColoredMNIST recipe, 1 % labelled (about 93 images, near the 100 of
-# 004's Fashion-MNIST tables) and the Fashion-MNIST auto target batch 4. The image datasets: ResNet-18 from
+# Auto-weighted FDA's Fashion-MNIST tables) and the Fashion-MNIST auto target batch 4. The image datasets: ResNet-18 from
 # torchvision's ImageNet file ("imagenet": $TORCH_HOME/hub/checkpoints/resnet18-f37072fd.pth).
 for _base in ("mnist", "fmnist"):
     PAPER_DEFAULTS[f"colored-{_base}"] = _domainbed("mnist_cnn", 1e-3, 64, 0.001, auto_batch=2,
@@ -74,7 +74,7 @@ PAPER_DEFAULTS["pacs"] = _domainbed("resnet18", 5e-5, 32, 0.15, weights="imagene
 PAPER_DEFAULTS["office-home"] = _domainbed("resnet18", 5e-5, 32, 0.15, weights="imagenet")
 PAPER_DEFAULTS["domain-net"] = _domainbed("resnet18", 5e-5, 32, 0.15, weights="imagenet")
 PAPER_DEFAULTS["imagefolder"] = _domainbed("resnet18", 5e-5, 32, 0.05, weights="imagenet")
-# Seed 000 (000 App. A.3; docs/methods.md): Adam at the paper's 1e-3 (sources) / 2e-4 (target), batch 32 (the code's),
+# Healthcare FDA (App. A.3; docs/methods.md): Adam at the paper's 1e-3 (sources) / 2e-4 (target), batch 32 (the code's),
 # one local epoch, 50 rounds (CheXpert), no warm-up; the target holds out one domain with 1 000 labelled samples
 # (CheXpert). The loaders shuffle and keep their last partial batch (the paper is silent; the authors' loaders at 95291b2
 # drop it on CheXpert and MIDRC and keep it on MIMIC, which the grids' `code` profile follows).
@@ -84,14 +84,14 @@ PAPER_DEFAULTS["fmnist-conditions"] = dict(
     batch_target=32, auto_batch_target=4, auto_lr_factor=0.25, target_labelled=1000, target_fraction=None,
     auto_beta_rule="fedgp", num_sources=4, oracle_lr_target=1e-3, warmup_rounds=0, shuffle=True,
     drop_last=False, data_augmentation=False, model_weights=None)
-# The medical tables (fda_ray.data.medical_csv): the same settings on ResNet-18 from torchvision's ImageNet file, 000's
-# training augmentation on the sources, the labelled target samples of 000 A.3 (CheXpert 1 000, MIMIC 100, MIDRC
+# The medical tables (fda_ray.data.medical_csv): the same settings on ResNet-18 from torchvision's ImageNet file, Healthcare FDA's
+# training augmentation on the sources, the labelled target samples of Healthcare FDA App. A.3 (CheXpert 1 000, MIMIC 100, MIDRC
 # 2 000; a generic table 1 000); the sources are the other domains.
 for _name, _labelled in (("chexpert", 1000), ("mimic-cxr", 100), ("midrc", 2000), ("medical-csv", 1000)):
     PAPER_DEFAULTS[_name] = {**PAPER_DEFAULTS["fmnist-conditions"], "model": "resnet18_multitask",
                              "model_weights": "imagenet", "data_augmentation": True, "target_labelled": _labelled,
                              "num_sources": None}
-# Seed 002 (FSSDA, 002 Sec. IV-A; docs/methods.md): source and target domains split over K = 5 devices (partition
+# FSSDA (Sec. IV-A; docs/methods.md): source and target domains split over K = 5 devices (partition
 # domain_shards, iid unless dirichlet_concentration is set), 3 labelled target images per class, batch 32, one local
 # epoch, lr 1e-3 (the paper's SGD lr; fda-ray's clients use Adam unless --fssda-optimizer sgd), no warm-up; the loaders
 # shuffle and keep their last partial batch (a Dirichlet shard may hold 10 samples). Office-31: ResNet-101 from
@@ -103,7 +103,7 @@ PAPER_DEFAULTS["office31"] = dict(
     model_weights="imagenet")
 PAPER_DEFAULTS["fmnist-5"] = {**PAPER_DEFAULTS["office31"], "model": "simple_cnn", "model_weights": None,
                               "auto_batch_target": 4}
-# Seed 003 (FedWCA, 003 App. C.1-C.2): Digit-Five's domains as clients of one source-free setting (partition
+# FedWCA (App. C.1-C.2): Digit-Five's domains as clients of one source-free setting (partition
 # domain_clients: 8 clients a target domain), SHOT's LeNet at 32 x 32, SGD lr 1e-3, batch 64 (the family's resolve
 # fills the rest; these make the dataset usable by the other families too).
 PAPER_DEFAULTS["digit-five"] = {**PAPER_DEFAULTS["fmnist-5"], "model": "shot_lenet", "partition": "domain_clients",
@@ -113,7 +113,7 @@ PAPER_DEFAULTS["digit-five"] = {**PAPER_DEFAULTS["fmnist-5"], "model": "shot_len
 for _d in ("fashion-mnist", "cifar10", "synthetic"):
     PAPER_DEFAULTS[_d].update(warmup_rounds=WARMUP_ROUNDS, shuffle=True, drop_last=True, data_augmentation=False,
                               model_weights=None)
-# Seed 003 (FedWCA, 003 App. C.1): iid clients per target domain (Digit-Five 8, PACS and Office-Home 3).
+# FedWCA (App. C.1): iid clients per target domain (Digit-Five 8, PACS and Office-Home 3).
 CLIENTS_PER_DOMAIN: dict[str, int] = {"fmnist-5": 8, "digit-five": 8, "pacs": 3, "office-home": 3}
 # The labelled target share of the partitions whose target test set is the rest of the target's part.
 PARTITION_LABELLED_FRACTION: dict[str, float] = {"label_shift": 0.15, "classes4": 0.10}
@@ -154,7 +154,7 @@ class RunConfig:
     seed: int = _f(0, "trial seed; every draw is seeded by (seed, round, client, purpose)")
     noise: float = _f(0.0, "std of the Gaussian noise on the target's train and test images ([0, 1] pixel units)")
     eta: float = _f(0.5, "label-shift share (partition label_shift); 0.5 = no shift")
-    source_classes: int = _f(4, "classes each source holds (partition source_classes, seed 004 Table 12: "
+    source_classes: int = _f(4, "classes each source holds (partition source_classes, Auto-weighted FDA Table 12: "
                                 "source i holds class i mod C plus k - 1 random others)")
     rounds: int = _f(50, "main rounds (one local epoch each)")
     warmup_rounds: int | None = _f(None, "FedAvg warm-up rounds over the sources; default 2 (10 on "
@@ -165,22 +165,22 @@ class RunConfig:
                           "partition domainbed holds it out and every other environment is one source, partition "
                           "domain_shards splits it over the devices")
     source_envs: tuple[int, ...] | None = _f(None, "partition domain_shards: the source environments, by index "
-                                                   "(several: multi-source, seed 002 Eq. 5); default every "
-                                                   "environment but test_env; partition domain_clients (seed "
-                                                   "003): the one source domain (default 0), every other "
+                                                   "(several: multi-source, FSSDA Eq. 5); default every "
+                                                   "environment but test_env; partition domain_clients "
+                                                   "(FedWCA): the one source domain (default 0), every other "
                                                    "environment a target domain")
     num_sources: int | None = _f(None, "source clients; default 9 (8 for synthetic: D_2..D_9); partition "
                                        "domain_shards: the K devices each domain is split over (default 5)")
-    clients_per_domain: int | None = _f(None, "partition domain_clients (seed 003): iid clients each target "
+    clients_per_domain: int | None = _f(None, "partition domain_clients (FedWCA): iid clients each target "
                                               "domain is split over; default 8 (fmnist-5, digit-five), 3 (pacs, "
                                               "office-home)")
     dirichlet_concentration: float | None = _f(None, "partition domain_shards: split every domain over the "
                                                      "devices by NIID-Bench's Dirichlet label skew with this "
-                                                     "concentration (seed 002's non-iid: 0.1; the paper's letter "
+                                                     "concentration (FSSDA's non-iid: 0.1; the paper's letter "
                                                      "beta); default iid equal shards")
     target_labelled_per_class: int | None = _f(None, "partition domain_shards: labelled target samples per class, "
                                                      "drawn from the whole target domain (each stays on the device "
-                                                     "holding it); default 3 (seed 002)")
+                                                     "holding it); default 3 (FSSDA)")
     val_share: float | None = _f(None, "model selection without target test labels: this share of the target's "
                                        "labelled training samples (seeded by (seed, 'validation/target')) is held "
                                        "out, not trained on, and every round reports the evaluated model's "
@@ -189,9 +189,9 @@ class RunConfig:
                                               "validation): this share of every source's samples is held out and "
                                               "every round reports source_val_accuracy, the evaluated model on them "
                                               "together; default none")
-    beta: float = _f(0.5, "static beta of fedda / fedgp: the weight of the source side, in [0, 1] (seed 000's "
-                          "GP puts its letter beta on the target side: the same rule, 000's beta = 1 - this)")
-    aux_alpha: float | None = _f(None, "seed 000 Eq. 3: the sources' loss is L_main + aux_alpha * L_aux on a dataset "
+    beta: float = _f(0.5, "static beta of fedda / fedgp: the weight of the source side, in [0, 1] (Healthcare FDA's "
+                          "GP puts its letter beta on the target side: the same rule, Healthcare FDA's beta = 1 - this)")
+    aux_alpha: float | None = _f(None, "Healthcare FDA Eq. 3: the sources' loss is L_main + aux_alpha * L_aux on a dataset "
                                        "with auxiliary labels (fmnist-conditions, the medical CSVs); default 1 for "
                                        "the *_auxinfo methods, 0 (the main task only) otherwise")
     projection: str = _f("cosine", "fedgp's source term: cosine (authors' code) or exact (the paper's "
@@ -488,7 +488,7 @@ class RunConfig:
                 fill[name] = d[name]
         if self.model_weights is None and (self.model or d["model"]) == d["model"] and d["model_weights"]:
             fill["model_weights"] = d["model_weights"]  # the dataset's pretrained model, unless another is chosen
-        if isinstance(fill.get("auto_lr_factor"), tuple):  # one per held-out environment (ColoredMNIST, 004 C.3)
+        if isinstance(fill.get("auto_lr_factor"), tuple):  # one per held-out environment (ColoredMNIST, Auto-weighted FDA App. C.3)
             fill["auto_lr_factor"] = fill["auto_lr_factor"][min(self.test_env, len(fill["auto_lr_factor"]) - 1)]
         if fill.get("num_sources", self.num_sources) is None:  # DomainBed: one source per other environment
             from fda_ray.data import count_environments

@@ -85,7 +85,7 @@ def build_experiment(cfg: RunConfig) -> Experiment:
     views = algorithm.views()
     if len(views) != algorithm.num_clients(cfg):
         raise RuntimeError(f"method {cfg.method}: {len(views)} clients' views for {algorithm.num_clients(cfg)} clients")
-    if len(views) > cfg.num_sources:  # (seed 002's devices: no separate target client)
+    if len(views) > cfg.num_sources:  # (FSSDA's devices: no separate target client)
         target_samples = max(len(x) for x, _ in views[cfg.num_sources].values())
         for note in preflight.run_notes(cfg, target_samples):
             warnings.warn(note, preflight.RunWarning, stacklevel=2)

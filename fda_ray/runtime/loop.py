@@ -122,7 +122,7 @@ def _rounds(exp: Experiment, executor: Executor, hist: History, progress: Callab
             state, metrics = algo.aggregate(r, state, results)
         except ValueError as e:
             raise stop(str(e)) from e
-        # Later steps of the same round, each needing the state the step before it made (seed 000's online
+        # Later steps of the same round, each needing the state the step before it made (Healthcare FDA's online
         # fine-tuning: the target fine-tunes this round's FedAvg); their clients' times count in the round's.
         step, seconds = 1, [res.seconds for res in results.values()]
         while (follow := algo.plan_step(r, step, state)) is not None:

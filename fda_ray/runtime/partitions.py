@@ -10,7 +10,7 @@ and a purpose, so a setting is the same in every process and executor.
   classes4     client i holds class i mod 10 plus 3 random others, each class split evenly among its
                holders; 10 % of the target's part is labelled (config default), the rest is its test set (CIFAR-10).
   source_classes  the target's shard, labelled subset and test set as in homo; the sources share the other
-               shards' samples by class (seed 004 Table 12, NIID-Bench "#label k"): source i holds class i mod 10
+               shards' samples by class (Auto-weighted FDA Table 12, NIID-Bench "#label k"): source i holds class i mod 10
                plus source_classes - 1 random others, each class split evenly among its holders (a class
                no source drew is left out, as in NIID-Bench).
   domains      each source is one extra domain of the dataset (synthetic D_2..D_9); the target subsamples D_1.
@@ -23,11 +23,11 @@ and a purpose, so a setting is the same in every process and executor.
                cfg.faithful_domainbed_auto (the authors' auto script) the labelled set is the first
                int(target_fraction |in_t|) of the environment's own permutation and the test set 20 % of the
                rest, reshuffled.
-  heldout_domain  seed 000 (000 Sec. 5.1): domains with their own train/test tables (the medical CSVs,
+  heldout_domain  Healthcare FDA (Sec. 5.1): domains with their own train/test tables (the medical CSVs,
                fmnist-conditions); the target is domain cfg.test_env, its labelled set target_labelled samples of a
                seeded permutation of its training table, its test set its test table; every other domain is one
                source holding its training table.
-  domain_shards  seed 002 (002 Sec. IV-A): every source environment (cfg.source_envs) and the target environment
+  domain_shards  FSSDA (Sec. IV-A): every source environment (cfg.source_envs) and the target environment
                cfg.test_env is split over K = num_sources devices, as equal random shards (iid) or by NIID-Bench's
                Dirichlet label skew (cfg.dirichlet_concentration), each shard capped at samples_per_client; device
                k's source client holds shard k of every source domain (`source_parts[k]`, one Pair per domain;
@@ -36,11 +36,11 @@ and a purpose, so a setting is the same in every process and executor.
                shard with label -1 on its unlabelled samples); the target's pool is every held target sample,
                the labelled first (its true labels: the oracle's data); the test set is the unlabelled ones
                (transductive, as SSDA on Office-31 is reported).
-  domain_clients  seed 003 (003 Sec. 3, App. C.1; FedWCA): the source domain cfg.source_envs[0] is the server's
+  domain_clients  FedWCA (Sec. 3, App. C.1; FedWCA): the source domain cfg.source_envs[0] is the server's
                labelled data (`sources[0]`, capped at samples_per_client x clients_per_domain, the size of a target
                domain's clients together; source-free: only the pre-training reads it); every other environment is a target domain split into cfg.clients_per_domain equal random (iid)
                shards, each capped at samples_per_client and split 64 / 16 / 20 into train / validation / test
-               (003 C.1). `client_parts[k]` = (train with every label -1: the clients have no labels; validation;
+               (FedWCA App. C.1). `client_parts[k]` = (train with every label -1: the clients have no labels; validation;
                test) and `client_domains[k]` its environment; the target's sets are their concatenations.
 Validation (model selection, tuning.selection): cfg.val_share holds out that share of the target's labelled
 training samples (a permutation seeded by (seed, "validation/target"); domain_shards: of the labelled samples on
@@ -141,7 +141,7 @@ DIRICHLET_ATTEMPTS = 1000
 
 def dirichlet_split(labels: np.ndarray, clients: int, concentration: float, rng: np.random.Generator,
                     min_size: int = DIRICHLET_MIN_SIZE) -> list[np.ndarray]:
-    """NIID-Bench's label-distribution skew ("noniid-labeldir"; seed 002's non-iid split with its "beta" = 0.1):
+    """NIID-Bench's label-distribution skew ("noniid-labeldir"; FSSDA's non-iid split with its "beta" = 0.1):
     for each class, shares p ~ Dir(concentration) over the clients, zeroed for clients that already hold their
     fair share n / clients and renormalised; the class's shuffled samples are cut at those shares. Redrawn until
     every client holds >= min_size samples (min(min_size, n // clients) when the data are few). Small
@@ -242,8 +242,8 @@ def domainbed_split(split: Split, cfg: RunConfig) -> tuple[tuple[Pair, ...], Pai
 
 
 def heldout_domain_split(split: Split, cfg: RunConfig) -> tuple[tuple[Pair, ...], Pair, Pair, Pair]:
-    """(sources, target's labelled set, target's training pool, target's test set) of seed 000's protocol
-    (000 Sec. 5.1): domain cfg.test_env is the target, every other domain (in index order) one source holding
+    """(sources, target's labelled set, target's training pool, target's test set) of Healthcare FDA's protocol
+    (Healthcare FDA Sec. 5.1): domain cfg.test_env is the target, every other domain (in index order) one source holding
     its training table; the target's labelled set is the first target_labelled (or target_fraction of its pool)
     samples of a seeded permutation of its training table, its test set its test table, or, for a domain
     without one, the rest of its training table (the authors' MIMIC script: the unlabelled remainder)."""
@@ -274,7 +274,7 @@ def heldout_domain_split(split: Split, cfg: RunConfig) -> tuple[tuple[Pair, ...]
 
 def domain_shards_split(split: Split, cfg: RunConfig) -> tuple[tuple[tuple[Pair, ...], ...], tuple[Pair, ...],
                                                                  Pair, Pair, Pair]:
-    """(source_parts, target_parts, target's labelled set, its pool, its test set) of seed 002's protocol (module
+    """(source_parts, target_parts, target's labelled set, its pool, its test set) of FSSDA's protocol (module
     docstring, domain_shards). Each domain's shards are drawn from a generator seeded by (seed, domain)."""
     envs, names = split.environments, split.env_names
     if not envs:
@@ -336,7 +336,7 @@ MIN_CLIENT_SAMPLES = 7  # the fewest that leave a client 4 train, 1 validation a
 def domain_clients_split(split: Split, cfg: RunConfig) -> tuple[Pair, tuple[tuple[Pair, Pair, Pair], ...],
                                                                  tuple[int, ...]]:
     """(the source domain's data, per target client (train unlabelled, validation, test), each client's domain) of
-    seed 003's protocol (module docstring, domain_clients). A domain's shards come from a generator seeded by (seed,
+    FedWCA's protocol (module docstring, domain_clients). A domain's shards come from a generator seeded by (seed,
     domain), a client's split from one seeded by (seed, domain, client)."""
     envs, names = split.environments, split.env_names
     if not envs:
@@ -393,7 +393,7 @@ def build_setting(split: Split, cfg: RunConfig) -> Setting:
                                                                             "domain_clients"):
         raise ValueError(f"partition={cfg.partition!r} is invalid for dataset {cfg.dataset!r}: its data are "
                          f"DomainBed environments ({', '.join(split.env_names)}); use partition 'domainbed' (leave one "
-                         "domain out) or 'domain_shards' (domains split over devices, seed 002)")
+                         "domain out) or 'domain_shards' (domains split over devices, FSSDA)")
     ytr = main_labels(split.y_train, split.aux_tasks).numpy()
     if cfg.partition in ("homo", "source_classes"):
         shards = homo_shards(len(ytr), n_src + 1, rng)
@@ -463,7 +463,7 @@ def build_setting(split: Split, cfg: RunConfig) -> Setting:
         raise ValueError(f"partition={cfg.partition!r} is invalid")
     algorithm = ALGORITHMS.get(cfg.method)
     # DomainBed's oracle trains on the target's in-split and is tested on its out-split, as every method is.
-    # So does seed 000's: "fully supervised training on the target domain", tested on its test table.
+    # So does Healthcare FDA's: "fully supervised training on the target domain", tested on its test table.
     if algorithm.oracle_split and cfg.baseline_protocol == "authors" and cfg.partition not in (
             "domainbed", "heldout_domain", "domain_shards", "domain_clients"):
         target_train, target_test = oracle_split(whole, cfg.seed)

@@ -41,8 +41,8 @@ def epoch_steps(n: int, batch: int, drop_last: bool) -> int:
 def loss_fn(task: str, out: torch.Tensor, y: torch.Tensor, aux: AuxTasks = (), alpha: float = 0.0,
             binary_loss: str = "logit") -> torch.Tensor:
     """A batch's training loss (fda_ray.core.multitask): cross-entropy, BCE-with-logits or MSE on the main head,
-    plus alpha times the auxiliary heads' cross-entropies (seed 000 Eq. 3) on a dataset with auxiliary labels;
-    binary_loss "sigmoid": a binary task's BCE-with-logits on sigmoid(output) (seed 000's authors' code)."""
+    plus alpha times the auxiliary heads' cross-entropies (Healthcare FDA Eq. 3) on a dataset with auxiliary labels;
+    binary_loss "sigmoid": a binary task's BCE-with-logits on sigmoid(output) (Healthcare FDA's authors' code)."""
     return multitask.loss(task, out, y, aux, alpha, binary_loss)
 
 
@@ -74,7 +74,7 @@ class Client:
         self.seed = seed
         self.noise = noise
         self.task = task
-        self.aux_tasks = tuple(aux_tasks)  # seed 000's auxiliary labels: y is (n, 1 + K), the model multi-head
+        self.aux_tasks = tuple(aux_tasks)  # Healthcare FDA's auxiliary labels: y is (n, 1 + K), the model multi-head
         # Built on first use, then kept; `optimizer_for` clears its state, which equals constructing a new Adam.
         # (Not here: the first Adam of a process imports torch._dynamo, ~2 s, which a driver that never trains
         # and a vectorised client, fda_ray.train.cohort, never need.)
@@ -177,7 +177,7 @@ class Client:
               binary_loss: str = "logit") -> tuple[int, float, list[torch.Tensor]]:
         """One epoch over shuffled batches of view `data`: (steps, mean loss, per-step deltas if recorded).
         penalty(): a term added to every step's loss (Ditto's proximal term); the logged loss leaves it out.
-        alpha: the auxiliary heads' loss weight (seed 000 Eq. 3); the logged loss includes it. binary_loss:
+        alpha: the auxiliary heads' loss weight (Healthcare FDA Eq. 3); the logged loss includes it. binary_loss:
         fda_ray.core.multitask's (a binary task's loss on the logit, or the authors' code's double sigmoid)."""
         steps, total, rows = 0, 0.0, []
         prev = self.layout.flatten_model(self.model) if record_steps else None
@@ -211,9 +211,9 @@ def epoch_recipe(client: Client, task: ClientTask, inputs: Mapping[str, torch.Te
 
     hparams: lr, batch; record_steps (per-step deltas, default False); send ("delta", default, or "weights");
     fresh_optimizer (default True) and keep_optimizer (store the Adam moments in the client's state for a
-    later task that carries them over; default False); aux_alpha (seed 000 Eq. 3's alpha on a dataset with
+    later task that carries them over; default False); aux_alpha (Healthcare FDA Eq. 3's alpha on a dataset with
     auxiliary labels; default 0, the main task only); binary_loss (a binary task's loss, fda_ray.core.multitask:
-    "logit", the default, or "sigmoid", seed 000's authors' code)."""
+    "logit", the default, or "sigmoid", Healthcare FDA's authors' code)."""
     h = task.hparams
     record = bool(h.get("record_steps", False))
     start = inputs["global"].to(client.device)  # (M,)

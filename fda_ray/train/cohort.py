@@ -66,7 +66,7 @@ def cohort_key(client: Client, task: ClientTask) -> tuple | None:
     h = task.hparams
     if task.recipe != "epoch" or not h.get("fresh_optimizer", True) or h.get("keep_optimizer", False):
         return None
-    if client.aux_tasks or client.task not in ("classification", "regression"):  # seed 000's tasks: the loop
+    if client.aux_tasks or client.task not in ("classification", "regression"):  # Healthcare FDA's tasks: the loop
         return None
     if not hasattr(client, "_cohort_ok"):  # checked once per client (the model does not change)
         client._cohort_ok = not_vectorisable(client.model, client.layout.names) is None

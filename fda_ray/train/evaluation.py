@@ -43,7 +43,7 @@ def evaluate_metrics(model: nn.Module, layout: ParamLayout, flat: torch.Tensor, 
                      noise: float, gen: torch.Generator | None, task: str = "classification",
                      aux: AuxTasks = ()) -> dict[str, float]:
     """{"accuracy", "loss"[, "auc"]} of the weights `flat` (M,) on (x, y) with fresh noise, the main head's
-    (fda_ray.core.multitask): accuracy NaN for regression; AUC for a binary task (seed 000 reports both)."""
+    (fda_ray.core.multitask): accuracy NaN for regression; AUC for a binary task (Healthcare FDA reports both)."""
     device = next(model.parameters()).device
     layout.load_into(model, flat.to(device))
     model.eval()

@@ -93,7 +93,7 @@ class FrozenBatchNorm2d(nn.BatchNorm2d):
 
 
 class SigmoidMLP(nn.Module):
-    """One hidden layer with sigmoid activation (the synthetic experiment of 004 Appendix B)."""
+    """One hidden layer with sigmoid activation (the synthetic experiment of Auto-weighted FDA Appendix B)."""
 
     def __init__(self, in_features: int, num_outputs: int, hidden: int = 64) -> None:
         super().__init__()
@@ -180,23 +180,23 @@ def resnet18(input_shape: tuple[int, ...], num_outputs: int, weights_path: str |
 @MODELS.register("resnet50")
 def resnet50(input_shape: tuple[int, ...], num_outputs: int, weights_path: str | None = None,
              freeze_bn: bool = True) -> nn.Module:
-    """torchvision ResNet-50, as resnet18 (seed 003's Office-Home backbone)."""
+    """torchvision ResNet-50, as resnet18 (FedWCA's Office-Home backbone)."""
     return _resnet("resnet50", input_shape, num_outputs, weights_path, freeze_bn)
 
 
 @MODELS.register("resnet101")
 def resnet101(input_shape: tuple[int, ...], num_outputs: int, weights_path: str | None = None,
               freeze_bn: bool = True) -> nn.Module:
-    """torchvision ResNet-101, as resnet18 (seed 002's Office-31 backbone for every method)."""
+    """torchvision ResNet-101, as resnet18 (FSSDA's Office-31 backbone for every method)."""
     return _resnet("resnet101", input_shape, num_outputs, weights_path, freeze_bn)
 
 
-HEAD_ACTIVATIONS = ("linear", "leaky_relu")  # MultiHead's head outputs: 000 A.1's logits, or the authors' code's
+HEAD_ACTIVATIONS = ("linear", "leaky_relu")  # MultiHead's head outputs: Healthcare FDA App. A.1's logits, or the authors' code's
 HEAD_SLOPE = 0.2  # the authors' nn.LeakyReLU(negative_slope=0.2): the 128-d layer's and (in their code) the heads'
 
 
 class MultiHead(nn.Module):
-    """Seed 000's multi-task model (A.1, Fig. 5): a trunk, a shared 128-d layer with LeakyReLU(0.2), and one
+    """Healthcare FDA's multi-task model (A.1, Fig. 5): a trunk, a shared 128-d layer with LeakyReLU(0.2), and one
     linear head per task on it: the main head (`head`) and one per auxiliary task (`aux_heads.k`). The output
     concatenates the heads' outputs, the main head's first (fda_ray.core.multitask's layout), so every recipe,
     evaluation and flat layout treats it as one tensor-valued model. GP excludes the `aux_heads.` layers.
@@ -251,7 +251,7 @@ class ConvTrunk(nn.Module):
 @MODELS.register("multitask_cnn")
 def multitask_cnn(input_shape: tuple[int, ...], num_outputs: int, aux_classes: tuple[int, ...] = (),
                   head_activation: str = "linear") -> nn.Module:
-    """Seed 000's multi-head model on a small CNN trunk (runs here): the simple CNN's convolutions, then the
+    """Healthcare FDA's multi-head model on a small CNN trunk (runs here): the simple CNN's convolutions, then the
     128-d LeakyReLU(0.2) layer and the heads (head_activation: MultiHead's)."""
     c, h, _ = input_shape
     side = ((h - 4) // 2 - 4) // 2
@@ -261,7 +261,7 @@ def multitask_cnn(input_shape: tuple[int, ...], num_outputs: int, aux_classes: t
 @MODELS.register("resnet18_multitask")
 def resnet18_multitask(input_shape: tuple[int, ...], num_outputs: int, aux_classes: tuple[int, ...] = (),
                        weights_path: str | None = None, head_activation: str = "linear") -> nn.Module:
-    """Seed 000's model: ResNet-18 (ImageNet weights from a local file) whose fc becomes Linear(512, 128),
+    """Healthcare FDA's model: ResNet-18 (ImageNet weights from a local file) whose fc becomes Linear(512, 128),
     LeakyReLU(0.2) and one head per task (head_activation: MultiHead's). BatchNorm trains as in the authors' code
     (not frozen)."""
     trunk = resnet18(input_shape, 1, weights_path=weights_path, freeze_bn=False)
@@ -291,7 +291,7 @@ class WeightNormLinear(nn.Module):
 
 
 class ShotNet(nn.Module):
-    """SHOT's network as seed 003 uses it (003 Sec. 5, Models): f = backbone + bottleneck (Linear -> BatchNorm -> Dropout,
+    """SHOT's network as FedWCA uses it (FedWCA Sec. 5, Models): f = backbone + bottleneck (Linear -> BatchNorm -> Dropout,
     256 wide), g = a weight-normalised linear classifier. FedWCA trains and aggregates f; g stays the source's.
     `features(x)` is f(x) (n, 256), the space of Eq. 1's cosines, Eq. 4's prototypes and FINCH's first layer."""
 
@@ -317,7 +317,7 @@ def _lenet_trunk(in_channels: int) -> nn.Module:
 
 @MODELS.register("shot_lenet")
 def shot_lenet(input_shape: tuple[int, ...], num_outputs: int) -> nn.Module:
-    """Seed 003's Digit-Five model: SHOT's LeNet, randomly initialised, with the bottleneck and the weight-normalised
+    """FedWCA's Digit-Five model: SHOT's LeNet, randomly initialised, with the bottleneck and the weight-normalised
     classifier (3 x 32 x 32 inputs give 50 * 5 * 5 features, 28 x 28 give 50 * 4 * 4)."""
     trunk = _lenet_trunk(input_shape[0])
     with torch.no_grad():
@@ -334,13 +334,13 @@ def _shot_resnet(arch: str, input_shape: tuple[int, ...], num_outputs: int, weig
 
 @MODELS.register("shot_resnet18")
 def shot_resnet18(input_shape: tuple[int, ...], num_outputs: int, weights_path: str | None = None) -> nn.Module:
-    """Seed 003's PACS model: ResNet-18 (ImageNet weights from a local file) + SHOT's bottleneck and classifier."""
+    """FedWCA's PACS model: ResNet-18 (ImageNet weights from a local file) + SHOT's bottleneck and classifier."""
     return _shot_resnet("resnet18", input_shape, num_outputs, weights_path)
 
 
 @MODELS.register("shot_resnet50")
 def shot_resnet50(input_shape: tuple[int, ...], num_outputs: int, weights_path: str | None = None) -> nn.Module:
-    """Seed 003's Office-Home model: ResNet-50 (ImageNet weights from a local file) + SHOT's bottleneck and classifier."""
+    """FedWCA's Office-Home model: ResNet-50 (ImageNet weights from a local file) + SHOT's bottleneck and classifier."""
     return _shot_resnet("resnet50", input_shape, num_outputs, weights_path)
 
 

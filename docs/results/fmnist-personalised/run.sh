@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The personalised-FL baselines of seed 004 on Fashion-MNIST, noise 0.4, seed 0, the FDA runs' settings
-# (lr 0.01 / 0.005, batch 64 / 16, Adam, one local epoch) for 150 rounds (004 App. C.2), one thread each,
+# The personalised-FL baselines of Auto-weighted FDA on Fashion-MNIST, noise 0.4, seed 0, the FDA runs' settings
+# (lr 0.01 / 0.005, batch 64 / 16, Adam, one local epoch) for 150 rounds (Auto-weighted FDA App. C.2), one thread each,
 # two at a time: FedRep (10 head epochs a round) on one core, the others one after the other on the other.
 set -euo pipefail
 out=$(dirname "$0")

@@ -1,27 +1,27 @@
-"""FDA diagnostics: which aggregation rule the theory expects to win in a setting (seed 001 Sec. 4, seed 004
+"""FDA diagnostics: which aggregation rule the theory expects to win in a setting (FedGP Sec. 4, Auto-weighted FDA
 Secs. 3-4 and App. A).
 
 All quantities are taken over pi, a distribution of model parameters: a point mass at one model, or the
 empirical distribution along a run's path (`Quantities.mean` averages over the points). At each point the
 inputs are gradients, flattened to (M,):
-  d_i^2       = ||g_T - g_Si||^2                              source-target distance, 004 Def 3.3 eq (5)
-  sigma^2     = E_{D^_T} ||g_T - g_{D^_T}||^2                 target variance at n samples, 004 Def 3.4 eq (6)
-  tau^2 d_i^2 = ||g_T - <g_T, u_i> u_i||^2, u_i = g_Si/|g_Si|  the part of g_T FedGP cannot reach, 004 eq (96)
+  d_i^2       = ||g_T - g_Si||^2                              source-target distance, Auto-weighted FDA Def 3.3 eq (5)
+  sigma^2     = E_{D^_T} ||g_T - g_{D^_T}||^2                 target variance at n samples, Auto-weighted FDA Def 3.4 eq (6)
+  tau^2 d_i^2 = ||g_T - <g_T, u_i> u_i||^2, u_i = g_Si/|g_Si|  the part of g_T FedGP cannot reach, Auto-weighted FDA eq (96)
 (g_T is the whole target domain's gradient, g_{D^_T} the labelled subsample's, g_Si a source's.)
 
-The Delta error of a rule, Delta^2 = E_{D^_T} ||g_T - Aggr||^2 (004 Def 3.1), bounds how much one step of
-the rule can lower the target loss (004 Thm 3.2): the smaller, the better. Closed forms, per source i:
-  target only  sigma^2                                        004 eq (7)
-  source only  d_i^2                                          004 eq (7)
-  FedDA        (1 - b)^2 sigma^2 + b^2 d_i^2                  004 eq (9) (001 Thm 4.5)
-  FedGP        ((1 - b)^2 + (2b - b^2)/M) sigma^2 + b^2 tau^2 d_i^2      004 eq (11) (delta-bar = 1)
-  auto         the same with b = beta_i*, 004 eq (13): sigma^2/(sigma^2 + d_i^2) (FedDA),
+The Delta error of a rule, Delta^2 = E_{D^_T} ||g_T - Aggr||^2 (Auto-weighted FDA Def 3.1), bounds how much one step of
+the rule can lower the target loss (Auto-weighted FDA Thm 3.2): the smaller, the better. Closed forms, per source i:
+  target only  sigma^2                                        Auto-weighted FDA eq (7)
+  source only  d_i^2                                          Auto-weighted FDA eq (7)
+  FedDA        (1 - b)^2 sigma^2 + b^2 d_i^2                  Auto-weighted FDA eq (9) (FedGP Thm 4.5)
+  FedGP        ((1 - b)^2 + (2b - b^2)/M) sigma^2 + b^2 tau^2 d_i^2      Auto-weighted FDA eq (11) (delta-bar = 1)
+  auto         the same with b = beta_i*, Auto-weighted FDA eq (13): sigma^2/(sigma^2 + d_i^2) (FedDA),
                sigma^2/(sigma^2 + tau^2 d_i^2) (FedGP)
-With several sources and weights alpha_i the rules' errors are at most sum_i alpha_i Delta_i (004 eq (9),
+With several sources and weights alpha_i the rules' errors are at most sum_i alpha_i Delta_i (Auto-weighted FDA eq (9),
 Jensen); source only is then FedAvg, whose exact error is ||g_T - sum_i alpha_i g_Si||^2.
 
 Two ways to the quantities: `true_quantities` where the whole target domain is known (its per-sample
-gradients), and `estimated_quantities` from the labelled target samples only (004 App. A.2's unbiased
+gradients), and `estimated_quantities` from the labelled target samples only (Auto-weighted FDA App. A.2's unbiased
 estimators, fda_ray.algorithms.fda.estimators, with one part per sample). `monte_carlo_deltas` draws target subsamples and
 applies the rules themselves (the theory's whole-vector projection): the "true" Delta errors the closed
 forms are checked against.
@@ -121,7 +121,7 @@ def true_quantities(target_domain: torch.Tensor | Moments, sources: torch.Tensor
 
 
 def estimated_quantities(target_samples: torch.Tensor, sources: torch.Tensor) -> Quantities:
-    """From the labelled target samples' gradients (n, M) only: 004 App. A.2's unbiased estimators with one
+    """From the labelled target samples' gradients (n, M) only: Auto-weighted FDA App. A.2's unbiased estimators with one
     part per sample (eqs (90), (95), (105) with B = n; d^2 and tau^2 d^2 clamped at 0 as in
     fda_ray.algorithms.fda.estimators.estimate, which gives the same numbers per parameter). Written in O(n M) instead of
     the estimators' B x B Gram matrix, which costs O(n^2 M) when every sample is a part."""
@@ -164,7 +164,7 @@ def round_estimates(stats: dict, weights: torch.Tensor, m: int, parts: int, beta
 
 
 def auto_betas(q: Quantities) -> dict[str, torch.Tensor]:
-    """beta_i* of 004 eq (13) for FedDA and FedGP (N,); 0/0 (nothing to learn either way) gives 0.5."""
+    """beta_i* of Auto-weighted FDA eq (13) for FedDA and FedGP (N,); 0/0 (nothing to learn either way) gives 0.5."""
     stats = {"sigma2": q.sigma2, "d2": q.d2, "tau2d2": q.tau2d2}
     return {"fedda_auto": estimators.auto_beta(stats, "fedda"), "fedgp_auto": estimators.auto_beta(stats, "fedgp")}
 
@@ -187,7 +187,7 @@ def delta_errors(q: Quantities, beta: float = 0.5) -> dict[str, torch.Tensor]:
 
 
 def combined(per_source: dict[str, torch.Tensor], weights: torch.Tensor) -> dict[str, float]:
-    """sum_i alpha_i Delta_i: the several-source bound of 004 eq (9) (exact with one source)."""
+    """sum_i alpha_i Delta_i: the several-source bound of Auto-weighted FDA eq (9) (exact with one source)."""
     w = weights.double()
     return {rule: float(w.to(v.device) @ v) for rule, v in per_source.items()}
 
@@ -204,7 +204,7 @@ def best_rule(deltas: dict[str, float], rules: Sequence[str] = STATIC_RULES) -> 
 def aggregate(rule: str, g_hat: torch.Tensor | None, sources: torch.Tensor | None, weights: torch.Tensor,
               beta: float | torch.Tensor) -> torch.Tensor:
     """The rule as the theory states it, on flat gradients: FedGP projects on the whole vector with the exact
-    coefficient max(<g_T, g_i>, 0)/|g_i|^2 (004 eq (10)), FedDA is eq (8), source only is FedAvg. Target only
+    coefficient max(<g_T, g_i>, 0)/|g_i|^2 (Auto-weighted FDA eq (10)), FedDA is eq (8), source only is FedAvg. Target only
     reads only g_hat, source only only the sources (the other may be None)."""
     if rule == "target_only":
         return g_hat.clone()
@@ -250,7 +250,7 @@ def monte_carlo_deltas(target_domain: torch.Tensor, sources: torch.Tensor, n: in
 def part_gradients(model: torch.nn.Module, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
                    x: torch.Tensor, y: torch.Tensor, parts: int) -> torch.Tensor:
     """(parts, M) float32: the gradient of the mean loss of each of `parts` equal consecutive parts of (x, y)
-    (004 App. A.2's split D^_T^1..D^_T^B; n // parts samples each, a remainder is left out), flattened in
+    (Auto-weighted FDA App. A.2's split D^_T^1..D^_T^B; n // parts samples each, a remainder is left out), flattened in
     named_parameters order. torch.func: one vmapped backward, not `parts` backward passes."""
     from torch.func import functional_call, grad, vmap
 

@@ -1,4 +1,4 @@
-"""Unbiased estimators of sigma^2, d_i^2 and tau^2 d_i^2 (seed 004 App. A.2) and the auto-weighted beta_i.
+"""Unbiased estimators of sigma^2, d_i^2 and tau^2 d_i^2 (Auto-weighted FDA App. A.2) and the auto-weighted beta_i.
 
 Inputs: `target_steps` G (B, M), the target's per-step deltas of this round, and `sources` (N, M), each
 source's delta divided by its number of steps, aligned to the target's scale by the caller (lr_T / lr_S,
@@ -71,7 +71,7 @@ def estimate(target_steps: torch.Tensor, sources: torch.Tensor, *, impl: str | N
 
 
 def auto_beta(stats: dict[str, torch.Tensor | float], rule: str) -> torch.Tensor:
-    """beta_i (N,) float64 minimising the estimated Delta error of the rule (seed 004 Sec. 4.2, docs/authors-code.md)."""
+    """beta_i (N,) float64 minimising the estimated Delta error of the rule (Auto-weighted FDA Sec. 4.2, docs/authors-code.md)."""
     if rule not in AUTO_RULES:
         raise ValueError(f"auto-beta rule must be one of {AUTO_RULES}, got {rule!r}")
     for key in ("sigma2", "d2", "tau2d2", "delta", "gbar2"):

@@ -1,15 +1,15 @@
-"""The FDA family of seeds 001 and 004 (Algorithm 1, App. C.1) and its baselines, on the algorithm contract.
+"""The FDA family of the FedGP and Auto-weighted FDA papers (Algorithm 1, App. C.1) and its baselines, on the algorithm contract.
 
     warm-up rounds (r < warmup_rounds): the sources train one epoch; FedAvg of their deltas
     main rounds: sources and target train one local epoch from the global weights; beta_i = the static beta,
-        or auto-weighted from the estimators (seed 004 Eq. 7-8 on the target's per-step deltas); the method's
-        rule makes the update (FedDA, seed 001 Def. 3.2; FedGP, Def. 3.1, layer by layer); global += update
+        or auto-weighted from the estimators (Auto-weighted FDA Eq. 7-8 on the target's per-step deltas); the method's
+        rule makes the update (FedDA, FedGP Def. 3.2; FedGP, Def. 3.1, layer by layer); global += update
     fine-tuning (finetune_offline): after the rounds, epochs of the target alone from the FedAvg weights
 
   source_only       FedAvg of the sources (the target never trains)
   target_only       the target's own delta (beta = 0)
-  fedda, fedgp      the static rules with cfg.beta (seed 001)
-  fedda_auto        FedDA with beta_i from the estimators (seed 004), rule "fedda"
+  fedda, fedgp      the static rules with cfg.beta (FedGP)
+  fedda_auto        FedDA with beta_i from the estimators (Auto-weighted FDA), rule "fedda"
   fedgp_auto        FedGP with beta_i from the estimators, rule cfg.auto_beta_rule ("fedgp_thresh" or "fedgp")
   finetune_offline  FedAvg for all rounds, then cfg.finetune_epochs epochs of fine-tuning on the target
   oracle            target_only trained on all of the target's training-domain data (its "pool" view)
@@ -151,7 +151,7 @@ class FDA(Algorithm):
 
     def _source_tasks(self, r: int, lr: float) -> tuple[ClientTask, ...]:
         hp: dict[str, Any] = {"lr": lr, "batch": self.cfg.batch_source}
-        if self.cfg.aux_alpha:  # seed 000's auxiliary labels on the sources (Eq. 3)
+        if self.cfg.aux_alpha:  # Healthcare FDA's auxiliary labels on the sources (Eq. 3)
             hp["aux_alpha"] = float(self.cfg.aux_alpha)
         return tuple(ClientTask(i, "epoch", r, dict(hp)) for i in range(self.num_sources))
 

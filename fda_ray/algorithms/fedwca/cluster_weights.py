@@ -1,4 +1,4 @@
-"""FedWCA's weighted cluster aggregation (seed 003 Eq. 1-3, 7-8, App. B.2-B.3), pure functions of small tensors.
+"""FedWCA's weighted cluster aggregation (FedWCA Eq. 1-3, 7-8, App. B.2-B.3), pure functions of small tensors.
 
 Client k in cluster c_k, C clusters, classifier weights W = [w_1..w_M] (fixed to the source model's):
 
@@ -10,7 +10,7 @@ Client k in cluster c_k, C clusters, classifier weights W = [w_1..w_M] (fixed to
                 utils/loss.py entropy)
     beta_k    = softmax(S(g o f_{c_k}) / T_b, S(g o f_bar_k) / T_b)      Eq. 3
 Server, from the clients' alpha and beta (A_bar_{c'->c} = mean_{k in c'} alpha_{k,c}; each row sums to 1):
-    columns (default)  A_{c'->c} = A_bar_{c'->c} / sum_{c''} A_bar_{c''->c}                           (trap 1)
+    columns (default)  A_{c'->c} = A_bar_{c'->c} / sum_{c''} A_bar_{c''->c}                           (open point 1)
                        the paper's index order, each column normalised to the stated sum_{c'} A_{c'->c} = 1
     rows               A_{c'->c} = A_bar_{c->c'}: soft model c mixes the cluster models with the weights its own
                        clients give them (A_bar's row c, which already sums to 1); every column of A again sums to 1
@@ -19,8 +19,8 @@ Server, from the clients' alpha and beta (A_bar_{c'->c} = mean_{k in c'} alpha_{
 Client k then starts from f_init = beta_{k,0} f_{c_k} + beta_{k,1} sum_c alpha_{k,c} f~_c, which is
 sum_c v_{k,c} f_c with (Eq. 8)
     v_{k,c} = 1(c = c_k) beta_{k,0} + beta_{k,1} alpha_{k,c} B_{c,0} + beta_{k,1} sum_{c'} B_{c',1} alpha_{k,c'} A_{c->c'}
-and sum_c v_{k,c} = 1 exactly because sum_c A_{c->c'} = 1 (a sum over the first index, 003 Sec. 4.2; docs/methods.md,
-FedWCA's trap 1), which both readings give; A_bar itself sums to 1 over the second index and, used as it is, lets v sum
+and sum_c v_{k,c} = 1 exactly because sum_c A_{c->c'} = 1 (a sum over the first index, FedWCA Sec. 4.2; docs/methods.md,
+FedWCA's open point 1), which both readings give; A_bar itself sums to 1 over the second index and, used as it is, lets v sum
 to up to C.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
-SND_TEMPERATURE = 0.05  # SND's own (003 B.2), fixed
+SND_TEMPERATURE = 0.05  # SND's own (FedWCA App. B.2), fixed
 # SND's entropy -mean_i sum_j p_ij log(p_ij + 1e-5) (VisionLearningGroup/SND, utils/loss.py `entropy`, which SND's
 # neighbor_density calls on the similarity logits)
 SND_EPS = 1e-5

@@ -1,5 +1,5 @@
-"""FINCH's first partition (seed 003 section 4.1; Sarfraz et al. 2019), the clustering FedWCA runs once, after round 0,
-on the clients' flattened first-layer parameters (docs/methods.md, FedWCA's trap 8).
+"""FINCH's first partition (FedWCA section 4.1; Sarfraz et al. 2019), the clustering FedWCA runs once, after round 0,
+on the clients' flattened first-layer parameters (docs/methods.md, FedWCA's open point 8).
 
     kappa_i = argmax_{j != i} cos(x_i, x_j)                        each point's first neighbour
     A(i, j) = 1 if j = kappa_i or i = kappa_j or kappa_i = kappa_j  (the paper prints commas; FINCH means "or")

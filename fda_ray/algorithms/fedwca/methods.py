@@ -1,6 +1,6 @@
-"""Seed 003 (FedWCA): source-free federated domain adaptation by weighted cluster aggregation, and its baselines.
+"""FedWCA: source-free federated domain adaptation by weighted cluster aggregation, and its baselines.
 
-Roles (003 Sec. 3 and App. C.1; data: partition domain_clients, fda_ray.runtime.partitions): client 0 holds the labelled
+Roles (FedWCA Sec. 3 and App. C.1; data: partition domain_clients, fda_ray.runtime.partitions): client 0 holds the labelled
 source domain and pre-trains the source model h_S = g_S o f_S once (the server's model: the source data are not read
 again); the clients 1..K hold unlabelled shards of the other domains, each split 64/16/20 into train / validation /
 test. The model is SHOT's (fda_ray.train.models.ShotNet): f = backbone + bottleneck, g = a weight-normalised classifier,
@@ -9,38 +9,38 @@ fixed to g_S; only f is trained and averaged (BatchNorm buffers too). Rows (loop
     r = 0   phase "source": client 0 trains h_S for source_epochs epochs (cross-entropy with SHOT's label
             smoothing); cached on disk per (seed, data, model, recipe), FDA_RAY_CACHE_DIR. Evaluated: h_S on every
             client's test split (Source Only).
-    r = 1   003's round 0: every client starts from f_S, labels its train split once by Eq. 4's prototypes (refined
+    r = 1   FedWCA's round 0: every client starts from f_S, labels its train split once by Eq. 4's prototypes (refined
             once; by default as SHOT's code computes them: features with a 1 appended and L2-normalised, each pass
             choosing among the classes predicted at least once, fda_ray.algorithms.fedwca.shot) and trains E epochs
             of SGD on L_IM + lambda L_CE (Eq. 9), g fixed. The server clusters the
             clients once, FINCH's first partition of their first layers' parameters (fda_ray.algorithms.fedwca.finch), and
-            averages each cluster: f_c (n_k-weighted, trap 9); f~_c = f_c.
-    r >= 2  003's rounds >= 1 (Alg. 1-2): client k receives f_{c_k} and the soft cluster models f~_c; computes
-            alpha_k = softmax_c(I_{k,c} / T_a) with f~_c (Eq. 1, trap 2), f_bar = sum_c alpha_{k,c} f~_c,
+            averages each cluster: f_c (n_k-weighted, open point 9); f~_c = f_c.
+    r >= 2  FedWCA's rounds >= 1 (Alg. 1-2): client k receives f_{c_k} and the soft cluster models f~_c; computes
+            alpha_k = softmax_c(I_{k,c} / T_a) with f~_c (Eq. 1, open point 2), f_bar = sum_c alpha_{k,c} f~_c,
             beta_k = softmax(SND(g o f_{c_k}) / T_b, SND(g o f_bar) / T_b) (Eq. 3), f_init = beta_0 f_{c_k} +
             beta_1 f_bar; labels its samples with both models' prototypes (Alg. 2: the normalised similarity picks
-            a mismatched sample's label, trap 3's guard) and mixes each mismatched sample with a matched one of
-            the same label, x_mix = (1 - mu) x + mu x' (trap 4: none -> unmixed); trains E epochs from f_init with
+            a mismatched sample's label, open point 3's guard) and mixes each mismatched sample with a matched one of
+            the same label, x_mix = (1 - mu) x + mu x' (open point 4: none -> unmixed); trains E epochs from f_init with
             the labels fixed for the round; sends f_k, alpha_k, beta_k. The server averages each cluster, forms
-            A (each column summing to 1, trap 1: `cross_cluster_norm` columns, A_bar normalised over its first
+            A (each column summing to 1, open point 1: `cross_cluster_norm` columns, A_bar normalised over its first
             index, or rows, A_bar transposed) and B, and the soft models f~_c (Eq. 2).
-    evaluated: each client's cluster model g_S o f_{c_k} on its own test split (trap 11); the row's accuracy is
+    evaluated: each client's cluster model g_S o f_{c_k} on its own test split (open point 11); the row's accuracy is
             the mean over clients; val_accuracy likewise on the validation splits (model selection, e.g. T_a x
             T_b, uses this column and never the test one).
 
-Weightings (`weighting`, 003 Table 3): wca (FedWCA); local (FedWCA-L: alpha on the cluster models f_c, f_bar =
+Weightings (`weighting`, FedWCA Table 3): wca (FedWCA); local (FedWCA-L: alpha on the cluster models f_c, f_bar =
 sum_c alpha_c f_c, no soft models); one_hot (f_init = f_{c_k}); equal (the mean of the cluster models); one_equal
 (one_equal_p on the own cluster, the rest spread evenly); one_equal_a (SND weights, Eq. 3, between the one-hot and
 the equal model). `revision_interval` U > 1 is the revised FedWCA (App. D): the clients compute alpha and beta in
 the first round of every block of U rounds; in the others the server sends f_init = sum_c v_{k,c} f_c itself
 (Eq. 8, with the block's alpha, beta, A and B) and f_{c_k}.
 
-Baselines (003 section 5): shot_source_only (h_S, row 0 only); shot_local (SHOT on every client, no communication, the
+Baselines (FedWCA section 5): shot_source_only (h_S, row 0 only); shot_local (SHOT on every client, no communication, the
 same rounds x E epochs, the pseudo-labels recomputed from the current model at the start of every epoch as SHOT's
 image_target.py does (interval = max_epoch); each client's own model evaluated); shot_fedavg (SHOT with round-fixed
-labels, as 003 fixes them for FedAvg and FedWCA, + FedAvg of f over all clients; the global model evaluated on every
+labels, as FedWCA fixes them for FedAvg and FedWCA, + FedAvg of f over all clients; the global model evaluated on every
 client). Loss details (FedWCA's traps, docs/methods.md): L_IM's mean
-prediction per mini-batch (SHOT, trap 5); CE on the mixed image for a mixed sample and on the original otherwise, IM on
+prediction per mini-batch (SHOT, open point 5); CE on the mixed image for a mixed sample and on the original otherwise, IM on
 the original images, one forward pass through both (BatchNorm sees them together); a last batch of one sample is skipped
 (BatchNorm cannot train on it).
 """
@@ -75,36 +75,36 @@ SOURCE_RECIPE_VERSION = 1  # part of the source-model cache key: bump when the p
 @dataclass(frozen=True)
 class FedWCAParams(Params):
     family = "fedwca"
-    weighting: str = param("wca", "the initial model's cluster weights (003 Table 3): wca (FedWCA), local (FedWCA-L), "
+    weighting: str = param("wca", "the initial model's cluster weights (FedWCA Table 3): wca (FedWCA), local (FedWCA-L), "
                                   "one_hot, equal, one_equal, one_equal_a", choices=WEIGHTINGS)
-    temp_a: float = param(0.01, "T_a of Eq. 1 (alpha's softmax; 003: 0.01 Digit-Five and Office-Home, 0.1 PACS)",
+    temp_a: float = param(0.01, "T_a of Eq. 1 (alpha's softmax; FedWCA: 0.01 Digit-Five and Office-Home, 0.1 PACS)",
                           low=1e-6)
-    temp_b: float = param(0.05, "T_b of Eq. 3 (beta's softmax over the SND scores; 003: 0.05)", low=1e-6)
+    temp_b: float = param(0.05, "T_b of Eq. 3 (beta's softmax over the SND scores; FedWCA: 0.05)", low=1e-6)
     snd_temperature: float = param(0.05, "the similarity temperature inside SND (fixed by SND: 0.05)", low=1e-6)
-    revision_interval: int = param(1, "U of the revised FedWCA (003 App. D): clients compute alpha and beta every U "
+    revision_interval: int = param(1, "U of the revised FedWCA (App. D): clients compute alpha and beta every U "
                                       "rounds, the server mixes in between; 1: every round", low=1, integer=True)
     one_equal_p: float = param(0.8, "one_equal: the own cluster's weight", low=0.0, high=1.0)
-    ce_weight: float = param(0.1, "lambda of Eq. 9, the pseudo-labels' cross-entropy weight (003: 0.1 Digit-Five, "
+    ce_weight: float = param(0.1, "lambda of Eq. 9, the pseudo-labels' cross-entropy weight (FedWCA: 0.1 Digit-Five, "
                                   "0.3 PACS and Office-Home)", low=0.0)
     mixup_mu: float = param(0.55, "mu of Alg. 2's mixup (x_mix = (1 - mu) x + mu x'; 0: no mixup)", low=0.0, high=1.0)
     pseudo_label_models: str = param("two", "two (Alg. 2: the initial and the cluster model's labels) or one (the "
                                             "initial model's only: no mixup)", choices=("two", "one"))
     prototypes: str = param("shot", "shot (SHOT's code, which FedWCA says it reuses: features with a constant 1 "
                                     "appended, L2-normalised, before the weighted centroids) or eq4 (the paper's Eq. 4 "
-                                    "as written: raw features); both compare by cosine (trap 6)",
+                                    "as written: raw features); both compare by cosine (open point 6)",
                             choices=("shot", "eq4"))
     labelset: bool = param(True, "SHOT's: candidate classes limited to those predicted at least once (each of the two "
                                  "labelling passes); false: every class competes, one nobody predicts with a zero "
                                  "prototype", choices=("true", "false"))
     cross_cluster_norm: str = param("columns", "the server's cross-cluster weights A_{c'->c} from A_bar_{c'->c} = the "
                                                "mean alpha_{k,c} of cluster c's clients k: columns (A_bar normalised "
-                                               "over c', the paper's stated sum_{c'} A_{c'->c} = 1, trap 1) or rows "
+                                               "over c', the paper's stated sum_{c'} A_{c'->c} = 1, open point 1) or rows "
                                                "(A_{c'->c} = A_bar_{c->c'}: soft model c mixes the cluster models "
                                                "with the weights its own clients give them; its columns sum to 1 too)",
                                     choices=CROSS_CLUSTER_NORMS)
-    local_epochs: int = param(5, "E: local epochs a round (003: 5)", low=1, integer=True)
-    momentum: float = param(0.9, "SGD momentum (003 C.2)", low=0.0, high=1.0)
-    weight_decay: float = param(1e-3, "SGD weight decay (003 C.2)", low=0.0)
+    local_epochs: int = param(5, "E: local epochs a round (FedWCA: 5)", low=1, integer=True)
+    momentum: float = param(0.9, "SGD momentum (FedWCA App. C.2)", low=0.0, high=1.0)
+    weight_decay: float = param(1e-3, "SGD weight decay (FedWCA App. C.2)", low=0.0)
     source_epochs: int = param(20, "epochs of the source model's pre-training (not given; SHOT's digits: 30)",
                                low=1, integer=True)
     label_smoothing: float = param(0.1, "the source training's label smoothing (SHOT's)", low=0.0, high=1.0)
@@ -133,7 +133,7 @@ class FedWCAParams(Params):
 _WORDS = {"true": True, "false": False}
 
 
-# Per-dataset values of 003 Table 9 (the Params defaults are Digit-Five's) and fda-ray's settings for FMNIST-5.
+# Per-dataset values of FedWCA Table 9 (the Params defaults are Digit-Five's) and fda-ray's settings for FMNIST-5.
 DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
     "fmnist-5": dict(model="shot_lenet", model_weights=None, lr_source=0.01, lr_target=0.01, batch_source=64,
                      batch_target=64, params={}),
@@ -145,7 +145,7 @@ DATASET_DEFAULTS: dict[str, dict[str, Any]] = {
                         batch_source=32, batch_target=32, params={"ce_weight": 0.3}),
 }
 
-# 003 Table 9's T_a exceptions by source domain: Digit-Five's SYNTH (env 3) 0.001, Office-Home's Clipart (env 1) 0.1
+# FedWCA Table 9's T_a exceptions by source domain: Digit-Five's SYNTH (env 3) 0.001, Office-Home's Clipart (env 1) 0.1
 SOURCE_TEMP_A: dict[tuple[str, tuple[int, ...]], float] = {("digit-five", (3,)): 0.001, ("office-home", (1,)): 0.1}
 
 
@@ -237,7 +237,7 @@ def _snd_weights(outputs: _Outputs, a: torch.Tensor, b: torch.Tensor, h: Mapping
 def _pseudo_labels(outputs: _Outputs, task: ClientTask, init: torch.Tensor, own: torch.Tensor | None,
                    h: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
     """The round's fixed labels (n,) and mixup partners (n,) (-1: unmixed) of the train split: Eq. 4 with the initial
-    model alone (`own` None: 003's round 0, the baselines) or Alg. 2 with the initial and the cluster model."""
+    model alone (`own` None: FedWCA's round 0, the baselines) or Alg. 2 with the initial and the cluster model."""
     shot, labelset = h["prototypes"] == "shot", bool(h["labelset"])
     client = outputs.client
     feat_a, probs_a = outputs(init)
@@ -351,7 +351,7 @@ def _pretrain(client: Client, task: ClientTask, start: torch.Tensor, h: Mapping[
 
 @RECIPES.register("fedwca")
 def fedwca_recipe(client: Client, task: ClientTask, inputs: Mapping[str, torch.Tensor]) -> ClientResult:
-    """A client's work in one round of seed 003's methods.
+    """A client's work in one round of FedWCA's methods.
 
     hparams: role: pretrain (client 0: the source model from inputs["global"]; sends weights), shot (start from
     the input named by `start`, or the client's own model with `local`; Eq. 4 labels, fixed for the round, or with
@@ -377,7 +377,7 @@ def fedwca_recipe(client: Client, task: ClientTask, inputs: Mapping[str, torch.T
             partners = torch.full((n,), -1, dtype=torch.long, device=client.device)
             new, steps, loss = _adapt(client, task, start, None, partners, h,
                                       relabel=lambda flat: _pseudo_labels(_Outputs(client), task, flat, None, h)[0])
-        else:  # FedAvg and 003's round 0: labels fixed for the round (003)
+        else:  # FedAvg and FedWCA's round 0: labels fixed for the round (FedWCA)
             labels, partners, _ = _pseudo_labels(_Outputs(client), task, start, None, h)
             new, steps, loss = _adapt(client, task, start, labels, partners, h)
         if local:
@@ -431,7 +431,7 @@ def _done(client: Client, task: ClientTask, tensors: dict[str, torch.Tensor], st
 # ---------------------------------------------------------------- the server half
 
 class _Base(Algorithm):
-    """Seed 003's family: the source client 0, the target clients 1..K (module docstring)."""
+    """FedWCA's family: the source client 0, the target clients 1..K (module docstring)."""
 
     family = "fedwca"
     recipe = "fedwca"
@@ -484,16 +484,16 @@ class _Base(Algorithm):
         from fda_ray.train.models import SHOT_MODELS
 
         if cfg.partition != "domain_clients":
-            raise ValueError(f"partition={cfg.partition!r} is invalid for method {self.name}: seed 003's methods need "
+            raise ValueError(f"partition={cfg.partition!r} is invalid for method {self.name}: FedWCA's methods need "
                              "partition 'domain_clients' (one source domain, clients of the other domains)")
         if model is None or not hasattr(model, "features") or not hasattr(model, "classifier"):
             raise ValueError(f"model={cfg.model!r} is invalid for method {self.name}: it needs SHOT's bottleneck and "
                              f"weight-normalised classifier: {', '.join(SHOT_MODELS)}")
         if cfg.noise:
-            raise ValueError(f"noise={cfg.noise!r} is invalid for method {self.name}: seed 003's clients read their "
+            raise ValueError(f"noise={cfg.noise!r} is invalid for method {self.name}: FedWCA's clients read their "
                              "domains' images as they are (0)")
         if cfg.num_sources != 1:
-            raise ValueError(f"num_sources={cfg.num_sources} is invalid for method {self.name}: seed 003 has one "
+            raise ValueError(f"num_sources={cfg.num_sources} is invalid for method {self.name}: FedWCA has one "
                              "source (the server's pre-trained model)")
         p = self.params
         if p.revision_interval > 1 and (p.weighting != "wca" or self.mode != "fedwca"):
@@ -535,7 +535,7 @@ class _Base(Algorithm):
         if self.mode == "source_only" or r > self.cfg.rounds:
             return None
         clients = range(1, self.k + 1)
-        a = r - 1  # 003's round index
+        a = r - 1  # FedWCA's round index
         if a == 0 or self.mode in ("local", "fedavg"):
             h = {**self._h("shot"), "local": self.mode == "local"}
             h["start"] = "global" if self.mode == "fedavg" and a > 0 else "source"
@@ -590,7 +590,7 @@ class _Base(Algorithm):
             state["global"] = self._fix_classifier(self._average(weights, torch.arange(self.k)), src)
             return state, metrics
         a = r - 1
-        if a == 0:  # the one-time clustering (003 section 4.1) on the first layers' parameters
+        if a == 0:  # the one-time clustering (FedWCA section 4.1) on the first layers' parameters
             assign = torch.from_numpy(first_partition(weights[:, self.first_mask.to(weights.device)].cpu().numpy()))
             state["assign"] = assign
             state["num_clusters"] = torch.tensor(int(assign.max()) + 1)

@@ -1,4 +1,4 @@
-"""SHOT's source-free adaptation pieces as FedWCA uses them (seed 003 Eq. 4, Eq. 9, Alg. 2), pure functions.
+"""SHOT's source-free adaptation pieces as FedWCA uses them (FedWCA Eq. 4, Eq. 9, Alg. 2), pure functions.
 
     L_IM = mean_x H(h(x)) - H(mean_x h(x))            information maximisation: confident, diverse predictions
     p_m  = sum_x h(x)_m f(x) / sum_x h(x)_m           Eq. 4: class prototypes weighted by the predictions,
@@ -38,7 +38,7 @@ import torch
 from torch.nn import functional as F
 
 EPS = 1e-5  # SHOT's epsilon inside the logarithms
-PROTOTYPE_GUARD = 1e-6  # trap 3: mean inter-prototype cosine at or below this -> compare raw similarities
+PROTOTYPE_GUARD = 1e-6  # open point 3: mean inter-prototype cosine at or below this -> compare raw similarities
 
 
 def entropy(p: torch.Tensor) -> torch.Tensor:
@@ -101,7 +101,7 @@ def choose_labels(feat_a: torch.Tensor, labels_a: torch.Tensor, protos_a: torch.
                   ) -> tuple[torch.Tensor, torch.Tensor, bool]:
     """Alg. 2's label for every sample from two models' features (n, q), labels (n,) and prototypes (M, q):
     a's label where the labels agree or where cos(f_a(x), p_{y_a}) / p_bar >= cos(f_b(x), q_{y_b}) / q_bar, else
-    b's. Returns (labels (n,), matched (n,) bool, whether trap 3's guard compared raw similarities)."""
+    b's. Returns (labels (n,), matched (n,) bool, whether open point 3's guard compared raw similarities)."""
     sim_a = (F.normalize(feat_a, dim=1) * F.normalize(protos_a, dim=1)[labels_a]).sum(1)  # (n,)
     sim_b = (F.normalize(feat_b, dim=1) * F.normalize(protos_b, dim=1)[labels_b]).sum(1)
     pa, pb = mean_prototype_cosine(protos_a), mean_prototype_cosine(protos_b)
@@ -114,7 +114,7 @@ def choose_labels(feat_a: torch.Tensor, labels_a: torch.Tensor, protos_a: torch.
 
 def mixup_partners(labels: torch.Tensor, matched: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     """(n,) int: for every mismatched sample a matched sample with the same label drawn uniformly from `gen`; -1
-    for matched samples and for mismatched ones whose label no matched sample has (trap 4: they stay unmixed)."""
+    for matched samples and for mismatched ones whose label no matched sample has (open point 4: they stay unmixed)."""
     out = torch.full_like(labels, -1)
     pool = {int(c): matched.logical_and(labels == c).nonzero().flatten() for c in torch.unique(labels)}
     for i in (~matched).nonzero().flatten().tolist():
@@ -125,7 +125,7 @@ def mixup_partners(labels: torch.Tensor, matched: torch.Tensor, gen: torch.Gener
 
 
 def mixup(x: torch.Tensor, partners: torch.Tensor, mu: float) -> torch.Tensor:
-    """x with every sample that has a partner replaced by (1 - mu) x + mu x[partner] (seed 003: mu = 0.55)."""
+    """x with every sample that has a partner replaced by (1 - mu) x + mu x[partner] (FedWCA: mu = 0.55)."""
     out = x.clone()
     has = partners >= 0
     out[has] = (1 - mu) * x[has] + mu * x[partners[has]]

@@ -1,14 +1,14 @@
-"""Seed 002 (FSSDA): soft labels, hard and "fake" labels, the mixed distillation loss (Eq. 1-2), pure functions.
+"""FSSDA: soft labels, hard and "fake" labels, the mixed distillation loss (Eq. 1-2), pure functions.
 
     y*_i = softmax(W_s(x_i) / T)                                     Eq. 1: the source model's soft labels
     y_i  = one-hot(label_i) if x_i is labelled, else the all-zero vector ("fake label")
     L_t  = mean_i [ lambda l(y_i, w_t(x_i)) + (1 - lambda) l(y*_i, w_t(x_i)) ]      Eq. 2
 
-l (docs/methods.md, FSSDA's trap 1; the paper does not name it): "mse", the default, the squared error between
+l (docs/methods.md, FSSDA's open point 1; the paper does not name it): "mse", the default, the squared error between
 softmax(w_t(x)) and the label vector summed over classes (GDSDA's choice, which the paper follows: the only common
 loss under which the all-zero fake labels do anything: they pull every probability down), or "ce", cross-entropy
 against the label vector (the fake labels then contribute nothing, and per-batch min-norm lambda degenerates to 1
-with a zero update on every batch without a labelled sample: trap 2). lambda comes from fda_ray.algorithms.fssda.minnorm
+with a zero update on every batch without a labelled sample: open point 2). lambda comes from fda_ray.algorithms.fssda.minnorm
 (Eq. 4, on the gradients of the two terms) or is fixed.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Seed 002 (FSSDA): federated semi-supervised domain adaptation by knowledge distillation, and its baselines.
+"""FSSDA: federated semi-supervised domain adaptation by knowledge distillation, and its baselines.
 
-Roles (002 Sec. III-A; data: partition domain_shards, fda_ray.runtime.partitions): K devices, each holding a shard of
+Roles (FSSDA Sec. III-A; data: partition domain_shards, fda_ray.runtime.partitions): K devices, each holding a shard of
 every source domain and a shard of the target domain, a few of whose samples are labelled. Two global models of one
 architecture, the source model W_s (one per source domain, W_s^j) and the target model W_t, from the same initial
 weights. Per round r (Alg. 1-3):
@@ -17,22 +17,22 @@ weights. Per round r (Alg. 1-3):
     the reported model: W_t on the target's unlabelled samples (the test set of domain_shards)
 
   fssda         the above: the parallel paradigm, two synchronisation points a round (soft_labels_from current);
-                soft_labels_from previous: one step, the devices distil from W_s(r-1) (trap 5: "target updates can
+                soft_labels_from previous: one step, the devices distil from W_s(r-1) (open point 5: "target updates can
                 be appended to source updates")
   fssda_serial  Fig. 2's serial paradigm: serial_source_rounds rounds of source FL, then `rounds` rounds of
                 target KD from the final, frozen W_s
   ssda_only     Table I's SSDAOnly: every device trains its own source model(s) on its shard and distils its own
                 target model from them, no communication; the metric is the mean of the devices' target models'
-                accuracies (trap 10: the same KD procedure, adaptive lambda)
+                accuracies (open point 10: the same KD procedure, adaptive lambda)
   fl_only       Table I's FLOnly: FedAvg of target models trained on the labelled target samples only
                 (cross-entropy; devices without a labelled sample sit the round out)
 
 Layouts (`layout`): paper, the devices above (K = num_sources clients, each a source and a target role); fda,
 fda-ray's usual one: the K source clients train W_s, one target client (index K) holding every device's target
-shard distils W_t alone (the same samples, labelled ones included). The loss l (trap 1, docs/methods.md): mse,
+shard distils W_t alone (the same samples, labelled ones included). The loss l (open point 1, docs/methods.md): mse,
 the squared error between softmax(w_t(x)) and the label vector (GDSDA's, the only common loss under which fake
 labels act), lambda per mini-batch; or ce, soft-target cross-entropy, lambda once per epoch on the whole local
-data (trap 2: per batch it is 1 with a zero update on every batch without a label). The server average is
+data (open point 2: per batch it is 1 with a zero update on every batch without a label). The server average is
 unweighted (Alg. 1) or weighted by the devices' sample counts. The local optimiser is the paper's SGD at lr 0.001
 where no learning rate is set (Sec. IV-A; momentum 0.9, which the paper does not state), fresh every round; Adam is
 an option (the FMNIST-5 grids use it: a simple CNN from scratch does not leave chance under SGD in 30 rounds).
@@ -54,7 +54,7 @@ from fda_ray.algorithms.fssda.distillation import LOSSES, hard_labels, label_los
 from fda_ray.train.evaluation import eval_chunk
 from fda_ray.algorithms.fssda.minnorm import min_norm_weights
 
-PAPER_LR = 1e-3  # 002 Sec. IV-A: "stochastic gradient descent with a learning rate of 0.001"
+PAPER_LR = 1e-3  # FSSDA Sec. IV-A: "stochastic gradient descent with a learning rate of 0.001"
 
 
 @dataclass(frozen=True)
@@ -172,7 +172,7 @@ def _distil(client: Client, task: ClientTask, start: torch.Tensor, teachers: lis
     fixed = _fixed_weights(float(h["imitation_lambda"]), len(teachers))
     steps, loss_sum, weight_sum = 0, 0.0, torch.zeros(len(teachers) + 1, dtype=torch.float64)
     for e in range(int(h["epochs"])):
-        if adaptive and loss_kind == "ce":  # once per epoch on the whole local data (trap 2)
+        if adaptive and loss_kind == "ce":  # once per epoch on the whole local data (open point 2)
             grads = _epoch_gradients(client, client.reader(task.round, f"{purpose}/epoch{e}/lambda", "target"), y,
                                      soft, loss_kind, classes, params)
             epoch_w = min_norm_weights(grads).cpu()
@@ -200,7 +200,7 @@ def _distil(client: Client, task: ClientTask, start: torch.Tensor, teachers: lis
 
 @RECIPES.register("fssda")
 def fssda_recipe(client: Client, task: ClientTask, inputs: Mapping[str, torch.Tensor]) -> ClientResult:
-    """A device's (or a source's, or the target's) work in one round of seed 002's methods.
+    """A device's (or a source's, or the target's) work in one round of FSSDA's methods.
 
     hparams: sources (S); train_source (train W_s^j on view source{j} from inputs["source{j}"]: sends
     delta_source{j}); train_target (distil W_t on view "target" from inputs["target"], the teachers
@@ -292,13 +292,13 @@ class FSSDA(Algorithm):
         super().__init__(cfg, setting, layout, model)
         p = self.params
         if cfg.partition != "domain_shards":
-            raise ValueError(f"partition={cfg.partition!r} is invalid for method {self.name}: seed 002's methods need "
+            raise ValueError(f"partition={cfg.partition!r} is invalid for method {self.name}: FSSDA's methods need "
                              "partition 'domain_shards' (source and target domains split over devices)")
         if setting.task != "classification" or setting.aux_tasks:
             raise ValueError(f"method={self.name!r} is invalid for dataset {cfg.dataset!r}: it distils a single-head "
                              "classifier's soft labels")
         if cfg.warmup_rounds:
-            raise ValueError(f"warmup_rounds={cfg.warmup_rounds} is invalid for method {self.name}: seed 002's "
+            raise ValueError(f"warmup_rounds={cfg.warmup_rounds} is invalid for method {self.name}: FSSDA's "
                              "methods have no warm-up (0)")
         if self.local and p.layout != "paper":
             raise ValueError(f"fssda.layout={p.layout!r} is invalid for method {self.name}: SSDAOnly's devices hold "

@@ -1,6 +1,6 @@
 """The min-norm point of the convex hull of gradients (MGDA; Sener & Koltun 2018), pure functions.
 
-Seed 002 (FSSDA) sets its imitation parameter lambda by the two-task min-norm problem (Eq. 3-4):
+FSSDA sets its imitation parameter lambda by the two-task min-norm problem (Eq. 3-4):
 
     min_{lambda in [0, 1]} |lambda a + (1 - lambda) b|^2,   lambda = <b, b - a> / |a - b|^2 clipped to [0, 1]   (Eq. 4)
 

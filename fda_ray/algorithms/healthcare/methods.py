@@ -1,6 +1,6 @@
-"""Seed 000 (weakly-supervised FDA for healthcare): auxiliary-label training and gradient projection (GP).
+"""Healthcare FDA (weakly-supervised FDA for healthcare): auxiliary-label training and gradient projection (GP).
 
-Roles (000 Secs. 2-3): N labelled sources, one target with n_l labelled samples; a multi-head model (a
+Roles (Healthcare FDA Secs. 2-3): N labelled sources, one target with n_l labelled samples; a multi-head model (a
 shared trunk, a 128-d layer, the main head and one head per auxiliary task, fda_ray.train.models.MultiHead). The
 sources train on L_main + alpha L_aux (Eq. 3, RunConfig.aux_alpha; fda_ray.core.multitask), the target on L_main
 only. Every round, with theta = the global model the sources start from (docs/methods.md):
@@ -18,7 +18,7 @@ only. Every round, with theta = the global model the sources start from (docs/me
   The _auxinfo names differ only in aux_alpha's default (1, the paper's; the plain names: 0).
   Table 2's other rows: FedAvg = `source_only`, Oracle = `oracle` (fda_ray.algorithms.fda).
 
-Traps (docs/methods.md, docs/authors-code.md): 000's Eq. 7 puts its letter beta on G_T; fda-ray's `beta` is the source
+Traps (docs/methods.md, docs/authors-code.md): Healthcare FDA's Eq. 7 puts its letter beta on G_T; fda-ray's `beta` is the source
 weight (the text's and the code's reading; at 0.5 the same). The alignment A_i (Eq. 8): "paper" (lr_T / lr_S) (1 / r_S)
 (n_l / bs_T) / (n_i / bs_S) with r_S = 1 local epoch, or "code" (lr_T / lr_S) (n_l / bs_T) / len(loader_i).
 
@@ -36,7 +36,7 @@ and all of them together the `code` profile of the seed-000 grids, tuning/grids.
   The main loss (`binary_loss`): BCE-with-logits on the logit, or the code's BCEWithLogitsLoss()(sigmoid(output),
       labels), a double sigmoid (fda_ray.core.multitask), on the sources and in the target's fine-tuning.
   Rounds and batches (RunConfig): the scripts' defaults at 95291b2 are CheXpert 80 rounds, MIMIC 60, MIDRC 50
-      (000 A.3: 50, 80, 50); batch 32 / 32 on CheXpert and MIMIC, source 8 / target 16 on MIDRC.
+      (Healthcare FDA App. A.3: 50, 80, 50); batch 32 / 32 on CheXpert and MIMIC, source 8 / target 16 on MIDRC.
 head_activation and binary_loss reach the healthcare methods only: the grids' FedAvg (source_only) and Oracle rows keep
 the linear heads and the plain loss (in the authors' code those baselines have the leaky output and the double sigmoid
 too).
@@ -68,7 +68,7 @@ class HealthcareParams(Params):
     alignment: str = param("paper", "GP's magnitude alignment A_i: paper (Eq. 8: (lr_T/lr_S)(n_l/bs_T)/(n_i/bs_S)) "
                                     "or code ((lr_T/lr_S)(n_l/bs_T)/source steps per epoch)", choices=("paper", "code"))
     learning_rates: str = param("paper", "lr_source / lr_target where unset: paper (the dataset's: 1e-3 / 2e-4 on "
-                                         "seed 000's datasets) or code (the authors' code: 1e-4 / 2e-5)",
+                                         "Healthcare FDA's datasets) or code (the authors' code: 1e-4 / 2e-5)",
                                 choices=("paper", "code"))
     head_activation: str = param("linear", "the multi-head model's head outputs: linear (the paper's logits) or "
                                            "leaky_relu (the authors' code: LeakyReLU(0.2) on every head's output)",
@@ -80,7 +80,7 @@ class HealthcareParams(Params):
 
 
 class Healthcare(Algorithm):
-    """Seed 000's FedAvg Finetune and FedAvg Finetune GP; the variants set the class attributes."""
+    """Healthcare FDA's FedAvg Finetune and FedAvg Finetune GP; the variants set the class attributes."""
 
     family = "healthcare"
     Params = HealthcareParams
@@ -90,7 +90,7 @@ class Healthcare(Algorithm):
     def resolve(cls, cfg, defaults: Mapping[str, Any]) -> dict[str, Any]:
         fill: dict[str, Any] = {}
         if cfg.warmup_rounds is None:
-            fill["warmup_rounds"] = 0  # 000's own warm-up is gp_warmup_rounds, inside the rounds
+            fill["warmup_rounds"] = 0  # Healthcare FDA's own warm-up is gp_warmup_rounds, inside the rounds
         p = HealthcareParams.build(cfg.params.get("healthcare", {}))
         if p.learning_rates == "code":
             if cfg.lr_source is None:
@@ -111,7 +111,7 @@ class Healthcare(Algorithm):
     def __init__(self, cfg, setting, layout, model=None) -> None:
         super().__init__(cfg, setting, layout, model)
         if cfg.warmup_rounds:
-            raise ValueError(f"warmup_rounds={cfg.warmup_rounds} is invalid for method {self.name}: seed 000's "
+            raise ValueError(f"warmup_rounds={cfg.warmup_rounds} is invalid for method {self.name}: Healthcare FDA's "
                              "warm-up is --healthcare-gp-warmup-rounds (FedAvg inside the rounds), not extra rounds")
         self._configure_model(cfg, setting, model)
         if cfg.aux_alpha and not setting.aux_tasks:
@@ -154,7 +154,7 @@ class Healthcare(Algorithm):
                      for i in range(self.num_sources))
 
     def _target_task(self, r: int, purpose: str) -> ClientTask:
-        cfg = self.cfg  # the target fine-tunes on the main task only (000 section 3), with the sources' loss l
+        cfg = self.cfg  # the target fine-tunes on the main task only (Healthcare FDA section 3), with the sources' loss l
         return ClientTask(self.target, "epoch", r, {"lr": cfg.lr_target, "batch": cfg.batch_target,
                                                     "binary_loss": self.params.binary_loss}, purpose=purpose)
 

@@ -1,10 +1,10 @@
-"""The personalised-FL baselines of seed 004 (Table 1 and Table 5; docs/methods.md), on the contract.
+"""The personalised-FL baselines of Auto-weighted FDA (Table 1 and Table 5; docs/methods.md), on the contract.
 
-Setting (004 App. C.2, after omarfoq/knn-per): the N sources and the target are all clients; one local epoch
+Setting (Auto-weighted FDA App. C.2, after omarfoq/knn-per): the N sources and the target are all clients; one local epoch
 a round with a fresh Adam, the sources at (lr_source, batch_source), the target at (lr_target, batch_target);
 no warm-up; FedAvg weights p_k = n_k / sum n over all N + 1 clients; the reported model is the target's.
 
-  fedavg_all  every client trains w one epoch; w = sum_k p_k w_k; evaluate w. (004's "FedAvg" row: the
+  fedavg_all  every client trains w one epoch; w = sum_k p_k w_k; evaluate w. (Auto-weighted FDA's "FedAvg" row: the
               target is a client, unlike source_only.)
   ditto       w as FedAvg; the target's personal v: one epoch on f_T(v) + (lambda/2) |v - w|^2, w the
               received global held fixed (Li et al. 2021, Alg. 1); evaluate v_T.
@@ -12,7 +12,7 @@ no warm-up; FedAvg weights p_k = n_k / sum n over all N + 1 clients; the reporte
               its head h_k: with phi frozen it trains h_k for head_epochs epochs, then phi one epoch with h_k
               frozen, and sends phi_k; phi = sum_k p_k phi_k. Evaluate (phi, h_T) (Collins et al. 2021).
   apfl        w as FedAvg; the target's local v: on every batch, v <- v - eta grad_v f(alpha v + (1 - alpha) w)
-              at the batch's w, then w <- w - eta grad f(w); alpha fixed (004 uses 0.5, not APFL's adaptive
+              at the batch's w, then w <- w - eta grad f(w); alpha fixed (Auto-weighted FDA uses 0.5, not APFL's adaptive
               alpha). Evaluate alpha v_T + (1 - alpha) w (Deng et al. 2020).
   knn_per     FedAvg (fedavg_all, same seeds, same rows), then the final model's embedding phi(x) (the input
               of its last linear layer) and a datastore of a `capacity` share of the target's labelled samples:
@@ -134,7 +134,7 @@ class FedAvgAll(_Base):
 class DittoParams(Params):
     family = "ditto"
     lam: float = param(1.0, "lambda: the weight of the personal model's proximal term (lambda/2)|v - w|^2; "
-                            "004 uses 1", low=0.0)
+                            "Auto-weighted FDA uses 1", low=0.0)
 
 
 class Ditto(_Base):
@@ -237,7 +237,7 @@ def fedrep_recipe(client: Client, task: ClientTask, inputs: Mapping[str, torch.T
 @dataclass(frozen=True)
 class APFLParams(Params):
     family = "apfl"
-    alpha: float = param(0.5, "the mixing weight of the local model: alpha v + (1 - alpha) w; 004 fixes 0.5",
+    alpha: float = param(0.5, "the mixing weight of the local model: alpha v + (1 - alpha) w; Auto-weighted FDA fixes 0.5",
                          low=0.0, high=1.0)
 
 
@@ -297,7 +297,7 @@ def apfl_recipe(client: Client, task: ClientTask, inputs: Mapping[str, torch.Ten
 @dataclass(frozen=True)
 class KNNPerParams(Params):
     family = "knn_per"
-    k: int = param(10, "neighbours; 004 uses 10", low=1, integer=True)
+    k: int = param(10, "neighbours; Auto-weighted FDA uses 10", low=1, integer=True)
     scale: float = param(1.0, "distance scale of s_j = exp(-d_j / (D scale)); knn-per's default 1", low=1e-6)
     grid_step: float = param(0.1, "resolution of the lambda and capacity grids over [0, 1] (1 / an integer)",
                              low=0.01, high=1.0)
