@@ -48,7 +48,7 @@ def test_progress_lines_and_final_accuracy(fmnist_dir, capsys, tmp_path):
     (["--noise", "-1"], "noise=-1.0 is invalid"),
     (["--beta", "2"], "beta=2.0 is invalid"),
     (["--projection", "orthogonal"], "projection='orthogonal' is invalid"),
-    (["--dataset", "mnist"], "dataset='mnist' is invalid: known datasets"),
+    (["--dataset", "mnst"], "dataset='mnst' is invalid: known datasets"),
 ])
 def test_bad_input_one_line_exit_2(fmnist_dir, capsys, args, needle):
     rc = main(["--data-dir", str(fmnist_dir), *TINY, *args])

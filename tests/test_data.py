@@ -420,6 +420,7 @@ def _tiny_medical(name: str):
 
 TINY_BUILDERS = {"fashion-mnist": _tiny_fmnist, "fmnist-conditions": _tiny_conditions,
                  **{n: _tiny_medical(n) for n in ("medical-csv", "chexpert", "mimic-cxr", "midrc")}, "cifar10": _tiny_cifar, "synthetic": _tiny_synthetic,
+                 "mnist": _tiny_mnist_construction("mnist"),
                  "colored-mnist": _tiny_mnist_construction("colored-mnist"),
                  "rotated-mnist": _tiny_mnist_construction("rotated-mnist"),
                  "colored-fmnist": _tiny_fmnist_construction("colored-fmnist"),

@@ -15,18 +15,25 @@ from conftest import TEST_THREADS, write_idx
 from fda_ray.runtime.config import RunConfig
 from fda_ray.data.base import DatasetNotFound
 from fda_ray.data import load
-from fda_ray.data.domainbed import COLORED_FLIP, colored_environments, rotated_environments, seed_hash, split_indices
+from fda_ray.data.domainbed import (COLORED_FLIP, colored_environments, load_pool, rotated_environments, seed_hash,
+                                    split_indices)
 from fda_ray.data.images import ImageFiles
 from fda_ray.runtime.partitions import build_setting
 
 # What each DomainBed grid's paper profile must set (docs/methods.md, DomainBed protocol), checked on every planned trial.
 DOMAINBED_SETTINGS = {
-    "domainbed-colored": dict(dataset="colored-fmnist", lr_source=1e-3, lr_target=2e-4, batch_source=64,
+    "domainbed-colored": dict(dataset="colored-mnist", lr_source=1e-3, lr_target=2e-4, batch_source=64,
                               target_fraction=0.001, warmup_rounds=2, model="mnist_cnn", num_sources=2),
-    "domainbed-colored-beta": dict(dataset="colored-fmnist", lr_source=1e-3, lr_target=2e-4, batch_source=64,
+    "domainbed-colored-beta": dict(dataset="colored-mnist", lr_source=1e-3, lr_target=2e-4, batch_source=64,
                                    target_fraction=0.001, warmup_rounds=2, model="mnist_cnn", num_sources=2),
-    "domainbed-rotated": dict(dataset="rotated-fmnist", lr_source=1e-3, lr_target=2e-4, batch_source=64,
+    "domainbed-rotated": dict(dataset="rotated-mnist", lr_source=1e-3, lr_target=2e-4, batch_source=64,
                               target_fraction=0.01, warmup_rounds=2, model="mnist_cnn", num_sources=5),
+    "domainbed-colored-fmnist": dict(dataset="colored-fmnist", lr_source=1e-3, lr_target=2e-4, batch_source=64,
+                                     target_fraction=0.001, warmup_rounds=2, model="mnist_cnn", num_sources=2),
+    "domainbed-colored-beta-fmnist": dict(dataset="colored-fmnist", lr_source=1e-3, lr_target=2e-4, batch_source=64,
+                                          target_fraction=0.001, warmup_rounds=2, model="mnist_cnn", num_sources=2),
+    "domainbed-rotated-fmnist": dict(dataset="rotated-fmnist", lr_source=1e-3, lr_target=2e-4, batch_source=64,
+                                     target_fraction=0.01, warmup_rounds=2, model="mnist_cnn", num_sources=5),
     "domainbed-vlcs": dict(dataset="vlcs", lr_source=5e-5, lr_target=1e-5, batch_source=32, target_fraction=0.05,
                            warmup_rounds=2, model="resnet18", model_weights="imagenet", num_sources=3),
     "domainbed-terra": dict(dataset="terra-incognita", lr_source=5e-5, lr_target=1e-5, batch_source=32,
@@ -101,6 +108,34 @@ def test_rotated_environments_rotate_disjoint_slices():
     want = torch.stack([domainbed(im) for im in images[shuffle[3::6]]])
     assert torch.equal(envs[3][0], want) and torch.equal(envs[3][1], labels[shuffle[3::6]])
     assert not torch.equal(envs[3][0], envs[0][0])
+
+
+def test_environment_seed_trial_builds_the_environments_from_the_trial_seed(tmp_path, monkeypatch):
+    """environment_seed "trial": the loader gets the trial's seed as its construction seed (DomainBed's --seed); the
+    default keeps DomainBed's seed 0 for every trial, and the trial keys recorded before the option existed."""
+    import fda_ray.runtime.experiment as ex
+    from fda_ray.experiments.trials import trial_key
+    from fda_ray.runtime.config import RunConfig
+
+    root = _mnist_tree(tmp_path / "data")
+    images, labels = load_pool("mnist", str(root))
+    for seed in (0, 3):
+        built = load("colored-mnist", str(root), construction_seed=seed).environments
+        want = colored_environments(images, labels, seed=seed)
+        assert all(torch.equal(x, wx) and torch.equal(y, wy) for (x, y), (wx, wy) in zip(built, want))
+    asked: list[dict] = []
+    real = ex.load_dataset
+    monkeypatch.setattr(ex, "load_dataset", lambda *a, **kw: asked.append(kw) or real(*a, **kw))
+    base = dict(dataset="colored-mnist", data_dir=str(root), method="target_only", rounds=1, test_samples=50,
+                samples_per_client=50, seed=3, threads=1, target_fraction=0.05)
+    ex.build_experiment(RunConfig(**base, environment_seed="trial"))
+    ex.build_experiment(RunConfig(**base))
+    assert asked == [{"construction_seed": 3}, {}]
+    assert trial_key("r", "noise", 0.0, 0, {"dataset": "colored-mnist"}) == \
+        trial_key("r", "noise", 0.0, 0, {"dataset": "colored-mnist", "environment_seed": "domainbed"}) != \
+        trial_key("r", "noise", 0.0, 0, {"dataset": "colored-mnist", "environment_seed": "trial"})
+    with pytest.raises(ValueError, match="environment_seed='trial' is invalid: trial only for the datasets built"):
+        RunConfig(dataset="fashion-mnist", environment_seed="trial")
 
 
 # ---------------------------------------------------------------- loaders
@@ -409,6 +444,28 @@ def test_domainbed_grids_plan_the_papers_settings(name):
         assert {r.method for r in grid.rows} == {m for m in algorithms.names()
                                                  if algorithms.get(m).family not in other_seeds}
         assert all(grid.seeds_for(v) == 5 for v in grid.values)
+
+
+@pytest.mark.parametrize("name", ["domainbed-colored", "domainbed-colored-beta", "domainbed-rotated", "noniid-000"])
+def test_a_grid_on_mnist_and_its_fashion_mnist_twin_plan_the_same_trials_on_other_images(name):
+    """The papers' grids run real MNIST; their "-fmnist" twins the same trials on Fashion-MNIST (the committed
+    records): the same rows, values, seeds and settings, only the dataset differs, so the keys do too; and on MNIST
+    each trial builds its own environments, as the FedGP authors' scripts did (DomainBed's one construction on
+    Fashion-MNIST, as the records were made)."""
+    from fda_ray.experiments.trials import plan
+    from tuning.grids import GRIDS
+
+    for profile in GRIDS[name].profiles:
+        mnist, fmnist = plan(GRIDS[name], profile), plan(GRIDS[name + "-fmnist"], profile)
+        assert [(t.row, t.value, t.seed) for t in mnist] == [(t.row, t.value, t.seed) for t in fmnist]
+        for a, b in zip(mnist, fmnist):
+            ca, cb = a.config().resolved().to_dict(), b.config().resolved().to_dict()
+            assert (ca.pop("dataset"), cb.pop("dataset")) in (("mnist", "fashion-mnist"),
+                                                              ("colored-mnist", "colored-fmnist"),
+                                                              ("rotated-mnist", "rotated-fmnist"))
+            built = ca.pop("environment_seed"), cb.pop("environment_seed")
+            assert built == (("domainbed", "domainbed") if name == "noniid-000" else ("trial", "domainbed"))
+            assert ca == cb and a.key != b.key
 
 
 def test_published_domainbed_numbers_are_keyed_by_environment_index():

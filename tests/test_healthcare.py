@@ -418,7 +418,8 @@ def test_healthcare_methods_resume_and_count_their_rows(conditions, method, tmp_
     assert_resume_equals_uninterrupted(cfg, after=2)
 
 
-SEED_000_GRIDS = {"noniid-000", "conditions", "aux-alpha", "chexpert-000", "mimic-000", "midrc-000"}
+SEED_000_GRIDS = {"noniid-000", "noniid-000-fmnist", "conditions", "aux-alpha", "chexpert-000", "mimic-000",
+                  "midrc-000"}
 
 
 def test_seed_000_grids_plan_the_papers_rows_and_settings():
@@ -447,6 +448,8 @@ def test_seed_000_grids_plan_the_papers_rows_and_settings():
     noniid = [t.config().resolved() for t in plan(GRIDS["noniid-000"], "paper")]
     assert {(c.partition, c.source_classes, c.num_sources, c.noise, c.target_labelled) for c in noniid} == \
         {("source_classes", 3, 8, 0.4, 100)} and len(noniid) == 9
+    assert {c.dataset for c in noniid} == {"mnist"}  # the paper's own data; the twin runs Fashion-MNIST
+    assert {t.config().dataset for t in plan(GRIDS["noniid-000-fmnist"], "paper")} == {"fashion-mnist"}
     mimic = {t.row: t.config().resolved() for t in plan(GRIDS["mimic-000"], "code")}
     gp = mimic["fedavg_finetune_gp"]
     assert (gp.rounds, gp.lr_source, gp.lr_target, gp.params["healthcare"]["gp_warmup_rounds"],

@@ -29,9 +29,10 @@ from fda_ray.data.standard import load_cifar10, load_fashion_mnist
 from fda_ray.data.synthetic import synthetic_domains
 
 
-def load(name: str, data_dir: str | None = None, download: bool = False) -> Split:
-    """The dataset registered as `name` (DATASETS), read from `data_dir` or the standard places."""
-    return DATASETS.get(name)(data_dir=data_dir, download=download)
+def load(name: str, data_dir: str | None = None, download: bool = False, **options) -> Split:
+    """The dataset registered as `name` (DATASETS), read from `data_dir` or the standard places; `options` go to
+    its loader (construction_seed: the seed that builds a DomainBed construction, fda_ray.data.domainbed)."""
+    return DATASETS.get(name)(data_dir=data_dir, download=download, **options)
 
 
 def count_environments(dataset: str, data_dir: str | None) -> int:

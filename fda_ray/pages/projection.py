@@ -240,7 +240,8 @@ def chain_trial(p, set: str = "all"):
     grid, row = job.label.split(": ", 1)
     if grid not in GRIDS:
         raise ValueError(f"chain-trial: the longest chain of {SETS[set]!r} is {job.label!r}, not a grid's trial")
-    trial = next(t for t in plan(GRIDS[grid], "paper") if t.key == job.key)
+    projected = GRIDS.get(grid + pj.TWIN_SUFFIX, GRIDS[grid])  # (a grid on MNIST is projected from its twin's trials)
+    trial = next(t for t in plan(projected, "paper") if t.key == job.key)
     cfg = RunConfig(**trial.params).resolved()
     return f"`{grid}`'s {row} ({cfg.rounds} rounds, {_plural(cfg.num_sources, 'source')}; `{job.basis}`)"
 

@@ -20,6 +20,9 @@ VECTORISE = ("auto", "on", "off")
 AUTO_BETA_RULES = ("fedda", "fedgp", "fedgp_thresh")
 # How the oracle and finetune_offline baselines run (docs/authors-code.md, "Oracle and Finetune_Offline").
 BASELINE_PROTOCOLS = ("authors", "loop")
+# Which seed builds DomainBed's ColoredMNIST / RotatedMNIST environments (fda_ray.data.domainbed): DomainBed's
+# --seed 0 for every trial, or the trial's own seed, as the FedGP authors' scripts ran (--seed s --trial_seed s).
+ENVIRONMENT_SEEDS = ("domainbed", "trial")
 ORACLE_TEST_SHARE = 0.1  # the authors' oracle tests on this share of the target's data, trains on the rest
 WARMUP_ROUNDS = 2
 
@@ -113,6 +116,9 @@ PAPER_DEFAULTS["digit-five"] = {**PAPER_DEFAULTS["fmnist-5"], "model": "shot_len
 for _d in ("fashion-mnist", "cifar10", "synthetic"):
     PAPER_DEFAULTS[_d].update(warmup_rounds=WARMUP_ROUNDS, shuffle=True, drop_last=True, data_augmentation=False,
                               model_weights=None)
+# Real MNIST (datasets/mnist.sh): Fashion-MNIST's settings (Healthcare FDA's Non-IID MNIST runs them: the grid
+# noniid-000 sets what differs).
+PAPER_DEFAULTS["mnist"] = dict(PAPER_DEFAULTS["fashion-mnist"])
 # FedWCA (App. C.1): iid clients per target domain (Digit-Five 8, PACS and Office-Home 3).
 CLIENTS_PER_DOMAIN: dict[str, int] = {"fmnist-5": 8, "digit-five": 8, "pacs": 3, "office-home": 3}
 # The labelled target share of the partitions whose target test set is the rest of the target's part.
@@ -164,6 +170,10 @@ class RunConfig:
                           "folder order: VLCS 0 C, 1 L, 2 S, 3 V; colored-fmnist 0 +90%, 1 +80%, 2 -90%); "
                           "partition domainbed holds it out and every other environment is one source, partition "
                           "domain_shards splits it over the devices")
+    environment_seed: str = _f("domainbed", "colored-* and rotated-* datasets: the seed that builds the environments: "
+                                            "domainbed (DomainBed's --seed 0, one construction for every trial) or "
+                                            "trial (the trial's seed, as the FedGP authors' scripts ran: --seed s "
+                                            "--trial_seed s; docs/authors-code.md)", ENVIRONMENT_SEEDS, group="data")
     source_envs: tuple[int, ...] | None = _f(None, "partition domain_shards: the source environments, by index "
                                                    "(several: multi-source, FSSDA Eq. 5); default every "
                                                    "environment but test_env; partition domain_clients "
@@ -365,6 +375,12 @@ class RunConfig:
                 continue
             if not isinstance(v, int) or v < lo:
                 raise _err(name, v, f"an integer >= {lo}")
+        if self.environment_seed not in ENVIRONMENT_SEEDS:
+            raise _err("environment_seed", self.environment_seed, f"one of {', '.join(ENVIRONMENT_SEEDS)}",
+                       ENVIRONMENT_SEEDS)
+        if self.environment_seed == "trial" and not self.dataset.startswith(("colored-", "rotated-")):
+            raise _err("environment_seed", self.environment_seed, "trial only for the datasets built from a pool "
+                       f"(colored-*, rotated-*); dataset {self.dataset!r} is read as it is")
         if self.baseline_protocol not in BASELINE_PROTOCOLS:
             raise _err("baseline_protocol", self.baseline_protocol, f"one of {', '.join(BASELINE_PROTOCOLS)}", BASELINE_PROTOCOLS)
         if self.projection not in PROJECTIONS:

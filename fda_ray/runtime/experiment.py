@@ -64,7 +64,9 @@ def build_experiment(cfg: RunConfig) -> Experiment:
     preflight.run(cfg)  # device, weights file, cluster address: before the data is loaded
     # The driver aggregates and evaluates with the clients' thread count (the serial executor trains here too).
     torch.set_num_threads(cfg.threads)
-    split = load_dataset(cfg.dataset, cfg.data_dir, cfg.download)
+    # (environment_seed "trial": the trial's seed builds ColoredMNIST / RotatedMNIST, as the FedGP authors ran it)
+    built = {"construction_seed": cfg.seed} if cfg.environment_seed == "trial" else {}
+    split = load_dataset(cfg.dataset, cfg.data_dir, cfg.download, **built)
     setting = build_setting(split, cfg)
     torch.manual_seed(derive_seed(cfg.seed, purpose="init"))  # the initial global model
     options = {"weights_path": pretrained_path(cfg.model_weights, cfg.model)} if cfg.model_weights else {}
