@@ -28,18 +28,17 @@ DOMAINBED_SETTINGS = {
                                    target_fraction=0.001, warmup_rounds=2, model="mnist_cnn", num_sources=2),
     "domainbed-rotated": dict(dataset="rotated-mnist", lr_source=1e-3, lr_target=2e-4, batch_source=64,
                               target_fraction=0.01, warmup_rounds=2, model="mnist_cnn", num_sources=5),
-    "domainbed-colored-fmnist": dict(dataset="colored-fmnist", lr_source=1e-3, lr_target=2e-4, batch_source=64,
-                                     target_fraction=0.001, warmup_rounds=2, model="mnist_cnn", num_sources=2),
-    "domainbed-colored-beta-fmnist": dict(dataset="colored-fmnist", lr_source=1e-3, lr_target=2e-4, batch_source=64,
-                                          target_fraction=0.001, warmup_rounds=2, model="mnist_cnn", num_sources=2),
-    "domainbed-rotated-fmnist": dict(dataset="rotated-fmnist", lr_source=1e-3, lr_target=2e-4, batch_source=64,
-                                     target_fraction=0.01, warmup_rounds=2, model="mnist_cnn", num_sources=5),
     "domainbed-vlcs": dict(dataset="vlcs", lr_source=5e-5, lr_target=1e-5, batch_source=32, target_fraction=0.05,
                            warmup_rounds=2, model="resnet18", model_weights="imagenet", num_sources=3),
     "domainbed-terra": dict(dataset="terra-incognita", lr_source=5e-5, lr_target=1e-5, batch_source=32,
                             target_fraction=0.05, warmup_rounds=10, model="resnet18", model_weights="imagenet",
                             num_sources=3),
 }
+
+# The Fashion-MNIST twins: the same settings on the same construction of Fashion-MNIST's pool.
+DOMAINBED_SETTINGS.update({f"{name}-fmnist": {**DOMAINBED_SETTINGS[name], "dataset": DOMAINBED_SETTINGS[name][
+    "dataset"].replace("-mnist", "-fmnist")} for name in ("domainbed-colored", "domainbed-colored-beta",
+                                                            "domainbed-rotated")})
 
 
 # ---------------------------------------------------------------- DomainBed's split and seeds

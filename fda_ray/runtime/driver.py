@@ -30,7 +30,8 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None, field: s
         return
     address = address or os.environ.get("RAY_ADDRESS")
     # The plug-ins loaded here (fda_ray.core.plugins), for the workers of a joined cluster; a started Ray's inherit them.
-    env = {"runtime_env": {"env_vars": plugins.ray_env()}} if plugins.ray_env() else {}
+    env_vars = plugins.ray_env()
+    env = {"runtime_env": {"env_vars": env_vars}} if env_vars else {}
     if address:
         preflight.ray_address(address, field=field)  # ray.init would wait for minutes for an address nobody answers at
         try:
