@@ -55,9 +55,10 @@ class History:
         # so give it the union of the keys in first-seen order.
         keys = list(dict.fromkeys(k for r in records for k in r))
         table = pa.Table.from_pydict({k: [r.get(k) for r in records] for k in keys})
-        tmp = path.with_name(path.name + ".tmp")
-        pq.write_table(table, tmp)
-        os.replace(tmp, path)
+        from fda_ray.core.storage import atomic_local
+
+        with atomic_local(path) as tmp:  # a killed run keeps the previous file whole; a symlink stays a link
+            pq.write_table(table, tmp)
         return path
 
     def to_json(self) -> dict[str, Any]:

@@ -19,11 +19,13 @@ builds its own filesystem client, with that node's credentials.
 """
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import functools
 import io
 import os
 import re
+import tempfile
 from pathlib import Path
 from typing import Any, Iterator, Union
 
@@ -238,18 +240,11 @@ class StoragePath:
     def write_bytes(self, data: bytes) -> None:
         """Atomically (module docstring): the old contents or the new, never half."""
         if self.is_local:
-            path = Path(self.uri)
-            path.parent.mkdir(parents=True, exist_ok=True)  # as an object store: the parents need not exist
-            tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-            try:
+            with atomic_local(self.uri) as tmp:
                 with open(tmp, "wb") as f:
                     f.write(data)
                     f.flush()
                     os.fsync(f.fileno())  # on disk before the rename makes it the file: a power cut keeps one whole
-                os.replace(tmp, path)
-            except BaseException:
-                tmp.unlink(missing_ok=True)
-                raise
             return
         fs, path = self._remote()
         with fs.open_output_stream(path) as f:
@@ -292,6 +287,34 @@ class StoragePath:
         import torch
 
         return torch.load(io.BytesIO(self.read_bytes()), weights_only=True)
+
+
+@contextlib.contextmanager
+def atomic_local(where: str | os.PathLike) -> Iterator[Path]:
+    """A local file written whole or not at all: the block writes the yielded temporary path, which then replaces
+    `where`. The temporary file lies beside the file it becomes (a rename within one filesystem), under a short
+    name of its own (the target's name plus a suffix could pass the filesystem's name limit when the target's does
+    not). A symlink is written through: its target is replaced and the link stays a link. A block that fails
+    leaves the old file as it was and no temporary file behind."""
+    path = Path(where)
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))
+    path.parent.mkdir(parents=True, exist_ok=True)  # as an object store: the parents need not exist
+    fd, tmp = tempfile.mkstemp(prefix=".fda-tmp-", dir=path.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        if os.path.exists(path):  # the file's mode stays (mkstemp creates 0600)
+            os.chmod(tmp, os.stat(path).st_mode & 0o7777)
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def storage_path(where: Union[str, os.PathLike, StoragePath]) -> StoragePath:

@@ -70,8 +70,15 @@ def _candidate_dirs(data_dir: str | None, subdirs: list[str], system_dirs: list[
         if root.is_dir() and not os.access(root, os.R_OK | os.X_OK):
             raise DatasetNotFound(f"data_dir={data_dir!r} is invalid: the directory is not readable")
         return [root / s if s else root for s in subdirs]
+    env = os.environ.get("FDA_DATA_DIR")
+    if env:  # set, it is checked like the flag it stands for (a typo there must not fall back unseen)
+        where = Path(env).expanduser()
+        if not where.is_dir():
+            why = "it is a file, not a directory" if where.exists() else "no such directory"
+            raise DatasetNotFound(f"$FDA_DATA_DIR={env!r} is invalid: {why}; point it at the "
+                                  "data root, or unset it to search ./data, ~/.cache/fda_ray and the system's copy")
     roots: list[Path] = []
-    for root in (os.environ.get("FDA_DATA_DIR"), "data", os.path.expanduser("~/.cache/fda_ray")):
+    for root in (env, "data", os.path.expanduser("~/.cache/fda_ray")):
         if root:
             roots.append(Path(root))
     dirs = [r / s if s else r for r in roots for s in subdirs]

@@ -35,7 +35,7 @@ import torch
 
 from fda_ray.data.base import DATASETS, DatasetNotFound, Pair, Split, _candidate_dirs, _not_found
 from fda_ray.data.images import IMAGE_SIZE, IMG_EXTENSIONS, ImageFiles
-from fda_ray.data.standard import find_mnist, read_idx_quad
+from fda_ray.data.standard import MNIST_HOW, find_mnist, read_idx_quad
 
 CONSTRUCTION_SEED = 0  # DomainBed's --seed, which builds ColoredMNIST / RotatedMNIST
 
@@ -208,7 +208,7 @@ def load_pool(base: str, data_dir: str | None = None) -> tuple[torch.Tensor, tor
         s = load_fashion_mnist(data_dir)
         x = torch.cat([s.x_train, s.x_test])[:, 0]
         return (x * 255).round().to(torch.uint8), torch.cat([s.y_train, s.y_test])
-    arrays = read_idx_quad(find_mnist(data_dir), "MNIST")
+    arrays = read_idx_quad(find_mnist(data_dir), "MNIST", MNIST_HOW)
     x = torch.from_numpy(np.concatenate([arrays[0], arrays[2]]))
     y = torch.from_numpy(np.concatenate([arrays[1], arrays[3]]).astype(np.int64))
     return x, y

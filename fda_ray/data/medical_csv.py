@@ -24,6 +24,7 @@ with Healthcare FDA's transforms.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 from dataclasses import dataclass, field
@@ -134,6 +135,33 @@ class Table:
     sources: list[str] = field(default_factory=list)  # "file:line" of each row, for errors
 
 
+def read_text(path: Path) -> str:
+    """A table's text: UTF-8, with or without the byte-order mark spreadsheet programs write. Another encoding is
+    a TableError naming the table, the line, the column and the byte (a Latin-1 'é' is one byte UTF-8 refuses)."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        start = data.rfind(b"\n", 0, e.start) + 1
+        header = next(csv.reader([data.split(b"\n", 1)[0].decode("utf-8-sig", "replace")]), [])
+        col = data.count(b",", start, e.start)
+        name = repr(header[col].strip()) if col < len(header) else f"number {col + 1}"
+        raise TableError(f"{path}:{line}: column {name}: byte 0x{data[e.start]:02x} is not UTF-8; save the table as "
+                         "UTF-8") from None
+
+
+def _check_leaks(trains: Mapping[str, "Table"], tests: Mapping[str, "Table | None"]) -> None:
+    """No image is both a training and a test image (of any domain): a test that saw its images in training
+    measures nothing."""
+    seen = {p: src for t in trains.values() for p, src in zip(t.paths, t.sources)}
+    for t in tests.values():
+        for p, src in zip(t.paths if t is not None else (), t.sources if t is not None else ()):
+            if p in seen:
+                raise TableError(f"{src}: column 'path': image {p!r} is a test image and a training image "
+                                 f"({seen[p]}); a test image must not be trained on")
+
+
 def _resolve(path: str, root: Path) -> str:
     p = Path(path.strip())
     return str(p if p.is_absolute() else root / p)
@@ -181,8 +209,7 @@ def _pair(t: Table, k: int):
 def read_format_table(path: Path, fmt: Format) -> Table:
     """One of the authors' files: a header line, then comma-separated rows (their loaders split on ',')."""
     t = Table()
-    with open(path, newline="") as f:
-        rows = list(csv.reader(f))
+    rows = list(csv.reader(io.StringIO(read_text(path), newline="")))
     width = len(rows[0]) if rows else 0
     for line, row in enumerate(rows[1:], start=2):
         if not row or not "".join(row).strip():
@@ -221,6 +248,7 @@ def load_format(name: str, data_dir: str | None) -> Split:
         trains[d] = read_format_table(tr, fmt)
         te = root / f"{fmt.prefix}_{d}_test.csv"
         tests[d] = read_format_table(te, fmt) if te.is_file() else None
+    _check_leaks(trains, tests)
     return _to_split(name, fmt.domains, trains, tests, [a for _, a in fmt.aux])
 
 
@@ -245,15 +273,15 @@ def read_generic(path: Path, domains: Sequence[str] | None = None
     the sidecar's, else sorted)."""
     side = path.with_suffix(".json")
     mapping = json.loads(side.read_text()) if side.is_file() else {}
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        header = [h.strip() for h in (reader.fieldnames or [])]
-        rows = [(line, {k.strip(): (v or "") for k, v in r.items() if k is not None})
-                for line, r in enumerate(reader, start=2)]
+    reader = csv.DictReader(io.StringIO(read_text(path), newline=""))
+    header = [h.strip() for h in (reader.fieldnames or [])]
+    rows = [(reader.line_num, {k.strip(): (v or "") for k, v in r.items() if k is not None}) for r in reader]
     missing = [c for c in ("path", "label", "domain") if c not in header]
     if missing:
         raise TableError(f"{path}: column {missing[0]!r} is missing; the header must hold path,label,domain"
                          f"[,split][,aux_<name>...], found {','.join(header)}")
+    if not rows:
+        raise TableError(f"{path}: no rows under the header; a row per image is needed")
     aux_cols = [h for h in header if h.startswith("aux_")]
     rules = mapping.get("aux", {})
     aux: list[Aux] = []
@@ -287,6 +315,10 @@ def read_generic(path: Path, domains: Sequence[str] | None = None
         if d not in trains:
             raise TableError(f"{path}: domain {d!r} has no training rows (domains in the table: "
                              f"{', '.join(sorted(set(trains) | set(tests)))})")
+    if len(set(trains) | set(tests)) < 2:
+        raise TableError(f"{path}: column 'domain' holds one domain ({domains[0]!r}); a federated domain adaptation "
+                         "run needs a target domain and at least one source domain")
+    _check_leaks(trains, tests)
     return domains, trains, tests, aux
 
 

@@ -19,6 +19,8 @@ from fda_ray.data.base import DATASETS, Split, _candidate_dirs, _not_found, chec
 
 FMNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 FMNIST_SYSTEM_DIR = "/usr/share/datasets/fashion-mnist"
+FMNIST_HOW = ("Get it with `bash datasets/fashion-mnist.sh` or `apt-get install -y dataset-fashion-mnist` (Debian/Ubuntu), "
+              "or pass --download (torchvision downloader, needs internet), or put the four IDX files in $FDA_DATA_DIR")
 
 
 def read_idx(path: Path) -> np.ndarray:
@@ -69,25 +71,30 @@ def load_fashion_mnist(data_dir: str | None = None, download: bool = False) -> S
         torchvision.datasets.FashionMNIST(str(root), train=False, download=True)
         found = _find_idx_dir([root / "FashionMNIST/raw"])
     if found is None:
-        raise _not_found("Fashion-MNIST", data_dir, dirs,
-                         "Get it with `apt-get install -y dataset-fashion-mnist` (Debian/Ubuntu), or pass --download "
-                         "(torchvision downloader, needs internet), or put the four IDX files in $FDA_DATA_DIR")
-    return _idx_split(found, "Fashion-MNIST")
+        raise _not_found("Fashion-MNIST", data_dir, dirs, FMNIST_HOW)
+    return _idx_split(found, "Fashion-MNIST", FMNIST_HOW)
 
 
-def read_idx_quad(found: Path, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def read_idx_quad(found: Path, name: str, how: str = "") -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The four IDX files of an MNIST-like dataset in `found`: uint8 train images (n, 28, 28), labels (n,), then the
-    test ones; checked (28 x 28 images, one label in 0..9 per image)."""
-    xtr, ytr, xte, yte = (read_idx(_idx_path(found, f)) for f in FMNIST_FILES)
-    for images, labels, x, y in ((FMNIST_FILES[0], FMNIST_FILES[1], xtr, ytr), (FMNIST_FILES[2], FMNIST_FILES[3], xte, yte)):
-        if x.ndim != 3 or x.shape[1:] != (28, 28):
-            raise ValueError(f"{_idx_path(found, images)}: images of shape {x.shape[1:]}; {name}'s are 28 x 28")
-        check_labels(_idx_path(found, labels), y, 10, len(x))
+    test ones; checked (28 x 28 images, one label in 0..9 per image). A damaged file (a broken gzip stream, a cut
+    short download) is a one-line ValueError naming the file, ending in `how` to get the dataset again."""
+    try:
+        xtr, ytr, xte, yte = (read_idx(_idx_path(found, f)) for f in FMNIST_FILES)
+        for images, labels, x, y in ((FMNIST_FILES[0], FMNIST_FILES[1], xtr, ytr),
+                                     (FMNIST_FILES[2], FMNIST_FILES[3], xte, yte)):
+            if x.ndim != 3 or x.shape[1:] != (28, 28):
+                raise ValueError(f"{_idx_path(found, images)}: images of shape {x.shape[1:]}; {name}'s are 28 x 28")
+            check_labels(_idx_path(found, labels), y, 10, len(x))
+    except ValueError as e:
+        if not how:
+            raise
+        raise ValueError(f"{name} is damaged: {str(e).splitlines()[0]}; to get it again: {how}") from None
     return xtr, ytr, xte, yte
 
 
-def _idx_split(found: Path, name: str) -> Split:
-    xtr, ytr, xte, yte = read_idx_quad(found, name)
+def _idx_split(found: Path, name: str, how: str = "") -> Split:
+    xtr, ytr, xte, yte = read_idx_quad(found, name, how)
     to_x = lambda a: torch.from_numpy(a.astype(np.float32) / 255.0).unsqueeze(1)  # (n, 1, 28, 28)
     return Split(to_x(xtr), torch.from_numpy(ytr.astype(np.int64)), to_x(xte), torch.from_numpy(yte.astype(np.int64)), 10)
 
@@ -115,7 +122,7 @@ def find_mnist(data_dir: str | None) -> Path:
 def load_mnist(data_dir: str | None = None, download: bool = False) -> Split:
     """MNIST (LeCun and Cortes; CC BY-SA 3.0) from its four IDX files; images (n, 1, 28, 28) in [0, 1]. Nothing is
     downloaded at run time: `bash datasets/mnist.sh` puts the files in place once."""
-    return _idx_split(find_mnist(data_dir), "MNIST")
+    return _idx_split(find_mnist(data_dir), "MNIST", MNIST_HOW)
 
 
 # ---------------------------------------------------------------- CIFAR-10 (torchvision pickles)

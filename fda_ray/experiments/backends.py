@@ -38,25 +38,27 @@ def _phases(pending: list[Trial]) -> list[list[Trial]]:
 
 
 def die_with_parent() -> bool:
-    """Linux: this process gets SIGTERM when its parent dies (prctl PR_SET_PDEATHSIG). A sweep stopped by
-    `kill` (or the OOM killer) then leaves no pool worker behind that goes on training, and writing into a trial
-    record that a resumed sweep runs again. Returns whether it was set (False where prctl is missing)."""
+    """Linux: this process is killed (SIGKILL) when its parent dies (prctl PR_SET_PDEATHSIG). A sweep stopped by
+    `kill -9` (or the OOM killer) then leaves no pool worker behind that goes on training, and writing into a trial
+    record that a resumed sweep runs again (its record keeps the last round's atomic state.pt). Returns whether it
+    was set (False where prctl is missing)."""
     import ctypes
     import signal
 
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(1, int(signal.SIGTERM), 0, 0, 0) == 0  # 1 = PR_SET_PDEATHSIG
+        return libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) == 0  # 1 = PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         return False
 
 
 def _worker_init() -> None:
-    """Pool workers leave Ctrl-C to the sweep, which stops them (a worker dying mid-job would look like a
-    failed trial), and die with the sweep."""
+    """Pool workers leave Ctrl-C and SIGTERM to the sweep, which stops them (a worker dying mid-job would look
+    like a failed trial: a batch system's SIGTERM reaches the whole process group), and die with the sweep."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     die_with_parent()
     warnings.simplefilter("ignore", preflight.RunWarning)  # the sweep printed the options its trials ignore, once
     quiet_worker()
@@ -139,7 +141,7 @@ def run_local(pending: list[Trial], records: StoragePath, workers: int, max_fail
                     progress.line(t, "FAILED")
     except KeyboardInterrupt:
         for p in list(getattr(pool, "_processes", {}).values()):
-            p.terminate()  # the trials' records keep their last finished round
+            p.kill()  # (they ignore SIGTERM) the trials' records keep their last finished round
         pool.shutdown(wait=False, cancel_futures=True)
         manager.shutdown()
         progress.close()

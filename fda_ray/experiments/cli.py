@@ -21,6 +21,7 @@ from typing import Any, Callable, NoReturn
 from fda_ray.core import plugins
 from fda_ray.core.parsing import OneLineParser, typed
 from fda_ray.runtime.config import RunConfig
+from fda_ray.core.interrupts import cli_main, printing
 
 
 def one_line_warnings() -> None:
@@ -192,6 +193,7 @@ def _ray_running() -> bool:
     return bool(ray is not None and ray.is_initialized())
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     """One run from the command line; a Ray this call started (the whole-machine default, --executor ray) is
     shut down when it returns, whatever the outcome."""
@@ -240,8 +242,9 @@ def _main(argv: list[str] | None = None) -> int:
         extra = f" beta {sum(beta) / len(beta):.3f}" if beta else ""
         if row.get("auc") is not None:  # Healthcare FDA's binary tasks
             extra += f" auc {100 * row['auc']:6.2f}"
-        print(f"round {row['round'] + 1:3d}/{total} [{row['phase']}] acc {100 * row['accuracy']:6.2f} "
-              f"loss {row['loss']:.4f}{extra} ({row['seconds']:.2f} s)", flush=True)
+        with printing():  # `| head`: the run stops as Ctrl-C stops it, its finished rounds kept
+            print(f"round {row['round'] + 1:3d}/{total} [{row['phase']}] acc {100 * row['accuracy']:6.2f} "
+                  f"loss {row['loss']:.4f}{extra} ({row['seconds']:.2f} s)", flush=True)
 
     t0 = time.perf_counter()
     try:

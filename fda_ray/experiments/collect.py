@@ -21,6 +21,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import shlex
 import sys
 from dataclasses import dataclass, field, replace
@@ -30,6 +31,7 @@ from typing import Any, Sequence
 from fda_ray.experiments import tables
 from fda_ray.experiments.trials import ROWS_FILE, TRIAL_FILE, Trial, read_rows, record_damage
 from tuning.grids import Grid
+from fda_ray.core.interrupts import cli_main
 
 FORMATS = ("markdown", "csv", "latex")
 PM_TEX = r"$\pm$"
@@ -504,6 +506,7 @@ def draw(tabs: Sequence[GridTable | SearchTable], figure: str, stem: str | Path 
     return written
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     from fda_ray.core import plugins
     from fda_ray.core.parsing import OneLineParser
@@ -542,7 +545,7 @@ def main(argv: list[str] | None = None) -> int:
             raise CollectError(f"last={a.last} is invalid: an integer >= 1")
         if not 0 <= a.digits <= 6:
             raise CollectError(f"digits={a.digits} is invalid: an integer from 0 to 6")
-        if a.scale <= 0:
+        if not math.isfinite(a.scale) or a.scale <= 0:
             raise CollectError(f"scale={a.scale:g} is invalid: a positive number (100 for %, 1 as recorded)")
         if a.paired is not None and a.format != "markdown":
             raise CollectError(f"paired={a.paired!r} is invalid with --format {a.format}: Markdown only")

@@ -23,6 +23,7 @@ import sys
 import time
 from typing import Any, Mapping, TextIO
 
+from fda_ray.core.interrupts import printing
 from fda_ray.runtime.startup import from_report, slow_phases
 
 QUIET_ENV = "FDA_RAY_QUIET"  # set for the run's processes (Ray workers inherit it): 1 = quiet
@@ -138,9 +139,10 @@ class Progress:
             self._tell("round", key, row)
             slow = slow_phases(from_report(row))  # the first report carries the trial's start-up phases
             if slow:
-                self._clear()
-                print(f"note: {trial_name(self.running[key]['trial'], self.variable)}: slow start-up: "
-                      f"{'; '.join(slow)}", file=self.stream, flush=True)
+                with printing():
+                    self._clear()
+                    print(f"note: {trial_name(self.running[key]['trial'], self.variable)}: slow start-up: "
+                          f"{'; '.join(slow)}", file=self.stream, flush=True)
             self.draw()
 
     def line(self, t: Any, what: str) -> None:
@@ -161,8 +163,9 @@ class Progress:
         settled = self.done + self.failed + self.stopped
         text = (f"[{settled}/{self.total}] {what}: {trial_name(t, self.variable)}; elapsed "
                 f"{fmt_s(self.clock() - self.t0)}, left {self.left_text()}")
-        self._clear()
-        print(text, file=self.stream, flush=True)
+        with printing():
+            self._clear()
+            print(text, file=self.stream, flush=True)
         self.draw()
 
     # -- the estimate ----------------------------------------------------------------------------------------
@@ -222,12 +225,14 @@ class Progress:
         behind); a block taller than it would scroll the same way."""
         if not self.live:
             return
-        self._clear()
         lines = fit(self.block(), *self.terminal_size())
-        self.stream.write("\n".join(lines) + "\n")
-        self.stream.flush()
+        with printing():
+            self._clear()
+            self.stream.write("\n".join(lines) + "\n")
+            self.stream.flush()
         self._drawn = len(lines)
 
     def close(self) -> None:
         """Leave the terminal clean (the summary prints next)."""
-        self._clear()
+        with printing():
+            self._clear()

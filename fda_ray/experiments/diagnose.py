@@ -39,6 +39,7 @@ from fda_ray.train.client import loss_fn
 from fda_ray.runtime.config import RunConfig
 from fda_ray.core.seeding import generator
 from fda_ray.data.base import add_noise
+from fda_ray.core.interrupts import cli_main
 
 POINTS = ("warmup", "init", "path")
 LABELS = {"target_only": "Target only", "source_only": "Source only", "fedda": "FedDA", "fedgp": "FedGP",
@@ -193,6 +194,7 @@ def format_report(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     from fda_ray.experiments.cli import config_from_args, parser
     from fda_ray.data.base import DatasetNotFound

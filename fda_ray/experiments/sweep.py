@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from fda_ray.core import plugins
+from fda_ray.core import locks, plugins
 from fda_ray.core.storage import StoragePath, storage_path
 from fda_ray.runtime import preflight, resources
 from fda_ray.core.parsing import OneLineParser
@@ -49,10 +49,12 @@ from fda_ray.experiments import console, tracking
 from fda_ray.experiments.console import quiet
 from fda_ray.experiments.tables import final_accuracies, mean_ci
 from fda_ray.experiments.tracking import Tracking
-from fda_ray.experiments.trials import Trial, is_done, load_grid, plan, read_rows, result_rows, set_aside_damaged
+from fda_ray.experiments.trials import (MAX_SEEDS, ROWS_FILE, Trial, changed_settings, is_done, load_grid, plan,
+                                       read_rows, rerun_for_weights, result_rows, set_aside_damaged)
 from tuning.grids import GRIDS, Grid
 from tuning.files import dump as dump_definition, grid_to_dict, search_to_dict, write_definition
 from tuning.searches import SEARCHES
+from fda_ray.core.interrupts import cli_main, write_failure
 
 BACKENDS = ("tune", "local")
 LAST_ROUNDS = 5  # Auto-weighted FDA's DomainBed metric: the mean accuracy of the last 5 rounds
@@ -173,6 +175,8 @@ def parser() -> OneLineParser:
     s.add_argument("--resume", nargs="?", const=True, default=False, type=resume_value,
                    help="continue the sweep in --out, finished trials kept; --resume auto: continue if --out holds "
                         "records, else start (a launcher's one command for a first run and a rerun)")
+    s.add_argument("--new-settings", action="store_true", help="resume even though --out's trials were recorded "
+                   "with other settings than this command's (a changed --rounds, another profile)")
     s.add_argument("--mix-builds", action="store_true", help="resume even though --out's finished trials were "
                                                              "recorded by another build (torch, torchvision, numpy "
                                                              "or fda-ray's number-changing code)")
@@ -224,6 +228,7 @@ def _list(text: str | None, kind: type, field: str) -> list | None:
     return out
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if (code := plugins.preload(argv)) is not None:  # before the parser and the grid-file checks
@@ -247,12 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.backend not in BACKENDS:
             raise SweepError(f"backend={a.backend!r} is invalid: one of {', '.join(BACKENDS)}"
                              f"{did_you_mean(a.backend, BACKENDS)}")
-        for name in ("seeds", "workers", "max_concurrent"):
-            v = getattr(a, name)
-            if v is not None and v < 1:
-                raise SweepError(f"{name}={v} is invalid: an integer >= 1")
-        if a.max_failures < 0:
-            raise SweepError(f"max_failures={a.max_failures} is invalid: an integer >= 0")
+        check_counts(a)
         if a.pin_drivers and a.backend == "local":
             raise SweepError("pin_drivers=True is invalid with --backend local: it places Tune trials on Ray nodes")
         overrides = config_fields(a)
@@ -268,7 +268,11 @@ def main(argv: list[str] | None = None) -> int:
         values = [v for v in grid.values if any(t.value == v or v in t.values for t in trials)]
         out = storage_path(a.out or f"sweeps/{grid.name}-{a.profile}")  # a path or a URI (s3://...)
         records = out / "trials"
-        preflight.output_dir("out", out)  # before any work: results must have somewhere to go
+        # before any work: results must have somewhere to go, under names the filesystem takes, with room for them
+        longest = max((t.key for t in trials), key=len)
+        where = preflight.output_dir("out", out, below=f"trials/{longest}/{ROWS_FILE}.before-rerun.99",
+                                     need=64 * preflight.MiB + 4 * preflight.MiB * len(trials))
+        preflight.layout("out", out, where, files=("results.parquet", "summary.md", "grid.yaml"), dirs=("trials",))
         _auto_resume(a, records)
         if records.exists() and not a.resume and not a.dry_run:
             raise SweepError(f"out={str(out)!r} is invalid: it holds a sweep already; pass --resume to continue it "
@@ -280,6 +284,16 @@ def main(argv: list[str] | None = None) -> int:
             print(line, file=sys.stderr)
         if a.resume:
             same_build(records, a.mix_builds, trials[0].config().resolved(), here_runs=_runs_here(a))
+            changed = changed_settings(trials, records)
+            if changed and not a.new_settings:
+                raise SweepError(f"resume=True is invalid: {changed}; pass --new-settings to add trials of these "
+                                 "settings beside them (the summary shows this command's trials only), or choose "
+                                 "another --out")
+            # finished trials others start from that kept no usable weights run again (once the resume is allowed)
+            rerun = rerun_for_weights(trials, records, move=not a.dry_run)
+            for line in rerun.values():
+                print(line, file=sys.stderr)
+            damaged.update(rerun)
         if a.plan_for is not None and not a.dry_run:
             raise SweepError(f"plan_for={a.plan_for!r} is invalid without --dry-run: it plans for nodes that are "
                              "not here")
@@ -310,6 +324,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     command = _command(argv)
+    try:
+        with locks.held(out.local, "out", command):  # one writer per --out (an object store: not locked)
+            return _execute(a, grid, trials, out, records, command, row_keys, values, track)
+    except locks.LockedError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def _execute(a: Any, grid: Grid, trials: list[Trial], out: StoragePath, records: StoragePath, command: str,
+             row_keys: list[str], values: list[float], track: Any) -> int:
+    """Run a checked sweep's pending trials, then collect and summarise every trial's record."""
     pending = [t for t in trials if not is_done(records / t.key)]
     print(f"sweep {grid.name} ({a.profile}, backend {a.backend}): {len(trials)} trials -> {out}"
           + (f"; resuming, {len(trials) - len(pending)} finished before" if a.resume else ""), flush=True)
@@ -333,6 +358,22 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         console.OBSERVERS.clear()
         tracker.close()
+    try:
+        return _summarise(a, grid, trials, out, records, command, row_keys, values, pending, failures, interrupted, t0)
+    except OSError as e:  # the disk refused the results table, the summary or a figure: the trials' records stay
+        line = write_failure(e)
+        if line is None:
+            raise
+        done = sum(1 for t in trials if is_done(records / t.key))
+        print(f"error: {line}; the {done} finished trials' records are kept in {records}; free the space (or fix the "
+              f"path), then resume with: {command} --resume", file=sys.stderr)
+        return 1
+
+
+def _summarise(a: Any, grid: Grid, trials: list[Trial], out: StoragePath, records: StoragePath, command: str,
+               row_keys: list[str], values: list[float], pending: list[Trial], failures: list[dict],
+               interrupted: bool, t0: float) -> int:
+    """The sweep's results table, summary and figures from every trial's record; the exit code."""
     rows, trial_seconds = collect(trials, grid, records)
     write_parquet(rows, out / "results.parquet")
     text, summary = summarize(rows, failures, grid, a.profile, row_keys, values, command)
@@ -358,7 +399,30 @@ def main(argv: list[str] | None = None) -> int:
         print(f"interrupted: {done} of {len(trials)} trials finished; resume with: {command} --resume",
               file=sys.stderr)
         return 130
+    refused = [f for f in failures if any(why in f.get("error", "") for why in WRITE_REFUSALS)]
+    if refused:  # the disk, not the method: say so once, with what to do
+        why = next(w for w in WRITE_REFUSALS if w in refused[0]["error"])
+        print(f"error: {len(refused)} trial(s) could not write their records ({why}, under {records}); the "
+              f"{done} finished trials are kept: free the space, then resume with: {command} --resume",
+              file=sys.stderr)
     return 1 if failures or done < len(trials) else 0
+
+
+# The strerror of the write failures a trial's error can carry (fda_ray.core.interrupts.WRITE_ERRNOS' commonest).
+WRITE_REFUSALS = ("No space left on device", "Disk quota exceeded", "Read-only file system", "File too large")
+
+
+def check_counts(a: Any) -> None:
+    """The counts a grid sweep and a search take, checked alike in both (a flag the mode ignores is still checked:
+    a typo there is a typo)."""
+    for name in ("seeds", "workers", "max_concurrent", "num_samples", "rerun_seeds"):
+        v = getattr(a, name, None)
+        if v is not None and v < 1:
+            raise SweepError(f"{name}={v} is invalid: an integer >= 1")
+    if a.seeds is not None and a.seeds > MAX_SEEDS:
+        raise SweepError(f"seeds={a.seeds} is invalid: an integer from 1 to {MAX_SEEDS}")
+    if a.max_failures < 0:
+        raise SweepError(f"max_failures={a.max_failures} is invalid: an integer >= 0")
 
 
 SCHEDULERS = ("asha", "none")
@@ -584,10 +648,7 @@ def search_main(a: Any, argv: list[str]) -> int:
         if a.backend == "local" and a.scheduler != "none":
             raise SweepError(f"scheduler={a.scheduler!r} is invalid with --backend local: early stopping runs on "
                              "Ray Tune (--backend tune), or pass --scheduler none")
-        for name in ("num_samples", "rerun_seeds", "workers", "max_concurrent"):
-            v = getattr(a, name)
-            if v is not None and v < 1:
-                raise SweepError(f"{name}={v} is invalid: an integer >= 1")
+        check_counts(a)
         if a.seeds is not None:
             raise SweepError(f"seeds={a.seeds} is invalid with --search: a search runs seed 0 and reruns its "
                              "selections on --rerun-seeds fresh seeds")

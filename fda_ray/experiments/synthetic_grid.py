@@ -41,6 +41,7 @@ from fda_ray.data.synthetic import synthetic_domains
 from fda_ray.core.layout import ParamLayout
 from fda_ray.train.models import SigmoidMLP
 from fda_ray.core.seeding import derive_seed
+from fda_ray.core.interrupts import cli_main
 
 RULES = dg.STATIC_RULES  # target_only, source_only, fedda, fedgp
 AUTO = {"fedda": "fedda_auto", "fedgp": "fedgp_auto"}
@@ -251,6 +252,7 @@ def _ints(field_name: str, s: str) -> tuple[int, ...]:
         raise ValueError(f"{field_name}={s!r} is invalid: comma-separated integers") from None
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     from fda_ray.runtime import preflight
     from fda_ray.core.parsing import OneLineParser, typed

@@ -10,7 +10,8 @@ value (eval_noise) and the finetune_offline trials fine-tune from its final weig
 
 A trial's record, records/<key>/:
   trial.json    what the trial is (written first)
-  state.pt      after every round (atomic): what a cut-off trial resumes from; tensors and plain data only
+  state.pt      after every round (atomic): what a cut-off trial resumes from; tensors and plain data only, and
+                its trial's key (one that cannot be read, or names another trial, is set aside: load_state)
   nodes.json    every attempt at the trial: the driver's node (Ray node id, address, host), its client actors'
                 nodes (executor ray) and the round it started from
   rows.json     once the trial is done: the resolved config, one metrics row per round, the environment
@@ -39,6 +40,7 @@ from tuning.grids import Grid
 STATE_FILE, ROWS_FILE, WEIGHTS_FILE, TRIAL_FILE = "state.pt", "rows.json", "weights.pt", "trial.json"
 NODES_FILE = "nodes.json"
 KINDS = ("run", "finetune")
+MAX_SEEDS = 1000  # seeds per cell: the papers run 3 to 5; a typo of 10**8 would plan for hours before any work
 
 
 @dataclass(frozen=True)
@@ -167,8 +169,8 @@ def plan(grid: Grid, profile: str, *, rows: Sequence[str] | None = None, values:
 
     if profile not in grid.profiles:
         raise ValueError(f"profile={profile!r} is invalid: grid {grid.name!r} has {', '.join(grid.profiles)}")
-    if seeds is not None and (not isinstance(seeds, int) or seeds < 1):
-        raise ValueError(f"seeds={seeds!r} is invalid: an integer >= 1")
+    if seeds is not None and (not isinstance(seeds, int) or not 1 <= seeds <= MAX_SEEDS):
+        raise ValueError(f"seeds={seeds!r} is invalid: an integer from 1 to {MAX_SEEDS}")
     overrides = dict(overrides or {})
     prof = grid.profiles[profile]
     # the profile's rows are keys, not names (the name fedgp would also take fedgp_beta1)
@@ -218,8 +220,9 @@ def plan(grid: Grid, profile: str, *, rows: Sequence[str] | None = None, values:
         shared = None
         if share:
             # noise 0 for its own training: source_only never reads the target; eval_noise reads every value
-            shared = make("source_only", None, seed, save_weights="finetune_offline" in chosen,
-                          at=tuple(sorted(at)))
+            # its final weights are always kept (one flat vector a seed): a grid extended later with
+            # finetune_offline starts from them rather than training source_only again (rerun_for_weights)
+            shared = make("source_only", None, seed, save_weights=True, at=tuple(sorted(at)))
             out.append(shared)
         rest = [k for k in chosen if not (share and k in ("source_only", "finetune_offline"))]
         cheap = [k for k in rest if not getattr(ALGORITHMS.get(grid.row(k).method), "train_sources", True)]
@@ -282,12 +285,51 @@ def recorded_builds(records: StoragePath | Path) -> dict[tuple, list[str]]:
     return out
 
 
-def load_state(record: Path) -> dict | None:
-    """The resume state of a cut-off trial (tensors and plain data: loaded without unpickling code)."""
-    import torch
+STATE_FIELDS = ("next_round", "rows")  # what every resume state holds (fda_ray.runtime.loop.run_rounds)
 
+
+def checkpoint_damage(state: Any, key: str | None) -> str | None:
+    """Why a loaded resume state cannot be the state of trial `key` (None when it can): not a state at all, or the
+    state of another trial (a checkpoint names its trial's key; those written before it did name none)."""
+    if not isinstance(state, dict) or any(f not in state for f in STATE_FIELDS) or \
+            not ("state" in state or "flat" in state):
+        return f"not a resume state (it needs {', '.join(STATE_FIELDS)} and the server state)"
+    named = state.get("trial")
+    if key is not None and named is not None and named != key:
+        return f"it is the checkpoint of trial {named}, not of {key}"
+    return None
+
+
+def load_state(record: StoragePath | Path, warn: Callable[[str], None] | None = None) -> dict | None:
+    """The resume state of a cut-off trial (tensors and plain data: loaded without unpickling code), or None to
+    start from round 0. A state.pt that cannot be read back (cut short, garbage, refused by torch's safe loader) or
+    that belongs to another trial is not adopted: it is kept as state.pt.damaged (the next free .damaged.N), and
+    warn(line) hears one line naming the file and why; the trial then starts again from round 0."""
     path = storage_path(record) / STATE_FILE
-    return path.load_torch() if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        state = path.load_torch()
+        why = checkpoint_damage(state, storage_path(record).name)
+    except Exception as e:  # EOFError, pickle's and zipfile's errors, torch's RuntimeError: all mean unreadable
+        text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        why = f"unreadable: {type(e).__name__}{': ' + text[:160] if text else ''}"
+    if why is None:
+        return state
+    target, n = path.with_name(STATE_FILE + ".damaged"), 1
+    while target.exists():
+        target, n = path.with_name(f"{STATE_FILE}.damaged.{n}"), n + 1
+    path.replace(target)
+    line = f"warning: trial {storage_path(record).name}: its checkpoint {path} is not used ({why}); kept as " \
+           f"{target.name}, the trial starts again from round 0"
+    (warn or _stderr)(line)
+    return None
+
+
+def _stderr(line: str) -> None:
+    import sys
+
+    print(line, file=sys.stderr, flush=True)
 
 
 def is_done(record: StoragePath | Path) -> bool:
@@ -329,6 +371,81 @@ def set_aside_damaged(records: StoragePath | Path, move: bool = True) -> dict[st
         lines[key] = f"warning: trial {key}: its {ROWS_FILE} is damaged ({why}); kept as {target.name}, the trial is " \
                      "pending again"
     return lines
+
+
+def weights_damage(record: StoragePath | Path) -> str | None:
+    """Why a finished trial's final weights (weights.pt) cannot be started from, or None when they can."""
+    path = storage_path(record) / WEIGHTS_FILE
+    if not path.is_file():
+        return f"it kept no {WEIGHTS_FILE}"
+    try:
+        weights = path.load_torch()
+    except Exception as e:  # cut short or garbage: torch's safe loader raises any of several types
+        return f"its {WEIGHTS_FILE} cannot be read ({type(e).__name__})"
+    if not hasattr(weights, "dim") or weights.dim() != 1:
+        return f"its {WEIGHTS_FILE} is not a flat weight vector"
+    return None
+
+
+def rerun_for_weights(trials: Sequence[Trial], records: StoragePath | Path, move: bool = True) -> dict[str, str]:
+    """A trial that starts from another's final weights (finetune_offline from the shared source_only) can only run
+    once they are on disk: a finished trial it starts from that kept none (a sweep of source_only alone, later
+    extended; a damaged weights.pt) runs again and saves them. Its rows.json is kept as rows.json.before-rerun (the
+    next free .N); {its key: a warning line} for each; move=False (a dry run) only says so."""
+    records = storage_path(records)
+    by_key = {t.key: t for t in trials}
+    lines: dict[str, str] = {}
+    for t in trials:
+        src = by_key.get(t.weights_from) if t.weights_from else None
+        if src is None or src.key in lines or is_done(records / t.key) or not is_done(records / src.key):
+            continue
+        why = weights_damage(records / src.key)
+        if why is None:
+            continue
+        rows = records / src.key / ROWS_FILE
+        if not move:
+            lines[src.key] = (f"warning: trial {src.key}: {why}, which trial {t.key} starts from; a resume without "
+                              f"--dry-run runs it again (its {ROWS_FILE} kept)")
+            continue
+        target, n = rows.with_name(ROWS_FILE + ".before-rerun"), 1
+        while target.exists():
+            target, n = rows.with_name(f"{ROWS_FILE}.before-rerun.{n}"), n + 1
+        rows.replace(target)
+        lines[src.key] = (f"warning: trial {src.key}: {why}, which trial {t.key} starts from; it runs again and "
+                          f"saves them (its {ROWS_FILE} kept as {target.name})")
+    return lines
+
+
+def changed_settings(trials: Sequence[Trial], records: StoragePath | Path) -> str | None:
+    """Why resuming `trials` into `records` would start other trials than those recorded there, or None: a planned
+    trial (row, value, seed) that has no record while a record of the same row, value and seed has another key was
+    made with other settings (a typo in --rounds, another --profile). Such a resume would not go on: it would start
+    a new set of trials beside the old ones, and the summary would show only the new. Chunks that resume into one
+    folder (other values, more seeds, other rows) plan trials the records do not hold: they pass."""
+    records = storage_path(records)
+    recorded: dict[tuple, Trial] = {}
+    for path in records.glob(f"*/{TRIAL_FILE}"):
+        try:
+            t = Trial.from_dict(json.loads(path.read_text()))
+        except (ValueError, TypeError, KeyError, UnicodeDecodeError):
+            continue
+        recorded.setdefault((t.row, t.value, t.seed, t.kind), t)
+    for t in trials:
+        old = recorded.get((t.row, t.value, t.seed, t.kind))
+        if old is None or old.key == t.key or (records / t.key / TRIAL_FILE).is_file():
+            continue
+        try:
+            was, now = (dotted({k: v for k, v in x.config().resolved().to_dict().items() if k in numbers_fields()})
+                        for x in (old, t))
+        except (ValueError, TypeError):
+            was, now = {}, {}
+        diff = [f"{k} {was.get(k)!r} there, {now.get(k)!r} here" for k in sorted(set(was) | set(now))
+                if was.get(k) != now.get(k)]
+        what = "; ".join(diff[:3]) + (f"; {len(diff) - 3} more" if len(diff) > 3 else "") if diff else \
+            f"another key: {old.key} there, {t.key} here"
+        return f"trial {t.row} at {t.value if t.value is not None else 'every value'}, seed {t.seed} was recorded " \
+               f"with other settings ({what})"
+    return None
 
 
 def read_rows(record: StoragePath | Path) -> dict[str, Any]:
@@ -401,7 +518,7 @@ def run_trial(trial: Trial, records: StoragePath | Path | str, report: Callable[
         reported: list[bool] = []
 
         def on_round(state: dict) -> None:
-            _save_torch(state, record / STATE_FILE)
+            _save_torch({**state, "trial": trial.key}, record / STATE_FILE)  # named: a wrong one is refused
             if report:  # the first report carries the start-up's phases (the status names a slow one)
                 row = state["rows"][-1]
                 report(row if reported else {**row, REPORT_KEY: dict(startup.seconds)})

@@ -14,8 +14,10 @@ import torch
 
 from fda_ray import kernels
 from fda_ray.kernels import loader
+from fda_ray.core.interrupts import cli_main
 
 
+@cli_main
 def main(argv: list[str] | None = None) -> int:
     from fda_ray.core.parsing import OneLineParser
 

@@ -1,7 +1,8 @@
 """Builds and loads the C++ and CUDA kernels through torch.utils.cpp_extension, once, with a persistent cache.
 
 The first call that needs a kernel compiles it (tens of seconds for C++, a few minutes for CUDA) into
-$FDA_RAY_KERNEL_CACHE (default ~/.cache/fda_ray/kernels/<kind>-torch<version>-py<version>-<cpu>), and later
+$FDA_RAY_KERNEL_CACHE (default ~/.cache/fda_ray/kernels/<kind>-torch<version>-py<version>-<cpu>-<sources' digest>:
+cache_dir; two checkouts of the same kernels share one build), and later
 processes load the cached library in milliseconds; cpp_extension rebuilds only when a source or a flag
 changes, and a file lock keeps concurrent processes (Ray workers, sweep trials) from building twice.
 
@@ -10,6 +11,7 @@ reference with one logged warning that says why; nothing else changes.
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import shutil
@@ -33,10 +35,39 @@ _seconds: dict[str, float] = {}  # the time each kind's build or load took in th
 from fda_ray.core.build import cpu_capability  # noqa: E402  (the build names it too)
 
 
+def sources_digest(kind: str) -> str:
+    """12 hex digits over the kind's sources and headers (their contents, not their paths) and its flags."""
+    h = hashlib.sha1()
+    for path in (*(CPU_SOURCES if kind == "cpu" else CUDA_SOURCES), *sorted(CSRC.glob("*.h"))):
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    h.update(" ".join(cpu_flags() if kind == "cpu" else ["-O3"]).encode())
+    return h.hexdigest()[:12]
+
+
 def cache_dir(kind: str) -> Path:
+    """Where the `kind` library is built: one folder per torch, Python, CPU capability (cpu) and sources' contents.
+    Keyed by the sources' contents, not by the checkout they come from, two checkouts of the same kernels share one
+    build (the sources are copied into the folder and compiled from there: cpp_extension rebuilds when the
+    source paths in its build file change, which cost a rebuild at every switch between checkouts), and checkouts
+    of different kernels keep a build each."""
     base = Path(os.environ.get("FDA_RAY_KERNEL_CACHE") or Path.home() / ".cache" / "fda_ray" / "kernels")
     tag = f"{kind}-torch{torch.__version__.replace('+', '_')}-py{sys.version_info.major}{sys.version_info.minor}"
-    return base / (f"{tag}-{cpu_capability().lower()}" if kind == "cpu" else tag)
+    tag = f"{tag}-{cpu_capability().lower()}" if kind == "cpu" else tag
+    return base / f"{tag}-{sources_digest(kind)}"
+
+
+def _staged_sources(kind: str, directory: Path) -> tuple[list[str], Path]:
+    """The kind's sources copied into `directory`/src (each written atomically, once): (sources, include folder)."""
+    src = directory / "src"
+    src.mkdir(parents=True, exist_ok=True)
+    for path in (*(CPU_SOURCES if kind == "cpu" else CUDA_SOURCES), *sorted(CSRC.glob("*.h"))):
+        target = src / path.name
+        if not target.is_file() or target.read_bytes() != path.read_bytes():
+            tmp = src / f".{path.name}.{os.getpid()}"
+            tmp.write_bytes(path.read_bytes())
+            os.replace(tmp, target)
+    names = CPU_SOURCES if kind == "cpu" else CUDA_SOURCES
+    return [str(src / p.name) for p in names], src
 
 
 def cpu_flags() -> list[str]:
@@ -85,8 +116,9 @@ def build(kind: str, *, verbose: bool = False) -> None:
     if kind == "cpu":
         if shutil.which(os.environ.get("CXX", "c++")) is None:
             raise RuntimeError(f"no C++ compiler ({os.environ.get('CXX', 'c++')}) on PATH")
-        cpp_extension.load(name=LIB_NAMES["cpu"], sources=[str(p) for p in CPU_SOURCES],
-                           extra_include_paths=[str(CSRC)], extra_cflags=cpu_flags(), extra_ldflags=["-fopenmp"],
+        sources, include = _staged_sources("cpu", directory)
+        cpp_extension.load(name=LIB_NAMES["cpu"], sources=sources,
+                           extra_include_paths=[str(include)], extra_cflags=cpu_flags(), extra_ldflags=["-fopenmp"],
                            build_directory=str(directory), is_python_module=False, verbose=verbose)
     else:
         cpp_extension.CUDA_HOME = cuda_home(cpp_extension.CUDA_HOME)
@@ -94,8 +126,9 @@ def build(kind: str, *, verbose: bool = False) -> None:
             raise RuntimeError("no CUDA toolkit found (set CUDA_HOME to the directory that holds bin/nvcc and "
                                "include/cuda_runtime.h)")
         _cuda_arch_list()
-        cpp_extension.load(name=LIB_NAMES["cuda"], sources=[str(p) for p in CUDA_SOURCES],
-                           extra_include_paths=[str(CSRC)], extra_cflags=["-O3"], extra_cuda_cflags=["-O3"],
+        sources, include = _staged_sources("cuda", directory)
+        cpp_extension.load(name=LIB_NAMES["cuda"], sources=sources,
+                           extra_include_paths=[str(include)], extra_cflags=["-O3"], extra_cuda_cflags=["-O3"],
                            build_directory=str(directory), is_python_module=False, verbose=verbose)
     _status[kind] = "ok"
 

@@ -22,6 +22,7 @@ AUTO_BETA_RULES = ("fedda", "fedgp", "fedgp_thresh")
 BASELINE_PROTOCOLS = ("authors", "loop")
 # Which seed builds DomainBed's ColoredMNIST / RotatedMNIST environments (fda_ray.data.domainbed): DomainBed's
 # --seed 0 for every trial, or the trial's own seed, as the FedGP authors' scripts ran (--seed s --trial_seed s).
+MAX_THREADS = 1024  # more threads than any machine has cores (torch.set_num_threads(100000) segfaults)
 ENVIRONMENT_SEEDS = ("domainbed", "trial")
 ORACLE_TEST_SHARE = 0.1  # the authors' oracle tests on this share of the target's data, trains on the rest
 WARMUP_ROUNDS = 2
@@ -375,6 +376,8 @@ class RunConfig:
                 continue
             if not isinstance(v, int) or v < lo:
                 raise _err(name, v, f"an integer >= {lo}")
+        if self.threads > MAX_THREADS:  # torch's thread pools crash the process far above any machine's cores
+            raise _err("threads", self.threads, f"an integer from 1 to {MAX_THREADS}")
         if self.environment_seed not in ENVIRONMENT_SEEDS:
             raise _err("environment_seed", self.environment_seed, f"one of {', '.join(ENVIRONMENT_SEEDS)}",
                        ENVIRONMENT_SEEDS)

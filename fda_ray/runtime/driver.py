@@ -15,7 +15,7 @@ from typing import Callable
 
 import ray
 
-from fda_ray.core import plugins
+from fda_ray.core import interrupts, plugins
 from fda_ray.runtime import preflight
 from fda_ray.runtime.config import RunConfig
 from fda_ray.runtime.startup import Startup, start_run
@@ -28,7 +28,8 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None, field: s
     """Connect to Ray: keep a running session; else join `address` (or $RAY_ADDRESS); else start a local Ray."""
     if ray.is_initialized():
         return
-    address = address or os.environ.get("RAY_ADDRESS")
+    if not address and os.environ.get("RAY_ADDRESS"):  # the message names what the user set
+        address, field = os.environ["RAY_ADDRESS"], "$RAY_ADDRESS"
     # The plug-ins loaded here (fda_ray.core.plugins), for the workers of a joined cluster; a started Ray's inherit them.
     env_vars = plugins.ray_env()
     env = {"runtime_env": {"env_vars": env_vars}} if env_vars else {}
@@ -41,6 +42,7 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None, field: s
     else:
         ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True, logging_level=_logging_level(),
                  **env)
+    interrupts.rearm()  # ray.init installed Ray's SIGTERM handler (sys.exit, then Ray's crash dump): ours again
 
 
 def _logging_level() -> int:

@@ -67,7 +67,8 @@ def run_rounds(exp: Experiment, executor: Executor, progress: Callable[[dict], N
     {"next_round", "state" (the server state), "rows", "client_states"} ("client_states" may be None in a
     `resume`: the clients keep the states they have). If a client fails for good (ClientFailure), or the
     algorithm refuses a round's numbers (ValueError: a diverged client), raises RunFailed carrying the
-    finished rounds' History; Ctrl-C (KeyboardInterrupt) raises RunInterrupted, carrying them too.
+    finished rounds' History; Ctrl-C (KeyboardInterrupt, or SIGTERM inside a command: fda_ray.core.interrupts)
+    raises RunInterrupted, carrying them too.
     `startup` (fda_ray.runtime.startup): the phases so far; the first round's are added, and the History keeps
     them all (History.startup).
     """
@@ -79,7 +80,9 @@ def run_rounds(exp: Experiment, executor: Executor, progress: Callable[[dict], N
         return _rounds(exp, executor, hist, progress, resume, checkpoint, startup)
     except KeyboardInterrupt:
         hist.seconds = time.perf_counter() - t0
-        raise RunInterrupted(f"stopped by Ctrl-C (SIGINT) after {len(hist.rows)} finished rounds", hist) from None
+        from fda_ray.core.interrupts import stop_reason
+
+        raise RunInterrupted(f"stopped by {stop_reason()} after {len(hist.rows)} finished rounds", hist) from None
 
 
 def _rounds(exp: Experiment, executor: Executor, hist: History, progress: Callable[[dict], None] | None,

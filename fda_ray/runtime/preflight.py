@@ -49,9 +49,17 @@ def _err(field: str, value: Any, why: str) -> PreflightError:
 
 # ---------------------------------------------------------------- outputs
 
+def _exists(p: Path) -> bool:
+    try:
+        os.stat(p)
+        return True
+    except OSError:  # absent, or a name the filesystem cannot even look up (too long: checked by _names_fit)
+        return False
+
+
 def _existing_ancestor(p: Path) -> Path:
     anc = p
-    while not anc.exists() and anc != anc.parent:
+    while not _exists(anc) and anc != anc.parent:
         anc = anc.parent
     return anc
 
@@ -66,9 +74,45 @@ def _probe_writable(field: str, value: Any, d: Path) -> None:
         raise _err(field, value, f"cannot write in {d} ({e.strerror or type(e).__name__})") from None
 
 
-def output_file(field: str, value: str | os.PathLike) -> Path:
-    """A file a run will write at the end (written atomically: a temporary file, then a rename)."""
+MiB = 1 << 20
+
+
+def _names_fit(field: str, value: Any, p: Path, anc: Path, below: str = "") -> None:
+    """Every name still to be created under `anc` on the way to p/`below` fits the filesystem's name limit, and the
+    whole path its path limit (an error now, not after the training)."""
+    try:
+        name_max, path_max = os.pathconf(anc, "PC_NAME_MAX"), os.pathconf(anc, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        name_max, path_max = 255, 4096
+    full = p / below if below else p
+    for part in full.relative_to(anc).parts if full.is_relative_to(anc) else full.parts:
+        if len(os.fsencode(part)) > name_max:
+            raise _err(field, str(value), f"the name {part[:40]!r}... is {len(os.fsencode(part))} bytes, over this "
+                                          f"filesystem's limit of {name_max}")
+    if len(os.fsencode(str(full))) >= path_max:
+        raise _err(field, str(value), f"the path of what is written there ({full}) is {len(os.fsencode(str(full)))} "
+                                      f"bytes, over this filesystem's limit of {path_max}")
+
+
+def free_space(field: str, value: Any, where: Path, need: int) -> None:
+    """At least `need` bytes free where the outputs go (a rough need: a full disk fails now, not mid-run)."""
+    try:
+        st = os.statvfs(where)
+    except (OSError, AttributeError):
+        return
+    free = st.f_bavail * st.f_frsize
+    if free < need:
+        raise _err(field, str(value), f"{where} has {free / MiB:.1f} MiB free, and this needs about "
+                                      f"{need / MiB:.0f} MiB; free some space or choose another place")
+
+
+def output_file(field: str, value: str | os.PathLike, need: int = 16 * MiB) -> Path:
+    """A file a run will write at the end (written atomically: a temporary file, then a rename; a symlink is
+    written through to its target)."""
     p = Path(value).expanduser().absolute()
+    _names_fit(field, value, p, _existing_ancestor(p.parent))  # first: a name too long cannot even be looked up
+    if p.is_symlink():
+        p = Path(os.path.realpath(p))  # (a dangling link: its target is what gets written)
     if p.is_dir():
         raise _err(field, str(value), "it is a directory; name a file")
     anc = _existing_ancestor(p.parent)
@@ -77,12 +121,16 @@ def output_file(field: str, value: str | os.PathLike) -> Path:
     if p.exists() and not os.access(p, os.W_OK):
         raise _err(field, str(value), "the file exists and is read-only")
     _probe_writable(field, str(value), anc)
+    free_space(field, value, anc, need)
     return p
 
 
-def output_dir(field: str, value: str | os.PathLike | StoragePath) -> Path | StoragePath:
+def output_dir(field: str, value: str | os.PathLike | StoragePath, below: str = "", need: int = 64 * MiB
+               ) -> Path | StoragePath:
     """A directory a run or sweep writes into (created if missing): a local path, or a URI (s3://, gs://, ...)
-    where a probe object is written and deleted, so bad credentials or a missing bucket fail now."""
+    where a probe object is written and deleted, so bad credentials or a missing bucket fail now. Locally its
+    names, and the longest relative path `below` it that will be written, fit the filesystem's limits, and `need`
+    bytes are free."""
     if isinstance(value, StoragePath) and not value.is_local or is_uri(value):
         where = storage_path(value)
         probe = where / f".fda-ray-probe-{uuid.uuid4().hex[:12]}"
@@ -95,13 +143,29 @@ def output_dir(field: str, value: str | os.PathLike | StoragePath) -> Path | Sto
                                           "and $AWS_ENDPOINT_URL") from None
         return where
     p = Path(value).expanduser().absolute()
+    anc = _existing_ancestor(p)
+    _names_fit(field, value, p, anc, below)  # first: a name too long cannot even be looked up
     if p.exists() and not p.is_dir():
         raise _err(field, str(value), "it is a file, not a directory")
-    anc = _existing_ancestor(p)
     if not anc.is_dir():
         raise _err(field, str(value), f"{anc} is a file, not a directory")
     _probe_writable(field, str(value), anc)
+    free_space(field, value, anc, need)
     return p
+
+
+def layout(field: str, value: Any, where: Path | StoragePath, files: Iterable[str] = (), dirs: Iterable[str] = ()
+           ) -> None:
+    """What a command writes inside its output folder is not already there as the other kind (a folder where a
+    result file goes, a file where the records folder goes): an error now, not after the work."""
+    if not isinstance(where, Path):
+        return  # an object store: no kinds to collide
+    for name in files:
+        if (where / name).is_dir():
+            raise _err(field, str(value), f"{where / name} is a folder, where this writes a file; move it away")
+    for name in dirs:
+        if (where / name).exists() and not (where / name).is_dir():
+            raise _err(field, str(value), f"{where / name} is a file, where this writes a folder; move it away")
 
 
 # ---------------------------------------------------------------- device, weights
@@ -145,7 +209,7 @@ def model_weights(value: str | None, model: str = "resnet18") -> None:
 
 # ---------------------------------------------------------------- Ray: address and resources
 
-def _host_port(address: str) -> tuple[str, int] | None:
+def _host_port(address: str, field: str = "ray_address") -> tuple[str, int] | None:
     """(host, port) of 'host:port' or 'ray://host:port'; None for 'auto', 'local' or a bare host."""
     rest = address.split("://", 1)[1] if "://" in address else address
     if rest in ("auto", "local") or ":" not in rest:
@@ -154,14 +218,14 @@ def _host_port(address: str) -> tuple[str, int] | None:
     try:
         return host.strip("[]"), int(port)
     except ValueError:
-        raise _err("ray_address", address, "host:port, ray://host:port or auto") from None
+        raise _err(field, address, "host:port, ray://host:port or auto") from None
 
 
 def ray_address(address: str | None, timeout: float = RAY_CONNECT_TIMEOUT_S, field: str = "ray_address") -> None:
     """Something listens at the address (ray.init would otherwise wait for it for minutes)."""
     if not address:
         return
-    hp = _host_port(address)
+    hp = _host_port(address, field)
     if hp is None:
         return
     try:
@@ -334,4 +398,7 @@ def run(cfg: RunConfig) -> None:
     device(cfg.device)
     model_weights(cfg.model_weights, cfg.model or "resnet18")
     if cfg.executor == "ray":
-        ray_address(cfg.ray_address or os.environ.get("RAY_ADDRESS"))
+        if cfg.ray_address or not os.environ.get("RAY_ADDRESS"):
+            ray_address(cfg.ray_address)
+        else:
+            ray_address(os.environ["RAY_ADDRESS"], field="$RAY_ADDRESS")

@@ -1,0 +1,146 @@
+"""How a command ends when the world stops it: SIGTERM, a closed stdout, a write the disk refuses.
+
+Every command-line program's `main` is wrapped by `cli_main`, so that
+
+    SIGTERM          is handled like Ctrl-C: the same path runs (a run keeps its finished rounds, a sweep its
+                     trials' records and its summary, with the one line that says how to resume); the exit code is
+                     143 (128 + SIGTERM) where Ctrl-C's is 130. Under Ray Tune, whose own SIGINT handler stops a
+                     launch gracefully, SIGTERM goes through that handler too. `ray.init` installs Ray's own
+                     SIGTERM handler (sys.exit, then Ray's crash dump at exit): `rearm` puts ours back after it.
+    a closed stdout  (`python -m fda_ray.sweep ... | head`): the rest of the output is dropped quietly (stdout is
+                     pointed at /dev/null, so Python's exit flush cannot fail again) and the exit code is 141
+                     (128 + SIGPIPE, what a shell reports for any program cut off this way). What the command wrote
+                     to disk before stays.
+    a refused write  (a full disk, a quota, a read-only mount, a name too long): one line naming the file and the
+                     reason, exit code 1, no traceback. The command's own records stay as they were at the last
+                     atomic write (fda_ray.core.storage), so a resume goes on from them.
+
+Ctrl-C itself stays Python's KeyboardInterrupt; the commands catch it where they can keep what was computed.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import functools
+import os
+import signal
+import sys
+import threading
+from typing import Any, Callable, Iterator
+
+EXIT_WRITE, EXIT_INTERRUPTED, EXIT_PIPE, EXIT_TERMINATED = 1, 130, 141, 143
+
+# The errors of a write that the machine refused (not a bug of ours): told in one line, never as a traceback.
+WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENAMETOOLONG,
+                errno.EISDIR, errno.ENOTDIR, errno.EFBIG, errno.EIO, errno.EEXIST, errno.ENOENT}
+
+_state: dict[str, Any] = {"armed": False, "received": None}
+
+
+def received() -> str | None:
+    """'SIGTERM' once this process was sent SIGTERM inside a `cli_main`, 'SIGPIPE' once its stdout was closed
+    (stdout_closed), else None."""
+    return _state["received"]
+
+
+def stop_reason() -> str:
+    """What stopped the run, for the messages that Ctrl-C, SIGTERM and a closed stdout share."""
+    return {"SIGTERM": "SIGTERM", "SIGPIPE": "a closed stdout"}.get(received() or "", "Ctrl-C (SIGINT)")
+
+
+def _as_ctrl_c(frame: Any) -> None:
+    """Do what Ctrl-C does here: run the SIGINT handler (Python's raises KeyboardInterrupt; Tune's stops its launch
+    gracefully), or raise KeyboardInterrupt where SIGINT is ignored (a background job of a shell without job
+    control starts with it ignored)."""
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler):
+        handler(signal.SIGINT, frame)
+        return
+    raise KeyboardInterrupt(received())
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    _state["received"] = "SIGTERM"
+    _as_ctrl_c(frame)
+
+
+def stdout_closed() -> None:
+    """Whoever reads stdout has gone (`| head`): drop the rest of the output and stop the command the way Ctrl-C
+    does (_as_ctrl_c: Python's KeyboardInterrupt, or Tune's graceful stop), so what it computed is kept and its
+    summary written."""
+    _silence_stdout()
+    if _state["received"] is None:
+        _state["received"] = "SIGPIPE"
+        _as_ctrl_c(None)
+
+
+@contextlib.contextmanager
+def printing() -> Iterator[None]:
+    """Around a command's progress output: a closed stdout stops the command as stdout_closed says, rather than
+    raising BrokenPipeError wherever the print happened to be (inside Tune's loop, inside a run's rounds)."""
+    try:
+        yield
+    except BrokenPipeError:
+        stdout_closed()
+
+
+def rearm() -> None:
+    """Put the SIGTERM handler back inside a `cli_main` (after `ray.init`, which installs Ray's own)."""
+    if _state["armed"] and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def write_failure(e: BaseException) -> str | None:
+    """One line for an OSError that is the machine refusing a write (module docstring), else None."""
+    if not isinstance(e, OSError) or e.errno not in WRITE_ERRNOS:
+        return None
+    where = f" {e.filename}" if e.filename else ""
+    return f"could not write{where}: {e.strerror or os.strerror(e.errno)} (errno {errno.errorcode.get(e.errno, e.errno)})"
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # (a replaced sys.stdout without a descriptor: nothing to do)
+        pass
+
+
+def cli_main(main: Callable[..., int]) -> Callable[..., int]:
+    """Wrap a command's `main(argv) -> exit code` as the module docstring says."""
+
+    @functools.wraps(main)
+    def wrapped(*args: Any, **kwargs: Any) -> int:
+        in_main = threading.current_thread() is threading.main_thread()
+        before = signal.getsignal(signal.SIGTERM) if in_main else None
+        outer = _state["armed"]
+        if in_main:
+            signal.signal(signal.SIGTERM, _on_sigterm)
+            _state.update(armed=True, received=None if not outer else _state["received"])
+        try:
+            code = main(*args, **kwargs)
+        except BrokenPipeError:  # a print outside `printing` (a summary, a table)
+            _silence_stdout()
+            return EXIT_PIPE
+        except KeyboardInterrupt:  # before the command could keep anything (it catches it where it can)
+            print(f"interrupted by {stop_reason()} before the command could finish; what it wrote before stays",
+                  file=sys.stderr)
+            code = EXIT_INTERRUPTED
+        except OSError as e:
+            line = write_failure(e)
+            if line is None:
+                raise
+            print(f"error: {line}; what finished before is kept (a sweep's trials, a run's --parquet rounds): "
+                  "free the space or fix the path, then run the same command again (a sweep with --resume)",
+                  file=sys.stderr)
+            return EXIT_WRITE
+        finally:
+            if in_main:
+                signal.signal(signal.SIGTERM, before if before is not None else signal.SIG_DFL)
+                _state["armed"] = outer
+        if received() and code == EXIT_INTERRUPTED:
+            code = EXIT_TERMINATED if received() == "SIGTERM" else EXIT_PIPE
+        return code
+
+    return wrapped

@@ -1,0 +1,116 @@
+"""One writer at a time for a sweep's or a search's output folder.
+
+Two sweeps resumed into one --out at once would both run every pending trial (each sees the other's trials as
+pending until they finish) and write one summary over the other's. `held(folder)` creates the folder's lock file
+exclusively (O_CREAT | O_EXCL, atomic on local filesystems and on NFS v3+) naming its holder: the host, the process
+id, when that process started and the command. A second writer is refused in one line naming the holder. A lock
+whose holder is gone (same host, and no such process, or another process that reuses its id: its start time differs)
+is stale: it is taken over with one warning line. A holder on another host cannot be checked from here: the line
+says which host, and that deleting the file releases it.
+
+Object stores have no exclusive create: a URI's folder is not locked.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+LOCK_FILE = ".fda-ray.lock"
+
+
+class LockedError(ValueError):
+    """The folder has a live writer; the message is the one line a CLI prints."""
+
+
+def _started(pid: int) -> float | None:
+    """The process's start time in clock ticks since boot (Linux /proc), or None where unknown."""
+    try:
+        return float(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _alive(pid: int, started: float | None) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: it exists
+        pass
+    now = _started(pid)
+    return started is None or now is None or now == started
+
+
+def holder(lock: Path) -> dict | None:
+    """What the lock file says (None if it cannot be read: a writer cut off between create and write)."""
+    try:
+        data = json.loads(lock.read_text())
+        return data if isinstance(data, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def _describe(h: dict) -> str:
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(h.get("time", 0)))
+    return f"pid {h.get('pid')} on {h.get('host')}, since {when}: `{h.get('command', '?')}`"
+
+
+def acquire(folder: Path, field: str, command: str) -> Path:
+    """Take `folder`'s lock (module docstring); raises LockedError. Returns the lock file."""
+    folder.mkdir(parents=True, exist_ok=True)
+    lock = folder / LOCK_FILE
+    me = {"pid": os.getpid(), "host": socket.gethostname(), "started": _started(os.getpid()), "time": time.time(),
+          "command": command}
+    for _ in range(3):  # (a stale lock removed under us by a third writer: try again)
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            h = holder(lock)
+            if h is None:
+                age = time.time() - lock.stat().st_mtime if lock.exists() else 0.0
+                if age < 10:  # being written right now
+                    raise LockedError(f"{field}={str(folder)!r} is invalid: another process is starting to write "
+                                      "there; wait for it or choose another --out") from None
+            elif h.get("host") != me["host"]:
+                raise LockedError(f"{field}={str(folder)!r} is invalid: a sweep on another host writes there "
+                                  f"({_describe(h)}); if it is gone, delete {lock}") from None
+            elif _alive(int(h.get("pid", -1)), h.get("started")):
+                raise LockedError(f"{field}={str(folder)!r} is invalid: another sweep writes there now "
+                                  f"({_describe(h)}); wait for it to end or choose another --out") from None
+            print(f"warning: {lock}: the sweep that held it is gone ({_describe(h) if h else 'unreadable'}); "
+                  "taken over", file=sys.stderr)
+            with contextlib.suppress(FileNotFoundError):
+                lock.unlink()
+            continue
+        with os.fdopen(fd, "w") as f:
+            json.dump(me, f)
+        return lock
+    raise LockedError(f"{field}={str(folder)!r} is invalid: its lock {lock} keeps changing hands; is another sweep "
+                      "starting there?")
+
+
+def release(lock: Path) -> None:
+    """Remove the lock if it is still this process's."""
+    h = holder(lock)
+    if h is not None and h.get("pid") == os.getpid() and h.get("host") == socket.gethostname():
+        with contextlib.suppress(FileNotFoundError):
+            lock.unlink()
+
+
+@contextlib.contextmanager
+def held(folder: Path | None, field: str, command: str) -> Iterator[None]:
+    """acquire ... release around a block; `folder` None (an object store) locks nothing."""
+    if folder is None:
+        yield
+        return
+    lock = acquire(folder, field, command)
+    try:
+        yield
+    finally:
+        release(lock)

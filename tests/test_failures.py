@@ -1,0 +1,695 @@
+"""Nothing a user computed is lost when the world fails a run or a sweep: checkpoints that cannot be read back,
+outputs that cannot be written, resumes that would change the sweep, signals and closed pipes. Each class is a
+table of cases built from fixtures the tests make (damaged files, faked OSErrors at the write, lock files of live
+and dead processes, subprocesses sent SIGTERM)."""
+from __future__ import annotations
+
+import contextlib
+import errno
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from conftest import TEST_THREADS, make_fmnist_dir
+from fda_ray.core import interrupts, locks
+from fda_ray.core.storage import StoragePath, atomic_local
+from fda_ray.experiments import sweep
+from fda_ray.experiments.trials import (ROWS_FILE, STATE_FILE, WEIGHTS_FILE, Trial, changed_settings, is_done, plan,
+                                        read_rows, rerun_for_weights, run_trial, trial_key)
+from fda_ray.runtime import preflight
+from tuning.grids import GRIDS, Grid, Row
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = {"dataset": "fashion-mnist", "method": "fedgp", "noise": 0.4, "num_sources": 2, "rounds": 2,
+        "warmup_rounds": 1, "samples_per_client": 128, "test_samples": 100, "target_labelled": 32,
+        "threads": TEST_THREADS}
+
+
+def _trial(fmnist_dir: Path, seed: int = 0) -> Trial:
+    params = {**TINY, "seed": seed, "data_dir": str(fmnist_dir)}
+    return Trial(trial_key("fedgp", "noise", 0.4, seed, params), "fedgp", 0.4, seed, params)
+
+
+# ---------------------------------------------------------------- 1. checkpoints that cannot be read back
+
+def _tensor_file(_good: bytes, _other: bytes) -> bytes:
+    buf = io.BytesIO()
+    torch.save(torch.zeros(3), buf)
+    return buf.getvalue()
+
+
+CHECKPOINTS = [  # (case, the state.pt a cut-off trial finds, what the warning says)
+    ("cut short", lambda good, other: good[: len(good) // 2], "unreadable"),
+    ("garbage", lambda good, other: b"\x00not a torch file" * 64, "unreadable"),
+    ("empty", lambda good, other: b"", "unreadable"),
+    ("a tensor, not a state", _tensor_file, "not a resume state"),
+    ("another trial's", lambda good, other: other, "it is the checkpoint of trial fedgp-noise0.4-seed1-"),
+]
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """Two finished tiny trials (seeds 0 and 1), each with its last round's state.pt, and their rows."""
+    root = tmp_path_factory.mktemp("ckpt")
+    fm = make_fmnist_dir(root / "fm")
+    records = root / "records"
+    out = {}
+    for seed in (0, 1):
+        t = _trial(fm, seed)
+        run_trial(t, records)
+        out[seed] = (t, (records / t.key / STATE_FILE).read_bytes(), read_rows(records / t.key)["rows"])
+    return fm, out
+
+
+@pytest.mark.parametrize("case,damage,why", CHECKPOINTS, ids=[c[0] for c in CHECKPOINTS])
+def test_a_checkpoint_that_cannot_be_used_starts_its_trial_again(case, damage, why, finished, tmp_path, capsys):
+    """The trial was cut off (rows.json absent) and its state.pt is damaged or another trial's: one warning names the
+    file and why, the file is kept as state.pt.damaged, and the trial runs from round 0 to the same numbers."""
+    _, runs = finished
+    t, good, rows = runs[0]
+    record = tmp_path / t.key
+    record.mkdir()
+    (record / STATE_FILE).write_bytes(damage(good, runs[1][1]))
+    run_trial(t, tmp_path)
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    assert len(err) == 1 and str(record / STATE_FILE) in err[0] and why in err[0], err
+    assert "starts again from round 0" in err[0]
+    assert (record / (STATE_FILE + ".damaged")).read_bytes() == damage(good, runs[1][1])  # kept, not deleted
+    again = read_rows(record)["rows"]
+    assert [r["accuracy"] for r in again] == [r["accuracy"] for r in rows] and len(again) == len(rows)
+    assert torch.load(record / STATE_FILE, weights_only=True)["trial"] == t.key  # the new one names its trial
+
+
+def test_a_good_checkpoint_is_adopted_without_a_word(finished, tmp_path, capsys):
+    """The control: the trial's own last state.pt resumes it (no round runs again: the rows come from it)."""
+    _, runs = finished
+    t, good, rows = runs[0]
+    (tmp_path / t.key).mkdir()
+    (tmp_path / t.key / STATE_FILE).write_bytes(good)
+    run_trial(t, tmp_path)
+    assert "warning" not in capsys.readouterr().err
+    assert read_rows(tmp_path / t.key)["rows"] == rows and not (tmp_path / t.key / (STATE_FILE + ".damaged")).exists()
+
+
+# ---------------------------------------------------------------- 2. outputs that cannot be written
+
+@pytest.mark.parametrize("case,make,field_error", [
+    ("a folder where --parquet goes", lambda d: (d / "out.parquet").mkdir(), "it is a directory"),
+    ("a name over the filesystem's limit", lambda d: None, "over this filesystem's limit"),
+    ("a file where a parent folder goes", lambda d: (d / "sub").write_text("x"), "is a file, not a directory"),
+    ("a read-only existing file", lambda d: ((d / "out.parquet").write_text("x"), os.chmod(d / "out.parquet", 0o444)),
+     "read-only"),
+])
+def test_an_output_file_that_cannot_be_written_fails_before_any_work(case, make, field_error, tmp_path):
+    make(tmp_path)
+    target = {"a name over the filesystem's limit": tmp_path / ("r" * 250 + ".parquet"),
+              "a file where a parent folder goes": tmp_path / "sub" / "out.parquet"}.get(case, tmp_path / "out.parquet")
+    if case == "a read-only existing file" and os.geteuid() == 0:
+        pytest.skip("root writes read-only files")
+    with pytest.raises(preflight.PreflightError) as e:
+        preflight.output_file("parquet", target)
+    assert str(e.value).startswith("parquet=") and field_error in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("case,make,needle", [
+    ("the records folder is a file", lambda d: (d / "trials").write_text("x"), "is a file, where this writes a folder"),
+    ("summary.md is a folder", lambda d: (d / "summary.md").mkdir(), "is a folder, where this writes a file"),
+    ("results.parquet is a folder", lambda d: (d / "results.parquet").mkdir(), "is a folder, where this writes a file"),
+    ("--out is a file", None, "it is a file, not a directory"),
+])
+def test_a_sweep_output_of_the_wrong_kind_fails_before_any_work(case, make, needle, tmp_path, fmnist_dir, capsys):
+    out = tmp_path / "out"
+    if make is None:
+        out.write_text("x")
+    else:
+        out.mkdir()
+        make(out)
+    code = sweep.main(["--grid", "noise", "--values", "0", "--methods", "target_only", "--data-dir", str(fmnist_dir),
+                       "--out", str(out), "--backend", "local", "--resume", "auto"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("error: out=") and needle in err[0], err
+
+
+def test_free_space_and_path_limits_are_checked_before_work(tmp_path):
+    with pytest.raises(preflight.PreflightError, match=r"MiB free, and this needs about"):
+        preflight.output_dir("out", tmp_path / "o", need=1 << 62)
+    with pytest.raises(preflight.PreflightError, match=r"over this filesystem's limit of \d+"):
+        preflight.output_dir("out", tmp_path / "o", below="trials/" + "k" * 300 + "/rows.json")
+    assert preflight.output_dir("out", tmp_path / "o", below="trials/key/rows.json") == tmp_path / "o"
+
+
+def test_a_symlinked_output_is_written_through(tmp_path):
+    """The link stays a link; its target gets the new contents (atomically); no temporary file is left."""
+    target = tmp_path / "real" / "table.bin"
+    target.parent.mkdir()
+    target.write_bytes(b"old")
+    link = tmp_path / "link.bin"
+    link.symlink_to(target)
+    StoragePath(link).write_bytes(b"new")
+    assert link.is_symlink() and target.read_bytes() == b"new"
+    from fda_ray.core.history import History
+
+    h = History(config={"method": "fedgp"})
+    h.rows = [{"round": 0, "accuracy": 0.5}]
+    h.to_parquet(link)
+    assert link.is_symlink() and pq.read_table(target).to_pylist()[0]["accuracy"] == 0.5
+    assert sorted(p.name for p in target.parent.iterdir()) == ["table.bin"]
+
+
+def test_a_target_name_near_the_limit_still_gets_a_temporary_file(tmp_path):
+    """The temporary file's name is short and its own: a 255-byte target name (the limit) is written."""
+    p = tmp_path / ("n" * 255)
+    with atomic_local(p) as tmp:
+        tmp.write_bytes(b"x")
+        assert len(tmp.name) < 40
+    assert p.read_bytes() == b"x"
+
+
+@pytest.mark.parametrize("err", [errno.ENOSPC, errno.EDQUOT, errno.EROFS])
+def test_a_refused_write_is_one_line_and_keeps_what_was_written(err, tmp_path, fmnist_dir, monkeypatch, capsys):
+    """A run whose --parquet write is refused mid-run (a faked OSError at the third round's write): one line naming
+    the file and the reason, exit code 1, no traceback; the file holds the rounds written before, whole."""
+    from fda_ray.experiments import cli
+
+    out = tmp_path / "rounds.parquet"
+    real = pq.write_table
+    calls = []
+
+    def refusing(table, where, *a, **k):
+        calls.append(1)
+        if len(calls) == 3:
+            raise OSError(err, os.strerror(err), str(out))
+        return real(table, where, *a, **k)
+
+    monkeypatch.setattr(pq, "write_table", refusing)
+    code = cli.main(["--data-dir", str(fmnist_dir), "--num-sources", "2", "--rounds", "3", "--warmup-rounds", "1",
+                     "--samples-per-client", "128", "--target-labelled", "32", "--test-samples", "50",
+                     "--executor", "serial", "--parquet", str(out)])
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert code == 1 and "Traceback" not in captured.err
+    assert lines[-1].startswith(f"error: could not write {out}: {os.strerror(err)}"), lines
+    assert [r["round"] for r in pq.read_table(out).to_pylist()] == [0, 1]  # the two rounds written before
+    assert [p.name for p in tmp_path.iterdir()] == ["rounds.parquet"]  # no temporary file left behind
+
+
+# ---------------------------------------------------------------- 3. resumes that would change the sweep
+
+SHARED = Grid(name="shared-fail", dataset="fashion-mnist", variable="noise", values=(0.0, 0.5),
+              rows=(Row("source_only", "Source Only", "source_only"),
+                    Row("finetune_offline", "Finetune_Offline", "finetune_offline")),
+              seeds={}, profiles={"quick": {"num_sources": 2, "rounds": 2, "warmup_rounds": 1, "samples_per_client": 128,
+                                            "test_samples": 100, "target_labelled": 32, "finetune_epochs": 2,
+                                            "threads": TEST_THREADS}},
+              share_source_only=True)
+
+
+@pytest.mark.parametrize("case,damage", [
+    ("kept no weights (a source_only-only sweep)", lambda p: p.unlink()),
+    ("weights cut short", lambda p: p.write_bytes(p.read_bytes()[:100])),
+    ("weights that are not a vector", lambda p: torch.save({"a": 1}, p)),
+])
+def test_a_dependency_without_usable_weights_runs_again(case, damage, tmp_path, fmnist_dir):
+    """A grid extended with finetune_offline after its shared source_only trial finished without usable weights:
+    the source_only trial runs again and saves them (its rows.json kept aside), so the extended sweep finishes."""
+    trials = plan(SHARED, "quick", overrides={"data_dir": str(fmnist_dir)})
+    src, tuned = trials[0], trials[1:]
+    assert src.save_weights and all(t.weights_from == src.key for t in tuned)
+    run_trial(src, tmp_path)
+    before = (tmp_path / src.key / ROWS_FILE).read_bytes()
+    damage(tmp_path / src.key / WEIGHTS_FILE)
+    dry = rerun_for_weights(trials, tmp_path, move=False)
+    assert list(dry) == [src.key] and is_done(tmp_path / src.key)  # a dry run moves nothing
+    lines = rerun_for_weights(trials, tmp_path)
+    assert list(lines) == [src.key] and f"which trial {tuned[0].key} starts from" in lines[src.key]
+    assert not is_done(tmp_path / src.key)
+    assert (tmp_path / src.key / (ROWS_FILE + ".before-rerun")).read_bytes() == before
+    for t in trials:
+        run_trial(t, tmp_path)
+    assert all(is_done(tmp_path / t.key) for t in trials)
+    assert (tmp_path / src.key / ROWS_FILE).read_bytes() != b"" and rerun_for_weights(trials, tmp_path) == {}
+    assert json.loads((tmp_path / src.key / ROWS_FILE).read_text())["rows"] == json.loads(before)["rows"]
+
+
+def _record(trials, records: Path) -> None:
+    """Records as a sweep leaves them (trial.json of each trial), without running anything."""
+    for t in trials:
+        (records / t.key).mkdir(parents=True, exist_ok=True)
+        (records / t.key / "trial.json").write_text(json.dumps(t.to_dict()))
+
+
+@pytest.mark.parametrize("case,first,then,refused", [
+    ("a changed --rounds", [], ["--rounds", "3"], "rounds 2 there, 3 here"),
+    ("another --lr-target", [], ["--lr-target", "0.5"], "lr_target"),
+    ("another --samples-per-client", ["--samples-per-client", "128"], ["--samples-per-client", "96"],
+     "samples_per_client 128 there, 96 here"),
+    ("the same settings", [], [], None),
+    ("another chunk of values", ["--values", "0"], ["--values", "0.8"], None),
+    ("more seeds", ["--seeds", "1"], ["--seeds", "2"], None),
+])
+def test_a_resume_with_other_settings_is_refused_unless_told(case, first, then, refused, tmp_path, fmnist_dir, capsys):
+    base = ["--grid", "noise", "--methods", "target_only", "--data-dir", str(fmnist_dir), "--rounds", "2",
+            "--backend", "local", "--no-figures"]
+    out = tmp_path / "out"
+
+    def argv(more):  # the later flag of a repeated one wins (argparse)
+        return [*base, *(more or ["--values", "0"]), "--out", str(out)]
+
+    trials = plan(GRIDS["noise"], "quick", rows=["target_only"], values=[0.0],
+                  seeds=1 if "--seeds" not in first else int(first[1]),
+                  overrides={"rounds": 2, "data_dir": str(fmnist_dir),
+                             **({"samples_per_client": 128} if "--samples-per-client" in first else {})})
+    _record(trials, out / "trials")
+    assert sweep.main([*argv(then), "--resume", "--dry-run"]) == (2 if refused else 0)
+    err = capsys.readouterr().err.strip().splitlines()
+    if refused:
+        assert len(err) == 1 and err[0].startswith("error: resume=True is invalid: trial target_only") and \
+               refused in err[0] and "--new-settings" in err[0], err
+        assert sweep.main([*argv(then), "--resume", "--dry-run", "--new-settings"]) == 0  # told: it goes on
+    else:
+        assert not any(line.startswith("error") for line in err), err
+    assert changed_settings(trials, out / "trials") is None  # the records' own settings always pass
+
+
+def _sleeper() -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+
+
+@pytest.mark.parametrize("case,holder,taken", [
+    ("a live sweep on this host", lambda p: {"pid": p.pid, "host": socket.gethostname(),
+                                             "started": locks._started(p.pid)}, False),
+    ("a sweep on another host", lambda p: {"pid": 1, "host": "elsewhere.example", "started": None}, False),
+    ("a dead sweep", lambda p: {"pid": _dead_pid(), "host": socket.gethostname(), "started": None}, True),
+    ("a reused process id", lambda p: {"pid": p.pid, "host": socket.gethostname(), "started": -1.0}, True),
+    ("an unreadable old lock", lambda p: "garbage", True),
+])
+def test_one_writer_per_out(case, holder, taken, tmp_path, capsys):
+    proc = _sleeper()
+    try:
+        lock = tmp_path / locks.LOCK_FILE
+        h = holder(proc)
+        lock.write_text(h if isinstance(h, str) else json.dumps({**h, "time": time.time(), "command": "sweep A"}))
+        if isinstance(h, str):
+            os.utime(lock, (time.time() - 60, time.time() - 60))
+        if taken:
+            with locks.held(tmp_path, "out", "sweep B"):
+                assert locks.holder(lock)["pid"] == os.getpid()
+            assert not lock.exists()  # released
+            assert "taken over" in capsys.readouterr().err
+        else:
+            with pytest.raises(locks.LockedError) as e:
+                locks.acquire(tmp_path, "out", "sweep B")
+            assert str(e.value).startswith(f"out={str(tmp_path)!r} is invalid:") and "\n" not in str(e.value)
+            assert f"pid {h['pid']} on {h['host']}" in str(e.value) and "sweep A" in str(e.value)
+            assert json.loads(lock.read_text())["command"] == "sweep A"  # the holder's lock untouched
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def test_a_second_sweep_into_one_out_is_refused_in_one_line(tmp_path, fmnist_dir, capsys):
+    proc = _sleeper()
+    try:
+        out = tmp_path / "out"
+        out.mkdir()
+        (out / locks.LOCK_FILE).write_text(json.dumps({"pid": proc.pid, "host": socket.gethostname(), "time": 0,
+                                                       "started": locks._started(proc.pid), "command": "first"}))
+        code = sweep.main(["--grid", "noise", "--values", "0", "--methods", "target_only", "--data-dir",
+                           str(fmnist_dir), "--out", str(out), "--backend", "local", "--resume", "auto"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and "another sweep writes there now" in err[0], err
+        assert not (out / "trials").exists()  # nothing ran
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+# ---------------------------------------------------------------- 4. signals and closed pipes
+
+def test_cli_main_maps_sigterm_and_a_closed_stdout_to_their_exit_codes(capsys):
+    """The wrapper itself: SIGTERM becomes Ctrl-C's path with exit code 143, a closed stdout 141, a refused write 1
+    with one line, and any other error passes through unchanged."""
+    def sends(sig):
+        @interrupts.cli_main
+        def main():
+            try:
+                os.kill(os.getpid(), sig)
+                time.sleep(5)
+            except KeyboardInterrupt:
+                print(f"interrupted: by {interrupts.stop_reason()}", file=sys.stderr)
+                return interrupts.EXIT_INTERRUPTED
+            return 0
+        return main
+
+    before = signal.getsignal(signal.SIGTERM)
+    assert sends(signal.SIGTERM)() == 143 and "by SIGTERM" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGTERM) is before  # put back
+
+    @interrupts.cli_main
+    def pipe():
+        with interrupts.printing():
+            raise BrokenPipeError
+        return 0  # (not reached: the closed stdout stops it as Ctrl-C would)
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert pipe() in (interrupts.EXIT_PIPE,)
+
+    @interrupts.cli_main
+    def full():
+        raise OSError(errno.ENOSPC, "No space left on device", "/x/summary.md")
+
+    assert full() == 1 and "could not write /x/summary.md: No space left on device" in capsys.readouterr().err
+
+    @interrupts.cli_main
+    def bug():
+        raise OSError(errno.ECONNREFUSED, "refused")
+
+    with pytest.raises(OSError):
+        bug()
+
+
+def _spawn(args: list[str], **kw) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("RAY_ADDRESS", None)
+    return subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, cwd=str(ROOT), start_new_session=True, **kw)
+
+
+def _wait_for(pred, seconds: float = 240) -> None:
+    deadline = time.time() + seconds
+    while time.time() < deadline and not pred():
+        time.sleep(0.05)
+    assert pred(), "timed out"
+
+
+RUN = ["--num-sources", "2", "--rounds", "400", "--warmup-rounds", "1", "--samples-per-client", "128",
+       "--target-labelled", "32", "--test-samples", "50"]
+CRASH = ("Traceback", "*** SIGTERM", "Stack trace", "core dumped", "Fatal Python error")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("executor", ["serial", "ray"])
+def test_sigterm_to_a_run_keeps_its_rounds(executor, fmnist_dir, tmp_path):
+    out = tmp_path / "r.parquet"
+    proc = _spawn(["-m", "fda_ray", "--data-dir", str(fmnist_dir), *RUN, "--executor", executor, "--parquet", str(out)])
+    _wait_for(lambda: out.is_file() and pq.read_metadata(out).num_rows >= 2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    kept = pq.read_table(out).to_pylist()
+    lines = [line for line in err.splitlines() if line.startswith(("interrupted", "error"))]
+    assert proc.returncode == 143 and not any(c in err for c in CRASH), err[-3000:]
+    assert len(lines) == 1 and "stopped by SIGTERM" in lines[0] and f"finished rounds are in {out}" in lines[0]
+    assert [r["round"] for r in kept] == list(range(len(kept))) and len(kept) >= 2
+
+
+@pytest.mark.slow
+def test_a_closed_stdout_ends_a_run_quietly_with_its_rounds_kept(fmnist_dir, tmp_path):
+    out = tmp_path / "r.parquet"
+    proc = _spawn(["-m", "fda_ray", "--data-dir", str(fmnist_dir), *RUN, "--executor", "serial", "--parquet", str(out)])
+    first = proc.stdout.readline()
+    proc.stdout.close()  # `| head -1`
+    err = proc.stderr.read()
+    proc.wait(timeout=120)
+    assert first.startswith("round   1/") and proc.returncode == 141 and not any(c in err for c in CRASH), err[-3000:]
+    assert "stopped by a closed stdout" in err and pq.read_metadata(out).num_rows >= 1
+
+
+_SWEEP_DRIVER = """
+import sys
+sys.path[:0] = [{tests!r}, {root!r}]
+from test_sweep import make_tiny_grid
+from tuning.grids import GRIDS
+GRIDS["tiny-noise"] = make_tiny_grid(rounds=40)
+from fda_ray.experiments import sweep
+if __name__ == "__main__":  # the local backend's workers start by importing this file (spawn)
+    sys.exit(sweep.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend,how", [("local", "SIGTERM"), ("tune", "SIGTERM"), ("local", "closed stdout")])
+def test_a_stopped_sweep_keeps_its_trials_and_says_how_to_resume(backend, how, fmnist_dir, tmp_path):
+    """SIGTERM (local backend: to the sweep's whole process group, as a batch system stops a job; Tune: to the
+    sweep's process, as `kill` and `timeout` do) or a closed stdout: the finished trials' records and the summary
+    are kept, one line names the --resume command, exit 143 (141), no crash dump. (A SIGTERM to the process group
+    of a sweep on a Ray it started also stops Ray's own daemons: not yet handled, docs/sweeps-and-searches.md.)"""
+    script = tmp_path / "driver.py"
+    script.write_text(_SWEEP_DRIVER.format(tests=str(ROOT / "tests"), root=str(ROOT)))
+    out = tmp_path / "sweep"
+    args = [str(script), "--grid", "tiny-noise", "--data-dir", str(fmnist_dir), "--out", str(out), "--backend",
+            backend, "--no-figures", *(["--workers", "1"] if backend == "local" else ["--max-concurrent", "1"])]
+    proc = _spawn(args)
+    _wait_for(lambda: (out / "trials").is_dir() and any((d / STATE_FILE).is_file() for d in (out / "trials").iterdir()))
+    if how == "SIGTERM":
+        (os.killpg if backend == "local" else os.kill)(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=180)
+    else:
+        proc.stdout.close()
+        err = proc.stderr.read()
+        proc.wait(timeout=180)
+    assert proc.returncode == (143 if how == "SIGTERM" else 141), err[-3000:]
+    assert not any(c in err for c in CRASH), err[-3000:]
+    last = [line for line in err.splitlines() if line.startswith("interrupted")]
+    assert len(last) == 1 and last[0].endswith("--resume") and "resume with: python -m fda_ray.sweep" in last[0]
+    assert "**Interrupted**" in (out / "summary.md").read_text()
+    assert any((d / STATE_FILE).is_file() for d in (out / "trials").iterdir())  # the cut-off trial goes on later
+    assert not (out / locks.LOCK_FILE).exists()  # released
+
+
+# ---------------------------------------------------------------- 5. flags, damaged files
+
+PROGRAMS = {  # module -> the arguments every call carries (a sweep plans without running; no data is there to load)
+    "fda_ray.experiments.cli": ["--data-dir", "/nonexistent-data"],
+    "fda_ray.experiments.sweep": ["--grid", "noise", "--dry-run", "--data-dir", "/nonexistent-data"],
+    "fda_ray.experiments.collect": ["/nonexistent-sweep"],
+    "fda_ray.experiments.diagnose": ["--data-dir", "/nonexistent-data"],
+    "fda_ray.experiments.synthetic_grid": ["--out", "/nonexistent-dir/grid"],
+    "fda_ray.kernels.__main__": [],
+}
+
+
+def _parser_of(module) -> Any:
+    """The parser a program's main builds (caught at its parse: main(["--help"]) with parse_args intercepted)."""
+    from fda_ray.core.parsing import OneLineParser
+
+    got = []
+
+    def grab(self, *a, **k):
+        got.append(self)
+        raise SystemExit(0)
+
+    real = OneLineParser.parse_args
+    OneLineParser.parse_args = grab
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            module.main(["--help"])
+    finally:
+        OneLineParser.parse_args = real
+    return got[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("program", list(PROGRAMS))
+def test_every_numeric_flag_of_every_program_refuses_an_out_of_range_value_in_one_line(program):
+    """Every int or float flag of every command-line program, given -1000000 and nan: exit code 2, no traceback,
+    one error line that names the flag (`<field>=<value> is invalid` or argparse's `argument --flag`)."""
+    import importlib
+
+    module = importlib.import_module(program)
+    walked = 0
+    for action in _parser_of(module)._actions:
+        numeric = action.type in (int, float) or getattr(action.type, "__name__", "") == "parse"  # parsing.typed
+        if not action.option_strings or action.nargs == 0 or not numeric:
+            continue
+        flag = max(action.option_strings, key=len)
+        for bad in ("-1000000", "nan"):
+            err = io.StringIO()
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+                try:
+                    code = module.main([*PROGRAMS[program], flag, bad])
+                except SystemExit as e:
+                    code = e.code
+            lines = [line for line in err.getvalue().splitlines() if line.startswith("error:")]
+            assert code == 2 and "Traceback" not in err.getvalue() and len(lines) == 1, (flag, bad, err.getvalue())
+            assert f"{action.dest}=" in lines[0] or f"argument {flag}" in lines[0], (flag, bad, lines[0])
+            walked += 1
+    assert walked >= 2
+
+
+@pytest.mark.parametrize("case,argv,needle", [
+    ("threads far above any machine", ["-m", "fda_ray", "--threads", "100000"], "threads=100000 is invalid"),
+    ("seeds that would plan for hours", ["-m", "fda_ray.sweep", "--grid", "noise", "--seeds", "100000000",
+                                         "--dry-run"], "seeds=100000000 is invalid: an integer from 1 to 1000"),
+    ("a search flag given to a grid sweep", ["-m", "fda_ray.sweep", "--grid", "noise", "--num-samples", "-3",
+                                             "--dry-run"], "num_samples=-3 is invalid"),
+    ("a scale that is not a number", ["-m", "fda_ray.collect", "docs/results/noniid-000", "--scale", "nan"],
+     "scale=nan is invalid"),
+])
+def test_values_that_used_to_crash_or_hang_are_refused(case, argv, needle):
+    """Found by walking the flags: torch.set_num_threads(100000) crashed the process (SIGSEGV); --seeds 10**8
+    planned for hours; a grid sweep ignored a search flag's negative value; collect took --scale nan."""
+    p = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=300, cwd=str(ROOT),
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    lines = [line for line in p.stderr.splitlines() if line.startswith("error:")]
+    assert p.returncode == 2 and len(lines) == 1 and needle in lines[0], p.stderr[-2000:]
+
+
+@pytest.mark.parametrize("dataset,damage", [
+    ("fashion-mnist", lambda d: (d / "train-labels-idx1-ubyte.gz").write_bytes(b"\x1f\x8b\x08garbage")),
+    ("fashion-mnist", lambda d: (d / "t10k-images-idx3-ubyte.gz").write_bytes(
+        (d / "t10k-images-idx3-ubyte.gz").read_bytes()[:200])),
+    ("fashion-mnist", lambda d: (d / "t10k-labels-idx1-ubyte.gz").write_bytes(b"")),
+    ("mnist", lambda d: (d / "train-images-idx3-ubyte.gz").write_bytes(b"\x1f\x8b\x08garbage")),
+])
+def test_a_damaged_dataset_file_is_named_with_how_to_get_it_again(dataset, damage, tmp_path):
+    from fda_ray.data.base import DATASETS
+
+    root = make_fmnist_dir(tmp_path / "fm")
+    d = root
+    if dataset == "mnist":  # the same four files in MNIST's layout
+        d = tmp_path / "data" / "MNIST" / "raw"
+        d.mkdir(parents=True)
+        for f in root.iterdir():
+            (d / f.name).write_bytes(f.read_bytes())
+        root = tmp_path / "data"
+    damage(d)
+    with pytest.raises(ValueError) as e:
+        DATASETS.get(dataset)(str(root))
+    msg = str(e.value)
+    assert "\n" not in msg and str(d) in msg and "is damaged" in msg and "to get it again" in msg, msg
+    assert ("datasets/mnist.sh" if dataset == "mnist" else "datasets/fashion-mnist.sh") in msg
+
+
+def _edit_table(case: str, path: Path) -> None:
+    text = path.read_text()
+    lines = text.splitlines()
+    if case == "bom":
+        path.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    elif case == "latin-1":
+        path.write_bytes("\n".join(lines[:4] + [lines[4].replace(",site_b,", ",sit\u00e9_b,")] + lines[5:]).encode("latin-1"))
+    elif case == "no rows":
+        path.write_text(lines[0] + "\n")
+    elif case == "one domain":
+        path.write_text("\n".join([lines[0]] + [line for line in lines[1:] if ",site_a," in line]) + "\n")
+    elif case == "a training image as a test image":
+        test_row = next(i for i, line in enumerate(lines) if ",site_c,test," in line)
+        train_img = next(line for line in lines if ",site_a,train," in line).split(",")[0]
+        lines[test_row] = ",".join([train_img] + lines[test_row].split(",")[1:])
+        path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize("case,needle", [
+    ("bom", None),  # read as the same table (spreadsheet programs write the mark)
+    ("latin-1", r"table.csv:5: column 'domain': byte 0xe9 is not UTF-8"),
+    ("no rows", r"table.csv: no rows under the header"),
+    ("one domain", r"table.csv: column 'domain' holds one domain \('site_a'\)"),
+    ("a training image as a test image", r"table.csv:\d+: column 'path': image .* is a test image and a training "
+                                         r"image \(.*table.csv:\d+\)"),
+])
+def test_a_medical_table_problem_names_the_table_the_row_and_the_column(case, needle, tmp_path):
+    from fda_ray.data.base import DATASETS
+    from fda_ray.data.medical_csv import TableError
+    from test_medical_csv import generic_table
+
+    path = generic_table(tmp_path)
+    before = DATASETS.get("medical-csv")(data_dir=str(tmp_path)).env_names
+    _edit_table(case, path)
+    if needle is None:
+        assert DATASETS.get("medical-csv")(data_dir=str(tmp_path)).env_names == before
+        return
+    with pytest.raises(TableError, match=needle) as e:
+        DATASETS.get("medical-csv")(data_dir=str(tmp_path))
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case,env,argv,needle", [
+    ("FDA_DATA_DIR points nowhere", {"FDA_DATA_DIR": "/nonexistent-fda-data"}, ["-m", "fda_ray", "--rounds", "1"],
+     "error: $FDA_DATA_DIR='/nonexistent-fda-data' is invalid: no such directory"),
+    ("FDA_DATA_DIR is a file", {"FDA_DATA_DIR": str(ROOT / "README.md")}, ["-m", "fda_ray", "--rounds", "1"],
+     f"error: $FDA_DATA_DIR='{ROOT / 'README.md'}' is invalid: it is a file, not a directory"),
+    ("RAY_ADDRESS malformed", {"RAY_ADDRESS": "garbage:xx"}, ["-m", "fda_ray", "--rounds", "1", "--executor", "ray"],
+     "error: $RAY_ADDRESS='garbage:xx' is invalid: host:port, ray://host:port or auto"),
+    ("RAY_ADDRESS nobody answers at", {"RAY_ADDRESS": "127.0.0.1:1"},
+     ["-m", "fda_ray.sweep", "--grid", "noise", "--backend", "tune", "--out", "{tmp}/s"],
+     "error: $RAY_ADDRESS='127.0.0.1:1' is invalid: no Ray cluster answers at 127.0.0.1:1"),
+])
+def test_environment_variables_are_checked_like_flags_and_named(case, env, argv, needle, tmp_path, fmnist_dir):
+    """An environment variable that points nowhere or is malformed is an error naming it (not a field the user never
+    set, and never ignored for another copy of the data)."""
+    full = dict(os.environ, PYTHONPATH=str(ROOT), **env)
+    if "FDA_DATA_DIR" not in env:
+        full.pop("FDA_DATA_DIR", None)
+        argv = [*argv, "--data-dir", str(fmnist_dir)]
+    p = subprocess.run([sys.executable, *[a.format(tmp=tmp_path) for a in argv]], capture_output=True, text=True,
+                       timeout=300, cwd=str(tmp_path), env=full)
+    lines = [line for line in p.stderr.splitlines() if line.startswith("error:")]
+    assert p.returncode == 2 and len(lines) == 1 and lines[0].startswith(needle), p.stderr[-2000:]
+
+
+# ---------------------------------------------------------------- 6. the kernel cache of several checkouts
+
+_BUILD_FROM = """
+import json, os, sys, time
+from pathlib import Path
+from typing import Any
+sys.path.insert(0, {root!r})
+from fda_ray.kernels import loader
+csrc = Path(sys.argv[1])
+loader.CSRC, loader.CPU_SOURCES = csrc, (csrc / "projection.cpp",)
+t0 = time.perf_counter()
+loader.build("cpu")
+lib = next(loader.cache_dir("cpu").glob("*.so"))
+print(json.dumps({{"dir": str(loader.cache_dir("cpu")), "so_mtime": lib.stat().st_mtime_ns,
+                  "seconds": time.perf_counter() - t0}}))
+"""
+
+
+@pytest.mark.slow
+def test_two_checkouts_share_one_kernel_build_and_other_kernels_get_their_own(tmp_path):
+    """Checkout A builds; checkout B (the same sources at another path) loads A's build without compiling; A again
+    still does not compile; a checkout whose kernel differs builds into a folder of its own (A's build stays)."""
+    import shutil
+
+    if shutil.which(os.environ.get("CXX", "c++")) is None:
+        pytest.skip("no C++ compiler")
+    src = ROOT / "fda_ray" / "kernels" / "csrc"
+    checkouts = {}
+    for name in ("a", "b", "changed"):
+        checkouts[name] = tmp_path / name / "csrc"
+        shutil.copytree(src, checkouts[name])
+    cpp = checkouts["changed"] / "projection.cpp"
+    cpp.write_text(cpp.read_text() + "\n// another version of the kernel\n")
+    script = tmp_path / "build.py"
+    script.write_text(_BUILD_FROM.format(root=str(ROOT)))
+    env = dict(os.environ, FDA_RAY_KERNEL_CACHE=str(tmp_path / "cache"))
+
+    def build(name):
+        p = subprocess.run([sys.executable, str(script), str(checkouts[name])], capture_output=True, text=True,
+                           timeout=600, env=env)
+        assert p.returncode == 0, p.stderr[-2000:]
+        return json.loads(p.stdout.strip().splitlines()[-1])
+
+    a = build("a")
+    b = build("b")
+    again = build("a")
+    other = build("changed")
+    assert a["dir"] == b["dir"] == again["dir"] and a["so_mtime"] == b["so_mtime"] == again["so_mtime"]
+    assert other["dir"] != a["dir"] and build("a")["so_mtime"] == a["so_mtime"]
