@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         # before any work: results must have somewhere to go, under names the filesystem takes, with room for them
         longest = max((t.key for t in trials), key=len)
         where = preflight.output_dir("out", out, below=f"trials/{longest}/{ROWS_FILE}.before-rerun.99",
-                                     need=64 * preflight.MiB + 4 * preflight.MiB * len(trials))
+                                     need=64 * preflight.MiB + preflight.MiB * len(trials))
         preflight.layout("out", out, where, files=("results.parquet", "summary.md", "grid.yaml"), dirs=("trials",))
         _auto_resume(a, records)
         if records.exists() and not a.resume and not a.dry_run:

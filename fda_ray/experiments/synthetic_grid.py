@@ -80,6 +80,8 @@ class GridConfig:
             raise ValueError(f"lr={self.lr} is invalid: a finite number > 0")
         if not 0 <= self.beta <= 1:
             raise ValueError(f"beta={self.beta} is invalid: a number in [0, 1]")
+        if not 0 <= self.seed < 2 ** 32:  # numpy's seeds (a negative one was a traceback from its bit generator)
+            raise ValueError(f"seed={self.seed} is invalid: an integer from 0 to {2 ** 32 - 1}")
 
 
 def train(rule: str, model: torch.nn.Module, target: tuple[torch.Tensor, torch.Tensor],
