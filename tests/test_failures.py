@@ -324,15 +324,17 @@ def _dead_pid() -> int:
     return p.pid
 
 
-def test_a_second_sweep_into_one_out_is_refused_in_one_line(tmp_path, fmnist_dir, capsys):
+@pytest.mark.parametrize("what", [["--grid", "noise", "--values", "0", "--methods", "target_only"],
+                                  ["--search", "beta", "--num-samples", "2", "--scheduler", "none"]], ids=["grid", "search"])
+def test_a_second_sweep_into_one_out_is_refused_in_one_line(what, tmp_path, fmnist_dir, capsys):
     proc = _sleeper()
     try:
         out = tmp_path / "out"
         out.mkdir()
         (out / locks.LOCK_FILE).write_text(json.dumps({"pid": proc.pid, "host": socket.gethostname(), "time": 0,
                                                        "started": locks._started(proc.pid), "command": "first"}))
-        code = sweep.main(["--grid", "noise", "--values", "0", "--methods", "target_only", "--data-dir",
-                           str(fmnist_dir), "--out", str(out), "--backend", "local", "--resume", "auto"])
+        code = sweep.main([*what, "--data-dir", str(fmnist_dir), "--out", str(out), "--backend", "local",
+                           "--resume", "auto"])
         err = capsys.readouterr().err.strip().splitlines()
         assert code == 2 and len(err) == 1 and "another sweep writes there now" in err[0], err
         assert not (out / "trials").exists()  # nothing ran

@@ -4,8 +4,8 @@ Every command-line program's `main` is wrapped by `cli_main`, so that
 
     SIGTERM          is handled like Ctrl-C: the same path runs (a run keeps its finished rounds, a sweep its
                      trials' records and its summary, with the one line that says how to resume); the exit code is
-                     143 (128 + SIGTERM) where Ctrl-C's is 130. Under Ray Tune, whose own SIGINT handler stops a
-                     launch gracefully, SIGTERM goes through that handler too. `ray.init` installs Ray's own
+                     143 (128 + SIGTERM) where Ctrl-C's is 130. Inside a Ray Tune launch (`graceful`), whose own
+                     SIGINT handler stops it gracefully, SIGTERM goes through that handler too. `ray.init` installs Ray's own
                      SIGTERM handler (sys.exit, then Ray's crash dump at exit): `rearm` puts ours back after it.
     a closed stdout  (`python -m fda_ray.sweep ... | head`): the rest of the output is dropped quietly (stdout is
                      pointed at /dev/null, so Python's exit flush cannot fail again) and the exit code is 141
@@ -49,14 +49,27 @@ def stop_reason() -> str:
 
 
 def _as_ctrl_c(frame: Any) -> None:
-    """Do what Ctrl-C does here: run the SIGINT handler (Python's raises KeyboardInterrupt; Tune's stops its launch
-    gracefully), or raise KeyboardInterrupt where SIGINT is ignored (a background job of a shell without job
-    control starts with it ignored)."""
+    """Do what Ctrl-C does here: inside a Tune launch (`graceful`), run the SIGINT handler Tune installed (it stops
+    the launch gracefully); elsewhere raise KeyboardInterrupt, also where SIGINT is ignored (a background job of a
+    shell without job control starts with it ignored) or where an earlier Tune launch in this process left its
+    handler behind."""
     handler = signal.getsignal(signal.SIGINT)
-    if callable(handler):
+    if _state.get("graceful") and callable(handler) and handler is not signal.default_int_handler:
         handler(signal.SIGINT, frame)
         return
     raise KeyboardInterrupt(received())
+
+
+@contextlib.contextmanager
+def graceful() -> Iterator[None]:
+    """Around a Ray Tune launch (tuner.fit): SIGTERM and a closed stdout stop it as Tune's own Ctrl-C handler does,
+    which ends the launch and returns its results."""
+    before = _state.get("graceful", False)
+    _state["graceful"] = True
+    try:
+        yield
+    finally:
+        _state["graceful"] = before
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:

@@ -11,6 +11,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from fda_ray.core import interrupts
 from fda_ray.core.storage import StoragePath, storage_path
 from fda_ray.runtime import preflight
 from fda_ray.experiments.console import Progress, quiet_worker
@@ -235,7 +236,8 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
             run_config=tune.RunConfig(name=launch, storage_path=str(out / "tune"), verbose=0,
                                       failure_config=tune.FailureConfig(max_failures=max_failures),
                                       callbacks=[Callback()]))
-        grid = tuner.fit()
+        with interrupts.graceful():  # SIGTERM stops the launch as Tune's Ctrl-C does
+            grid = tuner.fit()
         for result in grid:
             if result.error is not None:
                 t = by_key[result.config["run"]["trial"]["key"]]

@@ -698,13 +698,18 @@ def search_main(a: Any, argv: list[str]) -> int:
     except DatasetNotFound as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    tracker = Tracking(track, out, f"search-{search.name}-{a.profile}")
-    console.OBSERVERS[:] = [tracker]
     try:
-        code = _run_search(a, search, out, num_samples, overrides, argv, first)
-    finally:
-        console.OBSERVERS.clear()
-        tracker.close()
+        with locks.held(out.local, "out", _command(argv)):  # one writer per --out, as for a grid sweep
+            tracker = Tracking(track, out, f"search-{search.name}-{a.profile}")
+            console.OBSERVERS[:] = [tracker]
+            try:
+                code = _run_search(a, search, out, num_samples, overrides, argv, first)
+            finally:
+                console.OBSERVERS.clear()
+                tracker.close()
+    except locks.LockedError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     _shutdown_ray()
     return code
 

@@ -25,6 +25,7 @@ from typing import Any, Sequence
 import torch
 from ray import tune
 
+from fda_ray.core import interrupts
 from fda_ray.core.storage import storage_path
 from fda_ray.experiments.trials import round_metrics as metrics
 from fda_ray.runtime.config import RunConfig
@@ -261,7 +262,8 @@ def run_optuna(space: Sequence[Any], base: dict[str, Any], row: str, variable: s
                                     reuse_actors=True),
         run_config=tune.RunConfig(name=launch, storage_path=str(out / "tune"), verbose=0,
                                   failure_config=tune.FailureConfig(max_failures=max_failures), callbacks=[Callback()]))
-    grid = tuner.fit()
+    with interrupts.graceful():  # SIGTERM stops the launch as Tune's Ctrl-C does
+        grid = tuner.fit()
     failures = []
     for result in grid:
         if result.error is not None:
