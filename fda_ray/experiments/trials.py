@@ -300,6 +300,16 @@ def checkpoint_damage(state: Any, key: str | None) -> str | None:
     return None
 
 
+def keep_aside(path: StoragePath, why: str) -> StoragePath:
+    """Rename a record's file that is not used any more to <name>.<why> (the next free <name>.<why>.N if that
+    exists): nothing a user computed is deleted. Returns the new path."""
+    target, n = path.with_name(f"{path.name}.{why}"), 1
+    while target.exists():
+        target, n = path.with_name(f"{path.name}.{why}.{n}"), n + 1
+    path.replace(target)
+    return target
+
+
 def load_state(record: StoragePath | Path, warn: Callable[[str], None] | None = None) -> dict | None:
     """The resume state of a cut-off trial (tensors and plain data: loaded without unpickling code), or None to
     start from round 0. A state.pt that cannot be read back (cut short, garbage, refused by torch's safe loader) or
@@ -316,10 +326,7 @@ def load_state(record: StoragePath | Path, warn: Callable[[str], None] | None = 
         why = f"unreadable: {type(e).__name__}{': ' + text[:160] if text else ''}"
     if why is None:
         return state
-    target, n = path.with_name(STATE_FILE + ".damaged"), 1
-    while target.exists():
-        target, n = path.with_name(f"{STATE_FILE}.damaged.{n}"), n + 1
-    path.replace(target)
+    target = keep_aside(path, "damaged")
     line = f"warning: trial {storage_path(record).name}: its checkpoint {path} is not used ({why}); kept as " \
            f"{target.name}, the trial starts again from round 0"
     (warn or _stderr)(line)
@@ -364,10 +371,7 @@ def set_aside_damaged(records: StoragePath | Path, move: bool = True) -> dict[st
             lines[key] = (f"warning: trial {key}: its {ROWS_FILE} is damaged ({why}); a resume without --dry-run "
                           f"keeps it as {ROWS_FILE}.damaged and runs the trial again")
             continue
-        target, n = rows.with_name(ROWS_FILE + ".damaged"), 1
-        while target.exists():
-            target, n = rows.with_name(f"{ROWS_FILE}.damaged.{n}"), n + 1
-        rows.replace(target)
+        target = keep_aside(rows, "damaged")
         lines[key] = f"warning: trial {key}: its {ROWS_FILE} is damaged ({why}); kept as {target.name}, the trial is " \
                      "pending again"
     return lines
@@ -407,10 +411,7 @@ def rerun_for_weights(trials: Sequence[Trial], records: StoragePath | Path, move
             lines[src.key] = (f"warning: trial {src.key}: {why}, which trial {t.key} starts from; a resume without "
                               f"--dry-run runs it again (its {ROWS_FILE} kept)")
             continue
-        target, n = rows.with_name(ROWS_FILE + ".before-rerun"), 1
-        while target.exists():
-            target, n = rows.with_name(f"{ROWS_FILE}.before-rerun.{n}"), n + 1
-        rows.replace(target)
+        target = keep_aside(rows, "before-rerun")
         lines[src.key] = (f"warning: trial {src.key}: {why}, which trial {t.key} starts from; it runs again and "
                           f"saves them (its {ROWS_FILE} kept as {target.name})")
     return lines
