@@ -28,8 +28,7 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None, field: s
     """Connect to Ray: keep a running session; else join `address` (or $RAY_ADDRESS); else start a local Ray."""
     if ray.is_initialized():
         return
-    if not address and os.environ.get("RAY_ADDRESS"):  # the message names what the user set
-        address, field = os.environ["RAY_ADDRESS"], "$RAY_ADDRESS"
+    address, field = preflight.address_and_field(address, field)  # the message names what the user set
     # The plug-ins loaded here (fda_ray.core.plugins), for the workers of a joined cluster; a started Ray's inherit them.
     env_vars = plugins.ray_env()
     env = {"runtime_env": {"env_vars": env_vars}} if env_vars else {}

@@ -221,6 +221,14 @@ def _host_port(address: str, field: str = "ray_address") -> tuple[str, int] | No
         raise _err(field, address, "host:port, ray://host:port or auto") from None
 
 
+def address_and_field(address: str | None, field: str = "ray_address") -> tuple[str | None, str]:
+    """The cluster address a run joins and what its messages call it: the option, else $RAY_ADDRESS (named as the
+    environment variable: the user never set the option)."""
+    if not address and os.environ.get("RAY_ADDRESS"):
+        return os.environ["RAY_ADDRESS"], "$RAY_ADDRESS"
+    return address, field
+
+
 def ray_address(address: str | None, timeout: float = RAY_CONNECT_TIMEOUT_S, field: str = "ray_address") -> None:
     """Something listens at the address (ray.init would otherwise wait for it for minutes)."""
     if not address:
@@ -398,7 +406,4 @@ def run(cfg: RunConfig) -> None:
     device(cfg.device)
     model_weights(cfg.model_weights, cfg.model or "resnet18")
     if cfg.executor == "ray":
-        if cfg.ray_address or not os.environ.get("RAY_ADDRESS"):
-            ray_address(cfg.ray_address)
-        else:
-            ray_address(os.environ["RAY_ADDRESS"], field="$RAY_ADDRESS")
+        ray_address(*address_and_field(cfg.ray_address))
