@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import gzip
 import os
+import shutil
 import struct
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +23,25 @@ torch.set_num_threads(TEST_THREADS)
 # FedWCA's pre-trained source models are cached on disk (fda_ray.algorithms.fedwca): not in the user's home. Set
 # before any Ray worker starts, so the actors see it too.
 os.environ["FDA_RAY_CACHE_DIR"] = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"fda-ray-test-cache-{os.getpid()}")
+# Ray's temporary folder (its sessions, and the address file a `ray start` or a test cluster leaves for ray.init()
+# to join) is the suite's own: a dead cluster's address file left in the machine's /tmp/ray by anything else made
+# every plain ray.init() here fail to join it, and the suite's clusters leave nothing there. Short: Ray's socket
+# paths live under it.
+_RAY_TMPDIR = None if "RAY_TMPDIR" in os.environ else tempfile.mkdtemp(prefix="fdaray-", dir="/tmp")
+if _RAY_TMPDIR:
+    os.environ["RAY_TMPDIR"] = _RAY_TMPDIR
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _ray_tmpdir_removed_at_the_end():
+    """The suite's Ray folder goes when the suite ends (its Ray stopped first)."""
+    yield
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    if _RAY_TMPDIR:  # made here, not the user's
+        shutil.rmtree(_RAY_TMPDIR, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True, scope="session")

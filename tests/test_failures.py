@@ -9,10 +9,12 @@ import errno
 import io
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -650,6 +652,42 @@ def test_environment_variables_are_checked_like_flags_and_named(case, env, argv,
     assert p.returncode == 2 and len(lines) == 1 and lines[0].startswith(needle), p.stderr[-2000:]
 
 
+def test_rays_address_file_is_read_as_ray_reads_it_and_a_dead_clusters_is_named(tmp_path, monkeypatch):
+    """The address a `ray start` leaves for ray.init(): absent -> None; a live listener -> joined; nobody there ->
+    (file, address, False), so a run starts its own Ray instead of failing to join a cluster that is gone."""
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
+    assert preflight.left_by_ray_start() is None
+    (tmp_path / "ray").mkdir()
+    f = tmp_path / "ray" / "ray_current_cluster"
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        f.write_text(f"127.0.0.1:{listener.getsockname()[1]}\n")
+        assert preflight.left_by_ray_start() == (str(f), f"127.0.0.1:{listener.getsockname()[1]}", True)
+    f.write_text("127.0.0.1:1")
+    assert preflight.left_by_ray_start(timeout=1.0) == (str(f), "127.0.0.1:1", False)
+
+
+@pytest.mark.slow
+def test_a_run_beside_a_dead_clusters_address_file_starts_its_own_ray(tmp_path, fmnist_dir):
+    """A `ray start` cluster that ended without `ray stop` leaves its address in Ray's folder, and a plain
+    ray.init() then fails for it (CI once failed so): a run says so in one note and runs on a local Ray."""
+    ray_tmp = Path(tempfile.mkdtemp(prefix="fdaray-t-", dir="/tmp"))  # short: Ray's socket paths live under it
+    try:
+        (ray_tmp / "ray").mkdir()
+        (ray_tmp / "ray" / "ray_current_cluster").write_text("127.0.0.1:1")
+        env = dict(os.environ, PYTHONPATH=str(ROOT), RAY_TMPDIR=str(ray_tmp))
+        env.pop("RAY_ADDRESS", None)
+        p = subprocess.run([sys.executable, "-m", "fda_ray", "--data-dir", str(fmnist_dir), *RUN[:2], "--rounds", "1",
+                            "--warmup-rounds", "0", *RUN[6:], "--executor", "ray"], capture_output=True, text=True,
+                           timeout=300, cwd=str(tmp_path), env=env)
+        notes = [line for line in p.stderr.splitlines() if line.startswith("note:") and "no longer answers" in line]
+        assert p.returncode == 0 and len(notes) == 1 and "127.0.0.1:1" in notes[0], p.stderr[-3000:]
+        assert "round 1" in p.stdout or "acc" in p.stdout, p.stdout[-2000:]
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
 # ---------------------------------------------------------------- 6. the kernel cache of several checkouts
 
 _BUILD_FROM = """
@@ -672,7 +710,6 @@ print(json.dumps({{"dir": str(loader.cache_dir("cpu")), "so_mtime": lib.stat().s
 def test_two_checkouts_share_one_kernel_build_and_other_kernels_get_their_own(tmp_path):
     """Checkout A builds; checkout B (the same sources at another path) loads A's build without compiling; A again
     still does not compile; a checkout whose kernel differs builds into a folder of its own (A's build stays)."""
-    import shutil
 
     if shutil.which(os.environ.get("CXX", "c++")) is None:
         pytest.skip("no C++ compiler")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from typing import Callable
 
 import ray
@@ -25,7 +26,8 @@ from fda_ray.runtime.ray_executor import RayExecutor
 
 
 def ensure_ray(address: str | None = None, num_cpus: int | None = None, field: str = "ray_address") -> None:
-    """Connect to Ray: keep a running session; else join `address` (or $RAY_ADDRESS); else start a local Ray."""
+    """Connect to Ray: keep a running session; else join `address` (or $RAY_ADDRESS); else join the live cluster
+    a `ray start` on this machine left its address for (Ray's own default); else start a local Ray."""
     if ray.is_initialized():
         return
     address, field = preflight.address_and_field(address, field)  # the message names what the user set
@@ -39,8 +41,15 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None, field: s
         except ConnectionError as e:
             raise preflight.PreflightError(f"{field}={address!r} is invalid: {str(e).splitlines()[0]}") from None
     else:
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True, logging_level=_logging_level(),
-                 **env)
+        left = preflight.left_by_ray_start()
+        if left and left[2]:  # a live `ray start` cluster on this machine (a `ray up` head): join it, as Ray does
+            ray.init(log_to_driver=True, logging_level=_logging_level(), **env)
+        else:
+            if left:  # a dead cluster's address file would make ray.init fail; say what is skipped and why
+                print(f"note: {left[0]} names a Ray cluster at {left[1]} that no longer answers (left by a `ray "
+                      "start` that ended without `ray stop`); starting a local Ray instead", file=sys.stderr)
+            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
+                     logging_level=_logging_level(), **env)
     interrupts.rearm()  # ray.init installed Ray's SIGTERM handler (sys.exit, then Ray's crash dump): ours again
 
 

@@ -229,6 +229,30 @@ def address_and_field(address: str | None, field: str = "ray_address") -> tuple[
     return address, field
 
 
+def left_by_ray_start(timeout: float = 2.0) -> tuple[str, str, bool] | None:
+    """The cluster Ray itself would join when given no address: `ray start --head` (and a test's
+    ray.cluster_utils.Cluster) writes its address to $RAY_TMPDIR/ray/ray_current_cluster (default /tmp/ray/) and
+    ray.init() with no address joins it. Returns (file, address, answers) or None without that file. A cluster
+    that died without `ray stop` leaves the file behind, and a plain ray.init() then fails for a dead address;
+    `ray exec` on a `ray up` head, on the other hand, relies on the file to join the live cluster."""
+    try:
+        from ray._common.utils import get_ray_address_file
+    except ImportError:  # another Ray layout: let ray.init decide as it always does
+        return None
+    path = get_ray_address_file(None)
+    try:
+        address = Path(path).read_text().strip()
+    except OSError:
+        return None
+    if not address:
+        return None
+    try:
+        ray_address(address, timeout=timeout)
+        return path, address, True
+    except PreflightError:
+        return path, address, False
+
+
 def ray_address(address: str | None, timeout: float = RAY_CONNECT_TIMEOUT_S, field: str = "ray_address") -> None:
     """Something listens at the address (ray.init would otherwise wait for it for minutes)."""
     if not address:
