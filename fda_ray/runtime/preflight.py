@@ -23,7 +23,6 @@ import re
 import socket
 import tempfile
 import uuid
-import warnings
 from pathlib import Path
 from typing import Any, Iterable
 
