@@ -26,7 +26,8 @@ import torch
 from conftest import TEST_THREADS, make_fmnist_dir
 from fda_ray.core import interrupts, locks
 from fda_ray.core.storage import StoragePath, atomic_local
-from fda_ray.experiments import sweep
+from fda_ray.experiments import stranded, sweep
+from fda_ray.experiments.stranded import StrandedWatch
 from fda_ray.experiments.trials import (ROWS_FILE, STATE_FILE, WEIGHTS_FILE, Trial, changed_settings, is_done, plan,
                                         read_rows, rerun_for_weights, run_trial, trial_key)
 from fda_ray.runtime import preflight
@@ -686,6 +687,145 @@ def test_a_run_beside_a_dead_clusters_address_file_starts_its_own_ray(tmp_path, 
         assert "round 1" in p.stdout or "acc" in p.stdout, p.stdout[-2000:]
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- 6. trials no live node can hold after a node loss
+
+BIG, SMALL = {"CPU": 2.0}, {"CPU": 1.0}
+ASK = [{"CPU": 2.0}]  # one trial's placement group
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _watch(nodes_over_time, wait_s=10.0, known=True, types=()):
+    """A watch over a scripted cluster: nodes_over_time(t) -> the live nodes at clock t."""
+    from fda_ray.runtime.resources import Cluster
+
+    clock = _Clock()
+    calls = []
+
+    def cluster():
+        calls.append(clock.t)
+        return Cluster(tuple(nodes_over_time(clock.t)), tuple(types), known=known, source="the Ray cluster")
+
+    return StrandedWatch(ASK, wait_s=wait_s, cluster=cluster, clock=clock, every_s=1.0), clock, calls
+
+
+@pytest.mark.parametrize("case,nodes,known,types,statuses,expect_reason_at", [
+    # the big node is lost at t=5: seen by the look at t=5, the pending trials fail 10 s later
+    ("big node lost", lambda t: [BIG, SMALL] if t < 5 else [SMALL], True, (), ["PENDING"], 15.0),
+    # it comes back at t=12, before the wait ends: nothing fails
+    ("node back within the wait", lambda t: [BIG, SMALL] if t < 5 or t >= 12 else [SMALL], True, (), ["PENDING"], None),
+    # an autoscaler can add a node that holds the trial: not stranded
+    ("autoscaler type holds it", lambda t: [SMALL], True, (BIG,), ["PENDING"], None),
+    # node types unknown (KubeRay): never judged
+    ("unknown node types", lambda t: [SMALL], False, (), ["PENDING"], None),
+    # nothing waits: nothing to judge, however small the cluster
+    ("no pending trial", lambda t: [SMALL], True, (), ["RUNNING", "TERMINATED"], None),
+])
+def test_a_stranded_launch_is_named_once_after_the_wait(case, nodes, known, types, statuses, expect_reason_at):
+    watch, clock, calls = _watch(nodes, known=known, types=types)
+    found = []
+    for step in range(0, 400):  # the controller's loop, every 0.1 s for 40 s
+        clock.t = step / 10
+        reason = watch.step(statuses)
+        if reason is not None:
+            found.append((clock.t, reason))
+    if expect_reason_at is None:
+        assert found == [] and watch.reason is None, case
+    else:
+        assert len(found) == 1 and found[0][0] == pytest.approx(expect_reason_at), (case, found)
+        assert found[0][1].startswith("no live node can hold a trial (it asks {CPU: 2}; largest live node {CPU: 1})")
+    if "PENDING" not in statuses:
+        assert calls == []  # the cluster is not even asked
+    else:  # read at most once a second, not every step, and never again once judged
+        assert calls and all(b - a >= 1.0 - 1e-9 for a, b in zip(calls, calls[1:]))
+        assert calls[-1] == (expect_reason_at if expect_reason_at is not None else 39.0)
+
+
+def test_a_stranded_launch_ends_only_when_its_running_trials_have_finished():
+    watch, clock, _ = _watch(lambda t: [SMALL], wait_s=2.0)
+    for step in range(60):
+        clock.t = step / 10
+        watch.step(["RUNNING", "PENDING"])
+    assert watch.reason is not None and not watch.stop_all()  # a trial still runs on the small node's ...
+    watch.step(["TERMINATED", "PENDING"])
+    assert watch.stop_all()
+
+
+@pytest.mark.parametrize("raw", ["-1", "nan", "inf", "soon"])
+def test_a_bad_node_wait_is_one_line_naming_the_variable(raw, monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv(stranded.WAIT_ENV, raw)
+    code = sweep.main(["--grid", "noise", "--backend", "tune", "--out", str(tmp_path / "s")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err == [f"error: ${stranded.WAIT_ENV}={raw!r} is invalid: seconds, a finite number >= 0"]
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_lost_raylets_line_names_the_signal_the_log_and_what_was_kept():
+    from fda_ray.runtime import node_watch
+
+    node_watch.set_kept(lambda: "the 7 finished rounds are in r.parquet")
+    try:
+        assert node_watch.line(42, -9, "/x/raylet.out") == (
+            "error: the local Ray node under this command was lost (its raylet, pid 42, ended by SIGKILL: killed, by a "
+            "user or the out-of-memory killer; its log: /x/raylet.out); Ray cannot go on without it; the 7 finished "
+            "rounds are in r.parquet")
+        assert "ended by SIGSEGV);" in node_watch.line(42, -11)
+        assert "exited with code 3);" in node_watch.line(42, 3)
+        node_watch.set_kept(lambda: 1 / 0)  # a failing description never costs the line
+        assert node_watch.line(42, -9).endswith("Ray cannot go on without it")
+    finally:
+        node_watch.set_kept(None)
+
+
+def test_rays_own_dump_of_a_lost_raylet_is_left_out_and_nothing_else():
+    from fda_ray.runtime import node_watch
+
+    class FakeWorker:
+        printed: list = []
+
+        @staticmethod
+        def print_to_stdstream(data, ignore_prefix):
+            FakeWorker.printed.append(data["lines"][0])
+
+    node_watch._quiet_raylet_report(FakeWorker)
+    node_watch._quiet_raylet_report(FakeWorker)  # once only
+    FakeWorker.print_to_stdstream({"lines": ["Raylet is terminated. Termination is unexpected. ..."], "pid": "raylet"},
+                                  False)
+    FakeWorker.print_to_stdstream({"lines": ["a worker's print"], "pid": 123}, False)
+    FakeWorker.print_to_stdstream({"lines": ["Raylet is terminated. ..."], "pid": 123}, False)  # not the raylet's
+    assert FakeWorker.printed == ["a worker's print", "Raylet is terminated. ..."]
+
+
+@pytest.mark.slow
+def test_a_run_whose_raylet_is_killed_ends_in_one_line_and_keeps_its_rounds(fmnist_dir, tmp_path):
+    """The raylet of the run's own Ray killed mid-run (SIGKILL, as the out-of-memory killer does): one line on
+    stderr naming it, exit 1, none of Ray's dump, the finished rounds on disk, and no Ray process left behind."""
+    import ray  # noqa: F401  (psutil is Ray's own copy, importable once Ray is)
+    import psutil
+
+    out = tmp_path / "r.parquet"
+    proc = _spawn(["-m", "fda_ray", "--data-dir", str(fmnist_dir), *RUN, "--executor", "ray", "--parquet", str(out)])
+    _wait_for(lambda: out.is_file() and pq.read_metadata(out).num_rows >= 2)
+    family = psutil.Process(proc.pid).children(recursive=True)
+    (raylet,) = [p for p in family if p.name() == "raylet"]
+    raylet.kill()
+    printed, err = proc.communicate(timeout=120)
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 1 and len(lines) == 1, err[-3000:]
+    assert lines[0].startswith(f"error: the local Ray node under this command was lost (its raylet, pid {raylet.pid}, "
+                               "ended by SIGKILL")
+    kept = pq.read_metadata(out).num_rows
+    assert lines[0].endswith(f"the {kept} finished rounds are in {out}") and kept >= 2
+    assert not any(c in printed + err for c in (*CRASH, "[state-dump]", "Raylet is terminated"))
+    _wait_for(lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in family), 60)
 
 
 # ---------------------------------------------------------------- 6. the kernel cache of several checkouts

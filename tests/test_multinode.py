@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import boto3
 import pyarrow.parquet as pq
@@ -145,6 +146,69 @@ def test_a_sweep_spreads_over_the_nodes_survives_a_lost_node_and_equals_the_loca
     assert sweep.main(_args(fmnist_dir, out, "--address", c.address, "--executor", "serial", "--resume")) == 0
     again = capsys.readouterr().out
     assert _summary(again)["trials_run"] == 0
+
+
+def test_trials_no_live_node_holds_after_a_node_loss_fail_in_one_line_and_resume_later(
+        no_ray, grid6, fmnist_dir, tmp_path, capsys, monkeypatch):
+    """A head without CPUs, a 2-CPU node and a 1-CPU node; trials of 2 threads (driver {CPU: 2}) fit the big node
+    only. The big node is lost under a trial: the retried trial and those not started wait for a node no live one
+    is. Ray would keep them pending in silence; within $FDA_RAY_NODE_WAIT_S (3 s here) after Ray notices the loss,
+    the sweep says so in one note, ends with one error line and exit 1, and keeps every record; with a big node
+    back, --resume finishes the sweep from the lost trial's checkpoint."""
+    monkeypatch.setenv("FDA_RAY_NODE_WAIT_S", "3")
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    big = c.add_node(num_cpus=2)
+    c.add_node(num_cpus=1)
+    c.wait_for_nodes()
+    out = tmp_path / "sweep"
+    lost: dict[str, Any] = {}
+
+    def lose_the_big_node() -> None:
+        deadline = time.time() + 300
+        while time.time() < deadline and not lost:
+            for state in (out / "trials").glob("*/state.pt"):
+                if not (state.parent / "rows.json").is_file():
+                    _lose(c, big)
+                    lost.update(trial=state.parent.name, at=time.time())
+                    return
+            time.sleep(0.05)
+
+    args = _args(fmnist_dir, out, "--address", c.address, "--executor", "serial", "--threads", "2")
+    try:
+        watcher = threading.Thread(target=lose_the_big_node, daemon=True)
+        watcher.start()
+        code = sweep.main(args)
+        ended = time.time()
+        watcher.join(timeout=5)
+        printed = capsys.readouterr()
+        assert lost, "no trial ran long enough to lose the node under it"
+        errors = [line for line in printed.err.splitlines() if line.startswith("error:")]
+        notes = [line for line in printed.err.splitlines() if "cannot start: no live node can hold a trial" in line]
+        why = "no live node can hold a trial (it asks {CPU: 2}; largest live node {CPU: 1})"
+        assert code == 1 and len(errors) == 1 and len(notes) == 1, printed.err[-3000:]
+        assert errors[0].startswith("error: ") and why in errors[0] and errors[0].endswith(" --resume")
+        with capsys.disabled():
+            print(f"\nnode lost under {lost['trial'][:28]}; the sweep ended {ended - lost['at']:.0f} s later:\n"
+                  f"{notes[0]}\n{errors[0]}")
+        assert ended - lost["at"] < 3 + 120  # Ray's noticing of the loss, the wait, and the launch's end: bounded
+        summary = _summary(printed.out)
+        not_run = summary["failures"]
+        assert not_run and all(f["error"].startswith(f"not run: {why}") for f in not_run)
+        assert summary["trials_done"] + len(not_run) == summary["trials"] == 4
+        assert lost["trial"] in {f["trial"] for f in not_run}
+        assert (out / "trials" / lost["trial"] / "state.pt").is_file()  # its finished rounds are kept
+        if ray.is_initialized():
+            ray.shutdown()
+        c.add_node(num_cpus=2)
+        c.wait_for_nodes()
+        assert sweep.main([*args, "--resume"]) == 0
+        again = _summary(capsys.readouterr().out)
+        assert again["trials_done"] == 4 and again["trials_run"] == len(not_run)
+        assert _records(out)[lost["trial"]]["nodes"][-1]["from_round"] >= 1  # went on from its checkpoint
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        c.shutdown()
 
 
 def test_a_trials_driver_runs_beside_its_client_actors(no_ray, grid6, fmnist_dir, tmp_path, capsys):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from fda_ray.core import interrupts
 from fda_ray.core.storage import StoragePath, storage_path
 from fda_ray.runtime import preflight
 from fda_ray.experiments.console import Progress, quiet_worker
+from fda_ray.experiments.stranded import StrandedWatch, tune_parts as stranded_tune_parts
 from fda_ray.experiments.trials import Trial, is_done, run_trial
 
 
@@ -218,15 +220,35 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
 
     failures: list[dict] = []
     stopped: set[str] = set()  # trials the scheduler stopped early: settled, not interrupted
+    stranded_reason: str | None = None  # set when a node loss left no live node that holds a trial
+
+    def not_run(t: Trial, reason: str) -> None:
+        failures.append({"trial": t.key, "row": t.row, "value": t.value, "seed": t.seed, "attempts": 0,
+                         "error": f"not run: {reason}", "stranded": True})
+        progress.line(t, "FAILED (not run: no live node holds it)")
+
+    def on_stranded(reason: str, waiting: int) -> None:
+        progress.note(f"note: {waiting} trial(s) cannot start: {reason}; the running trials finish, then the "
+                      "sweep ends and reports the trials not run (resume once the cluster has such a node)",
+                      stream=sys.stderr)
+
     for phase in _phases(pending):
         phase = [t for t in phase if t.weights_from is None or is_done(records / t.weights_from)]
         if not phase:
             continue
+        if stranded_reason is not None:  # an earlier launch found no node for these bundles: do not wait again
+            for t in phase:
+                not_run(t, stranded_reason)
+            continue
         launch = ft.next_launch(out)
         space = [{"trial": t.to_dict(), ft.RECORD_KEY: str(records), **({"metric": metric} if metric else {})}
                  for t in phase]
+        # every trial of a sweep asks the same resources: one placement group, watched for a node loss
+        group = ft.resources(phase[0].config().resolved(), ft.driver_placement(pin_drivers))
+        watch = StrandedWatch(group.bundles)
+        watch_callback, watch_stopper = stranded_tune_parts(watch, on_stranded)
         tuner = tune.Tuner(
-            ft.with_resources(phase[0].config(), pin_drivers),  # every trial of a sweep asks the same resources
+            tune.with_resources(ft.trainable, group),
             param_space={"run": tune.grid_search(space)},
             # reuse_actors: a trial's process (torch imported, kernels loaded) runs the next trial too.
             tune_config=tune.TuneConfig(max_concurrent_trials=max_concurrent, reuse_actors=True,
@@ -235,7 +257,7 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
             # (Tune on several nodes requires one; Ray builds the filesystem from the URI, as StoragePath does).
             run_config=tune.RunConfig(name=launch, storage_path=str(out / "tune"), verbose=0,
                                       failure_config=tune.FailureConfig(max_failures=max_failures),
-                                      callbacks=[Callback()]))
+                                      callbacks=[Callback(), watch_callback], stop=watch_stopper))
         with interrupts.graceful():  # SIGTERM stops the launch as Tune's Ctrl-C does
             grid = tuner.fit()
         for result in grid:
@@ -244,8 +266,14 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
                 failures.append({"trial": t.key, "row": t.row, "value": t.value, "seed": t.seed,
                                  "attempts": _attempts(result),
                                  "error": str(result.error).strip().splitlines()[-1][:300]})
-        # Tune stops on SIGINT and returns: trials neither done nor failed mean the sweep was interrupted
         failed = {f["trial"] for f in failures}
+        if watch.reason is not None:  # the launch ended for want of a node: its trials not run fail, with why
+            stranded_reason = watch.reason
+            for t in phase:
+                if not is_done(records / t.key) and t.key not in failed | stopped:
+                    not_run(t, stranded_reason)
+            failed = {f["trial"] for f in failures}
+        # Tune stops on SIGINT and returns: trials neither done nor failed mean the sweep was interrupted
         if any(not is_done(records / t.key) and t.key not in failed | stopped for t in phase):
             progress.close()
             return failures, True

@@ -12,14 +12,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import sys
 import time
 import typing
-from typing import Any, Callable, NoReturn
+from typing import Any
 
 from fda_ray.core import plugins
 from fda_ray.core.parsing import OneLineParser, typed
+from fda_ray.runtime import node_watch
 from fda_ray.runtime.config import RunConfig
 from fda_ray.core.interrupts import cli_main, printing
 
@@ -246,6 +246,8 @@ def _main(argv: list[str] | None = None) -> int:
             print(f"round {row['round'] + 1:3d}/{total} [{row['phase']}] acc {100 * row['accuracy']:6.2f} "
                   f"loss {row['loss']:.4f}{extra} ({row['seconds']:.2f} s)", flush=True)
 
+    node_watch.set_kept(lambda: f"the {len(finished.rows)} finished rounds are in {a.parquet}" if a.parquet
+                        else "its finished rounds were not kept (no --parquet)")
     t0 = time.perf_counter()
     try:
         hist = run(cfg, progress)

@@ -139,11 +139,17 @@ class Progress:
             self._tell("round", key, row)
             slow = slow_phases(from_report(row))  # the first report carries the trial's start-up phases
             if slow:
-                with printing():
-                    self._clear()
-                    print(f"note: {trial_name(self.running[key]['trial'], self.variable)}: slow start-up: "
-                          f"{'; '.join(slow)}", file=self.stream, flush=True)
+                self.note(f"note: {trial_name(self.running[key]['trial'], self.variable)}: slow start-up: "
+                          f"{'; '.join(slow)}")
             self.draw()
+
+    def note(self, text: str, stream: TextIO | None = None) -> None:
+        """One line above the live block (which is drawn again below it); `stream`: another than the block's (a
+        problem's line on stderr, so that stdout stays the progress and the summary)."""
+        with printing():
+            self._clear()
+            print(text, file=stream or self.stream, flush=True)
+        self.draw()
 
     def line(self, t: Any, what: str) -> None:
         """A trial settled: `what` is "done", "FAILED" or "stopped early (...)"."""

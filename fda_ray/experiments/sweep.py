@@ -39,13 +39,13 @@ from typing import Any, Sequence
 
 from fda_ray.core import locks, plugins
 from fda_ray.core.storage import StoragePath, storage_path
-from fda_ray.runtime import preflight, resources
+from fda_ray.runtime import node_watch, preflight, resources
 from fda_ray.core.parsing import OneLineParser
 from fda_ray.core.registry import did_you_mean
 from fda_ray.experiments.cli import add_config_arguments, config_fields
 from fda_ray.data.base import DatasetNotFound
 from fda_ray.experiments.backends import Progress, run_local, run_tune, write_parquet
-from fda_ray.experiments import console, tracking
+from fda_ray.experiments import console, stranded, tracking
 from fda_ray.experiments.console import quiet
 from fda_ray.experiments.tables import final_accuracies, mean_ci
 from fda_ray.experiments.tracking import Tracking
@@ -346,6 +346,8 @@ def _execute(a: Any, grid: Grid, trials: list[Trial], out: StoragePath, records:
     tracker = Tracking(track, out, f"{grid.name}-{a.profile}")
     console.OBSERVERS[:] = [tracker]
     progress = Progress(len(pending), grid.variable)
+    node_watch.set_kept(lambda: f"the {sum(1 for t in trials if is_done(records / t.key))} finished trials' records "
+                        f"and the others' last rounds are in {records}; resume with: {command} --resume")
     try:
         if pending and a.backend == "local":
             workers = a.workers or resources.local_workers(trials[0].config().resolved())
@@ -405,6 +407,11 @@ def _summarise(a: Any, grid: Grid, trials: list[Trial], out: StoragePath, record
         print(f"error: {len(refused)} trial(s) could not write their records ({why}, under {records}); the "
               f"{done} finished trials are kept: free the space, then resume with: {command} --resume",
               file=sys.stderr)
+    not_run = [f for f in failures if f.get("stranded")]
+    if not_run:  # a node loss, not the method: say so once, with what to do
+        print(f"error: {len(not_run)} trial(s) did not run: {not_run[0]['error'].removeprefix('not run: ')}; the "
+              f"{done} finished trials are kept: bring back a node that holds a trial, then resume with: {command} "
+              "--resume", file=sys.stderr)
     return 1 if failures or done < len(trials) else 0
 
 
@@ -423,6 +430,7 @@ def check_counts(a: Any) -> None:
         raise SweepError(f"seeds={a.seeds} is invalid: an integer from 1 to {MAX_SEEDS}")
     if a.max_failures < 0:
         raise SweepError(f"max_failures={a.max_failures} is invalid: an integer >= 0")
+    stranded.wait_seconds()  # $FDA_RAY_NODE_WAIT_S, read by a Tune launch: checked before any work
 
 
 SCHEDULERS = ("asha", "none")

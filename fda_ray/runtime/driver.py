@@ -17,7 +17,7 @@ from typing import Callable
 import ray
 
 from fda_ray.core import interrupts, plugins
-from fda_ray.runtime import preflight
+from fda_ray.runtime import node_watch, preflight
 from fda_ray.runtime.config import RunConfig
 from fda_ray.runtime.startup import Startup, start_run
 from fda_ray.core.history import History
@@ -50,6 +50,7 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None, field: s
                       "start` that ended without `ray stop`); starting a local Ray instead", file=sys.stderr)
             ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
                      logging_level=_logging_level(), **env)
+            node_watch.start()  # its raylet lost: one line, not Ray's log dump (fda_ray.runtime.node_watch)
     interrupts.rearm()  # ray.init installed Ray's SIGTERM handler (sys.exit, then Ray's crash dump): ours again
 
 

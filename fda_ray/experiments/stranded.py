@@ -1,0 +1,113 @@
+"""Trials that no live node can hold after the cluster lost nodes: one line within a bounded wait, not silence.
+
+Ray keeps a placement-group request that no alive node can hold pending forever, without a word (an autoscaler
+might add such a node; without one nothing ever comes). Before a launch, `fda_ray.runtime.resources.check` refuses
+such a request in one line. During a sweep, a lost node can leave the trials still to run (the lost node's own
+trial, retried; those not started yet) asking what the remaining nodes cannot give: every trial of a launch asks the
+same bundles, so if one of them is stranded, all pending ones are.
+
+`StrandedWatch` sees this from the Tune controller's loop (a Tune Callback feeds it the trials' statuses, a Tune
+Stopper reads its verdict): once the launch's bundles have been unplaceable on the live nodes, and on the node
+types an autoscaler can add, for `wait_s` seconds (a restarted node may come back meanwhile), it prints one line,
+lets the running trials finish, then ends the launch. The sweep reports the trials not run as failed, keeps every
+record, and names the resume command. A cluster whose node types are unknown here (KubeRay) is never judged: its
+autoscaler may add a node that holds the trial.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable, Mapping, Sequence
+
+from fda_ray.runtime import resources
+
+WAIT_ENV = "FDA_RAY_NODE_WAIT_S"
+DEFAULT_WAIT_S = 60.0
+CHECK_EVERY_S = 1.0  # how often the live nodes are read while trials wait (ray.nodes() asks the GCS)
+
+
+def wait_seconds() -> float:
+    """$FDA_RAY_NODE_WAIT_S (default 60): how long trials may wait for nodes that hold them before they fail."""
+    raw = os.environ.get(WAIT_ENV)
+    if raw is None:
+        return DEFAULT_WAIT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not (0 <= value < float("inf")):
+        from fda_ray.runtime.preflight import PreflightError
+
+        raise PreflightError(f"${WAIT_ENV}={raw!r} is invalid: seconds, a finite number >= 0")
+    return value
+
+
+class StrandedWatch:
+    """Decides, from the trials' statuses and the live nodes, whether a launch's pending trials are stranded.
+
+    bundles: one trial's placement group (every trial of the launch asks the same);
+    cluster: the live nodes and node types now (default: the running Ray's, fda_ray.runtime.resources.from_ray)."""
+
+    def __init__(self, bundles: Sequence[Mapping[str, float]], wait_s: float | None = None,
+                 cluster: Callable[[], resources.Cluster] = resources.from_ray,
+                 clock: Callable[[], float] = time.monotonic, every_s: float = CHECK_EVERY_S) -> None:
+        self.bundles = [dict(b) for b in bundles]
+        self.wait_s = wait_seconds() if wait_s is None else wait_s
+        self.cluster, self.clock, self.every_s = cluster, clock, every_s
+        self.since: float | None = None  # when the bundles were first seen unplaceable (None: they fit)
+        self.checked = float("-inf")
+        self.running = False
+        self.reason: str | None = None  # set once, for good: the one line the trials fail with
+
+    def step(self, statuses: Sequence[str]) -> str | None:
+        """One look from the controller's loop. Returns the reason the first time the trials are found stranded."""
+        self.running = "RUNNING" in statuses
+        if self.reason is not None:
+            return None
+        if "PENDING" not in statuses:
+            self.since = None
+            return None
+        now = self.clock()
+        if now - self.checked < self.every_s:
+            return None
+        self.checked = now
+        c = self.cluster()
+        if not c.known or resources.placeable(self.bundles, c):
+            self.since = None
+            return None
+        if self.since is None:
+            self.since = now
+            return None
+        if now - self.since < self.wait_s:
+            return None
+        asks = " + ".join(resources.fmt(b) for b in self.bundles)
+        alive = resources.fmt(c.largest()) if c.nodes else "none"
+        self.reason = (f"no live node can hold a trial (it asks {asks}; largest live node {alive}), "
+                       f"{now - self.since:.0f} s after the cluster lost the nodes that could")
+        return self.reason
+
+    def stop_all(self) -> bool:
+        """End the launch: the trials are stranded and none is running any more."""
+        return self.reason is not None and not self.running
+
+
+def tune_parts(watch: StrandedWatch, on_stranded: Callable[[str, int], None]) -> tuple[object, object]:
+    """The watch as a Tune Callback (fed the statuses each controller step; `on_stranded(reason, pending)` called
+    once) and a Tune Stopper (ends the launch)."""
+    from ray import tune
+
+    class Watch(tune.Callback):
+        def on_step_begin(self, iteration: int, trials: list, **info: object) -> None:
+            statuses = [t.status for t in trials]
+            reason = watch.step(statuses)
+            if reason is not None:
+                on_stranded(reason, statuses.count("PENDING"))
+
+    class Stop(tune.Stopper):
+        def __call__(self, trial_id: str, result: dict) -> bool:
+            return False
+
+        def stop_all(self) -> bool:
+            return watch.stop_all()
+
+    return Watch(), Stop()

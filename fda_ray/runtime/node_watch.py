@@ -1,0 +1,117 @@
+"""A lost raylet is one line: the local Ray node this process started dies (killed, the out-of-memory killer) and the
+command says so, with what it kept, instead of Ray's log dump and an exit from inside Ray's C++ core.
+
+When the raylet of a Ray that `ray.init` started here ends, the core worker of this process terminates the process
+at its next touch of the object store (`connection.cc: The connection to the plasma store is failed. Terminate the
+process.`), and Ray's log monitor prints the raylet's last 20 log lines on stdout: no Python handler runs. So a
+daemon thread watches the raylet (the child process ray.init started: `poll()` sees its end, a signal included,
+within `POLL_S`), and when it ends while Ray is still connected (not `ray.shutdown`) prints one line on stderr, then
+ends the process with exit code 1 before Ray's core does. What the command keeps on disk is already there (a run
+writes its rounds, a sweep its trials' checkpoints, as they finish); `set_kept` tells the line where.
+
+A Ray this process joined (`--address`) has no raylet here to watch: its node's loss is Ray's to report (a sweep's
+trials are retried on other nodes, fda_ray.experiments.stranded).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from typing import Callable
+
+POLL_S = 0.05
+
+_kept: Callable[[], str] | None = None
+
+
+def set_kept(describe: Callable[[], str] | None) -> None:
+    """What the command has kept so far, for the line (e.g. 'the 70 finished rounds are in r.parquet')."""
+    global _kept
+    _kept = describe
+
+
+def _ended(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        why = ": killed, by a user or the out-of-memory killer" if name == "SIGKILL" else ""
+        return f"ended by {name}{why}"
+    return f"exited with code {returncode}"
+
+
+def line(pid: int, returncode: int, log: str | None = None) -> str:
+    """The one line a lost raylet prints (`log`: the raylet's own log file, for its last words)."""
+    kept = ""
+    if _kept is not None:
+        try:
+            kept = f"; {_kept()}"
+        except Exception:  # the line must be printed whatever the description does
+            kept = ""
+    return (f"error: the local Ray node under this command was lost (its raylet, pid {pid}, {_ended(returncode)}"
+            + (f"; its log: {log}" if log else "") + f"); Ray cannot go on without it{kept}")
+
+
+def _quiet_raylet_report(worker) -> None:
+    """Ray's log monitor publishes a lost raylet's last 20 log lines to the driver, which prints them on stdout
+    (worker.print_to_stdstream, from its error listener): the watch's line says it and names the log instead."""
+    original = worker.print_to_stdstream
+    if getattr(original, "_fda_ray", False):
+        return
+
+    def print_to_stdstream(data, *args, **kwargs):
+        lines = data.get("lines") or [] if isinstance(data, dict) else []
+        if isinstance(data, dict) and data.get("pid") == "raylet" and lines and \
+                str(lines[0]).startswith("Raylet is terminated"):
+            return None
+        return original(data, *args, **kwargs)
+
+    print_to_stdstream._fda_ray = True
+    worker.print_to_stdstream = print_to_stdstream
+
+
+def _raylet():
+    """The raylet process ray.init started in this process (a Popen), or None (joined a cluster, or another Ray)."""
+    try:
+        from ray._private import ray_constants, worker
+
+        node = worker._global_node
+        if node is None or not getattr(node, "head", False):
+            return None
+        infos = node.all_processes.get(ray_constants.PROCESS_TYPE_RAYLET) or []
+        return infos[0].process if infos else None
+    except Exception:  # another Ray layout: no watch, Ray's own report stays
+        return None
+
+
+def start(exit: Callable[[int], None] = os._exit) -> threading.Thread | None:
+    """Watch the raylet of the Ray started here (call right after ray.init). Returns the thread, or None."""
+    proc = _raylet()
+    if proc is None:
+        return None
+    from ray._private import worker
+
+    try:
+        log = os.path.join(worker._global_node.get_logs_dir_path(), "raylet.out")
+    except Exception:
+        log = None
+    _quiet_raylet_report(worker)
+
+    def watch() -> None:
+        while True:
+            code = proc.poll()
+            if not worker.global_worker.connected:  # ray.shutdown: the raylet ends on purpose
+                return
+            if code is not None:
+                try:
+                    print(line(proc.pid, code, log), file=sys.stderr, flush=True)
+                finally:
+                    exit(1)
+                return
+            threading.Event().wait(POLL_S)
+
+    t = threading.Thread(target=watch, name="fda-ray-raylet-watch", daemon=True)
+    t.start()
+    return t
