@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from fda_ray import pages
+from tools import pages
 from fda_ray.experiments.tables import t975
 
 ROOT = Path(__file__).resolve().parent.parent

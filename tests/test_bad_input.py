@@ -183,16 +183,16 @@ CASES = [
         (("--replot", "--out", "{tmp}"), "replot="),
     ]],
     Case("fda_ray.synthetic_grid", (*GRID, "--lr", "1e30"), 1, "lr="),
-    # python -m fda_ray.kernels, python -m fda_ray.bench.engine
+    # python -m fda_ray.kernels, python -m benchmarks.engine
     Case("fda_ray.kernels", ("--nope",), 2, "unrecognized arguments"),
-    Case("fda_ray.bench.engine", ("--settings", "nope"), 2, "settings="),
-    Case("fda_ray.bench.engine", ("--rounds", "1"), 2, "rounds="),
-    Case("fda_ray.bench.engine", ("--rounds", "x"), 2, "rounds="),
-    Case("fda_ray.bench.engine", ("--device", "cuda:abc"), 2, "device="),
-    Case("fda_ray.bench.engine", ("--gpus-per-client", "-1"), 2, "gpus_per_client="),
-    Case("fda_ray.bench.cohort", ("--threads", "x"), 2, "threads="),
-    Case("fda_ray.bench.cohort", ("--clients", "0"), 2, "clients="),
-    Case("fda_ray.bench.cohort", ("--device", "cuda:abc"), 2, "device="),
+    Case("benchmarks.engine", ("--settings", "nope"), 2, "settings="),
+    Case("benchmarks.engine", ("--rounds", "1"), 2, "rounds="),
+    Case("benchmarks.engine", ("--rounds", "x"), 2, "rounds="),
+    Case("benchmarks.engine", ("--device", "cuda:abc"), 2, "device="),
+    Case("benchmarks.engine", ("--gpus-per-client", "-1"), 2, "gpus_per_client="),
+    Case("benchmarks.cohort", ("--threads", "x"), 2, "threads="),
+    Case("benchmarks.cohort", ("--clients", "0"), 2, "clients="),
+    Case("benchmarks.cohort", ("--device", "cuda:abc"), 2, "device="),
 ]
 
 
@@ -251,7 +251,7 @@ def error_lines(stderr: str) -> tuple[list[str], list[str]]:
 def test_there_are_at_least_60_cases_across_the_command_lines():
     assert len(CASES) >= 60
     assert {c.module for c in CASES} >= {"fda_ray", "fda_ray.sweep", "fda_ray.diagnose", "fda_ray.synthetic_grid",
-                                         "fda_ray.kernels", "fda_ray.bench.engine", "fda_ray.bench.cohort"}
+                                         "fda_ray.kernels", "benchmarks.engine", "benchmarks.cohort"}
     assert len({c.id for c in CASES}) == len(CASES)
 
 

@@ -1,4 +1,4 @@
-"""python -m fda_ray.bench.cluster: bad input in one line; on a real local cluster of 1 and 2 nodes, the trials
+"""python -m benchmarks.cluster: bad input in one line; on a real local cluster of 1 and 2 nodes, the trials
 spread over the nodes and the table's columns follow from the records."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from fda_ray.bench import cluster as bench
+from benchmarks import cluster as bench
 
 
 @pytest.mark.parametrize("args, field", [(["--nodes", "0"], "nodes"), (["--nodes", "a,b"], "nodes"),

@@ -1,4 +1,4 @@
-"""The sweep benchmark (fda_ray.bench.sweep): trials at once from the records' start and end times, a trial's first
+"""The sweep benchmark (benchmarks.sweep): trials at once from the records' start and end times, a trial's first
 round from its start-up phases, the tables, and (slow tier) both backends run end to end on a tiny column."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from fda_ray.bench import sweep as bench
+from benchmarks import sweep as bench
 
 
 def test_trials_at_once_is_the_most_overlapping_intervals():

@@ -7,7 +7,7 @@ import json
 from fda_ray.core.build import FIELDS, build, code_version, differences, fingerprint
 from fda_ray.experiments import sweep
 from fda_ray.experiments.trials import plan
-from tuning.grids import GRIDS
+from fda_ray.papers.grids import GRIDS
 
 
 def test_the_code_version_sees_statements_not_comments_or_docstrings():

@@ -175,9 +175,9 @@ def test_the_experiment_clients_form_one_cohort_of_sources(tiny):
 
 
 def test_the_plain_reference_loop_of_the_engine_benchmark_learns(tiny):
-    """fda_ray.bench.plain (the benchmark's reference row) does the engine's FedGP work: it learns the tiny
+    """benchmarks.plain (the benchmark's reference row) does the engine's FedGP work: it learns the tiny
     task as the engine does (other seeds, so not the same numbers)."""
-    from fda_ray.bench.plain import run_plain
+    from benchmarks.plain import run_plain
 
     cfg = tiny(method="fedgp", rounds=5, warmup_rounds=0)
     rows = run_plain(cfg)

@@ -94,7 +94,7 @@ def test_a_missing_file_and_two_files_are_one_line_errors(tmp_path, capsys):
 
 def test_a_sweep_from_a_file_records_the_flags_it_ran_with(fmnist_dir, tmp_path, capsys, monkeypatch, no_ray):
     from test_sweep import make_tiny_grid
-    from tuning.grids import GRIDS
+    from fda_ray.papers.grids import GRIDS
 
     grid = make_tiny_grid()
     monkeypatch.setitem(GRIDS, grid.name, grid)

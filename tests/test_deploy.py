@@ -324,7 +324,7 @@ def test_dockerignore_leaves_out_history_and_records_but_not_what_the_image_need
         assert _ignored(path, patterns), path
     # what the Dockerfile copies and installs stays in the build context
     needed = ["pyproject.toml", "README.md", "datasets/fashion-mnist.sh", "fda_ray/__init__.py",
-              "fda_ray/kernels/csrc", "fda_ray/data/__init__.py", "tuning"]
+              "fda_ray/kernels/csrc", "fda_ray/data/__init__.py", "fda_ray/papers"]
     for path in needed:
         assert (ROOT / path).exists(), path
         assert not _ignored(path, patterns), path

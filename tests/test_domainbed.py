@@ -417,7 +417,7 @@ def row_is_auto(row: str) -> bool:
 @pytest.mark.parametrize("name", sorted(DOMAINBED_SETTINGS))
 def test_domainbed_grids_plan_the_papers_settings(name):
     from fda_ray.experiments.trials import plan
-    from tuning.grids import GRIDS, PERSONALISED_ROW_KEYS
+    from fda_ray.papers.grids import GRIDS, PERSONALISED_ROW_KEYS
 
     grid = GRIDS[name]
     trials = plan(grid, "paper")
@@ -452,7 +452,7 @@ def test_a_grid_on_mnist_and_its_fashion_mnist_twin_plan_the_same_trials_on_othe
     each trial builds its own environments, as the FedGP authors' scripts did (DomainBed's one construction on
     Fashion-MNIST, as the records were made)."""
     from fda_ray.experiments.trials import plan
-    from tuning.grids import GRIDS
+    from fda_ray.papers.grids import GRIDS
 
     for profile in GRIDS[name].profiles:
         mnist, fmnist = plan(GRIDS[name], profile), plan(GRIDS[name + "-fmnist"], profile)
@@ -468,8 +468,8 @@ def test_a_grid_on_mnist_and_its_fashion_mnist_twin_plan_the_same_trials_on_othe
 
 
 def test_published_domainbed_numbers_are_keyed_by_environment_index():
-    from tuning.grids import GRIDS
-    from tuning.paper import TABLE1_CMNIST, TABLE3_CMNIST
+    from fda_ray.papers.grids import GRIDS
+    from fda_ray.papers.paper import TABLE1_CMNIST, TABLE3_CMNIST
 
     vlcs = GRIDS["domainbed-vlcs"].paper
     assert vlcs["fedgp"] == {0.0: 99.43, 1.0: 71.09, 2.0: 78.70, 3.0: 73.65}  # S (SUN09) is index 2, V index 3
@@ -485,7 +485,7 @@ def test_published_domainbed_numbers_are_keyed_by_environment_index():
 
 def test_quick_profile_gives_the_personalised_rows_the_fda_budget():
     from fda_ray.experiments.trials import plan
-    from tuning.grids import GRIDS
+    from fda_ray.papers.grids import GRIDS
 
     trials = plan(GRIDS["domainbed-colored"], "quick")
     rounds = {t.row: t.config().resolved().rounds for t in trials}

@@ -31,7 +31,7 @@ from fda_ray.experiments.stranded import StrandedWatch
 from fda_ray.experiments.trials import (ROWS_FILE, STATE_FILE, WEIGHTS_FILE, Trial, changed_settings, is_done, plan,
                                         read_rows, rerun_for_weights, run_trial, trial_key)
 from fda_ray.runtime import preflight
-from tuning.grids import GRIDS, Grid, Row
+from fda_ray.papers.grids import GRIDS, Grid, Row
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {"dataset": "fashion-mnist", "method": "fedgp", "noise": 0.4, "num_sources": 2, "rounds": 2,
@@ -440,7 +440,7 @@ _SWEEP_DRIVER = """
 import sys
 sys.path[:0] = [{tests!r}, {root!r}]
 from test_sweep import make_tiny_grid
-from tuning.grids import GRIDS
+from fda_ray.papers.grids import GRIDS
 GRIDS["tiny-noise"] = make_tiny_grid(rounds=40)
 from fda_ray.experiments import sweep
 if __name__ == "__main__":  # the local backend's workers start by importing this file (spawn)

@@ -364,7 +364,7 @@ def test_dataset_defaults_fill_table_9s_values(fmnist_dir):
 
 def test_fedwca_grids_plan_unique_trials():
     from fda_ray.experiments.trials import plan
-    from tuning.grids import GRIDS
+    from fda_ray.papers.grids import GRIDS
 
     for name in SEED_003_GRIDS:
         trials = plan(GRIDS[name], "paper")

@@ -9,7 +9,7 @@ from matplotlib import colors as mcolors
 
 from fda_ray.experiments.figures import (
     accuracy_figure, beta_figure, beta_rows, estimate_rows, estimates_figure, heatmap, predicted_rules)
-from tuning.grids import Grid, Row
+from fda_ray.papers.grids import Grid, Row
 
 GRID = Grid(name="fig", dataset="fashion-mnist", variable="noise", values=(0.0, 0.4, 0.8),
             rows=(Row("fedgp", "FedGP_0.5", "fedgp"), Row("fedgp_auto", "FedGP_Auto", "fedgp_auto"),

@@ -256,8 +256,8 @@ SEED_002_GRIDS = {"fssda-fmnist", "fssda-office31", "fssda-lambda", "fssda-tempe
 
 def test_seed_002_grids_plan_table_one_and_its_figures():
     from fda_ray.experiments.trials import plan
-    from tuning.grids import GRIDS
-    from tuning.paper import TABLE1_002_OFFICE31
+    from fda_ray.papers.grids import GRIDS
+    from fda_ray.papers.paper import TABLE1_002_OFFICE31
 
     office = GRIDS["fssda-office31"]
     trials = plan(office, "paper")
@@ -285,7 +285,7 @@ def test_seed_002_grids_plan_table_one_and_its_figures():
     # Office-31 runs the paper's SGD at lr 0.001; the FMNIST-5 grids set Adam on the FSSDA family's rows only (from
     # scratch SGD stays at chance), so FedGP's trials are the same as without it
     from fda_ray.algorithms import ALGORITHMS
-    from tuning.grids import FSSDA_FAMILY
+    from fda_ray.papers.grids import FSSDA_FAMILY
 
     assert set(FSSDA_FAMILY) == {n for n in ALGORITHMS.names() if ALGORITHMS.get(n).family == "fssda"}
     assert (a_w.params["fssda"]["optimizer"], a_w.lr_source, a_w.lr_target) == ("sgd", 1e-3, 1e-3)
@@ -296,7 +296,7 @@ def test_seed_002_grids_plan_table_one_and_its_figures():
 
 
 def test_a_grid_of_settings_needs_every_columns_fields():
-    from tuning.grids import Grid
+    from fda_ray.papers.grids import Grid
 
     with pytest.raises(ValueError, match="value_fields must give the fields of every value"):
         Grid(name="x", dataset="fmnist-5", variable="transfer", values=(0.0, 1.0), rows=(), seeds={},

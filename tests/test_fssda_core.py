@@ -133,7 +133,7 @@ def test_frank_wolfe_agrees_with_the_reference_on_random_gradients():
 def test_frank_wolfe_stops_where_the_reference_steps_off_the_optimum():
     """When the best pair is already the minimum, the reference's line search returns its clip 0.999 instead of
     1 and moves the point 0.1 % towards a vertex, more than its stopping criterion, so it cannot stop there (on
-    some inputs it then cycles for ever: python -m fda_ray.bench.fidelity counts them). The exact step stops at
+    some inputs it then cycles for ever: python -m benchmarks.fidelity counts them). The exact step stops at
     once. Integer gradients keep every product exact, so this holds on any CPU."""
     grads = np.array([[1.0, 0.0], [-1.0, 0.0], [0.0, 3.0]])  # the pair (g1, g2) reaches the origin
     w = min_norm_weights(torch.from_numpy(grads)).numpy()

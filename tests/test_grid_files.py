@@ -1,4 +1,4 @@
-"""Grids and searches defined in YAML/JSON files (tuning/files.py): every built-in definition written out loads back
+"""Grids and searches defined in YAML/JSON files (fda_ray/papers/files.py): every built-in definition written out loads back
 to the same definition and plans the same trials; a file grid runs as the same grid registered in Python would,
 and collect reads it from the copy the sweep kept; a bad file is one line naming the key, the value and what is
 allowed (exit code 2 on the command line)."""
@@ -13,9 +13,9 @@ import yaml
 from fda_ray.experiments import sweep
 from fda_ray.experiments.search import load_search
 from fda_ray.experiments.trials import load_grid, plan
-from tuning.files import DefinitionFileError, dump, grid_from_dict, grid_to_dict, search_from_dict, search_to_dict
-from tuning.grids import GRIDS
-from tuning.searches import SEARCHES
+from fda_ray.papers.files import DefinitionFileError, dump, grid_from_dict, grid_to_dict, search_from_dict, search_to_dict
+from fda_ray.papers.grids import GRIDS
+from fda_ray.papers.searches import SEARCHES
 
 
 def _reload(text: str, fmt: str):

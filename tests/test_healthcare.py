@@ -315,7 +315,7 @@ def test_code_profile_runs_end_to_end_with_leaky_heads_everywhere(conditions, ti
     the target's logged training loss is a double sigmoid's (between log(1 + e^-1) and log(1 + e)), and the
     options refuse a model without heads and a task that is not binary in one line."""
     from fda_ray.train.evaluation import Evaluator
-    from tuning import GRIDS
+    from fda_ray.papers import GRIDS
 
     fields = dict(GRIDS["conditions"].profiles["code"].fields)
     cfg = conditions(method="fedavg_finetune_gp", rounds=2, params=fields["params"], lr_source=fields["lr_source"],
@@ -357,7 +357,7 @@ def _target_by_hand(exp, start, purpose, loss="logit"):
     return run_task(exp.clients[t], task, {"global": start.float()}).tensors["delta"].double()
 
 
-# The authors' code's model and loss options (HealthcareParams; the `code` profiles, tuning/grids.py)
+# The authors' code's model and loss options (HealthcareParams; the `code` profiles, fda_ray/papers/grids.py)
 CODE_OPTIONS = {"head_activation": "leaky_relu", "binary_loss": "sigmoid"}
 
 
@@ -424,7 +424,7 @@ SEED_000_GRIDS = {"noniid-000", "noniid-000-fmnist", "conditions", "aux-alpha", 
 
 def test_seed_000_grids_plan_the_papers_rows_and_settings():
     from fda_ray.experiments.trials import plan
-    from tuning import GRIDS
+    from fda_ray.papers import GRIDS
 
     for name in SEED_000_GRIDS:  # every row x value x seed once, under a unique key
         grid = GRIDS[name]
@@ -467,7 +467,7 @@ PAPER_ROUNDS = {"chexpert-000": 50, "mimic-000": 80, "midrc-000": 50, "condition
 def test_code_profiles_resolve_to_the_authors_scripts_at_head(name):
     from fda_ray.algorithms.healthcare.methods import HealthcareParams
     from fda_ray.experiments.trials import plan
-    from tuning import GRIDS
+    from fda_ray.papers import GRIDS
 
     rounds, batch_s, batch_t = HEAD_SCRIPTS[name]
     grid = GRIDS[name]
@@ -519,9 +519,9 @@ def test_personalised_baselines_on_seed_000_data(conditions):
 
 
 def test_fidelity_table_shows_the_code_options_equal_to_the_authors_formulas():
-    """python -m fda_ray.bench.fidelity_healthcare: with the code options every measured number is the written-out
+    """python -m benchmarks.fidelity_healthcare: with the code options every measured number is the written-out
     reference's, and the paper's defaults differ from it."""
-    from fda_ray.bench.fidelity_healthcare import rows, table
+    from benchmarks.fidelity_healthcare import rows, table
 
     rs = rows()
     assert all(set(r) == {"fix", "quantity", "before", "after", "reference"} for r in rs)

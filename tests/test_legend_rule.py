@@ -4,7 +4,7 @@ beta figure of identical sources has one entry, not nine; the noise level is not
 from __future__ import annotations
 
 from fda_ray.experiments import figures
-from tuning.grids import Grid, Row
+from fda_ray.papers.grids import Grid, Row
 
 
 def test_coinciding_groups_lines_within_half_a_percent_of_the_range():
@@ -53,7 +53,7 @@ def test_the_search_trajectory_shows_the_point_each_trial_tried(tmp_path):
 
     from fda_ray.core.storage import storage_path
     from fda_ray.experiments.search import trajectory_figure
-    from tuning.searches import SEARCHES
+    from fda_ray.papers.searches import SEARCHES
 
     sel = json.loads((Path(__file__).resolve().parents[1] / "docs/results/search-beta/selection.json").read_text())
     d = trajectory_figure(SEARCHES["beta"], sel["studies"], storage_path(tmp_path / "t"))

@@ -30,7 +30,7 @@ from ray.cluster_utils import Cluster
 
 from fda_ray.experiments import sweep
 from test_sweep import make_tiny_grid
-from tuning.grids import GRIDS
+from fda_ray.papers.grids import GRIDS
 
 pytestmark = pytest.mark.slow
 

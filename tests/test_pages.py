@@ -1,4 +1,4 @@
-"""Results pages whose numbers come from the records (fda_ray.pages): every committed page's generated
+"""Results pages whose numbers come from the records (tools.pages): every committed page's generated
 blocks equal what its trial records give, a typed number that disagrees fails the check and is rewritten, and
 the statistics behind the blocks (fda_ray.experiments.tables) against hand computations."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import statistics
 
 import pytest
 
-from fda_ray import pages
+from tools import pages
 from fda_ray.experiments import tables
 
 

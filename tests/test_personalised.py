@@ -241,7 +241,7 @@ def test_tune_search_space_takes_family_params():
 
 def test_sweep_grid_rows_and_overrides_carry_family_params():
     from fda_ray.experiments.trials import plan
-    from tuning.grids import Grid, Row
+    from fda_ray.papers.grids import Grid, Row
 
     grid = Grid("pfl", "fashion-mnist", "noise", (0.0, 0.4),
                 (Row("ditto_lam0.1", "Ditto 0.1", "ditto", {"params": {"ditto": {"lam": 0.1}}}),

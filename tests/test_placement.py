@@ -268,7 +268,7 @@ def test_dry_run_refuses_what_no_node_holds(capsys):
 
 # ---------------------------------------------------------------- the documented GPU commands
 
-COMMAND = re.compile(r"(?:python3? -m (fda_ray(?:\.sweep|\.bench\.engine)?)|fda-ray\.sbatch|fda_ray/sweep\.py) (.*)")
+COMMAND = re.compile(r"(?:python3? -m (fda_ray(?:\.sweep)?|benchmarks\.engine)|fda-ray\.sbatch|fda_ray/sweep\.py) (.*)")
 
 
 def documented_gpu_commands() -> list[tuple[str, list[str]]]:
@@ -299,7 +299,7 @@ def test_documented_gpu_commands_are_found():
     assert len(where) >= 12
     assert any("fda_ray.sweep" in w and "--gpus-per-client 0.1" in w for w in where)
     assert any(w.startswith("docs/ray-and-clusters.md: fda_ray ") for w in where)
-    assert any(w.startswith("docs/ray-and-clusters.md: fda_ray.bench.engine ") for w in where)
+    assert any(w.startswith("docs/ray-and-clusters.md: benchmarks.engine ") for w in where)
     assert any(w.startswith("deploy/slurm/fda-ray.sbatch: fda_ray.sweep ") for w in where)
     assert any("--model-weights" in w for w in where)  # continued over lines
 
@@ -327,8 +327,8 @@ def test_documented_gpu_commands_plan_on_one_gpu(where, argv, capsys):
         at_once = re.search(r"plan: (\d+) trial\(s\) at once", out.out)
         assert at_once and int(at_once.group(1)) >= 1, (where, out.out)
         return
-    if argv[0] == "fda_ray.bench.engine":  # each Ray setting's run, as the benchmark configures it
-        from fda_ray.bench import engine
+    if argv[0] == "benchmarks.engine":  # each Ray setting's run, as the benchmark configures it
+        from benchmarks import engine
 
         a = engine.parser().parse_args(argv[1:])
         cfgs = [engine._config(a, s).resolved() for s in a.settings.split(",") if "ray" in s]
@@ -377,9 +377,9 @@ def test_a_tune_sweep_fills_a_real_gpu_with_several_trials(fmnist_dir, tmp_path,
     their clients on the GPU, several at once (the plan's count on this node), and finishes."""
     import json
 
-    from fda_ray.bench.sweep import at_once, read_trials
+    from benchmarks.sweep import at_once, read_trials
     from test_sweep import make_tiny_grid
-    from tuning.grids import GRIDS
+    from fda_ray.papers.grids import GRIDS
 
     grid = make_tiny_grid()
     monkeypatch.setitem(GRIDS, grid.name, grid)

@@ -1,4 +1,4 @@
-"""The projection of the paper reproduction's wall time (fda_ray.bench.projection): the list scheduling against
+"""The projection of the paper reproduction's wall time (benchmarks.projection): the list scheduling against
 hand-checked cases, where it stops scaling, the per-trial time model on made-up records, and the script on the
 committed records."""
 from __future__ import annotations
@@ -11,12 +11,12 @@ import re
 
 import pytest
 
-from fda_ray.bench import projection as pj
-from fda_ray import pages
-from fda_ray.pages import projection as pages_projection
-from fda_ray.pages.projection import PAGE_ARGS
-from tuning.grids import GRIDS
-from tuning.searches import SEARCHES
+from benchmarks import projection as pj
+from tools import pages
+from tools.pages import projection as pages_projection
+from tools.pages.projection import PAGE_ARGS
+from fda_ray.papers.grids import GRIDS
+from fda_ray.papers.searches import SEARCHES
 
 
 def test_five_equal_trials_on_two_slots_take_three_units():
@@ -175,9 +175,9 @@ def test_the_script_on_the_committed_records_and_the_page(page_output):
                                                "(bash datasets/fashion-mnist.sh)")
     # docs/scaling.md shows the command, and its blocks (the output, the prose's numbers) are what the records give
     page = PAGE.read_text()
-    assert "python -m fda_ray.bench.projection " + " ".join(PAGE_ARGS) in page
+    assert "python -m benchmarks.projection " + " ".join(PAGE_ARGS) in page
     assert "<!-- records: projection -->" in page
-    assert pages.main(["--check", str(PAGE)]) == 0, "docs/scaling.md is out of date: python -m fda_ray.pages"
+    assert pages.main(["--check", str(PAGE)]) == 0, "docs/scaling.md is out of date: python -m tools.pages"
     assert pages.render("projection") == text.strip()
 
 

@@ -205,7 +205,7 @@ def test_cli_rejects_bad_executor_settings(flag, value, field, capsys):
 
 
 def test_engine_benchmark_rejects_unknown_settings(capsys):
-    from fda_ray.bench.engine import main as bench_main
+    from benchmarks.engine import main as bench_main
 
     assert bench_main(["--settings", "serial-1t,spark"]) == 2
     err = capsys.readouterr().err.strip()
@@ -213,7 +213,7 @@ def test_engine_benchmark_rejects_unknown_settings(capsys):
 
 
 def test_engine_benchmark_needs_flowers_interpreter_for_the_flower_row(capsys):
-    from fda_ray.bench.engine import main as bench_main
+    from benchmarks.engine import main as bench_main
 
     assert bench_main(["--settings", "default,flower"]) == 2
     err = capsys.readouterr().err.strip()
@@ -226,7 +226,7 @@ def test_engine_benchmark_runs_flower_under_its_own_interpreter_and_compares_wit
     import subprocess
     from types import SimpleNamespace
 
-    from fda_ray.bench import engine as bench
+    from benchmarks import engine as bench
 
     def row(name: str, s: float) -> dict:
         return {"setting": name, "rounds": 3, "seconds_per_round": s, "driver_seconds_per_round": float("nan"),
@@ -237,7 +237,7 @@ def test_engine_benchmark_runs_flower_under_its_own_interpreter_and_compares_wit
 
     def fake_run(cmd, **kw):
         calls.append((cmd, kw.get("env")))
-        name = "flower" if "fda_ray.bench.flower" in cmd else cmd[-1]
+        name = "flower" if "benchmarks.flower" in cmd else cmd[-1]
         return SimpleNamespace(returncode=0, stdout="BENCH " + json.dumps([row(name, 9.0 if name == "flower" else 3.0)]),
                                stderr="")
 
@@ -246,7 +246,7 @@ def test_engine_benchmark_runs_flower_under_its_own_interpreter_and_compares_wit
                        "--data-dir", str(fmnist_dir)]) == 0
     (default_cmd, _), (flower_cmd, env) = calls
     assert default_cmd[-2:] == ["--one", "default"]
-    assert flower_cmd[:3] == ["/venv/bin/python", "-m", "fda_ray.bench.flower"] and "--rounds" in flower_cmd
+    assert flower_cmd[:3] == ["/venv/bin/python", "-m", "benchmarks.flower"] and "--rounds" in flower_cmd
     assert env["PYTHONPATH"].split(os.pathsep)[0] == str(Path(__file__).resolve().parents[1])
     out = capsys.readouterr().out
     assert "| default | 3.00 | - | 0.33 |" in out and "| flower | 9.00 | - | 1.00 |" in out
@@ -259,7 +259,7 @@ def test_engine_benchmark_prints_the_finished_settings_when_a_later_one_fails(mo
     import subprocess
     from types import SimpleNamespace
 
-    from fda_ray.bench import engine as bench
+    from benchmarks import engine as bench
 
     row = {"setting": "serial-1t", "rounds": 3, "seconds_per_round": 1.5, "driver_seconds_per_round": 0.1,
            "driver_share": 0.07, "beyond_busiest_actor_seconds": 0.0, "busiest_actor_seconds": 1.4,

@@ -1,4 +1,4 @@
-"""Searches with honest model selection (fda_ray.search, fda_ray.selection, tuning.searches): the validation
+"""Searches with honest model selection (fda_ray.search, fda_ray.selection, fda_ray.papers.searches): the validation
 splits, the selection rules, a tiny search end to end on Ray Tune with ASHA, and that no selection but the
 oracle reads a test label."""
 from __future__ import annotations
@@ -15,10 +15,10 @@ import torch
 from fda_ray.experiments import sweep
 from fda_ray.experiments.search import (
     is_settled, point_of, run_search, search_trials, study_table, studies, trial_rows)
-from tuning.selection import RULES, best_so_far, final_value, select
+from fda_ray.papers.selection import RULES, best_so_far, final_value, select
 from fda_ray.experiments.trials import read_rows, run_trial
-from tuning.grids import Profile, Row
-from tuning.searches import SEARCHES, Dim, Search
+from fda_ray.papers.grids import Profile, Row
+from fda_ray.papers.searches import SEARCHES, Dim, Search
 
 from conftest import TEST_THREADS
 

@@ -17,7 +17,7 @@ import ray
 
 from fda_ray.experiments import sweep
 from conftest import sigint_as_in_a_terminal
-from tuning.grids import GRIDS, Grid, Row
+from fda_ray.papers.grids import GRIDS, Grid, Row
 
 TINY = {"num_sources": 3, "rounds": 2, "warmup_rounds": 1, "samples_per_client": 128, "test_samples": 100,
         "target_labelled": 32}
@@ -217,7 +217,7 @@ _DRIVER = """
 import sys
 sys.path[:0] = [{tests!r}, {root!r}]
 from test_sweep import make_tiny_grid
-from tuning.grids import GRIDS
+from fda_ray.papers.grids import GRIDS
 GRIDS["tiny-noise"] = make_tiny_grid(rounds={rounds})
 from fda_ray.experiments import sweep
 if __name__ == "__main__":  # the local backend's workers start by importing this file (spawn)
@@ -347,7 +347,7 @@ def test_tunes_restore_hint_is_dropped():
 
 
 def test_summary_says_how_the_profile_differs_from_the_paper():
-    from tuning.grids import Profile
+    from fda_ray.papers.grids import Profile
 
     grid = Grid(name="g", dataset="fashion-mnist", variable="noise", values=(0.4,), rows=ROWS, seeds={},
                 profiles={"quick": Profile({"rounds": 3}, note="3 rounds, not 50."), "paper": {}},
@@ -501,7 +501,7 @@ def test_summary_cells_print_the_interval_collect_prints():
     """One statistic everywhere a user reads a cell: summary.md prints mean ± the 95 % confidence half-width
     (Student's t), as collect and the results pages do, and says so."""
     from fda_ray.experiments.tables import mean_ci
-    from tuning.grids import GRIDS
+    from fda_ray.papers.grids import GRIDS
 
     grid = GRIDS["noise"]
     rows = [{"row": "fedgp", "grid_value": 0.4, "trial": f"t{s}", "seed": s, "round": 0, "accuracy": a}

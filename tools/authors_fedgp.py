@@ -25,7 +25,7 @@ It also needs scikit-learn, pandas and tqdm (imported by the script; `pip instal
 The script writes `experiments/<exp_dir>/server_results_<iter>.json` (the global model's test accuracy after
 each of its rounds, `["test"]["acc"]`) and `args_<iter>.json`; the runner copies both to --out with a
 `run_<iter>.json` beside them (the repository's commit, this machine's torch and NumPy, the wall time, the
-command). `python -m fda_ray.pages` reads them (the `authors-run` block).
+command). `python -m tools.pages` reads them (the `authors-run` block).
 """
 from __future__ import annotations
 

@@ -19,9 +19,9 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu
 timeout 240 python -m fda_ray.kernels --build --cuda --check > "$OUT/kernels.txt" 2>&1
 timeout 180 python -m pytest -q -m gpu tests/test_kernels.py tests/test_engine.py tests/test_cohort.py tests/test_placement.py \
   tests/test_startup.py > "$OUT/pytest-gpu.txt" 2>&1
-timeout "$(left)" python -m fda_ray.bench.sweep --profile paper --device cuda "${DATA_ARGS[@]}" \
+timeout "$(left)" python -m benchmarks.sweep --profile paper --device cuda "${DATA_ARGS[@]}" \
   --json "$OUT/bench-sweep.json" > "$OUT/bench-sweep.txt" 2>&1
-timeout "$(left)" python -m fda_ray.bench.engine --rounds 3 --settings ray,ray-pool,ray-pool-turns,ray-pool-vec \
+timeout "$(left)" python -m benchmarks.engine --rounds 3 --settings ray,ray-pool,ray-pool-turns,ray-pool-vec \
   --gpus-per-client 0.1 --device cuda "${DATA_ARGS[@]}" > "$OUT/bench-engine.txt" 2>&1
 resume=(); [ -d "$OUT/noise-paper/trials" ] && resume=(--resume)
 [ "$(left)" -gt 30 ] && timeout -s INT "$(left)" python -m fda_ray.sweep --grid noise --profile paper \

@@ -1,4 +1,5 @@
-"""The import structure of fda_ray and tuning, read from the source: every import statement, in functions too,
+"""The import structure of the fda_ray package and the repository's tools beside it (tools/, benchmarks/), read
+from the source: every import statement, in functions too,
 except those under `if TYPE_CHECKING:` (they never run). Importing `a.b.c` from outside package `a.b` also
 runs the package faces `a.b/__init__.py` (and `a/__init__.py`) first, so those count as imports too; a module
 never re-runs the faces of its own packages.
@@ -14,7 +15,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-TOP = ("fda_ray", "tuning")
+TOP = ("fda_ray", "tools", "benchmarks")  # the installed package, then the checkout's tools (not installed)
 
 
 def module_name(path: Path) -> str:
@@ -23,7 +24,7 @@ def module_name(path: Path) -> str:
 
 
 def modules() -> dict[str, Path]:
-    """Every Python module of the two packages, by dotted name."""
+    """Every Python module of the package and the tools, by dotted name."""
     return {module_name(p): p for top in TOP for p in sorted((ROOT / top).rglob("*.py"))}
 
 
@@ -115,10 +116,11 @@ def circles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 
 def package_of(module: str) -> str:
-    """A subpackage of fda_ray (fda_ray.core, ...), the tuning package, or a top-level module by itself."""
+    """A subpackage of fda_ray (fda_ray.core, ...) or of tools (tools.pages), the benchmarks package, or a
+    module by itself."""
     parts = module.split(".")
-    if parts[0] == "tuning":
-        return "tuning"
+    if parts[0] != "fda_ray" and len(parts) >= 1 and (ROOT / parts[0] / "__init__.py").is_file():
+        return parts[0]
     if len(parts) >= 2 and (ROOT / parts[0] / parts[1]).is_dir():
         return ".".join(parts[:2])
     return module

@@ -170,7 +170,7 @@ def note(obj: object) -> None:
     """A registry entry's defining module, if it is outside fda-ray and importable by another process: loaded
     there too (the Python API's plug-ins need no flag)."""
     name = getattr(obj, "__module__", None)
-    if not isinstance(name, str) or name in _loaded or name.split(".")[0] in ("fda_ray", "tuning", "__main__",
+    if not isinstance(name, str) or name in _loaded or name.split(".")[0] in ("fda_ray", "__main__",
                                                                               "__mp_main__", "builtins"):
         return
     module = sys.modules.get(name)

@@ -30,7 +30,7 @@ from typing import Any, Sequence
 
 from fda_ray.experiments import tables
 from fda_ray.experiments.trials import ROWS_FILE, TRIAL_FILE, Trial, read_rows, record_damage
-from tuning.grids import Grid
+from fda_ray.papers.grids import Grid
 from fda_ray.core.interrupts import cli_main
 
 FORMATS = ("markdown", "csv", "latex")
@@ -157,8 +157,8 @@ def grid_of(src: Source) -> Grid:
     """The grid a directory ran: a built-in one by name, else the definition the sweep kept beside its records
     (grid.yaml: a grid file's, as it was when the sweep ran), else the grid file its command names."""
     from fda_ray.experiments.trials import load_grid
-    from tuning.files import DefinitionFileError, is_file_ref
-    from tuning.grids import GRIDS
+    from fda_ray.papers.files import DefinitionFileError, is_file_ref
+    from fda_ray.papers.grids import GRIDS
 
     if src.name in GRIDS:
         return GRIDS[src.name]

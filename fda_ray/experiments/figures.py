@@ -32,7 +32,7 @@ matplotlib.use("Agg")  # files only: a cluster node has no display
 import matplotlib.pyplot as plt  # noqa: E402
 
 from fda_ray.core.storage import StoragePath, storage_path  # noqa: E402
-from tuning.grids import Grid  # noqa: E402
+from fda_ray.papers.grids import Grid  # noqa: E402
 
 FORMATS = ("png", "pdf")
 DPI = 150

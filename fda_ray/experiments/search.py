@@ -1,6 +1,6 @@
 """Hyper-parameter searches with honest model selection (`python -m fda_ray.sweep --search NAME`).
 
-A search (tuning.searches) is run as studies, one per setting (a value of its variable: a noise level, a held-out
+A search (fda_ray.papers.searches) is run as studies, one per setting (a value of its variable: a noise level, a held-out
 domain, a source) and searched method. Each study draws `num_samples` points of the search space (random search:
 a generator seeded by the study, so --resume and a larger --num-samples find the same points; or Bayesian through
 Optuna, `--search-alg optuna`) and runs each as a trial with its own record (fda_ray.experiments.trials), on Ray Tune with
@@ -8,7 +8,7 @@ ASHA stopping trials early on the per-round value of the search's first selectio
 trial runs to the end). Every trial reports its validation metrics and its test accuracy each round
 (fda_ray.train.evaluation.Evaluator.validation).
 
-Then, per study and selection rule (tuning.selection: target validation, training-domain validation, the
+Then, per study and selection rule (fda_ray.papers.selection: target validation, training-domain validation, the
 clients' validation splits; the test-set oracle, labelled as such), the selected configuration is run again with
 fresh seeds (1 .. rerun_seeds; the search ran seed 0), beside the search's reference rows (e.g. the auto-weighted
 methods) on the same seeds: the reported number is that rerun's mean test accuracy, never the search's own best.
@@ -33,11 +33,11 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from fda_ray.core.storage import StoragePath, storage_path
-from tuning.selection import RULES, best_so_far, final_value, select
+from fda_ray.papers.selection import RULES, best_so_far, final_value, select
 from fda_ray.experiments.trials import (ROWS_FILE, Trial, is_done, merge_fields, point_trial, read_rows,
                                        set_aside_damaged, trial_key)
-from tuning.files import write_definition
-from tuning.searches import Search
+from fda_ray.papers.files import write_definition
+from fda_ray.papers.searches import Search
 
 STOPPED_FILE = "stopped.json"
 RERUN_SEED0 = 1  # the reruns' first seed (the search's trials run seed 0)
@@ -91,11 +91,11 @@ def search_trials(search: Search, profile: str, study: Study, num_samples: int,
 
 
 def load_search(ref: str) -> Search:
-    """A built-in search by name (tuning.searches), or the search a .yaml/.yml/.json file defines (tuning.files):
+    """A built-in search by name (fda_ray.papers.searches), or the search a .yaml/.yml/.json file defines (fda_ray.papers.files):
     its keys and values checked, then each profile's first point of every study and every reference row built
     into a RunConfig (the trials this module would plan), so a bad field or value is one line now."""
-    from tuning.files import resolve, search_file
-    from tuning.searches import SEARCHES
+    from fda_ray.papers.files import resolve, search_file
+    from fda_ray.papers.searches import SEARCHES
 
     def firsts(search: Search, profile: str) -> list[tuple[str, dict]]:
         trials = [t for study in studies(search) for t in search_trials(search, profile, study, 1)]

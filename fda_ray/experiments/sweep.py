@@ -1,4 +1,4 @@
-"""Sweeps of a named grid (tuning.grids), on a laptop or a cluster, with results people can read.
+"""Sweeps of a named grid (fda_ray.papers.grids), on a laptop or a cluster, with results people can read.
 
     python -m fda_ray.sweep --grid noise                                   quick profile, Ray Tune, local Ray
     python -m fda_ray.sweep --grid label-shift --methods fedgp,fedda --values 0.1 --rounds 2   try it small
@@ -51,9 +51,9 @@ from fda_ray.experiments.tables import final_accuracies, mean_ci
 from fda_ray.experiments.tracking import Tracking
 from fda_ray.experiments.trials import (MAX_SEEDS, ROWS_FILE, Trial, changed_settings, is_done, load_grid, plan,
                                        read_rows, rerun_for_weights, result_rows, set_aside_damaged)
-from tuning.grids import GRIDS, Grid
-from tuning.files import dump as dump_definition, grid_to_dict, search_to_dict, write_definition
-from tuning.searches import SEARCHES
+from fda_ray.papers.grids import GRIDS, Grid
+from fda_ray.papers.files import dump as dump_definition, grid_to_dict, search_to_dict, write_definition
+from fda_ray.papers.searches import SEARCHES
 from fda_ray.core.interrupts import cli_main, write_failure
 
 BACKENDS = ("tune", "local")
@@ -138,7 +138,7 @@ def parser() -> OneLineParser:
     p.with_config_files()
     plugins.add_option(p)
     s = p.add_argument_group("sweep")
-    s.add_argument("--grid", default=None, help=f"a grid file (.yaml, .yml, .json; tuning/files.py) or one of "
+    s.add_argument("--grid", default=None, help=f"a grid file (.yaml, .yml, .json; fda_ray/papers/files.py) or one of "
                                                 f"{', '.join(GRIDS)}")
     s.add_argument("--search", default=None, help=f"a hyper-parameter search instead of a grid (fda_ray.experiments.search): "
                                                   f"a search file (.yaml, .yml, .json) or one of {', '.join(SEARCHES)}")

@@ -5,7 +5,7 @@ fda_ray.experiments.tune's trainable call these).
     run_trial(trial, records)                                  -> the History; records/<key>/ holds its record
 
 A trial is one run of a RunConfig (`params`), a row of the grid's table at one value of its variable and one
-seed. With a grid's `share_source_only` (tuning.grids), one source_only trial per seed is evaluated at every
+seed. With a grid's `share_source_only` (fda_ray.papers.grids), one source_only trial per seed is evaluated at every
 value (eval_noise) and the finetune_offline trials fine-tune from its final weights (kind "finetune").
 
 A trial's record, records/<key>/:
@@ -35,7 +35,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from fda_ray.core.storage import StoragePath, storage_path
 from fda_ray.runtime.config import RunConfig, numbers_fields
-from tuning.grids import Grid
+from fda_ray.papers.grids import Grid
 
 STATE_FILE, ROWS_FILE, WEIGHTS_FILE, TRIAL_FILE = "state.pt", "rows.json", "weights.pt", "trial.json"
 NODES_FILE = "nodes.json"
@@ -199,7 +199,7 @@ def plan(grid: Grid, profile: str, *, rows: Sequence[str] | None = None, values:
     def make(row_key: str, value: float | None, seed: int, kind: str = "run", weights_from: str | None = None,
              save_weights: bool = False, at: tuple[float, ...] = ()) -> Trial:
         row = grid.row(row_key)
-        # the column's settings (a grid of settings, tuning.grids.Grid.value_fields) or its variable's value
+        # the column's settings (a grid of settings, fda_ray.papers.grids.Grid.value_fields) or its variable's value
         column = {} if value is None else dict(grid.value_fields.get(value, {grid.variable: value}))
         params = merge_fields(base, {"method": row.method, "seed": seed}, row.params,
                               prof.row_fields.get(row_key, {}), column)
@@ -598,7 +598,7 @@ def result_rows(trial: Trial, grid: Grid, data: dict[str, Any]) -> list[dict[str
 
 
 def point_trial(base: dict[str, Any], row: str, variable: str, value: float, point: dict[str, Any]) -> Trial:
-    """The trial of one point of a study (knob names as in tuning.searches.Dim: "family.name" under params)."""
+    """The trial of one point of a study (knob names as in fda_ray.papers.searches.Dim: "family.name" under params)."""
     layers = [{"params": {k.split(".", 1)[0]: {k.split(".", 1)[1]: v}}} if "." in k else {k: v}
               for k, v in point.items()]
     params = merge_fields(base, *layers)
@@ -610,11 +610,11 @@ def point_trial(base: dict[str, Any], row: str, variable: str, value: float, poi
 
 
 def load_grid(ref: str) -> Grid:
-    """A built-in grid by name (tuning.grids), or the grid a .yaml/.yml/.json file defines (tuning.files): its
+    """A built-in grid by name (fda_ray.papers.grids), or the grid a .yaml/.yml/.json file defines (fda_ray.papers.files): its
     keys and values checked, then every profile planned and each row's first trial built into a RunConfig, so a
     bad field or value is one line now rather than an error in a worker."""
-    from tuning.files import grid_file, resolve
-    from tuning.grids import GRIDS
+    from fda_ray.papers.files import grid_file, resolve
+    from fda_ray.papers.grids import GRIDS
 
     def firsts(grid: Grid, profile: str) -> list[tuple[str, dict]]:
         trials = plan(grid, profile, seeds=1)

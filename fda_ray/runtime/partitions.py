@@ -42,7 +42,7 @@ and a purpose, so a setting is the same in every process and executor.
                shards, each capped at samples_per_client and split 64 / 16 / 20 into train / validation / test
                (FedWCA App. C.1). `client_parts[k]` = (train with every label -1: the clients have no labels; validation;
                test) and `client_domains[k]` its environment; the target's sets are their concatenations.
-Validation (model selection, tuning.selection): cfg.val_share holds out that share of the target's labelled
+Validation (model selection, fda_ray.papers.selection): cfg.val_share holds out that share of the target's labelled
 training samples (a permutation seeded by (seed, "validation/target"); domain_shards: of the labelled samples on
 every device, whose labels are then hidden there, so they stay unlabelled training data as the rest), and
 cfg.source_val_share that share of every source's samples (seeded per source; partition domainbed: of every

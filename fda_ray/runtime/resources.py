@@ -47,7 +47,7 @@ DRIVER_BUNDLE = 0  # a Tune trial's placement group: the driver's bundle first, 
 PLACEMENT_STRATEGY = "PACK"  # a trial's bundles on one node when they fit (its weights stay in one object store)
 DRIVER_GPU_FRACTION = 0.1  # a driver's GPU share, as a fraction of one client actor's
 # One trial's share of a GPU, by model, measured (module docstring): trials that ask it fill a GPU. A model not
-# measured asks TRIAL_GPU_SHARE_UNMEASURED (4 at once), until a GPU run of python -m fda_ray.bench.sweep measures
+# measured asks TRIAL_GPU_SHARE_UNMEASURED (4 at once), until a GPU run of python -m benchmarks.sweep measures
 # it and its share is entered here. Memory is not modelled: the simple CNN's trial took about 1.1 GiB on an H100.
 TRIAL_GPU_SHARE = {"simple_cnn": 0.125, "mlp": 0.125}
 TRIAL_GPU_SHARE_UNMEASURED = 0.25

@@ -18,7 +18,7 @@ The phases, in the driver's order (each the wall time it exposes, so they add up
     kernel_load        the C++/CUDA kernels' build or load in this process (part of the phase that needed them)
 
 A trial record keeps them (rows.json: "startup"), its first report carries them (the sweep's status prints a
-phase that took unusually long: SLOW_S), and `python -m fda_ray.bench.sweep` tabulates them.
+phase that took unusually long: SLOW_S), and `python -m benchmarks.sweep` tabulates them.
 """
 from __future__ import annotations
 

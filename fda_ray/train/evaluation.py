@@ -112,7 +112,7 @@ class Evaluator:
         return row
 
     def validation(self, flat: torch.Tensor, round_idx: int) -> dict[str, Any]:
-        """Model selection's metrics (tuning.selection) of the weights `flat`, read without any target test label:
+        """Model selection's metrics (fda_ray.papers.selection) of the weights `flat`, read without any target test label:
         val_accuracy / val_loss[/ val_auc] on the held-out labelled target samples (with the target's noise, drawn
         from its own stream), source_val_accuracy / source_val_loss on the sources' held-out samples (no noise:
         the sources' images carry none)."""

@@ -16,7 +16,7 @@ Two departures from the reference, both on purpose:
   cap reachable; without it a guard of GUARD_ITER iterations stands where the reference has none.
 - Where the reference clips its line search to 0.001 / 0.999, this uses the exact 0 / 1. At an optimum the
   reference's 0.999 step moves the point by 0.1 % towards a vertex and the next step moves it back, so the
-  reference can cycle for ever on inputs whose best pair is already optimal (python -m fda_ray.bench.fidelity
+  reference can cycle for ever on inputs whose best pair is already optimal (python -m benchmarks.fidelity
   counts them; tests/test_fssda_core.py shows the step off the optimum); the exact step stops there. Elsewhere the two agree to the stopping criterion.
 Like the reference, the point returned is the one whose next step was below the criterion.
 """

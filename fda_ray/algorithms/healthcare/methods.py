@@ -24,7 +24,7 @@ weight (the text's and the code's reading; at 0.5 the same). The alignment A_i (
 
 The paper (HealthcareParams' defaults) against the authors' code (enyijiang/MIDRC at 95291b2, federated/
 federated_{chexpert,mimic,midrc}_multi.py and models/resnet_mlt.py; each a HealthcareParams field or a RunConfig field,
-and all of them together the `code` profile of the Healthcare FDA grids, tuning/grids.py):
+and all of them together the `code` profile of the Healthcare FDA grids, fda_ray/papers/grids.py):
   GP warm-up (Alg. 3 has none): in the first gp_warmup_rounds rounds the server first averages the sources
       (theta := theta_bar), the target then trains from theta_bar and Delta_i is taken relative to it. The scripts
       at 95291b2: `if i < 5` on every dataset (their first commit, 5ee9f7f: num_global_epochs // 5 = 16 on MIMIC,

@@ -1,0 +1,259 @@
+"""Sweep benchmark: one grid column through both backends (the local process pool and Ray Tune) on the device at hand.
+
+    python -m benchmarks.sweep                                     # Table 10's noise-0.4 column, quick profile, 1 seed
+    python -m benchmarks.sweep --profile paper --device cuda      # a GPU machine: the paper's column
+    python -m benchmarks.sweep --json out.json -- --rounds 5      # flags after -- go to both sweeps
+
+Each backend runs `python -m fda_ray.sweep` in a fresh process (its own Ray) into a temporary --out, measured from
+outside and from its trial records:
+
+    wall            the sweep process's seconds, Ray's start included; `x local` is over the local backend's
+    trials at once  the most trials running at one time (each record's started_at / finished_at) and the mean
+                    (the trials' seconds over the wall)
+    GPU busy        the mean of nvidia-smi's utilization.gpu, sampled once a second while the sweep ran ("not
+                    measured" without nvidia-smi)
+    first round     per trial, the start-up phases up to its first row (fda_ray.runtime.startup): the median and the
+                    slowest trial, and each phase's median
+
+Three backends: `local`, `tune` (each trial's clients in the trial's own process) and `tune-actors` (the clients as
+Ray actors in the trial's placement group). On a GPU (--device cuda) the local pool runs --workers trials at once
+with --device cuda, `tune` runs its trials with --device cuda, and `tune-actors` at --gpus-per-client (the command
+docs/ray-and-clusters.md gives); on the CPU `tune-actors` adds --executor ray. --local-args, --tune-args and
+--actor-args replace a backend's own flags. The JSON output (--json FILE) names the machine, torch and Ray; the
+committed ones are in docs/results/bench-sweep/.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from fda_ray.runtime.startup import PHASES
+
+BACKENDS = ("local", "tune", "tune-actors")  # tune-actors: Ray Tune with the clients as Ray actors
+
+
+class GpuSampler:
+    """nvidia-smi's utilization.gpu once a second, in a thread, while a sweep runs (nothing without nvidia-smi)."""
+
+    def __init__(self) -> None:
+        self.samples: list[float] = []
+        self.proc: subprocess.Popen | None = None
+        self.thread: threading.Thread | None = None
+
+    def __enter__(self) -> "GpuSampler":
+        smi = shutil.which("nvidia-smi")
+        if smi:
+            self.proc = subprocess.Popen([smi, "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
+                                          "-l", "1"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            self.thread = threading.Thread(target=self._read, daemon=True)
+            self.thread.start()
+        return self
+
+    def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            try:  # one line per GPU: the busiest (the run uses one)
+                self.samples.append(float(line.strip().split(",")[0]))
+            except ValueError:
+                pass
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait()
+        if self.thread is not None:
+            self.thread.join(timeout=5)
+
+    def busy(self) -> float | None:
+        return statistics.fmean(self.samples) if self.samples else None
+
+
+def at_once(intervals: list[tuple[float, float]]) -> int:
+    """The most intervals that overlap at one time."""
+    events = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals], key=lambda x: (x[0], x[1]))
+    best = now = 0
+    for _, d in events:
+        now += d
+        best = max(best, now)
+    return best
+
+
+def first_round_seconds(startup: dict[str, float]) -> float:
+    """A trial's seconds from its start to its first row: its phases, kernel_load aside (it lies inside another)."""
+    return sum(v for k, v in startup.items() if k != "kernel_load")
+
+
+def read_trials(out: Path) -> list[dict[str, Any]]:
+    """Each finished trial's start, end and start-up phases, from its record."""
+    found = []
+    for rows in sorted((out / "trials").glob("*/rows.json")):
+        data = json.loads(rows.read_text())
+        nodes = data.get("nodes") or []
+        started = nodes[-1].get("started_at") if nodes else None
+        if started is None or data.get("finished_at") is None:
+            continue
+        found.append({"key": rows.parent.name, "started_at": started, "finished_at": data["finished_at"],
+                      "startup": data.get("startup") or {}})
+    return found
+
+
+def _summary(stdout: str) -> dict[str, Any]:
+    """The sweep's --json summary (the last JSON object it printed)."""
+    at = stdout.rfind("\n{")
+    at = at + 1 if at >= 0 else stdout.find("{")
+    return json.JSONDecoder().raw_decode(stdout[at:])[0]
+
+
+def run_backend(backend: str, a: argparse.Namespace, flags: list[str], extra: list[str], out: Path) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "fda_ray.sweep", "--grid", a.grid, "--profile", a.profile, "--values", a.values,
+           "--seeds", str(a.seeds), "--backend", backend.split("-")[0], "--out", str(out), "--json", "--no-figures", "--track",
+           "none", *(["--methods", a.methods] if a.methods else []), *(["--data-dir", a.data_dir] if a.data_dir
+                                                                       else []), *flags, *extra]
+    t0 = time.perf_counter()
+    with GpuSampler() as gpu:
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"{backend}: the sweep exited {proc.returncode}: {proc.stderr.strip()[-1500:]}")
+    summary = _summary(proc.stdout)
+    trials = read_trials(out)
+    spans = [(t["started_at"], t["finished_at"]) for t in trials]
+    firsts = [first_round_seconds(t["startup"]) for t in trials]
+    phases = {p: statistics.median([t["startup"].get(p, 0.0) for t in trials]) for p in PHASES
+              if any(p in t["startup"] for t in trials)}
+    busy = sum(e - s for s, e in spans)
+    return {"backend": backend, "command": " ".join(shlex.quote(x) for x in ["python", *cmd[1:]]).replace(
+                str(out), "OUT"),
+            "trials": len(trials), "wall_seconds": wall, "sweep_wall_seconds": summary.get("wall_seconds"),
+            "trials_at_once_max": at_once(spans), "trials_at_once_mean": busy / wall if wall else None,
+            "trial_seconds_median": statistics.median([e - s for s, e in spans]) if spans else None,
+            "gpu_busy_percent": gpu.busy(), "gpu_samples": len(gpu.samples),
+            "first_round_seconds_median": statistics.median(firsts) if firsts else None,
+            "first_round_seconds_max": max(firsts) if firsts else None, "phases_median_seconds": phases}
+
+
+def machine() -> dict[str, Any]:
+    import ray
+    import torch
+
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cpus = os.cpu_count()
+    return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"), "cpus": cpus,
+            "cpu": platform.processor() or platform.machine(), "gpu": gpu, "torch": torch.__version__,
+            "ray": ray.__version__, "python": platform.python_version()}
+
+
+def _num(v: Any, fmt: str) -> str:
+    return "not measured" if v is None else format(v, fmt)
+
+
+def table(result: dict[str, Any]) -> str:
+    """The benchmark's two tables (backends, then the median start-up phases; "-": a phase that backend does not
+    have), as Markdown."""
+    rows = result["backends"]
+    local = next((r["wall_seconds"] for r in rows if r["backend"] == "local"), None)
+    lines = ["| backend | trials | wall (s) | x local | trials at once (max / mean) | trial (s, median) | GPU busy "
+             "(%) | first round (s, median / max) |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        ratio = f"{r['wall_seconds'] / local:.2f}" if local else "-"
+        lines.append(f"| {r['backend']} | {r['trials']} | {r['wall_seconds']:.1f} | {ratio} | "
+                     f"{r['trials_at_once_max']} / {_num(r['trials_at_once_mean'], '.1f')} | "
+                     f"{_num(r['trial_seconds_median'], '.1f')} | {_num(r['gpu_busy_percent'], '.0f')} | "
+                     f"{_num(r['first_round_seconds_median'], '.2f')} / {_num(r['first_round_seconds_max'], '.2f')} |")
+    names = [p for p in PHASES if any(p in r["phases_median_seconds"] for r in rows)]
+    lines += ["", "| start-up phase (median s) | " + " | ".join(r["backend"] for r in rows) + " |",
+              "|---|" + "---:|" * len(rows)]
+    for p in names:
+        lines.append(f"| {p} | " + " | ".join(format(r["phases_median_seconds"][p], ".3f") if p in
+                                              r["phases_median_seconds"] else "-" for r in rows) + " |")
+    return "\n".join(lines)
+
+
+def parser() -> Any:
+    from fda_ray.core.parsing import OneLineParser, typed
+
+    p = OneLineParser(prog="python -m benchmarks.sweep", description=__doc__.splitlines()[0],
+                      epilog="Flags after -- go to both sweeps (e.g. -- --rounds 5).")
+    p.add_argument("--grid", default="noise")
+    p.add_argument("--profile", default="quick")
+    p.add_argument("--values", default="0.4", help="the grid column (one value)")
+    p.add_argument("--methods", default=None, help="the rows (default all)")
+    p.add_argument("--seeds", type=typed("seeds", int, "an integer"), default=1)
+    p.add_argument("--backends", default="local,tune,tune-actors")
+    p.add_argument("--device", default="cpu", help="cpu, or cuda: both backends train on the GPU")
+    p.add_argument("--workers", type=typed("workers", int, "an integer"), default=None,
+                   help="local: trials at once (default: the sweep's, CPUs / threads; 8 on a GPU)")
+    p.add_argument("--gpus-per-client", type=typed("gpus_per_client", float, "a number"), default=0.1,
+                   help="tune on a GPU: each client actor's share")
+    p.add_argument("--local-args", default=None, help="the local backend's flags instead of the defaults")
+    p.add_argument("--tune-args", default=None, help="the Tune backend's flags instead of the defaults")
+    p.add_argument("--actor-args", default=None, help="the tune-actors backend's flags instead of the defaults")
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--json", default=None, help="also write the result to this file")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    mine = argv[:argv.index("--")] if "--" in argv else argv
+    a = parser().parse_or_exit_code(mine)
+    if isinstance(a, int):
+        return a
+    backends = [b for b in a.backends.split(",") if b]
+    if not backends or any(b not in BACKENDS for b in backends):
+        print(f"error: backends={a.backends!r} is invalid: comma-separated names from {', '.join(BACKENDS)}",
+              file=sys.stderr)
+        return 2
+    if a.device not in ("cpu", "cuda"):
+        print(f"error: device={a.device!r} is invalid: cpu or cuda", file=sys.stderr)
+        return 2
+    if "," in a.values:
+        print(f"error: values={a.values!r} is invalid: one grid value (a column)", file=sys.stderr)
+        return 2
+    gpu = a.device == "cuda"
+    defaults = {"local": ["--device", "cuda", "--workers", str(a.workers or 8)] if gpu else
+                (["--workers", str(a.workers)] if a.workers else []),
+                "tune": ["--device", "cuda"] if gpu else [],  # each trial's clients in its own process
+                "tune-actors": ["--gpus-per-client", f"{a.gpus_per_client:g}"] if gpu else ["--executor", "ray"]}
+    given = {"local": a.local_args, "tune": a.tune_args, "tune-actors": a.actor_args}
+    result: dict[str, Any] = {"machine": machine(), "grid": a.grid, "profile": a.profile, "values": a.values,
+                              "seeds": a.seeds, "extra": extra, "backends": []}
+    with tempfile.TemporaryDirectory() as d:
+        for b in backends:
+            flags = shlex.split(given[b]) if given[b] is not None else defaults[b]
+            print(f"bench.sweep: {b} ...", file=sys.stderr, flush=True)
+            try:
+                result["backends"].append(run_backend(b, a, flags, extra, Path(d) / b))
+            except RuntimeError as e:
+                print(f"error: {e}", file=sys.stderr)
+                return 1
+    text = table(result)
+    m = result["machine"]
+    print(f"{a.grid} {a.profile} column {a.values}, {a.seeds} seed(s); {m['cpus']} CPUs, "
+          f"{m['gpu'] or 'no GPU'}; torch {m['torch']}, Ray {m['ray']}; {m['date']}\n")
+    print(text)
+    if a.json:
+        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.json).write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""The engine of the generated blocks: find them in a page (BLOCK, outside fenced code: FENCE), render each from its
+spec with the generator GENERATORS names, and rewrite or check the pages (main: python -m tools.pages). The
+generators register themselves in GENERATORS from the package's other modules."""
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+import sys
+from pathlib import Path
+from typing import Callable
+
+from fda_ray.core.registry import Registry
+from tools.pages.records import ROOT
+
+PAGES = ("README.md", "docs/*.md", "docs/results/*.md")  # where blocks may be, relative to the repository
+FENCE = re.compile(r"(^```.*?^```[^\n]*$)", re.S | re.M)  # fenced code blocks, kept whole by split
+BLOCK = re.compile(r"<!-- records: (?P<spec>[^\n]*?) -->(?P<body>.*?)<!-- /records -->", re.S)
+OPTION = re.compile(r"^(?P<key>[a-z_]+)=(?P<value>.*)$", re.S)  # a spec word key=value: a keyword argument
+
+GENERATORS: Registry[Callable[..., str]] = Registry("generator")
+
+
+def render(spec: str) -> str:
+    """A block's text: its generator called with the spec's words; a word `key=value` is a keyword argument."""
+    words = shlex.split(spec)
+    if not words:
+        raise ValueError("a records block names no generator")
+    args = [w for w in words[1:] if not OPTION.match(w)]
+    kwargs = {m["key"]: m["value"] for m in map(OPTION.match, words[1:]) if m}
+    return GENERATORS.get(words[0])(*args, **kwargs)
+
+
+def rewrite(text: str) -> tuple[str, list[str]]:
+    """(the page with every block regenerated, the specs of the blocks whose text changed). A block's body keeps
+    the newlines around it: a table block is written on its own lines, an inline one inline."""
+    changed: list[str] = []
+
+    def one(m: re.Match) -> str:
+        body = m.group("body")
+        lead = body[:len(body) - len(body.lstrip("\n"))]
+        trail = body[len(body.rstrip("\n")):]
+        new = render(m.group("spec"))
+        if body.strip("\n") != new:
+            changed.append(m.group("spec"))
+        return f"<!-- records: {m.group('spec')} -->{lead}{new}{trail}<!-- /records -->"
+
+    # a fenced code block shows the syntax (docs/sweeps-and-searches.md): its example is text, not a block
+    parts = FENCE.split(text)
+    return "".join(p if i % 2 else BLOCK.sub(one, p) for i, p in enumerate(parts)), changed
+
+
+def pages(root: Path = ROOT) -> list[Path]:
+    return sorted({p for pattern in PAGES for p in root.glob(pattern)})
+
+
+def main(argv: list[str] | None = None) -> int:
+    import tools.pages as package  # its docstring is the command's description
+
+    p = argparse.ArgumentParser(prog="python -m tools.pages", description=package.__doc__.splitlines()[0])
+    p.add_argument("pages", nargs="*", help="pages to regenerate (default: README.md, docs/*.md and docs/results/*.md)")
+    p.add_argument("--check", action="store_true", help="change nothing; list the blocks that differ, exit 1 if any")
+    a = p.parse_args(argv)
+    stale = 0
+    for page in [Path(x) for x in a.pages] or pages():
+        text = page.read_text()
+        try:
+            new, changed = rewrite(text)
+        except (ValueError, KeyError) as e:
+            print(f"error: {page}: {str(e).splitlines()[0]}", file=sys.stderr)
+            return 2
+        for spec in changed:
+            print(f"{page}: {spec}" + (": differs from the records" if a.check else ": rewritten"))
+        stale += len(changed)
+        if changed and not a.check:
+            page.write_text(new)
+    return 1 if a.check and stale else 0

@@ -1,0 +1,64 @@
+"""Generators for searches: the selections' reruns on fresh seeds (docs/results/<search>/selection.json names the
+trials; the reference rows' trials lie beside them)."""
+from __future__ import annotations
+
+import json
+
+from tools.pages import records
+from tools.pages.engine import GENERATORS
+from tools.pages.records import _paired_text, _with_ci
+
+
+def _search_finals(name: str, keys: list[str]) -> dict[int, float]:
+    """{seed: final test accuracy (%)} of the finished trials `keys` of docs/results/<name>/trials."""
+    from fda_ray.experiments.trials import read_rows
+    from fda_ray.papers.selection import final_value
+
+    out = {}
+    for key in keys:
+        rec = records.RESULTS / name / "trials" / key
+        if (rec / "rows.json").is_file():
+            v = final_value(read_rows(rec)["rows"], "accuracy")
+            if v is not None:
+                out[int(json.loads((rec / "trial.json").read_text())["seed"])] = 100 * v
+    return out
+
+
+def _search_cell(name: str, study_or_value: str, rule_or_row: str) -> dict[int, float]:
+    """A search's rerun numbers by seed: a study's rule's selection ("fedgp @ noise 0.6" oracle: the trial keys
+    selection.json lists), or a reference row at a value (0.6 fedda_auto: its trials under trials/)."""
+    path = records.RESULTS / name / "selection.json"
+    if not path.is_file():
+        raise ValueError(f"{name!r} is not a search's directory: {str(path)!r} does not exist")
+    selection = json.loads(path.read_text())
+    if study_or_value in selection["studies"]:
+        keys = selection["studies"][study_or_value].get("reruns", {}).get(rule_or_row)
+        if keys is None:
+            raise ValueError(f"{name!r}: study {study_or_value!r} has no rerun of rule {rule_or_row!r}")
+    else:
+        value = float(study_or_value)
+        keys = [rec.name for rec in sorted((records.RESULTS / name / "trials").iterdir())
+                if (rec / "trial.json").is_file()
+                and (t := json.loads((rec / "trial.json").read_text()))["row"] == rule_or_row
+                and t["value"] is not None and float(t["value"]) == value]
+    got = _search_finals(name, keys)
+    if not got:
+        raise ValueError(f"{name!r} has no finished rerun of {study_or_value!r} {rule_or_row!r}")
+    return got
+
+
+@GENERATORS.register("search-ci")
+def search_ci(name: str, study_or_value: str, rule_or_row: str, digits: str = "2") -> str:
+    """A search's number to report: the selected configuration's (or a reference row's) final test accuracy on the
+    fresh seeds, mean ± 95 % half-width: `search-ci search-beta "fedgp @ noise 0.6" oracle`, or
+    `search-ci search-beta 0.6 fedda_auto`."""
+    return _with_ci(list(_search_cell(name, study_or_value, rule_or_row).values()), int(digits))
+
+
+@GENERATORS.register("search-diff-ci")
+def search_diff_ci(name: str, a_study_or_value: str, a: str, b_study_or_value: str, b: str,
+                   digits: str = "1", spread: str | None = None) -> str:
+    """Search cell A minus cell B (each as search-ci names it), paired by seed, with its 95 % interval."""
+    x, y = _search_cell(name, a_study_or_value, a), _search_cell(name, b_study_or_value, b)
+    d = [x[k] - y[k] for k in sorted(x) if k in y]  # paired by seed
+    return _paired_text(d, f"in {name!r}, {a} minus {b}", spread, digits, "search-diff-ci")
