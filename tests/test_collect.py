@@ -110,7 +110,7 @@ def test_a_folder_without_a_summary_needs_grid(tmp_path, capsys):
     src = RESULTS / "fmnist-noise-seeds-0.6" / "trials"
     shutil.copytree(src, tmp_path / "trials")
     assert collect.main([str(tmp_path)]) == 2
-    assert "has no summary.md with a 'Command:' line; pass --grid NAME" in capsys.readouterr().err
+    assert "has no sweep.json nor a summary.md with a 'Command:' line; pass --grid NAME" in capsys.readouterr().err
     rows = _csv([tmp_path], capsys, "--grid", "noise")
     line = next(r for r in rows if r["row"] == "fedgp_beta1" and float(r["value"]) == 0.6)
     assert line["profile"] == "found" and int(line["n"]) == 3
@@ -242,3 +242,49 @@ def test_results_load_gives_a_shared_trial_a_set_of_rows_per_value(capsys):
         for i, v in enumerate(trial["values"]):
             got = shared[(shared.trial == rec.name) & (shared.value == v) & (shared["round"] == last["round"])]
             assert list(got.accuracy) == [last["eval_noise_accuracy"][i]]
+
+
+def _committed_manifests():
+    return sorted(d for d in RESULTS.iterdir() if (d / "sweep.json").is_file())
+
+
+def test_every_committed_sweep_has_a_manifest_equal_to_its_command_and_it_plans_the_committed_trial_keys():
+    """The manifests written for the directories from before them say what their commands said, and planning a
+    grid sweep from its manifest gives the keys of the trials committed under it (no key moved)."""
+    from fda_ray.experiments import manifest as mf
+    from fda_ray.experiments.sweep import manifest_from_command
+    from fda_ray.experiments.trials import Trial, plan
+    from fda_ray.papers.grids import GRIDS
+
+    dirs = _committed_manifests()
+    assert len(dirs) >= 39
+    for d in dirs:
+        command = next(line[len("Command: `"):line.rindex("`")] for line in (d / "summary.md").read_text().splitlines()
+                       if line.startswith("Command: `"))
+        m = mf.read(d)
+        assert m == manifest_from_command(command), d.name
+        if m.kind != "grid" or m.name not in GRIDS:
+            continue
+        planned = {(t.row, t.value, t.seed): t.key for t in plan(
+            GRIDS[m.name], m.profile, rows=list(m.rows) if m.rows else None,
+            values=list(m.values) if m.values else None, seeds=m.seeds, overrides=dict(m.overrides))}
+        committed = [Trial.from_dict(json.loads((r / "trial.json").read_text())) for r in (d / "trials").iterdir()
+                     if (r / "trial.json").is_file()]
+        # a committed trial the manifest plans has the key the plan gives it, and its record sits under that key
+        # (a chunked sweep's manifest plans its last chunk; a partial one's plan has trials not run yet)
+        matched = [t for t in committed if (t.row, t.value, t.seed) in planned]
+        assert matched, d.name
+        for t in matched:
+            assert t.key == planned[(t.row, t.value, t.seed)] and (d / "trials" / t.key).is_dir(), (d.name, t.key)
+
+
+@pytest.mark.parametrize("text,why", [("{", "JSONDecodeError"), ('{"kind": "grid"}', "KeyError"),
+                                      ('{"kind": "table", "name": "x", "profile": "quick"}', "kind='table'")])
+def test_a_damaged_manifest_is_one_line_naming_the_file(text, why, tmp_path):
+    from fda_ray.experiments import manifest as mf
+
+    (tmp_path / mf.FILE).write_text(text)
+    with pytest.raises(mf.ManifestError) as e:
+        mf.read(tmp_path)
+    assert str(e.value).startswith(f"sweep.json={str(tmp_path / mf.FILE)!r} is invalid: ") and why in str(e.value)
+    assert "\n" not in str(e.value)

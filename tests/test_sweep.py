@@ -143,6 +143,17 @@ def test_local_backend_equals_plain_runs_and_restricts_the_grid(tiny_grid, fmnis
     assert sweep.main(_args(fmnist_dir, out, "--methods", "target_only", "--values", "0.8", "--rounds", "3",
                             "--resume", "--json")) == 0
     assert _summary(capsys.readouterr().out)["trials_run"] == 0
+    # what the sweep is, beside its records: its readers plan the same trials from it, without its command line
+    from fda_ray.experiments import manifest as mf
+    from fda_ray.experiments.trials import plan
+
+    m = mf.read(out)
+    assert (m.kind, m.name, m.profile, m.rows, m.values, m.overrides["rounds"]) == (
+        "grid", tiny_grid.name, "quick", ("target_only",), (0.8,), 3)
+    assert m.command.startswith("python -m fda_ray.sweep --grid " + tiny_grid.name)
+    planned = plan(tiny_grid, m.profile, rows=list(m.rows), values=list(m.values), seeds=m.seeds,
+                   overrides=dict(m.overrides))
+    assert [t.key for t in planned] == [r.name for r in (out / "trials").iterdir() if r.is_dir()]
 
 
 @pytest.mark.parametrize("args,field", [(["--grid", "nope"], "grid='nope'"),

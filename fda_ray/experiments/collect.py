@@ -22,7 +22,6 @@ import csv
 import io
 import json
 import math
-import shlex
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -121,29 +120,21 @@ class SearchTable:
 
 
 def describe(path: Path, grid: str | None = None) -> Source:
-    """The Source of a results directory, from its summary.md's `Command:` line; `grid` names the grid of a folder
-    without one (every trial found is read as that grid's)."""
-    from fda_ray.experiments.sweep import config_fields, parser
+    """The Source of a results directory, from its sweep.json (for a directory from before manifests, its
+    summary.md's `Command:` line); `grid` names the grid of a folder without either (every trial found is read as
+    that grid's)."""
+    from fda_ray.experiments.sweep import manifest_of
 
-    summary = path / "summary.md"
-    command = None
-    if summary.is_file():
-        for line in summary.read_text().splitlines():
-            if line.startswith("Command: `"):
-                command = line[len("Command: `"):line.rindex("`")]
-                break
-    if command is None:
+    m = manifest_of(path)
+    if m is None:
         if grid is None:
-            raise CollectError(f"dir={str(path)!r} is invalid: it has no summary.md with a 'Command:' line; pass "
-                               "--grid NAME to read its trials as a grid's")
+            raise CollectError(f"dir={str(path)!r} is invalid: it has no sweep.json nor a summary.md with a "
+                               "'Command:' line; pass --grid NAME to read its trials as a grid's")
         return Source(path, "grid", grid, "found")
-    argv = shlex.split(command)
-    argv = argv[argv.index("fda_ray.sweep") + 1:] if "fda_ray.sweep" in argv else argv
-    a = parser().parse_args(argv)
-    options = tuple(sorted((k, str(v)) for k, v in config_fields(a).items()))
-    if a.search:
-        return Source(path, "search", a.search, a.profile, options)
-    return Source(path, "grid", grid or a.grid, a.profile, options)
+    options = tuple(sorted((k, str(v)) for k, v in m.overrides.items()))
+    if m.kind == "search":
+        return Source(path, "search", m.name, m.profile, options)
+    return Source(path, "grid", grid or m.name, m.profile, options)
 
 
 def _build_text(env: dict | None) -> str:
@@ -507,6 +498,25 @@ def draw(tabs: Sequence[GridTable | SearchTable], figure: str, stem: str | Path 
 
 
 @cli_main
+def write_missing_manifests(dirs: list[str]) -> int:
+    """sweep.json for each directory that has only summary.md's command (fda_ray.experiments.manifest)."""
+    from fda_ray.experiments.manifest import FILE, read, write
+    from fda_ray.experiments.sweep import manifest_of
+
+    for d in dirs:
+        path = Path(d)
+        if read(path) is not None:
+            print(f"{path / FILE}: there already", file=sys.stderr)
+            continue
+        m = manifest_of(path)
+        if m is None:
+            print(f"error: dir={d!r} is invalid: it has no summary.md with a 'Command:' line", file=sys.stderr)
+            return 2
+        write(path, m)
+        print(f"{path / FILE}: written ({m.kind} {m.name}, {m.profile})", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     from fda_ray.core import plugins
     from fda_ray.core.parsing import OneLineParser
@@ -537,9 +547,13 @@ def main(argv: list[str] | None = None) -> int:
                                                       "first directory>/<figure>)")
     p.add_argument("--panels", default=None, help="heatmap: comma-separated metrics, one panel each on one colour "
                                                   "scale (default: --metric); the first's best cell is outlined")
+    p.add_argument("--write-manifests", action="store_true", help="instead of a table: write the sweep.json of each "
+                   "directory from before manifests, read from its summary.md's Command: line")
     a = p.parse_or_exit_code(argv)
     if isinstance(a, int):
         return a
+    if a.write_manifests:
+        return write_missing_manifests(a.dirs)
     try:
         if a.last < 1:
             raise CollectError(f"last={a.last} is invalid: an integer >= 1")

@@ -43,6 +43,7 @@ from fda_ray.runtime import node_watch, preflight, resources
 from fda_ray.core.parsing import OneLineParser
 from fda_ray.core.registry import did_you_mean
 from fda_ray.experiments.cli import add_config_arguments, config_fields
+from fda_ray.experiments.manifest import Manifest, read as read_manifest, write as write_manifest
 from fda_ray.data.base import DatasetNotFound
 from fda_ray.experiments.backends import Progress, run_local, run_tune, write_parquet
 from fda_ray.experiments import console, stranded, tracking
@@ -340,6 +341,7 @@ def _execute(a: Any, grid: Grid, trials: list[Trial], out: StoragePath, records:
           + (f"; resuming, {len(trials) - len(pending)} finished before" if a.resume else ""), flush=True)
     records.mkdir(parents=True, exist_ok=True)
     write_definition(grid, out / "grid.yaml")  # what ran, beside its records (collect reads a file grid from it)
+    write_manifest(out, manifest_from_args(a, command))  # what the sweep is, for its readers (sweep.json)
     t0 = time.time()
     failures: list[dict] = []
     interrupted = False
@@ -596,6 +598,37 @@ def dry_run_plan(first: Any, a: Any) -> tuple[list[str], str | None]:
     return lines, None
 
 
+def manifest_from_args(a: Any, command: str) -> Manifest:
+    """What a parsed sweep or search command runs (fda_ray.experiments.manifest), as its readers need it."""
+    return Manifest(kind="search" if a.search else "grid", name=a.search or a.grid, profile=a.profile,
+                    rows=tuple(a.methods.split(",")) if a.methods else None,
+                    values=tuple(float(v) for v in a.values.split(",")) if a.values else None,
+                    seeds=a.seeds, overrides=config_fields(a), command=command)
+
+
+def manifest_from_command(command: str) -> Manifest:
+    """A directory from before manifests: its summary.md's command, read by this command's own parser (the one
+    place a command line is parsed to learn what a sweep was)."""
+    argv = shlex.split(command)
+    argv = argv[argv.index("fda_ray.sweep") + 1:] if "fda_ray.sweep" in argv else argv
+    return manifest_from_args(parser().parse_args(argv), command)
+
+
+def manifest_of(directory: StoragePath | Path | str) -> Manifest | None:
+    """A sweep or search directory's sweep.json; for one from before manifests, summary.md's `Command:` line (None
+    without either)."""
+    found = read_manifest(directory)
+    if found is not None:
+        return found
+    summary = storage_path(directory) / "summary.md"
+    if not summary.is_file():
+        return None
+    for line in summary.read_text().splitlines():
+        if line.startswith("Command: `"):
+            return manifest_from_command(line[len("Command: `"):line.rindex("`")])
+    return None
+
+
 def _command(argv: list[str]) -> str:
     """The command line as the summary repeats it (without --resume and --verbose)."""
     kept, skip = [], False
@@ -708,6 +741,8 @@ def search_main(a: Any, argv: list[str]) -> int:
         return 2
     try:
         with locks.held(out.local, "out", _command(argv)):  # one writer per --out, as for a grid sweep
+            out.mkdir(parents=True, exist_ok=True)
+            write_manifest(out, manifest_from_args(a, _command(argv)))  # what the search is (sweep.json)
             tracker = Tracking(track, out, f"search-{search.name}-{a.profile}")
             console.OBSERVERS[:] = [tracker]
             try:

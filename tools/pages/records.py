@@ -9,7 +9,6 @@ elsewhere (monkeypatch.setattr(pages.records, "RESULTS", tmp_path)) reaches ever
 from __future__ import annotations
 
 import json
-import shlex
 import statistics
 from dataclasses import dataclass
 from functools import lru_cache
@@ -34,35 +33,40 @@ class Sweep:
 
 
 def command_of(directory: Path) -> str:
-    """The `Command:` line of a sweep directory's summary.md."""
-    for line in (directory / "summary.md").read_text().splitlines():
-        if line.startswith("Command: `"):
-            return line[len("Command: `"):line.rindex("`")]
-    raise ValueError(f"dir={str(directory)!r} is invalid: its summary.md has no 'Command:' line")
+    """The command that ran a results directory (its sweep.json's)."""
+    return _manifest(directory).command
+
+
+def _manifest(directory: Path):
+    """What a results directory ran: its sweep.json (fda_ray.experiments.manifest)."""
+    from fda_ray.experiments.manifest import read
+
+    m = read(directory)
+    if m is None:
+        raise ValueError(f"dir={str(directory)!r} is invalid: it has no sweep.json (write one for a directory from "
+                         "before manifests with: python -m fda_ray.collect --write-manifests DIR)")
+    return m
 
 
 @lru_cache(maxsize=None)
 def load_sweep(name: str) -> Sweep:
-    """docs/results/<name>: the trials its command planned (with that command's rows and values), their rows."""
-    from fda_ray.experiments.sweep import collect, config_fields, parser
+    """docs/results/<name>: the trials its sweep.json planned (with that sweep's rows and values), their rows."""
+    from fda_ray.experiments.sweep import collect
     from fda_ray.experiments.trials import plan
     from fda_ray.papers.grids import GRIDS
 
     directory = RESULTS / name
-    argv = shlex.split(command_of(directory))
-    argv = argv[argv.index("fda_ray.sweep") + 1:]
-    a = parser().parse_args(argv)
-    if a.grid is None:
-        raise ValueError(f"dir={name!r} is invalid: its command runs a search, not a grid")
-    grid = GRIDS[a.grid]
-    methods = a.methods.split(",") if a.methods else None
-    values = [float(v) for v in a.values.split(",")] if a.values else None
-    trials = plan(grid, a.profile, rows=methods, values=values, seeds=a.seeds, overrides=config_fields(a))
+    m = _manifest(directory)
+    if m.kind != "grid":
+        raise ValueError(f"dir={name!r} is invalid: it holds a search, not a grid sweep")
+    grid = GRIDS[m.name]
+    trials = plan(grid, m.profile, rows=list(m.rows) if m.rows else None,
+                  values=list(m.values) if m.values else None, seeds=m.seeds, overrides=dict(m.overrides))
     planned = {t.row for t in trials}
     row_keys = tuple(r.key for r in grid.rows if r.key in planned)
     cols = tuple(v for v in grid.values if any(t.value == v or v in t.values for t in trials))
     rows, _ = collect(trials, grid, directory / "trials")
-    return Sweep(name, grid, a.profile, row_keys, cols, tuple(rows))
+    return Sweep(name, grid, m.profile, row_keys, cols, tuple(rows))
 
 
 @lru_cache(maxsize=None)

@@ -1,0 +1,71 @@
+"""What a sweep or a search directory is: `sweep.json`, written beside its records when it starts.
+
+    {"kind": "grid" | "search", "name": grid or search name (or a grid file's path), "profile": "quick",
+     "rows": ["fedgp", ...] | null (every row), "values": [0.4, ...] | null (every value),
+     "seeds": 3 | null (the profile's), "overrides": {RunConfig fields the command set}, "command": "python -m ..."}
+
+Readers (`fda_ray.collect`, the results pages) learn what a directory ran from this file, never by parsing its
+command line. Directories written before the manifest existed have only summary.md's `Command:` line: the sweep
+command reads that once (`fda_ray.experiments.sweep.manifest_from_command`), and `write_missing` keeps the result
+beside the records, so the next read is the file's.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from fda_ray.core.storage import StoragePath, storage_path
+
+FILE = "sweep.json"
+KINDS = ("grid", "search")
+
+
+class ManifestError(ValueError):
+    """A sweep.json that cannot be read: the message is one line naming the file."""
+
+
+@dataclass(frozen=True)
+class Manifest:
+    kind: str  # "grid" or "search"
+    name: str  # the grid's or search's name, or a definition file's path
+    profile: str
+    rows: tuple[str, ...] | None = None
+    values: tuple[float, ...] | None = None
+    seeds: int | None = None
+    overrides: dict[str, Any] = field(default_factory=dict)
+    command: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ManifestError(f"kind={self.kind!r} is invalid: one of {', '.join(KINDS)}")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["rows"] = list(self.rows) if self.rows is not None else None
+        d["values"] = list(self.values) if self.values is not None else None
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Manifest":
+        return cls(kind=d["kind"], name=d["name"], profile=d["profile"],
+                   rows=tuple(d["rows"]) if d.get("rows") is not None else None,
+                   values=tuple(float(v) for v in d["values"]) if d.get("values") is not None else None,
+                   seeds=d.get("seeds"), overrides=dict(d.get("overrides") or {}), command=d.get("command", ""))
+
+
+def write(directory: StoragePath | str, m: Manifest) -> None:
+    """`directory`/sweep.json (atomically, locally or on an object store)."""
+    (storage_path(directory) / FILE).write_text(json.dumps(m.to_dict(), indent=1, sort_keys=True) + "\n")
+
+
+def read(directory: StoragePath | str) -> Manifest | None:
+    """The directory's manifest, or None where it has none (written before manifests existed)."""
+    p = storage_path(directory) / FILE
+    if not p.is_file():
+        return None
+    try:
+        return Manifest.from_dict(json.loads(p.read_text()))
+    except (ValueError, KeyError, TypeError) as e:
+        raise ManifestError(f"{FILE}={str(p)!r} is invalid: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+                            ) from None
