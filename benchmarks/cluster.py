@@ -39,7 +39,7 @@ from benchmarks import child_env
 def trials(n: int, rounds: int, data_dir: str | None, executor: str, samples: int = 2000) -> list[Any]:
     """N trials that differ only by seed: FedGP at noise 0.4, 3 sources of `samples` images, a 2000-image test
     set."""
-    from fda_ray.experiments.trials import Trial, trial_key
+    from fda_ray.experiments.records import Trial, trial_key
 
     out = []
     for seed in range(n):
@@ -58,7 +58,7 @@ def measure(k: int, a: argparse.Namespace) -> dict[str, Any]:
 
     from fda_ray.experiments.backends import Progress, run_tune
     from fda_ray.experiments.tune import resources
-    from fda_ray.experiments.trials import read_rows
+    from fda_ray.experiments.records import read_rows
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
     for i in range(k):

@@ -89,25 +89,23 @@ class Record:
 
 def load_records(root: Path = RESULTS) -> list[Record]:
     """Every finished record under root/*/trials/ (a config written before a field existed gets that field's
-    value of then: fda_ray.experiments.trials.ADDED_LATER)."""
-    from fda_ray.experiments.trials import ADDED_LATER
+    value of then: fda_ray.experiments.records.ADDED_LATER), read through fda_ray.experiments.records.finished."""
+    from fda_ray.experiments.records import ADDED_LATER, finished
 
     out = []
-    for rows_file in sorted(root.glob("*/trials/*/rows.json")):
-        trial_file = rows_file.parent / "trial.json"
-        if not trial_file.is_file():
-            continue
-        data, trial = json.loads(rows_file.read_text()), json.loads(trial_file.read_text())
-        rows = data.get("rows") or []
-        secs = sum(float(r.get("seconds") or 0.0) for r in rows)
-        if not rows or secs <= 0:
-            continue
-        cfg = {**ADDED_LATER, **data["config"]}
-        out.append(Record(key=rows_file.parent.name, source=rows_file.parts[-4], gpu=str(cfg.get("device", "cpu"))
-                          .startswith("cuda"), config=cfg, kind=trial.get("kind", "run"), row=trial.get("row", ""),
-                          value=trial.get("value"), seed=int(trial.get("seed", cfg.get("seed", 0))), seconds=secs,
-                          client_seconds=sum(float(r.get("client_seconds_sum") or 0.0) for r in rows),
-                          rounds=len(rows)))
+    for trials in sorted(root.glob("*/trials")):
+        for rec in finished(trials):
+            data, trial = rec.data, rec.trial
+            rows = data.get("rows") or []
+            secs = sum(float(r.get("seconds") or 0.0) for r in rows)
+            if not rows or secs <= 0:
+                continue
+            cfg = {**ADDED_LATER, **data["config"]}
+            out.append(Record(key=rec.path.name, source=trials.parent.name,
+                              gpu=str(cfg.get("device", "cpu")).startswith("cuda"), config=cfg, kind=trial.kind,
+                              row=trial.row, value=trial.value, seed=int(trial.seed), seconds=secs,
+                              client_seconds=sum(float(r.get("client_seconds_sum") or 0.0) for r in rows),
+                              rounds=len(rows)))
     return out
 
 
@@ -445,7 +443,7 @@ class Group:
 
 
 def _estimate(model: TimeModel, trial: Any, variable: str) -> Estimate:
-    from fda_ray.experiments.trials import trial_key
+    from fda_ray.experiments.records import trial_key
     from fda_ray.runtime.config import RunConfig
 
     cfg = RunConfig(**trial.params).resolved().to_dict()

@@ -22,13 +22,11 @@ apart). A record that cannot be read (fda_ray.experiments.trials.record_damage) 
 """
 from __future__ import annotations
 
-import json
 import os
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fda_ray.experiments.trials import BUILD_COLUMNS, ROWS_FILE, TRIAL_FILE, config_columns, record_damage
+from fda_ray.experiments.records import BUILD_COLUMNS, Record, config_columns, finished
 
 if TYPE_CHECKING:
     import pandas
@@ -37,29 +35,27 @@ IDENTITY = ("directory", "trial", "row", "value", "seed", "kind")
 BUILD = BUILD_COLUMNS
 
 
-def records(directory: str | os.PathLike) -> list[Path]:
-    """The finished trials' folders under DIR/trials (DIR may also be the trials folder itself), sorted by key."""
+def trials_dir(directory: str | os.PathLike) -> Path:
+    """DIR/trials, or DIR itself when it is the trials folder."""
     d = Path(directory)
     trials = d / "trials" if (d / "trials").is_dir() else d
     if not trials.is_dir():
         raise FileNotFoundError(f"dir={str(directory)!r} is invalid: neither it nor {str(d / 'trials')!r} is a "
                                 "folder of trial records")
-    return sorted(p for p in trials.iterdir() if (p / ROWS_FILE).is_file())
+    return trials
 
 
-def trial_rows(record: Path, directory: str) -> list[dict]:
+def trial_rows(record: Record, directory: str) -> list[dict]:
     """One finished trial's rounds as flat dicts with the columns the module docstring lists."""
-    data = json.loads((record / ROWS_FILE).read_text())
-    trial = json.loads((record / TRIAL_FILE).read_text()) if (record / TRIAL_FILE).is_file() else {}
-    config = data.get("config") or {}
-    identity = {"directory": directory, "trial": record.name, "row": trial.get("row"), "value": trial.get("value"),
-                "seed": trial.get("seed", config.get("seed")), "kind": trial.get("kind", "run")}
+    trial, data = record.trial, record.data
+    identity = {"directory": directory, "trial": record.path.name, "row": trial.row, "value": trial.value,
+                "seed": trial.seed, "kind": trial.kind}
     columns = config_columns(data, clash=identity)  # the resolved config, then the build
     # A trial shared by several grid values (the noise grid's Source Only, evaluated at every noise level: its
     # trial.json has value None and the values in "values") gives one set of rows per value, its accuracy there
     # the round's eval_noise_accuracy entry, as the sweep's own results.parquet does.
-    shared = trial.get("value") is None and trial.get("values")
-    per_value = [(v, i) for i, v in enumerate(trial["values"])] if shared else [(identity["value"], None)]
+    shared = trial.value is None and trial.values
+    per_value = [(v, i) for i, v in enumerate(trial.values)] if shared else [(identity["value"], None)]
     out = []
     for value, i in per_value:
         for r in data["rows"]:
@@ -81,11 +77,6 @@ def load(*directories: str | os.PathLike) -> "pandas.DataFrame":
     rows: list[dict] = []
     for directory in directories:
         name = Path(directory).name if Path(directory).name != "trials" else Path(directory).parent.name
-        for rec in records(directory):
-            why = record_damage(rec)
-            if why is not None:
-                print(f"warning: trial {rec.name} in {directory}: its {ROWS_FILE} is damaged ({why}); left out",
-                      file=sys.stderr)
-                continue
+        for rec in finished(trials_dir(directory), where=str(directory)):  # a damaged record: a warning line
             rows += trial_rows(rec, name)
     return pandas.DataFrame(rows)

@@ -129,7 +129,8 @@ def test_a_record_names_the_aggregation_that_ran_and_the_cpu(tiny, tmp_path):
     """rows.json's environment names the kernels' implementation the trial's aggregation really ran (cpp here, or
     reference where the C++ kernel cannot be built; reference when asked) and the CPU capability."""
     from fda_ray import kernels
-    from fda_ray.experiments.trials import Trial, run_trial, trial_key
+    from fda_ray.experiments.records import Trial, trial_key
+    from fda_ray.experiments.trials import run_trial
     from fda_ray.kernels.loader import cpu_capability
 
     def env_of(**kw):

@@ -158,7 +158,7 @@ def test_vectorise_auto_is_the_measured_faster_loop_on_cpus_and_gpus(tiny):
 
 
 def test_trial_keys_of_the_loop_are_those_recorded_before_vectorise_existed(tiny):
-    from fda_ray.experiments.trials import trial_key
+    from fda_ray.experiments.records import trial_key
 
     params = dict(dataset="fashion-mnist", method="fedgp", rounds=3)
     off = trial_key("fedgp", "noise", 0.4, 0, params)

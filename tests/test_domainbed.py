@@ -113,7 +113,7 @@ def test_environment_seed_trial_builds_the_environments_from_the_trial_seed(tmp_
     """environment_seed "trial": the loader gets the trial's seed as its construction seed (DomainBed's --seed); the
     default keeps DomainBed's seed 0 for every trial, and the trial keys recorded before the option existed."""
     import fda_ray.runtime.experiment as ex
-    from fda_ray.experiments.trials import trial_key
+    from fda_ray.experiments.records import trial_key
     from fda_ray.runtime.config import RunConfig
 
     root = _mnist_tree(tmp_path / "data")

@@ -28,8 +28,9 @@ from fda_ray.core import interrupts, locks
 from fda_ray.core.storage import StoragePath, atomic_local
 from fda_ray.experiments import stranded, sweep
 from fda_ray.experiments.stranded import StrandedWatch
-from fda_ray.experiments.trials import (ROWS_FILE, STATE_FILE, WEIGHTS_FILE, Trial, changed_settings, is_done, plan,
-                                        read_rows, rerun_for_weights, run_trial, trial_key)
+from fda_ray.experiments.records import (ROWS_FILE, STATE_FILE, WEIGHTS_FILE, Trial, changed_settings, is_done,
+                                         read_rows, rerun_for_weights, trial_key)
+from fda_ray.experiments.trials import plan, run_trial
 from fda_ray.runtime import preflight
 from fda_ray.papers.grids import GRIDS, Grid, Row
 

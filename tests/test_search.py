@@ -16,7 +16,8 @@ from fda_ray.experiments import sweep
 from fda_ray.experiments.search import (
     is_settled, point_of, run_search, search_trials, study_table, studies, trial_rows)
 from fda_ray.papers.selection import RULES, best_so_far, final_value, select
-from fda_ray.experiments.trials import read_rows, run_trial
+from fda_ray.experiments.records import read_rows
+from fda_ray.experiments.trials import run_trial
 from fda_ray.papers.grids import Profile, Row
 from fda_ray.papers.searches import SEARCHES, Dim, Search
 

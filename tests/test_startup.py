@@ -11,7 +11,8 @@ import pytest
 import ray
 
 from fda_ray.experiments.console import Progress
-from fda_ray.experiments.trials import Trial, run_trial, trial_key
+from fda_ray.experiments.records import Trial, trial_key
+from fda_ray.experiments.trials import run_trial
 from fda_ray.runtime import startup as S
 from fda_ray.runtime.engine import run
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fda_ray.experiments.trials import TRIAL_FILE, trial_key
+from fda_ray.experiments.records import TRIAL_FILE, trial_key
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -452,7 +452,7 @@ def test_a_damaged_record_makes_its_trial_pending_again_and_is_kept(tiny_grid, f
 
 
 def test_set_aside_damaged_keeps_every_damaged_copy_and_leaves_whole_records(tmp_path):
-    from fda_ray.experiments.trials import is_done, record_damage, set_aside_damaged
+    from fda_ray.experiments.records import is_done, record_damage, set_aside_damaged
 
     records = tmp_path / "trials"
     texts = {"good": json.dumps({"config": {}, "rows": []}), "cut": '{"config": {}, "ro',

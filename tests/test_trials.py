@@ -11,7 +11,8 @@ import torch
 
 from fda_ray.runtime.config import RunConfig
 from fda_ray.runtime.engine import run
-from fda_ray.experiments.trials import Trial, is_done, plan, read_rows, result_rows, run_trial, trial_key
+from fda_ray.experiments.records import Trial, is_done, read_rows, result_rows, trial_key
+from fda_ray.experiments.trials import plan, run_trial
 from fda_ray.papers.grids import GRIDS, Grid, Profile, Row
 from fda_ray.papers.paper import TABLE10_FMNIST, TABLE11_FMNIST_LABEL_SHIFT
 

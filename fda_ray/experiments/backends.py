@@ -17,7 +17,8 @@ from fda_ray.core.storage import StoragePath, storage_path
 from fda_ray.runtime import preflight
 from fda_ray.experiments.console import Progress, quiet_worker
 from fda_ray.experiments.stranded import StrandedWatch, tune_parts as stranded_tune_parts
-from fda_ray.experiments.trials import Trial, is_done, run_trial
+from fda_ray.experiments.records import Trial, is_done
+from fda_ray.experiments.trials import run_trial
 
 
 def rounds_of(t: Trial) -> int | None:
@@ -71,7 +72,7 @@ def _local_job(trial: dict[str, Any], records: str, rounds: Any = None) -> None:
     """One trial in a pool worker; `rounds` (a queue) hears (key, the round's row) after every round, for the
     status and the trackers."""
     from fda_ray.core import plugins
-    from fda_ray.experiments.trials import round_metrics
+    from fda_ray.experiments.records import round_metrics
 
     plugins.load_pending()  # the sweep's plug-ins: this spawned process inherited $FDA_RAY_IMPORTS
     t = Trial.from_dict(trial)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from fda_ray.experiments import tables
-from fda_ray.experiments.trials import ROWS_FILE, TRIAL_FILE, Trial, read_rows, record_damage
+from fda_ray.experiments.records import ROWS_FILE, finished, read_rows, record_damage
 from fda_ray.papers.grids import Grid
 from fda_ray.core.interrupts import cli_main
 
@@ -179,20 +179,13 @@ def grid_table(sources: Sequence[Source], metric: str = "accuracy", last: int = 
         if not records.is_dir():
             raise CollectError(f"dir={str(src.path)!r} is invalid: it has no trials/ folder of records")
         trials = []
-        for rec in sorted(records.iterdir()):
-            if not ((rec / ROWS_FILE).is_file() and (rec / TRIAL_FILE).is_file()):
-                continue
-            why = record_damage(rec)
-            if why is not None:
-                print(f"warning: trial {rec.name} in {src.path}: its {ROWS_FILE} is damaged ({why}); left out",
-                      file=sys.stderr)
-                continue
-            if rec.name in seen:
+        for rec in finished(records, where=str(src.path)):  # a damaged record: left out with a warning line
+            if rec.path.name in seen:
                 duplicates += 1
                 continue
-            seen.add(rec.name)
-            trials.append(Trial.from_dict(json.loads((rec / TRIAL_FILE).read_text())))
-            builds[_build_text(read_rows(rec).get("environment"))] = None
+            seen.add(rec.path.name)
+            trials.append(rec.trial)
+            builds[_build_text(rec.data.get("environment"))] = None
         rows += collect(trials, grid, records)[0]
     final = tables.final(rows, metric, last, scale)
     if not final:
@@ -416,7 +409,7 @@ FIGURES = ("curves", "heatmap", "sweep")
 def two_parameters(grid: Grid, values: Sequence[float]) -> tuple[str, list[Any], str, list[Any], dict[float, tuple[int, int]]]:
     """A grid whose columns set two parameters (FedWCA's T_a x T_b): (the first's name, its levels, the second's,
     its levels, value -> (i, j)). An error for a grid whose columns vary one field or more than two."""
-    from fda_ray.experiments.trials import dotted
+    from fda_ray.experiments.records import dotted
 
     fields = {v: dotted(grid.value_fields.get(v, {grid.variable: v})) for v in values}
     names = sorted({k for f in fields.values() for k in f})

@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -34,8 +32,8 @@ from typing import Any, Sequence
 
 from fda_ray.core.storage import StoragePath, storage_path
 from fda_ray.papers.selection import RULES, best_so_far, final_value, select
-from fda_ray.experiments.trials import (ROWS_FILE, Trial, is_done, merge_fields, point_trial, read_rows,
-                                       set_aside_damaged, trial_key)
+from fda_ray.experiments.records import Trial, is_done, read_rows, set_aside_damaged
+from fda_ray.experiments.trials import merge_fields, point_trial
 from fda_ray.papers.files import write_definition
 from fda_ray.papers.searches import Search
 
@@ -113,7 +111,7 @@ def optuna_trials(search: Search, profile: str, study: Study, records: StoragePa
                   overrides: dict[str, Any] | None = None) -> list[Trial]:
     """The trials an Optuna search of this study has started so far (their records), in the order they started:
     the same study's fields, any point."""
-    from fda_ray.experiments.trials import TRIAL_FILE
+    from fda_ray.experiments.records import TRIAL_FILE
 
     base = study_base(search, profile, study, overrides)
     found = []
@@ -170,7 +168,7 @@ def mark_stopped(record: StoragePath) -> None:
     whether they are all of its rows (a rung can fall on a trial's last report: ASHA then stops a trial that had
     trained every round, before it wrote rows.json; such a trial counts as finished)."""
     from fda_ray.algorithms import ALGORITHMS
-    from fda_ray.experiments.trials import TRIAL_FILE, _save_json, environment, load_state
+    from fda_ray.experiments.records import TRIAL_FILE, _save_json, environment, load_state
 
     if is_done(record):
         return
@@ -390,7 +388,7 @@ def run_search(search: Search, *, profile: str, out: StoragePath, num_samples: i
                address: str | None, command: str, no_figures: bool = False, pin_drivers: bool = False) -> int:
     """Run (or go on with) a search; returns the exit code (0 all done, 1 a trial failed, 130 interrupted).
     `out`: a local or shared directory, or an object store URI (fda_ray.core.storage)."""
-    from fda_ray.experiments.backends import Progress, run_local, run_tune, write_parquet
+    from fda_ray.experiments.backends import Progress, run_local, run_tune
 
     out = storage_path(out)
     records = out / "trials"

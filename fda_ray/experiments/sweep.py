@@ -50,8 +50,9 @@ from fda_ray.experiments import console, stranded, tracking
 from fda_ray.experiments.console import quiet
 from fda_ray.experiments.tables import final_accuracies, mean_ci
 from fda_ray.experiments.tracking import Tracking
-from fda_ray.experiments.trials import (MAX_SEEDS, ROWS_FILE, Trial, changed_settings, is_done, load_grid, plan,
-                                       read_rows, rerun_for_weights, result_rows, set_aside_damaged)
+from fda_ray.experiments.records import (ROWS_FILE, Trial, changed_settings, is_done, read_rows, rerun_for_weights,
+                                         result_rows, set_aside_damaged)
+from fda_ray.experiments.trials import MAX_SEEDS, load_grid, plan
 from fda_ray.papers.grids import GRIDS, Grid
 from fda_ray.papers.files import dump as dump_definition, grid_to_dict, search_to_dict, write_definition
 from fda_ray.papers.searches import SEARCHES
@@ -475,7 +476,7 @@ def same_build(records: StoragePath, mix: bool, cfg: Any = None, here_runs: bool
     sweep's first trial, whose implementation is looked up only when a record names one). Records that name no
     build (made before builds were recorded) cannot be compared: a warning line."""
     from fda_ray.core.build import FIELDS, build, differences
-    from fda_ray.experiments.trials import recorded_builds
+    from fda_ray.experiments.records import recorded_builds
 
     recorded = recorded_builds(records)
     named = here_runs and cfg is not None and any(dict(zip(FIELDS, env)).get("aggregation") for env in recorded)
@@ -501,7 +502,7 @@ def builds_line(records: StoragePath, keys: set[str] | None = None) -> tuple[lis
     """The builds (fda_ray.core.build) that recorded the table's trials `keys` (None: every trial under `records`):
     ([{build fields, "trials"}], a summary.md paragraph naming each, and the trials whose build is unknown)."""
     from fda_ray.core.build import FIELDS, differences
-    from fda_ray.experiments.trials import recorded_builds
+    from fda_ray.experiments.records import recorded_builds
 
     found: list[dict] = []
     for env, names in recorded_builds(records).items():

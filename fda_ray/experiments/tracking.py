@@ -113,7 +113,7 @@ class MLflow:
             return
         run = self.client.create_run(self.experiment, run_name=key, tags={"fda_ray.trial": key})
         self.runs[key] = run.info.run_id
-        from fda_ray.experiments.trials import dotted
+        from fda_ray.experiments.records import dotted
 
         for k, v in dotted(params).items():
             self.client.log_param(run.info.run_id, k, str(v)[:500])

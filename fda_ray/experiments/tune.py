@@ -27,7 +27,7 @@ from ray import tune
 
 from fda_ray.core import interrupts
 from fda_ray.core.storage import storage_path
-from fda_ray.experiments.trials import round_metrics as metrics
+from fda_ray.experiments.records import round_metrics as metrics
 from fda_ray.runtime.config import RunConfig
 from fda_ray.runtime.preflight import RunWarning
 from fda_ray.runtime import resources as plans
@@ -125,7 +125,8 @@ def trainable(params: dict[str, Any]) -> None:
     from fda_ray.experiments.console import quiet_worker
 
     plugins.load_pending()  # the sweep's plug-ins ($FDA_RAY_IMPORTS, which Ray's runtime_env carries here)
-    from fda_ray.experiments.trials import Trial, run_trial
+    from fda_ray.experiments.records import Trial
+    from fda_ray.experiments.trials import run_trial
 
     quiet_worker()
     run = params.get("run", {})
@@ -219,7 +220,7 @@ def run_optuna(space: Sequence[Any], base: dict[str, Any], row: str, variable: s
         raise ValueError("search_alg='optuna' is invalid here: Optuna is not installed (pip install "
                          "'fda-ray[optuna]', or use --search-alg random)") from None
     from fda_ray.runtime.driver import ensure_ray
-    from fda_ray.experiments.trials import Trial, is_done
+    from fda_ray.experiments.records import Trial, is_done
 
     keep_working_directory()
     ensure_ray(address, num_cpus=None)

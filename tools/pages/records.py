@@ -74,14 +74,13 @@ def load_found(name: str, grid_name: str) -> Sweep:
     """docs/results/<name>: every finished trial recorded under its trials/ (whatever command ran it, every seed
     found; a directory without a summary.md, or one that later launches added seeds to), read as grid
     `grid_name`'s trials. The rows and columns are the grid's that have a finished trial."""
+    from fda_ray.experiments.records import finished
     from fda_ray.experiments.sweep import collect
-    from fda_ray.experiments.trials import Trial
     from fda_ray.papers.grids import GRIDS
 
     grid = GRIDS[grid_name]
     records = RESULTS / name / "trials"
-    trials = [Trial.from_dict(json.loads((rec / "trial.json").read_text())) for rec in sorted(records.iterdir())
-              if (rec / "trial.json").is_file()]
+    trials = [rec.trial for rec in finished(records)]
     rows, _ = collect(trials, grid, records)
     if not rows:
         raise ValueError(f"dir={name!r} is invalid: no finished trial under docs/results/{name}/trials")

@@ -11,16 +11,16 @@ from tools.pages.records import _paired_text, _with_ci
 
 def _search_finals(name: str, keys: list[str]) -> dict[int, float]:
     """{seed: final test accuracy (%)} of the finished trials `keys` of docs/results/<name>/trials."""
-    from fda_ray.experiments.trials import read_rows
+    from fda_ray.experiments.records import finished
     from fda_ray.papers.selection import final_value
 
+    wanted = set(keys)
     out = {}
-    for key in keys:
-        rec = records.RESULTS / name / "trials" / key
-        if (rec / "rows.json").is_file():
-            v = final_value(read_rows(rec)["rows"], "accuracy")
+    for rec in finished(records.RESULTS / name / "trials"):
+        if rec.path.name in wanted:
+            v = final_value(rec.data["rows"], "accuracy")
             if v is not None:
-                out[int(json.loads((rec / "trial.json").read_text())["seed"])] = 100 * v
+                out[int(rec.trial.seed)] = 100 * v
     return out
 
 
@@ -37,10 +37,10 @@ def _search_cell(name: str, study_or_value: str, rule_or_row: str) -> dict[int, 
             raise ValueError(f"{name!r}: study {study_or_value!r} has no rerun of rule {rule_or_row!r}")
     else:
         value = float(study_or_value)
-        keys = [rec.name for rec in sorted((records.RESULTS / name / "trials").iterdir())
-                if (rec / "trial.json").is_file()
-                and (t := json.loads((rec / "trial.json").read_text()))["row"] == rule_or_row
-                and t["value"] is not None and float(t["value"]) == value]
+        from fda_ray.experiments.records import finished
+
+        keys = [rec.path.name for rec in finished(records.RESULTS / name / "trials")
+                if rec.trial.row == rule_or_row and rec.trial.value is not None and float(rec.trial.value) == value]
     got = _search_finals(name, keys)
     if not got:
         raise ValueError(f"{name!r} has no finished rerun of {study_or_value!r} {rule_or_row!r}")

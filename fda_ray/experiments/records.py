@@ -1,0 +1,446 @@
+"""What a trial is and its record: the one module through which a trial's record is written, read, found damaged
+and set aside (the sweep, the search, `fda_ray.collect`, `fda_ray.results`, the results pages and the benchmarks
+all read records through it).
+
+A trial is one run of a RunConfig (`params`), a row of the grid's table at one value of its variable and one
+seed (`Trial`); its key (`trial_key`) hashes every field that changes its numbers (not where or how it ran:
+executor, resources, the data directory), so a resumed sweep finds it.
+
+A trial's record, records/<key>/:
+  trial.json    what the trial is (written first)
+  state.pt      after every round (atomic): what a cut-off trial resumes from; tensors and plain data only, and
+                its trial's key (one that cannot be read, or names another trial, is set aside: load_state)
+  nodes.json    every attempt at the trial: the driver's node (Ray node id, address, host), its client actors'
+                nodes (executor ray) and the round it started from
+  rows.json     once the trial is done: the resolved config, one metrics row per round, the environment
+                (python, torch, numpy, ray versions and the machine) of the process that finished it, and the
+                nodes that ran it (nodes.json's list: more than one when a node was lost and Tune retried it)
+  weights.pt    the final flat weights, for trials others start from
+A trial whose rows.json exists is done and never runs again (a resumed sweep or search first sets aside a rows.json
+that cannot be read, set_aside_damaged: that trial runs again). `finished(records)` reads every finished record of
+a directory, leaving out (with a warning line) one whose rows.json is damaged.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
+
+from fda_ray.core.storage import StoragePath, storage_path
+from fda_ray.runtime.config import RunConfig, numbers_fields
+from fda_ray.papers.grids import Grid
+
+STATE_FILE, ROWS_FILE, WEIGHTS_FILE, TRIAL_FILE = "state.pt", "rows.json", "weights.pt", "trial.json"
+
+
+NODES_FILE = "nodes.json"
+
+
+KINDS = ("run", "finetune")
+
+
+@dataclass(frozen=True)
+class Trial:
+    key: str  # its record's directory name
+    row: str  # the grid row's key
+    value: float | None  # the grid value; None for a shared source_only trial (read at `values`)
+    seed: int
+    params: dict[str, Any]  # RunConfig fields
+    kind: str = "run"  # "run": a whole run; "finetune": finetune_offline's fine-tuning from `weights_from`
+    weights_from: str | None = None  # the key of the trial whose final weights a "finetune" trial starts from
+    save_weights: bool = False
+    values: tuple[float, ...] = ()  # a shared source_only trial: the grid values (its eval_noise levels)
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"kind={self.kind!r} is invalid for trial {self.key}: one of {', '.join(KINDS)}")
+        if (self.kind == "finetune") != (self.weights_from is not None):
+            raise ValueError(f"weights_from={self.weights_from!r} is invalid for trial {self.key}: a finetune trial, "
+                             "and only one, starts from another trial's weights")
+
+    def config(self) -> RunConfig:
+        return RunConfig(**self.params)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> "Trial":
+        d = dict(d)
+        d["values"] = tuple(d.get("values", ()))
+        return Trial(**d)
+
+
+# Numbers fields added after sweeps were recorded, with the value that computes what runs computed before them:
+# left out of a trial's identity at that value, so the recorded trials keep their keys.
+ADDED_LATER: dict[str, Any] = {"vectorise": "off", "source_classes": 4, "test_env": 0, "shuffle": True,
+                               "drop_last": True, "data_augmentation": False, "faithful_domainbed_auto": False,
+                               "aux_alpha": 0.0, "source_envs": None, "dirichlet_concentration": None,
+                               "target_labelled_per_class": None, "clients_per_domain": None,
+                               "val_share": None, "source_val_share": None, "environment_seed": "domainbed"}
+
+
+# The same for the method families' parameters (RunConfig.params[family][name]): a parameter added at the value that
+# computes what the family computed before it. A changed default is not listed: its trials are other trials.
+PARAMS_ADDED_LATER: dict[str, dict[str, Any]] = {"fssda": {"sgd_momentum": 0.9},
+                                                 "fedwca": {"cross_cluster_norm": "columns", "labelset": False},
+                                                 "healthcare": {"head_activation": "linear", "binary_loss": "logit"}}
+
+
+def trial_key(row: str, variable: str, value: float | None, seed: int, params: dict[str, Any], kind: str = "run",
+              weights_from: str | None = None) -> str:
+    """Readable, and unique per set of numbers: a hash of the fields that change them (RunConfig metadata)."""
+    resolved = RunConfig(**params).resolved().to_dict()
+    identity = {k: resolved[k] for k in sorted(numbers_fields())}
+    if not identity["params"]:  # (a method without parameters of its own: the keys of sweeps recorded before
+        del identity["params"]  # RunConfig.params existed stay valid, and their trials are found on --resume)
+    for name, old in ADDED_LATER.items():  # likewise for the fields added since, at their old behaviour
+        if identity[name] == old:
+            del identity[name]
+    for family, fields in identity.get("params", {}).items():
+        for name, old in PARAMS_ADDED_LATER.get(family, {}).items():
+            if name in fields and fields[name] == old:
+                fields = {k: v for k, v in fields.items() if k != name}
+        identity["params"] = {**identity["params"], family: fields}
+    identity.update(kind=kind, weights_from=weights_from)
+    digest = hashlib.sha1(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:8]
+    v = "all" if value is None else f"{value:g}"
+    return f"{row}-{variable}{v}-seed{seed}-{digest}"
+
+
+# ---------------------------------------------------------------- one trial and its record
+
+def _save_torch(obj: Any, path: StoragePath | Path) -> None:
+    storage_path(path).save_torch(obj)  # atomic: a kill mid-write leaves the previous file whole
+
+
+def _save_json(obj: Any, path: StoragePath | Path) -> None:
+    storage_path(path).write_text(json.dumps(obj, indent=None, default=str) + "\n")  # atomic
+
+
+def environment(aggregation: str | None = None) -> dict[str, str | None]:
+    """What computed a record's numbers. A torch build alone moves results by points (seed003.md: the same FedWCA
+    code, config and seed gives +1.2-3.0 test points under torch 2.15 than under the build its grid ran on), so
+    every record says which build finished it (fda_ray.core.build: torch, torchvision, numpy and the version of
+    fda-ray's number-changing code, the aggregation kernels' implementation that ran, the CPU capability) and where;
+    a resumed trial's earlier rounds may have run on another."""
+    import platform
+
+    from fda_ray.core.build import build, package_version
+
+    return {"python": platform.python_version(), **build(aggregation), "ray": package_version("ray"),
+            "machine": platform.machine()}
+
+
+def recorded_builds(records: StoragePath | Path) -> dict[tuple, list[str]]:
+    """The builds (fda_ray.core.build.FIELDS, in order) the trials under `records` name (a finished trial's
+    rows.json, a cut-off one's last attempt in nodes.json), each with its trials' keys; records made before builds
+    were recorded count under a build of Nones."""
+    from fda_ray.core.build import FIELDS
+
+    out: dict[tuple, list[str]] = {}
+    for rows in storage_path(records).glob(f"*/{ROWS_FILE}"):
+        if record_damage(rows.parent) is not None:  # set aside before a resume (set_aside_damaged); no build to read
+            continue
+        env = json.loads(rows.read_text()).get("environment") or {}
+        out.setdefault(tuple(env.get(k) for k in FIELDS), []).append(rows.parent.name)
+    # trials cut off mid-run: the build of their last attempt (their state.pt goes on from its rounds)
+    for nodes in storage_path(records).glob(f"*/{NODES_FILE}"):
+        if not (nodes.parent / ROWS_FILE).is_file():
+            attempts = json.loads(nodes.read_text())
+            env = (attempts[-1].get("build") or {}) if attempts else {}
+            out.setdefault(tuple(env.get(k) for k in FIELDS), []).append(nodes.parent.name)
+    return out
+
+
+STATE_FIELDS = ("next_round", "rows")  # what every resume state holds (fda_ray.runtime.loop.run_rounds)
+
+
+def checkpoint_damage(state: Any, key: str | None) -> str | None:
+    """Why a loaded resume state cannot be the state of trial `key` (None when it can): not a state at all, or the
+    state of another trial (a checkpoint names its trial's key; those written before it did name none)."""
+    if not isinstance(state, dict) or any(f not in state for f in STATE_FIELDS) or \
+            not ("state" in state or "flat" in state):
+        return f"not a resume state (it needs {', '.join(STATE_FIELDS)} and the server state)"
+    named = state.get("trial")
+    if key is not None and named is not None and named != key:
+        return f"it is the checkpoint of trial {named}, not of {key}"
+    return None
+
+
+def keep_aside(path: StoragePath, why: str) -> StoragePath:
+    """Rename a record's file that is not used any more to <name>.<why> (the next free <name>.<why>.N if that
+    exists): nothing a user computed is deleted. Returns the new path."""
+    target, n = path.with_name(f"{path.name}.{why}"), 1
+    while target.exists():
+        target, n = path.with_name(f"{path.name}.{why}.{n}"), n + 1
+    path.replace(target)
+    return target
+
+
+def load_state(record: StoragePath | Path, warn: Callable[[str], None] | None = None) -> dict | None:
+    """The resume state of a cut-off trial (tensors and plain data: loaded without unpickling code), or None to
+    start from round 0. A state.pt that cannot be read back (cut short, garbage, refused by torch's safe loader) or
+    that belongs to another trial is not adopted: it is kept as state.pt.damaged (the next free .damaged.N), and
+    warn(line) hears one line naming the file and why; the trial then starts again from round 0."""
+    path = storage_path(record) / STATE_FILE
+    if not path.is_file():
+        return None
+    try:
+        state = path.load_torch()
+        why = checkpoint_damage(state, storage_path(record).name)
+    except Exception as e:  # EOFError, pickle's and zipfile's errors, torch's RuntimeError: all mean unreadable
+        text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        why = f"unreadable: {type(e).__name__}{': ' + text[:160] if text else ''}"
+    if why is None:
+        return state
+    target = keep_aside(path, "damaged")
+    line = f"warning: trial {storage_path(record).name}: its checkpoint {path} is not used ({why}); kept as " \
+           f"{target.name}, the trial starts again from round 0"
+    (warn or _stderr)(line)
+    return None
+
+
+def _stderr(line: str) -> None:
+    import sys
+
+    print(line, file=sys.stderr, flush=True)
+
+
+def is_done(record: StoragePath | Path) -> bool:
+    return (storage_path(record) / ROWS_FILE).is_file()
+
+
+def record_damage(record: StoragePath | Path) -> str | None:
+    """Why a finished trial's rows.json cannot be read as its record (cut short by a crash or a full disk, or
+    edited by hand), or None when it can."""
+    try:
+        data = json.loads((storage_path(record) / ROWS_FILE).read_text())
+    except json.JSONDecodeError as e:
+        return f"not JSON: {e.msg} at character {e.pos}"
+    except UnicodeDecodeError:
+        return "not UTF-8 text"
+    if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
+        return "no list of rows"
+    return None
+
+
+def set_aside_damaged(records: StoragePath | Path, move: bool = True) -> dict[str, str]:
+    """Every rows.json under `records` that cannot be read (record_damage) is renamed rows.json.damaged (the next
+    free .damaged.N if that exists): nothing is deleted, and the trial is pending again, so a resumed sweep runs it
+    and its summary reads the others. {trial key: a warning line} for each; move=False (a dry run) only says so."""
+    lines = {}
+    for rows in sorted(storage_path(records).glob(f"*/{ROWS_FILE}"), key=str):
+        why = record_damage(rows.parent)
+        if why is None:
+            continue
+        key = rows.parent.name
+        if not move:
+            lines[key] = (f"warning: trial {key}: its {ROWS_FILE} is damaged ({why}); a resume without --dry-run "
+                          f"keeps it as {ROWS_FILE}.damaged and runs the trial again")
+            continue
+        target = keep_aside(rows, "damaged")
+        lines[key] = f"warning: trial {key}: its {ROWS_FILE} is damaged ({why}); kept as {target.name}, the trial is " \
+                     "pending again"
+    return lines
+
+
+def weights_damage(record: StoragePath | Path) -> str | None:
+    """Why a finished trial's final weights (weights.pt) cannot be started from, or None when they can."""
+    path = storage_path(record) / WEIGHTS_FILE
+    if not path.is_file():
+        return f"it kept no {WEIGHTS_FILE}"
+    try:
+        weights = path.load_torch()
+    except Exception as e:  # cut short or garbage: torch's safe loader raises any of several types
+        return f"its {WEIGHTS_FILE} cannot be read ({type(e).__name__})"
+    if not hasattr(weights, "dim") or weights.dim() != 1:
+        return f"its {WEIGHTS_FILE} is not a flat weight vector"
+    return None
+
+
+def rerun_for_weights(trials: Sequence[Trial], records: StoragePath | Path, move: bool = True) -> dict[str, str]:
+    """A trial that starts from another's final weights (finetune_offline from the shared source_only) can only run
+    once they are on disk: a finished trial it starts from that kept none (a sweep of source_only alone, later
+    extended; a damaged weights.pt) runs again and saves them. Its rows.json is kept as rows.json.before-rerun (the
+    next free .N); {its key: a warning line} for each; move=False (a dry run) only says so."""
+    records = storage_path(records)
+    by_key = {t.key: t for t in trials}
+    lines: dict[str, str] = {}
+    for t in trials:
+        src = by_key.get(t.weights_from) if t.weights_from else None
+        if src is None or src.key in lines or is_done(records / t.key) or not is_done(records / src.key):
+            continue
+        why = weights_damage(records / src.key)
+        if why is None:
+            continue
+        rows = records / src.key / ROWS_FILE
+        if not move:
+            lines[src.key] = (f"warning: trial {src.key}: {why}, which trial {t.key} starts from; a resume without "
+                              f"--dry-run runs it again (its {ROWS_FILE} kept)")
+            continue
+        target = keep_aside(rows, "before-rerun")
+        lines[src.key] = (f"warning: trial {src.key}: {why}, which trial {t.key} starts from; it runs again and "
+                          f"saves them (its {ROWS_FILE} kept as {target.name})")
+    return lines
+
+
+def changed_settings(trials: Sequence[Trial], records: StoragePath | Path) -> str | None:
+    """Why resuming `trials` into `records` would start other trials than those recorded there, or None: a planned
+    trial (row, value, seed) that has no record while a record of the same row, value and seed has another key was
+    made with other settings (a typo in --rounds, another --profile). Such a resume would not go on: it would start
+    a new set of trials beside the old ones, and the summary would show only the new. Chunks that resume into one
+    folder (other values, more seeds, other rows) plan trials the records do not hold: they pass."""
+    records = storage_path(records)
+    recorded: dict[tuple, Trial] = {}
+    for path in records.glob(f"*/{TRIAL_FILE}"):
+        try:
+            t = Trial.from_dict(json.loads(path.read_text()))
+        except (ValueError, TypeError, KeyError, UnicodeDecodeError):
+            continue
+        recorded.setdefault((t.row, t.value, t.seed, t.kind), t)
+    for t in trials:
+        old = recorded.get((t.row, t.value, t.seed, t.kind))
+        if old is None or old.key == t.key or (records / t.key / TRIAL_FILE).is_file():
+            continue
+        try:
+            was, now = (dotted({k: v for k, v in x.config().resolved().to_dict().items() if k in numbers_fields()})
+                        for x in (old, t))
+        except (ValueError, TypeError):
+            was, now = {}, {}
+        diff = [f"{k} {was.get(k)!r} there, {now.get(k)!r} here" for k in sorted(set(was) | set(now))
+                if was.get(k) != now.get(k)]
+        what = "; ".join(diff[:3]) + (f"; {len(diff) - 3} more" if len(diff) > 3 else "") if diff else \
+            f"another key: {old.key} there, {t.key} here"
+        return f"trial {t.row} at {t.value if t.value is not None else 'every value'}, seed {t.seed} was recorded " \
+               f"with other settings ({what})"
+    return None
+
+
+def read_rows(record: StoragePath | Path) -> dict[str, Any]:
+    """{"config", "rows", "seconds", "environment", "nodes"} of a finished trial (records written before the
+    environment and the nodes were recorded lack them)."""
+    return json.loads((storage_path(record) / ROWS_FILE).read_text())
+
+
+def where_running() -> dict[str, Any]:
+    """The node this process runs on: Ray's node id and address when inside Ray (a Tune trial, an actor), and
+    the host name."""
+    import socket
+
+    here: dict[str, Any] = {"host": socket.gethostname()}
+    try:
+        import ray
+
+        if ray.is_initialized():
+            ctx = ray.get_runtime_context()
+            here.update(node_id=ctx.get_node_id(), node_ip=ray.util.get_node_ip_address())
+    except ImportError:
+        pass
+    return here
+
+
+def _note_start(record: StoragePath, resume: dict | None, executor: Any = None, started_at: float | None = None
+                ) -> list[dict[str, Any]]:
+    """Append this attempt (the driver's node, its client actors' nodes, the round it starts from, when it started:
+    seconds since the epoch) to the record's nodes.json; returns the list."""
+    path = record / NODES_FILE
+    nodes = json.loads(path.read_text()) if path.is_file() else []
+    start = resume["next_round"] if resume and "next_round" in resume else 0
+    from fda_ray.core.build import build
+
+    clients = sorted(set(executor.nodes())) if hasattr(executor, "nodes") else None
+    reused = {"reused_actors": executor.reused} if hasattr(executor, "reused") else {}
+    nodes.append({**where_running(), **({"client_nodes": clients} if clients is not None else {}), **reused,
+                  "from_round": start,
+                  "build": build(), "started_at": started_at if started_at is not None else time.time()})
+    _save_json(nodes, path)
+    return nodes
+
+
+def dotted(fields: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested fields as one level with dotted names: {"params": {"fssda": {"kd_temperature": 2}}} ->
+    {"params.fssda.kd_temperature": 2} (a tracker's parameters; the fields a grid's columns set)."""
+    out: dict[str, Any] = {}
+    for k, v in fields.items():
+        if isinstance(v, Mapping):
+            out.update(dotted(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def round_metrics(row: dict[str, Any]) -> dict[str, Any]:
+    """What a trial reports for one round (to Tune, to the status and the trackers): the row's numbers (lists stay
+    lists), a NaN or an infinity as None."""
+    return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()}
+
+
+# The build fields a record names (fda_ray.core.build.environment), as fda_ray.results.load's columns
+BUILD_COLUMNS = ("torch", "torchvision", "numpy", "code", "aggregation", "cpu", "python", "ray", "machine")
+
+
+def config_columns(data: dict[str, Any], skip: Any = (), clash: Any = ()) -> dict[str, Any]:
+    """A record's resolved RunConfig (`data`: its read_rows) and the build that recorded it, as columns beside its
+    rounds: the fields but those in `skip`, then build_torch, build_torchvision, ... A field named like a column
+    some round of the trial logs (FedWCA's beta, alpha), or in `clash`, is config_<name> in every row: a round that
+    did not log it must not show the config's number under the metric's name."""
+    renamed = {k for r in data["rows"] for k in r} | set(clash)
+    env = data.get("environment") or {}
+    out = {(f"config_{k}" if k in renamed else k): v for k, v in (data.get("config") or {}).items() if k not in skip}
+    out.update({f"build_{k}": env.get(k) for k in BUILD_COLUMNS})
+    return out
+
+
+def result_rows(trial: Trial, grid: Grid, data: dict[str, Any]) -> list[dict[str, Any]]:
+    """A finished trial's rows (`data`: its read_rows) with its identity as columns, then the rest of its resolved
+    RunConfig (lr_source, batch_target, rounds, ...: what the run used, not only what the grid set) and the build
+    that recorded it (build_torch, build_torchvision, build_numpy, build_code, ...; None in records made before
+    builds were), as fda_ray.results.load gives them; a shared source_only trial gives one set of rows per grid
+    value it was evaluated at (accuracy = its eval_noise accuracy there)."""
+    ident = {k: v for k, v in trial.params.items() if k != "eval_noise"}
+    ident.update(row=trial.row, grid=grid.name, grid_variable=grid.variable, trial=trial.key)
+    extra = config_columns(data, skip={*ident, "eval_noise"})
+    out = []
+    if trial.value is None:
+        for i, v in enumerate(trial.values):
+            for r in data["rows"]:
+                acc = r.get("eval_noise_accuracy") or []
+                row = {k: x for k, x in r.items() if k not in ("eval_noise_accuracy", "loss")}
+                out.append({**ident, grid.variable: v, "grid_value": v, **row, "accuracy": acc[i]})
+    else:
+        out = [{**ident, "grid_value": trial.value, **r} for r in data["rows"]]
+    # the config and build after the round's own columns, never over them
+    return [{**r, **{k: v for k, v in extra.items() if k not in r}} for r in out]
+
+
+class Record(NamedTuple):
+    """A finished trial's record: what the trial is (trial.json) and its rows.json."""
+
+    path: StoragePath | Path
+    trial: Trial
+    data: dict[str, Any]
+
+
+def finished(records: StoragePath | Path | str, warn: Callable[[str], None] | None = None,
+             where: str | None = None) -> Iterator[Record]:
+    """Every finished trial under `records` (a sweep's trials/ directory), in key order: a record with trial.json
+    and rows.json. One whose rows.json is damaged is left out, with one warning line (default: on stderr) naming
+    the trial, `where` (default: the directory) and why."""
+    records = storage_path(records)
+    if not records.is_dir():
+        return
+    for rec in sorted(records.iterdir(), key=lambda p: p.name):
+        if not ((rec / ROWS_FILE).is_file() and (rec / TRIAL_FILE).is_file()):
+            continue
+        why = record_damage(rec)
+        if why is not None:
+            (warn or _stderr)(f"warning: trial {rec.name} in {where or records}: its {ROWS_FILE} is damaged ({why}); "
+                              "left out")
+            continue
+        yield Record(rec, Trial.from_dict(json.loads((rec / TRIAL_FILE).read_text())), read_rows(rec))
