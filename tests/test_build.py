@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from fda_ray.core.build import FIELDS, build, code_version, differences, fingerprint
-from fda_ray.experiments import sweep
+from fda_ray.experiments import summary, sweep
 from fda_ray.experiments.trials import plan
 from fda_ray.papers.grids import GRIDS
 
@@ -103,23 +103,23 @@ def test_the_summary_names_the_builds_that_recorded_its_table(tmp_path):
     _record(out, "a", here)
     _record(out, "b", here)
     records = StoragePath(str(out / "trials"))
-    found, text = sweep.builds_line(records, {"a", "b"})
+    found, text = summary.builds_line(records, {"a", "b"})
     named = ", ".join(f"{k} {here[k]}" for k in FIELDS if here[k] is not None)  # (no aggregation named here)
     assert text == f"\nRecorded by {named} (2 trials).\n" and found == [{**{k: here[k] for k in FIELDS}, "trials": 2}]
     _record(out, "c", {**here, "torch": "1.0.0"})
     _record(out, "d", None)
     _record(out, "e", None)  # not in the table
-    _, text = sweep.builds_line(records, {"a", "b", "c", "d"})
+    _, text = summary.builds_line(records, {"a", "b", "c", "d"})
     old = named.replace(f"torch {here['torch']}", "torch 1.0.0")
     assert f"{named} (2 trials)" in text and f"{old} (1 trials)" in text
     assert "; 1 trials recorded before builds were kept: their build is unknown" in text
     assert "(several builds: the table mixes their numbers)" in text
-    _, text = sweep.builds_line(records, {"d", "e"})
+    _, text = summary.builds_line(records, {"d", "e"})
     assert text == "\nRecorded by an unknown build.\n"
     # a field one record does not name cannot disagree: a method that aggregates without the kernels is one build
     # with the kernel runs of the same libraries
     _record(out, "f", {**here, "aggregation": "cpp"})
-    _, text = sweep.builds_line(records, {"a", "b", "f"})
+    _, text = summary.builds_line(records, {"a", "b", "f"})
     merged = {**here, "aggregation": "cpp"}
     assert text == "\nRecorded by " + ", ".join(f"{k} {merged[k]}" for k in FIELDS if merged[k] is not None) + \
         " (3 trials).\n"

@@ -41,7 +41,7 @@ def test_help_names_the_papers(command, capsys):
 
 def test_grids_searches_and_summaries_name_the_papers():
     """Every built-in grid and search as its file (paper_ref, notes, labels) and a summary of each grid."""
-    from fda_ray.experiments import sweep
+    from fda_ray.experiments import summary
     from fda_ray.papers.files import dump, grid_to_dict, search_to_dict
     from fda_ray.papers.grids import GRIDS
     from fda_ray.papers.searches import SEARCHES
@@ -51,7 +51,7 @@ def test_grids_searches_and_summaries_name_the_papers():
         rows = [{"row": r.key, "grid_value": grid.values[0], "trial": f"t{i}", "seed": 0, "round": 0,
                  "accuracy": 0.5} for i, r in enumerate(grid.rows)]
         for profile in grid.profiles:
-            text, _ = sweep.summarize(rows, [], grid, profile, [r.key for r in grid.rows], [grid.values[0]],
+            text, _ = summary.summarize(rows, [], grid, profile, [r.key for r in grid.rows], [grid.values[0]],
                                       "python -m fda_ray.sweep")
             assert internal(text) == [], (name, profile)
     for name, search in SEARCHES.items():

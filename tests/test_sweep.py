@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 import ray
 
-from fda_ray.experiments import sweep
+from fda_ray.experiments import summary, sweep
 from conftest import sigint_as_in_a_terminal
 from fda_ray.papers.grids import GRIDS, Grid, Row
 
@@ -364,8 +364,8 @@ def test_summary_says_how_the_profile_differs_from_the_paper():
                 profiles={"quick": Profile({"rounds": 3}, note="3 rounds, not 50."), "paper": {}},
                 paper={"fedgp_auto": {0.4: 71.53}}, paper_ref="test numbers")
     rows = [{"row": "fedgp_auto", "trial": "t", "grid_value": 0.4, "seed": 0, "round": 3, "accuracy": 0.7}]
-    quick, _ = sweep.summarize(rows, [], grid, "quick", ["fedgp_auto"], [0.4], "cmd")
-    paper, _ = sweep.summarize(rows, [], grid, "paper", ["fedgp_auto"], [0.4], "cmd")
+    quick, _ = summary.summarize(rows, [], grid, "quick", ["fedgp_auto"], [0.4], "cmd")
+    paper, _ = summary.summarize(rows, [], grid, "paper", ["fedgp_auto"], [0.4], "cmd")
     assert "Profile `quick`: 3 rounds, not 50.\n" in quick and "Profile" not in paper
     assert "| FedGP_Auto | 70.00 / 71.53 |" in quick
 
@@ -517,9 +517,9 @@ def test_summary_cells_print_the_interval_collect_prints():
     grid = GRIDS["noise"]
     rows = [{"row": "fedgp", "grid_value": 0.4, "trial": f"t{s}", "seed": s, "round": 0, "accuracy": a}
             for s, a in enumerate((0.60, 0.64, 0.65))]
-    text, summary = sweep.summarize(rows, [], grid, "quick", ["fedgp"], [0.4], "python -m fda_ray.sweep")
+    text, numbers = summary.summarize(rows, [], grid, "quick", ["fedgp"], [0.4], "python -m fda_ray.sweep")
     mean, half, sd = mean_ci([60.0, 64.0, 65.0])
     assert f"| FedGP_0.5 | {mean:.2f} ± {half:.2f} (n=3)" in text and half > sd  # t_{0.975, 2} / sqrt(3) > 1
     assert "mean ± the 95 % confidence half-width over seeds (Student's t)" in text
-    cell = summary["cells"]["fedgp"]["0.4"]
+    cell = numbers["cells"]["fedgp"]["0.4"]
     assert cell["ci95"] == pytest.approx(half, rel=1e-12) and cell["std"] == pytest.approx(sd, rel=1e-12)

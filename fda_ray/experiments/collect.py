@@ -167,7 +167,7 @@ def grid_of(src: Source) -> Grid:
 def grid_table(sources: Sequence[Source], metric: str = "accuracy", last: int = 1, scale: float = 100.0
                ) -> GridTable:
     """One grid's table over directories of the same group (Source.group)."""
-    from fda_ray.experiments.sweep import collect
+    from fda_ray.experiments.records import collect
 
     grid = grid_of(sources[0])
     rows: list[dict] = []
@@ -444,7 +444,7 @@ def draw(tabs: Sequence[GridTable | SearchTable], figure: str, stem: str | Path 
         what = f"{t.metric}{t.unit}"
         if figure == "sweep":  # the sweep's own figures (accuracy, beta_<row>, estimates), redrawn into its folder
             from fda_ray.experiments.figures import sweep_figures
-            from fda_ray.experiments.sweep import summarize
+            from fda_ray.experiments.summary import summarize
 
             if stem is not None:
                 raise CollectError("figure_out is invalid with --figure sweep: its figures go to the directory")

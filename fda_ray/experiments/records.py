@@ -444,3 +444,16 @@ def finished(records: StoragePath | Path | str, warn: Callable[[str], None] | No
                               "left out")
             continue
         yield Record(rec, Trial.from_dict(json.loads((rec / TRIAL_FILE).read_text())), read_rows(rec))
+
+
+def collect(trials: Sequence[Trial], grid: Grid, records: StoragePath | Path) -> tuple[list[dict], float]:
+    """A row per (finished trial, grid value, round), the trial's fields as columns; and the finished trials'
+    own run time (s), whichever launch ran them."""
+    rows: list[dict] = []
+    seconds = 0.0
+    for t in trials:
+        if is_done(records / t.key):
+            data = read_rows(records / t.key)
+            rows += result_rows(t, grid, data)
+            seconds += data.get("seconds", 0.0)
+    return rows, seconds

@@ -51,7 +51,7 @@ def _manifest(directory: Path):
 @lru_cache(maxsize=None)
 def load_sweep(name: str) -> Sweep:
     """docs/results/<name>: the trials its sweep.json planned (with that sweep's rows and values), their rows."""
-    from fda_ray.experiments.sweep import collect
+    from fda_ray.experiments.records import collect
     from fda_ray.experiments.trials import plan
     from fda_ray.papers.grids import GRIDS
 
@@ -75,7 +75,7 @@ def load_found(name: str, grid_name: str) -> Sweep:
     found; a directory without a summary.md, or one that later launches added seeds to), read as grid
     `grid_name`'s trials. The rows and columns are the grid's that have a finished trial."""
     from fda_ray.experiments.records import finished
-    from fda_ray.experiments.sweep import collect
+    from fda_ray.experiments.records import collect
     from fda_ray.papers.grids import GRIDS
 
     grid = GRIDS[grid_name]

@@ -14,7 +14,7 @@ from tools.pages.records import load_sweep
 @GENERATORS.register("table")
 def summary_table(name: str) -> str:
     """The sweep's own main table (summary.md's first: final accuracy, ours / paper, mean ± std over seeds)."""
-    from fda_ray.experiments.sweep import summarize
+    from fda_ray.experiments.summary import summarize
 
     s = load_sweep(name)
     text, _ = summarize(list(s.rows), [], s.grid, s.profile, s.row_keys, s.values, "")
@@ -82,7 +82,7 @@ def build_note(*names: str) -> str:
     """Which build recorded each sweep's or search's trials (fda_ray.core.build), or that it is unknown (records
     made before builds were kept)."""
     from fda_ray.core.storage import storage_path
-    from fda_ray.experiments.sweep import builds_line
+    from fda_ray.experiments.summary import builds_line
 
     by: dict[str, list[str]] = {}  # what recorded them -> the directories
     for name in names:
