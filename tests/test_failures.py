@@ -805,10 +805,43 @@ def test_rays_own_dump_of_a_lost_raylet_is_left_out_and_nothing_else():
     assert FakeWorker.printed == ["a worker's print", "Raylet is terminated. ..."]
 
 
+def test_an_error_escaping_a_command_after_the_raylet_ended_is_its_one_line(monkeypatch, capsys):
+    """Ray's own error when its raylet is gone can reach the command first (a bare 'Connection reset by peer' from
+    ray.wait): the command prints the raylet's line instead of the traceback, once, whichever thread sees it first;
+    while the raylet runs, the error goes on as it was."""
+    from fda_ray.runtime import node_watch
+
+    alive = subprocess.Popen(["sleep", "30"])
+    gone = subprocess.Popen(["sh", "-c", "kill -9 $$"])
+    try:
+        _wait_for(lambda: node_watch._peek(gone) is not None, 30)
+        assert node_watch._peek(gone) == -9 and gone.returncode is None  # seen, not reaped (Popen still can)
+        monkeypatch.setattr(interrupts, "CRASH_EXPLAINERS", [node_watch.explain])
+
+        @interrupts.cli_main
+        def command() -> int:
+            raise OSError(errno.ECONNRESET, "Connection reset by peer")
+
+        monkeypatch.setattr(node_watch, "_watched", {"proc": alive, "log": "/x/raylet.out"})
+        with pytest.raises(OSError, match="Connection reset"):
+            command()
+        monkeypatch.setattr(node_watch, "_watched", {"proc": gone, "log": "/x/raylet.out"})
+        assert command() == 1 and command() == 1
+        err = capsys.readouterr().err.splitlines()
+        assert err == [f"error: the local Ray node under this command was lost (its raylet, pid {gone.pid}, ended by "
+                       "SIGKILL: killed, by a user or the out-of-memory killer; its log: /x/raylet.out); Ray cannot "
+                       "go on without it"]
+        assert gone.wait(5) == -9
+    finally:
+        alive.kill()
+        alive.wait()
+
+
 @pytest.mark.slow
 def test_a_run_whose_raylet_is_killed_ends_in_one_line_and_keeps_its_rounds(fmnist_dir, tmp_path):
     """The raylet of the run's own Ray killed mid-run (SIGKILL, as the out-of-memory killer does): one line on
-    stderr naming it, exit 1, none of Ray's dump, the finished rounds on disk, and no Ray process left behind."""
+    stderr naming it, exit 1, none of Ray's dump, the finished rounds on disk; the run's Ray daemons end with it and
+    the lost node's agents by themselves, so no Ray process is left behind."""
     import ray  # noqa: F401  (psutil is Ray's own copy, importable once Ray is)
     import psutil
 
@@ -816,6 +849,7 @@ def test_a_run_whose_raylet_is_killed_ends_in_one_line_and_keeps_its_rounds(fmni
     proc = _spawn(["-m", "fda_ray", "--data-dir", str(fmnist_dir), *RUN, "--executor", "ray", "--parquet", str(out)])
     _wait_for(lambda: out.is_file() and pq.read_metadata(out).num_rows >= 2)
     family = psutil.Process(proc.pid).children(recursive=True)
+    own = [p for p in psutil.Process(proc.pid).children() if p.name() != "raylet"]  # gcs_server, dashboard, ...
     (raylet,) = [p for p in family if p.name() == "raylet"]
     raylet.kill()
     printed, err = proc.communicate(timeout=120)
@@ -826,7 +860,13 @@ def test_a_run_whose_raylet_is_killed_ends_in_one_line_and_keeps_its_rounds(fmni
     kept = pq.read_metadata(out).num_rows
     assert lines[0].endswith(f"the {kept} finished rounds are in {out}") and kept >= 2
     assert not any(c in printed + err for c in (*CRASH, "[state-dump]", "Raylet is terminated"))
-    _wait_for(lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in family), 60)
+    def gone(procs) -> bool:
+        return not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in procs)
+
+    # the daemons the run started (its own children) end with it; the lost raylet's agents notice it is gone and end
+    # by themselves, about a minute later (they retry the cluster first)
+    _wait_for(lambda: gone(own), 30)
+    _wait_for(lambda: gone(family), 180)
 
 
 # ---------------------------------------------------------------- 6. the kernel cache of several checkouts

@@ -91,3 +91,21 @@ def test_a_changed_field_changes_the_key():
     key = trial_key("fedgp", "noise", 0.2, 0, params)
     assert trial_key("fedgp", "noise", 0.2, 0, {**params, "beta": 0.25}) != key
     assert trial_key("fedgp", "noise", 0.2, 0, {**params, "client_retries": 5}) == key
+
+
+def test_the_package_face_is_lazy_and_gives_its_three_names():
+    """`import fda_ray.core` loads no torch (the face imports nothing until a name is used); the face's names are
+    the runtime's own objects; a name it does not have is an AttributeError."""
+    import subprocess
+    import sys
+
+    code = ("import sys, fda_ray.core; print('torch' in sys.modules);"
+            "from fda_ray import RunConfig, History, run;"
+            "import fda_ray.runtime.config as c, fda_ray.runtime.engine as e, fda_ray.core.history as h;"
+            "print(RunConfig is c.RunConfig and run is e.run and History is h.History)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=str(ROOT))
+    assert out.returncode == 0 and out.stdout.split() == ["False", "True"], out.stderr[-2000:]
+    import fda_ray
+
+    with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+        fda_ray.nope

@@ -4,7 +4,8 @@ except those under `if TYPE_CHECKING:` (they never run). Importing `a.b.c` from 
 runs the package faces `a.b/__init__.py` (and `a/__init__.py`) first, so those count as imports too; a module
 never re-runs the faces of its own packages.
 
-    python tools/imports.py            modules per package, the packages' floors, and every circle (exit 1 if any)
+    python tools/imports.py            modules per package, the packages' floors, and every circle (exit 1 if any);
+                                       then the circles with the type-only imports counted too (informative)
 
 tests/test_imports.py fails on any circle between modules or between packages.
 """
@@ -34,13 +35,14 @@ def _type_checking(node: ast.If) -> bool:
         isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
 
 
-def _imports(tree: ast.AST) -> list[tuple[str, list[str]]]:
-    """(module, names) of every import statement outside `if TYPE_CHECKING:` blocks."""
+def _imports(tree: ast.AST, type_only: bool = False) -> list[tuple[str, list[str]]]:
+    """(module, names) of every import statement outside `if TYPE_CHECKING:` blocks (with type_only, inside them
+    too)."""
     out: list[tuple[str, list[str]]] = []
 
     def walk(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _type_checking(child):
+            if isinstance(child, ast.If) and _type_checking(child) and not type_only:
                 for sub in child.orelse:
                     walk_one(sub)
                 continue
@@ -62,13 +64,14 @@ def _ancestors(name: str) -> list[str]:
     return [".".join(parts[:i]) for i in range(1, len(parts))]
 
 
-def graph(mods: dict[str, Path] | None = None) -> dict[str, set[str]]:
-    """module -> the modules its imports run (our own modules only)."""
+def graph(mods: dict[str, Path] | None = None, type_only: bool = False) -> dict[str, set[str]]:
+    """module -> the modules its imports run (our own modules only); with type_only, the modules its type-only
+    imports name too."""
     mods = mods if mods is not None else modules()
     edges: dict[str, set[str]] = {m: set() for m in mods}
     for m, path in mods.items():
         own = set(_ancestors(m)) | ({m} if path.name == "__init__.py" else set())
-        for target, names in _imports(ast.parse(path.read_text(), str(path))):
+        for target, names in _imports(ast.parse(path.read_text(), str(path)), type_only):
             hits = [target] + [f"{target}.{n}" for n in names if f"{target}.{n}" in mods]
             for h in hits:
                 for t in [*_ancestors(h), h]:
@@ -171,6 +174,14 @@ def main() -> int:
         print(f"\n{kind} circles: {len(cs)}")
         for c in cs:
             print("  " + " <-> ".join(c))
+    # The same drawing with the imports under `if TYPE_CHECKING:` counted too (they never run, so they are not
+    # an error here; they show where the types still tie packages together).
+    typed = graph(mods, type_only=True)
+    t_mod, t_pkg = circles(typed), circles(package_graph(typed))
+    print(f"\nwith type-only imports counted too: {sum(map(len, typed.values()))} imports, module circles: "
+          f"{len(t_mod)}, package circles: {len(t_pkg)}")
+    for c in t_mod + t_pkg:
+        print(f"  ({len(c)}) " + " <-> ".join(c))
     return 1 if mod_circles or pkg_circles else 0
 
 

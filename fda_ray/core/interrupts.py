@@ -35,6 +35,14 @@ WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPE
                 errno.EISDIR, errno.ENOTDIR, errno.EFBIG, errno.EIO, errno.EEXIST, errno.ENOENT}
 
 _state: dict[str, Any] = {"armed": False, "received": None}
+# Callables that may explain an exception escaping a command in one line they print themselves (True: said, exit 1):
+# the runtime's lost-raylet watch registers one (fda_ray.runtime.node_watch), since Ray's own error then is a
+# bare "Connection reset by peer" from deep inside ray.wait.
+CRASH_EXPLAINERS: list[Callable[[BaseException], bool]] = []
+
+
+def _explained(e: BaseException) -> bool:
+    return any(explain(e) for explain in list(CRASH_EXPLAINERS))
 
 
 def received() -> str | None:
@@ -143,11 +151,17 @@ def cli_main(main: Callable[..., int]) -> Callable[..., int]:
         except OSError as e:
             line = write_failure(e)
             if line is None:
+                if _explained(e):
+                    return 1
                 raise
             print(f"error: {line}; what finished before is kept (a sweep's trials, a run's --parquet rounds): "
                   "free the space or fix the path, then run the same command again (a sweep with --resume)",
                   file=sys.stderr)
             return EXIT_WRITE
+        except Exception as e:
+            if _explained(e):
+                return 1
+            raise
         finally:
             if in_main:
                 signal.signal(signal.SIGTERM, before if before is not None else signal.SIG_DFL)

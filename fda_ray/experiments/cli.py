@@ -260,6 +260,8 @@ def _main(argv: list[str] | None = None) -> int:
         if a.parquet and e.history.rows:
             e.history.to_parquet(a.parquet)
             kept = f"; the {len(e.history.rows)} finished rounds are in {a.parquet}"
+        if not isinstance(e, RunInterrupted) and node_watch.explain(e):  # the clients failed: their node was lost
+            return 1
         print(f"{'interrupted' if isinstance(e, RunInterrupted) else 'error'}: {e}{kept}", file=sys.stderr)
         return 130 if isinstance(e, RunInterrupted) else 1
     except KeyboardInterrupt:  # before the rounds (loading the data, starting actors)

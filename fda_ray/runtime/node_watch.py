@@ -4,9 +4,10 @@ command says so, with what it kept, instead of Ray's log dump and an exit from i
 When the raylet of a Ray that `ray.init` started here ends, the core worker of this process terminates the process
 at its next touch of the object store (`connection.cc: The connection to the plasma store is failed. Terminate the
 process.`), and Ray's log monitor prints the raylet's last 20 log lines on stdout: no Python handler runs. So a
-daemon thread watches the raylet (the child process ray.init started: `poll()` sees its end, a signal included,
-within `POLL_S`), and when it ends while Ray is still connected (not `ray.shutdown`) prints one line on stderr, then
-ends the process with exit code 1 before Ray's core does. What the command keeps on disk is already there (a run
+daemon thread waits for the raylet (the child process ray.init started) to end: `os.waitid` blocks without the GIL
+and wakes the moment it ends, a signal included, without reaping it (elsewhere: `poll()` every POLL_S). When it ends
+while Ray is still connected (not `ray.shutdown`), the thread prints one line on stderr and ends the process with
+exit code 1, before Ray's core does. What the command keeps on disk is already there (a run
 writes its rounds, a sweep its trials' checkpoints, as they finish); `set_kept` tells the line where.
 
 A Ray this process joined (`--address`) has no raylet here to watch: its node's loss is Ray's to report (a sweep's
@@ -23,6 +24,8 @@ from typing import Callable
 POLL_S = 0.05
 
 _kept: Callable[[], str] | None = None
+_watched: dict = {}  # "proc", "log" of the raylet watched; "said": its line was printed
+_lock = threading.Lock()
 
 
 def set_kept(describe: Callable[[], str] | None) -> None:
@@ -86,6 +89,42 @@ def _raylet():
         return None
 
 
+def _peek(proc) -> int | None:
+    """The raylet's return code if it has ended (Popen's way: -signal), else None; never reaps it."""
+    if hasattr(os, "waitid"):
+        try:
+            info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:  # reaped already: Popen knows
+            return proc.poll()
+        if info is None:
+            return None
+        return -info.si_status if info.si_code in (os.CLD_KILLED, os.CLD_DUMPED) else info.si_status
+    return proc.poll()
+
+
+def _say(code: int) -> None:
+    """Print the raylet's line, once, whichever thread sees the loss first."""
+    with _lock:
+        if _watched.get("said"):
+            return
+        _watched["said"] = True
+        print(line(_watched["proc"].pid, code, _watched.get("log")), file=sys.stderr, flush=True)
+
+
+def explain(e: BaseException) -> bool:
+    """For an exception escaping a command (fda_ray.core.interrupts.CRASH_EXPLAINERS): when the watched raylet has
+    ended, Ray's error is its loss (a bare 'Connection reset by peer' from ray.wait, an actor that died): the one
+    line instead of the traceback. Returns whether it said so."""
+    proc = _watched.get("proc")
+    if proc is None:
+        return False
+    code = _peek(proc)
+    if code is None:
+        return False
+    _say(code)
+    return True
+
+
 def start(exit: Callable[[int], None] = os._exit) -> threading.Thread | None:
     """Watch the raylet of the Ray started here (call right after ray.init). Returns the thread, or None."""
     proc = _raylet()
@@ -98,19 +137,36 @@ def start(exit: Callable[[int], None] = os._exit) -> threading.Thread | None:
     except Exception:
         log = None
     _quiet_raylet_report(worker)
+    _watched.clear()
+    _watched.update(proc=proc, log=log)
+    from fda_ray.core import interrupts
+
+    if explain not in interrupts.CRASH_EXPLAINERS:
+        interrupts.CRASH_EXPLAINERS.append(explain)
+
+    def ended() -> int:
+        """Block until the raylet ends (without the GIL, woken by the kernel at once: Ray's core races to end
+        this process when it notices), without reaping it (Popen still does); its return code, Popen's way."""
+        if hasattr(os, "waitid"):
+            try:
+                info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+                if info is not None:
+                    killed = info.si_code in (os.CLD_KILLED, os.CLD_DUMPED)
+                    return -info.si_status if killed else info.si_status
+            except ChildProcessError:  # reaped already (ray.shutdown): poll() says how it ended
+                pass
+        while proc.poll() is None:  # no waitid here (not Linux or macOS): poll
+            threading.Event().wait(POLL_S)
+        return proc.returncode
 
     def watch() -> None:
-        while True:
-            code = proc.poll()
-            if not worker.global_worker.connected:  # ray.shutdown: the raylet ends on purpose
-                return
-            if code is not None:
-                try:
-                    print(line(proc.pid, code, log), file=sys.stderr, flush=True)
-                finally:
-                    exit(1)
-                return
-            threading.Event().wait(POLL_S)
+        code = ended()
+        if not worker.global_worker.connected:  # ray.shutdown: the raylet ends on purpose
+            return
+        try:
+            _say(code)
+        finally:
+            exit(1)
 
     t = threading.Thread(target=watch, name="fda-ray-raylet-watch", daemon=True)
     t.start()
