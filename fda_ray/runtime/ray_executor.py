@@ -33,6 +33,7 @@ import numpy as np
 import ray
 import torch
 
+import fda_ray.algorithms  # noqa: F401  (registers every family's recipes in the actor processes, which import this module alone)
 from fda_ray.core import plugins
 from fda_ray.core.contract import ClientResult, ClientTask, ServerState
 from fda_ray.train.client import Client
