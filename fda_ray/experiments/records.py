@@ -216,18 +216,23 @@ def is_done(record: StoragePath | Path) -> bool:
     return (storage_path(record) / ROWS_FILE).is_file()
 
 
-def record_damage(record: StoragePath | Path) -> str | None:
-    """Why a finished trial's rows.json cannot be read as its record (cut short by a crash or a full disk, or
-    edited by hand), or None when it can."""
+def _parsed_rows(record: StoragePath | Path) -> tuple[dict[str, Any] | None, str | None]:
+    """(rows.json's contents, None), or (None, why it cannot be read as the record)."""
     try:
         data = json.loads((storage_path(record) / ROWS_FILE).read_text())
     except json.JSONDecodeError as e:
-        return f"not JSON: {e.msg} at character {e.pos}"
+        return None, f"not JSON: {e.msg} at character {e.pos}"
     except UnicodeDecodeError:
-        return "not UTF-8 text"
+        return None, "not UTF-8 text"
     if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
-        return "no list of rows"
-    return None
+        return None, "no list of rows"
+    return data, None
+
+
+def record_damage(record: StoragePath | Path) -> str | None:
+    """Why a finished trial's rows.json cannot be read as its record (cut short by a crash or a full disk, or
+    edited by hand), or None when it can."""
+    return _parsed_rows(record)[1]
 
 
 def set_aside_damaged(records: StoragePath | Path, move: bool = True) -> dict[str, str]:
@@ -438,12 +443,12 @@ def finished(records: StoragePath | Path | str, warn: Callable[[str], None] | No
     for rec in sorted(records.iterdir(), key=lambda p: p.name):
         if not ((rec / ROWS_FILE).is_file() and (rec / TRIAL_FILE).is_file()):
             continue
-        why = record_damage(rec)
+        data, why = _parsed_rows(rec)  # read once: checked and kept
         if why is not None:
             (warn or _stderr)(f"warning: trial {rec.name} in {where or records}: its {ROWS_FILE} is damaged ({why}); "
                               "left out")
             continue
-        yield Record(rec, Trial.from_dict(json.loads((rec / TRIAL_FILE).read_text())), read_rows(rec))
+        yield Record(rec, Trial.from_dict(json.loads((rec / TRIAL_FILE).read_text())), data)
 
 
 def collect(trials: Sequence[Trial], grid: Grid, records: StoragePath | Path) -> tuple[list[dict], float]:
