@@ -209,3 +209,43 @@ def test_estimators_refuse_non_finite_input_and_estimates():
              "delta": torch.tensor([1.0]), "gbar2": 1.0}
     with pytest.raises(ValueError, match="auto_beta: sigma2=nan is invalid: the estimates must be finite"):
         auto_beta(stats, "fedda")  # NaN used to become the indifferent beta 0.5
+
+
+# ---------------------------------------------------------------- the rule table (one vocabulary)
+
+def test_rule_table_entries_are_the_rules_under_one_signature():
+    """Every entry of RULES called the one way gives its rule's numbers; the FDA family's methods and the theory's
+    diagnostics name rules from this table only."""
+    from fda_ray.algorithms import ALGORITHMS
+    from fda_ray.algorithms.aggregation import RULES
+    from fda_ray.algorithms.fda import diagnostics as dg
+    t, s, off = case()
+    w, beta = torch.tensor([0.25, 0.75], dtype=torch.float64), torch.tensor([0.3, 0.6])
+    expected = {"source_only": fedavg(s, weights=w), "target_only": t,
+                "fedda": fedda(t, s, beta=beta, weights=w),
+                "fedgp": fedgp(t, s, off, beta=beta, weights=w, projection="exact", filter=False)}
+    assert RULES.names() == list(expected)
+    for name in RULES:
+        out = RULES.get(name)(t, s, off, beta=beta, weights=w, projection="exact", filter=False)
+        assert out.shape == t.shape
+        assert torch.equal(out, expected[name]), name  # the same code path: bit for bit
+    assert RULES.get("target_only")(t, None, off, beta=0.0, weights=w) is not t  # a copy: the caller may add to it
+    fda_rules = {ALGORITHMS.get(m).rule for m in ALGORITHMS.names() if ALGORITHMS.get(m).family == "fda"}
+    assert fda_rules == set(RULES.names())
+    assert {r.removesuffix("_auto") for r in dg.RULES} == set(RULES.names())
+    with pytest.raises(ValueError, match="unknown aggregation rule 'fedgq'.*did you mean 'fedgp'"):
+        RULES.get("fedgq")
+
+
+def test_diagnostics_aggregate_is_the_table_rule_on_the_whole_vector():
+    from fda_ray.algorithms.fda import diagnostics as dg
+    t, s, _ = case()
+    t, s = t.double(), s.double()
+    w = torch.tensor([0.5, 0.5], dtype=torch.float64)
+    whole = torch.tensor([0, 4])
+    torch.testing.assert_close(dg.aggregate("fedgp_auto", t, s, w, 0.5),
+                               fedgp(t, s, whole, beta=0.5, weights=w, projection="exact", impl="reference"),
+                               rtol=0, atol=0)
+    torch.testing.assert_close(dg.aggregate("source_only", None, s, w, 0.5), fedavg(s, weights=w), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="rule='fedavg' is invalid"):
+        dg.aggregate("fedavg", t, s, w, 0.5)

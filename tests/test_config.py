@@ -74,6 +74,27 @@ def test_registry_lists_known_names_on_typo():
                                        "fedwca", "shot_source_only", "shot_local", "shot_fedavg"}
 
 
+
+def test_registry_home_is_imported_when_first_read_and_once(tmp_path, monkeypatch):
+    """A registry filled by its home module: reading it imports the home (which adds to it without importing
+    itself again), a home that fails to import fails the read and is tried again on the next one."""
+    import sys
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "home_ok.py").write_text("import test_home_registry as t\nt.R.add('b', 2)\nt.R.add('c', 3)\n")
+    (tmp_path / "home_bad.py").write_text("raise ImportError('half-installed home')\n")
+    mod = type(sys)("test_home_registry")
+    monkeypatch.setitem(sys.modules, "test_home_registry", mod)
+    mod.R = Registry("widget", home="home_ok")
+    mod.R.add("a", 1)  # an outside add first: the home's entries still come first
+    assert mod.R.names() == ["b", "c", "a"] and mod.R.get("c") == 3 and "home_ok" in sys.modules
+    assert mod.R.home is None
+    bad: Registry[int] = Registry("gadget", home="home_bad")
+    for _ in range(2):  # not marked loaded after a failure
+        with pytest.raises(ImportError, match="half-installed home"):
+            bad.names()
+    assert bad.home == "home_bad"
+    monkeypatch.delitem(sys.modules, "home_ok")
+
 def test_threads_warmup_and_baseline_protocol_resolve_and_validate():
     from fda_ray.runtime.config import numbers_fields
 

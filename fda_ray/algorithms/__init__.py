@@ -9,8 +9,6 @@ registers its classes here and its local recipes in fda_ray.train.client.RECIPES
 """
 from __future__ import annotations
 
-import dataclasses
-
 from fda_ray.algorithms.base import Algorithm, Params
 from fda_ray.core.contract import ClientResult, ClientTask, Round, ServerState
 from fda_ray.algorithms.fda.methods import VARIANTS as _FDA
@@ -18,22 +16,9 @@ from fda_ray.algorithms.fedwca.methods import FAMILY as _FEDWCA
 from fda_ray.algorithms.fssda.methods import FAMILY as _FSSDA
 from fda_ray.algorithms.healthcare.methods import FAMILY as _HEALTHCARE
 from fda_ray.algorithms.personalised.methods import FAMILY as _PERSONALISED
-from fda_ray.core.registry import Registry
+from fda_ray.core.registry import ALGORITHMS, family_params
 
-ALGORITHMS: Registry[type[Algorithm]] = Registry("method", pluggable=True)
 for _cls in (*_FDA, *_PERSONALISED, *_HEALTHCARE, *_FSSDA, *_FEDWCA):
     ALGORITHMS.add(_cls.name, _cls)
-
-
-
-def family_params() -> dict[str, type[Params]]:
-    """Each family that has parameters of its own, with its Params class."""
-    out: dict[str, type[Params]] = {}
-    for name in ALGORITHMS.names():
-        cls = ALGORITHMS.get(name)
-        if dataclasses.fields(cls.Params):
-            out.setdefault(cls.family, cls.Params)
-    return out
-
 
 __all__ = ["ALGORITHMS", "Params", "family_params", "Algorithm", "ClientResult", "ClientTask", "Round", "ServerState"]

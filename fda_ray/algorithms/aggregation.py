@@ -18,12 +18,26 @@ Every rule reads the deltas in two passes, through fda_ray.kernels: one for the 
 the combination with the per-layer coefficients (the (N, L) coefficient math in between is tiny). By default
 float32 inputs run the C++/CUDA kernel and other dtypes the reference; `impl="reference"` (or
 $FDA_RAY_KERNELS=reference) runs the PyTorch reference, the specification the kernel is tested against.
+
+The rule table: `RULES` names each FDA rule once, in the papers' and the methods' own words (source_only,
+target_only, fedda, fedgp: FedGP Table 1's rows, Auto-weighted FDA Sec. 4), and every place that picks a rule by
+name looks it up there: the FDA family's server step, the theory's diagnostics (Delta errors, Monte Carlo) and a
+plug-in's method (`RULES.add`, docs/plugins.md). Each entry is a pure function with one signature,
+
+    rule(target (M,), sources (N, M), offsets (L + 1,), *, beta, weights, impl=None, **options) -> (M,)
+
+where options are fedgp's (align, filter, projection, stats, frozen) and target_weight (fedda, fedgp); a rule reads
+the inputs it needs (source_only does not read target, target_only reads only target). `fedavg` stays the FedAvg
+primitive (McMahan et al.) that families averaging any set of clients call directly; `source_weights` the alpha_i.
 """
 from __future__ import annotations
+
+from typing import Any, Callable
 
 import torch
 
 from fda_ray import kernels
+from fda_ray.core.registry import Registry
 from fda_ray.kernels.checks import check_flat as _check_flat
 
 # torch.nn.functional.cosine_similarity's default eps: cos = <a, b> / sqrt(max(|a|^2 |b|^2, eps^2)).
@@ -122,6 +136,12 @@ def projection_coefficients(dots: torch.Tensor, s_sq: torch.Tensor, t_sq: torch.
 
 # ---------------------------------------------------------------- the rules
 
+def source_weights(counts: list[int]) -> torch.Tensor:
+    """alpha_i = n_i / sum n over the sources (FedAvg weights), float64 (the coefficient math's dtype)."""
+    c = torch.tensor(counts, dtype=torch.float64)
+    return c / c.sum()
+
+
 def fedavg(sources: torch.Tensor, *, weights: torch.Tensor, impl: str | None = None) -> torch.Tensor:
     """Source Only: the weighted average of the source deltas (M,).
 
@@ -191,3 +211,42 @@ def fedgp(target: torch.Tensor, sources: torch.Tensor, offsets: torch.Tensor, *,
     t_w = float((w * (1 - b)).sum()) if target_weight is None else float(target_weight)
     out = kernels.layer_combine(target, sources, offsets, scale, t_w, impl=impl)  # pass 2
     return zero_layers(out, offsets, frozen) if frozen is not None else out
+
+
+# ---------------------------------------------------------------- the rule table
+
+Rule = Callable[..., torch.Tensor]
+RULES: Registry[Rule] = Registry("aggregation rule", pluggable=True)
+
+
+@RULES.register("source_only")
+def source_only(target: torch.Tensor | None, sources: torch.Tensor, offsets: torch.Tensor | None = None, *,
+                beta: float | torch.Tensor = 1.0, weights: torch.Tensor, impl: str | None = None,
+                **options: Any) -> torch.Tensor:
+    """Source Only: FedAvg over the sources (target and beta unread)."""
+    return fedavg(sources, weights=weights, impl=impl)
+
+
+@RULES.register("target_only")
+def target_only(target: torch.Tensor, sources: torch.Tensor | None = None, offsets: torch.Tensor | None = None, *,
+                beta: float | torch.Tensor = 0.0, weights: torch.Tensor | None = None, impl: str | None = None,
+                **options: Any) -> torch.Tensor:
+    """Target Only: the target's own delta (a copy: the caller may update it in place)."""
+    return target.clone()
+
+
+@RULES.register("fedda")
+def fedda_rule(target: torch.Tensor, sources: torch.Tensor, offsets: torch.Tensor | None = None, *,
+               beta: float | torch.Tensor, weights: torch.Tensor, impl: str | None = None,
+               target_weight: float | None = None, **options: Any) -> torch.Tensor:
+    """FedDA (FedGP Def. 3.2): layers unread."""
+    return fedda(target, sources, beta=beta, weights=weights, impl=impl, target_weight=target_weight)
+
+
+@RULES.register("fedgp")
+def fedgp_rule(target: torch.Tensor, sources: torch.Tensor, offsets: torch.Tensor, *,
+               beta: float | torch.Tensor, weights: torch.Tensor, impl: str | None = None,
+               **options: Any) -> torch.Tensor:
+    """FedGP (FedGP Def. 3.1, layerwise): fedgp's options (align, filter, projection, stats, target_weight, frozen)."""
+    return fedgp(target, sources, offsets, beta=beta, weights=weights, impl=impl, **options)
+

@@ -5,10 +5,17 @@ standard library's difflib), so a CLI can print it as is. A name not found is lo
 process's pending plug-ins are imported (fda_ray.core.plugins: a worker process finds a plug-in's names without a
 call of its own), and an entry registered from a module outside fda-ray is noted as a plug-in, so that the other
 processes of a run import it too.
+
+A registry may name its home, the module that registers its built-in entries (`home=`): the registry imports it the
+first time it is read. So a module that only looks names up (the run config's checks, the partitions) needs the
+registry and not the families behind it, and the import graph has no circle through them (tools/imports.py).
+`ALGORITHMS`, every method by name, is such a registry: its home is fda_ray.algorithms.
 """
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import importlib
 from typing import Callable, Generic, Iterable, Iterator, TypeVar
 
 from fda_ray.core import plugins
@@ -32,10 +39,20 @@ def plugin_hint() -> str:
 class Registry(Generic[T]):
     """A small ordered mapping from names to registered objects."""
 
-    def __init__(self, kind: str, pluggable: bool = False) -> None:
+    def __init__(self, kind: str, pluggable: bool = False, home: str | None = None) -> None:
         self.kind = kind
         self.pluggable = pluggable  # plug-ins may add to it (fda_ray.core.plugins)
+        self.home = home  # the module that registers the built-in entries, imported when the registry is first read
         self._items: dict[str, T] = {}
+
+    def _load_home(self) -> None:
+        if self.home is not None:
+            home, self.home = self.home, None  # first: the home's own additions must not load it again
+            try:
+                importlib.import_module(home)
+            except BaseException:
+                self.home = home
+                raise
 
     def register(self, name: str) -> Callable[[T], T]:
         def deco(obj: T) -> T:
@@ -45,6 +62,7 @@ class Registry(Generic[T]):
         return deco
 
     def add(self, name: str, obj: T) -> None:
+        self._load_home()  # the built-in entries first, whoever adds first
         if name in self._items:
             raise ValueError(f"{self.kind} {name!r} is registered twice")
         self._items[name] = obj
@@ -53,6 +71,7 @@ class Registry(Generic[T]):
 
     def _find(self, name: object) -> bool:
         """Whether `name` is registered, once the pending plug-ins are imported if it was not."""
+        self._load_home()
         if name in self._items or not self.pluggable:
             return name in self._items
         plugins.load_pending()
@@ -66,10 +85,27 @@ class Registry(Generic[T]):
         raise ValueError(f"unknown {self.kind} {name!r}; known: {known}{hint}")
 
     def names(self) -> list[str]:
+        self._load_home()
         return list(self._items)
 
     def __contains__(self, name: object) -> bool:
         return self._find(name)
 
     def __iter__(self) -> Iterator[str]:
+        self._load_home()
         return iter(self._items)
+
+
+# Every method by name (RunConfig.method -> its Algorithm class, fda_ray.algorithms.base). Defined here, filled by
+# its home: the config checks a method's name without importing the families (which type their config as RunConfig).
+ALGORITHMS: Registry[type] = Registry("method", pluggable=True, home="fda_ray.algorithms")
+
+
+def family_params() -> dict[str, type]:
+    """Each method family that has parameters of its own (RunConfig.params[family]), with its Params class."""
+    out: dict[str, type] = {}
+    for name in ALGORITHMS.names():
+        cls = ALGORITHMS.get(name)
+        if dataclasses.fields(cls.Params):
+            out.setdefault(cls.family, cls.Params)
+    return out

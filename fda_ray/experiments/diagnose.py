@@ -114,7 +114,7 @@ def _report(q: dg.Quantities, weights: torch.Tensor, beta: float) -> dict[str, A
 def diagnose(cfg: RunConfig, at: str = "warmup", pool_samples: int | None = None,
              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Every number `python -m fda_ray.diagnose` prints, as a dict (module docstring)."""
-    from fda_ray.algorithms.fda.methods import source_weights
+    from fda_ray.algorithms.aggregation import source_weights
     from fda_ray.runtime.engine import build_experiment
 
     if at not in POINTS:

@@ -1,6 +1,7 @@
 """Run configuration: one frozen, validated dataclass, and the seeds' settings per dataset and method.
 
-Fields left as None take the authors' settings for the dataset and method (PAPER_DEFAULTS, docs/authors-code.md)
+Fields left as None take the authors' settings for the dataset and method (the dataset's registered defaults,
+fda_ray/data/paper_defaults.py; docs/authors-code.md)
 when the config is resolved; `RunConfig.resolved()` returns the fully specified config that a run uses and
 records. Invalid values raise ValueError naming the field, the value and what is allowed.
 """
@@ -25,101 +26,6 @@ BASELINE_PROTOCOLS = ("authors", "loop")
 MAX_THREADS = 1024  # more threads than any machine has cores (torch.set_num_threads(100000) segfaults)
 ENVIRONMENT_SEEDS = ("domainbed", "trial")
 ORACLE_TEST_SHARE = 0.1  # the authors' oracle tests on this share of the target's data, trains on the rest
-WARMUP_ROUNDS = 2
-
-# The authors' settings (docs/authors-code.md; Auto-weighted FDA App. C.6): Adam, 1 local epoch, 2 warm-up rounds, 50 rounds.
-PAPER_DEFAULTS: dict[str, dict[str, Any]] = {
-    "fashion-mnist": dict(model="simple_cnn", partition="homo", lr_source=0.01, lr_target=0.005,
-                          batch_source=64, batch_target=16, auto_batch_target=4, auto_lr_factor=0.1,
-                          target_labelled=100, target_fraction=None, auto_beta_rule="fedgp_thresh", num_sources=9,
-                          oracle_lr_target=0.003),
-    "cifar10": dict(model="simple_cnn", partition="classes4", lr_source=0.005, lr_target=0.0025,
-                    batch_source=64, batch_target=16, auto_batch_target=16, auto_lr_factor=0.35,
-                    target_labelled=None, target_fraction=0.1, auto_beta_rule="fedgp_thresh", num_sources=9,
-                    oracle_lr_target=0.0005),
-    # Not in the papers' tables: the synthetic data is run by the diagnostics experiment; these make
-    # the engine usable on it.
-    "synthetic": dict(model="mlp_sigmoid", partition="domains", lr_source=0.01, lr_target=0.01,
-                      batch_source=64, batch_target=16, auto_batch_target=4, auto_lr_factor=1.0,
-                      target_labelled=100, target_fraction=None, auto_beta_rule="fedgp", num_sources=8,
-                      oracle_lr_target=0.01),
-}
-
-
-def _domainbed(model: str, lr: float, batch: int, fraction: float, *, warmup: int = 2,
-               auto_batch: int = 4, auto_lr: float | tuple[float, ...] = 0.25, weights: str | None = None
-               ) -> dict[str, Any]:
-    """The DomainBed settings of the FedGP and Auto-weighted FDA papers (docs/methods.md): Adam at lr (sources) and lr / 5 (target),
-    DomainBed's source batch, target batch 16, the labelled share `fraction` of the target's 80 % in-split,
-    `warmup` FedAvg rounds, the auto-weighted runs' lr factor (one per held-out environment where the paper
-    gives one each) and target batch (Auto-weighted FDA App. C.3), the plain FedGP estimator rule; the authors' DomainBed loaders
-    neither shuffle nor drop the last partial batch; DomainBed's augmentation of the source environments.
-    The oracle trains on the target's whole in-split at the sources' lr and batch. The sources are the other
-    environments (num_sources is counted from the dataset's environments when a config is resolved)."""
-    return dict(model=model, partition="domainbed", lr_source=lr, lr_target=lr / 5, batch_source=batch,
-                batch_target=16, auto_batch_target=auto_batch, auto_lr_factor=auto_lr, target_labelled=None,
-                target_fraction=fraction, auto_beta_rule="fedgp", num_sources=None,
-                oracle_lr_target=lr, warmup_rounds=warmup, shuffle=False, drop_last=False,
-                data_augmentation=True, model_weights=weights)
-
-
-# ColoredMNIST: auto lr factors 0.1, 0.5, 0.25 for +90 %, +80 %, -90 %, auto target batch 2 (Auto-weighted FDA App. C.3; the code: 1).
-# RotatedMNIST is not in the papers: the ColoredMNIST recipe, 1 % labelled (about 93 images, near the 100 of
-# Auto-weighted FDA's Fashion-MNIST tables) and the Fashion-MNIST auto target batch 4. The image datasets: ResNet-18 from
-# torchvision's ImageNet file ("imagenet": $TORCH_HOME/hub/checkpoints/resnet18-f37072fd.pth).
-for _base in ("mnist", "fmnist"):
-    PAPER_DEFAULTS[f"colored-{_base}"] = _domainbed("mnist_cnn", 1e-3, 64, 0.001, auto_batch=2,
-                                                   auto_lr=(0.1, 0.5, 0.25))
-    PAPER_DEFAULTS[f"rotated-{_base}"] = _domainbed("mnist_cnn", 1e-3, 64, 0.01, auto_batch=4)
-PAPER_DEFAULTS["vlcs"] = _domainbed("resnet18", 5e-5, 32, 0.05, weights="imagenet")
-PAPER_DEFAULTS["terra-incognita"] = _domainbed("resnet18", 5e-5, 32, 0.05, warmup=10, auto_batch=8,
-                                               weights="imagenet")
-PAPER_DEFAULTS["pacs"] = _domainbed("resnet18", 5e-5, 32, 0.15, weights="imagenet")
-PAPER_DEFAULTS["office-home"] = _domainbed("resnet18", 5e-5, 32, 0.15, weights="imagenet")
-PAPER_DEFAULTS["domain-net"] = _domainbed("resnet18", 5e-5, 32, 0.15, weights="imagenet")
-PAPER_DEFAULTS["imagefolder"] = _domainbed("resnet18", 5e-5, 32, 0.05, weights="imagenet")
-# Healthcare FDA (App. A.3; docs/methods.md): Adam at the paper's 1e-3 (sources) / 2e-4 (target), batch 32 (the code's),
-# one local epoch, 50 rounds (CheXpert), no warm-up; the target holds out one domain with 1 000 labelled samples
-# (CheXpert). The loaders shuffle and keep their last partial batch (the paper is silent; the authors' loaders at 95291b2
-# drop it on CheXpert and MIDRC and keep it on MIMIC, which the grids' `code` profile follows).
-# The oracle trains on the target's whole training table like a source (lr_S, batch_S).
-PAPER_DEFAULTS["fmnist-conditions"] = dict(
-    model="multitask_cnn", partition="heldout_domain", lr_source=1e-3, lr_target=2e-4, batch_source=32,
-    batch_target=32, auto_batch_target=4, auto_lr_factor=0.25, target_labelled=1000, target_fraction=None,
-    auto_beta_rule="fedgp", num_sources=4, oracle_lr_target=1e-3, warmup_rounds=0, shuffle=True,
-    drop_last=False, data_augmentation=False, model_weights=None)
-# The medical tables (fda_ray.data.medical_csv): the same settings on ResNet-18 from torchvision's ImageNet file, Healthcare FDA's
-# training augmentation on the sources, the labelled target samples of Healthcare FDA App. A.3 (CheXpert 1 000, MIMIC 100, MIDRC
-# 2 000; a generic table 1 000); the sources are the other domains.
-for _name, _labelled in (("chexpert", 1000), ("mimic-cxr", 100), ("midrc", 2000), ("medical-csv", 1000)):
-    PAPER_DEFAULTS[_name] = {**PAPER_DEFAULTS["fmnist-conditions"], "model": "resnet18_multitask",
-                             "model_weights": "imagenet", "data_augmentation": True, "target_labelled": _labelled,
-                             "num_sources": None}
-# FSSDA (Sec. IV-A; docs/methods.md): source and target domains split over K = 5 devices (partition
-# domain_shards, iid unless dirichlet_concentration is set), 3 labelled target images per class, batch 32, one local
-# epoch, lr 1e-3 (the paper's SGD lr; fda-ray's clients use Adam unless --fssda-optimizer sgd), no warm-up; the loaders
-# shuffle and keep their last partial batch (a Dirichlet shard may hold 10 samples). Office-31: ResNet-101 from
-# torchvision's ImageNet file, as the paper; FMNIST-5: the simple CNN (docs/datasets.md).
-PAPER_DEFAULTS["office31"] = dict(
-    model="resnet101", partition="domain_shards", lr_source=1e-3, lr_target=1e-3, batch_source=32, batch_target=32,
-    auto_batch_target=8, auto_lr_factor=1.0, target_labelled=None, target_fraction=None, auto_beta_rule="fedgp",
-    num_sources=5, oracle_lr_target=1e-3, warmup_rounds=0, shuffle=True, drop_last=False, data_augmentation=False,
-    model_weights="imagenet")
-PAPER_DEFAULTS["fmnist-5"] = {**PAPER_DEFAULTS["office31"], "model": "simple_cnn", "model_weights": None,
-                              "auto_batch_target": 4}
-# FedWCA (App. C.1-C.2): Digit-Five's domains as clients of one source-free setting (partition
-# domain_clients: 8 clients a target domain), SHOT's LeNet at 32 x 32, SGD lr 1e-3, batch 64 (the family's resolve
-# fills the rest; these make the dataset usable by the other families too).
-PAPER_DEFAULTS["digit-five"] = {**PAPER_DEFAULTS["fmnist-5"], "model": "shot_lenet", "partition": "domain_clients",
-                                "num_sources": 1, "lr_source": 1e-3, "lr_target": 1e-3, "batch_source": 64,
-                                "batch_target": 64}
-# Datasets not listed in the DomainBed table run the loop's usual loaders.
-for _d in ("fashion-mnist", "cifar10", "synthetic"):
-    PAPER_DEFAULTS[_d].update(warmup_rounds=WARMUP_ROUNDS, shuffle=True, drop_last=True, data_augmentation=False,
-                              model_weights=None)
-# Real MNIST (datasets/mnist.sh): Fashion-MNIST's settings (Healthcare FDA's Non-IID MNIST runs them: the grid
-# noniid-000 sets what differs).
-PAPER_DEFAULTS["mnist"] = dict(PAPER_DEFAULTS["fashion-mnist"])
 # FedWCA (App. C.1): iid clients per target domain (Digit-Five 8, PACS and Office-Home 3).
 CLIENTS_PER_DOMAIN: dict[str, int] = {"fmnist-5": 8, "digit-five": 8, "pacs": 3, "office-home": 3}
 # The labelled target share of the partitions whose target test set is the rest of the target's part.
@@ -297,16 +203,16 @@ class RunConfig:
                                 "stops", group="execution", numbers=False)
 
     def __post_init__(self) -> None:
-        from fda_ray.algorithms import ALGORITHMS
+        from fda_ray.core.registry import ALGORITHMS
         from fda_ray.data.base import DATASETS
         from fda_ray.train.models import MODELS
 
         if self.dataset not in DATASETS:
             raise _err("dataset", self.dataset, f"known datasets: {', '.join(DATASETS.names())}", DATASETS.names(),
                        pluggable=True)
-        if self.dataset not in PAPER_DEFAULTS:  # a plug-in's dataset without its settings (docs/plugins.md)
-            raise _err("dataset", self.dataset, "it is registered but has no default settings: add "
-                       f"PAPER_DEFAULTS[{self.dataset!r}] (fda_ray.runtime.config) where it is registered")
+        if DATASETS.get(self.dataset).defaults is None:  # a plug-in's dataset without its settings (docs/plugins.md)
+            raise _err("dataset", self.dataset, "it is registered without default settings: register it with "
+                       f"DATASETS.add({self.dataset!r}, loader, defaults={{...}}) (docs/plugins.md)")
         if self.method not in ALGORITHMS:
             raise _err("method", self.method, f"known methods: {', '.join(ALGORITHMS.names())}", ALGORITHMS.names(),
                        pluggable=True)
@@ -439,7 +345,7 @@ class RunConfig:
 
     def _check_params(self) -> None:
         """params: {family: {field: value}}, each entry valid for its family's Params (stored as plain dicts)."""
-        from fda_ray.algorithms import family_params
+        from fda_ray.core.registry import family_params
 
         if not isinstance(self.params, dict):
             raise _err("params", self.params, "a mapping of method family to its parameters")
@@ -457,7 +363,7 @@ class RunConfig:
     def family_params(self):
         """The Params of this config's method (its family's entry of `params`, validated, defaults filled: the
         family's per-config ones, Algorithm.param_defaults, then its Params defaults)."""
-        from fda_ray.algorithms import ALGORITHMS
+        from fda_ray.core.registry import ALGORITHMS
 
         cls = ALGORITHMS.get(self.method)
         return cls.Params.build({**cls.param_defaults(self), **self.params.get(cls.family, {})})
@@ -480,7 +386,7 @@ class RunConfig:
 
     def resolved(self) -> "RunConfig":
         """This config with every None filled: first what the method's family fills (its Algorithm.resolve,
-        e.g. the authors' oracle protocol), then PAPER_DEFAULTS for its dataset. Done once per trial: the
+        e.g. the authors' oracle protocol), then its dataset's registered defaults. Done once per trial: the
         result is marked resolved, and resolving it again returns it unchanged at no cost."""
         if self.is_resolved:
             return self
@@ -497,9 +403,11 @@ class RunConfig:
         return self.__dict__.get("_given", self)
 
     def _resolve(self) -> "RunConfig":
-        from fda_ray.algorithms import ALGORITHMS
+        from fda_ray.core.registry import ALGORITHMS
 
-        d = PAPER_DEFAULTS[self.dataset]
+        from fda_ray.data.base import DATASETS
+
+        d = DATASETS.get(self.dataset).defaults
         fill: dict[str, Any] = dict(ALGORITHMS.get(self.method).resolve(self, d))
         for name in ("model", "partition", "lr_source", "lr_target", "batch_source", "batch_target", "auto_lr_factor",
                      "auto_beta_rule", "num_sources", "warmup_rounds", "shuffle", "drop_last", "data_augmentation"):

@@ -57,13 +57,13 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fda_ray.algorithms import ALGORITHMS
+from fda_ray.core.registry import ALGORITHMS
 from fda_ray.runtime.config import ORACLE_TEST_SHARE, RunConfig
 from fda_ray.data.base import UNLABELLED, Pair, Split
 from fda_ray.data.images import concat, take, with_augmentation
 from fda_ray.data.setting import Setting
 from fda_ray.data.domainbed import seed_hash, split_indices
-from fda_ray.core.multitask import AuxTasks, main_labels, main_outputs
+from fda_ray.core.multitask import main_labels, main_outputs
 from fda_ray.core.seeding import np_rng
 
 LABEL_SHIFT_SOURCE_CLASSES = (8, 6, 9)  # D1: mostly target when eta is small

@@ -363,7 +363,7 @@ FAMILY_OPTIONS = ("beta", "projection", "filter", "auto_lr_factor", "auto_beta_r
 def ignored_options(cfg: RunConfig) -> list[str]:
     """The fields set away from their defaults that this config's method, partition or executor never reads
     (`cfg` resolved or not: a field the resolution filled in counts as unset)."""
-    from fda_ray.algorithms import ALGORITHMS
+    from fda_ray.core.registry import ALGORITHMS
 
     r = cfg.resolved()  # free when cfg is resolved already
     cfg = r.given  # the values the user set

@@ -11,7 +11,7 @@ An algorithm whose evaluated model lives on a client (a personal model) reads it
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import torch
 from torch import nn
@@ -23,7 +23,8 @@ from fda_ray.core.seeding import generator
 from fda_ray.data.base import add_noise
 
 if TYPE_CHECKING:
-    from fda_ray.runtime.experiment import Experiment
+    from fda_ray.data.setting import Setting
+    from fda_ray.runtime.config import RunConfig
 
 EVAL_CHUNK = 2048
 EVAL_ELEMENTS = 1 << 24  # at most this many input values per evaluated batch (64 MB of float32)
@@ -74,10 +75,21 @@ def evaluate(model: nn.Module, layout: ParamLayout, flat: torch.Tensor, x: torch
     return m["accuracy"], m["loss"]
 
 
+class Built(Protocol):
+    """What an Evaluator reads of a built experiment (fda_ray.runtime.experiment.Experiment is one): named here so
+    that evaluation, a floor below the runtime, does not import it."""
+
+    cfg: "RunConfig"
+    setting: "Setting"
+    layout: ParamLayout
+    target_index: int
+    model: nn.Module
+
+
 class Evaluator:
     """The driver's evaluation of one experiment: a model built once, the target's test set."""
 
-    def __init__(self, exp: "Experiment", client_state: Callable[[int], dict[str, Any]] | None = None) -> None:
+    def __init__(self, exp: Built, client_state: Callable[[int], dict[str, Any]] | None = None) -> None:
         self.cfg = exp.cfg
         self.setting = exp.setting
         self.layout = exp.layout

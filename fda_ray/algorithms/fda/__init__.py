@@ -8,6 +8,6 @@ and "Auto-weighted FDA", the beta estimators' paper; see docs/methods.md):
 """
 from __future__ import annotations
 
-from fda_ray.algorithms.fda.methods import FDA, VARIANTS, source_weights
+from fda_ray.algorithms.fda.methods import FDA, VARIANTS
 
-__all__ = ["FDA", "VARIANTS", "source_weights"]
+__all__ = ["FDA", "VARIANTS"]

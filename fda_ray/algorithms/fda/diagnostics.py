@@ -206,17 +206,15 @@ def aggregate(rule: str, g_hat: torch.Tensor | None, sources: torch.Tensor | Non
     """The rule as the theory states it, on flat gradients: FedGP projects on the whole vector with the exact
     coefficient max(<g_T, g_i>, 0)/|g_i|^2 (Auto-weighted FDA eq (10)), FedDA is eq (8), source only is FedAvg. Target only
     reads only g_hat, source only only the sources (the other may be None)."""
-    if rule == "target_only":
-        return g_hat.clone()
-    if rule == "source_only":
-        return aggregation.fedavg(sources, weights=weights)
-    if rule.startswith("fedda"):
-        return aggregation.fedda(g_hat, sources, beta=beta, weights=weights, impl="reference")
-    if rule.startswith("fedgp"):
-        whole = torch.tensor([0, g_hat.shape[0]], dtype=torch.int64)
-        return aggregation.fedgp(g_hat, sources, whole, beta=beta, weights=weights, projection="exact",
-                                 impl="reference")
-    raise ValueError(f"rule={rule!r} is invalid: one of {', '.join(RULES)}")
+    if rule not in RULES:
+        raise ValueError(f"rule={rule!r} is invalid: one of {', '.join(RULES)}")
+    like = g_hat if g_hat is not None else sources
+    whole = torch.tensor([0, like.shape[-1]], dtype=torch.int64)  # one layer: the theory's whole vector
+    # the auto-weighted rules are their static rule with the estimated beta_i (the caller passes them)
+    static = rule.removesuffix("_auto")
+    impl = None if static == "source_only" else "reference"
+    return aggregation.RULES.get(static)(g_hat, sources, whole, beta=beta, weights=weights, impl=impl,
+                                         projection="exact")
 
 
 def monte_carlo_deltas(target_domain: torch.Tensor, sources: torch.Tensor, n: int, *, beta: float = 0.5,

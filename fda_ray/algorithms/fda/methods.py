@@ -3,7 +3,8 @@
     warm-up rounds (r < warmup_rounds): the sources train one epoch; FedAvg of their deltas
     main rounds: sources and target train one local epoch from the global weights; beta_i = the static beta,
         or auto-weighted from the estimators (Auto-weighted FDA Eq. 7-8 on the target's per-step deltas); the method's
-        rule makes the update (FedDA, FedGP Def. 3.2; FedGP, Def. 3.1, layer by layer); global += update
+        rule makes the update (FedDA, FedGP Def. 3.2; FedGP, Def. 3.1, layer by layer; the rule table
+        fda_ray.algorithms.aggregation.RULES); global += update
     fine-tuning (finetune_offline): after the rounds, epochs of the target alone from the FedAvg weights
 
   source_only       FedAvg of the sources (the target never trains)
@@ -25,7 +26,7 @@ from typing import Any, ClassVar, Mapping
 
 import torch
 
-from fda_ray.algorithms.aggregation import fedavg, fedda, fedgp, layer_cosines, layer_stats
+from fda_ray.algorithms.aggregation import RULES, fedavg, layer_cosines, layer_stats, source_weights
 from fda_ray.algorithms.base import Algorithm
 from fda_ray.core.contract import ClientResult, ClientTask, Round, ServerState
 from fda_ray.train.client import epoch_steps
@@ -33,17 +34,11 @@ from fda_ray.algorithms.fda.diagnostics import round_estimates
 from fda_ray.algorithms.fda.estimators import auto_beta, estimate
 
 
-def source_weights(counts: list[int]) -> torch.Tensor:
-    """alpha_i = n_i / sum n over the sources (FedAvg weights), float64 (aggregation's coefficient math)."""
-    c = torch.tensor(counts, dtype=torch.float64)
-    return c / c.sum()
-
-
 class FDA(Algorithm):
     """FedDA / FedGP with static or auto-weighted beta; the variants below set the class attributes."""
 
     family = "fda"
-    rule: ClassVar[str] = "fedgp"  # "fedavg" | "target" | "fedda" | "fedgp"
+    rule: ClassVar[str] = "fedgp"  # a name in aggregation.RULES: source_only, target_only, fedda, fedgp
     train_sources: ClassVar[bool] = True
     train_target: ClassVar[bool] = True
     auto_rule: ClassVar[str | None] = None  # "fedda" | "fedgp" (the config may refine fedgp to fedgp_thresh)
@@ -74,7 +69,7 @@ class FDA(Algorithm):
         domainbed = (cfg.partition or defaults["partition"]) == "domainbed"
         # The authors' static DomainBed script warms up only when the sources take part (proj_w > 0): target only
         # trains from the initial model.
-        if domainbed and cls.rule == "target" and not cls.oracle and cfg.warmup_rounds is None:
+        if domainbed and cls.rule == "target_only" and not cls.oracle and cfg.warmup_rounds is None:
             fill["warmup_rounds"] = 0
         if cfg.faithful_domainbed_auto is None:
             fill["faithful_domainbed_auto"] = domainbed and cls.auto_rule is not None
@@ -187,17 +182,10 @@ class FDA(Algorithm):
             # One pass for the layer statistics: FedGP's projections and the logged cosines share it.
             lstats = layer_stats(tgt, src, offsets, impl=cfg.aggregation_impl) \
                 if src is not None and tgt is not None else None
-            if self.rule == "fedavg":
-                update = fedavg(src, weights=self.weights, impl=cfg.aggregation_impl)
-            elif self.rule == "target":
-                update = tgt.clone()
-            elif self.rule == "fedda":
-                update = fedda(tgt, src, beta=beta, weights=self.weights, impl=cfg.aggregation_impl,
-                               target_weight=target_weight)
-            else:
-                update = fedgp(tgt, src, offsets, beta=beta, weights=self.weights, align=self.align,
-                               filter=cfg.filter, projection=cfg.projection, impl=cfg.aggregation_impl, stats=lstats,
-                               target_weight=target_weight)
+            # The rule by name from the one table (fda_ray.algorithms.aggregation.RULES); each reads what it needs.
+            update = RULES.get(self.rule)(tgt, src, offsets, beta=beta, weights=self.weights,
+                                          impl=cfg.aggregation_impl, target_weight=target_weight, align=self.align,
+                                          filter=cfg.filter, projection=cfg.projection, stats=lstats)
             if target_weight is not None:
                 metrics["target_weight"] = target_weight
             if lstats is not None:
@@ -211,11 +199,11 @@ class FDA(Algorithm):
 
 
 class SourceOnly(FDA):
-    name, rule, train_target = "source_only", "fedavg", False
+    name, rule, train_target = "source_only", "source_only", False
 
 
 class TargetOnly(FDA):
-    name, rule, train_sources = "target_only", "target", False
+    name, rule, train_sources = "target_only", "target_only", False
 
 
 class FedDA(FDA):
@@ -235,11 +223,11 @@ class FedGPAuto(FDA):
 
 
 class FinetuneOffline(FDA):
-    name, rule, train_target, finetune = "finetune_offline", "fedavg", False, True
+    name, rule, train_target, finetune = "finetune_offline", "source_only", False, True
 
 
 class Oracle(FDA):
-    name, rule, train_sources, oracle, oracle_split = "oracle", "target", False, True, True
+    name, rule, train_sources, oracle, oracle_split = "oracle", "target_only", False, True, True
 
 
 VARIANTS: tuple[type[FDA], ...] = (SourceOnly, TargetOnly, FedDA, FedGP, FedDAAuto, FedGPAuto, FinetuneOffline, Oracle)

@@ -48,11 +48,11 @@ from typing import Any, ClassVar, Mapping
 
 import torch
 
-from fda_ray.algorithms.aggregation import fedavg, fedgp, frozen_layers_mask, layer_cosines, layer_stats
+from fda_ray.algorithms.aggregation import (fedavg, fedgp, frozen_layers_mask, layer_cosines, layer_stats,
+                                            source_weights)
 from fda_ray.algorithms.base import Algorithm, Params, param
 from fda_ray.core.contract import ClientResult, ClientTask, Round, ServerState
 from fda_ray.core.multitask import BINARY_LOSSES
-from fda_ray.algorithms.fda.methods import source_weights
 from fda_ray.train.client import epoch_steps
 from fda_ray.train.models import HEAD_ACTIVATIONS, MultiHead
 
