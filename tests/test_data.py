@@ -440,6 +440,11 @@ def test_registered_dataset_smoke(isolated, name):
         pytest.fail(f"dataset {name!r} is registered but tests/test_data.py has no tiny-data builder for it")
     s = TINY_BUILDERS[name](isolated)
     assert isinstance(s, Split)
+    entry = DATASETS.get(name)  # registered once: its loader, the authors' settings, its environment count
+    assert entry.defaults is not None and {"model", "partition", "lr_source", "batch_source"} <= set(entry.defaults)
+    assert entry.environments is None or s.environments  # (fmnist-conditions has domains but no count: heldout_domain)
+    if isinstance(entry.environments, int):  # a fixed count: what the loader gives
+        assert entry.environments == len(s.environments)
     if s.environments:  # a DomainBed dataset (fda_ray.domainbed): one (x, y) per environment
         assert len(s.environments) == len(s.env_names) >= 2 and len(s.x_train) == 0
         tables = list(s.environments) + [t for t in s.env_tests if t is not None]

@@ -38,16 +38,15 @@ def write_tutorial(folder: Path) -> None:
 
 @pytest.fixture
 def clean_plugins(monkeypatch):
-    """The plug-in state of this process as it was: registries, PAPER_DEFAULTS, modules, $FDA_RAY_IMPORTS."""
+    """The plug-in state of this process as it was: registries, modules, $FDA_RAY_IMPORTS."""
     from fda_ray.algorithms import ALGORITHMS
+    from fda_ray.algorithms.aggregation import RULES
     from fda_ray.data.base import DATASETS
-    from fda_ray.runtime.config import PAPER_DEFAULTS
     from fda_ray.train.client import RECIPES
     from fda_ray.train.models import MODELS
 
-    regs = (ALGORITHMS, DATASETS, RECIPES, MODELS)
+    regs = (ALGORITHMS, DATASETS, RECIPES, MODELS, RULES)
     before = [dict(r._items) for r in regs]
-    defaults = dict(PAPER_DEFAULTS)
     modules = set(sys.modules)
     monkeypatch.delenv(plugins.ENV, raising=False)  # restored at the end, whatever the plug-ins wrote
     monkeypatch.setattr(plugins, "_loaded", {})
@@ -56,8 +55,6 @@ def clean_plugins(monkeypatch):
     for r, items in zip(regs, before):
         r._items.clear()
         r._items.update(items)
-    PAPER_DEFAULTS.clear()
-    PAPER_DEFAULTS.update(defaults)
     for name in set(sys.modules) - modules:
         if name.startswith(("my_fda", "plug_")):
             del sys.modules[name]
@@ -238,3 +235,26 @@ def test_the_tutorial_commands_run_as_written(tmp_path):
     p = _python(plain, tmp_path, env={"PYTHONPATH": str(tmp_path)})
     assert p.returncode == 0, p.stderr[-3000:]
     assert _final(p.stdout) == _final(outs[0])
+
+
+def test_a_dataset_is_registered_once_with_its_defaults(clean_plugins):
+    """DATASETS.add takes the loader, the defaults and the environment count in one call; a dataset registered
+    without defaults is one line naming the field and the call that fixes it; a plug-in's dataset notes its
+    loader's module (not fda-ray's wrapper) for the other processes."""
+    from fda_ray.data import DATASETS, count_environments
+    from fda_ray.runtime.config import RunConfig
+
+    def load_rings(data_dir=None, download=False):
+        raise AssertionError("not loaded by a config")
+
+    load_rings.__module__ = "plug_rings"  # as if defined in an importable plug-in module
+    sys.modules["plug_rings"] = type(sys)("plug_rings")
+    DATASETS.add("plug-rings", load_rings)
+    with pytest.raises(ValueError, match=r"^dataset='plug-rings' is invalid: it is registered without default "
+                                         r"settings: register it with DATASETS.add\('plug-rings', loader, "):
+        RunConfig(dataset="plug-rings")
+    assert "plug_rings" in plugins.loaded()
+    DATASETS.add("plug-rings-2", load_rings, environments=lambda d: 7,
+                 defaults={**DATASETS.get("fashion-mnist").defaults, "partition": "domainbed", "num_sources": None})
+    assert RunConfig(dataset="plug-rings-2").resolved().num_sources == 6  # 7 environments, one the target
+    assert count_environments("plug-rings-2", None) == 7

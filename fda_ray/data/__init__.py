@@ -16,14 +16,12 @@ fda_ray.runtime.partitions.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 from fda_ray.data import conditions as _conditions  # noqa: F401  (registers fmnist-conditions)
-from fda_ray.data.base import DATASETS, UNLABELLED, DatasetNotFound, Pair, Split, add_noise
-from fda_ray.data.domainbed import COLORED_ENVS, FOLDER_DATASETS, ROTATED_ANGLES, ENV_DATASETS, load_pool
-from fda_ray.data.fmnist_domains import FMNIST5_DOMAINS
+from fda_ray.data.base import DATASETS, UNLABELLED, Dataset, DatasetNotFound, Pair, Split, add_noise
+from fda_ray.data.domainbed import ENV_DATASETS, load_pool
+from fda_ray.data import fmnist_domains as _fmnist_domains  # noqa: F401  (registers fmnist-5)
 from fda_ray.data.images import ImageFiles, concat, take
-from fda_ray.data.medical_csv import MEDICAL_DATASETS, count_domains
+from fda_ray.data import medical_csv as _medical_csv  # noqa: F401  (registers the medical tables)
 from fda_ray.data.setting import Setting
 from fda_ray.data.standard import load_cifar10, load_fashion_mnist
 from fda_ray.data.synthetic import synthetic_domains
@@ -36,27 +34,15 @@ def load(name: str, data_dir: str | None = None, download: bool = False, **optio
 
 
 def count_environments(dataset: str, data_dir: str | None) -> int:
-    """Environments of a dataset without reading its images (a config's default source count)."""
-    if dataset in MEDICAL_DATASETS:  # Healthcare FDA's tables: one environment per domain
-        return count_domains(dataset, data_dir)
-    if dataset in FOLDER_DATASETS:
-        return len(FOLDER_DATASETS[dataset].environments)
-    if dataset.startswith("colored-"):
-        return len(COLORED_ENVS)
-    if dataset.startswith("rotated-"):
-        return len(ROTATED_ANGLES)
-    if dataset == "fmnist-5":
-        return len(FMNIST5_DOMAINS)
-    if dataset == "imagefolder":
-        root = Path(data_dir).expanduser() if data_dir else None
-        if root is None or not root.is_dir():
-            raise DatasetNotFound(f"imagefolder: data_dir={data_dir!r} is not a directory; expected "
-                                  "<data_dir>/<domain>/<class>/<image files>")
-        return sum(1 for p in root.iterdir() if p.is_dir())
-    raise ValueError(f"dataset={dataset!r} is invalid for partitions domainbed and domain_shards: it has no "
-                     f"environments (DomainBed datasets: {', '.join(ENV_DATASETS)})")
+    """Environments of a dataset without reading its images (a config's default source count): the count
+    registered with it (DATASETS.add(..., environments=))."""
+    n = DATASETS.get(dataset).count_environments(data_dir)
+    if n is None:
+        raise ValueError(f"dataset={dataset!r} is invalid for partitions domainbed and domain_shards: it has no "
+                         f"environments (DomainBed datasets: {', '.join(ENV_DATASETS)})")
+    return n
 
 
-__all__ = ["DATASETS", "DatasetNotFound", "ImageFiles", "Pair", "Setting", "Split", "UNLABELLED", "add_noise", "concat",
+__all__ = ["DATASETS", "Dataset", "DatasetNotFound", "ImageFiles", "Pair", "Setting", "Split", "UNLABELLED", "add_noise", "concat",
            "count_environments", "load", "load_cifar10", "load_fashion_mnist", "load_pool", "synthetic_domains",
            "take"]

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from fda_ray.data.base import DATASETS, Pair, Split
+from fda_ray.data.paper_defaults import PAPER_DEFAULTS
 
 CONSTRUCTION_SEED = 0
 FMNIST_POOL = 70_000  # Fashion-MNIST's train + test images
@@ -99,7 +100,7 @@ def condition_domains(images: torch.Tensor, labels: torch.Tensor, seed: int = CO
     return tables
 
 
-@DATASETS.register("fmnist-conditions")
+@DATASETS.register("fmnist-conditions", defaults=PAPER_DEFAULTS["fmnist-conditions"])
 def load_fmnist_conditions(data_dir: str | None = None, download: bool = False) -> Split:
     """The CheXpert-like construction on Fashion-MNIST (module docstring)."""
     from fda_ray.data.domainbed import load_pool

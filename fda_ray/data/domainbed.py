@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from fda_ray.data.base import DATASETS, DatasetNotFound, Pair, Split, _candidate_dirs, _not_found
+from fda_ray.data.paper_defaults import PAPER_DEFAULTS
 from fda_ray.data.images import IMAGE_SIZE, IMG_EXTENSIONS, ImageFiles
 from fda_ray.data.standard import MNIST_HOW, find_mnist, read_idx_quad
 
@@ -176,10 +177,21 @@ def _folder_loader(name: str):
 
 
 for _name in FOLDER_DATASETS:
-    DATASETS.add(_name, _folder_loader(_name))
+    DATASETS.add(_name, _folder_loader(_name), defaults=PAPER_DEFAULTS[_name],
+                 environments=len(FOLDER_DATASETS[_name].environments))
 
 
-@DATASETS.register("imagefolder")
+def count_imagefolder_domains(data_dir: str | None) -> int:
+    """The domains of an imagefolder tree (its subfolders) without reading the images."""
+    root = Path(data_dir).expanduser() if data_dir else None
+    if root is None or not root.is_dir():
+        raise DatasetNotFound(f"imagefolder: data_dir={data_dir!r} is not a directory; expected "
+                              "<data_dir>/<domain>/<class>/<image files>")
+    return sum(1 for p in root.iterdir() if p.is_dir())
+
+
+@DATASETS.register("imagefolder", defaults=PAPER_DEFAULTS["imagefolder"],
+                   environments=lambda data_dir: count_imagefolder_domains(data_dir))
 def load_imagefolder(data_dir: str | None = None, download: bool = False) -> Split:
     """Any `<data_dir>/<domain>/<class>/*.{jpg,png,...}` tree: domains = the sorted subfolders, classes the same
     in every domain."""
@@ -273,7 +285,8 @@ def _construction(kind: str, base: str):
 
 
 for _kind in ("colored", "rotated"):
-    DATASETS.add(f"{_kind}-mnist", _construction(_kind, "mnist"))
-    DATASETS.add(f"{_kind}-fmnist", _construction(_kind, "fashion-mnist"))
+    for _base, _short in (("mnist", "mnist"), ("fashion-mnist", "fmnist")):
+        DATASETS.add(f"{_kind}-{_short}", _construction(_kind, _base), defaults=PAPER_DEFAULTS[f"{_kind}-{_short}"],
+                     environments=len(COLORED_ENVS) if _kind == "colored" else len(ROTATED_ANGLES))
 
 ENV_DATASETS = ("colored-mnist", "colored-fmnist", "rotated-mnist", "rotated-fmnist", *FOLDER_DATASETS, "imagefolder")

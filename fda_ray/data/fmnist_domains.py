@@ -19,6 +19,7 @@ import torch
 
 from fda_ray.data.corruptions import apply_domain, to_rgb
 from fda_ray.data.base import DATASETS, Pair, Split
+from fda_ray.data.paper_defaults import PAPER_DEFAULTS
 from fda_ray.core.seeding import derive_seed
 
 FMNIST5_DOMAINS = ("clean", "fmnist-m", "rotate-45", "invert", "edges")
@@ -49,7 +50,7 @@ def _build(data_dir: str | None) -> Split:
     return Split(empty, none, empty, none, 10, environments=tuple(envs), env_names=FMNIST5_DOMAINS)
 
 
-@DATASETS.register("fmnist-5")
+@DATASETS.register("fmnist-5", defaults=PAPER_DEFAULTS["fmnist-5"], environments=len(FMNIST5_DOMAINS))
 def load_fmnist5(data_dir: str | None = None, download: bool = False) -> Split:
     """FMNIST-5 (module docstring): five environments of 14 000 Fashion-MNIST images each."""
     return _build(data_dir)

@@ -34,6 +34,7 @@ from typing import Callable, Mapping, Sequence
 import torch
 
 from fda_ray.data.base import DATASETS, DatasetNotFound, Split
+from fda_ray.data.paper_defaults import PAPER_DEFAULTS
 from fda_ray.data.images import IMAGE_SIZE, ImageFiles
 from fda_ray.core.multitask import MISSING
 
@@ -322,7 +323,8 @@ def read_generic(path: Path, domains: Sequence[str] | None = None
     return domains, trains, tests, aux
 
 
-@DATASETS.register("medical-csv")
+@DATASETS.register("medical-csv", defaults=PAPER_DEFAULTS["medical-csv"],
+                   environments=lambda data_dir: count_domains("medical-csv", data_dir))
 def load_medical_csv(data_dir: str | None = None, download: bool = False) -> Split:
     """A generic medical table (module docstring)."""
     domains, trains, tests, aux = read_generic(generic_table_path(data_dir))
@@ -337,5 +339,6 @@ def count_domains(dataset: str, data_dir: str | None) -> int:
 
 
 for _name in FORMATS:
-    DATASETS.add(_name, lambda data_dir=None, download=False, _n=_name: load_format(_n, data_dir))
+    DATASETS.add(_name, lambda data_dir=None, download=False, _n=_name: load_format(_n, data_dir),
+                 defaults=PAPER_DEFAULTS[_name], environments=len(FORMATS[_name].domains))
 MEDICAL_DATASETS = ("medical-csv", *FORMATS)

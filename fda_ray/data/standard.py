@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from fda_ray.data.base import DATASETS, Split, _candidate_dirs, _not_found, check_labels
+from fda_ray.data.paper_defaults import PAPER_DEFAULTS
 
 # ---------------------------------------------------------------- Fashion-MNIST (IDX files)
 
@@ -56,7 +57,7 @@ def _idx_path(d: Path, name: str) -> Path:
     return d / name if (d / name).exists() else d / (name + ".gz")
 
 
-@DATASETS.register("fashion-mnist")
+@DATASETS.register("fashion-mnist", defaults=PAPER_DEFAULTS["fashion-mnist"])
 def load_fashion_mnist(data_dir: str | None = None, download: bool = False) -> Split:
     """Fashion-MNIST from its four IDX files; images (n, 1, 28, 28) scaled to [0, 1], no normalisation."""
     if download and data_dir:
@@ -118,7 +119,7 @@ def find_mnist(data_dir: str | None) -> Path:
     return found
 
 
-@DATASETS.register("mnist")
+@DATASETS.register("mnist", defaults=PAPER_DEFAULTS["mnist"])
 def load_mnist(data_dir: str | None = None, download: bool = False) -> Split:
     """MNIST (LeCun and Cortes; CC BY-SA 3.0) from its four IDX files; images (n, 1, 28, 28) in [0, 1]. Nothing is
     downloaded at run time: `bash datasets/mnist.sh` puts the files in place once."""
@@ -146,7 +147,7 @@ def _read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     return x, y
 
 
-@DATASETS.register("cifar10")
+@DATASETS.register("cifar10", defaults=PAPER_DEFAULTS["cifar10"])
 def load_cifar10(data_dir: str | None = None, download: bool = False) -> Split:
     """CIFAR-10 from torchvision's layout (<root>/cifar-10-batches-py/data_batch_1..5, test_batch)."""
     if download and data_dir:

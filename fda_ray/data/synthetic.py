@@ -7,6 +7,7 @@ import numpy as np
 import torch
 
 from fda_ray.data.base import DATASETS, Split
+from fda_ray.data.paper_defaults import PAPER_DEFAULTS
 
 # ---------------------------------------------------------------- synthetic regression (Auto-weighted FDA Appendix B)
 
@@ -43,7 +44,7 @@ def synthetic_domains(seed: int = 0, n: int = 5000, dim: int = 50, outputs: int 
     return out
 
 
-@DATASETS.register("synthetic")
+@DATASETS.register("synthetic", defaults=PAPER_DEFAULTS["synthetic"])
 def load_synthetic(data_dir: str | None = None, download: bool = False, seed: int = 0, n: int = 5000) -> Split:
     """The target domain D_1 split 80/20 into train/test; D_2..D_9 as `domains` (the sources)."""
     doms = synthetic_domains(seed=seed, n=n)
