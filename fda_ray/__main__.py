@@ -1,10 +1,11 @@
-"""`python -m fda_ray --method fedgp --noise 0.4`: one run from the command line (fda_ray.experiments.cli).
+"""`python -m fda_ray [COMMAND] ...`: the `fda-ray` command (fda_ray.experiments.commands); no command runs one run,
+`python -m fda_ray --method fedgp --noise 0.4`.
 
 The programmatic entry point is the function `fda_ray.run(config)`; this module name cannot shadow it.
 """
 import sys
 
-from fda_ray.experiments.cli import main
+from fda_ray.experiments.commands import main
 
 if __name__ == "__main__":
     sys.exit(main())

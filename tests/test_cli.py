@@ -181,3 +181,35 @@ def test_the_whole_machine_default_gives_the_serial_numbers(fmnist_dir, capsys, 
     assert pooled["config"]["executor"] == "ray" and serial["config"]["executor"] == "serial"
     assert [r["accuracy"] for r in pooled["rounds"]] == [r["accuracy"] for r in serial["rounds"]]
     assert [r["loss"] for r in pooled["rounds"]] == [r["loss"] for r in serial["rounds"]]
+
+
+# ---------------------------------------------------------------- one entry point: fda-ray COMMAND
+
+def test_every_command_is_its_documented_python_m_program(capsys):
+    """`fda-ray COMMAND` (and `python -m fda_ray COMMAND`) runs the very main function of `python -m <module>`; the
+    table is the one list of the programs, and pyproject installs it as the `fda-ray` script."""
+    import importlib
+    import tomllib
+    from pathlib import Path
+
+    from fda_ray.experiments import commands
+
+    for name, (home, module, _) in commands.COMMANDS.items():
+        forward = importlib.import_module(module + ".__main__" if module in ("fda_ray", "fda_ray.kernels") else module)
+        expected = commands.main if module == "fda_ray" else commands.command(name)  # python -m fda_ray: every command
+        assert getattr(forward, "main") is expected, name
+        assert importlib.import_module(home).main is commands.command(name)
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
+    assert project["scripts"] == {"fda-ray": "fda_ray.experiments.commands:main"}
+    assert commands.main(["help"]) == 0
+    listed = capsys.readouterr().out
+    assert all(f"  {name} " in listed for name in commands.COMMANDS)
+    assert commands.main(["swep", "--grid", "noise"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == ("error: command='swep' is invalid: one of run, sweep, collect, diagnose, synthetic-grid, "
+                           "kernels; did you mean 'sweep'?")
+    # a command's own checks, through the entry point: the same line and exit code as python -m fda_ray.sweep
+    assert commands.main(["sweep", "--grid", "nois"]) == 2
+    assert "error: grid='nois' is invalid" in capsys.readouterr().err
+    assert commands.main(["--method", "fedgpp"]) == 2  # no command: a run
+    assert "error: method='fedgpp' is invalid" in capsys.readouterr().err

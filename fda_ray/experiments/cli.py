@@ -19,6 +19,7 @@ from typing import Any
 
 from fda_ray.core import plugins
 from fda_ray.core.parsing import OneLineParser, typed
+from fda_ray.experiments.commands import COMMANDS
 from fda_ray.runtime import node_watch
 from fda_ray.runtime.config import RunConfig
 from fda_ray.core.interrupts import cli_main, printing
@@ -177,7 +178,9 @@ def whole_machine(cfg: RunConfig, argv: list[str], cores: int | None = None) -> 
 
 
 def parser() -> OneLineParser:
-    p = OneLineParser(prog="python -m fda_ray", description="One federated domain adaptation run.")
+    p = OneLineParser(prog="python -m fda_ray", description="One federated domain adaptation run.",
+                      epilog="Other commands: python -m fda_ray COMMAND (or fda-ray COMMAND): "
+                             f"{', '.join(c for c in COMMANDS if c != 'run')}; python -m fda_ray help lists them.")
     p.with_config_files()
     p.resolve_for_print = resolved_namespace
     plugins.add_option(p)
