@@ -252,7 +252,7 @@ def test_every_committed_sweep_has_a_manifest_equal_to_its_command_and_it_plans_
     """The manifests written for the directories from before them say what their commands said, and planning a
     grid sweep from its manifest gives the keys of the trials committed under it (no key moved)."""
     from fda_ray.experiments import manifest as mf
-    from fda_ray.experiments.sweep import manifest_from_command
+    from fda_ray.experiments.arguments import manifest_from_command
     from fda_ray.experiments.records import Trial
     from fda_ray.experiments.trials import plan
     from fda_ray.papers.grids import GRIDS

@@ -267,7 +267,7 @@ def test_rayjob_has_a_gpu_less_head_and_a_gpu_group_that_scales_from_zero():
 
 
 def test_rayjob_entrypoint_is_a_sweep_writing_to_s3():
-    from fda_ray.experiments.sweep import parser
+    from fda_ray.experiments.arguments import parser
 
     argv = shlex.split(_rayjob()["spec"]["entrypoint"])
     assert argv[:3] == ["python", "-m", "fda_ray.sweep"]
@@ -361,7 +361,7 @@ def test_s3_policy_is_one_bucket_and_attached_to_both_roles():
 
 
 def test_docs_manual_recipe_parses_as_shell_and_its_sweep_as_a_sweep():
-    from fda_ray.experiments.sweep import parser
+    from fda_ray.experiments.arguments import parser
 
     # the three commands for machines a lab already has: a head, workers joining it, a sweep with --address
     page = (ROOT / "docs" / "ray-and-clusters.md").read_text()

@@ -4,6 +4,7 @@ processes and the client actors. The tutorial's blocks are run as written, from 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -258,3 +259,21 @@ def test_a_dataset_is_registered_once_with_its_defaults(clean_plugins):
                  defaults={**DATASETS.get("fashion-mnist").defaults, "partition": "domainbed", "num_sources": None})
     assert RunConfig(dataset="plug-rings-2").resolved().num_sources == 6  # 7 environments, one the target
     assert count_environments("plug-rings-2", None) == 7
+
+
+def test_the_pages_aggregation_rule_runs_as_fedda_at_half(clean_plugins, tmp_path, monkeypatch):
+    """The page's rule, 0.5 g_T + 0.5 FedAvg(g_i), is FedDA at beta = 0.5 (weights summing to 1) written another way:
+    a run of the page's method gives FedDA's rounds (same seeds; another summation order, so to float32 rounding)."""
+    from fda_ray import RunConfig, run
+
+    (tmp_path / "plug_my_rule.py").write_text(block("plugin-rule: my_rule.py", "python"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import plug_my_rule  # noqa: F401  (registers half_half)
+
+    base = dict(dataset="synthetic", rounds=2, executor="serial", seed=3)
+    mine = run(RunConfig(method="half_half", **base)).rows
+    fedda = run(RunConfig(method="fedda", beta=0.5, **base)).rows
+    assert len(mine) == len(fedda) == 4  # 2 warm-up + 2 main rounds
+    for a, b in zip(mine, fedda):
+        assert math.isclose(a["loss"], b["loss"], rel_tol=1e-4), (a["round"], a["loss"], b["loss"])
+    assert mine[-1]["loss"] != run(RunConfig(method="fedda", beta=0.9, **base)).rows[-1]["loss"]

@@ -166,6 +166,15 @@ def test_bad_sweep_arguments_give_one_line(args, field, capsys):
     assert len(err.splitlines()) == 1 and err.startswith(f"error: {field} is invalid")
 
 
+def test_the_parser_is_the_commands_and_says_its_first_line():
+    """The parser lives in fda_ray.experiments.arguments (the readers of an old directory's command line share it):
+    --help's description is still the command's docstring's first line."""
+    from fda_ray.experiments import arguments
+
+    assert sweep.parser is arguments.parser and sweep.SweepError is arguments.SweepError
+    assert arguments.parser().description == arguments.DESCRIPTION == sweep.__doc__.splitlines()[0]
+
+
 def test_bad_grid_value_gives_one_line(tiny_grid, fmnist_dir, tmp_path, capsys, monkeypatch):
     bad = Grid(name="bad", dataset="fashion-mnist", variable="beta", values=(1.5,),
                rows=(Row("fedda", "FedDA", "fedda"),), seeds={}, profiles={"quick": dict(TINY)})

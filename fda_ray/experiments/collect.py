@@ -123,7 +123,7 @@ def describe(path: Path, grid: str | None = None) -> Source:
     """The Source of a results directory, from its sweep.json (for a directory from before manifests, its
     summary.md's `Command:` line); `grid` names the grid of a folder without either (every trial found is read as
     that grid's)."""
-    from fda_ray.experiments.sweep import manifest_of
+    from fda_ray.experiments.arguments import manifest_of
 
     m = manifest_of(path)
     if m is None:
@@ -494,7 +494,7 @@ def draw(tabs: Sequence[GridTable | SearchTable], figure: str, stem: str | Path 
 def write_missing_manifests(dirs: list[str]) -> int:
     """sweep.json for each directory that has only summary.md's command (fda_ray.experiments.manifest)."""
     from fda_ray.experiments.manifest import FILE, read, write
-    from fda_ray.experiments.sweep import manifest_of
+    from fda_ray.experiments.arguments import manifest_of
 
     for d in dirs:
         path = Path(d)

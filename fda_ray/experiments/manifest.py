@@ -6,8 +6,9 @@
 
 Readers (`fda_ray.collect`, the results pages) learn what a directory ran from this file, never by parsing its
 command line. Directories written before the manifest existed have only summary.md's `Command:` line: the sweep
-command reads that once (`fda_ray.experiments.sweep.manifest_from_command`), and `write_missing` keeps the result
-beside the records, so the next read is the file's.
+command's parser reads that once (`fda_ray.experiments.arguments.manifest_from_command`; there, not here, so that
+this module stays free of the parser's imports), and `write_missing` keeps the result beside the records, so the
+next read is the file's.
 """
 from __future__ import annotations
 

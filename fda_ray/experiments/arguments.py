@@ -1,0 +1,182 @@
+"""The command line of a grid sweep or a search (`python -m fda_ray.sweep`): its parser, and the checks of its
+arguments that both modes make before anything runs (the counts, the backend, --plan-for, the comma lists).
+
+One parser, here and not in the command, because two readers need it: the sweep command (fda_ray.experiments.sweep)
+parses its own arguments with it, and a reader of a results directory from before manifests (`manifest_of`:
+fda_ray.collect, the results pages) learns what the directory ran by parsing summary.md's `Command:` line with the
+same parser, never a copy of it. Nothing here runs a trial, starts Ray or writes a file.
+"""
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+from fda_ray.core import plugins
+from fda_ray.core.parsing import OneLineParser
+from fda_ray.core.registry import did_you_mean
+from fda_ray.core.storage import StoragePath, storage_path
+from fda_ray.experiments import stranded
+from fda_ray.experiments.cli import add_config_arguments, config_fields
+from fda_ray.experiments.manifest import Manifest, read as read_manifest
+from fda_ray.experiments.trials import MAX_SEEDS
+from fda_ray.papers.grids import GRIDS
+from fda_ray.papers.searches import SEARCHES
+
+# the command's description (--help's first line): fda_ray.experiments.sweep's docstring's first line
+DESCRIPTION = "Sweeps of a named grid (fda_ray.papers.grids), on a laptop or a cluster, with results people can read."
+BACKENDS = ("tune", "local")
+SCHEDULERS = ("asha", "none")
+
+
+class SweepError(ValueError):
+    """Bad sweep arguments: the message is the one line the CLI prints."""
+
+
+def parser() -> OneLineParser:
+    p = OneLineParser(prog="python -m fda_ray.sweep", description=DESCRIPTION,
+                      epilog="Any RunConfig field below overrides it in every trial of the sweep.")
+    p.with_config_files()
+    plugins.add_option(p)
+    s = p.add_argument_group("sweep")
+    s.add_argument("--grid", default=None, help=f"a grid file (.yaml, .yml, .json; fda_ray/papers/files.py) or one of "
+                                                f"{', '.join(GRIDS)}")
+    s.add_argument("--search", default=None, help=f"a hyper-parameter search instead of a grid (fda_ray.experiments.search): "
+                                                  f"a search file (.yaml, .yml, .json) or one of {', '.join(SEARCHES)}")
+    s.add_argument("--print-grid", nargs="?", const="yaml", default=None, choices=("yaml", "json"),
+                   help="write the --grid's or --search's definition as a file (YAML, or JSON) and exit: a starting "
+                        "point for a grid of your own (run it with --grid FILE)")
+    s.add_argument("--num-samples", type=int, default=None, help="search: trials per study (default: the search's "
+                                                                 "for the profile)")
+    s.add_argument("--scheduler", default="asha", help="search: asha (stop trials early on the first selection "
+                                                       "rule's per-round value) or none")
+    s.add_argument("--search-alg", default="random", help="search: random (seeded points, built in) or optuna "
+                                                          "(Bayesian TPE; pip install 'fda-ray[optuna]')")
+    s.add_argument("--rerun-seeds", type=int, default=None, help="search: fresh seeds each selected configuration "
+                                                                 "runs again on (default: the search's, 3)")
+    s.add_argument("--profile", default="quick", help="quick (a laptop, minutes), paper (the seeds' settings), or another profile "
+                                                       "the grid defines (code: the authors' code's settings)")
+    s.add_argument("--methods", default=None, help="comma-separated table rows (e.g. fedgp_beta1) or methods "
+                                                   "(fedgp: all its rows); default all")
+    s.add_argument("--values", default=None, help="comma-separated values of the grid variable; default all")
+    s.add_argument("--seeds", type=int, default=None, help="seeds per cell (default: quick 1, paper the grid's)")
+    s.add_argument("--backend", default="tune", help="tune (Ray Tune: a laptop or a cluster) or local (a "
+                                                     "process pool of serial runs, no Ray)")
+    s.add_argument("--workers", type=int, default=None, help="local: trials at once (default: CPUs / threads)")
+    s.add_argument("--out", default=None, help="output directory: a path (on a cluster: one every node mounts) or "
+                                               "a URI such as s3://bucket/prefix (default sweeps/<grid>-<profile>)")
+    s.add_argument("--address", default=None, help="tune: an existing Ray cluster (default: $RAY_ADDRESS or a "
+                                                   "local Ray)")
+    s.add_argument("--max-concurrent", type=int, default=None, help="tune: trials at once (default: as "
+                                                                   "resources allow)")
+    s.add_argument("--pin-drivers", action="store_true", help="tune: trial drivers run only on nodes that declare "
+                                                              "the resource fda_driver (default: beside their clients, "
+                                                              "on any node)")
+    s.add_argument("--max-failures", type=int, default=2, help="retries of a failing trial")
+    s.add_argument("--resume", nargs="?", const=True, default=False, type=resume_value,
+                   help="continue the sweep in --out, finished trials kept; --resume auto: continue if --out holds "
+                        "records, else start (a launcher's one command for a first run and a rerun)")
+    s.add_argument("--new-settings", action="store_true", help="resume even though --out's trials were recorded "
+                   "with other settings than this command's (a changed --rounds, another profile)")
+    s.add_argument("--mix-builds", action="store_true", help="resume even though --out's finished trials were "
+                                                             "recorded by another build (torch, torchvision, numpy "
+                                                             "or fda-ray's number-changing code)")
+    s.add_argument("--dry-run", action="store_true", help="print the trials and the resource plan (each trial's "
+                                                          "bundles, how many run at once) and exit")
+    s.add_argument("--plan-for", default=None, help="with --dry-run: plan for these nodes instead of this machine "
+                                                    "or --address's cluster, e.g. CPU=16,GPU=1 or 3xCPU=1 or "
+                                                    "CPU=8+2xCPU=48,GPU=4")
+    s.add_argument("--no-figures", action="store_true", help="skip the figures")
+    s.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    s.add_argument("--track", default="tensorboard", help="where every trial's per-round metrics go: a comma list "
+                                                          "of tensorboard (<out>/tensorboard), mlflow, wandb, or "
+                                                          "none (fda_ray.experiments.tracking)")
+    s.add_argument("--verbose", action="store_true", help="show Ray's and Tune's own output (boxes, hints, INFO "
+                                                          "lines), hidden by default")
+    add_config_arguments(p, overrides=True, exclude=("dataset", "method", "seed"))
+    return p
+
+
+RESUME_WORDS = {"auto": "auto", "true": True, "yes": True, "false": False, "no": False}
+
+
+def resume_value(text: str) -> Any:
+    """--resume's optional value: auto, or true/false (a config file's `resume: true`)."""
+    word = str(text).strip().lower()
+    if word not in RESUME_WORDS:
+        import argparse
+
+        raise argparse.ArgumentTypeError(f"resume={text!r} is invalid: --resume, --resume auto, or true/false in a "
+                                         "config file")
+    return RESUME_WORDS[word]
+
+
+def _list(text: str | None, kind: type, field: str) -> list | None:
+    if text is None:
+        return None
+    try:
+        out = [kind(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SweepError(f"{field}={text!r} is invalid: comma-separated {'numbers' if kind is float else 'names'}") from None
+    if not out:
+        raise SweepError(f"{field}={text!r} is invalid: name at least one")
+    return out
+
+
+def check_counts(a: Any) -> None:
+    """The counts a grid sweep and a search take, checked alike in both (a flag the mode ignores is still checked:
+    a typo there is a typo)."""
+    for name in ("seeds", "workers", "max_concurrent", "num_samples", "rerun_seeds"):
+        v = getattr(a, name, None)
+        if v is not None and v < 1:
+            raise SweepError(f"{name}={v} is invalid: an integer >= 1")
+    if a.seeds is not None and a.seeds > MAX_SEEDS:
+        raise SweepError(f"seeds={a.seeds} is invalid: an integer from 1 to {MAX_SEEDS}")
+    if a.max_failures < 0:
+        raise SweepError(f"max_failures={a.max_failures} is invalid: an integer >= 0")
+    stranded.wait_seconds()  # $FDA_RAY_NODE_WAIT_S, read by a Tune launch: checked before any work
+
+
+def check_backend(a: Any) -> None:
+    """--backend, checked alike for a grid sweep and a search."""
+    if a.backend not in BACKENDS:
+        raise SweepError(f"backend={a.backend!r} is invalid: one of {', '.join(BACKENDS)}"
+                         f"{did_you_mean(a.backend, BACKENDS)}")
+
+
+def check_plan_for(a: Any) -> None:
+    """--plan-for plans for nodes that are not here: only a --dry-run takes it."""
+    if a.plan_for is not None and not a.dry_run:
+        raise SweepError(f"plan_for={a.plan_for!r} is invalid without --dry-run: it plans for nodes that are "
+                         "not here")
+
+
+def manifest_from_args(a: Any, command: str) -> Manifest:
+    """What a parsed sweep or search command runs (fda_ray.experiments.manifest), as its readers need it."""
+    return Manifest(kind="search" if a.search else "grid", name=a.search or a.grid, profile=a.profile,
+                    rows=tuple(a.methods.split(",")) if a.methods else None,
+                    values=tuple(float(v) for v in a.values.split(",")) if a.values else None,
+                    seeds=a.seeds, overrides=config_fields(a), command=command)
+
+
+def manifest_from_command(command: str) -> Manifest:
+    """A directory from before manifests: its summary.md's command, read by the sweep command's own parser (this
+    module's; the one place a command line is parsed to learn what a sweep was)."""
+    argv = shlex.split(command)
+    argv = argv[argv.index("fda_ray.sweep") + 1:] if "fda_ray.sweep" in argv else argv
+    return manifest_from_args(parser().parse_args(argv), command)
+
+
+def manifest_of(directory: StoragePath | Path | str) -> Manifest | None:
+    """A sweep or search directory's sweep.json; for one from before manifests, summary.md's `Command:` line (None
+    without either)."""
+    found = read_manifest(directory)
+    if found is not None:
+        return found
+    summary = storage_path(directory) / "summary.md"
+    if not summary.is_file():
+        return None
+    for line in summary.read_text().splitlines():
+        if line.startswith("Command: `"):
+            return manifest_from_command(line[len("Command: `"):line.rindex("`")])
+    return None
