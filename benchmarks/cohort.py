@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: clients={a.clients}, steps={a.steps} are invalid: integers >= 1", file=sys.stderr)
         return 2
     from fda_ray.runtime import preflight
-    from fda_ray.runtime.config import RunConfig
+    from fda_ray.core.config import RunConfig
 
     try:
         RunConfig(device=a.device)

@@ -65,7 +65,7 @@ FIELDS: dict[str, dict] = {
 
 
 def _config(a: argparse.Namespace, name: str):
-    from fda_ray.runtime.config import RunConfig
+    from fda_ray.core.config import RunConfig
 
     return RunConfig(dataset="fashion-mnist", method="fedgp", rounds=a.rounds, warmup_rounds=0, data_dir=a.data_dir,
                      gpus_per_client=a.gpus_per_client, cpus_per_client=a.cpus_per_client, device=a.device,
@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: rounds={a.rounds} is invalid: an integer >= 2 (the first round is timed apart)", file=sys.stderr)
         return 2
     from fda_ray.runtime import preflight
-    from fda_ray.runtime.config import RunConfig
+    from fda_ray.core.config import RunConfig
     from fda_ray.data.base import DatasetNotFound
     from fda_ray.data import load
 

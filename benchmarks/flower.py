@@ -152,7 +152,7 @@ def run_flower(cfg: Any, num_cpus: int) -> list[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     import os
 
-    from fda_ray.runtime.config import RunConfig
+    from fda_ray.core.config import RunConfig
 
     p = argparse.ArgumentParser(prog="python -m benchmarks.flower")
     p.add_argument("--rounds", type=int, default=5)

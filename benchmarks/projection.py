@@ -444,7 +444,7 @@ class Group:
 
 def _estimate(model: TimeModel, trial: Any, variable: str) -> Estimate:
     from fda_ray.experiments.records import trial_key
-    from fda_ray.runtime.config import RunConfig
+    from fda_ray.core.config import RunConfig
 
     cfg = RunConfig(**trial.params).resolved().to_dict()
     gpu_key = ""  # its key run on a GPU: computed only where a GPU record could be it (a key costs a resolve)

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from fda_ray.core.history import History
-    from fda_ray.runtime.config import RunConfig
+    from fda_ray.core.config import RunConfig
     from fda_ray.runtime.engine import run
 
 __all__ = ["RunConfig", "History", "run"]
 __version__ = "0.1.0"
 
-_HOMES = {"RunConfig": "fda_ray.runtime.config", "run": "fda_ray.runtime.engine", "History": "fda_ray.core.history"}
+_HOMES = {"RunConfig": "fda_ray.core.config", "run": "fda_ray.runtime.engine", "History": "fda_ray.core.history"}
 
 
 def __getattr__(name: str) -> Any:

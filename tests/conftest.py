@@ -105,7 +105,7 @@ def fmnist_dir(tmp_path_factory) -> Path:
 @pytest.fixture
 def tiny(fmnist_dir):
     """A factory of tiny RunConfigs on the generated Fashion-MNIST files."""
-    from fda_ray.runtime.config import RunConfig
+    from fda_ray.core.config import RunConfig
 
     def make(**kw) -> RunConfig:
         base = dict(dataset="fashion-mnist", data_dir=str(fmnist_dir), num_sources=3, rounds=2, warmup_rounds=1,
@@ -120,7 +120,7 @@ def tiny(fmnist_dir):
 def fmnist5(fmnist_dir):
     """A factory of tiny seed-002 RunConfigs: FMNIST-5 built from the generated Fashion-MNIST files (300 images a
     domain), 3 devices x 40 images of each domain, fmnist-m -> rotate-45, 3 labelled target images per class."""
-    from fda_ray.runtime.config import RunConfig
+    from fda_ray.core.config import RunConfig
 
     def make(**kw) -> RunConfig:
         base = dict(dataset="fmnist-5", data_dir=str(fmnist_dir), method="fssda", num_sources=3, rounds=2,
@@ -137,7 +137,7 @@ def fedwca5(fmnist_dir):
     """A factory of tiny seed-003 RunConfigs: FMNIST-5 from the generated files (300 images a domain), source
     fmnist-m, 2 clients per other domain (8) of 40 images (25 train, 6 validation, 9 test), the source model trained
     on 80 images for 2 epochs, 2 rounds of 1 epoch."""
-    from fda_ray.runtime.config import RunConfig
+    from fda_ray.core.config import RunConfig
 
     def make(**kw) -> RunConfig:
         params = {"fedwca": {"source_epochs": 2, "local_epochs": 1, **kw.pop("fedwca", {})}}
@@ -154,7 +154,7 @@ def fedwca5(fmnist_dir):
 def conditions(fmnist_dir):
     """A factory of tiny RunConfigs on fmnist-conditions built from the generated Fashion-MNIST files (84 training
     and 42 test images per domain)."""
-    from fda_ray.runtime.config import RunConfig
+    from fda_ray.core.config import RunConfig
 
     def make(**kw) -> RunConfig:
         base = dict(dataset="fmnist-conditions", data_dir=str(fmnist_dir), rounds=2, target_labelled=16,

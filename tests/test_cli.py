@@ -16,7 +16,7 @@ import pytest
 
 import fda_ray
 from fda_ray.experiments.cli import config_from_args, main, parser
-from fda_ray.runtime.config import RunConfig
+from fda_ray.core.config import RunConfig
 
 TINY = ["--num-sources", "2", "--rounds", "1", "--warmup-rounds", "1", "--samples-per-client", "96",
         "--test-samples", "50", "--target-labelled", "32", "--threads", "1", "--executor", "serial"]

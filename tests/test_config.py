@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from fda_ray.runtime.config import RunConfig
+from fda_ray.core.config import RunConfig
 from fda_ray.algorithms import ALGORITHMS
 from fda_ray.core.registry import Registry
 from fda_ray.core.seeding import derive_seed
@@ -96,7 +96,7 @@ def test_registry_home_is_imported_when_first_read_and_once(tmp_path, monkeypatc
     monkeypatch.delitem(sys.modules, "home_ok")
 
 def test_threads_warmup_and_baseline_protocol_resolve_and_validate():
-    from fda_ray.runtime.config import numbers_fields
+    from fda_ray.core.config import numbers_fields
 
     assert RunConfig().threads == 1 and RunConfig().resolved().warmup_rounds == 2
     for bad in (0, None, 1.5):

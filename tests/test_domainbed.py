@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from conftest import TEST_THREADS, write_idx
-from fda_ray.runtime.config import RunConfig
+from fda_ray.core.config import RunConfig
 from fda_ray.data.base import DatasetNotFound
 from fda_ray.data import load
 from fda_ray.data.domainbed import (COLORED_FLIP, colored_environments, load_pool, rotated_environments, seed_hash,
@@ -114,7 +114,7 @@ def test_environment_seed_trial_builds_the_environments_from_the_trial_seed(tmp_
     default keeps DomainBed's seed 0 for every trial, and the trial keys recorded before the option existed."""
     import fda_ray.runtime.experiment as ex
     from fda_ray.experiments.records import trial_key
-    from fda_ray.runtime.config import RunConfig
+    from fda_ray.core.config import RunConfig
 
     root = _mnist_tree(tmp_path / "data")
     images, labels = load_pool("mnist", str(root))

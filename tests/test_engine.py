@@ -225,7 +225,7 @@ def test_other_models_and_datasets_run_through_the_engine(tiny):
 
 
 def _synthetic_config():
-    from fda_ray.runtime.config import RunConfig
+    from fda_ray.core.config import RunConfig
 
     return RunConfig(dataset="synthetic", method="fedgp_auto", num_sources=2, rounds=1, warmup_rounds=1,
                      samples_per_client=128, test_samples=100, target_labelled=40, batch_target=8, threads=1)

@@ -13,7 +13,7 @@ from torch.nn import functional as F
 
 from fda_ray.algorithms.fedwca import methods as fw
 from fda_ray.algorithms.fedwca.cluster_weights import init_weights, server_mixing, soft_cluster_models
-from fda_ray.runtime.config import RunConfig
+from fda_ray.core.config import RunConfig
 from fda_ray.data.base import UNLABELLED
 from fda_ray.runtime.engine import run
 from fda_ray.runtime.experiment import build_experiment

@@ -14,7 +14,7 @@ from fda_ray.core import multitask
 from fda_ray.algorithms.aggregation import fedgp, frozen_layers_mask
 from fda_ray.core.contract import ClientTask
 from fda_ray.train.client import Client, run_task
-from fda_ray.runtime.config import RunConfig
+from fda_ray.core.config import RunConfig
 from fda_ray.runtime.engine import build_experiment, run
 from fda_ray.data.conditions import BRIGHTNESS, CONDITION_CLASSES, condition_domains, condition_indices, ink_buckets
 from fda_ray.train.models import MultiHead

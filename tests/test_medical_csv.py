@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from conftest import TEST_THREADS
-from fda_ray.runtime.config import RunConfig
+from fda_ray.core.config import RunConfig
 from fda_ray.data.base import DATASETS, DatasetNotFound
 from fda_ray.data.medical_csv import TableError
 from fda_ray.core.multitask import MISSING

@@ -12,7 +12,7 @@ import pytest
 import fda_ray.experiments.tune as ft
 from fda_ray.experiments import sweep
 from fda_ray.runtime import resources as R
-from fda_ray.runtime.config import RunConfig
+from fda_ray.core.config import RunConfig
 from fda_ray.runtime.preflight import PreflightError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -144,7 +144,7 @@ def test_the_tutorial_plugin_in_this_process(tmp_path, monkeypatch, clean_plugin
     from fda_ray import run
     from fda_ray.core.build import build
     from fda_ray.experiments import cli
-    from fda_ray.runtime.config import RunConfig
+    from fda_ray.core.config import RunConfig
 
     write_tutorial(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -243,7 +243,7 @@ def test_a_dataset_is_registered_once_with_its_defaults(clean_plugins):
     without defaults is one line naming the field and the call that fixes it; a plug-in's dataset notes its
     loader's module (not fda-ray's wrapper) for the other processes."""
     from fda_ray.data import DATASETS, count_environments
-    from fda_ray.runtime.config import RunConfig
+    from fda_ray.core.config import RunConfig
 
     def load_rings(data_dir=None, download=False):
         raise AssertionError("not loaded by a config")

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from fda_ray.runtime import preflight
-from fda_ray.runtime.config import RunConfig
+from fda_ray.core.config import RunConfig
 from fda_ray.algorithms import ClientTask
 from fda_ray.train.client import run_task
 from fda_ray.runtime.engine import RunFailed, RunInterrupted, build_experiment, run_rounds, SerialExecutor

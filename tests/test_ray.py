@@ -301,7 +301,7 @@ def test_ray_reads_image_files_as_serial_does(local_ray, tmp_path):
     views carry; the numbers equal the serial run's."""
     from test_domainbed import _folder_tree
 
-    from fda_ray.runtime.config import RunConfig
+    from fda_ray.core.config import RunConfig
 
     _folder_tree(tmp_path / "PACS", ["art_painting", "cartoon", "photo", "sketch"], ["dog", "horse"], per=5)
     cfg = RunConfig(dataset="pacs", data_dir=str(tmp_path), method="fedgp", model="simple_cnn", test_env=1, rounds=1,

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from fda_ray.runtime.config import RunConfig
+from fda_ray.core.config import RunConfig
 from fda_ray.data.base import Split, add_noise
 from fda_ray.runtime.partitions import LABEL_SHIFT_SOURCE_CLASSES, LABEL_SHIFT_TARGET_CLASSES, build_setting
 

@@ -47,7 +47,7 @@ def _summary(printed: str) -> dict:
 
 
 def _plain(fmnist_dir, method, noise, **kw):
-    from fda_ray.runtime.config import RunConfig
+    from fda_ray.core.config import RunConfig
     from fda_ray.runtime.engine import run
 
     return run(RunConfig(dataset="fashion-mnist", method=method, noise=noise, seed=0, data_dir=str(fmnist_dir),
@@ -197,7 +197,7 @@ def test_programmatic_tuner(fmnist_dir, tmp_path, no_ray):
     from ray import tune
 
     import fda_ray.experiments.tune as ft
-    from fda_ray.runtime.config import RunConfig
+    from fda_ray.core.config import RunConfig
     from fda_ray.runtime.engine import run
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from fda_ray.runtime.config import RunConfig
+from fda_ray.core.config import RunConfig
 from fda_ray.runtime.engine import run
 from fda_ray.experiments.records import Trial, is_done, read_rows, result_rows, trial_key
 from fda_ray.experiments.trials import plan, run_trial

@@ -28,7 +28,7 @@ import torch
 from fda_ray.core.contract import ClientResult, ClientTask, Round, ServerState
 
 if TYPE_CHECKING:
-    from fda_ray.runtime.config import RunConfig
+    from fda_ray.core.config import RunConfig
     from fda_ray.train.evaluation import Evaluator
     from fda_ray.core.layout import ParamLayout
     from fda_ray.data.base import Pair

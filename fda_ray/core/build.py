@@ -29,7 +29,7 @@ from typing import Any, Iterable, Mapping
 PACKAGE = Path(__file__).resolve().parents[1]
 # Relative to the fda_ray package: directories (every .py below) and single modules.
 NUMBER_CHANGING = ("algorithms", "train", "data", "kernels", "runtime/partitions.py", "runtime/loop.py",
-                   "runtime/experiment.py", "runtime/config.py", "core/seeding.py", "core/layout.py",
+                   "runtime/experiment.py", "core/config.py", "core/seeding.py", "core/layout.py",
                    "core/multitask.py", "core/contract.py")
 LIBRARIES = ("torch", "torchvision", "numpy")
 FIELDS = LIBRARIES + ("code", "aggregation", "cpu", "plugins")

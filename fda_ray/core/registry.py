@@ -16,7 +16,8 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib
-from typing import Callable, Generic, Iterable, Iterator, TypeVar
+from dataclasses import dataclass
+from typing import Any, Callable, Generic, Iterable, Iterator, Mapping, TypeVar
 
 from fda_ray.core import plugins
 
@@ -95,6 +96,61 @@ class Registry(Generic[T]):
         self._load_home()
         return iter(self._items)
 
+
+@dataclass(frozen=True)
+class Dataset:
+    """A registered dataset: its loader, the authors' settings for it (what a RunConfig field left as None becomes;
+    fda_ray/data/paper_defaults.py), and its environments (DomainBed-style datasets: a count, or a function of
+    data_dir that counts them without reading the images; None: a dataset without environments). Calling it
+    loads it."""
+
+    load: Callable[..., Any]
+    defaults: Mapping[str, Any] | None = None
+    environments: int | Callable[[str | None], int] | None = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.load(*args, **kwargs)
+
+    def count_environments(self, data_dir: str | None) -> int | None:
+        return self.environments(data_dir) if callable(self.environments) else self.environments
+
+
+class DatasetRegistry(Registry[Dataset]):
+    """The datasets by name: one registration gives the loader, the defaults and the environment count."""
+
+    def add(self, name: str, obj: Callable[..., Any], *, defaults: Mapping[str, Any] | None = None,
+            environments: int | Callable[[str | None], int] | None = None) -> None:
+        entry = obj if isinstance(obj, Dataset) else Dataset(obj, None if defaults is None else dict(defaults),
+                                                             environments)
+        super().add(name, entry)
+        plugins.note(entry.load)  # a plug-in's dataset is its loader's module's (fda_ray.core.plugins)
+
+    def register(self, name: str, *, defaults: Mapping[str, Any] | None = None,  # type: ignore[override]
+                 environments: int | Callable[[str | None], int] | None = None
+                 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        def deco(load: Callable[..., Any]) -> Callable[..., Any]:
+            self.add(name, load, defaults=defaults, environments=environments)
+            return load
+
+        return deco
+
+
+# Every dataset by name (RunConfig.dataset), filled by its home fda_ray.data (each loader module registers its own).
+DATASETS = DatasetRegistry("dataset", pluggable=True, home="fda_ray.data")
+
+
+def count_environments(dataset: str, data_dir: str | None) -> int:
+    """Environments of a dataset without reading its images (a config's default source count): the count
+    registered with it (DATASETS.add(..., environments=))."""
+    n = DATASETS.get(dataset).count_environments(data_dir)
+    if n is None:
+        with_envs = [d for d in DATASETS.names() if DATASETS.get(d).environments is not None]
+        raise ValueError(f"dataset={dataset!r} is invalid for partitions domainbed and domain_shards: it has no "
+                         f"environments (datasets with environments: {', '.join(with_envs)})")
+    return n
+
+# Every model by name (RunConfig.model -> a function of the input shape and the number of outputs), filled by its home.
+MODELS: Registry[Callable[..., Any]] = Registry("model", pluggable=True, home="fda_ray.train.models")
 
 # Every method by name (RunConfig.method -> its Algorithm class, fda_ray.algorithms.base). Defined here, filled by
 # its home: the config checks a method's name without importing the families (which type their config as RunConfig).

@@ -17,8 +17,9 @@ fda_ray.runtime.partitions.
 from __future__ import annotations
 
 from fda_ray.data import conditions as _conditions  # noqa: F401  (registers fmnist-conditions)
+from fda_ray.core.registry import count_environments
 from fda_ray.data.base import DATASETS, UNLABELLED, Dataset, DatasetNotFound, Pair, Split, add_noise
-from fda_ray.data.domainbed import ENV_DATASETS, load_pool
+from fda_ray.data.domainbed import load_pool
 from fda_ray.data import fmnist_domains as _fmnist_domains  # noqa: F401  (registers fmnist-5)
 from fda_ray.data.images import ImageFiles, concat, take
 from fda_ray.data import medical_csv as _medical_csv  # noqa: F401  (registers the medical tables)
@@ -31,16 +32,6 @@ def load(name: str, data_dir: str | None = None, download: bool = False, **optio
     """The dataset registered as `name` (DATASETS), read from `data_dir` or the standard places; `options` go to
     its loader (construction_seed: the seed that builds a DomainBed construction, fda_ray.data.domainbed)."""
     return DATASETS.get(name)(data_dir=data_dir, download=download, **options)
-
-
-def count_environments(dataset: str, data_dir: str | None) -> int:
-    """Environments of a dataset without reading its images (a config's default source count): the count
-    registered with it (DATASETS.add(..., environments=))."""
-    n = DATASETS.get(dataset).count_environments(data_dir)
-    if n is None:
-        raise ValueError(f"dataset={dataset!r} is invalid for partitions domainbed and domain_shards: it has no "
-                         f"environments (DomainBed datasets: {', '.join(ENV_DATASETS)})")
-    return n
 
 
 __all__ = ["DATASETS", "Dataset", "DatasetNotFound", "ImageFiles", "Pair", "Setting", "Split", "UNLABELLED", "add_noise", "concat",

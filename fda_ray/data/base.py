@@ -7,13 +7,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 import torch
 
-from fda_ray.core import plugins
-from fda_ray.core.registry import Registry
+from fda_ray.core.registry import DATASETS, Dataset, DatasetRegistry  # noqa: F401  (re-exported: defined in the core, where the config reads them)
 
 Pair = tuple[torch.Tensor, torch.Tensor]  # (x, y) of one data view
 UNLABELLED = -1  # a sample's label in a view where it is not labelled (FSSDA's devices' target shards)
@@ -58,45 +57,6 @@ class Split:
         return tuple(self.x_train.shape[1:])
 
 
-@dataclass(frozen=True)
-class Dataset:
-    """A registered dataset: its loader, the authors' settings for it (what a RunConfig field left as None becomes;
-    fda_ray/data/paper_defaults.py), and its environments (DomainBed-style datasets: a count, or a function of
-    data_dir that counts them without reading the images; None: a dataset without environments). Calling it
-    loads it."""
-
-    load: Callable[..., Split]
-    defaults: Mapping[str, Any] | None = None
-    environments: int | Callable[[str | None], int] | None = None
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Split:
-        return self.load(*args, **kwargs)
-
-    def count_environments(self, data_dir: str | None) -> int | None:
-        return self.environments(data_dir) if callable(self.environments) else self.environments
-
-
-class DatasetRegistry(Registry[Dataset]):
-    """The datasets by name: one registration gives the loader, the defaults and the environment count."""
-
-    def add(self, name: str, obj: Callable[..., Split], *, defaults: Mapping[str, Any] | None = None,
-            environments: int | Callable[[str | None], int] | None = None) -> None:
-        entry = obj if isinstance(obj, Dataset) else Dataset(obj, None if defaults is None else dict(defaults),
-                                                             environments)
-        super().add(name, entry)
-        plugins.note(entry.load)  # a plug-in's dataset is its loader's module's (fda_ray.core.plugins)
-
-    def register(self, name: str, *, defaults: Mapping[str, Any] | None = None,  # type: ignore[override]
-                 environments: int | Callable[[str | None], int] | None = None
-                 ) -> Callable[[Callable[..., Split]], Callable[..., Split]]:
-        def deco(load: Callable[..., Split]) -> Callable[..., Split]:
-            self.add(name, load, defaults=defaults, environments=environments)
-            return load
-
-        return deco
-
-
-DATASETS = DatasetRegistry("dataset", pluggable=True)
 
 
 def _candidate_dirs(data_dir: str | None, subdirs: list[str], system_dirs: list[str]) -> list[Path]:

@@ -289,4 +289,3 @@ for _kind in ("colored", "rotated"):
         DATASETS.add(f"{_kind}-{_short}", _construction(_kind, _base), defaults=PAPER_DEFAULTS[f"{_kind}-{_short}"],
                      environments=len(COLORED_ENVS) if _kind == "colored" else len(ROTATED_ANGLES))
 
-ENV_DATASETS = ("colored-mnist", "colored-fmnist", "rotated-mnist", "rotated-fmnist", *FOLDER_DATASETS, "imagefolder")

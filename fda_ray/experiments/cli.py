@@ -1,5 +1,5 @@
 """Command lines generated from RunConfig: one flag per field (`--lr-target` for lr_target), its help, type and
-choices from the field's metadata (fda_ray.runtime.config), so every field is settable wherever a RunConfig is built:
+choices from the field's metadata (fda_ray.core.config), so every field is settable wherever a RunConfig is built:
 
     python -m fda_ray --method fedgp --noise 0.4          one run (this module's `main`)
     python -m fda_ray.diagnose ...                        the same flags, plus its own
@@ -21,7 +21,7 @@ from fda_ray.core import plugins
 from fda_ray.core.parsing import OneLineParser, typed
 from fda_ray.experiments.commands import COMMANDS
 from fda_ray.runtime import node_watch
-from fda_ray.runtime.config import RunConfig
+from fda_ray.core.config import RunConfig
 from fda_ray.core.interrupts import cli_main, printing
 
 

@@ -36,7 +36,7 @@ import torch
 
 from fda_ray.algorithms.fda import diagnostics as dg
 from fda_ray.train.client import loss_fn
-from fda_ray.runtime.config import RunConfig
+from fda_ray.core.config import RunConfig
 from fda_ray.core.seeding import generator
 from fda_ray.data.base import add_noise
 from fda_ray.core.interrupts import cli_main

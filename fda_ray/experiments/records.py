@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
 
 from fda_ray.core.storage import StoragePath, storage_path
-from fda_ray.runtime.config import RunConfig, numbers_fields
+from fda_ray.core.config import RunConfig, numbers_fields
 from fda_ray.papers.grids import Grid
 
 STATE_FILE, ROWS_FILE, WEIGHTS_FILE, TRIAL_FILE = "state.pt", "rows.json", "weights.pt", "trial.json"

@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 from fda_ray.core.storage import StoragePath, storage_path
 from fda_ray.experiments.records import (ROWS_FILE, STATE_FILE, TRIAL_FILE, WEIGHTS_FILE, Trial,
                                          _note_start, _save_json, _save_torch, environment, load_state, trial_key)
-from fda_ray.runtime.config import RunConfig
+from fda_ray.core.config import RunConfig
 from fda_ray.papers.grids import Grid
 
 MAX_SEEDS = 1000  # seeds per cell: the papers run 3 to 5; a typo of 10**8 would plan for hours before any work

@@ -28,7 +28,7 @@ from ray import tune
 from fda_ray.core import interrupts
 from fda_ray.core.storage import storage_path
 from fda_ray.experiments.records import round_metrics as metrics
-from fda_ray.runtime.config import RunConfig
+from fda_ray.core.config import RunConfig
 from fda_ray.runtime.preflight import RunWarning
 from fda_ray.runtime import resources as plans
 

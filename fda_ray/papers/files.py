@@ -325,7 +325,7 @@ def _field_names(c: Checker, d: Grid | Search) -> None:
 
 
 def run_config_fields() -> set[str]:
-    from fda_ray.runtime.config import RunConfig
+    from fda_ray.core.config import RunConfig
 
     return {f.name for f in dataclasses.fields(RunConfig)}
 
@@ -339,7 +339,7 @@ def known_fields(c: Checker, where: str, fields: Mapping[str, Any], known: set[s
 
 def check_config(c: Checker, where: str, params: Mapping[str, Any]) -> None:
     """One trial's fields built into a RunConfig: a value it refuses is one line naming where."""
-    from fda_ray.runtime.config import RunConfig
+    from fda_ray.core.config import RunConfig
 
     known_fields(c, where, params, run_config_fields())
     try:

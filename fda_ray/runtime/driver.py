@@ -18,7 +18,7 @@ import ray
 
 from fda_ray.core import interrupts, plugins
 from fda_ray.runtime import node_watch, preflight
-from fda_ray.runtime.config import RunConfig
+from fda_ray.core.config import RunConfig
 from fda_ray.runtime.startup import Startup, start_run
 from fda_ray.core.history import History
 from fda_ray.runtime.loop import run_rounds

@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 
 from fda_ray.algorithms import ALGORITHMS
-from fda_ray.runtime.config import RunConfig
+from fda_ray.core.config import RunConfig
 from fda_ray.runtime.executors import SerialExecutor, build_executor
 from fda_ray.runtime.experiment import Experiment, build_experiment
 from fda_ray.runtime.failures import ClientFailure, RunFailed, RunInterrupted

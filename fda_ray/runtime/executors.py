@@ -22,7 +22,7 @@ import fda_ray.algorithms  # noqa: F401  (registers every family's recipes where
 from fda_ray.core.contract import ClientResult, ClientTask, ServerState, input_names
 from fda_ray.train.client import Client
 from fda_ray.train.cohort import run_tasks
-from fda_ray.runtime.config import RunConfig
+from fda_ray.core.config import RunConfig
 
 
 class Executor(Protocol):

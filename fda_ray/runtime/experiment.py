@@ -15,7 +15,7 @@ import torch
 from fda_ray.runtime import preflight
 from fda_ray.algorithms import ALGORITHMS, Algorithm
 from fda_ray.train.client import Client
-from fda_ray.runtime.config import RunConfig
+from fda_ray.core.config import RunConfig
 from fda_ray.data import load as load_dataset
 from fda_ray.core.layout import ParamLayout
 from fda_ray.train.models import MULTI_HEAD_MODELS, build_model, pretrained_path

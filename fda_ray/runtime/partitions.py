@@ -58,7 +58,7 @@ import numpy as np
 import torch
 
 from fda_ray.core.registry import ALGORITHMS
-from fda_ray.runtime.config import ORACLE_TEST_SHARE, RunConfig
+from fda_ray.core.config import ORACLE_TEST_SHARE, RunConfig
 from fda_ray.data.base import UNLABELLED, Pair, Split
 from fda_ray.data.images import concat, take, with_augmentation
 from fda_ray.data.setting import Setting

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from fda_ray.core.storage import StoragePath, is_uri, storage_path
-from fda_ray.runtime.config import RunConfig
+from fda_ray.core.config import RunConfig
 
 RAY_CONNECT_TIMEOUT_S = 10.0
 # Written by `ray up` on the head node: the cluster's node types (the autoscaler can add any of them).

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 if TYPE_CHECKING:
-    from fda_ray.runtime.config import RunConfig
+    from fda_ray.core.config import RunConfig
 
 DRIVER_BUNDLE = 0  # a Tune trial's placement group: the driver's bundle first, then one per client actor
 PLACEMENT_STRATEGY = "PACK"  # a trial's bundles on one node when they fit (its weights stay in one object store)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 if TYPE_CHECKING:
-    from fda_ray.runtime.config import RunConfig
+    from fda_ray.core.config import RunConfig
     from fda_ray.runtime.executors import Executor
     from fda_ray.runtime.experiment import Experiment
 

@@ -24,7 +24,7 @@ from fda_ray.data.base import add_noise
 
 if TYPE_CHECKING:
     from fda_ray.data.setting import Setting
-    from fda_ray.runtime.config import RunConfig
+    from fda_ray.core.config import RunConfig
 
 EVAL_CHUNK = 2048
 EVAL_ELEMENTS = 1 << 24  # at most this many input values per evaluated batch (64 MB of float32)

@@ -9,15 +9,12 @@ which fda_ray.train.cohort trains client cohorts with (the others go through tor
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from fda_ray.core.registry import Registry
-
-MODELS: Registry[Callable[..., nn.Module]] = Registry("model", pluggable=True)
+from fda_ray.core.registry import MODELS  # defined in the core: the config checks model names without torch
 
 
 def _linear_stacked(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -128,7 +125,6 @@ MODELS.add("colored_mnist_cnn", mnist_cnn)  # its earlier name: configs and swee
 IMAGENET_FILES = {"resnet18": "resnet18-f37072fd.pth", "resnet50": "resnet50-0676ba61.pth",
                   "resnet101": "resnet101-63fe2227.pth"}
 RESNET18_IMAGENET_FILE = IMAGENET_FILES["resnet18"]
-PRETRAINED_MODELS = ("resnet18", "resnet50", "resnet101", "resnet18_multitask", "shot_resnet18", "shot_resnet50")
 
 
 def imagenet_arch(model: str) -> str:

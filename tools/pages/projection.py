@@ -229,7 +229,7 @@ def chain_trial(p, set: str = "all"):
     """The set's longest chain, which must be one grid trial, in words: "`domainbed-rotated`'s fedrep (150 rounds, 5
     sources; cpu-scaled/F)"; a ValueError when it is more than one trial."""
     from fda_ray.experiments.trials import plan
-    from fda_ray.runtime.config import RunConfig
+    from fda_ray.core.config import RunConfig
     from fda_ray.papers.grids import GRIDS
 
     jobs = _chain(p, set)

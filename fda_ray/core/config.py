@@ -26,6 +26,8 @@ BASELINE_PROTOCOLS = ("authors", "loop")
 MAX_THREADS = 1024  # more threads than any machine has cores (torch.set_num_threads(100000) segfaults)
 ENVIRONMENT_SEEDS = ("domainbed", "trial")
 ORACLE_TEST_SHARE = 0.1  # the authors' oracle tests on this share of the target's data, trains on the rest
+# The models that load torchvision's ImageNet weights (model_weights="imagenet"; fda_ray.train.models.IMAGENET_FILES)
+PRETRAINED_MODELS = ("resnet18", "resnet50", "resnet101", "resnet18_multitask", "shot_resnet18", "shot_resnet50")
 # FedWCA (App. C.1): iid clients per target domain (Digit-Five 8, PACS and Office-Home 3).
 CLIENTS_PER_DOMAIN: dict[str, int] = {"fmnist-5": 8, "digit-five": 8, "pacs": 3, "office-home": 3}
 # The labelled target share of the partitions whose target test set is the rest of the target's part.
@@ -203,9 +205,7 @@ class RunConfig:
                                 "stops", group="execution", numbers=False)
 
     def __post_init__(self) -> None:
-        from fda_ray.core.registry import ALGORITHMS
-        from fda_ray.data.base import DATASETS
-        from fda_ray.train.models import MODELS
+        from fda_ray.core.registry import ALGORITHMS, DATASETS, MODELS
 
         if self.dataset not in DATASETS:
             raise _err("dataset", self.dataset, f"known datasets: {', '.join(DATASETS.names())}", DATASETS.names(),
@@ -250,8 +250,6 @@ class RunConfig:
         for name in ("data_augmentation", "shuffle", "drop_last", "faithful_domainbed_auto"):
             if getattr(self, name) not in (None, True, False):
                 raise _err(name, getattr(self, name), "true or false (or unset: the dataset's default)")
-        from fda_ray.train.models import PRETRAINED_MODELS
-
         if self.model_weights is not None and self.model not in (None, *PRETRAINED_MODELS):
             raise _err("model_weights", self.model_weights, f"only models {', '.join(PRETRAINED_MODELS)} load "
                                                             "pretrained weights")
@@ -403,9 +401,7 @@ class RunConfig:
         return self.__dict__.get("_given", self)
 
     def _resolve(self) -> "RunConfig":
-        from fda_ray.core.registry import ALGORITHMS
-
-        from fda_ray.data.base import DATASETS
+        from fda_ray.core.registry import ALGORITHMS, DATASETS
 
         d = DATASETS.get(self.dataset).defaults
         fill: dict[str, Any] = dict(ALGORITHMS.get(self.method).resolve(self, d))
@@ -418,7 +414,7 @@ class RunConfig:
         if isinstance(fill.get("auto_lr_factor"), tuple):  # one per held-out environment (ColoredMNIST, Auto-weighted FDA App. C.3)
             fill["auto_lr_factor"] = fill["auto_lr_factor"][min(self.test_env, len(fill["auto_lr_factor"]) - 1)]
         if fill.get("num_sources", self.num_sources) is None:  # DomainBed: one source per other environment
-            from fda_ray.data import count_environments
+            from fda_ray.core.registry import count_environments
 
             fill["num_sources"] = count_environments(self.dataset, self.data_dir) - 1
         partition = self.partition or fill.get("partition") or d["partition"]
@@ -432,7 +428,7 @@ class RunConfig:
             if self.target_labelled_per_class is None:
                 fill["target_labelled_per_class"] = 3
             if self.source_envs is None:
-                from fda_ray.data import count_environments
+                from fda_ray.core.registry import count_environments
 
                 fill["source_envs"] = tuple(e for e in range(count_environments(self.dataset, self.data_dir))
                                             if e != self.test_env)
