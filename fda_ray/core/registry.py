@@ -9,7 +9,9 @@ processes of a run import it too.
 A registry may name its home, the module that registers its built-in entries (`home=`): the registry imports it the
 first time it is read. So a module that only looks names up (the run config's checks, the partitions) needs the
 registry and not the families behind it, and the import graph has no circle through them (tools/imports.py).
-`ALGORITHMS`, every method by name, is such a registry: its home is fda_ray.algorithms.
+The registries the run config checks its names against live here, each with its home: `ALGORITHMS` (methods,
+fda_ray.algorithms), `DATASETS` (a `Dataset` entry: loader, the authors' defaults, environment count; fda_ray.data)
+and `MODELS` (fda_ray.train.models). The recipes and the aggregation rules are registered beside what uses them.
 """
 from __future__ import annotations
 
@@ -149,8 +151,10 @@ def count_environments(dataset: str, data_dir: str | None) -> int:
                          f"environments (datasets with environments: {', '.join(with_envs)})")
     return n
 
+
 # Every model by name (RunConfig.model -> a function of the input shape and the number of outputs), filled by its home.
 MODELS: Registry[Callable[..., Any]] = Registry("model", pluggable=True, home="fda_ray.train.models")
+
 
 # Every method by name (RunConfig.method -> its Algorithm class, fda_ray.algorithms.base). Defined here, filled by
 # its home: the config checks a method's name without importing the families (which type their config as RunConfig).
