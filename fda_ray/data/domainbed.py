@@ -181,27 +181,23 @@ for _name in FOLDER_DATASETS:
                  environments=len(FOLDER_DATASETS[_name].environments))
 
 
-def count_imagefolder_domains(data_dir: str | None) -> int:
-    """The domains of an imagefolder tree (its subfolders) without reading the images."""
+def _imagefolder_domains(data_dir: str | None) -> tuple[Path, list[str]]:
+    """An imagefolder tree's root and its domains (the sorted subfolders), without reading the images."""
     root = Path(data_dir).expanduser() if data_dir else None
     if root is None or not root.is_dir():
         raise DatasetNotFound(f"imagefolder: data_dir={data_dir!r} is not a directory; expected "
                               "<data_dir>/<domain>/<class>/<image files>")
-    return sum(1 for p in root.iterdir() if p.is_dir())
+    return root, sorted(p.name for p in root.iterdir() if p.is_dir())
 
 
 @DATASETS.register("imagefolder", defaults=PAPER_DEFAULTS["imagefolder"],
-                   environments=lambda data_dir: count_imagefolder_domains(data_dir))
+                   environments=lambda data_dir: len(_imagefolder_domains(data_dir)[1]))
 def load_imagefolder(data_dir: str | None = None, download: bool = False) -> Split:
     """Any `<data_dir>/<domain>/<class>/*.{jpg,png,...}` tree: domains = the sorted subfolders, classes the same
     in every domain."""
     if not data_dir:
         raise DatasetNotFound("imagefolder needs --data-dir: a folder holding <domain>/<class>/<image files>")
-    root = Path(data_dir).expanduser()
-    if not root.is_dir():
-        raise DatasetNotFound(f"imagefolder: data_dir={data_dir!r} is not a directory; expected "
-                              "<data_dir>/<domain>/<class>/<image files>")
-    domains = sorted(p.name for p in root.iterdir() if p.is_dir())
+    root, domains = _imagefolder_domains(data_dir)
     if len(domains) < 2:
         raise DatasetNotFound(f"imagefolder: {root} holds {len(domains)} domain folder(s) ({', '.join(domains)}); "
                               "leave-one-domain-out needs at least 2")

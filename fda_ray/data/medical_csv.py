@@ -324,17 +324,16 @@ def read_generic(path: Path, domains: Sequence[str] | None = None
 
 
 @DATASETS.register("medical-csv", defaults=PAPER_DEFAULTS["medical-csv"],
-                   environments=lambda data_dir: count_domains("medical-csv", data_dir))
+                   environments=lambda data_dir: count_domains(data_dir))
 def load_medical_csv(data_dir: str | None = None, download: bool = False) -> Split:
     """A generic medical table (module docstring)."""
     domains, trains, tests, aux = read_generic(generic_table_path(data_dir))
     return _to_split("medical-csv", domains, trains, {d: tests.get(d) for d in domains}, aux)
 
 
-def count_domains(dataset: str, data_dir: str | None) -> int:
-    """The domains of a medical dataset without checking its images (a config's default source count)."""
-    if dataset in FORMATS:
-        return len(FORMATS[dataset].domains)
+def count_domains(data_dir: str | None) -> int:
+    """The domains of a generic medical table without checking its images (a config's default source count; the
+    named formats register their fixed count)."""
     return len(read_generic(generic_table_path(data_dir))[0])
 
 
