@@ -113,3 +113,69 @@ def test_threads_warmup_and_baseline_protocol_resolve_and_validate():
     assert {"executor", "cpus_per_client", "gpus_per_client", "clients_per_actor", "ray_address", "client_retries",
             "data_dir", "download"}.isdisjoint(numbers_fields())
     assert {"threads", "aggregation_impl", "device", "lr_target", "baseline_protocol", "seed"} <= numbers_fields()
+
+
+# ---------------------------------------------------------------- the FDA family's Params, RunConfig keywords
+
+@pytest.mark.parametrize("field,value,allowed", [
+    ("beta", 1.5, "a number in [0, 1]"),
+    ("beta", "high", "a finite number in [0, 1]"),
+    ("projection", "orthogonal", "one of cosine, exact"),
+    ("filter", 1, "true or false"),
+    ("auto_beta_rule", "fedavg", "one of fedda, fedgp, fedgp_thresh (or unset"),
+    ("auto_lr_factor", 0.0, "a number > 0 (or unset"),
+    ("finetune_epochs", -1, "an integer >= 0 (or unset"),
+    ("finetune_epochs", 2.5, "an integer >= 0 (or unset"),
+    ("baseline_protocol", "paper", "one of authors, loop"),
+    ("log_estimates", "yes", "true or false (or unset"),
+    ("faithful_domainbed_auto", 0, "true or false (or unset"),
+])
+def test_fda_params_are_keywords_with_one_line_errors(field, value, allowed):
+    # The same line whichever way the value comes in: a keyword, or the family's params entry
+    for kwargs in ({field: value}, {"params": {"fda": {field: value}}}):
+        with pytest.raises(ValueError) as e:
+            RunConfig(**kwargs)
+        assert str(e.value).startswith(f"{field}={value!r} is invalid: {allowed}")
+
+
+def test_fda_keywords_are_the_family_params_entry():
+    from fda_ray.algorithms.fda.params import FDAParams
+
+    cfg = RunConfig(method="fedgp", beta=0.3, filter=False)
+    assert cfg == RunConfig(method="fedgp", params={"fda": {"beta": 0.3, "filter": False}})
+    assert cfg.params == {"fda": {"beta": 0.3, "filter": False}}
+    assert (cfg.beta, cfg.filter, cfg.projection, cfg.finetune_epochs) == (0.3, False, "cosine", None)
+    # Only what differs from the defaults is held: a default given is the config left alone
+    assert RunConfig(beta=0.5, projection="cosine", log_estimates=None) == RunConfig()
+    assert RunConfig().params == {}
+    # A keyword given wins over the same name in params; replace changes one and keeps the rest
+    assert RunConfig(beta=0.2, params={"fda": {"beta": 0.9, "filter": False}}).params == \
+        {"fda": {"beta": 0.2, "filter": False}}
+    assert cfg.replace(beta=0.7).params == {"fda": {"beta": 0.7, "filter": False}}
+    assert cfg.replace(rounds=3).beta == 0.3
+    assert cfg.replace(params={}).beta == 0.5
+    with pytest.raises(AttributeError, match="no attribute 'betta'"):
+        cfg.betta  # noqa: B018
+    # The family reads its own Params; the record lists the parameters at the top level, and rebuilds the config
+    r = cfg.resolved()
+    p = r.family_params()
+    assert isinstance(p, FDAParams) and (p.beta, p.filter, p.finetune_epochs, p.log_estimates) == (0.3, False, 50, True)
+    d = r.to_dict()
+    assert (d["beta"], d["filter"], d["finetune_epochs"]) == (0.3, False, 50) and "fda" not in d["params"]
+    assert RunConfig(**d) == r
+    import pickle
+
+    assert pickle.loads(pickle.dumps(r)) == r and pickle.loads(pickle.dumps(r)).beta == 0.3
+
+
+def test_every_method_resolves_the_fda_params():
+    # Every resolved config carries them (the Healthcare FDA family's GP reads beta, projection and filter; the data
+    # setting reads baseline_protocol): filled by the dataset, the FDA method, or the neutral settings
+    gp = RunConfig(method="fedgp", rounds=7).resolved()
+    assert (gp.finetune_epochs, gp.log_estimates, gp.auto_lr_factor, gp.auto_beta_rule) == (7, True, 0.1, "fedgp_thresh")
+    target = RunConfig(method="target_only").resolved()
+    assert target.log_estimates is False  # it trains no source
+    ditto = RunConfig(method="ditto", beta=0.2).resolved()
+    assert set(ditto.params) == {"ditto", "fda"} and ditto.beta == 0.2 and ditto.log_estimates is False
+    hc = RunConfig(dataset="fmnist-conditions", method="fedavg_finetune_gp", beta=0.25, projection="exact").resolved()
+    assert (hc.beta, hc.projection, hc.filter) == (0.25, "exact", True)

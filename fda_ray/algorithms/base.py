@@ -37,38 +37,54 @@ if TYPE_CHECKING:
 
 
 def param(default: Any, help: str, *, low: float | None = None, high: float | None = None,
-          choices: tuple[str, ...] | None = None, integer: bool = False) -> Any:
+          choices: tuple[str, ...] | None = None, integer: bool = False, boolean: bool = False,
+          positive: bool = False, optional: bool = False) -> Any:
     """A Params field with its documentation and its allowed values (the CLI flags are generated from these).
-    low/high: inclusive bounds of a number; integer: a whole number; choices: the allowed strings."""
-    meta = {"help": help, "low": low, "high": high, "choices": choices, "integer": integer}
+    low/high: inclusive bounds of a number; positive: a number > 0; integer: a whole number; boolean: true or
+    false; choices: the allowed strings; optional: None is allowed too (the dataset's or method's setting, filled
+    when the config is resolved)."""
+    meta = {"help": help, "low": low, "high": high, "choices": choices, "integer": integer, "boolean": boolean,
+            "positive": positive, "optional": optional}
     return field(default=default, metadata=meta)
 
 
 @dataclass(frozen=True)
 class Params:
     """A family's hyper-parameters: a frozen dataclass of `param` fields, validated on construction with one
-    line naming the field (as family.field), the value and what is allowed."""
+    line naming the field (as family.field; `keywords` families: the field alone), the value and what is allowed."""
 
     family: ClassVar[str] = ""
+    # True: the fields are also RunConfig keywords and command-line flags under their own names (RunConfig(beta=0.3),
+    # --beta 0.3), as the seed papers and every recorded grid name them, stored in RunConfig.params[family].
+    keywords: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             v, m = getattr(self, f.name), f.metadata
-            name = f"{self.family}.{f.name}"
+            name = f.name if self.keywords else f"{self.family}.{f.name}"
+            if v is None and m.get("optional"):
+                continue
+            unset = " (or unset: the dataset's or method's setting)" if m.get("optional") else ""
             if m.get("choices"):
                 if v not in m["choices"]:
-                    raise ValueError(f"{name}={v!r} is invalid: one of {', '.join(m['choices'])}")
+                    raise ValueError(f"{name}={v!r} is invalid: one of {', '.join(m['choices'])}{unset}")
+                continue
+            if m.get("boolean"):
+                if not isinstance(v, bool):
+                    raise ValueError(f"{name}={v!r} is invalid: true or false{unset}")
                 continue
             if m.get("integer"):
+                if isinstance(v, float) and v.is_integer():  # a grid's or a search's value (5.0)
+                    object.__setattr__(self, f.name, int(v))
+                    v = int(v)
                 if isinstance(v, bool) or not isinstance(v, int):
-                    raise ValueError(f"{name}={v!r} is invalid: an integer")
+                    raise ValueError(f"{name}={v!r} is invalid: an integer{_bounds(m)}{unset}")
             elif isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                raise ValueError(f"{name}={v!r} is invalid: a finite number")
+                raise ValueError(f"{name}={v!r} is invalid: a finite number{_bounds(m)}{unset}")
             lo, hi = m.get("low"), m.get("high")
-            if (lo is not None and v < lo) or (hi is not None and v > hi):
-                bounds = f"in [{lo}, {hi}]" if lo is not None and hi is not None else \
-                    (f">= {lo}" if lo is not None else f"<= {hi}")
-                raise ValueError(f"{name}={v!r} is invalid: {'an integer' if m.get('integer') else 'a number'} {bounds}")
+            if (lo is not None and v < lo) or (hi is not None and v > hi) or (m.get("positive") and v <= 0):
+                raise ValueError(f"{name}={v!r} is invalid: {'an integer' if m.get('integer') else 'a number'}"
+                                 f"{_bounds(m)}{unset}")
 
     @classmethod
     def check_names(cls, values: Mapping[str, Any]) -> None:
@@ -90,8 +106,18 @@ class Params:
         return dataclasses.asdict(self)
 
 
+def _bounds(meta: Mapping[str, Any]) -> str:
+    """A number field's allowed range, as the error line says it."""
+    lo, hi = meta.get("low"), meta.get("high")
+    if meta.get("positive"):
+        return " > 0"
+    if lo is not None and hi is not None:
+        return f" in [{lo}, {hi}]"
+    return f" >= {lo}" if lo is not None else (f" <= {hi}" if hi is not None else "")
+
+
 class NoParams(Params):
-    """A family whose hyper-parameters are all RunConfig fields (the FDA family)."""
+    """A family without hyper-parameters of its own."""
 
 
 class Algorithm:

@@ -4,6 +4,11 @@ Fields left as None take the authors' settings for the dataset and method (the d
 fda_ray/data/paper_defaults.py; docs/authors-code.md)
 when the config is resolved; `RunConfig.resolved()` returns the fully specified config that a run uses and
 records. Invalid values raise ValueError naming the field, the value and what is allowed.
+
+Each method family's hyper-parameters are its own `Params` (fda_ray.algorithms), held in `params[family]`. The
+FDA family's (beta, projection, filter, ...: fda_ray.algorithms.fda.params) are also keywords under their own
+names, as the seed papers and every recorded grid name them: RunConfig(beta=0.3) sets params["fda"]["beta"],
+cfg.beta reads it, and to_dict() lists them at the top level, where every record's config has them.
 """
 from __future__ import annotations
 
@@ -15,15 +20,11 @@ from typing import Any
 
 PARTITIONS = ("homo", "label_shift", "classes4", "source_classes", "domains", "domainbed", "heldout_domain",
               "domain_shards", "domain_clients")
-PROJECTIONS = ("cosine", "exact")
 EXECUTORS = ("serial", "ray")
 VECTORISE = ("auto", "on", "off")
-AUTO_BETA_RULES = ("fedda", "fedgp", "fedgp_thresh")
-# How the oracle and finetune_offline baselines run (docs/authors-code.md, "Oracle and Finetune_Offline").
-BASELINE_PROTOCOLS = ("authors", "loop")
+MAX_THREADS = 1024  # more threads than any machine has cores (torch.set_num_threads(100000) segfaults)
 # Which seed builds DomainBed's ColoredMNIST / RotatedMNIST environments (fda_ray.data.domainbed): DomainBed's
 # --seed 0 for every trial, or the trial's own seed, as the FedGP authors' scripts ran (--seed s --trial_seed s).
-MAX_THREADS = 1024  # more threads than any machine has cores (torch.set_num_threads(100000) segfaults)
 ENVIRONMENT_SEEDS = ("domainbed", "trial")
 ORACLE_TEST_SHARE = 0.1  # the authors' oracle tests on this share of the target's data, trains on the rest
 # The models that load torchvision's ImageNet weights (model_weights="imagenet"; fda_ray.train.models.IMAGENET_FILES)
@@ -36,7 +37,44 @@ PARTITION_LABELLED_FRACTION: dict[str, float] = {"label_shift": 0.15, "classes4"
 
 def numbers_fields() -> frozenset[str]:
     """The RunConfig fields that can change what a run computes."""
-    return frozenset(f.name for f in dataclasses.fields(RunConfig) if f.metadata.get("numbers", True))
+    return frozenset(f.name for f in dataclasses.fields(RunConfig) if f.metadata.get("numbers", True)) \
+        | frozenset(keyword_names())
+
+
+_KEYWORDS: list[Any] = []  # the keyword family's Params class, once read (None: no family has keywords)
+
+
+def keyword_params() -> Any:
+    """The Params class whose fields are RunConfig keywords (fda_ray.algorithms.fda.params.FDAParams: beta,
+    projection, ...), or None; at most one family's are."""
+    if not _KEYWORDS:
+        from fda_ray.core.registry import family_params
+
+        found = [cls for cls in family_params().values() if getattr(cls, "keywords", False)]
+        if len(found) > 1:
+            raise TypeError(f"families {', '.join(c.family for c in found)} all set Params.keywords: at most one may")
+        _KEYWORDS.append(found[0] if found else None)
+    return _KEYWORDS[0]
+
+
+def keyword_names() -> tuple[str, ...]:
+    """The keyword family's parameter names (RunConfig keywords, flags and record columns under these names)."""
+    kw = keyword_params()
+    return tuple(f.name for f in dataclasses.fields(kw)) if kw is not None else ()
+
+
+def _keyword_defaults() -> dict[str, Any]:
+    kw = keyword_params()
+    return {f.name: f.default for f in dataclasses.fields(kw)} if kw is not None else {}
+
+
+def config_keywords() -> list[tuple[type, dataclasses.Field]]:
+    """Every keyword a RunConfig is built from, as (owner, field): its fields (params aside) and the keyword
+    family's parameters; the command lines are generated from these (fda_ray.experiments.cli)."""
+    out: list[tuple[type, dataclasses.Field]] = [(RunConfig, f) for f in dataclasses.fields(RunConfig)
+                                                 if f.name != "params"]
+    kw = keyword_params()
+    return out + ([(kw, f) for f in dataclasses.fields(kw)] if kw is not None else [])
 
 
 def _err(field: str, value: Any, allowed: str, names: Any = (), pluggable: bool = False) -> ValueError:
@@ -108,26 +146,15 @@ class RunConfig:
                                               "validation): this share of every source's samples is held out and "
                                               "every round reports source_val_accuracy, the evaluated model on them "
                                               "together; default none")
-    beta: float = _f(0.5, "static beta of fedda / fedgp: the weight of the source side, in [0, 1] (Healthcare FDA's "
-                          "GP puts its letter beta on the target side: the same rule, Healthcare FDA's beta = 1 - this)")
     aux_alpha: float | None = _f(None, "Healthcare FDA Eq. 3: the sources' loss is L_main + aux_alpha * L_aux on a dataset "
                                        "with auxiliary labels (fmnist-conditions, the medical CSVs); default 1 for "
                                        "the *_auxinfo methods, 0 (the main task only) otherwise")
-    projection: str = _f("cosine", "fedgp's source term: cosine (authors' code) or exact (the paper's "
-                                   "<g_T, g_i>/|g_i|^2 g_i)", PROJECTIONS)
-    filter: bool = _f(True, "fedgp: drop a source's layer where its cosine with the target is <= 0")
     partition: str | None = _f(None, "who holds which samples; default per dataset (fashion-mnist: homo)",
                                PARTITIONS)
     model: str | None = _f(None, "model (fda_ray.train.models); default per dataset")
     model_weights: str | None = _f(None, "resnet18: a local ImageNet state-dict file, or 'imagenet' for "
                                          "torchvision's cache file $TORCH_HOME/hub/checkpoints/resnet18-f37072fd.pth "
                                          "(nothing is downloaded); default 'imagenet' on DomainBed's image datasets")
-    faithful_domainbed_auto: bool | None = _f(None, "fedda_auto / fedgp_auto on DomainBed datasets as the authors' "
-                                                    "auto script runs them (docs/authors-code.md): the target's "
-                                                    "labelled set drawn first from the environment, its test set 20 % "
-                                                    "of the rest, and the target term weighted by 1 - beta of the "
-                                                    "last source; default on there (the published auto rows came "
-                                                    "from that code), off elsewhere")
     data_augmentation: bool | None = _f(None, "DomainBed image datasets: augment the source environments' "
                                               "training reads (DomainBed's transforms); default on there")
     shuffle: bool | None = _f(None, "shuffle each local epoch's batches; default on, off on DomainBed datasets "
@@ -140,29 +167,15 @@ class RunConfig:
     batch_source: int | None = _f(None, "source batch size; default 64 (32 on DomainBed's image datasets)")
     batch_target: int | None = _f(None, "target batch size (the last partial batch is kept); default 16, "
                                         "4 for auto-weighted methods on fashion-mnist, 64 for the authors' oracle")
-    auto_lr_factor: float | None = _f(None, "auto-weighted methods: both learning rates times this after "
-                                            "warm-up; default per dataset (fashion-mnist 0.1)")
-    auto_beta_rule: str | None = _f(None, "fedgp_auto's estimated rule: fedgp_thresh (default) or fedgp; "
-                                          "fedda_auto always uses fedda", AUTO_BETA_RULES)
     target_labelled: int | None = _f(None, "labelled target samples (a count); default 100 (homo)")
     target_fraction: float | None = _f(None, "... or a share of the target's data; default 0.15 (label_shift), "
                                              "0.1 (classes4)")
-    finetune_epochs: int | None = _f(None, "finetune_offline: fine-tuning epochs after FedAvg (default: rounds)")
-    baseline_protocol: str = _f("authors", "how oracle and finetune_offline run: authors (their scripts: the "
-                                           "oracle trains from scratch on 90 % of the target's data and is "
-                                           "tested on the other 10 %, lr 0.003, batch 64; fine-tuning makes a "
-                                           "fresh Adam every epoch) or loop (the round loop: warm-up, the "
-                                           "target's lr and batch, the target test set; one Adam across "
-                                           "fine-tuning epochs)", BASELINE_PROTOCOLS)
     samples_per_client: int | None = _f(None, "cap on each client's shard (quick runs, tests); default all")
     test_samples: int | None = _f(None, "cap on the target test set; default all")
     eval_noise: tuple[float, ...] = _f((), "extra noise levels at which the global model is also evaluated")
-    # Needs the target's steps and the sources' updates: methods that do not use one side train it anyway
-    # (on its own seeds, so the run's numbers do not change).
-    log_estimates: bool | None = _f(None, "log the estimators' sigma^2, d_i^2, tau^2 d_i^2 and every rule's "
-                                          "Delta^2 each main round; default on for methods that train sources")
     # Each method family's own hyper-parameters (fda_ray.algorithms: its Params), by family: {"ditto": {"lam":
-    # 1.0}}. The FDA family's are the fields above. A run reads its method's family's entry; resolved() fills it.
+    # 1.0}}. The FDA family's are also keywords (beta=...; module docstring), and only what differs from their
+    # defaults is held here. A run reads its method's family's entry; resolved() fills it.
     params: dict[str, dict[str, Any]] = field(default_factory=dict, metadata={
         "help": "method families' hyper-parameters, by family (CLI: --<family>-<field>)", "group": "run",
         "numbers": True})
@@ -247,7 +260,7 @@ class RunConfig:
                 v = int(v)
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
                 raise _err(name, v, "an integer >= 1")
-        for name in ("data_augmentation", "shuffle", "drop_last", "faithful_domainbed_auto"):
+        for name in ("data_augmentation", "shuffle", "drop_last"):
             if getattr(self, name) not in (None, True, False):
                 raise _err(name, getattr(self, name), "true or false (or unset: the dataset's default)")
         if self.model_weights is not None and self.model not in (None, *PRETRAINED_MODELS):
@@ -269,8 +282,6 @@ class RunConfig:
             v = getattr(self, name)
             if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0.0 < v < 1.0):
                 raise _err(name, v, "a share in (0, 1) (or unset: nothing held out)")
-        if not (0.0 <= self.beta <= 1.0):
-            raise _err("beta", self.beta, "a number in [0, 1]")
         if self.aux_alpha is not None and not (isinstance(self.aux_alpha, (int, float)) and not isinstance(
                 self.aux_alpha, bool) and math.isfinite(self.aux_alpha) and self.aux_alpha >= 0):
             raise _err("aux_alpha", self.aux_alpha, "a finite number >= 0")
@@ -288,29 +299,21 @@ class RunConfig:
         if self.environment_seed == "trial" and not self.dataset.startswith(("colored-", "rotated-")):
             raise _err("environment_seed", self.environment_seed, "trial only for the datasets built from a pool "
                        f"(colored-*, rotated-*); dataset {self.dataset!r} is read as it is")
-        if self.baseline_protocol not in BASELINE_PROTOCOLS:
-            raise _err("baseline_protocol", self.baseline_protocol, f"one of {', '.join(BASELINE_PROTOCOLS)}", BASELINE_PROTOCOLS)
-        if self.projection not in PROJECTIONS:
-            raise _err("projection", self.projection, f"one of {', '.join(PROJECTIONS)}", PROJECTIONS)
         if self.partition is not None and self.partition not in PARTITIONS:
             raise _err("partition", self.partition, f"one of {', '.join(PARTITIONS)}", PARTITIONS)
-        if self.auto_beta_rule is not None and self.auto_beta_rule not in AUTO_BETA_RULES:
-            raise _err("auto_beta_rule", self.auto_beta_rule, f"one of {', '.join(AUTO_BETA_RULES)}", AUTO_BETA_RULES)
-        for name in ("lr_source", "lr_target", "auto_lr_factor"):
+        for name in ("lr_source", "lr_target"):
             v = getattr(self, name)
             if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise _err(name, v, "a finite number > 0")
-        for name in ("batch_source", "batch_target", "target_labelled", "finetune_epochs", "samples_per_client",
+        for name in ("batch_source", "batch_target", "target_labelled", "samples_per_client",
                      "test_samples"):
             v = getattr(self, name)
-            if v is not None and (not isinstance(v, int) or v < (0 if name == "finetune_epochs" else 1)):
-                raise _err(name, v, "a positive integer" if name != "finetune_epochs" else "an integer >= 0")
+            if v is not None and (not isinstance(v, int) or v < 1):
+                raise _err(name, v, "a positive integer")
         if self.target_fraction is not None and not (0.0 < self.target_fraction <= 1.0):
             raise _err("target_fraction", self.target_fraction, "a share in (0, 1]")
         if self.target_labelled is not None and self.target_fraction is not None:
             raise _err("target_labelled", self.target_labelled, "give target_labelled or target_fraction, not both")
-        if self.log_estimates not in (None, True, False):
-            raise _err("log_estimates", self.log_estimates, "true, false or None (on unless the method trains no source)")
         if not isinstance(self.eval_noise, tuple):  # a list from JSON, a CLI or a Tune search space
             try:
                 object.__setattr__(self, "eval_noise", tuple(self.eval_noise))
@@ -355,6 +358,11 @@ class RunConfig:
             if not isinstance(values, dict):
                 raise _err(f"params.{fam}", values, f"a mapping of {fam}'s parameters to values")
             known[fam].build(values)  # one line naming family.field on a bad value
+            if getattr(known[fam], "keywords", False):  # only what differs from the defaults: equal configs compare equal
+                defaults = _keyword_defaults()
+                values = {k: v for k, v in values.items() if v != defaults[k] or type(v) is not type(defaults[k])}
+                if not values:
+                    continue
             clean[fam] = dict(values)
         object.__setattr__(self, "params", clean)
 
@@ -405,14 +413,12 @@ class RunConfig:
 
         d = DATASETS.get(self.dataset).defaults
         fill: dict[str, Any] = dict(ALGORITHMS.get(self.method).resolve(self, d))
-        for name in ("model", "partition", "lr_source", "lr_target", "batch_source", "batch_target", "auto_lr_factor",
-                     "auto_beta_rule", "num_sources", "warmup_rounds", "shuffle", "drop_last", "data_augmentation"):
+        for name in ("model", "partition", "lr_source", "lr_target", "batch_source", "batch_target", "num_sources",
+                     "warmup_rounds", "shuffle", "drop_last", "data_augmentation"):
             if getattr(self, name) is None and name not in fill:
                 fill[name] = d[name]
         if self.model_weights is None and (self.model or d["model"]) == d["model"] and d["model_weights"]:
             fill["model_weights"] = d["model_weights"]  # the dataset's pretrained model, unless another is chosen
-        if isinstance(fill.get("auto_lr_factor"), tuple):  # one per held-out environment (ColoredMNIST, Auto-weighted FDA App. C.3)
-            fill["auto_lr_factor"] = fill["auto_lr_factor"][min(self.test_env, len(fill["auto_lr_factor"]) - 1)]
         if fill.get("num_sources", self.num_sources) is None:  # DomainBed: one source per other environment
             from fda_ray.core.registry import count_environments
 
@@ -437,32 +443,67 @@ class RunConfig:
                 fill["source_envs"] = (0,)
             if self.clients_per_domain is None and "clients_per_domain" not in fill:
                 fill["clients_per_domain"] = CLIENTS_PER_DOMAIN.get(self.dataset, 8)
-        if self.finetune_epochs is None:
-            fill["finetune_epochs"] = self.rounds
         if self.vectorise == "auto":
             # Off wherever it was measured (docs/ray-and-clusters.md, "Vectorised cohorts"): on an H100 the cohort of 10
             # simple-CNN clients took 1.04 s a round against the loop's 0.74 s in one actor; on 2 CPU cores at
             # 1 thread it was within 6 % of the loop. "on" stays a choice (2 threads: 0.79x the loop).
             fill["vectorise"] = "off"
-        if self.log_estimates is None and "log_estimates" not in fill:
-            fill["log_estimates"] = False
         if self.aux_alpha is None and "aux_alpha" not in fill:
             fill["aux_alpha"] = ALGORITHMS.get(self.method).default_aux_alpha
-        if self.faithful_domainbed_auto is None and "faithful_domainbed_auto" not in fill:
-            fill["faithful_domainbed_auto"] = False
         # Only the method's family's parameters, every field filled: a run records what it used, and a
-        # parameter of another family (ignored, with a warning) does not change a trial's identity.
-        fam = ALGORITHMS.get(self.method).family
-        own = self.family_params().to_dict()
-        params = {fam: own} if own else {}
-        if params != self.params:
-            fill["params"] = params
+        # parameter of another family (ignored, with a warning) does not change a trial's identity. The keyword
+        # family's (the FDA family's beta, projection, ...) are every config's: other families read them too
+        # (fda_ray.algorithms.fda.params).
+        cls, kw = ALGORITHMS.get(self.method), keyword_params()
+        params: dict[str, dict[str, Any]] = {}
+        if kw is None or cls.family != kw.family:
+            own = self.family_params().to_dict()
+            if own:
+                params[cls.family] = own
+        if kw is not None:
+            member = cls.param_defaults(self) if cls.family == kw.family else {}
+            params[kw.family] = kw.resolved(self, d, member).to_dict()
+        fill["params"] = params
         return dataclasses.replace(self, **fill)
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields as plain data; the keyword family's parameters at the top level (beta, projection, ...),
+        where every record's config has held them: RunConfig(**d) builds the same config again."""
         out = dataclasses.asdict(self)
         out["eval_noise"] = list(self.eval_noise)
         if self.source_envs is not None:
             out["source_envs"] = list(self.source_envs)
-        out["params"] = {fam: dict(v) for fam, v in self.params.items()}
+        kw = keyword_params()
+        out["params"] = {fam: dict(v) for fam, v in self.params.items() if kw is None or fam != kw.family}
+        out.update({name: getattr(self, name) for name in keyword_names()})
         return out
+
+    def __getattr__(self, name: str) -> Any:
+        """The keyword family's parameters by their own names (cfg.beta: params["fda"]["beta"], or its default).
+        Python calls this only for a name that is no field or attribute."""
+        if name.startswith("_") or name == "params":  # (unpickling looks up __setstate__ before params exists)
+            raise AttributeError(name)
+        kw = keyword_params()
+        if kw is None or name not in keyword_names():
+            raise AttributeError(f"'RunConfig' object has no attribute {name!r}")
+        return self.__dict__.get("params", {}).get(kw.family, {}).get(name, _keyword_defaults()[name])
+
+
+_fields_init = RunConfig.__init__
+
+
+def _init(self: RunConfig, *args: Any, **kwargs: Any) -> None:
+    """RunConfig(beta=0.3, ...): the keyword family's parameters by their own names go to params[family] (a
+    keyword given wins over the same name in `params`: dataclasses.replace(cfg, beta=0.3) hands both)."""
+    names = keyword_names() if kwargs else ()
+    given = {k: kwargs.pop(k) for k in [k for k in kwargs if k in names]}
+    if given:
+        fam = keyword_params().family
+        params = kwargs.get("params") or {}
+        if isinstance(params, dict):  # (anything else is the params check's one-line error)
+            own = params.get(fam) or {}
+            kwargs["params"] = {**params, fam: {**(own if isinstance(own, dict) else {}), **given}}
+    _fields_init(self, *args, **kwargs)
+
+
+RunConfig.__init__ = _init  # type: ignore[method-assign]

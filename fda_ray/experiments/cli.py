@@ -21,7 +21,7 @@ from fda_ray.core import plugins
 from fda_ray.core.parsing import OneLineParser, typed
 from fda_ray.experiments.commands import COMMANDS
 from fda_ray.runtime import node_watch
-from fda_ray.core.config import RunConfig
+from fda_ray.core.config import RunConfig, config_keywords
 from fda_ray.core.interrupts import cli_main, printing
 
 
@@ -60,17 +60,17 @@ def add_config_arguments(p: argparse.ArgumentParser, *, overrides: bool = False,
                          exclude: tuple[str, ...] = ()) -> None:
     """One flag per RunConfig field. overrides=True: no defaults (a flag given is an override, one not given
     is absent from the namespace), as the sweep needs."""
-    hints = typing.get_type_hints(RunConfig)
+    hints: dict[type, dict[str, Any]] = {}
     groups: dict[str, argparse._ArgumentGroup] = {}
     titles = {"run": "run settings", "data": "data", "execution": "execution (never changes the numbers, "
                                                                   "except device and aggregation_impl)"}
-    for f in dataclasses.fields(RunConfig):
-        if f.name in exclude or f.name == "params":
+    for owner, f in config_keywords():  # RunConfig's fields, then the FDA family's parameters (--beta, ...)
+        if f.name in exclude:
             continue
         meta = f.metadata
         group = groups.setdefault(meta.get("group", "run"), p.add_argument_group(titles[meta.get("group", "run")]))
         flag = "--" + f.name.replace("_", "-")
-        hint = hints[f.name]
+        hint = hints.setdefault(owner, typing.get_type_hints(owner))[f.name]
         args = typing.get_args(hint)
         base = next((a for a in args if a is not type(None)), hint) if args and type(None) in args else hint
         choices = meta.get("choices") or _dynamic_choices(f.name)
@@ -106,6 +106,8 @@ def add_params_arguments(p: argparse.ArgumentParser) -> None:
     from fda_ray.algorithms import ALGORITHMS, family_params
 
     for fam, cls in family_params().items():
+        if cls.keywords:  # its flags are its parameters' own names (add_config_arguments)
+            continue
         methods = [m for m in ALGORITHMS.names() if ALGORITHMS.get(m).family == fam]
         group = p.add_argument_group(f"{fam} (method {', '.join(methods)})")
         hints = typing.get_type_hints(cls)
@@ -128,7 +130,7 @@ def add_params_arguments(p: argparse.ArgumentParser) -> None:
 
 def config_fields(a: argparse.Namespace) -> dict[str, Any]:
     """The RunConfig fields present in a parsed namespace (the families' flags gathered into `params`)."""
-    names = {f.name for f in dataclasses.fields(RunConfig)}
+    names = {f.name for _, f in config_keywords()}
     out = {k: v for k, v in vars(a).items() if k in names}
     params: dict[str, dict[str, Any]] = {}
     for k, v in vars(a).items():
@@ -149,7 +151,7 @@ def resolved_namespace(a: argparse.Namespace) -> argparse.Namespace:
     resolves to: what --print-config shows. Fed back through --config, it runs the same numbers."""
     resolved = config_from_args(a).resolved()
     out = argparse.Namespace(**vars(a))
-    for f in dataclasses.fields(RunConfig):
+    for _, f in config_keywords():
         if hasattr(out, f.name) and getattr(out, f.name) is None:
             setattr(out, f.name, getattr(resolved, f.name))
     return out

@@ -40,7 +40,6 @@ test suite checks every built-in grid and search), so a file made from a built-i
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 from typing import Any, Callable, Mapping
 
@@ -325,9 +324,9 @@ def _field_names(c: Checker, d: Grid | Search) -> None:
 
 
 def run_config_fields() -> set[str]:
-    from fda_ray.core.config import RunConfig
+    from fda_ray.core.config import config_keywords
 
-    return {f.name for f in dataclasses.fields(RunConfig)}
+    return {f.name for _, f in config_keywords()} | {"params"}
 
 
 def known_fields(c: Checker, where: str, fields: Mapping[str, Any], known: set[str]) -> None:

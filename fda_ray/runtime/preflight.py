@@ -17,7 +17,6 @@ Every failure is a PreflightError (a ValueError): one line, `<field>=<value> is 
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import socket
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from fda_ray.core.storage import StoragePath, is_uri, storage_path
-from fda_ray.core.config import RunConfig
+from fda_ray.core.config import RunConfig, config_keywords, keyword_names, keyword_params
 
 RAY_CONNECT_TIMEOUT_S = 10.0
 # Written by `ray up` on the head node: the cluster's node types (the autoscaler can add any of them).
@@ -355,9 +354,14 @@ def shared_storage(field: str, where: str | os.PathLike | StoragePath, *, timeou
 
 # ---------------------------------------------------------------- options a run does not use
 
-# The RunConfig options that only some method families read (the rest every run reads).
-FAMILY_OPTIONS = ("beta", "projection", "filter", "auto_lr_factor", "auto_beta_rule", "finetune_epochs",
-                  "baseline_protocol", "lr_source", "batch_source", "log_estimates", "aux_alpha")
+# The RunConfig options that only some method families read (the rest every run reads): the keyword family's
+# parameters (fda_ray.algorithms.fda.params) and the source side's settings.
+SOURCE_OPTIONS = ("lr_source", "batch_source", "aux_alpha")
+
+
+def _keyword_family() -> str | None:
+    kw = keyword_params()
+    return kw.family if kw is not None else None
 
 
 def ignored_options(cfg: RunConfig) -> list[str]:
@@ -368,7 +372,7 @@ def ignored_options(cfg: RunConfig) -> list[str]:
     r = cfg.resolved()  # free when cfg is resolved already
     cfg = r.given  # the values the user set
     # The method's family says which of its options it reads (fda_ray.algorithms: Algorithm.uses).
-    uses: dict[str, bool] = {name: False for name in FAMILY_OPTIONS}
+    uses: dict[str, bool] = {name: False for name in (*keyword_names(), *SOURCE_OPTIONS)}
     uses.update(ALGORITHMS.get(cfg.method).uses(r))
     uses.update({
         "eta": r.partition == "label_shift",
@@ -383,13 +387,14 @@ def ignored_options(cfg: RunConfig) -> list[str]:
         "ray_address": cfg.executor == "ray",
         "client_retries": cfg.executor == "ray",
     })
-    defaults = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+    defaults = {f.name: f.default for _, f in config_keywords()}
 
     def set_by_user(name: str) -> bool:  # differs from what the field resolves to when left unset
         return getattr(r, name) != getattr(cfg.replace(**{name: defaults[name]}).resolved(), name)
 
     own = ALGORITHMS.get(cfg.method).family
-    other = [f"{fam}_{name}" for fam, values in cfg.params.items() if fam != own for name in values]
+    other = [f"{fam}_{name}" for fam, values in cfg.params.items() if fam != own and fam != _keyword_family()
+             for name in values]  # (the keyword family's are named above, by their own names)
     return [name for name, used in uses.items() if not used and set_by_user(name)] + other
 
 

@@ -1,6 +1,7 @@
 """The FDA family (FedDA / FedGP, their auto-weighted versions and baselines: "Federated Domain Adaptation via Gradient Projection",
 and "Auto-weighted FDA", the beta estimators' paper; see docs/methods.md):
 
+    params.py        the family's hyper-parameters (FDAParams: beta, projection, filter, ...), RunConfig keywords
     methods.py       the Algorithm classes (source_only, target_only, fedda, fedgp, fedda_auto, fedgp_auto,
                      finetune_offline, oracle)
     estimators.py    the auto-weighting estimators of the source-target gap and the target variance (Eq. 7-8)

@@ -9,16 +9,17 @@
 
   source_only       FedAvg of the sources (the target never trains)
   target_only       the target's own delta (beta = 0)
-  fedda, fedgp      the static rules with cfg.beta (FedGP)
+  fedda, fedgp      the static rules with beta (FedGP)
   fedda_auto        FedDA with beta_i from the estimators (Auto-weighted FDA), rule "fedda"
-  fedgp_auto        FedGP with beta_i from the estimators, rule cfg.auto_beta_rule ("fedgp_thresh" or "fedgp")
-  finetune_offline  FedAvg for all rounds, then cfg.finetune_epochs epochs of fine-tuning on the target
+  fedgp_auto        FedGP with beta_i from the estimators, rule auto_beta_rule ("fedgp_thresh" or "fedgp")
+  finetune_offline  FedAvg for all rounds, then finetune_epochs epochs of fine-tuning on the target
   oracle            target_only trained on all of the target's training-domain data (its "pool" view)
 
-The hyper-parameters are the run config's (beta, projection, filter, auto_beta_rule, auto_lr_factor, the
-learning rates and batches, warmup_rounds, finetune_epochs, baseline_protocol, log_estimates): the seeds'
-grids and the trial keys of finished sweeps are written in them. The estimates of every main round are
-logged (log_estimates): the side a method does not use trains too, on its own seeds, for the estimates only.
+The family's hyper-parameters are its Params (fda_ray.algorithms.fda.params.FDAParams: beta, projection, filter,
+auto_beta_rule, auto_lr_factor, finetune_epochs, baseline_protocol, log_estimates, faithful_domainbed_auto), which
+are RunConfig keywords under their own names; the learning rates, batches and warmup_rounds are the run config's.
+The estimates of every main round are logged (log_estimates): the side a method does not use trains too, on its
+own seeds, for the estimates only.
 """
 from __future__ import annotations
 
@@ -32,12 +33,20 @@ from fda_ray.core.contract import ClientResult, ClientTask, Round, ServerState
 from fda_ray.train.client import epoch_steps
 from fda_ray.algorithms.fda.diagnostics import round_estimates
 from fda_ray.algorithms.fda.estimators import auto_beta, estimate
+from fda_ray.algorithms.fda.params import FDAParams
+
+
+def _domainbed(cfg) -> bool:
+    from fda_ray.core.registry import DATASETS
+
+    return (cfg.partition or DATASETS.get(cfg.dataset).defaults["partition"]) == "domainbed"
 
 
 class FDA(Algorithm):
     """FedDA / FedGP with static or auto-weighted beta; the variants below set the class attributes."""
 
     family = "fda"
+    Params = FDAParams
     rule: ClassVar[str] = "fedgp"  # a name in aggregation.RULES: source_only, target_only, fedda, fedgp
     train_sources: ClassVar[bool] = True
     train_target: ClassVar[bool] = True
@@ -64,16 +73,17 @@ class FDA(Algorithm):
                 fill["batch_target"] = cfg.batch_source or defaults["batch_source"]
         if cls.auto_rule is not None and cfg.batch_target is None and "batch_target" not in fill:
             fill["batch_target"] = defaults["auto_batch_target"]
-        if cfg.log_estimates is None:
-            fill["log_estimates"] = cls.train_sources
-        domainbed = (cfg.partition or defaults["partition"]) == "domainbed"
         # The authors' static DomainBed script warms up only when the sources take part (proj_w > 0): target only
         # trains from the initial model.
-        if domainbed and cls.rule == "target_only" and not cls.oracle and cfg.warmup_rounds is None:
+        if _domainbed(cfg) and cls.rule == "target_only" and not cls.oracle and cfg.warmup_rounds is None:
             fill["warmup_rounds"] = 0
-        if cfg.faithful_domainbed_auto is None:
-            fill["faithful_domainbed_auto"] = domainbed and cls.auto_rule is not None
         return fill
+
+    @classmethod
+    def param_defaults(cls, cfg) -> dict[str, Any]:
+        # The estimates are logged wherever the sources train; the authors' auto script's DomainBed split is the
+        # default of the auto-weighted methods there (the published auto rows came from it).
+        return {"log_estimates": cls.train_sources, "faithful_domainbed_auto": _domainbed(cfg) and cls.auto_rule is not None}
 
     @classmethod
     def uses(cls, cfg) -> dict[str, bool]:
@@ -123,21 +133,21 @@ class FDA(Algorithm):
     # ---------------------------------------------------------------- one round
 
     def plan_round(self, r: int, state: ServerState) -> Round | None:
-        cfg = self.cfg
+        cfg, p = self.cfg, self.params
         t_data = "pool" if self.oracle else "train"
         if r < self.warmup:
             return Round("warmup", self._source_tasks(r, cfg.lr_source))
         if r < self.total:
-            scale = cfg.auto_lr_factor if self.auto_rule else 1.0
-            tasks = self._source_tasks(r, cfg.lr_source * scale) if (self.train_sources or cfg.log_estimates) else ()
-            if self.train_target or cfg.log_estimates:
+            scale = p.auto_lr_factor if self.auto_rule else 1.0
+            tasks = self._source_tasks(r, cfg.lr_source * scale) if (self.train_sources or p.log_estimates) else ()
+            if self.train_target or p.log_estimates:
                 hp = {"lr": cfg.lr_target * scale, "batch": cfg.batch_target,
-                      "record_steps": self.auto_rule is not None or bool(cfg.log_estimates)}
+                      "record_steps": self.auto_rule is not None or bool(p.log_estimates)}
                 tasks += (ClientTask(self.target, "epoch", r, hp, data=t_data),)
             return Round("main", tasks)
-        if self.finetune and r < self.total + cfg.finetune_epochs:
+        if self.finetune and r < self.total + p.finetune_epochs:
             # The authors' script makes a fresh Adam every epoch; the loop protocol carries one across epochs.
-            authors = cfg.baseline_protocol == "authors"
+            authors = p.baseline_protocol == "authors"
             first = r == self.total
             hp = {"lr": cfg.lr_target, "batch": cfg.batch_target, "send": "weights",
                   "fresh_optimizer": authors or first, "keep_optimizer": not authors}
@@ -152,7 +162,7 @@ class FDA(Algorithm):
 
     def aggregate(self, r: int, state: ServerState, results: Mapping[int, ClientResult]
                   ) -> tuple[ServerState, dict[str, Any]]:
-        cfg, n, t = self.cfg, self.num_sources, self.target
+        cfg, p, n, t = self.cfg, self.params, self.num_sources, self.target
         tres = results.get(t)
         metrics: dict[str, Any] = {}
         if r >= self.total:  # fine-tuning: the target's new weights are the model
@@ -164,20 +174,20 @@ class FDA(Algorithm):
         if r < self.warmup:
             update = fedavg(src, weights=self.weights, impl=cfg.aggregation_impl)
         else:
-            beta: float | torch.Tensor = cfg.beta
+            beta: float | torch.Tensor = p.beta
             steps = tres.tensors.get("step_deltas") if tres is not None else None  # (B, M)
-            if self.auto_rule is not None or (cfg.log_estimates and src is not None and steps is not None
+            if self.auto_rule is not None or (p.log_estimates and src is not None and steps is not None
                                               and steps.shape[0] >= 2):
                 # Per-step deltas of both sides, both scaled by lr_T / lr_S as in the authors' code
                 # (docs/authors-code.md): the factor cancels in beta; the logged estimates carry it.
                 aligned = src / self.src_steps.to(src.device).unsqueeze(1) * self.lr_ratio  # (N, M)
                 stats = estimate(steps * self.lr_ratio, aligned, impl=cfg.aggregation_impl)
-                metrics.update(round_estimates(stats, self.weights, self.layout.size, steps.shape[0], cfg.beta))
+                metrics.update(round_estimates(stats, self.weights, self.layout.size, steps.shape[0], p.beta))
                 if self.auto_rule is not None:
-                    beta = auto_beta(stats, cfg.auto_beta_rule if self.auto_rule == "fedgp" else "fedda")  # (N,)
+                    beta = auto_beta(stats, p.auto_beta_rule if self.auto_rule == "fedgp" else "fedda")  # (N,)
             # The authors' DomainBed auto script adds the target's delta once, after the per-source loop, weighted
             # by 1 - beta of the last source, where the rule gives sum_i alpha_i (1 - beta_i) (docs/authors-code.md).
-            target_weight = float(1 - beta[-1]) if self.auto_rule is not None and cfg.faithful_domainbed_auto \
+            target_weight = float(1 - beta[-1]) if self.auto_rule is not None and p.faithful_domainbed_auto \
                 else None
             # One pass for the layer statistics: FedGP's projections and the logged cosines share it.
             lstats = layer_stats(tgt, src, offsets, impl=cfg.aggregation_impl) \
@@ -185,7 +195,7 @@ class FDA(Algorithm):
             # The rule by name from the one table (fda_ray.algorithms.aggregation.RULES); each reads what it needs.
             update = RULES.get(self.rule)(tgt, src, offsets, beta=beta, weights=self.weights,
                                           impl=cfg.aggregation_impl, target_weight=target_weight, align=self.align,
-                                          filter=cfg.filter, projection=cfg.projection, stats=lstats)
+                                          filter=p.filter, projection=p.projection, stats=lstats)
             if target_weight is not None:
                 metrics["target_weight"] = target_weight
             if lstats is not None:
