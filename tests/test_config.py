@@ -121,6 +121,7 @@ def test_threads_warmup_and_baseline_protocol_resolve_and_validate():
     ("beta", 1.5, "a number in [0, 1]"),
     ("beta", "high", "a finite number in [0, 1]"),
     ("projection", "orthogonal", "one of cosine, exact"),
+    ("projection", "cosin", "one of cosine, exact; did you mean 'cosine'?"),
     ("filter", 1, "true or false"),
     ("auto_beta_rule", "fedavg", "one of fedda, fedgp, fedgp_thresh (or unset"),
     ("auto_lr_factor", 0.0, "a number > 0 (or unset"),

@@ -822,6 +822,13 @@ def test_an_error_escaping_a_command_after_the_raylet_ended_is_its_one_line(monk
         def command() -> int:
             raise OSError(errno.ECONNRESET, "Connection reset by peer")
 
+        # A raylet that ended with its ray.shutdown (no Ray connected now) is a later command's business no more: its
+        # errors go on as they are (a run that diverged after an earlier command's Ray had ended said "node lost")
+        monkeypatch.setattr(node_watch, "_watched", {"proc": gone, "log": "/x/raylet.out"})
+        monkeypatch.setattr(node_watch, "_connected", lambda: False)
+        with pytest.raises(OSError, match="Connection reset"):
+            command()
+        monkeypatch.setattr(node_watch, "_connected", lambda: True)  # the raylet lost under a connected Ray
         monkeypatch.setattr(node_watch, "_watched", {"proc": alive, "log": "/x/raylet.out"})
         with pytest.raises(OSError, match="Connection reset"):
             command()

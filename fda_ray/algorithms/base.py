@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 import torch
 
 from fda_ray.core.contract import ClientResult, ClientTask, Round, ServerState
+from fda_ray.core.registry import did_you_mean
 
 if TYPE_CHECKING:
     from fda_ray.core.config import RunConfig
@@ -67,7 +68,8 @@ class Params:
             unset = " (or unset: the dataset's or method's setting)" if m.get("optional") else ""
             if m.get("choices"):
                 if v not in m["choices"]:
-                    raise ValueError(f"{name}={v!r} is invalid: one of {', '.join(m['choices'])}{unset}")
+                    raise ValueError(f"{name}={v!r} is invalid: one of {', '.join(m['choices'])}{unset}"
+                                     f"{did_you_mean(v, m['choices'])}")
                 continue
             if m.get("boolean"):
                 if not isinstance(v, bool):

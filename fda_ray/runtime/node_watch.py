@@ -111,12 +111,22 @@ def _say(code: int) -> None:
         print(line(_watched["proc"].pid, code, _watched.get("log")), file=sys.stderr, flush=True)
 
 
+def _connected() -> bool:
+    """Whether this process is still connected to a Ray (a lost raylet leaves it connected; ray.shutdown does not)."""
+    try:
+        from ray._private import worker
+
+        return bool(worker.global_worker.connected)
+    except Exception:
+        return False
+
+
 def explain(e: BaseException) -> bool:
     """For an exception escaping a command (fda_ray.core.interrupts.CRASH_EXPLAINERS): when the watched raylet has
     ended, Ray's error is its loss (a bare 'Connection reset by peer' from ray.wait, an actor that died): the one
     line instead of the traceback. Returns whether it said so."""
     proc = _watched.get("proc")
-    if proc is None:
+    if proc is None or not _connected():  # (a raylet that ended with its ray.shutdown: not this command's loss)
         return False
     code = _peek(proc)
     if code is None:
@@ -161,7 +171,10 @@ def start(exit: Callable[[int], None] = os._exit) -> threading.Thread | None:
 
     def watch() -> None:
         code = ended()
-        if not worker.global_worker.connected:  # ray.shutdown: the raylet ends on purpose
+        if not worker.global_worker.connected:  # ray.shutdown: the raylet ends on purpose; nothing left to watch
+            with _lock:
+                if _watched.get("proc") is proc:
+                    _watched.clear()
             return
         try:
             _say(code)
