@@ -697,3 +697,57 @@ def test_wall_reads_the_summarys_wall_time_line():
                                                        f"{words[5]} trials"
     with pytest.raises(FileNotFoundError):
         pages.render("wall no-such-sweep")
+
+
+def _by_hand_gaps(name, grid=None):
+    """paper-gaps' lines recomputed from the records: (label, held out) -> (mean, seeds, paper, what the rounds say)."""
+    s = pages.load_found(name, grid) if grid else pages.load_sweep(name)
+    out = {}
+    for key in s.row_keys:
+        for v in s.values:
+            paper = s.grid.paper.get(key, {}).get(v)
+            runs, knn = {}, {}
+            for r in s.rows:
+                if r["row"] == key and r["grid_value"] == v and r.get("accuracy") is not None:
+                    runs.setdefault(int(r["seed"]), {})[int(r["round"])] = 100 * r["accuracy"]
+                    if r.get("phase") == "knn":  # kNN-Per's evaluation round: the trial's number on its own
+                        knn[int(r["seed"])] = 100 * r["accuracy"]
+            if paper is None or not runs:
+                continue
+            seeds = [knn[sd] if sd in knn else statistics.fmean(run[k] for k in sorted(run)[-5:])
+                     for sd, run in runs.items()]
+            mean = statistics.fmean(seeds)
+            if abs(mean - paper) <= 3:
+                continue
+            rounds = sorted(set.intersection(*(set(run) for run in runs.values())))
+            curve = [statistics.fmean(run[k] for run in runs.values()) for k in rounds]
+            says = []
+            if len(seeds) > 1 and min(seeds) <= paper <= max(seeds):
+                says.append("inside")
+            move = curve[-1] - curve[-11]
+            if (mean < paper and move >= 3) or (mean > paper and move <= -3):
+                says.append("rising" if move > 0 else "falling")
+            if any(abs(statistics.fmean(curve[i - 4:i + 1]) - paper) <= 3 for i in range(4, len(curve))):
+                says.append("meets")
+            out[(s.grid.row(key).label, s.grid.value_label(v).split(" (")[0])] = (mean, len(seeds), paper, says)
+    return out
+
+
+@pytest.mark.parametrize("name,grid", [("domainbed-colored-quick", None), ("domainbed-colored-paper", "domainbed-colored")])
+def test_paper_gaps_lists_each_gap_over_3_points_with_what_its_rounds_say(name, grid):
+    spec = f"paper-gaps {name}" + (f" grid={grid}" if grid else "")
+    lines = pages.render(spec).splitlines()[2:]
+    want = _by_hand_gaps(name, grid)
+    assert len(lines) == len(want) > 0
+    for line in lines:
+        label, env, ours, paper, gap, says = [c.strip() for c in line.strip("|").split("|")]
+        mean, n, p, kinds = want[(label, env)]
+        assert ours == f"{mean:.2f} ({n})" and paper == f"{p:.2f}" and gap == _minus(f"{mean - p:+.2f}")
+        found = [k for k, text in (("inside", "inside our seeds' range"), ("rising", "still rising"),
+                                   ("falling", "still falling"), ("meets", "meets it at rounds")) if text in says]
+        assert found == kinds and (says == "open") == (not kinds)
+    if grid is None:  # one seed: the same rounds the one-run generators name
+        assert pages.render(f"tail-rise {name} source_only 2") in dict(
+            (tuple(c.strip() for c in x.strip("|").split("|")[:2]), x) for x in lines)[("Source Only", "-90%")]
+        assert f"meets it at rounds {pages.render(f'near-paper-rounds {name} fedavg_all 2')} of 50" in \
+            next(x for x in lines if x.startswith("| FedAvg (all clients) | -90% |"))

@@ -138,3 +138,43 @@ def logged_range(name: str, metric: str, row: str, value: str, phase: str = "mai
         raise ValueError(f"logged-range: {name!r} logs no {metric!r} for {row!r} at {value} in phase {phase!r}")
     lo, hi, d = min(xs), max(xs), int(digits)
     return f"{_minus(lo, d)} to {_minus(hi, d)}" if lo < 0 else f"{lo:.{d}f}-{hi:.{d}f}"
+
+
+@GENERATORS.register("paper-gaps")
+def paper_gaps(name: str, within: str = "3", n: str = "10", grid: str | None = None) -> str:
+    """Every cell whose last-5 mean (the mean over its seeds) is more than `within` points from the paper's number,
+    one line each, with what its rounds say of the gap: the paper's number inside the range of the seeds' last-5
+    means (seed noise; two seeds or more); the mean curve still moving towards it by `within` points or more over
+    its last n rounds (a run stopped while still moving); the rounds at which the mean curve's 5-round mean meets it
+    (a run cut there would match); "open" where none of these holds, a gap the rounds do not explain."""
+    s = _sweep(name, grid)
+    w, k = float(within), int(n)
+    last5 = _final(s, "accuracy", last=5)
+    runs = tables.runs(list(s.rows))
+    lines = ["| method | held out | ours: last-5 mean (seeds) | paper | gap | what the rounds say |",
+             "|---|---|---|---|---|---|"]
+    for key in s.row_keys:
+        for v in s.values:
+            paper = s.grid.paper.get(key, {}).get(v)
+            seeds = list(last5.get((key, v), {}).values())
+            if paper is None or not seeds or abs(statistics.fmean(seeds) - paper) <= w:
+                continue
+            gap = statistics.fmean(seeds) - paper
+            says = []
+            if len(seeds) >= 2 and min(seeds) <= paper <= max(seeds):
+                says.append(f"the paper's number is inside our seeds' range ({min(seeds):.1f}-{max(seeds):.1f})")
+            curve = tables.mean_curves(runs, v).get(key, [])
+            xs = [x for _, x in curve]
+            if len(xs) > k:
+                move = xs[-1] - xs[-1 - k]
+                if (gap < 0 and move >= w) or (gap > 0 and move <= -w):
+                    says.append(f"still {'rising' if move > 0 else 'falling'} at the end ({_signed(move, 1)} over "
+                                f"its last {k} rounds)")
+            hits = [curve[i][0] + 1 for i in range(4, len(xs)) if abs(statistics.fmean(xs[i - 4:i + 1]) - paper) <= w]
+            if hits:
+                says.append(f"its 5-round mean meets it at rounds {_ranges(hits)} of {curve[-1][0] + 1}")
+            label = s.grid.value_label(v).split(" (")[0]
+            ours = f"{statistics.fmean(seeds):.2f} ({len(seeds)})"
+            lines.append(f"| {s.grid.row(key).label} | {label} | {ours} | {paper:.2f} | {_signed(gap, 2)} | "
+                         f"{'; '.join(says) or 'open'} |")
+    return "\n".join(lines)
