@@ -751,3 +751,15 @@ def test_paper_gaps_lists_each_gap_over_3_points_with_what_its_rounds_say(name, 
             (tuple(c.strip() for c in x.strip("|").split("|")[:2]), x) for x in lines)[("Source Only", "-90%")]
         assert f"meets it at rounds {pages.render(f'near-paper-rounds {name} fedavg_all 2')} of 50" in \
             next(x for x in lines if x.startswith("| FedAvg (all clients) | -90% |"))
+
+
+def test_trial_time_is_the_summarys_sum_of_the_finished_trials_own_times():
+    import json
+
+    name = "domainbed-colored-mnist-quick"  # run in chunks: the last launch ran no trial
+    total = sum(json.loads(p.read_text())["seconds"] for p in (pages.RESULTS / name / "trials").glob("*/rows.json"))
+    assert pages.render(f"wall {name}") == "1 s for 0 trials"
+    got = pages.render(f"trial-time {name}")
+    assert got == f"{int(total):,} s ({int(total) / 3600:.1f} h)".replace(",", " ")
+    with pytest.raises(ValueError, match="names no finished trials' own run time"):
+        pages.render("trial-time search-beta")  # a search's summary says no such thing

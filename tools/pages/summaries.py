@@ -96,6 +96,20 @@ def build_note(*names: str) -> str:
     return "Build. " + "; ".join(parts) + "."
 
 
+@GENERATORS.register("trial-time")
+def trial_time(name: str) -> str:
+    """The finished trials' own run time, from the `Wall time:` line of docs/results/<name>/summary.md: what a sweep
+    run in chunks or resumed cost, whichever launch ran each trial: "42 854 s (11.9 h)"."""
+    import re
+
+    text = (records.RESULTS / name / "summary.md").read_text()
+    m = re.search(r"the finished trials' own run time adds up to (\d+) s", text)
+    if m is None:
+        raise ValueError(f"trial-time: docs/results/{name}/summary.md names no finished trials' own run time")
+    seconds = int(m.group(1))
+    return f"{seconds:,} s ({seconds / 3600:.1f} h)".replace(",", " ")
+
+
 @GENERATORS.register("wall")
 def wall(name: str) -> str:
     """The wall time and trial count of the launch that wrote docs/results/<name>/summary.md, from its `Wall time:`
