@@ -63,9 +63,20 @@ def keyword_names() -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(kw)) if kw is not None else ()
 
 
+_DEFAULTS: dict[str, Any] = {}  # the keyword family's defaults, once read (cfg.beta reads them every call)
+
+
 def _keyword_defaults() -> dict[str, Any]:
-    kw = keyword_params()
-    return {f.name: f.default for f in dataclasses.fields(kw)} if kw is not None else {}
+    if not _DEFAULTS:
+        kw = keyword_params()
+        _DEFAULTS.update({f.name: f.default for f in dataclasses.fields(kw)} if kw is not None else {})
+    return _DEFAULTS
+
+
+def config_names() -> tuple[str, ...]:
+    """Every keyword RunConfig(**kw) takes, in order: its fields, params included, then the keyword family's
+    parameters."""
+    return tuple(f.name for f in dataclasses.fields(RunConfig)) + keyword_names()
 
 
 def config_keywords() -> list[tuple[type, dataclasses.Field]]:

@@ -27,11 +27,11 @@ from ray import tune
 from fda_ray.core import interrupts
 from fda_ray.core.storage import storage_path
 from fda_ray.experiments.records import round_metrics as metrics
-from fda_ray.core.config import RunConfig, config_keywords
+from fda_ray.core.config import RunConfig, config_names
 from fda_ray.runtime.preflight import RunWarning
 from fda_ray.runtime import resources as plans
 
-RUN_FIELDS = tuple(f.name for _, f in config_keywords()) + ("params",)  # (with the FDA family's: beta, ...)
+RUN_FIELDS = config_names()  # (with the FDA family's: beta, ...)
 RECORD_KEY = "record_dir"  # a trial parameter that is not a RunConfig field: see trainable()
 STATE_FILE = "state.pt"  # a round's resume state in a Tune checkpoint (the same contents as a trial record's)
 # A custom resource nodes may declare (`ray start --resources '{"fda_driver": 8}'`). With pin_drivers (the sweep's

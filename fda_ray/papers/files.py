@@ -324,9 +324,9 @@ def _field_names(c: Checker, d: Grid | Search) -> None:
 
 
 def run_config_fields() -> set[str]:
-    from fda_ray.core.config import config_keywords
+    from fda_ray.core.config import config_names
 
-    return {f.name for _, f in config_keywords()} | {"params"}
+    return set(config_names())
 
 
 def known_fields(c: Checker, where: str, fields: Mapping[str, Any], known: set[str]) -> None:
