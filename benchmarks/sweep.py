@@ -12,6 +12,8 @@ outside and from its trial records:
                     (the trials' seconds over the wall)
     GPU busy        the mean of nvidia-smi's utilization.gpu, sampled once a second while the sweep ran ("not
                     measured" without nvidia-smi)
+    GPU memory      the most device memory in use (nvidia-smi's memory.used, every process on the GPU: CUDA contexts
+                    and the allocators' caches included) at any sample: what a smaller GPU would have to hold
     first round     per trial, the start-up phases up to its first row (fda_ray.runtime.startup): the median and the
                     slowest trial, and each phase's median
 
@@ -46,17 +48,19 @@ BACKENDS = ("local", "tune", "tune-actors")  # tune-actors: Ray Tune with the cl
 
 
 class GpuSampler:
-    """nvidia-smi's utilization.gpu once a second, in a thread, while a sweep runs (nothing without nvidia-smi)."""
+    """nvidia-smi's utilization.gpu and memory.used once a second, in a thread, while a sweep runs (nothing without
+    nvidia-smi)."""
 
     def __init__(self) -> None:
         self.samples: list[float] = []
+        self.memory_mib: list[float] = []
         self.proc: subprocess.Popen | None = None
         self.thread: threading.Thread | None = None
 
     def __enter__(self) -> "GpuSampler":
         smi = shutil.which("nvidia-smi")
         if smi:
-            self.proc = subprocess.Popen([smi, "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
+            self.proc = subprocess.Popen([smi, "--query-gpu=utilization.gpu,memory.used", "--format=csv,noheader,nounits",
                                           "-l", "1"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
             self.thread = threading.Thread(target=self._read, daemon=True)
             self.thread.start()
@@ -65,10 +69,16 @@ class GpuSampler:
     def _read(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
         for line in self.proc.stdout:
-            try:  # one line per GPU: the busiest (the run uses one)
-                self.samples.append(float(line.strip().split(",")[0]))
-            except ValueError:
-                pass
+            self.add(line)
+
+    def add(self, line: str) -> None:
+        """One line of nvidia-smi's output: 'busy %, memory MiB' (a line per GPU; the run uses one)."""
+        try:
+            busy, memory = (float(v) for v in line.strip().split(","))
+        except ValueError:  # a warning or a GPU without the field ([N/A])
+            return
+        self.samples.append(busy)
+        self.memory_mib.append(memory)
 
     def __exit__(self, *exc: Any) -> None:
         if self.proc is not None:
@@ -79,6 +89,9 @@ class GpuSampler:
 
     def busy(self) -> float | None:
         return statistics.fmean(self.samples) if self.samples else None
+
+    def memory_peak_gib(self) -> float | None:
+        return max(self.memory_mib) / 1024 if self.memory_mib else None
 
 
 def at_once(intervals: list[tuple[float, float]]) -> int:
@@ -140,7 +153,7 @@ def run_backend(backend: str, a: argparse.Namespace, flags: list[str], extra: li
             "trials": len(trials), "wall_seconds": wall, "sweep_wall_seconds": summary.get("wall_seconds"),
             "trials_at_once_max": at_once(spans), "trials_at_once_mean": busy / wall if wall else None,
             "trial_seconds_median": statistics.median([e - s for s, e in spans]) if spans else None,
-            "gpu_busy_percent": gpu.busy(), "gpu_samples": len(gpu.samples),
+            "gpu_busy_percent": gpu.busy(), "gpu_memory_peak_gib": gpu.memory_peak_gib(), "gpu_samples": len(gpu.samples),
             "first_round_seconds_median": statistics.median(firsts) if firsts else None,
             "first_round_seconds_max": max(firsts) if firsts else None, "phases_median_seconds": phases}
 
@@ -169,12 +182,13 @@ def table(result: dict[str, Any]) -> str:
     rows = result["backends"]
     local = next((r["wall_seconds"] for r in rows if r["backend"] == "local"), None)
     lines = ["| backend | trials | wall (s) | x local | trials at once (max / mean) | trial (s, median) | GPU busy "
-             "(%) | first round (s, median / max) |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "(%) | GPU memory (GiB, peak) | first round (s, median / max) |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         ratio = f"{r['wall_seconds'] / local:.2f}" if local else "-"
         lines.append(f"| {r['backend']} | {r['trials']} | {r['wall_seconds']:.1f} | {ratio} | "
                      f"{r['trials_at_once_max']} / {_num(r['trials_at_once_mean'], '.1f')} | "
                      f"{_num(r['trial_seconds_median'], '.1f')} | {_num(r['gpu_busy_percent'], '.0f')} | "
+                     f"{_num(r.get('gpu_memory_peak_gib'), '.1f')} | "
                      f"{_num(r['first_round_seconds_median'], '.2f')} / {_num(r['first_round_seconds_max'], '.2f')} |")
     names = [p for p in PHASES if any(p in r["phases_median_seconds"] for r in rows)]
     lines += ["", "| start-up phase (median s) | " + " | ".join(r["backend"] for r in rows) + " |",
@@ -241,9 +255,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"bench.sweep: {b} ...", file=sys.stderr, flush=True)
             try:
                 result["backends"].append(run_backend(b, a, flags, extra, Path(d) / b))
-            except RuntimeError as e:
-                print(f"error: {e}", file=sys.stderr)
-                return 1
+            except RuntimeError as e:  # the backends measured so far are still printed and written
+                failed = f"error: {e}"
+                break
+        else:
+            failed = ""
+    if not result["backends"]:
+        print(failed, file=sys.stderr)
+        return 1
     text = table(result)
     m = result["machine"]
     print(f"{a.grid} {a.profile} column {a.values}, {a.seeds} seed(s); {m['cpus']} CPUs, "
@@ -252,6 +271,9 @@ def main(argv: list[str] | None = None) -> int:
     if a.json:
         Path(a.json).parent.mkdir(parents=True, exist_ok=True)
         Path(a.json).write_text(json.dumps(result, indent=1) + "\n")
+    if failed:
+        print(failed, file=sys.stderr)
+        return 1
     return 0
 
 

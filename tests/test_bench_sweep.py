@@ -21,19 +21,49 @@ def test_a_first_round_is_its_phases_kernel_load_aside():
     assert bench.first_round_seconds(st) == 3.75  # kernel_load lies inside another phase
 
 
-def _row(backend, wall, phases, busy=None):
-    return {"backend": backend, "trials": 2, "wall_seconds": wall, "trials_at_once_max": 2, "trials_at_once_mean": 1.5,
-            "trial_seconds_median": 4.0, "gpu_busy_percent": busy, "first_round_seconds_median": 1.0,
-            "first_round_seconds_max": 2.0, "phases_median_seconds": phases}
+def _row(backend, wall, phases, busy=None, memory=None):
+    row = {"backend": backend, "trials": 2, "wall_seconds": wall, "trials_at_once_max": 2, "trials_at_once_mean": 1.5,
+           "trial_seconds_median": 4.0, "gpu_busy_percent": busy, "first_round_seconds_median": 1.0,
+           "first_round_seconds_max": 2.0, "phases_median_seconds": phases}
+    if memory is not None:  # records written before the memory column have no such key
+        row["gpu_memory_peak_gib"] = memory
+    return row
 
 
 def test_the_table_compares_with_the_local_backend_and_marks_what_is_missing():
     text = bench.table({"backends": [_row("local", 10.0, {"data_load": 0.5}),
-                                     _row("tune-actors", 12.5, {"data_load": 0.5, "data_ship": 0.25}, busy=97.0)]})
+                                     _row("tune-actors", 12.5, {"data_load": 0.5, "data_ship": 0.25}, busy=97.0,
+                                          memory=9.375)]})
     lines = text.splitlines()
-    assert lines[2].startswith("| local | 2 | 10.0 | 1.00 | 2 / 1.5 | 4.0 | not measured | 1.00 / 2.00 |")
-    assert lines[3].startswith("| tune-actors | 2 | 12.5 | 1.25 | 2 / 1.5 | 4.0 | 97 |")
+    assert lines[2].startswith("| local | 2 | 10.0 | 1.00 | 2 / 1.5 | 4.0 | not measured | not measured | 1.00 / 2.00 |")
+    assert lines[3].startswith("| tune-actors | 2 | 12.5 | 1.25 | 2 / 1.5 | 4.0 | 97 | 9.4 |")
     assert "| data_ship | - | 0.250 |" in lines  # a phase the local backend does not have
+
+
+def test_the_gpu_sampler_reads_busy_share_and_memory():
+    s = bench.GpuSampler()
+    for line in ("35, 1024\n", "97, 9216\n", "[N/A], [N/A]\n", "No devices were found\n", "12, 2048\n"):
+        s.add(line)
+    assert s.samples == [35.0, 97.0, 12.0]
+    assert s.busy() == 48.0 and s.memory_peak_gib() == 9.0
+    assert bench.GpuSampler().busy() is None and bench.GpuSampler().memory_peak_gib() is None
+
+
+def test_a_failed_backend_keeps_the_ones_measured_before_it(monkeypatch, tmp_path, capsys):
+    def run_backend(backend, a, flags, extra, out):
+        if backend == "tune":
+            raise RuntimeError("tune: the sweep exited 1: boom")
+        return _row(backend, 10.0, {"data_load": 0.5})
+
+    monkeypatch.setattr(bench, "run_backend", run_backend)
+    monkeypatch.setattr(bench, "machine", lambda: {"date": "d", "cpus": 2, "cpu": "x", "gpu": None, "torch": "t",
+                                                  "ray": "r", "python": "p"})
+    out = tmp_path / "bench.json"
+    assert bench.main(["--backends", "local,tune,tune-actors", "--json", str(out)]) == 1
+    assert [r["backend"] for r in json.loads(out.read_text())["backends"]] == ["local"]
+    captured = capsys.readouterr()
+    assert "| local | 2 | 10.0 |" in captured.out
+    assert captured.err.strip().splitlines()[-1] == "error: tune: the sweep exited 1: boom"
 
 
 def test_bad_arguments_are_one_line(capsys):

@@ -763,3 +763,30 @@ def test_trial_time_is_the_summarys_sum_of_the_finished_trials_own_times():
     assert got == f"{int(total):,} s ({int(total) / 3600:.1f} h)".replace(",", " ")
     with pytest.raises(ValueError, match="names no finished trials' own run time"):
         pages.render("trial-time search-beta")  # a search's summary says no such thing
+
+
+def test_gpu_lease_reads_each_steps_samples_inside_its_window(monkeypatch, tmp_path):
+    monkeypatch.setattr(pages.records, "RESULTS", tmp_path)
+    lease = tmp_path / "bench-sweep" / "lease"
+    lease.mkdir(parents=True)
+    (lease / "setup.txt").write_text("setup 4 s\n3.12.3 ray 2.60.0\n")
+    (lease / "steps.txt").write_text("== build start 4 s (limit 200)\n== build rc=0 30 s\n"
+                                     "== sweep start 34 s (limit 200)\n== sweep rc=124 40 s\ndone 74 s\n")
+    # one sample a second from t = 4 s (the set-up's end): 0 % / 10 MiB while building, then 50 % and 80 % in turn
+    # with 1024 MiB, one 4096 MiB sample at t = 50 s (inside sweep's trimmed window, 42-66 s) and one 8192 MiB at
+    # t = 36 s (inside the step, outside its window: a sample near an edge counts for neither step)
+    rows = []
+    for k in range(70):
+        t = 4 + k
+        busy, mem = (0, 10) if t < 34 else (50 + 30 * (k % 2), 1024)
+        mem = 4096 if t == 50 else 8192 if t == 36 else mem
+        rows.append(f"2026/11/28 04:{40 + k // 60}:{k % 60:02d}.500, {busy}, {mem}")
+    (lease / "smi.csv").write_text("\n".join(rows) + "\nnot a sample\n")
+    got = pages.render("gpu-lease lease").splitlines()
+    sweep = [50 + 30 * (k % 2) for k in range(70) if 42 <= 4 + k <= 66]  # 13 at 50 %, 12 at 80 %
+    assert len(sweep) == 25 and sum(sweep) / 25 == 64.4
+    assert got[2] == "| build | 4 | 30 | 0 | 0 | 0.0 |"
+    assert got[3] == "| sweep | 34 | 40 | 124 | 64 | 4.0 |"
+    (lease / "setup.txt").write_text("no line\n")
+    with pytest.raises(ValueError, match="names no 'setup N s' line"):
+        pages.render("gpu-lease lease")

@@ -48,8 +48,10 @@ PLACEMENT_STRATEGY = "PACK"  # a trial's bundles on one node when they fit (its 
 DRIVER_GPU_FRACTION = 0.1  # a driver's GPU share, as a fraction of one client actor's
 # One trial's share of a GPU, by model, measured (module docstring): trials that ask it fill a GPU. A model not
 # measured asks TRIAL_GPU_SHARE_UNMEASURED (4 at once), until a GPU run of python -m benchmarks.sweep measures
-# it and its share is entered here. Memory is not modelled: the simple CNN's trial took about 1.1 GiB on an H100.
-TRIAL_GPU_SHARE = {"simple_cnn": 0.125, "mlp": 0.125}
+# it and its share is entered here. mnist_cnn (DomainBed's CNN): one paper-profile trial alone kept an H200 as
+# little busy as one simple-CNN trial (docs/results/bench-sweep/h200-mnist-cnn-{1,8}.json). Memory is not
+# modelled: a simple-CNN trial held several GiB of an H200 with its clients side by side (docs/ray-and-clusters.md).
+TRIAL_GPU_SHARE = {"simple_cnn": 0.125, "mlp": 0.125, "mnist_cnn": 0.125}
 TRIAL_GPU_SHARE_UNMEASURED = 0.25
 MIN_CPU_SHARE = 0.01  # Ray's CPU requests are in hundredths
 

@@ -63,3 +63,69 @@ def bench_sweep(name: str) -> str:
             f"seed(s){' (' + extra + ')' if extra else ''}; {m['cpus']} CPUs, {m['gpu'] or 'no GPU'}; torch "
             f"{m['torch']}, Ray {m['ray']}, Python {m['python']}; {m['date']}.")
     return head + "\n\n" + table(result)
+
+
+LEASE_MARGIN_S = 8  # seconds trimmed from both ends of a step's window (the sampler's start is known to a few s)
+
+
+def _lease_steps(name: str) -> dict[str, dict]:
+    """steps.txt's steps, each with the samples (busy %, memory MiB) inside it. Sample k lies at `setup` seconds
+    (setup.txt; the sampler starts after the set-up) plus its time since the first sample; LEASE_MARGIN_S seconds
+    are left out at both ends of each step, so a sample near a step's edge, whose step the few seconds'
+    uncertainty leaves open, counts for neither."""
+    import csv
+    import datetime
+    import re
+
+    folder = records.RESULTS / "bench-sweep" / name
+    if not (folder / "steps.txt").is_file():
+        raise ValueError(f"gpu-lease: {str(folder / 'steps.txt')!r} does not exist")
+    setup = re.search(r"^setup (\d+) s", (folder / "setup.txt").read_text(), re.M)
+    if setup is None:
+        raise ValueError(f"gpu-lease: {str(folder / 'setup.txt')!r} names no 'setup N s' line")
+    samples: list[tuple[float, float, float]] = []  # (s since the lease's start, busy %, memory MiB)
+    first = None
+    for row in csv.reader((folder / "smi.csv").read_text().splitlines()):
+        try:
+            t = datetime.datetime.strptime(row[0].strip(), "%Y/%m/%d %H:%M:%S.%f")
+            busy, mem = float(row[1]), float(row[2])
+        except (ValueError, IndexError):
+            continue
+        first = first or t
+        samples.append((int(setup.group(1)) + (t - first).total_seconds(), busy, mem))
+    steps: dict[str, dict] = {}
+    for line in (folder / "steps.txt").read_text().splitlines():
+        if m := re.match(r"== (\S+) start (\d+) s", line):
+            steps[m.group(1)] = {"start": int(m.group(2))}
+        elif m := re.match(r"== (\S+) rc=(\d+) (\d+) s", line):
+            steps[m.group(1)].update(rc=int(m.group(2)), seconds=int(m.group(3)))
+    for s in steps.values():
+        lo, hi = s["start"] + LEASE_MARGIN_S, s["start"] + s.get("seconds", 0) - LEASE_MARGIN_S
+        s["samples"] = [(b, m) for t, b, m in samples if lo <= t <= hi]
+    return steps
+
+
+@GENERATORS.register("gpu-lease")
+def gpu_lease(name: str) -> str:
+    """One GPU lease's steps (tools/gpu-sweep-check.sh's records in docs/results/bench-sweep/<name>/): each step's
+    start, seconds and exit code (steps.txt), and nvidia-smi's samples (smi.csv, once a second) inside it: the mean
+    busy share and the most device memory in use (every process: CUDA contexts and allocator caches included)."""
+    steps = _lease_steps(name)
+    lines = ["| step | started (s) | seconds | exit | GPU busy (%, mean) | GPU memory (GiB, peak) |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for step, s in steps.items():
+        inside = s["samples"]
+        busy = f"{sum(b for b, _ in inside) / len(inside):.0f}" if inside else "-"
+        mem = f"{max(m for _, m in inside) / 1024:.1f}" if inside else "-"
+        lines.append(f"| {step} | {s['start']} | {s.get('seconds', '-')} | {s.get('rc', '-')} | {busy} | {mem} |")
+    return "\n".join(lines)
+
+
+@GENERATORS.register("gpu-lease-memory")
+def gpu_lease_memory(name: str, step: str, per: str = "1") -> str:
+    """The most device memory (GiB) in use inside one step of a lease (as `gpu-lease` reads it), divided by `per`
+    (the trials it ran at once): "9.4"."""
+    got = _lease_steps(name).get(step)
+    if got is None or not got["samples"]:
+        raise ValueError(f"gpu-lease-memory: {name!r} has no samples inside a step {step!r}")
+    return f"{max(m for _, m in got['samples']) / 1024 / int(per):.1f}"
