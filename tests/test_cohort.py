@@ -251,3 +251,46 @@ def test_gpu_clients_side_by_side_equal_in_turn(tiny, monkeypatch):
     for a, b in zip(*outs):
         for k in a.tensors:
             assert torch.equal(a.tensors[k], b.tensors[k]), (a.client, k)
+
+
+def test_a_gpu_client_keeps_one_stream_from_round_to_round(monkeypatch):
+    """PyTorch's allocator reuses a freed block only on the stream it was made on: a client trains on the same
+    stream every round (one per client and device in a process), not on a new one each round."""
+    from fda_ray.train import cohort
+
+    made = []
+
+    class FakeStream:
+        def __init__(self, device):
+            made.append(device)
+
+    monkeypatch.setattr(torch.cuda, "Stream", FakeStream)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(cohort, "_STREAMS", {})
+    d0, d1 = torch.device("cuda:0"), torch.device("cuda:1")
+    first = [cohort.client_stream(k, d0) for k in range(3)]
+    assert len({id(s) for s in first}) == 3  # one each
+    for _ in range(5):  # later rounds: the same streams, none made
+        assert [cohort.client_stream(k, d0) for k in range(3)] == first
+    assert cohort.client_stream(0, torch.device("cuda")) is first[0]  # "cuda" is the current device, 0
+    assert cohort.client_stream(0, d1) is not first[0]  # another device: its own
+    assert len(made) == 4
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_gpu_clients_side_by_side_hold_no_more_memory_round_after_round(tiny):
+    """The same round's tasks run again and again side by side: after the first two, the allocator's reserved
+    memory does not grow (a new stream each round would cache each client's blocks on up to 32 streams)."""
+    cfg = tiny(method="fedgp", rounds=2, device="cuda")
+    exp = build_experiment(cfg)
+    tasks, inputs = _round_tasks(exp)
+    clients = {c.index: c for c in exp.clients}
+    for _ in range(2):
+        run_tasks(clients, tasks, inputs, vectorise=False, overlap=True)
+    torch.cuda.synchronize()
+    settled = torch.cuda.memory_reserved()
+    for _ in range(40):  # more than 32 streams' worth of rounds for any client count
+        run_tasks(clients, tasks, inputs, vectorise=False, overlap=True)
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_reserved() <= settled
