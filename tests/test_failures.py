@@ -924,3 +924,26 @@ def test_two_checkouts_share_one_kernel_build_and_other_kernels_get_their_own(tm
     other = build("changed")
     assert a["dir"] == b["dir"] == again["dir"] and a["so_mtime"] == b["so_mtime"] == again["so_mtime"]
     assert other["dir"] != a["dir"] and build("a")["so_mtime"] == a["so_mtime"]
+
+
+def test_failures_not_the_methods_get_one_line_each_with_what_to_do():
+    """A sweep's failed trials whose cause is the machine (a full disk, a lost node, a GPU's memory) get one line
+    per kind naming what to do and the resuming command; the method's own failures get none."""
+    from fda_ray.experiments.sweep import failure_advice
+
+    oom = ("OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 23.64 "
+           "GiB of which 3.06 MiB is free.")
+    failures = [{"trial": "a", "error": oom}, {"trial": "b", "error": "ValueError: target_labelled=5000 is invalid"},
+                {"trial": "c", "error": "RuntimeError: CUDA error: out of memory"},
+                {"trial": "d", "error": "OSError: [Errno 28] No space left on device: '/x/rows.json'"},
+                {"trial": "e", "error": "not run: its node 10.0.0.2 is gone", "stranded": True}]
+    lines = failure_advice(failures, 7, "/x/trials", "python -m fda_ray.sweep --grid noise")
+    assert lines == [
+        "error: 1 trial(s) could not write their records (No space left on device, under /x/trials); the 7 finished "
+        "trials are kept: free the space, then resume with: python -m fda_ray.sweep --grid noise --resume",
+        "error: 1 trial(s) did not run: its node 10.0.0.2 is gone; the 7 finished trials are kept: bring back a node "
+        "that holds a trial, then resume with: python -m fda_ray.sweep --grid noise --resume",
+        "error: 2 trial(s) ran out of GPU memory; the 7 finished trials are kept: run fewer trials at once on a GPU "
+        "(a lower --workers with the local backend; with Tune a larger --gpus-per-client or a lower "
+        "--max-concurrent), then resume with: python -m fda_ray.sweep --grid noise --resume"]
+    assert failure_advice(failures[1:2], 7, "/x/trials", "cmd") == []  # the method's own failure: the summary says it
