@@ -22,7 +22,8 @@ Ray actors in the trial's placement group). On a GPU (--device cuda) the local p
 with --device cuda, `tune` runs its trials with --device cuda, and `tune-actors` at --gpus-per-client (the command
 docs/ray-and-clusters.md gives); on the CPU `tune-actors` adds --executor ray. --local-args, --tune-args and
 --actor-args replace a backend's own flags. The JSON output (--json FILE) names the machine, torch and Ray; the
-committed ones are in docs/results/bench-sweep/.
+committed ones are in docs/results/bench-sweep/. A backend that fails or is interrupted (Ctrl-C, a time limit's
+SIGINT) ends the benchmark with exit code 1, the backends measured before it printed and written.
 """
 from __future__ import annotations
 
@@ -257,6 +258,9 @@ def main(argv: list[str] | None = None) -> int:
                 result["backends"].append(run_backend(b, a, flags, extra, Path(d) / b))
             except RuntimeError as e:  # the backends measured so far are still printed and written
                 failed = f"error: {e}"
+                break
+            except KeyboardInterrupt:  # Ctrl-C, or a time limit's SIGINT: the same
+                failed = f"error: interrupted while {b} ran; the backends before it are kept"
                 break
         else:
             failed = ""

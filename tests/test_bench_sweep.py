@@ -49,10 +49,13 @@ def test_the_gpu_sampler_reads_busy_share_and_memory():
     assert bench.GpuSampler().busy() is None and bench.GpuSampler().memory_peak_gib() is None
 
 
-def test_a_failed_backend_keeps_the_ones_measured_before_it(monkeypatch, tmp_path, capsys):
+@pytest.mark.parametrize("error,line", [
+    (RuntimeError("tune: the sweep exited 1: boom"), "error: tune: the sweep exited 1: boom"),
+    (KeyboardInterrupt(), "error: interrupted while tune ran; the backends before it are kept")])
+def test_a_failed_backend_keeps_the_ones_measured_before_it(error, line, monkeypatch, tmp_path, capsys):
     def run_backend(backend, a, flags, extra, out):
         if backend == "tune":
-            raise RuntimeError("tune: the sweep exited 1: boom")
+            raise error
         return _row(backend, 10.0, {"data_load": 0.5})
 
     monkeypatch.setattr(bench, "run_backend", run_backend)
@@ -63,7 +66,7 @@ def test_a_failed_backend_keeps_the_ones_measured_before_it(monkeypatch, tmp_pat
     assert [r["backend"] for r in json.loads(out.read_text())["backends"]] == ["local"]
     captured = capsys.readouterr()
     assert "| local | 2 | 10.0 |" in captured.out
-    assert captured.err.strip().splitlines()[-1] == "error: tune: the sweep exited 1: boom"
+    assert captured.err.strip().splitlines()[-1] == line
 
 
 def test_bad_arguments_are_one_line(capsys):
