@@ -790,3 +790,16 @@ def test_gpu_lease_reads_each_steps_samples_inside_its_window(monkeypatch, tmp_p
     (lease / "setup.txt").write_text("no line\n")
     with pytest.raises(ValueError, match="names no 'setup N s' line"):
         pages.render("gpu-lease lease")
+
+
+def test_bench_ratio_is_a_backends_wall_over_the_local_one(monkeypatch, tmp_path):
+    import json
+
+    monkeypatch.setattr(pages.records, "RESULTS", tmp_path)
+    (tmp_path / "bench-sweep").mkdir()
+    rows = [{"backend": "local", "wall_seconds": 80.0}, {"backend": "tune-actors", "wall_seconds": 90.4}]
+    (tmp_path / "bench-sweep" / "b.json").write_text(json.dumps({"backends": rows}))
+    assert pages.render("bench-ratio b tune-actors") == "1.13"  # 90.4 / 80 = 1.13
+    assert pages.render("bench-ratio b local") == "1.00"
+    with pytest.raises(ValueError, match="has no local and 'tune' rows"):
+        pages.render("bench-ratio b tune")

@@ -121,6 +121,19 @@ def gpu_lease(name: str) -> str:
     return "\n".join(lines)
 
 
+@GENERATORS.register("bench-ratio")
+def bench_ratio(name: str, backend: str) -> str:
+    """One backend's wall time over the local backend's in docs/results/bench-sweep/<name>.json, as the
+    bench-sweep table's `x local` column prints it: "1.13"."""
+    path = records.RESULTS / "bench-sweep" / f"{name}.json"
+    if not path.is_file():
+        raise ValueError(f"bench-ratio: {str(path)!r} does not exist")
+    walls = {r["backend"]: r["wall_seconds"] for r in json.loads(path.read_text())["backends"]}
+    if "local" not in walls or backend not in walls:
+        raise ValueError(f"bench-ratio: {name!r} has no local and {backend!r} rows (it has {', '.join(walls)})")
+    return f"{walls[backend] / walls['local']:.2f}"
+
+
 @GENERATORS.register("gpu-lease-memory")
 def gpu_lease_memory(name: str, step: str, per: str = "1") -> str:
     """The most device memory (GiB) in use inside one step of a lease (as `gpu-lease` reads it), divided by `per`
