@@ -14,6 +14,8 @@ outside and from its trial records:
                     measured" without nvidia-smi)
     GPU memory      the most device memory in use (nvidia-smi's memory.used, every process on the GPU: CUDA contexts
                     and the allocators' caches included) at any sample: what a smaller GPU would have to hold
+    a trial's GPU memory  the median over trials of what each trial's processes reserved at most (its record's
+                    gpu_memory: PyTorch's allocators, the CUDA contexts aside)
     first round     per trial, the start-up phases up to its first row (fda_ray.runtime.startup): the median and the
                     slowest trial, and each phase's median
 
@@ -120,8 +122,17 @@ def read_trials(out: Path) -> list[dict[str, Any]]:
         if started is None or data.get("finished_at") is None:
             continue
         found.append({"key": rows.parent.name, "started_at": started, "finished_at": data["finished_at"],
-                      "startup": data.get("startup") or {}})
+                      "startup": data.get("startup") or {}, "gpu_memory": data.get("gpu_memory")})
     return found
+
+
+def trial_gpu_memory_gib(record: dict[str, Any] | None) -> float | None:
+    """One trial's GPU memory from its record's "gpu_memory" (fda_ray.experiments.trials.GpuMemory): the most its
+    processes' allocators reserved, the trial's own process and its client actors together, in GiB (the CUDA
+    contexts aside); None for a trial without GPU memory recorded."""
+    if not record:
+        return None
+    return (record["process"]["peak_reserved"] + sum(a["peak_reserved"] for a in record.get("actors", []))) / 2**30
 
 
 def _summary(stdout: str) -> dict[str, Any]:
@@ -149,12 +160,14 @@ def run_backend(backend: str, a: argparse.Namespace, flags: list[str], extra: li
     phases = {p: statistics.median([t["startup"].get(p, 0.0) for t in trials]) for p in PHASES
               if any(p in t["startup"] for t in trials)}
     busy = sum(e - s for s, e in spans)
+    memory = [m for m in (trial_gpu_memory_gib(t["gpu_memory"]) for t in trials) if m is not None]
     return {"backend": backend, "command": " ".join(shlex.quote(x) for x in ["python", *cmd[1:]]).replace(
                 str(out), "OUT"),
             "trials": len(trials), "wall_seconds": wall, "sweep_wall_seconds": summary.get("wall_seconds"),
             "trials_at_once_max": at_once(spans), "trials_at_once_mean": busy / wall if wall else None,
             "trial_seconds_median": statistics.median([e - s for s, e in spans]) if spans else None,
             "gpu_busy_percent": gpu.busy(), "gpu_memory_peak_gib": gpu.memory_peak_gib(), "gpu_samples": len(gpu.samples),
+            "trial_gpu_memory_gib_median": statistics.median(memory) if memory else None,
             "first_round_seconds_median": statistics.median(firsts) if firsts else None,
             "first_round_seconds_max": max(firsts) if firsts else None, "phases_median_seconds": phases}
 
@@ -183,13 +196,14 @@ def table(result: dict[str, Any]) -> str:
     rows = result["backends"]
     local = next((r["wall_seconds"] for r in rows if r["backend"] == "local"), None)
     lines = ["| backend | trials | wall (s) | x local | trials at once (max / mean) | trial (s, median) | GPU busy "
-             "(%) | GPU memory (GiB, peak) | first round (s, median / max) |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "(%) | GPU memory (GiB, peak) | a trial's GPU memory (GiB, median) | first round (s, median / max) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         ratio = f"{r['wall_seconds'] / local:.2f}" if local else "-"
         lines.append(f"| {r['backend']} | {r['trials']} | {r['wall_seconds']:.1f} | {ratio} | "
                      f"{r['trials_at_once_max']} / {_num(r['trials_at_once_mean'], '.1f')} | "
                      f"{_num(r['trial_seconds_median'], '.1f')} | {_num(r['gpu_busy_percent'], '.0f')} | "
-                     f"{_num(r.get('gpu_memory_peak_gib'), '.1f')} | "
+                     f"{_num(r.get('gpu_memory_peak_gib'), '.1f')} | {_num(r.get('trial_gpu_memory_gib_median'), '.2f')} | "
                      f"{_num(r['first_round_seconds_median'], '.2f')} / {_num(r['first_round_seconds_max'], '.2f')} |")
     names = [p for p in PHASES if any(p in r["phases_median_seconds"] for r in rows)]
     lines += ["", "| start-up phase (median s) | " + " | ".join(r["backend"] for r in rows) + " |",

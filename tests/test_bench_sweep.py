@@ -35,9 +35,18 @@ def test_the_table_compares_with_the_local_backend_and_marks_what_is_missing():
                                      _row("tune-actors", 12.5, {"data_load": 0.5, "data_ship": 0.25}, busy=97.0,
                                           memory=9.375)]})
     lines = text.splitlines()
-    assert lines[2].startswith("| local | 2 | 10.0 | 1.00 | 2 / 1.5 | 4.0 | not measured | not measured | 1.00 / 2.00 |")
-    assert lines[3].startswith("| tune-actors | 2 | 12.5 | 1.25 | 2 / 1.5 | 4.0 | 97 | 9.4 |")
+    assert lines[2] == "| local | 2 | 10.0 | 1.00 | 2 / 1.5 | 4.0 | not measured | not measured | not measured | 1.00 / 2.00 |"
+    assert lines[3].startswith("| tune-actors | 2 | 12.5 | 1.25 | 2 / 1.5 | 4.0 | 97 | 9.4 | not measured |")
     assert "| data_ship | - | 0.250 |" in lines  # a phase the local backend does not have
+
+
+def test_a_trials_gpu_memory_is_its_processes_peaks_together():
+    gib = 2**30
+    record = {"process": {"peak_allocated": gib // 4, "peak_reserved": gib // 2},
+              "actors": [{"peak_allocated": gib, "peak_reserved": 2 * gib, "reserved": gib}]}
+    assert bench.trial_gpu_memory_gib(record) == 2.5  # the driver's 0.5 and its actor's 2
+    assert bench.trial_gpu_memory_gib({"process": {"peak_allocated": 0, "peak_reserved": gib}, "actors": []}) == 1.0
+    assert bench.trial_gpu_memory_gib(None) is None  # a CPU trial's record has none
 
 
 def test_the_gpu_sampler_reads_busy_share_and_memory():

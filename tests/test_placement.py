@@ -391,4 +391,9 @@ def test_a_tune_sweep_fills_a_real_gpu_with_several_trials(fmnist_dir, tmp_path,
     assert len(trials) == 4
     assert at_once([(t["started_at"], t["finished_at"]) for t in trials]) >= 2
     for p in (out / "trials").glob("*/rows.json"):
-        assert json.loads(p.read_text())["config"]["device"] == "cuda"
+        record = json.loads(p.read_text())
+        assert record["config"]["device"] == "cuda"
+        memory = record["gpu_memory"]  # the driver's process and its GPU client actor, each with a peak
+        assert memory["process"]["peak_reserved"] >= memory["process"]["peak_allocated"] > 0
+        assert len(memory["actors"]) >= 1 and all(a["peak_reserved"] >= a["peak_allocated"] > 0
+                                                  for a in memory["actors"])

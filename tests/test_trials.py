@@ -205,6 +205,7 @@ def test_shared_source_only_and_finetune_equal_plain_runs(fmnist_dir, tmp_path):
         env = read_rows(tmp_path / t.key)["environment"]
         assert (env["torch"], env["numpy"], env["python"]) == (torch.__version__, np.__version__,
                                                                platform.python_version())
+        assert "gpu_memory" not in read_rows(tmp_path / t.key)  # a CPU trial records no GPU memory
     rows = [r for t in trials for r in result_rows(t, grid, read_rows(tmp_path / t.key))]
     for noise in (0.0, 0.5):
         plain = run(RunConfig(dataset="fashion-mnist", method="source_only", noise=noise, **tiny))
@@ -213,6 +214,29 @@ def test_shared_source_only_and_finetune_equal_plain_runs(fmnist_dir, tmp_path):
         full = run(RunConfig(dataset="fashion-mnist", method="finetune_offline", noise=noise, **tiny))
         got = [r["accuracy"] for r in rows if r["row"] == "finetune_offline" and r["noise"] == noise]
         assert got == [r["accuracy"] for r in full.rows if r["phase"] == "finetune"] and len(got) == 2
+
+
+def test_a_trials_gpu_memory_reads_its_actors_only_on_a_gpu():
+    """GpuMemory (a GPU trial's "gpu_memory" record) asks a Ray executor's actors for theirs, keeps the GPU ones,
+    and records nothing for a trial on the CPU."""
+    from fda_ray.experiments.trials import GpuMemory
+
+    class Executor:
+        def gpu_memory(self):
+            return [{"peak_allocated": 5, "peak_reserved": 8, "reserved": 8},
+                    {"peak_allocated": 0, "peak_reserved": 0, "reserved": 0}]
+
+    cpu = GpuMemory("cpu")
+    cpu.read_actors(Executor())
+    assert cpu.record() == {} and cpu.actors == []
+    if not torch.cuda.is_available():  # here "cuda" without a GPU is refused before a trial runs; the class agrees
+        assert GpuMemory("cuda").record() == {}
+    else:
+        gpu = GpuMemory("cuda")
+        gpu.read_actors(Executor())
+        memory = gpu.record()["gpu_memory"]
+        assert memory["actors"] == [{"peak_allocated": 5, "peak_reserved": 8, "reserved": 8}]
+        assert set(memory["process"]) == {"peak_allocated", "peak_reserved"}
 
 
 def test_a_trial_read_back_is_checked():

@@ -171,6 +171,7 @@ def run_trial(trial: Trial, records: StoragePath | Path | str, report: Callable[
 
     kernels.forget_ran()  # (a reused trial process ran other trials before: this record names this trial's)
     cfg = trial.config().resolved()
+    gpu_memory = GpuMemory(cfg.device)
     if trial.kind == "finetune":
         source = records / str(trial.weights_from) / WEIGHTS_FILE
         if not source.is_file():
@@ -195,14 +196,45 @@ def run_trial(trial: Trial, records: StoragePath | Path | str, report: Callable[
             nodes = _note_start(record, resume, executor, started_at)
             hist = run_rounds(exp, executor, resume=resume, checkpoint=on_round, startup=startup)
             finished = True
+            gpu_memory.read_actors(executor)
         finally:
             executor.shutdown(keep=finished)  # a finished trial's actors may serve the sweep's next trial
     if trial.save_weights:
         _save_torch(hist.final_weights.detach().cpu().contiguous(), record / WEIGHTS_FILE)
     _save_json({"config": cfg.to_dict(), "rows": hist.rows, "seconds": hist.seconds,
                 "environment": environment(kernels.ran()),
-                "nodes": nodes, "startup": hist.startup, "finished_at": time.time()}, record / ROWS_FILE)
+                "nodes": nodes, "startup": hist.startup, "finished_at": time.time(), **gpu_memory.record()},
+               record / ROWS_FILE)
     return hist
+
+
+class GpuMemory:
+    """A GPU trial's memory for its record ("gpu_memory", bytes, as PyTorch's allocator counts it: the CUDA contexts
+    aside): this process's peaks (its peak counters reset when the trial starts: a reused trial process ran others
+    before) and each GPU client actor's since its clients were loaded. Nothing for a trial on the CPU."""
+
+    def __init__(self, device: str) -> None:
+        import torch
+
+        self.on = device.startswith("cuda") and torch.cuda.is_available()
+        self.actors: list[dict[str, int]] = []
+        if self.on:
+            torch.cuda.reset_peak_memory_stats(device)
+            self.device = device
+
+    def read_actors(self, executor: Any) -> None:
+        """The GPU client actors' memory, read before they are shut down or kept (a serial trial has none)."""
+        if self.on and hasattr(executor, "gpu_memory"):
+            self.actors = [m for m in executor.gpu_memory() if m.get("peak_reserved")]
+
+    def record(self) -> dict[str, Any]:
+        if not self.on:
+            return {}
+        import torch
+
+        return {"gpu_memory": {"process": {"peak_allocated": int(torch.cuda.max_memory_allocated(self.device)),
+                                           "peak_reserved": int(torch.cuda.max_memory_reserved(self.device))},
+                               "actors": self.actors}}
 
 
 def point_trial(base: dict[str, Any], row: str, variable: str, value: float, point: dict[str, Any]) -> Trial:

@@ -81,6 +81,8 @@ class ClientActor:
         # Ray sets CUDA_VISIBLE_DEVICES to this actor's GPU, so "cuda" is the GPU it was given.
         device = "cuda" if use_gpu else "cpu"
         self.clients = {}  # an actor kept from a sweep's previous trial (KEPT) forgets that trial's clients
+        if use_gpu and torch.cuda.is_available():  # gpu_memory's peaks are this trial's, not a kept actor's earlier ones
+            torch.cuda.reset_peak_memory_stats()
         for client, state in zip(clients, states):
             client = client.to(device)
             client.restore(state)
@@ -113,10 +115,13 @@ class ClientActor:
         return ray.get_runtime_context().get_node_id()
 
     def gpu_memory(self) -> dict[str, int]:
-        """Peak and current GPU memory of this actor's process, in bytes (0 on a CPU actor)."""
+        """This actor's GPU memory since its clients were loaded, in bytes, as PyTorch's allocator counts it (the
+        CUDA context aside): the most its tensors held, the most it reserved, what it reserves now (0 on a CPU
+        actor)."""
         if not torch.cuda.is_available() or next(iter(self.clients.values())).device.type != "cuda":
-            return {"peak_allocated": 0, "reserved": 0}
-        return {"peak_allocated": int(torch.cuda.max_memory_allocated()), "reserved": int(torch.cuda.memory_reserved())}
+            return {"peak_allocated": 0, "peak_reserved": 0, "reserved": 0}
+        return {"peak_allocated": int(torch.cuda.max_memory_allocated()),
+                "peak_reserved": int(torch.cuda.max_memory_reserved()), "reserved": int(torch.cuda.memory_reserved())}
 
 
 RemoteClientActor = ray.remote(ClientActor)
