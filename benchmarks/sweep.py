@@ -190,16 +190,22 @@ def _num(v: Any, fmt: str) -> str:
     return "not measured" if v is None else format(v, fmt)
 
 
+def x_local(result: dict[str, Any], backend: str) -> float | None:
+    """A backend's wall time over the local backend's in one benchmark result (None without a local row)."""
+    walls = {r["backend"]: r["wall_seconds"] for r in result["backends"]}
+    return walls[backend] / walls["local"] if "local" in walls and backend in walls else None
+
+
 def table(result: dict[str, Any]) -> str:
     """The benchmark's two tables (backends, then the median start-up phases; "-": a phase that backend does not
     have), as Markdown."""
     rows = result["backends"]
-    local = next((r["wall_seconds"] for r in rows if r["backend"] == "local"), None)
     lines = ["| backend | trials | wall (s) | x local | trials at once (max / mean) | trial (s, median) | GPU busy "
              "(%) | GPU memory (GiB, peak) | a trial's GPU memory (GiB, median) | first round (s, median / max) |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        ratio = f"{r['wall_seconds'] / local:.2f}" if local else "-"
+        x = x_local(result, r["backend"])
+        ratio = f"{x:.2f}" if x is not None else "-"
         lines.append(f"| {r['backend']} | {r['trials']} | {r['wall_seconds']:.1f} | {ratio} | "
                      f"{r['trials_at_once_max']} / {_num(r['trials_at_once_mean'], '.1f')} | "
                      f"{_num(r['trial_seconds_median'], '.1f')} | {_num(r['gpu_busy_percent'], '.0f')} | "

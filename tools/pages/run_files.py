@@ -53,10 +53,7 @@ def bench_sweep(name: str) -> str:
     under a line naming the machine, the column, torch and Ray, and the date it ran."""
     from benchmarks.sweep import table
 
-    path = records.RESULTS / "bench-sweep" / f"{name}.json"
-    if not path.is_file():
-        raise ValueError(f"bench-sweep: {str(path)!r} does not exist")
-    result = json.loads(path.read_text())
+    result = _bench_result(name, "bench-sweep")
     m = result["machine"]
     extra = " ".join(result.get("extra") or [])
     head = (f"{result['grid']} grid, {result['profile']} profile, column {result['values']}, {result['seeds']} "
@@ -125,13 +122,22 @@ def gpu_lease(name: str) -> str:
 def bench_ratio(name: str, backend: str) -> str:
     """One backend's wall time over the local backend's in docs/results/bench-sweep/<name>.json, as the
     bench-sweep table's `x local` column prints it: "1.13"."""
+    from benchmarks.sweep import x_local
+
+    result = _bench_result(name, "bench-ratio")
+    ratio = x_local(result, backend)
+    if ratio is None:
+        have = ", ".join(r["backend"] for r in result["backends"])
+        raise ValueError(f"bench-ratio: {name!r} has no local and {backend!r} rows (it has {have})")
+    return f"{ratio:.2f}"
+
+
+def _bench_result(name: str, generator: str) -> dict:
+    """docs/results/bench-sweep/<name>.json, a python -m benchmarks.sweep --json result."""
     path = records.RESULTS / "bench-sweep" / f"{name}.json"
     if not path.is_file():
-        raise ValueError(f"bench-ratio: {str(path)!r} does not exist")
-    walls = {r["backend"]: r["wall_seconds"] for r in json.loads(path.read_text())["backends"]}
-    if "local" not in walls or backend not in walls:
-        raise ValueError(f"bench-ratio: {name!r} has no local and {backend!r} rows (it has {', '.join(walls)})")
-    return f"{walls[backend] / walls['local']:.2f}"
+        raise ValueError(f"{generator}: {str(path)!r} does not exist")
+    return json.loads(path.read_text())
 
 
 @GENERATORS.register("gpu-lease-memory")
