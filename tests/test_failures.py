@@ -813,8 +813,9 @@ def test_an_error_escaping_a_command_after_the_raylet_ended_is_its_one_line(monk
 
     alive = subprocess.Popen(["sleep", "30"])
     gone = subprocess.Popen(["sh", "-c", "kill -9 $$"])
+    shut = subprocess.Popen(["true"])  # a raylet ray.shutdown ended: code 0
     try:
-        _wait_for(lambda: node_watch._peek(gone) is not None, 30)
+        _wait_for(lambda: node_watch._peek(gone) is not None and node_watch._peek(shut) is not None, 30)
         assert node_watch._peek(gone) == -9 and gone.returncode is None  # seen, not reaped (Popen still can)
         monkeypatch.setattr(interrupts, "CRASH_EXPLAINERS", [node_watch.explain])
 
@@ -824,7 +825,7 @@ def test_an_error_escaping_a_command_after_the_raylet_ended_is_its_one_line(monk
 
         # A raylet that ended with its ray.shutdown (no Ray connected now) is a later command's business no more: its
         # errors go on as they are (a run that diverged after an earlier command's Ray had ended said "node lost")
-        monkeypatch.setattr(node_watch, "_watched", {"proc": gone, "log": "/x/raylet.out"})
+        monkeypatch.setattr(node_watch, "_watched", {"proc": shut, "log": "/x/raylet.out"})
         monkeypatch.setattr(node_watch, "_connected", lambda: False)
         with pytest.raises(OSError, match="Connection reset"):
             command()
@@ -839,9 +840,17 @@ def test_an_error_escaping_a_command_after_the_raylet_ended_is_its_one_line(monk
                        "SIGKILL: killed, by a user or the out-of-memory killer; its log: /x/raylet.out); Ray cannot "
                        "go on without it"]
         assert gone.wait(5) == -9
+        # A raylet killed, then this process disconnected by the command's own clean-up (ray.shutdown in a finally)
+        # before the error reached the command: still its loss, said in one line
+        monkeypatch.setattr(node_watch, "_connected", lambda: False)
+        monkeypatch.setattr(node_watch, "_watched", {"proc": gone, "log": "/x/raylet.out"})
+        assert command() == 1
+        assert capsys.readouterr().err.startswith("error: the local Ray node under this command was lost (its raylet, "
+                                                  f"pid {gone.pid}, ended by SIGKILL")
     finally:
         alive.kill()
         alive.wait()
+        shut.wait()
 
 
 @pytest.mark.slow

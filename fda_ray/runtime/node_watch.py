@@ -121,15 +121,22 @@ def _connected() -> bool:
         return False
 
 
+def _lost(code: int) -> bool:
+    """Whether a raylet that ended with `code` was lost rather than shut down: ray.shutdown disconnects this process,
+    then ends its raylet with code 0. One that ended otherwise (a signal, an error) was lost, also when this process
+    has disconnected since: a command's error handling may run ray.shutdown before the watch thread wakes."""
+    return code != 0 or _connected()
+
+
 def explain(e: BaseException) -> bool:
     """For an exception escaping a command (fda_ray.core.interrupts.CRASH_EXPLAINERS): when the watched raylet has
     ended, Ray's error is its loss (a bare 'Connection reset by peer' from ray.wait, an actor that died): the one
     line instead of the traceback. Returns whether it said so."""
     proc = _watched.get("proc")
-    if proc is None or not _connected():  # (a raylet that ended with its ray.shutdown: not this command's loss)
+    if proc is None:
         return False
     code = _peek(proc)
-    if code is None:
+    if code is None or not _lost(code):  # running, or ended with its ray.shutdown: not this command's loss
         return False
     _say(code)
     return True
@@ -171,7 +178,7 @@ def start(exit: Callable[[int], None] = os._exit) -> threading.Thread | None:
 
     def watch() -> None:
         code = ended()
-        if not worker.global_worker.connected:  # ray.shutdown: the raylet ends on purpose; nothing left to watch
+        if not _lost(code):  # ray.shutdown: the raylet ends on purpose; nothing left to watch
             with _lock:
                 if _watched.get("proc") is proc:
                     _watched.clear()
