@@ -39,12 +39,17 @@ lease_sampler() {
     git log -1 --format=%h; } >> "$R/setup.txt" 2>&1
 }
 # lease_finish: stop the sampler; everything but the unfinished trials' round checkpoints (state.pt, megabytes
-# each) in results.tgz, and those in states.tgz when it fits what a lease brings back (16 MiB a file), so that the
-# next chunk goes on from their last round; else they start again.
+# each) in results.tgz, and those in states.tgz, cut into parts of 15 MiB (states.tgz.part-aa, -ab, ...: a lease
+# brings back 8 files of 16 MiB, 64 MiB in all) when it is larger, so that the next chunk goes on from their last
+# round (`cat states.tgz.part-* | tar -xz`). Past 3 parts they are left out: those trials start again.
 lease_finish() {
   [ -n "${LEASE_SMI:-}" ] && kill "$LEASE_SMI" 2>/dev/null
   echo "done $(( $(date +%s) - T0 )) s" >> "$R/steps.txt"
   (cd "$OUT" && for d in r/*/trials/*/; do [ -f "$d/state.pt" ] && [ ! -f "$d/rows.json" ] && echo "${d%/}/state.pt"; done \
-    | tar -czf states.tgz -T - && [ "$(stat -c %s states.tgz)" -le $(( 15 * 1024 * 1024 )) ] || rm -f states.tgz)
+    | tar -czf states.tgz -T - \
+    && if [ "$(stat -c %s states.tgz)" -gt $(( 15 * 1024 * 1024 )) ]; then
+         split -b 15M states.tgz states.tgz.part- && rm -f states.tgz
+         [ "$(ls states.tgz.part-* | wc -l)" -le 3 ] || rm -f states.tgz.part-*
+       fi)
   tar -czf "$OUT/results.tgz" --exclude state.pt -C "$OUT" r && rm -rf "$R"
 }
