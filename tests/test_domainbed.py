@@ -363,27 +363,67 @@ def test_vlcs_run_on_generated_images(vlcs_root, tmp_path):
 
 # ---------------------------------------------------------------- every method
 
+def _every_method(colored, name: str, **kw) -> RunConfig:
+    """One round of `name` leave-one-domain-out on the tiny ColoredFMNIST, in the settings its family needs."""
+    from fda_ray.algorithms import ALGORITHMS
+
+    family = ALGORITHMS.get(name).family
+    # (the personalised baselines have no warm-up; Healthcare FDA's methods: ColoredMNIST has no auxiliary labels,
+    # so the AuxInfo ones run at alpha 0; FSSDA's split the environments over devices instead of holding one out)
+    extra = {"partition": "domain_shards", "num_sources": 2, "target_fraction": None,
+             "params": {"fssda": {"serial_source_rounds": 1}}} if family == "fssda" else {}
+    if family == "fedwca":  # FedWCA: one source domain, clients of the others
+        extra = {"partition": "domain_clients", "clients_per_domain": 2, "source_envs": (0,), "model": "shot_lenet",
+                 "target_fraction": None, "params": {"fedwca": {"source_epochs": 1, "local_epochs": 1}}}
+    return colored(method=name, test_env=2, finetune_epochs=1, warmup_rounds=1 if family == "fda" else None,
+                   aux_alpha=0.0 if family == "healthcare" else None, **extra, **kw)
+
+
 def test_every_registered_method_runs_leave_one_domain_out(colored):
     from fda_ray.algorithms import ALGORITHMS
     from fda_ray.runtime.engine import run
 
     finals = {}
     for name in ALGORITHMS.names():
-        fda = ALGORITHMS.get(name).family == "fda"  # the personalised baselines have no warm-up
-        # (Healthcare FDA's methods: ColoredMNIST has no auxiliary labels, so the AuxInfo ones run at alpha 0; FSSDA's
-        # split the environments over devices instead of holding one out)
-        fssda = {"partition": "domain_shards", "num_sources": 2, "target_fraction": None,
-                 "params": {"fssda": {"serial_source_rounds": 1}}} if ALGORITHMS.get(name).family == "fssda" else {}
-        if ALGORITHMS.get(name).family == "fedwca":  # FedWCA: one source domain, clients of the others
-            fssda = {"partition": "domain_clients", "clients_per_domain": 2, "source_envs": (0,), "model": "shot_lenet",
-                     "target_fraction": None, "params": {"fedwca": {"source_epochs": 1, "local_epochs": 1}}}
-        hist = run(colored(method=name, test_env=2, finetune_epochs=1, warmup_rounds=1 if fda else None,
-                           aux_alpha=0.0 if ALGORITHMS.get(name).family == "healthcare" else None, **fssda))
+        hist = run(_every_method(colored, name))
         assert hist.rows and all(0 <= r["accuracy"] <= 1 for r in hist.rows), name
         finals[name] = hist.final_weights
     # Auto-weighted FDA's "FedAvg" has the target as a client: not the sources' FedAvg (FedGP's "FedAvg" = source_only)
     assert not torch.equal(finals["fedavg_all"], finals["source_only"])
     assert len(ALGORITHMS.names()) == 25
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here: run on a GPU machine (pytest -m gpu)")
+def test_every_registered_method_runs_on_cuda(colored):
+    """--device cuda for every method: the clients' state crosses to the driver on the CPU while the server state is
+    on the GPU (APFL's and FedRep's evaluation mixed the two and failed on an H200 before Evaluator.client_state moved
+    it); each run gives the CPU run's rounds, with accuracies in [0, 1]."""
+    from fda_ray.algorithms import ALGORITHMS
+    from fda_ray.runtime.engine import run
+
+    for name in ALGORITHMS.names():
+        cpu, gpu = run(_every_method(colored, name)), run(_every_method(colored, name, device="cuda"))
+        assert [r["round"] for r in gpu.rows] == [r["round"] for r in cpu.rows], name
+        assert all(0 <= r["accuracy"] <= 1 for r in gpu.rows), name
+
+
+def test_the_evaluator_hands_client_state_over_on_its_models_device():
+    """A client's state comes back on the CPU; the evaluator gives it on the device its model (and the server
+    state) is on. The meta device stands in for a GPU here: without the move the tensor stays on the CPU."""
+    from types import SimpleNamespace
+
+    from torch import nn
+
+    from fda_ray.train.evaluation import Evaluator
+
+    built = SimpleNamespace(cfg=None, setting=None, layout=None, target_index=0, model=nn.Linear(2, 2, device="meta"))
+    ev = Evaluator(built, client_state=lambda k: {"personal": torch.ones(3) * k, "rounds": 4})
+    got = ev.client_state(2)
+    assert got["personal"].device.type == "meta" and got["personal"].shape == (3,)
+    assert got["rounds"] == 4
+    with pytest.raises(RuntimeError, match="reads no client states"):
+        Evaluator(built).client_state(0)
 
 
 def test_fedavg_all_weighs_the_target_by_its_samples(colored):

@@ -20,7 +20,7 @@ R=$OUT/r; mkdir -p "$R"
 lease_sampler
 lease_step kernels "$(lease_cap 220)" python -m fda_ray.kernels --build --cuda --check
 lease_step pytest-gpu "$(lease_cap 150)" python -m pytest -q -p no:cacheprovider -m gpu tests/test_kernels.py \
-  tests/test_engine.py tests/test_cohort.py tests/test_placement.py tests/test_startup.py
+  tests/test_engine.py tests/test_cohort.py tests/test_placement.py tests/test_startup.py tests/test_domainbed.py
 for c in 1 0; do
   lease_step probe-concurrent$c "$(lease_cap 70)" python tools/gpu_memory_probe.py fashion-mnist fedgp --concurrent $c \
     --rounds 3 --stall 55 --set noise=0.4

@@ -98,10 +98,13 @@ class Evaluator:
         self._client_state = client_state
 
     def client_state(self, client: int) -> dict[str, Any]:
-        """A client's state after its last finished task (its personal tensors)."""
+        """A client's state after its last finished task (its personal tensors), its tensors on the device of the
+        driver's model: clients keep their state on the CPU (it crosses processes), while a run on a GPU holds the
+        server state there, and a method mixes the two (APFL's alpha v + (1 - alpha) w, FedRep's head into w)."""
         if self._client_state is None:
             raise RuntimeError("this evaluator reads no client states")
-        return self._client_state(client)
+        device = next(self.model.parameters()).device
+        return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in self._client_state(client).items()}
 
     def target(self, flat: torch.Tensor, round_idx: int, validation: bool = True) -> dict[str, Any]:
         """{"accuracy", "loss"[, "auc"][, "eval_noise_accuracy"]} of the weights `flat` (M,) on the target's test set,
