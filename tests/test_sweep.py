@@ -159,7 +159,9 @@ def test_local_backend_equals_plain_runs_and_restricts_the_grid(tiny_grid, fmnis
 @pytest.mark.parametrize("args,field", [(["--grid", "nope"], "grid='nope'"),
                                         (["--grid", "noise", "--profile", "huge"], "profile='huge'"),
                                         (["--grid", "noise", "--seeds", "0"], "seeds=0"),
-                                        (["--grid", "noise", "--max-concurrent", "0"], "max_concurrent=0")])
+                                        (["--grid", "noise", "--max-concurrent", "0"], "max_concurrent=0"),
+                                        # the local backend's count, which Tune would ignore
+                                        (["--grid", "noise", "--workers", "16"], "workers=16")])
 def test_bad_sweep_arguments_give_one_line(args, field, capsys):
     assert sweep.main(args) == 2
     err = capsys.readouterr().err.strip()

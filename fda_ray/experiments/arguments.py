@@ -62,7 +62,8 @@ def parser() -> OneLineParser:
     s.add_argument("--seeds", type=int, default=None, help="seeds per cell (default: quick 1, paper the grid's)")
     s.add_argument("--backend", default="tune", help="tune (Ray Tune: a laptop or a cluster) or local (a "
                                                      "process pool of serial runs, no Ray)")
-    s.add_argument("--workers", type=int, default=None, help="local: trials at once (default: CPUs / threads)")
+    s.add_argument("--workers", type=int, default=None,
+                   help="local: trials at once (default: CPUs / threads); Tune runs what the resources hold")
     s.add_argument("--out", default=None, help="output directory: a path (on a cluster: one every node mounts) or "
                                                "a URI such as s3://bucket/prefix (default sweeps/<grid>-<profile>)")
     s.add_argument("--address", default=None, help="tune: an existing Ray cluster (default: $RAY_ADDRESS or a "
@@ -142,6 +143,11 @@ def check_backend(a: Any) -> None:
     if a.backend not in BACKENDS:
         raise SweepError(f"backend={a.backend!r} is invalid: one of {', '.join(BACKENDS)}"
                          f"{did_you_mean(a.backend, BACKENDS)}")
+    if getattr(a, "workers", None) is not None and a.backend != "local":
+        # Tune runs as many trials as the cluster's resources hold: a --workers it ignored would promise a count
+        raise SweepError(f"workers={a.workers} is invalid with --backend {a.backend}: it sets the local backend's "
+                         "trials at once; Ray Tune runs as many as the resources hold (--dry-run prints how many; "
+                         "--max-concurrent caps them)")
 
 
 def check_plan_for(a: Any) -> None:
