@@ -765,6 +765,22 @@ def test_trial_time_is_the_summarys_sum_of_the_finished_trials_own_times():
         pages.render("trial-time search-beta")  # a search's summary says no such thing
 
 
+def test_trials_done_counts_the_finished_records_only(monkeypatch, tmp_path):
+    import shutil
+
+    real = sorted((pages.RESULTS / "domainbed-colored-mnist-paper" / "trials").iterdir())[:2]
+    trials = tmp_path / "chunked" / "trials"
+    for rec in real:
+        shutil.copytree(rec, trials / rec.name)
+    started = trials / "started"  # stopped before its last round: a trial.json and no rows.json
+    started.mkdir()
+    shutil.copy(real[0] / "trial.json", started / "trial.json")
+    monkeypatch.setattr(pages.records, "RESULTS", tmp_path)
+    assert pages.render("trials-done chunked") == "2"
+    with pytest.raises(ValueError, match="is not a folder"):
+        pages.render("trials-done missing")
+
+
 def test_gpu_lease_reads_each_steps_samples_inside_its_window(monkeypatch, tmp_path):
     monkeypatch.setattr(pages.records, "RESULTS", tmp_path)
     lease = tmp_path / "bench-sweep" / "lease"

@@ -110,6 +110,17 @@ def trial_time(name: str) -> str:
     return f"{seconds:,} s ({seconds / 3600:.1f} h)".replace(",", " ")
 
 
+@GENERATORS.register("trials-done")
+def trials_done(name: str) -> str:
+    """How many finished trial records docs/results/<name>/trials holds (a sweep still running in chunks): "13"."""
+    from fda_ray.experiments.records import finished
+
+    trials = records.RESULTS / name / "trials"
+    if not trials.is_dir():
+        raise ValueError(f"trials-done: docs/results/{name}/trials is not a folder")
+    return str(sum(1 for _ in finished(trials)))
+
+
 @GENERATORS.register("wall")
 def wall(name: str) -> str:
     """The wall time and trial count of the launch that wrote docs/results/<name>/summary.md, from its `Wall time:`
