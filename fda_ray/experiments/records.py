@@ -305,7 +305,7 @@ def changed_settings(trials: Sequence[Trial], records: StoragePath | Path) -> st
     recorded: dict[tuple, Trial] = {}
     for path in records.glob(f"*/{TRIAL_FILE}"):
         try:
-            t = Trial.from_dict(json.loads(path.read_text()))
+            t = read_trial(path.parent)
         except (ValueError, TypeError, KeyError, UnicodeDecodeError):
             continue
         recorded.setdefault((t.row, t.value, t.seed, t.kind), t)
@@ -325,6 +325,11 @@ def changed_settings(trials: Sequence[Trial], records: StoragePath | Path) -> st
         return f"trial {t.row} at {t.value if t.value is not None else 'every value'}, seed {t.seed} was recorded " \
                f"with other settings ({what})"
     return None
+
+
+def read_trial(record: StoragePath | Path) -> Trial:
+    """What the trial of a record is (its trial.json: written before its first round, so a started trial has it)."""
+    return Trial.from_dict(json.loads((storage_path(record) / TRIAL_FILE).read_text()))
 
 
 def read_rows(record: StoragePath | Path) -> dict[str, Any]:
@@ -448,7 +453,7 @@ def finished(records: StoragePath | Path | str, warn: Callable[[str], None] | No
             (warn or _stderr)(f"warning: trial {rec.name} in {where or records}: its {ROWS_FILE} is damaged ({why}); "
                               "left out")
             continue
-        yield Record(rec, Trial.from_dict(json.loads((rec / TRIAL_FILE).read_text())), data)
+        yield Record(rec, read_trial(rec), data)
 
 
 def collect(trials: Sequence[Trial], grid: Grid, records: StoragePath | Path) -> tuple[list[dict], float]:

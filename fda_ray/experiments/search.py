@@ -111,12 +111,12 @@ def optuna_trials(search: Search, profile: str, study: Study, records: StoragePa
                   overrides: dict[str, Any] | None = None) -> list[Trial]:
     """The trials an Optuna search of this study has started so far (their records), in the order they started:
     the same study's fields, any point."""
-    from fda_ray.experiments.records import TRIAL_FILE
+    from fda_ray.experiments.records import TRIAL_FILE, read_trial
 
     base = study_base(search, profile, study, overrides)
     found = []
     for f in records.glob(f"{optuna_row(study)}-*/{TRIAL_FILE}"):
-        t = Trial.from_dict(json.loads(f.read_text()))
+        t = read_trial(f.parent)
         if t.row != optuna_row(study) or not math.isclose(t.value, study.value):
             continue
         if point_trial(base, t.row, search.variable, study.value, point_of(search, t.params)).key == t.key:
@@ -168,13 +168,13 @@ def mark_stopped(record: StoragePath) -> None:
     whether they are all of its rows (a rung can fall on a trial's last report: ASHA then stops a trial that had
     trained every round, before it wrote rows.json; such a trial counts as finished)."""
     from fda_ray.algorithms import ALGORITHMS
-    from fda_ray.experiments.records import TRIAL_FILE, _save_json, environment, load_state
+    from fda_ray.experiments.records import _save_json, environment, load_state, read_trial
 
     if is_done(record):
         return
     state = load_state(record)
     rows = list(state["rows"]) if state is not None else []
-    cfg = Trial.from_dict(json.loads((record / TRIAL_FILE).read_text())).config().resolved()
+    cfg = read_trial(record).config().resolved()
     complete = len(rows) >= ALGORITHMS.get(cfg.method).planned_rounds(cfg)
     _save_json({"rows": rows, "stopped_after": rows[-1]["round"] if rows else None, "complete": complete,
                 "environment": environment()}, record / STOPPED_FILE)

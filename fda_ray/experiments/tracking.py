@@ -171,13 +171,12 @@ class WandB:
 def record_params(out: Any, key: str) -> dict[str, Any]:
     """A trial's fields from its record (<out>/trials/<key>/trial.json: run_trial writes it before the first
     round); {} where it cannot be read."""
-    import json
-
     from fda_ray.core.storage import storage_path
+    from fda_ray.experiments.records import read_trial
 
     try:
-        return dict(json.loads((storage_path(out) / "trials" / key / "trial.json").read_text()).get("params", {}))
-    except (OSError, ValueError):
+        return dict(read_trial(storage_path(out) / "trials" / key).params)
+    except (OSError, ValueError, TypeError, KeyError):
         return {}
 
 

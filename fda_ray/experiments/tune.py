@@ -64,7 +64,7 @@ def _check_family_params(params: Any) -> None:
         return  # a search over whole params dicts: each is checked as a trial's config
     known = family_params()
     if not isinstance(params, dict):
-        raise ValueError(f"search space field 'params' is invalid: a mapping of method family to its parameters")
+        raise ValueError("search space field 'params' is invalid: a mapping of method family to its parameters")
     for fam, values in params.items():
         if fam not in known:
             raise ValueError(f"search space params family {fam!r} is invalid: families with parameters are "
