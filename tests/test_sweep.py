@@ -214,6 +214,16 @@ def test_programmatic_tuner(fmnist_dir, tmp_path, no_ray):
         assert r.metrics["accuracy"] == pytest.approx(run(cfg).final_accuracy)
 
 
+def test_the_error_line_of_a_tune_trace_is_its_last():
+    from fda_ray.experiments.backends import last_error_line
+
+    trace = "Failure # 1 (occurred at 2026-11-28)\nTraceback (most recent call last):\n  File \"x.py\", line 1\n" \
+            "RuntimeError: Expected all tensors to be on the same device\n\n"
+    assert last_error_line(trace) == "RuntimeError: Expected all tensors to be on the same device"
+    assert last_error_line(None) == last_error_line("  \n") == "an error"
+    assert len(last_error_line("x" * 1000)) == 300
+
+
 @pytest.mark.slow
 def test_trial_that_keeps_failing_is_reported_while_others_finish(fmnist_dir, tmp_path, capsys, monkeypatch, no_ray):
     # 5000 labelled target samples cannot be drawn from a 128-sample target: the run fails each attempt.
@@ -224,7 +234,11 @@ def test_trial_that_keeps_failing_is_reported_while_others_finish(fmnist_dir, tm
     out = tmp_path / "fail"
     args = ["--grid", "tiny-size", "--data-dir", str(fmnist_dir), "--out", str(out), "--max-failures", "1", "--json"]
     assert sweep.main(args) == 1  # not every trial finished
-    summary = _summary(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    summary = _summary(captured.out)
+    # the retry is said in one line of ours, naming the trial and its error (Tune's own dump is its logger's)
+    retry = [x for x in captured.err.splitlines() if x.startswith("note: target_only target_labelled=5000 seed 0 raised")]
+    assert len(retry) == 1 and "target_labelled=5000 is invalid" in retry[0] and retry[0].endswith("(attempt 2 of 2)")
     assert [(f["value"], f["row"]) for f in summary["failures"]] == [(5000, "target_only")]
     assert "target_labelled=5000 is invalid" in summary["failures"][0]["error"]
     assert summary["failures"][0]["attempts"] == 2  # the first try and one retry (--max-failures 1)
