@@ -215,7 +215,7 @@ def test_programmatic_tuner(fmnist_dir, tmp_path, no_ray):
 
 
 def test_the_error_line_of_a_tune_trace_is_its_last():
-    from fda_ray.experiments.backends import last_error_line
+    from fda_ray.experiments.tune import last_error_line
 
     trace = "Failure # 1 (occurred at 2026-11-28)\nTraceback (most recent call last):\n  File \"x.py\", line 1\n" \
             "RuntimeError: Expected all tensors to be on the same device\n\n"

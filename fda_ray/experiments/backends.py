@@ -169,22 +169,6 @@ def trial_dirname(trial: Any) -> str:
     return f"{trial.config['run']['trial']['key']}-{trial.trial_id}"
 
 
-def last_error_line(text: str | None) -> str:
-    """The line of a Tune error trace that says what went wrong (its last non-empty one: "RuntimeError: ..."),
-    cut to 300 characters; "an error" where Tune kept no trace."""
-    lines = [x.strip() for x in (text or "").splitlines() if x.strip()]
-    return lines[-1][:300] if lines else "an error"
-
-
-def _error_text(trial: Any) -> str | None:
-    """A Tune trial's error trace as Tune has just written it: its local error.txt (the copy in the sweep's storage,
-    which Trial.get_error reads, comes later)."""
-    try:
-        return Path(trial.error_file).read_text(errors="replace")
-    except (OSError, TypeError):
-        return None
-
-
 def _attempts(result: Any) -> int:
     """How many times Tune ran a trial that failed for good (its error.txt has one "Failure #" per attempt)."""
     try:
@@ -239,7 +223,7 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
             # Tune runs a failing trial again (--max-failures) and says so only in its own traceback dump: one
             # line of ours names the trial and its error, which a sweep stopped before the retries end never states
             t = by_key[trial.config["run"]["trial"]["key"]]
-            progress.note(f"note: {trial_name(t, progress.variable)} raised {last_error_line(_error_text(trial))}; "
+            progress.note(f"note: {trial_name(t, progress.variable)} raised {ft.last_error_line(ft.error_text(trial))}; "
                           f"Tune runs it again (attempt {trial.run_metadata.num_failures + 1} of {max_failures + 1})",
                           stream=sys.stderr)
 
@@ -290,7 +274,7 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
                 t = by_key[result.config["run"]["trial"]["key"]]
                 failures.append({"trial": t.key, "row": t.row, "value": t.value, "seed": t.seed,
                                  "attempts": _attempts(result),
-                                 "error": last_error_line(str(result.error))})
+                                 "error": ft.last_error_line(str(result.error))})
         failed = {f["trial"] for f in failures}
         if watch.reason is not None:  # the launch ended for want of a node: its trials not run fail, with why
             stranded_reason = watch.reason

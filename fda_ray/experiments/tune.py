@@ -268,10 +268,25 @@ def run_optuna(space: Sequence[Any], base: dict[str, Any], row: str, variable: s
     for result in grid:
         if result.error is not None:
             failures.append({"trial": row, "row": row, "value": value, "seed": 0, "attempts": 1,
-                             "error": str(result.error).strip().splitlines()[-1][:300]})
+                             "error": last_error_line(str(result.error))})
     # Tune stops on SIGINT and returns: a trial neither done, stopped nor failed (or fewer trials than asked for)
     # means the study was interrupted
     unsettled = [r for r in grid if r.error is None and not is_done(records / key_of(r.config))
                  and key_of(r.config) not in stopped]
     return failures, bool(unsettled) or len(grid) < num_samples
 
+
+def last_error_line(text: str | None) -> str:
+    """The line of a Tune error trace that says what went wrong (its last non-empty one: "RuntimeError: ..."),
+    cut to 300 characters; "an error" where Tune kept no trace."""
+    lines = [x.strip() for x in (text or "").splitlines() if x.strip()]
+    return lines[-1][:300] if lines else "an error"
+
+
+def error_text(trial: Any) -> str | None:
+    """A Tune trial's error trace as Tune has just written it: its local error.txt (the copy in the sweep's storage,
+    which Trial.get_error reads, comes later)."""
+    try:
+        return Path(trial.error_file).read_text(errors="replace")
+    except (OSError, TypeError):
+        return None
