@@ -131,6 +131,10 @@ class Algorithm:
     Params: ClassVar[type[Params]] = NoParams  # the family's hyper-parameters (RunConfig.params[family])
     # The authors' oracle protocol: the data setting splits the target's whole part into train and test.
     oracle_split: ClassVar[bool] = False
+    # True: every local task is the vectorisable "epoch" recipe (a fresh optimizer per task) or runs alone without
+    # torch's global generator, so the family's trials may be fused into groups (fda_ray.runtime.fusion); checked
+    # over every registered family in tests/test_fusion.py.
+    fuses: ClassVar[bool] = False
     # RunConfig.aux_alpha when left unset (Healthcare FDA's AuxInfo methods: 1; everything else trains the main task)
     default_aux_alpha: ClassVar[float] = 0.0
 

@@ -154,11 +154,12 @@ def plan(grid: Grid, profile: str, *, rows: Sequence[str] | None = None, values:
     return out
 
 
-def run_trial(trial: Trial, records: StoragePath | Path | str, report: Callable[[dict], None] | None = None
-              ) -> Any:
+def run_trial(trial: Trial, records: StoragePath | Path | str, report: Callable[[dict], None] | None = None,
+              group: Any = None) -> Any:
     """Run `trial` (or go on from its state.pt), keeping its record in records/<key>/ (a local or shared
     directory, or an object store: fda_ray.core.storage); returns its History. report(row) is called after
-    every round (Tune reports there)."""
+    every round (Tune reports there). group: the fda_ray.runtime.fusion.TrialGroup it is a member of (its clients
+    then live in this process and train in the group's batches; run_group)."""
     from fda_ray.runtime.engine import finetune_from, run_rounds, start_run
     from fda_ray.runtime.startup import REPORT_KEY
 
@@ -180,7 +181,10 @@ def run_trial(trial: Trial, records: StoragePath | Path | str, report: Callable[
         nodes = _note_start(record, None, started_at=started_at)
         hist = finetune_from(cfg, source.load_torch(), report)
     else:
-        exp, executor, startup = start_run(cfg)  # the actors start while the data loads (timed phases)
+        if group is None:
+            exp, executor, startup = start_run(cfg)  # the actors start while the data loads (timed phases)
+        else:
+            exp, executor, startup = _start_member(cfg, trial.key, group)
         reported: list[bool] = []
 
         def on_round(state: dict) -> None:
@@ -201,11 +205,72 @@ def run_trial(trial: Trial, records: StoragePath | Path | str, report: Callable[
             executor.shutdown(keep=finished)  # a finished trial's actors may serve the sweep's next trial
     if trial.save_weights:
         _save_torch(hist.final_weights.detach().cpu().contiguous(), record / WEIGHTS_FILE)
+    fused = {"fused": {"members": len(group.members), "batches": group.stats.batches}} if group is not None else {}
     _save_json({"config": cfg.to_dict(), "rows": hist.rows, "seconds": hist.seconds,
                 "environment": environment(kernels.ran()),
-                "nodes": nodes, "startup": hist.startup, "finished_at": time.time(), **gpu_memory.record()},
+                "nodes": nodes, "startup": hist.startup, "finished_at": time.time(), **gpu_memory.record(), **fused},
                record / ROWS_FILE)
     return hist
+
+
+def _start_member(cfg: Any, key: str, group: Any) -> tuple[Any, Any, Any]:
+    """A group member's experiment (built under fusion.BUILD_LOCK: building seeds torch's global generator) and its
+    executor in the group; the start-up's phases timed as start_run times them."""
+    from fda_ray.kernels import loader
+    from fda_ray.runtime.experiment import build_experiment
+    from fda_ray.runtime.fusion import BUILD_LOCK
+    from fda_ray.runtime.startup import Startup, warm_device
+
+    st = Startup()
+    kernels_before = loader.seconds()
+    with BUILD_LOCK:
+        with st.phase("device_init"):
+            warm_device(cfg.device)
+        with st.phase("data_load"):
+            exp = build_experiment(cfg)
+    st.add("kernel_load", loader.seconds() - kernels_before)
+    return exp, group.executor(key, exp.clients), st
+
+
+def run_group(trials: Sequence[Trial], records: StoragePath | Path | str,
+              report: Callable[[str, dict], None] | None = None) -> dict[str, BaseException | None]:
+    """Run `trials` as one fused group (fda_ray.runtime.fusion) in this process: each trial's run_trial in a thread
+    of its own, keeping its own record; their clients' local training in the group's batches. Returns each trial's
+    exception (None: finished). A failing trial leaves the group and the others go on; Ctrl-C stops them all (their
+    records keep their last finished round) and is raised again here. report(key, row): after each trial's rounds."""
+    import threading
+
+    from fda_ray.runtime.fusion import TrialGroup
+
+    records = storage_path(records)
+    group = TrialGroup([t.key for t in trials])
+    outcome: dict[str, BaseException | None] = {}
+
+    def one(t: Trial) -> None:
+        try:
+            run_trial(t, records, report=(lambda row: report(t.key, row)) if report else None, group=group)
+            outcome[t.key] = None
+        except BaseException as e:  # noqa: BLE001 (the member's own outcome; the group goes on)
+            outcome[t.key] = e
+        finally:
+            group.leave(t.key)
+
+    threads = [threading.Thread(target=one, args=(t,), name=f"fda-trial-{i}", daemon=True)
+               for i, t in enumerate(trials)]
+    for th in threads:
+        th.start()
+    try:
+        for th in threads:
+            while th.is_alive():
+                th.join(0.2)
+    except KeyboardInterrupt:
+        group.stop()
+        for th in threads:
+            th.join()
+        raise
+    finally:
+        group.close()
+    return outcome
 
 
 class GpuMemory:

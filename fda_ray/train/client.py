@@ -139,27 +139,37 @@ class Client:
             group["lr"] = lr
         return self.optimizer
 
-    def batch_indices(self, batch: int, round_idx: int, purpose: str, data: str = "train",
-                      drop_last: bool | None = None) -> Iterator[torch.Tensor]:
-        """One epoch's batches of view `data` as sample indices (b,), shuffled from a generator seeded by (seed,
-        round, client, purpose) unless the client's loaders keep the stored order. drop_last: the client's
-        unless given."""
+    def epoch_order(self, batch: int, round_idx: int, purpose: str, data: str = "train",
+                    drop_last: bool | None = None) -> tuple[torch.Tensor, list[int]]:
+        """One epoch's sample order of view `data` (n,) on the CPU, shuffled from a generator seeded by (seed, round,
+        client, purpose) unless the client's loaders keep the stored order, and its batches' sizes (the epoch reads
+        order[:sizes[0]], then the next sizes[1], ...). drop_last: the client's unless given."""
         n = self.num_samples(data)
         if self.shuffle:
             perm = torch.randperm(n, generator=generator(self.seed, round_idx, self.index, purpose + "/shuffle"))
         else:
             perm = torch.arange(n)
-        perm = perm.to(self.device)
         steps = epoch_steps(n, batch, self.drop_last if drop_last is None else drop_last)
-        for b in range(steps):
+        return perm, [min(batch, n - b * batch) for b in range(steps)]
+
+    def batch_indices(self, batch: int, round_idx: int, purpose: str, data: str = "train",
+                      drop_last: bool | None = None) -> Iterator[torch.Tensor]:
+        """One epoch's batches of view `data` as sample indices (b,) on the client's device (epoch_order)."""
+        perm, sizes = self.epoch_order(batch, round_idx, purpose, data, drop_last)
+        perm = perm.to(self.device)
+        for b in range(len(sizes)):
             yield perm[b * batch : (b + 1) * batch]
+
+    def noise_generator(self, round_idx: int, purpose: str) -> torch.Generator:
+        """The generator the target noise of one epoch is drawn from, seeded by (seed, round, client, purpose)."""
+        return generator(self.seed, round_idx, self.index, purpose + "/noise", device=self.device)
 
     def reader(self, round_idx: int, purpose: str, data: str = "train") -> Callable[[torch.Tensor], torch.Tensor]:
         """x[idx] of view `data` as training reads it: a view of image files (fda_ray.data.images.ImageFiles) is
         decoded here, augmented if it is a source environment's, from a generator seeded like the shuffle; the
         target's images with fresh noise on each read."""
         x, _ = self.view(data)
-        noise_gen = generator(self.seed, round_idx, self.index, purpose + "/noise", device=self.device)
+        noise_gen = self.noise_generator(round_idx, purpose)
         read = getattr(x, "read", None)  # files: decoded (and augmented) per batch
         aug_gen = generator(self.seed, round_idx, self.index, purpose + "/augment") if read else None
         return lambda idx: add_noise(read(idx, aug_gen) if read else x[idx], self.noise, noise_gen)

@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import os
 import time
+import weakref
+from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
 import torch
@@ -139,6 +141,14 @@ def run_concurrently(clients: Mapping[int, Client], tasks: Sequence[ClientTask],
         return dict(zip([t.client for t in tasks], pool.map(one, tasks)))
 
 
+@dataclass
+class Job:
+    """One task on one client, with its inputs: a trial's task, or (fda_ray.runtime.fusion) one of a group's."""
+    client: Client
+    task: ClientTask
+    inputs: Callable[[], Mapping[str, torch.Tensor]]
+
+
 def run_tasks(clients: Mapping[int, Client], tasks: Sequence[ClientTask],
               inputs: Callable[[ClientTask], Mapping[str, torch.Tensor]], vectorise: bool,
               overlap: bool | None = None) -> list[ClientResult]:
@@ -148,31 +158,66 @@ def run_tasks(clients: Mapping[int, Client], tasks: Sequence[ClientTask],
     seconds are the cohort's wall time divided among its members (their sum is the time spent).
     overlap (default overlap_enabled()): the other tasks of GPU clients that may overlap (may_overlap) train side
     by side, each in its own thread and CUDA stream (run_concurrently), not one after the other."""
-    results: dict[int, ClientResult] = {}
-    groups: dict[tuple, list[ClientTask]] = {}
-    alone: list[ClientTask] = []
-    for t in tasks:
-        key = cohort_key(clients[t.client], t) if vectorise else None
-        (groups.setdefault(key, []) if key is not None else alone).append(t)
+    jobs = [Job(clients[t.client], t, (lambda t=t: inputs(t))) for t in tasks]
+    out = run_jobs(jobs, vectorise, overlap)
+    for r in out:
+        if isinstance(r, BaseException):
+            raise r
+    return out  # type: ignore[return-value]
+
+
+def run_jobs(jobs: Sequence[Job], vectorise: bool, overlap: bool | None = None, isolate: bool = False
+             ) -> list[ClientResult | BaseException]:
+    """run_tasks over jobs that may belong to several trials (a fused group: fda_ray.runtime.fusion); results in
+    job order. isolate: an exception is the result of the jobs it hit (a cohort's: all of its members), not
+    raised, so one trial's failure leaves the others' results whole."""
+    results: dict[int, ClientResult | BaseException] = {}
+    groups: dict[tuple, list[int]] = {}
+    alone: list[int] = []
+    for j, job in enumerate(jobs):
+        key = cohort_key(job.client, job.task) if vectorise else None
+        (groups.setdefault(key, []) if key is not None else alone).append(j)
     for key, members in list(groups.items()):
         if len(members) == 1:
             alone += members
             del groups[key]
+    alone.sort()
     for members in groups.values():
         t0 = time.perf_counter()
-        out = train_cohort([(clients[t.client], t, inputs(t)["global"]) for t in members])
+        try:
+            out = train_cohort([(jobs[j].client, jobs[j].task, jobs[j].inputs()["global"]) for j in members])
+        except Exception as e:
+            if not isolate:
+                raise
+            results.update({j: e for j in members})
+            continue
         share = (time.perf_counter() - t0) / len(members)
-        for t, res in zip(members, out):
+        for j, res in zip(members, out):
             res.seconds = share
-            results[t.client] = res
+            results[j] = res
     if overlap_enabled() if overlap is None else overlap:
-        side = [t for t in alone if may_overlap(clients[t.client], t)]
-        if len(side) > 1:
-            results.update(run_concurrently(clients, side, inputs))
-            alone = [t for t in alone if t.client not in results]
-    for t in alone:
-        results[t.client] = run_task(clients[t.client], t, inputs(t))
-    return [results[t.client] for t in tasks]
+        side = [j for j in alone if may_overlap(jobs[j].client, jobs[j].task)]
+        # run_concurrently keys its clients by index: one trial's clients at a time
+        if len(side) > 1 and len({id(jobs[j].client) for j in side}) == len(side) \
+                and len({jobs[j].client.index for j in side}) == len(side):
+            by_index = {jobs[j].client.index: jobs[j].client for j in side}
+            inputs = {jobs[j].client.index: jobs[j].inputs for j in side}
+            try:
+                done = run_concurrently(by_index, [jobs[j].task for j in side], lambda t: inputs[t.client]())
+            except Exception as e:
+                if not isolate:
+                    raise
+                done = {jobs[j].client.index: e for j in side}
+            results.update({j: done[jobs[j].client.index] for j in side})
+            alone = [j for j in alone if j not in results]
+    for j in alone:
+        try:
+            results[j] = run_task(jobs[j].client, jobs[j].task, jobs[j].inputs())
+        except Exception as e:
+            if not isolate:
+                raise
+            results[j] = e
+    return [results[j] for j in range(len(jobs))]
 
 
 def _loss_rows(task: str, out: torch.Tensor, y: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -186,20 +231,151 @@ def _loss_rows(task: str, out: torch.Tensor, y: torch.Tensor, weight: torch.Tens
     return (per * weight).sum(1)
 
 
-def stacked_forward(model: nn.Module) -> Callable[[dict, torch.Tensor], torch.Tensor]:
-    """(params {name: (K, ...)}, x (K, B, ...)) -> (K, B, outputs): the model's own `forward_stacked`, or
-    vmap over functional_call (the model's code, one client per vmapped row)."""
+def stacked_forward(model: nn.Module, device: torch.device | None = None
+                    ) -> Callable[[dict, torch.Tensor], torch.Tensor]:
+    """(params {name: (K, ...)}, x (K, B, ...)) -> (K, B, outputs): the model's own `forward_stacked` (given the
+    device, which picks its layout: fda_ray.train.models.conv_layout), or vmap over functional_call (the model's
+    code, one client per vmapped row)."""
     own = getattr(type(model), "forward_stacked", None)
     if own is not None:
-        return own
+        if device is None:
+            return own
+        from fda_ray.train.models import conv_layout
+
+        layout = conv_layout(device)
+        return lambda p, x: own(p, x, layout=layout)
     one = lambda p, x: functional_call(model, p, (x,))  # noqa: E731
     return vmap(one)
+
+
+class _Pool:
+    """The data a cohort reads, resident once: its rows' views concatenated, x (N, ...) and y (N, ...), each row's
+    view a slice of them (so the clients hold no second copy). Kept while a client refers to it."""
+    __slots__ = ("x", "y", "__weakref__")
+
+    def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        self.x, self.y = x, y
+
+
+# Pools by their rows' views (address and length): a group's cohorts read the same pools round after round.
+_POOLS: "weakref.WeakValueDictionary[tuple, _Pool]" = weakref.WeakValueDictionary()
+
+
+def _pool_key(views: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> tuple:
+    return tuple((x.data_ptr(), tuple(x.shape), y.data_ptr(), tuple(y.shape)) for x, y in views)
+
+
+def pooled(clients: Sequence[Client], tasks: Sequence[ClientTask]) -> tuple[_Pool, list[int]] | None:
+    """The cohort's data pool and each row's offset in it; None where a row's view is not a plain tensor (image
+    files decoded per batch: those rows are read by the loop). The first call concatenates the views and makes
+    each client's view a slice of the pool; later calls with the same rows find it again."""
+    views = [c.view(t.data) for c, t in zip(clients, tasks)]
+    if any(getattr(x, "read", None) is not None or not isinstance(x, torch.Tensor) for x, _ in views):
+        return None
+    pool = _POOLS.get(_pool_key(views))
+    if pool is None:
+        pool = _Pool(torch.cat([x for x, _ in views]), torch.cat([y for _, y in views]))
+        off = 0
+        for c, t, (x, _) in zip(clients, tasks, views):
+            n = int(x.shape[0])
+            c.views[t.data] = (pool.x[off:off + n], pool.y[off:off + n])
+            c.__dict__.setdefault("_pools", {})[t.data] = pool  # keeps the pool alive while the client is
+            off += n
+        _POOLS[_pool_key([c.view(t.data) for c, t in zip(clients, tasks)])] = pool
+    offsets, off = [], 0
+    for x, _ in views:
+        offsets.append(off)
+        off += int(x.shape[0])
+    return pool, offsets
+
+
+class _Feed:
+    """A cohort's batches, step by step: x (K, B, ...) and y (K, B[, D]), each row its client's next batch, zeros
+    past a row's real samples.
+
+    Pooled (plain tensor views): every row's epoch order (Client.epoch_order: the per-client shuffle) becomes one
+    (S, K, B) index into the pool at the start, so a step gathers all rows at once; a row whose client adds noise
+    draws it from its own generator, in the per-client order. Otherwise each row reads its client's batches
+    (Client.batches), one after the other."""
+
+    def __init__(self, clients: Sequence[Client], tasks: Sequence[ClientTask], batch: int, steps: Sequence[int],
+                 device: torch.device) -> None:
+        self.k, self.batch, self.device = len(clients), batch, device
+        c0, t0 = clients[0], tasks[0]
+        x0, y0 = c0.view(t0.data)
+        self.pool = pooled(clients, tasks)
+        if self.pool is None:
+            self.iters = [c.batches(batch, t.round, t.purpose, t.data) for c, t in zip(clients, tasks)]
+            self.xb = torch.zeros(self.k, batch, *x0.shape[1:], device=device)  # (K, B, ...) reused every step
+            self.yb = torch.zeros(self.k, batch, *y0.shape[1:], dtype=y0.dtype, device=device)  # (K, B[, D])
+            self.steps = list(steps)
+            return
+        pool, offsets = self.pool
+        n_steps = max(steps) if steps else 0
+        index = torch.zeros(n_steps, self.k, batch, dtype=torch.long)  # (S, K, B) into the pool
+        self.sizes: list[list[int]] = []  # per row, its batches' sizes (the noise draws' shapes)
+        for i, (c, t, off) in enumerate(zip(clients, tasks, offsets)):
+            order, sizes = c.epoch_order(batch, t.round, t.purpose, t.data)  # (n,), [b per step]
+            self.sizes.append(sizes)
+            pos = 0
+            for s, b in enumerate(sizes):
+                index[s, i, :b] = order[pos:pos + b] + off
+                index[s, i, b:] = off  # padding: any real sample (its loss weight is 0)
+                pos += b
+            index[len(sizes):, i] = off
+        self.index = index.to(device)
+        # the clients that add noise: (row, its std, its generator, seeded as Client.reader seeds it)
+        self.noisy = [(i, float(c.noise), c.noise_generator(t.round, t.purpose))
+                      for i, (c, t) in enumerate(zip(clients, tasks)) if float(c.noise) != 0.0]
+
+    def weights(self, steps: Sequence[int], n_steps: int) -> torch.Tensor:
+        """(S, K, B): 1 / b on a row's b real samples of a step, 0 on its padding and after its epoch."""
+        w = torch.zeros(n_steps, self.k, self.batch)
+        for i, sizes in enumerate(self.sizes):
+            for s, b in enumerate(sizes):
+                w[s, i, :b] = 1.0 / b
+        return w.to(self.device)
+
+    def step(self, s: int, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Step s's batches. The loop path also fills w[s] (the sizes are known only once read)."""
+        if self.pool is None:
+            return self._read(s, w)
+        pool, _ = self.pool
+        idx = self.index[s].reshape(-1)  # (K * B,)
+        xb = pool.x.index_select(0, idx).view(self.k, self.batch, *pool.x.shape[1:])  # (K, B, ...)
+        yb = pool.y.index_select(0, idx).view(self.k, self.batch, *pool.y.shape[1:])  # (K, B[, D])
+        for i, std, gen in self.noisy:
+            if s < len(self.sizes[i]):
+                b = self.sizes[i][s]
+                # x + std * N(0, 1) of the batch's shape, as fda_ray.data.base.add_noise computes it
+                noise = torch.randn((b, *pool.x.shape[1:]), generator=gen, device=pool.x.device, dtype=pool.x.dtype)
+                xb[i, :b].add_(noise.mul_(std))
+        return xb, yb
+
+    def _read(self, s: int, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        for i in range(self.k):
+            if s >= self.steps[i]:
+                if s == self.steps[i]:  # it just finished: its rows are padding from now on
+                    self.xb[i].zero_()
+                continue
+            xi, yi = next(self.iters[i])
+            b = int(xi.shape[0])
+            self.xb[i, :b].copy_(xi)
+            self.yb[i, :b].copy_(yi)
+            if b < self.batch:
+                self.xb[i, b:].zero_()
+                self.yb[i, b:].zero_()
+            w[s, i, :b] = 1.0 / b
+            w[s, i, b:] = 0.0
+        return self.xb, self.yb
 
 
 def train_cohort(members: Sequence[tuple[Client, ClientTask, torch.Tensor]]) -> list[ClientResult]:
     """The "epoch" recipe for K clients at once: members are (client, task, start weights (M,)).
 
-    Equal to running fda_ray.train.client.epoch_recipe on each within float tolerance (see the module docstring)."""
+    Equal to running fda_ray.train.client.epoch_recipe on each within float tolerance (see the module docstring).
+    Inside the steps nothing waits on the device: the batches are gathered by index, the step masks and loss
+    weights are made before the first step, and the losses are read once, after the last."""
     clients = [c for c, _, _ in members]
     tasks = [t for _, t, _ in members]
     c0 = clients[0]
@@ -210,78 +386,69 @@ def train_cohort(members: Sequence[tuple[Client, ClientTask, torch.Tensor]]) -> 
     flat = start.clone().requires_grad_(True)
     bounds = [(name, int(layout.offsets[l]), int(layout.offsets[l + 1]), shape)
               for l, (name, shape) in enumerate(zip(layout.names, layout.shapes))]
-    forward = stacked_forward(c0.model)
+    forward = stacked_forward(c0.model, device)
     c0.model.train()
-    lr = torch.tensor([float(t.hparams["lr"]) for t in tasks], device=device, dtype=flat.dtype)  # (K,)
-    same_lr = bool((lr == lr[0]).all())
+    lrs = [float(t.hparams["lr"]) for t in tasks]
+    lr = torch.tensor(lrs, device=device, dtype=flat.dtype)  # (K,)
+    same_lr = all(x == lrs[0] for x in lrs)
     exp_avg = torch.zeros_like(flat)  # (K, M)
     exp_avg_sq = torch.zeros_like(flat)  # (K, M)
 
-    steps = torch.tensor([c.steps_per_epoch(batch, t.data) for c, t in zip(clients, tasks)])  # (K,)
-    iters = [c.batches(batch, t.round, t.purpose, t.data) for c, t in zip(clients, tasks)]
+    steps = [c.steps_per_epoch(batch, t.data) for c, t in zip(clients, tasks)]  # per row
+    n_steps = max(steps) if k else 0
+    feed = _Feed(clients, tasks, batch, steps, device)
+    # (S, K) which rows are still in their epoch at each step, made once (no per-step copies to the device)
+    active_cpu = torch.tensor([[s < n for n in steps] for s in range(n_steps)], dtype=torch.bool).view(n_steps, k)
+    active = active_cpu.to(device)  # (S, K)
+    all_active = active_cpu.all(1).tolist()  # per step: no row to hold back
+    weight = feed.weights(steps, n_steps) if feed.pool is not None else torch.zeros(n_steps, k, batch, device=device)
     record = [bool(t.hparams.get("record_steps", False)) for t in tasks]
-    rows: list[list[torch.Tensor]] = [[] for _ in range(k)]
-    loss_sum = torch.zeros(k, dtype=torch.float64, device=device)  # (K,)
-    x_shape = c0.view(tasks[0].data)[0].shape[1:]
-    xb = torch.zeros(k, batch, *x_shape, device=device)  # (K, B, ...) reused every step
-    y0 = c0.view(tasks[0].data)[1]
-    yb = torch.zeros(k, batch, *y0.shape[1:], dtype=y0.dtype, device=device)  # (K, B[, D])
-    weight = torch.zeros(k, batch, device=device)  # (K, B): 1 / b_k on real samples, 0 on padding
-    n_steps = int(steps.max()) if k else 0
+    recorded = [i for i in range(k) if record[i]]
+    rec_idx = torch.tensor(recorded, dtype=torch.long, device=device)
+    deltas: list[torch.Tensor] = []  # per step, the recording rows' (R, M)
+    loss_steps: list[torch.Tensor] = []  # per step, (K,) the rows' losses (0 once a row's epoch is over)
     for s in range(n_steps):
-        active = steps > s  # (K,) the clients still in their epoch
-        ragged = False
-        for i in range(k):
-            if not active[i]:
-                if s == int(steps[i]):  # it just finished: its rows are padding from now on
-                    weight[i].zero_()
-                    xb[i].zero_()
-                ragged = True
-                continue
-            xi, yi = next(iters[i])
-            b = int(xi.shape[0])
-            xb[i, :b].copy_(xi)
-            yb[i, :b].copy_(yi)
-            if b < batch:
-                xb[i, b:].zero_()
-                yb[i, b:].zero_()
-                ragged = True
-            weight[i, :b] = 1.0 / b
-            weight[i, b:] = 0.0
+        xb, yb = feed.step(s, weight)
         # Each layer a (K, ...) view of the rows, made afresh after every in-place update.
         params = {name: flat[:, lo:hi].view(k, *shape) for name, lo, hi, shape in bounds}
         out = forward(params, xb)  # (K, B, outputs)
-        loss_k = _loss_rows(c0.task, out, yb, weight)  # (K,)
+        loss_k = _loss_rows(c0.task, out, yb, weight[s])  # (K,)
         # Gradients with respect to the layer views (not the leaf: that would zero-fill a (K, M) tensor per
         # layer), laid out as the rows: row k is client k's gradient.
         grads = torch.autograd.grad(loss_k.sum(), list(params.values()))
         grad = torch.cat([g.reshape(k, -1) for g in grads], 1)  # (K, M)
-        loss_sum += loss_k.detach().double() * active.to(device)
+        loss_steps.append(loss_k.detach())
         with torch.no_grad():
-            prev = flat.detach().clone() if any(record) else None
-            _adam_step(flat, grad, exp_avg, exp_avg_sq, s + 1, lr, same_lr,
-                       active.to(device) if ragged and not bool(active.all()) else None)
-            for i in range(k):
-                if record[i] and active[i]:
-                    rows[i].append(flat[i].detach() - prev[i])  # (M,)
+            prev = flat.detach().index_select(0, rec_idx) if recorded else None  # (R, M)
+            _adam_step(flat, grad, exp_avg, exp_avg_sq, s + 1, lr, lrs[0] if same_lr else None,
+                       None if all_active[s] else active[s])
+            if recorded:
+                deltas.append(flat.detach().index_select(0, rec_idx) - prev)  # (R, M)
     new = flat.detach()  # (K, M)
+    # each row's summed loss over its own steps, in float64 (as the loop's Python float sum)
+    loss_sum = ((torch.stack(loss_steps).double() * active.double()).sum(0).cpu().tolist() if n_steps
+                else [0.0] * k)
+    step_rows = torch.stack(deltas).cpu() if deltas else None  # (S, R, M)
     results = []
     for i, (c, t) in enumerate(zip(clients, tasks)):
         h = t.hparams
         layout.load_into(c.model, new[i])  # the client's model ends where the loop would leave it
         tensors = {"weights": new[i].cpu()} if h.get("send", "delta") == "weights" else {"delta": (new[i] - start[i]).cpu()}
-        if record[i] and rows[i]:
-            tensors["step_deltas"] = torch.stack(rows[i]).cpu()  # (B, M)
-        c.state.pop("optimizer", None)
         n = int(steps[i])
+        if record[i] and step_rows is not None and n:
+            tensors["step_deltas"] = step_rows[:n, recorded.index(i)].clone()  # (B, M)
+        c.state.pop("optimizer", None)
         results.append(c.finish(t, tensors, n, float(loss_sum[i]) / max(n, 1)))
     return results
 
 
 def _adam_step(p: torch.Tensor, g: torch.Tensor, m: torch.Tensor, v: torch.Tensor, t: int, lr: torch.Tensor,
-               same_lr: bool, active: torch.Tensor | None) -> None:
+               same_lr: float | None, active: torch.Tensor | None) -> None:
     """One Adam step on the rows of p (K, M), in place; torch.optim.Adam's single-tensor arithmetic.
-    active (K,) bool or None (all rows step): a row that finished its epoch keeps its weights and moments."""
+    lr (K,) the rows' learning rates; same_lr: their one value when all are equal (a Python float: no read
+    from the device), else None.
+    active (K,) bool on p's device, or None (all rows step): a row that finished its epoch keeps its weights and
+    moments (selected on the device: no wait for it)."""
     if active is not None:
         keep_m, keep_v, keep_p = m.clone(), v.clone(), p.detach().clone()
     m.lerp_(g, 1 - BETA1)
@@ -289,12 +456,12 @@ def _adam_step(p: torch.Tensor, g: torch.Tensor, m: torch.Tensor, v: torch.Tenso
     bias_correction1 = 1 - BETA1 ** t
     bias_correction2_sqrt = (1 - BETA2 ** t) ** 0.5
     denom = (v.sqrt() / bias_correction2_sqrt).add_(EPS)
-    if same_lr:
-        p.addcdiv_(m, denom, value=-float(lr[0]) / bias_correction1)
+    if same_lr is not None:
+        p.addcdiv_(m, denom, value=-same_lr / bias_correction1)
     else:
         p.sub_(m / denom * (lr / bias_correction1).unsqueeze(1))
     if active is not None:
-        rows = ~active
-        m[rows] = keep_m[rows]
-        v[rows] = keep_v[rows]
-        p[rows] = keep_p[rows]
+        a = active.unsqueeze(1)  # (K, 1)
+        m.copy_(torch.where(a, m, keep_m))
+        v.copy_(torch.where(a, v, keep_v))
+        p.copy_(torch.where(a, p, keep_p))

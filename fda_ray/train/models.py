@@ -17,6 +17,23 @@ from torch.nn import functional as F
 from fda_ray.core.registry import MODELS  # defined in the core: the config checks model names without torch
 
 
+CONV_LAYOUTS = ("grouped", "per_model")
+
+
+def conv_layout(device: torch.device | str) -> str:
+    """How a stacked forward runs its convolutions on `device`: $FDA_RAY_CONV_LAYOUT if set (for measuring), else
+    "grouped" on a GPU (one kernel launch a layer for all K models) and "per_model" on CPUs (measured faster there:
+    benchmarks/fused_ops.py)."""
+    import os
+
+    chosen = os.environ.get("FDA_RAY_CONV_LAYOUT", "")
+    if chosen:
+        if chosen not in CONV_LAYOUTS:
+            raise ValueError(f"FDA_RAY_CONV_LAYOUT={chosen!r} is invalid: one of {', '.join(CONV_LAYOUTS)}")
+        return chosen
+    return "grouped" if torch.device(device).type == "cuda" else "per_model"
+
+
 def _linear_stacked(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """K linear layers at once: x (K, B, in), w (K, out, in), b (K, out) -> (K, B, out)."""
     return torch.baddbmm(b.unsqueeze(1), x, w.transpose(1, 2))
@@ -47,18 +64,30 @@ class SimpleCNN(nn.Module):
         return self.fc3(x)
 
     @staticmethod
-    def forward_stacked(p: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    def forward_stacked(p: dict[str, torch.Tensor], x: torch.Tensor, layout: str = "per_model") -> torch.Tensor:
         """K models at once (fda_ray.train.cohort): p holds each parameter stacked (K, ...), x (K, B, C, H, W) ->
-        (K, B, classes). The convolutional trunk runs per model (a grouped convolution's backward pass, and
-        max-pooling over all K batches at once, are slower on CPUs than K small ones); the linear layers run
-        once for all K as batched matmuls."""
-        k = x.shape[0]
-        feats = []
-        for i in range(k):
-            h = F.max_pool2d(torch.relu(F.conv2d(x[i], p["conv1.weight"][i], p["conv1.bias"][i])), 2)
-            h = F.max_pool2d(torch.relu(F.conv2d(h, p["conv2.weight"][i], p["conv2.bias"][i])), 2)
-            feats.append(h.flatten(1))  # (B, features)
-        h = torch.stack(feats)  # (K, B, features)
+        (K, B, classes). The linear layers run once for all K as batched matmuls. The convolutional trunk
+        (`layout`, conv_layout): "grouped", all K as one grouped convolution (HFTA's fused Conv2d) and one
+        max-pool over the K * channels, a fixed number of operators whatever K (on a GPU each operator is a kernel
+        launch); "per_model", one small convolution per model (measured faster on CPUs: the grouped
+        convolution's backward pass is slower there, docs/ray-and-clusters.md)."""
+        k, b = x.shape[:2]
+        if layout == "grouped":
+            # (K, B, C, H, W) -> (B, K*C, H, W): model i's channels are group i
+            h = x.transpose(0, 1).reshape(b, k * x.shape[2], *x.shape[3:])
+            w1, w2 = p["conv1.weight"], p["conv2.weight"]  # (K, O, C, kh, kw)
+            h = F.conv2d(h, w1.reshape(-1, *w1.shape[2:]), p["conv1.bias"].reshape(-1), groups=k)
+            h = F.max_pool2d(torch.relu(h), 2)  # (B, K*6, ., .)
+            h = F.conv2d(h, w2.reshape(-1, *w2.shape[2:]), p["conv2.bias"].reshape(-1), groups=k)
+            h = F.max_pool2d(torch.relu(h), 2)  # (B, K*16, s, s)
+            h = h.reshape(b, k, -1).transpose(0, 1)  # (K, B, 16*s*s), each model's features in torch's flatten order
+        else:
+            feats = []
+            for i in range(k):
+                hi = F.max_pool2d(torch.relu(F.conv2d(x[i], p["conv1.weight"][i], p["conv1.bias"][i])), 2)
+                hi = F.max_pool2d(torch.relu(F.conv2d(hi, p["conv2.weight"][i], p["conv2.bias"][i])), 2)
+                feats.append(hi.flatten(1))  # (B, features)
+            h = torch.stack(feats)  # (K, B, features)
         h = torch.relu(_linear_stacked(h, p["fc1.weight"], p["fc1.bias"]))
         h = torch.relu(_linear_stacked(h, p["fc2.weight"], p["fc2.bias"]))
         return _linear_stacked(h, p["fc3.weight"], p["fc3.bias"])
@@ -101,8 +130,9 @@ class SigmoidMLP(nn.Module):
         return self.out(torch.sigmoid(self.hidden(x)))
 
     @staticmethod
-    def forward_stacked(p: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-        """K models at once (fda_ray.train.cohort): x (K, B, d) -> (K, B, outputs)."""
+    def forward_stacked(p: dict[str, torch.Tensor], x: torch.Tensor, layout: str = "per_model") -> torch.Tensor:
+        """K models at once (fda_ray.train.cohort): x (K, B, d) -> (K, B, outputs) (no convolutions: `layout` is
+        the same either way)."""
         h = torch.sigmoid(_linear_stacked(x, p["hidden.weight"], p["hidden.bias"]))
         return _linear_stacked(h, p["out.weight"], p["out.bias"])
 

@@ -45,6 +45,8 @@ def _domainbed(cfg) -> bool:
 class FDA(Algorithm):
     """FedDA / FedGP with static or auto-weighted beta; the variants below set the class attributes."""
 
+    fuses = True  # local training: the "epoch" recipe (the fine-tuning phase's carried-over Adam runs alone)
+
     family = "fda"
     Params = FDAParams
     rule: ClassVar[str] = "fedgp"  # a name in aggregation.RULES: source_only, target_only, fedda, fedgp

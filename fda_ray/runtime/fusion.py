@@ -1,0 +1,278 @@
+"""Trial groups: several trials fused into one computation on one device (HFTA's horizontal fusion, across a sweep).
+
+A sweep's trials are many copies of one small network. A group runs T of them in lockstep in one process: each
+trial keeps its own round loop (fda_ray.runtime.loop.run_rounds, in a thread of its own), its algorithm state,
+aggregation (the kernel), evaluation and record; only the clients' local training is shared. Each round, every
+member hands its tasks to its `GroupMember` executor; once every live member has handed its round in, the group
+runs all of them with fda_ray.train.cohort.run_jobs, where the clients of every trial that run the same recipe on
+one architecture and batch size train as one cohort (T trials x K clients as rows of one (T*K, M) computation, each
+row with its own data order, noise draws, learning rate and step count). The rest run one after the other, as in
+a trial of their own.
+
+    group = TrialGroup(["a", "b"])                      the members it waits for
+    ex = group.executor("a", clients)                   a member's executor (fda_ray.runtime.executors' interface)
+    ... each member's run_rounds(exp, ex, ...) in a thread of its own ...
+    ex.shutdown()                                       it leaves: finished, failed or stopped; the others go on
+    group.add("c")                                      a member that joins later (a retried trial resuming)
+    group.stop()                                        Ctrl-C: every waiting member raises KeyboardInterrupt
+
+Numbers: a fused trial trains its clients as its own vectorised cohort would (cfg.vectorise "on"), in a cohort with
+more rows. Rows never mix (every operation is per row: grouped or per-model convolutions, batched matmuls, a
+per-row loss and Adam), so its numbers equal the trial run alone within float tolerance: batched operations may
+sum in other orders for other batch counts (tests/test_fusion.py). Fusing is therefore not part of a trial's
+numbers (not in its key); only trials that train vectorised are fused (`fusion_key`).
+
+Which trials can share a group (`fusion_key`): same dataset, model, device, thread count and batch sizes, a method
+whose family declares that its local training is the vectorisable "epoch" recipe (Algorithm.fuses), vectorise on,
+not a fine-tuning trial (those start from another trial's weights and run alone).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+FUSE_CHOICES = ("off", "auto")  # or a whole number >= 1: the most trials a group holds
+# Measured on 2 CPU cores (benchmarks/sweep.py, the README's main job): groups of 8 were the fastest tried; a GPU
+# holds more (docs/ray-and-clusters.md, "Fused trials").
+AUTO_GROUP = {"cpu": 8, "cuda": 32}
+
+# One member builds its experiment at a time: building seeds torch's global generator per trial (the initial model),
+# which threads would share.
+BUILD_LOCK = threading.Lock()
+
+
+def parse_fuse(value: str | int | None) -> int | str:
+    """--fuse's value: "off", "auto", or a group size (a whole number >= 1; 1 is off). One-line error otherwise."""
+    if value is None:
+        return "off"
+    text = str(value).strip().lower()
+    if text in FUSE_CHOICES:
+        return text
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1 or str(n) != text:
+        raise ValueError(f"fuse={value!r} is invalid: off, auto, or a whole number of trials a group holds (>= 1)")
+    return "off" if n == 1 else n
+
+
+def group_size(fuse: int | str, device: str) -> int:
+    """The most trials a group holds for --fuse `fuse` on `device` (1: no fusing)."""
+    if fuse == "off":
+        return 1
+    if fuse == "auto":
+        return AUTO_GROUP["cuda" if str(device).startswith("cuda") else "cpu"]
+    return int(fuse)
+
+
+def fusion_key(trial: Any) -> tuple | None:
+    """Trials with equal keys may share a group; None: the trial runs alone (module docstring).
+    `trial`: an fda_ray.experiments.records.Trial."""
+    from fda_ray.algorithms import ALGORITHMS
+
+    if getattr(trial, "kind", "run") == "finetune" or getattr(trial, "weights_from", None):
+        return None
+    cfg = trial.config().resolved()
+    if cfg.vectorise != "on" or not getattr(ALGORITHMS.get(cfg.method), "fuses", False):
+        return None
+    return (cfg.dataset, cfg.model, cfg.device, cfg.threads, cfg.batch_source, cfg.batch_target, cfg.executor)
+
+
+def why_not_fused(trial: Any) -> str:
+    """Why fusion_key(trial) is None, in a few words (--dry-run)."""
+    from fda_ray.algorithms import ALGORITHMS
+
+    if getattr(trial, "kind", "run") == "finetune" or getattr(trial, "weights_from", None):
+        return "fine-tunes another trial's weights"
+    cfg = trial.config().resolved()
+    if cfg.vectorise != "on":
+        return "vectorise is off (fused trials train vectorised: --vectorise on)"
+    if not getattr(ALGORITHMS.get(cfg.method), "fuses", False):
+        return f"method {cfg.method}'s local training is not the vectorised epoch recipe"
+    return "fusible"
+
+
+def plan_groups(trials: Sequence[Any], size: int) -> list[list[Any]]:
+    """The trials in groups of at most `size` members with equal fusion keys, in the trials' order (a group starts
+    at its first member's place); an unfusible trial is a group of its own."""
+    if size <= 1:
+        return [[t] for t in trials]
+    groups: list[list[Any]] = []
+    open_: dict[tuple, list[Any]] = {}
+    for t in trials:
+        key = fusion_key(t)
+        if key is None:
+            groups.append([t])
+            continue
+        g = open_.get(key)
+        if g is None or len(g) >= size:
+            g = open_[key] = []
+            groups.append(g)
+        g.append(t)
+    return groups
+
+
+@dataclass
+class _Request:
+    """A member's round: its jobs, then their results (a ClientResult or the exception that hit it, each)."""
+    jobs: list
+    results: list | None = None
+    done: bool = False
+
+
+@dataclass
+class GroupStats:
+    """What the group ran: batches (one per round of the lockstep), members per batch, jobs per batch."""
+    batches: int = 0
+    members: list[int] = field(default_factory=list)
+    jobs: list[int] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+class TrialGroup:
+    """The shared half: members hand in their rounds; when all live members have, one thread runs them as one."""
+
+    def __init__(self, members: Sequence[str], vectorise: bool = True, overlap: bool | None = None) -> None:
+        self.members = list(members)  # as formed (a member that joins later is added to it)
+        self._cond = threading.Condition()
+        self._live: set[str] = set(members)  # expected or running; a member that ends leaves
+        self._waiting: dict[str, _Request] = {}
+        self._stopped = False
+        self._closed = False
+        self.vectorise = vectorise
+        self.overlap = overlap
+        self.stats = GroupStats()
+        self._thread = threading.Thread(target=self._serve, name="fda-fusion", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ membership
+
+    def add(self, key: str) -> None:
+        """A member joins (a trial retried into a running group); the next batch waits for it."""
+        with self._cond:
+            self._live.add(key)
+            if key not in self.members:
+                self.members.append(key)
+
+    def leave(self, key: str) -> None:
+        """A member is done (finished, failed, stopped, or never started): the others no longer wait for it."""
+        with self._cond:
+            self._live.discard(key)
+            self._waiting.pop(key, None)
+            self._cond.notify_all()
+
+    def executor(self, key: str, clients: Sequence[Any]) -> "GroupMember":
+        """Member `key`'s executor over its clients (hosted in this process)."""
+        self.add(key)
+        return GroupMember(self, key, clients)
+
+    def live(self) -> set[str]:
+        with self._cond:
+            return set(self._live)
+
+    def stop(self) -> None:
+        """Ctrl-C: members waiting for a batch (now or later) raise KeyboardInterrupt; their loops keep what finished."""
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """End the group's thread (every member has left)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout=5)
+
+    # ------------------------------------------------------------------ the lockstep
+
+    def submit(self, key: str, jobs: list) -> _Request:
+        req = _Request(list(jobs))
+        with self._cond:
+            if key not in self._live:
+                raise RuntimeError(f"trial {key} is not a member of this group (it left)")
+            if key in self._waiting:
+                raise RuntimeError(f"trial {key} handed in a round before collecting its last one")
+            self._waiting[key] = req
+            self._cond.notify_all()
+        return req
+
+    def wait(self, req: _Request) -> list:
+        with self._cond:
+            while not req.done:
+                if self._stopped:
+                    raise KeyboardInterrupt
+                self._cond.wait()
+            return req.results  # type: ignore[return-value]
+
+    def _ready(self) -> bool:
+        return bool(self._waiting) and len(self._waiting) >= len(self._live)
+
+    def _serve(self) -> None:
+        from fda_ray.train.cohort import run_jobs
+
+        while True:
+            with self._cond:
+                while not (self._closed or self._stopped or self._ready()):
+                    self._cond.wait()
+                if self._closed or self._stopped:
+                    return
+                batch, self._waiting = self._waiting, {}
+            requests = list(batch.values())
+            jobs = [j for r in requests for j in r.jobs]
+            t0 = time.perf_counter()
+            try:
+                out = run_jobs(jobs, self.vectorise, self.overlap, isolate=True)
+            except BaseException as e:  # (run_jobs isolates the jobs' own errors: this is the group's)
+                out = [e] * len(jobs)
+            self.stats.batches += 1
+            self.stats.members.append(len(requests))
+            self.stats.jobs.append(len(jobs))
+            self.stats.seconds += time.perf_counter() - t0
+            with self._cond:
+                i = 0
+                for r in requests:
+                    r.results, i = out[i:i + len(r.jobs)], i + len(r.jobs)
+                    r.done = True
+                self._cond.notify_all()
+
+
+class GroupMember:
+    """One member trial's executor (fda_ray.runtime.executors.Executor): its clients live in this process, as the
+    serial executor's do; its rounds run in the group's batches."""
+
+    def __init__(self, group: TrialGroup, key: str, clients: Sequence[Any]) -> None:
+        self.group, self.key = group, key
+        self.clients = list(clients)
+        self.by_index = {c.index: c for c in self.clients}
+
+    def submit(self, state: Any, tasks: Sequence[Any]) -> _Request:
+        from fda_ray.core.contract import input_names
+        from fda_ray.train.cohort import Job
+
+        input_names(state, tasks)
+        state = dict(state)
+        jobs = [Job(self.by_index[t.client], t, (lambda t=t: {n: state[n] for n in t.inputs})) for t in tasks]
+        return self.group.submit(self.key, jobs)
+
+    def collect(self, pending: _Request) -> list:
+        results = self.group.wait(pending)
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+        return results
+
+    def client_states(self) -> list[dict]:
+        return [c.snapshot() for c in self.clients]
+
+    def client_state(self, client: int) -> dict:
+        return self.clients[client].snapshot()
+
+    def restore_states(self, states: Sequence[dict]) -> None:
+        for c, st in zip(self.clients, states):
+            c.restore(st)
+
+    def shutdown(self, keep: bool = False) -> None:
+        self.group.leave(self.key)

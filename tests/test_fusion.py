@@ -1,0 +1,255 @@
+"""Fused trials (issue 62): trials in one group (fda_ray.runtime.fusion) give the numbers they give alone.
+
+A group trains the clients of all its members as one cohort with more rows; rows never mix, so a member's numbers
+equal its run alone within float tolerance: batched operations may sum in other orders for another batch count.
+Tolerance, from the arithmetic (tests/test_cohort.py's module docstring): Adam turns rounding differences of
+nearly cancelling gradient elements into steps of up to ~lr, so a few elements may differ by a fraction of lr while
+the weights as a whole agree to ~1e-4 in relative L2 norm; the bound here is 1e-2 of the weights' change, and
+accuracy within 2 test samples of 100 (a sample on the decision boundary may flip). Any real mix-up (another
+member's data, learning rate, noise or seed) moves the weights by order 1 (test_the_gap_would_be_seen).
+"""
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from fda_ray.algorithms import ALGORITHMS
+from fda_ray.core.config import RunConfig
+from fda_ray.experiments.records import STATE_FILE, Trial, is_done, load_state, read_rows, trial_key
+from fda_ray.experiments.trials import run_group, run_trial
+from fda_ray.runtime import fusion
+from fda_ray.runtime.engine import build_experiment
+from fda_ray.train.cohort import cohort_key
+
+REL = 1e-2
+
+
+def _trial(fmnist_dir, row: str, **kw) -> Trial:
+    params = dict(dataset="fashion-mnist", data_dir=str(fmnist_dir), num_sources=2, rounds=2, warmup_rounds=1,
+                  samples_per_client=128, test_samples=100, target_labelled=32, vectorise="on", method=row, seed=0)
+    params.update(kw)
+    return Trial(trial_key(row, "noise", params.get("noise", 0.0), params["seed"], params), row,
+                 params.get("noise", 0.0), params["seed"], params)
+
+
+def _final(records, t: Trial) -> torch.Tensor:
+    return torch.load(records / t.key / STATE_FILE, weights_only=True)["state"]["global"]
+
+
+def _same_numbers(alone_dir, fused_dir, t: Trial) -> None:
+    a, b = read_rows(alone_dir / t.key)["rows"], read_rows(fused_dir / t.key)["rows"]
+    assert [r["round"] for r in a] == [r["round"] for r in b]
+    for ra, rb in zip(a, b):
+        assert abs(ra["accuracy"] - rb["accuracy"]) <= 2.0, (t.key, ra["round"])
+    start = build_experiment(t.config()).initial_weights()
+    wa, wb = _final(alone_dir, t), _final(fused_dir, t)
+    assert float((wa - wb).norm() / (wa - start).norm()) <= REL, t.key
+
+
+def _members(fmnist_dir) -> list[Trial]:
+    """Members that differ in every way a fused row must keep: method (auto-weighting records its steps; Target
+    Only and Oracle train no source), noise, beta, learning rates, seed and shard sizes (ragged steps)."""
+    return [
+        _trial(fmnist_dir, "fedgp_auto", noise=0.4),
+        _trial(fmnist_dir, "fedda", noise=0.8, beta=0.3, lr_source=0.003),
+        _trial(fmnist_dir, "fedgp", noise=0.0, seed=1, samples_per_client=96, target_labelled=48),
+        _trial(fmnist_dir, "source_only", noise=0.4, seed=2),
+        _trial(fmnist_dir, "target_only", noise=0.4, lr_target=0.01),
+        _trial(fmnist_dir, "oracle", noise=0.4),
+    ]
+
+
+def test_a_fused_group_gives_each_trial_its_numbers_alone(fmnist_dir, tmp_path):
+    trials = _members(fmnist_dir)
+    alone, fused = tmp_path / "alone", tmp_path / "fused"
+    for t in trials:
+        run_trial(t, alone)
+    seen: dict[str, list[int]] = {}
+    lock = threading.Lock()
+
+    def report(key: str, row: dict) -> None:
+        with lock:
+            seen.setdefault(key, []).append(row["round"])
+
+    outcome = run_group(trials, fused, report=report)
+    assert outcome == {t.key: None for t in trials}
+    for t in trials:
+        assert is_done(fused / t.key)
+        assert seen[t.key] == [r["round"] for r in read_rows(alone / t.key)["rows"]]  # its own reports
+        assert read_rows(fused / t.key)["fused"]["members"] == len(trials)
+        _same_numbers(alone, fused, t)
+
+
+def test_the_gap_would_be_seen(fmnist_dir, tmp_path):
+    """Another member's seed (its data order, noise draws and start) moves the weights by order 1: the bound above
+    is far below what a mix-up would make."""
+    a, b = _trial(fmnist_dir, "fedgp", noise=0.4), _trial(fmnist_dir, "fedgp", noise=0.4, seed=1)
+    run_trial(a, tmp_path)
+    run_trial(b, tmp_path)
+    wa, wb = _final(tmp_path, a), _final(tmp_path, b)
+    start = build_experiment(a.config()).initial_weights()
+    assert float((wa - wb).norm() / (wa - start).norm()) > 20 * REL
+
+
+def test_the_group_trains_its_members_clients_as_one_cohort(fmnist_dir, tmp_path, monkeypatch):
+    """The point of a group: one cohort for the sources of every member (not one per trial)."""
+    from fda_ray.train import cohort
+
+    sizes: list[int] = []
+    real = cohort.train_cohort
+
+    def spy(members):
+        sizes.append(len(members))
+        return real(members)
+
+    monkeypatch.setattr(cohort, "train_cohort", spy)
+    trials = [_trial(fmnist_dir, "fedgp", noise=0.4, seed=s) for s in range(3)]
+    assert run_group(trials, tmp_path) == {t.key: None for t in trials}
+    assert max(sizes) == 3 * 2  # 3 trials x 2 sources in one cohort
+    assert sizes.count(3 * 2) == 3  # every round (1 warm-up + 2)
+
+
+def test_a_member_resumes_from_its_checkpoint_inside_a_running_group(fmnist_dir, tmp_path):
+    """A member whose record holds round 1's state goes on from round 2 while the others start from round 0 (the
+    group's batches mix rounds), and ends with the numbers of an uninterrupted run alone."""
+    trials = _members(fmnist_dir)[:3]
+    resumed = trials[0]
+    alone = tmp_path / "alone"
+    for t in trials:
+        run_trial(t, alone)
+
+    fused = tmp_path / "fused"
+
+    def stop_after_round_1(row: dict) -> None:
+        if row["round"] == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(BaseException):
+        run_trial(resumed, fused, report=stop_after_round_1)
+    assert load_state(fused / resumed.key)["next_round"] == 2 and not is_done(fused / resumed.key)
+    rounds: dict[str, list[int]] = {}
+    assert run_group(trials, fused, report=lambda k, row: rounds.setdefault(k, []).append(row["round"])) == {
+        t.key: None for t in trials}
+    assert rounds[resumed.key] == [2] and rounds[trials[1].key] == [0, 1, 2]
+    for t in trials:
+        _same_numbers(alone, fused, t)
+
+
+def test_a_failing_member_leaves_and_the_others_finish_with_their_numbers(fmnist_dir, tmp_path, monkeypatch):
+    """One member's client fails in round 1 (after it has trained in the group), another cannot even load its data:
+    both fail alone, with their finished rounds kept; the others finish, equal to their runs alone."""
+    from fda_ray.runtime.failures import ClientFailure
+
+    trials = _members(fmnist_dir)[:3]
+    broken = _trial(fmnist_dir, "fedgp", noise=0.4, seed=5, data_dir=str(tmp_path / "nowhere"))
+    failing = trials[1]
+    alone = tmp_path / "alone"
+    for t in trials:
+        if t is not failing:
+            run_trial(t, alone)
+    real = fusion.GroupMember.collect
+
+    def collect(self, pending):
+        out = real(self, pending)
+        if self.key == failing.key and out and out[0].tensors and pending.jobs[0].task.round == 1:
+            raise ClientFailure(0, 1, 3, "a test's fault")
+        return out
+
+    monkeypatch.setattr(fusion.GroupMember, "collect", collect)
+    fused = tmp_path / "fused"
+    outcome = run_group(trials + [broken], fused)
+    assert "client 0 failed round 1 3 times" in str(outcome[failing.key])
+    assert load_state(fused / failing.key)["next_round"] == 1  # round 0 kept
+    assert outcome[broken.key] is not None and "nowhere" in str(outcome[broken.key])
+    for t in trials:
+        if t is not failing:
+            assert outcome[t.key] is None
+            _same_numbers(alone, fused, t)
+
+
+def test_ctrl_c_stops_every_member_and_keeps_their_last_rounds(fmnist_dir, tmp_path, monkeypatch):
+    trials = _members(fmnist_dir)[:2]
+    real = fusion.GroupMember.collect
+
+    def collect(self, pending):
+        out = real(self, pending)
+        if pending.jobs and pending.jobs[0].task.round == 1:
+            import _thread
+            import time
+
+            _thread.interrupt_main()  # Ctrl-C reaches the process's main thread
+            time.sleep(1.0)  # (it stops the group while this member is still in round 1)
+        return out
+
+    monkeypatch.setattr(fusion.GroupMember, "collect", collect)
+    with pytest.raises(KeyboardInterrupt):
+        run_group(trials, tmp_path)
+    for t in trials:  # round 0 kept; round 1 collected but stopped before it was kept, or kept: not round 2
+        assert not is_done(tmp_path / t.key) and load_state(tmp_path / t.key)["next_round"] in (1, 2)
+
+
+def test_every_family_that_fuses_plans_only_cohort_tasks(tiny):
+    """Algorithm.fuses is a promise: every warm-up and main-phase task of such a family is a vectorised cohort's
+    (tasks that are not, e.g. finetune_offline's carried-over Adam, must not draw from torch's global generator)."""
+    fusing = [name for name in ALGORITHMS.names() if getattr(ALGORITHMS.get(name), "fuses", False)]
+    assert {"fedgp", "fedda_auto", "source_only", "target_only", "oracle"} <= set(fusing)
+    for name in fusing:
+        exp = build_experiment(tiny(method=name, vectorise="on"))
+        state = exp.algorithm.init_state(exp.initial_weights())
+        for r in range(exp.cfg.warmup_rounds + exp.cfg.rounds):
+            plan = exp.algorithm.plan_round(r, state)
+            for t in plan.tasks:
+                assert cohort_key(exp.clients[t.client], t) is not None, (name, r, t.recipe)
+    for name in set(ALGORITHMS.names()) - set(fusing):
+        t = Trial("k", name, None, 0, {"dataset": "fashion-mnist", "method": name, "vectorise": "on"})
+        assert fusion.fusion_key(t) is None
+
+
+def test_groups_hold_equal_keys_up_to_the_size_in_the_trials_order(fmnist_dir):
+    on = [_trial(fmnist_dir, "fedgp", noise=0.4, seed=s) for s in range(5)]
+    other_batch = _trial(fmnist_dir, "fedgp", noise=0.4, batch_source=32)
+    off = _trial(fmnist_dir, "fedgp", noise=0.4, vectorise="off")
+    ditto = Trial("d", "ditto", None, 0, {"dataset": "fashion-mnist", "method": "ditto", "vectorise": "on",
+                                          "data_dir": str(fmnist_dir)})
+    trials = [on[0], off, on[1], other_batch, on[2], ditto, on[3], on[4]]
+    groups = fusion.plan_groups(trials, 3)
+    assert [[t.key for t in g] for g in groups] == [[on[0].key, on[1].key, on[2].key], [off.key],
+                                                    [other_batch.key], ["d"], [on[3].key, on[4].key]]
+    assert fusion.plan_groups(trials, 1) == [[t] for t in trials]
+    assert "vectorise is off" in fusion.why_not_fused(off)
+    assert "not the vectorised epoch recipe" in fusion.why_not_fused(ditto)
+
+
+@pytest.mark.parametrize("value, want", [("off", "off"), ("auto", "auto"), ("1", "off"), ("8", 8), (None, "off")])
+def test_fuse_values(value, want):
+    assert fusion.parse_fuse(value) == want
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "two", "2.5", ""])
+def test_a_bad_fuse_value_is_one_line(value):
+    with pytest.raises(ValueError, match=r"fuse=.* is invalid: off, auto, or a whole number"):
+        fusion.parse_fuse(value)
+
+
+def test_grouped_convolutions_equal_one_per_model():
+    """SimpleCNN's stacked forward: the GPU layout (one grouped convolution for K models) against the CPU one."""
+    from fda_ray.train.models import SimpleCNN, build_model
+    from fda_ray.core.layout import ParamLayout
+
+    torch.manual_seed(0)
+    k = 5
+    models = [build_model("simple_cnn", (1, 28, 28), 10) for _ in range(k)]
+    layout = ParamLayout.from_model(models[0])
+    p = {n: torch.stack([dict(m.named_parameters())[n].detach() for m in models]).requires_grad_(True)
+         for n in layout.names}
+    x = torch.randn(k, 7, 1, 28, 28)
+    a = SimpleCNN.forward_stacked(p, x, layout="per_model")
+    b = SimpleCNN.forward_stacked(p, x, layout="grouped")
+    ref = torch.stack([m(x[i]) for i, m in enumerate(models)])
+    assert torch.allclose(a, ref, rtol=1e-5, atol=1e-5) and torch.allclose(b, ref, rtol=1e-5, atol=1e-5)
+    ga = torch.autograd.grad(a.square().sum(), list(p.values()))
+    gb = torch.autograd.grad(b.square().sum(), list(p.values()))
+    for u, v in zip(ga, gb):
+        assert float((u - v).norm() / u.norm()) < 1e-4
