@@ -10,6 +10,7 @@ member's data, learning rate, noise or seed) moves the weights by order 1 (test_
 """
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
@@ -215,8 +216,15 @@ def test_groups_hold_equal_keys_up_to_the_size_in_the_trials_order(fmnist_dir):
                                           "data_dir": str(fmnist_dir)})
     trials = [on[0], off, on[1], other_batch, on[2], ditto, on[3], on[4]]
     groups = fusion.plan_groups(trials, 3)
-    assert [[t.key for t in g] for g in groups] == [[on[0].key, on[1].key, on[2].key], [off.key],
-                                                    [other_batch.key], ["d"], [on[3].key, on[4].key]]
+    # 5 fusible trials at most 3 a group: 2 groups of nearly equal size (not 3 + 2... nor a lone straggler)
+    assert [[t.key for t in g] for g in groups] == [[on[0].key, on[1].key], [off.key], [other_batch.key],
+                                                    [on[2].key, on[3].key, on[4].key], ["d"]]
+    many = [_trial(fmnist_dir, "fedgp", noise=0.4, seed=s) for s in range(18)]
+    assert [len(g) for g in fusion.plan_groups(many, 8)] == [6, 6, 6]
+    # trials that train no source do not wait in lockstep for those that do
+    cheap = [_trial(fmnist_dir, "target_only", noise=0.4, seed=s) for s in range(2)]
+    mixed = fusion.plan_groups([many[0], cheap[0], many[1], cheap[1]], 8)
+    assert [[t.key for t in g] for g in mixed] == [[many[0].key, many[1].key], [cheap[0].key, cheap[1].key]]
     assert fusion.plan_groups(trials, 1) == [[t] for t in trials]
     assert "vectorise is off" in fusion.why_not_fused(off)
     assert "not the vectorised epoch recipe" in fusion.why_not_fused(ditto)
@@ -253,3 +261,95 @@ def test_grouped_convolutions_equal_one_per_model():
     gb = torch.autograd.grad(b.square().sum(), list(p.values()))
     for u, v in zip(ga, gb):
         assert float((u - v).norm() / u.norm()) < 1e-4
+
+
+# ---------------------------------------------------------------- the sweep's front ends
+
+def _sweep_args(fmnist_dir, out, *more):
+    return ["--grid", "tiny-noise", "--data-dir", str(fmnist_dir), "--out", str(out), "--vectorise", "on",
+            "--seeds", "2", "--json", *more]
+
+
+@pytest.fixture
+def tiny_fused_grid(monkeypatch):
+    from fda_ray.papers.grids import GRIDS, Grid, Row
+
+    tiny = {"num_sources": 2, "rounds": 2, "warmup_rounds": 1, "samples_per_client": 128, "test_samples": 100,
+            "target_labelled": 32}
+    grid = Grid(name="tiny-noise", dataset="fashion-mnist", variable="noise", values=(0.0, 0.8),
+                rows=(Row("fedgp_auto", "FedGP_Auto", "fedgp_auto"), Row("target_only", "Target Only", "target_only")),
+                seeds={}, profiles={"quick": tiny, "paper": dict(tiny)}, paper_ref="test numbers")
+    monkeypatch.setitem(GRIDS, grid.name, grid)
+    return grid
+
+
+def _results(out) -> dict:
+    import pyarrow.parquet as pq
+
+    return {(r["row"], r["noise"], r["seed"], r["round"]): r["accuracy"]
+            for r in pq.read_table(out / "results.parquet").to_pylist()}
+
+
+def test_dry_run_shows_the_groups_and_what_each_asks(tiny_fused_grid, fmnist_dir, tmp_path, capsys):
+    from fda_ray.experiments import sweep
+
+    args = _sweep_args(fmnist_dir, tmp_path / "o", "--fuse", "4", "--dry-run", "--device", "cuda",
+                       "--plan-for", "CPU=16,GPU=1")
+    assert sweep.main(args) == 0
+    out = capsys.readouterr().out
+    assert "each fused group is one Tune trial asking {CPU 1, GPU 1}: 1 group(s) at once" in out
+    assert "fused: 8 of 8 trials in 2 group(s) of at most 4" in out
+    assert "group 2 (4 trials): fedgp_auto 0.0 s0, fedgp_auto 0.8 s0, fedgp_auto 0.0 s1, fedgp_auto 0.8 s1" in out
+    assert sweep.main(_sweep_args(fmnist_dir, tmp_path / "o", "--fuse", "4", "--dry-run", "--backend", "local")) == 0
+    assert "plan: 2 group(s) at once (backend local" in capsys.readouterr().out
+    # vectorise off: nothing is fused, and the plan says why
+    args = ["--grid", "tiny-noise", "--data-dir", str(fmnist_dir), "--out", str(tmp_path / "o"), "--fuse", "4",
+            "--dry-run", "--backend", "local"]
+    assert sweep.main(args) == 0
+    assert "alone: 4 trial(s): vectorise is off (fused trials train vectorised: --vectorise on)" in \
+        capsys.readouterr().out
+    # a GPU group on a cluster without a GPU: refused in one line
+    assert sweep.main(_sweep_args(fmnist_dir, tmp_path / "o", "--fuse", "4", "--dry-run", "--device", "cuda",
+                                  "--plan-for", "CPU=16")) == 2
+    assert "fuse=4 is invalid here: a fused group asks {CPU 1, GPU 1}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["0", "many"])
+def test_a_bad_fuse_flag_is_one_line_and_exit_2(tiny_fused_grid, fmnist_dir, tmp_path, capsys, value):
+    from fda_ray.experiments import sweep
+
+    assert sweep.main(_sweep_args(fmnist_dir, tmp_path / "o", "--fuse", value)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"fuse={value!r} is invalid" in err
+
+
+@pytest.mark.slow
+def test_a_fused_local_sweep_equals_the_unfused_one(tiny_fused_grid, fmnist_dir, tmp_path, capsys, no_ray):
+    from fda_ray.experiments import sweep
+
+    plain, fused = tmp_path / "plain", tmp_path / "fused"
+    assert sweep.main(_sweep_args(fmnist_dir, plain, "--backend", "local", "--workers", "2")) == 0
+    assert sweep.main(_sweep_args(fmnist_dir, fused, "--backend", "local", "--workers", "2", "--fuse", "4")) == 0
+    capsys.readouterr()
+    a, b = _results(plain), _results(fused)
+    assert a.keys() == b.keys() and len(a) == 8 * 3
+    assert all(abs(a[k] - b[k]) <= 2.0 for k in a)
+    members = [read_rows(d)["fused"]["members"] for d in (fused / "trials").iterdir()]
+    assert sorted(members) == [4] * 8
+    assert not any("fused" in read_rows(d) for d in (plain / "trials").iterdir())
+
+
+@pytest.mark.slow
+def test_a_fused_tune_sweep_reports_each_trial_and_equals_the_unfused_one(tiny_fused_grid, fmnist_dir, tmp_path,
+                                                                          capsys, no_ray):
+    from fda_ray.experiments import sweep
+
+    plain, fused = tmp_path / "plain", tmp_path / "fused"
+    assert sweep.main(_sweep_args(fmnist_dir, plain, "--backend", "local", "--workers", "2")) == 0
+    capsys.readouterr()
+    assert sweep.main(_sweep_args(fmnist_dir, fused, "--backend", "tune", "--fuse", "4", "--track", "none")) == 0
+    printed = capsys.readouterr()
+    a, b = _results(plain), _results(fused)
+    assert a.keys() == b.keys() and all(abs(a[k] - b[k]) <= 2.0 for k in a)
+    assert sorted(read_rows(d)["fused"]["members"] for d in (fused / "trials").iterdir()) == [4] * 8
+    assert json.loads(printed.out[printed.out.index("{"):])["trials_run"] == 8

@@ -64,6 +64,11 @@ def parser() -> OneLineParser:
                                                      "process pool of serial runs, no Ray)")
     s.add_argument("--workers", type=int, default=None,
                    help="local: trials at once (default: CPUs / threads); Tune runs what the resources hold")
+    s.add_argument("--fuse", default="off",
+                   help="fuse trials into groups that train as one computation on one device (fda_ray.runtime.fusion): "
+                        "off, auto (the group size measured fastest on the device), or the most trials a group "
+                        "holds; each trial keeps its own numbers and record. Fused: trials that train vectorised "
+                        "(--vectorise on) with one model, device and batch sizes")
     s.add_argument("--out", default=None, help="output directory: a path (on a cluster: one every node mounts) or "
                                                "a URI such as s3://bucket/prefix (default sweeps/<grid>-<profile>)")
     s.add_argument("--address", default=None, help="tune: an existing Ray cluster (default: $RAY_ADDRESS or a "
@@ -148,6 +153,16 @@ def check_backend(a: Any) -> None:
         raise SweepError(f"workers={a.workers} is invalid with --backend {a.backend}: it sets the local backend's "
                          "trials at once; Ray Tune runs as many as the resources hold (--dry-run prints how many; "
                          "--max-concurrent caps them)")
+
+
+def check_fuse(a: Any) -> None:
+    """--fuse: off, auto or a group size (a.fuse becomes the parsed value)."""
+    from fda_ray.runtime.fusion import parse_fuse
+
+    try:
+        a.fuse = parse_fuse(getattr(a, "fuse", "off"))
+    except ValueError as e:
+        raise SweepError(str(e)) from None
 
 
 def check_plan_for(a: Any) -> None:

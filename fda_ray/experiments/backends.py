@@ -80,10 +80,26 @@ def _local_job(trial: dict[str, Any], records: str, rounds: Any = None) -> None:
     run_trial(t, storage_path(records), report=report)
 
 
-def run_local(pending: list[Trial], records: StoragePath, workers: int, max_failures: int, progress: Progress
-              ) -> list[dict]:
+def _local_group_job(trials: list[dict[str, Any]], records: str, rounds: Any = None) -> dict[str, str | None]:
+    """One fused group (fda_ray.runtime.fusion) in a pool worker: each member's outcome (None, or its error's line)."""
+    from fda_ray.core import plugins
+    from fda_ray.experiments.records import round_metrics
+    from fda_ray.experiments.trials import run_group
+
+    plugins.load_pending()
+    members = [Trial.from_dict(t) for t in trials]
+    report = None if rounds is None else (lambda key, row: rounds.put((key, round_metrics(row))))
+    outcome = run_group(members, storage_path(records), report=report)
+    return {k: None if e is None else f"{type(e).__name__}: {e}".strip().splitlines()[0][:300]
+            for k, e in outcome.items()}
+
+
+def run_local(pending: list[Trial], records: StoragePath, workers: int, max_failures: int, progress: Progress,
+              fuse: int = 1) -> list[dict]:
     """A process pool of serial runs (no Ray): each trial in a fresh process, `workers` at once. Returns the
-    failures (a trial is retried max_failures times). KeyboardInterrupt propagates after the pool stops."""
+    failures (a trial is retried max_failures times). KeyboardInterrupt propagates after the pool stops.
+    fuse > 1: a worker runs up to `fuse` trials of one fusion key as one group (fda_ray.runtime.fusion), each keeping
+    its record; a member that fails is retried like a trial of its own (in a later group, from its last round)."""
     import multiprocessing as mp
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
@@ -107,6 +123,34 @@ def run_local(pending: list[Trial], records: StoragePath, workers: int, max_fail
                 return
             progress.at_round(key, r)
 
+    from fda_ray.runtime.fusion import plan_groups
+
+    # the fused groups, planned once (fda_ray.runtime.fusion.plan_groups); a member retried after a failure runs alone
+    group_of = {g[0].key: g for g in plan_groups(pending, fuse) if len(g) > 1}
+    in_group = {t.key for g in group_of.values() for t in g[1:]}
+
+    def take(ready: list[Trial]) -> list[Trial]:
+        first = ready.pop(0)
+        group = [t for t in group_of.pop(first.key, [first]) if t in todo]
+        for t in group[1:]:
+            in_group.discard(t.key)
+            if t in ready:
+                ready.remove(t)
+        return group
+
+    def settle(t: Trial, error: str | None) -> None:
+        if error is None:
+            progress.line(t, "done")
+            return
+        attempts[t.key] = attempts.get(t.key, 0) + 1
+        if attempts[t.key] <= max_failures:
+            todo.insert(0, t)
+            return
+        failed.add(t.key)
+        failures.append({"trial": t.key, "row": t.row, "value": t.value, "seed": t.seed,
+                         "attempts": attempts[t.key], "error": error})
+        progress.line(t, "FAILED")
+
     try:
         running: dict = {}
         while todo or running:
@@ -116,12 +160,18 @@ def run_local(pending: list[Trial], records: StoragePath, workers: int, max_fail
                 failures.append({"trial": t.key, "row": t.row, "value": t.value, "seed": t.seed, "attempts": 0,
                                  "error": f"not run: trial {t.weights_from} it starts from failed"})
                 progress.line(t, "FAILED")
-            ready = [t for t in todo if t.weights_from is None or is_done(records / t.weights_from)]
+            ready = [t for t in todo if (t.weights_from is None or is_done(records / t.weights_from))
+                     and t.key not in in_group]  # a group's later members start with its first
             while ready and len(running) < workers:
-                t = ready.pop(0)
-                todo.remove(t)
-                running[pool.submit(_local_job, t.to_dict(), str(records), rounds)] = t
-                progress.started(t, rounds_of(t))
+                group = take(ready)
+                for t in group:
+                    todo.remove(t)
+                if len(group) == 1:
+                    running[pool.submit(_local_job, group[0].to_dict(), str(records), rounds)] = group
+                else:
+                    running[pool.submit(_local_group_job, [t.to_dict() for t in group], str(records), rounds)] = group
+                for t in group:
+                    progress.started(t, rounds_of(t))
             if not running:
                 break
             finished, _ = wait(running, timeout=1.0, return_when=FIRST_COMPLETED)
@@ -129,20 +179,14 @@ def run_local(pending: list[Trial], records: StoragePath, workers: int, max_fail
             if not finished:
                 progress.draw()  # the clock moves on
             for f in finished:
-                t = running.pop(f)
+                group = running.pop(f)
                 try:
-                    f.result()
-                    progress.line(t, "done")
-                except Exception as e:  # a failing trial: retried, then reported while the others go on
-                    attempts[t.key] = attempts.get(t.key, 0) + 1
-                    if attempts[t.key] <= max_failures:
-                        todo.insert(0, t)
-                        continue
-                    failed.add(t.key)
-                    failures.append({"trial": t.key, "row": t.row, "value": t.value, "seed": t.seed,
-                                     "attempts": attempts[t.key],
-                                     "error": f"{type(e).__name__}: {e}".strip().splitlines()[0][:300]})
-                    progress.line(t, "FAILED")
+                    out = f.result()
+                except Exception as e:  # a failing trial (or its group's process): retried, the others go on
+                    line = f"{type(e).__name__}: {e}".strip().splitlines()[0][:300]
+                    out = {t.key: line for t in group}
+                for t in group:
+                    settle(t, out.get(t.key) if isinstance(out, dict) else None)
     except KeyboardInterrupt:
         for p in list(getattr(pool, "_processes", {}).values()):
             p.kill()  # (they ignore SIGTERM) the trials' records keep their last finished round
@@ -164,6 +208,12 @@ class TuneRestoreHint(logging.Filter):
         return "Tuner.restore(" not in record.getMessage()
 
 
+def _member_keys(trial: Any) -> list[str]:
+    """The sweep trials a Tune trial runs: itself, or a fused group's members."""
+    run = trial.config["run"]
+    return [d["key"] for d in run["group"]] if "group" in run else [run["trial"]["key"]]
+
+
 def trial_dirname(trial: Any) -> str:
     """Tune's trial directories named like the trial records (Tune's default spells out the whole config)."""
     return f"{trial.config['run']['trial']['key']}-{trial.trial_id}"
@@ -180,11 +230,14 @@ def _attempts(result: Any) -> int:
 
 def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, address: str | None, max_concurrent: int | None,
              max_failures: int, progress: Progress, scheduler: Any = None, metric: str | None = None,
-             on_stopped: Any = None, pin_drivers: bool = False) -> tuple[list[dict], bool]:
+             on_stopped: Any = None, pin_drivers: bool = False, fuse: int = 1) -> tuple[list[dict], bool]:
     """Ray Tune, one launch per phase. Returns (failures, interrupted).
     A search's study (fda_ray.experiments.search) passes a scheduler (ASHA) deciding on `metric`, which the trials report
     each round (rows without it are not reported), and on_stopped(record), called for a trial the scheduler
-    stopped before it finished."""
+    stopped before it finished.
+    fuse > 1 (without a scheduler, which stops single trials): trials of one fusion key run as fused groups of up
+    to `fuse` (fda_ray.runtime.fusion), each group one Tune trial on one device that reports its members' rounds
+    under their own names (fda_ray.experiments.tune.run_fused_group)."""
     from ray import tune
 
     import fda_ray.experiments.tune as ft
@@ -201,13 +254,22 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
 
     class Callback(tune.Callback):
         def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-            t = by_key[trial.config["run"]["trial"]["key"]]
-            progress.started(t, rounds_of(t))
+            for key in _member_keys(trial):
+                t = by_key[key]
+                progress.started(t, rounds_of(t))
 
         def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+            if "group" in trial.config["run"]:
+                for key, row in (result.get("members") or {}).items():
+                    progress.at_round(key, row)
+                return
             progress.at_round(trial.config["run"]["trial"]["key"], result)
 
         def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+            if "group" in trial.config["run"]:
+                for key in _member_keys(trial):
+                    progress.line(by_key[key], "done" if is_done(records / key) else "FAILED")
+                return
             key = trial.config["run"]["trial"]["key"]
             if on_stopped is not None and not is_done(records / key):
                 on_stopped(records / key)  # the scheduler ended it early (complete, yet no rows.json)
@@ -217,13 +279,15 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
             progress.line(by_key[key], "done")
 
         def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-            progress.line(by_key[trial.config["run"]["trial"]["key"]], "FAILED")
+            for key in _member_keys(trial):
+                progress.line(by_key[key], "done" if is_done(records / key) else "FAILED")
 
         def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
             # Tune runs a failing trial again (--max-failures) and says so only in its own traceback dump: one
             # line of ours names the trial and its error, which a sweep stopped before the retries end never states
             t = by_key[trial.config["run"]["trial"]["key"]]
-            progress.note(f"note: {trial_name(t, progress.variable)} raised {ft.last_error_line(ft.error_text(trial))}; "
+            n = len(_member_keys(trial))
+            progress.note(f"note: {trial_name(t, progress.variable)}{f' (a fused group of {n})' if n > 1 else ''} raised {ft.last_error_line(ft.error_text(trial))}; "
                           f"Tune runs it again (attempt {trial.run_metadata.num_failures + 1} of {max_failures + 1})",
                           stream=sys.stderr)
 
@@ -241,7 +305,16 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
                       "sweep ends and reports the trials not run (resume once the cluster has such a node)",
                       stream=sys.stderr)
 
+    from fda_ray.runtime.fusion import plan_groups
+
+    # each phase in launches: its fused groups (one Tune trial each), then its trials that run alone, as before
+    launches: list[tuple[list[Trial], list[list[Trial]]]] = []
     for phase in _phases(pending):
+        groups = plan_groups(phase, fuse if scheduler is None else 1)
+        fused = [g for g in groups if len(g) > 1]
+        alone = [g[0] for g in groups if len(g) == 1]
+        launches += [(p, f) for p, f in ((sum(fused, []), fused), (alone, [])) if p]
+    for phase, fused in launches:
         phase = [t for t in phase if t.weights_from is None or is_done(records / t.weights_from)]
         if not phase:
             continue
@@ -250,10 +323,15 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
                 not_run(t, stranded_reason)
             continue
         launch = ft.next_launch(out)
-        space = [{"trial": t.to_dict(), ft.RECORD_KEY: str(records), **({"metric": metric} if metric else {})}
-                 for t in phase]
-        # every trial of a sweep asks the same resources: one placement group, watched for a node loss
-        group = ft.resources(phase[0].config().resolved(), ft.driver_placement(pin_drivers))
+        if fused:
+            space = [{"trial": g[0].to_dict(), ft.RECORD_KEY: str(records), "group": [t.to_dict() for t in g]}
+                     for g in fused if any(t in phase for t in g)]
+            group = ft.group_resources(phase[0].config().resolved(), ft.driver_placement(pin_drivers))
+        else:
+            space = [{"trial": t.to_dict(), ft.RECORD_KEY: str(records), **({"metric": metric} if metric else {})}
+                     for t in phase]
+            # every trial of a sweep asks the same resources: one placement group, watched for a node loss
+            group = ft.resources(phase[0].config().resolved(), ft.driver_placement(pin_drivers))
         watch = StrandedWatch(group.bundles)
         watch_callback, watch_stopper = stranded_tune_parts(watch, on_stranded)
         tuner = tune.Tuner(
@@ -271,10 +349,15 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
             grid = tuner.fit()
         for result in grid:
             if result.error is not None:
-                t = by_key[result.config["run"]["trial"]["key"]]
-                failures.append({"trial": t.key, "row": t.row, "value": t.value, "seed": t.seed,
-                                 "attempts": _attempts(result),
-                                 "error": ft.last_error_line(str(result.error))})
+                run = result.config["run"]
+                keys = [d["key"] for d in run["group"]] if "group" in run else [run["trial"]["key"]]
+                for key in keys:
+                    if "group" in run and is_done(records / key):
+                        continue  # the group failed for another member
+                    t = by_key[key]
+                    failures.append({"trial": t.key, "row": t.row, "value": t.value, "seed": t.seed,
+                                     "attempts": _attempts(result),
+                                     "error": ft.last_error_line(str(result.error))})
         failed = {f["trial"] for f in failures}
         if watch.reason is not None:  # the launch ended for want of a node: its trials not run fail, with why
             stranded_reason = watch.reason

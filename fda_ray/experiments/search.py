@@ -385,9 +385,12 @@ def search(name: str | Search, *, profile: str = "quick", out: str | Path | None
 def run_search(search: Search, *, profile: str, out: StoragePath, num_samples: int, backend: str, workers: int | None,
                max_concurrent: int | None, max_failures: int, scheduler: str, search_alg: str,
                methods: Sequence[str] | None, values: Sequence[float] | None, overrides: dict[str, Any],
-               address: str | None, command: str, no_figures: bool = False, pin_drivers: bool = False) -> int:
+               address: str | None, command: str, no_figures: bool = False, pin_drivers: bool = False,
+               fuse: int = 1) -> int:
     """Run (or go on with) a search; returns the exit code (0 all done, 1 a trial failed, 130 interrupted).
-    `out`: a local or shared directory, or an object store URI (fda_ray.core.storage)."""
+    `out`: a local or shared directory, or an object store URI (fda_ray.core.storage). fuse > 1: trials run in fused
+    groups of up to `fuse` (fda_ray.runtime.fusion) where nothing stops single trials (the local backend, the
+    reruns; not a study under ASHA, whose trials stay Tune trials of their own)."""
     from fda_ray.experiments.backends import Progress, run_local, run_tune
 
     out = storage_path(out)
@@ -421,11 +424,12 @@ def run_search(search: Search, *, profile: str, out: StoragePath, num_samples: i
             if pending:
                 progress = Progress(len(pending), search.variable)
                 if backend == "local":
-                    failures += run_local(pending, records, workers or 1, max_failures, progress)
+                    failures += run_local(pending, records, workers or 1, max_failures, progress, fuse=fuse)
                 else:
                     f, interrupted = run_tune(pending, records, out, address, max_concurrent, max_failures,
                                               progress, scheduler=scheduler_for(search, scheduler, metric, trials),
-                                              metric=metric, on_stopped=mark_stopped, pin_drivers=pin_drivers)
+                                              metric=metric, on_stopped=mark_stopped, pin_drivers=pin_drivers,
+                                              fuse=fuse)
                     failures += f
             search_by_study[name] = trials
             if interrupted:
@@ -447,10 +451,10 @@ def run_search(search: Search, *, profile: str, out: StoragePath, num_samples: i
         if pending:
             progress = Progress(len(pending), search.variable)
             if backend == "local":
-                failures += run_local(pending, records, workers or 1, max_failures, progress)
+                failures += run_local(pending, records, workers or 1, max_failures, progress, fuse=fuse)
             else:
                 f, interrupted = run_tune(pending, records, out, address, max_concurrent, max_failures, progress,
-                                          pin_drivers=pin_drivers)
+                                          pin_drivers=pin_drivers, fuse=fuse)
                 failures += f
                 if interrupted:
                     raise KeyboardInterrupt

@@ -43,6 +43,7 @@ from fda_ray.runtime import node_watch, preflight, resources
 from fda_ray.core.registry import did_you_mean
 from fda_ray.experiments.cli import config_fields
 from fda_ray.experiments.arguments import (RESUME_WORDS, SCHEDULERS, SweepError, _list, check_backend, check_counts,
+                                            check_fuse,
                                            check_plan_for, manifest_from_args, parser)
 from fda_ray.experiments.manifest import write as write_manifest
 from fda_ray.data.base import DatasetNotFound
@@ -58,6 +59,7 @@ from fda_ray.papers.grids import GRIDS, Grid
 from fda_ray.papers.files import dump as dump_definition, grid_to_dict, search_to_dict, write_definition
 from fda_ray.papers.searches import SEARCHES
 from fda_ray.core.interrupts import cli_main, write_failure
+from fda_ray.runtime.fusion import group_size
 
 
 def _auto_resume(a: Any, records: Any) -> None:
@@ -89,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
                              f"{did_you_mean(a.profile, grid.profiles)}")
         check_backend(a)
         check_counts(a)
+        check_fuse(a)
         if a.pin_drivers and a.backend == "local":
             raise SweepError("pin_drivers=True is invalid with --backend local: it places Tune trials on Ray nodes")
         overrides = config_fields(a)
@@ -134,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.dry_run:
             if a.plan_for is None:  # planned for this machine: what its trials need from it, checked now
                 _check_here(grid.dataset, trials[0].config().resolved(), overrides)
-            lines, refusal = dry_run_plan(trials[0].config().resolved(), a)
+            lines, refusal = dry_run_plan(trials[0].config().resolved(), a, trials)
             for t in trials:
                 state = "to run (damaged record)" if t.key in damaged else "done" if is_done(records / t.key) \
                     else "to run"
@@ -184,12 +187,14 @@ def _execute(a: Any, grid: Grid, trials: list[Trial], out: StoragePath, records:
     node_watch.set_kept(lambda: f"the {sum(1 for t in trials if is_done(records / t.key))} finished trials' records "
                         f"and the others' last rounds are in {records}; resume with: {command} --resume")
     try:
+        first = trials[0].config().resolved()
+        fuse = group_size(a.fuse, first.device)
         if pending and a.backend == "local":
-            workers = a.workers or resources.local_workers(trials[0].config().resolved())
-            failures = run_local(pending, records, workers, a.max_failures, progress)
+            workers = a.workers or local_workers(first, fuse=fuse)
+            failures = run_local(pending, records, workers, a.max_failures, progress, fuse=fuse)
         elif pending:
             failures, interrupted = run_tune(pending, records, out, a.address, a.max_concurrent, a.max_failures,
-                                             progress, pin_drivers=a.pin_drivers)
+                                             progress, pin_drivers=a.pin_drivers, fuse=fuse)
     except KeyboardInterrupt:
         interrupted = True
     finally:
@@ -377,22 +382,82 @@ def trial_plan(first: Any, address: str | None, pin_drivers: bool, plan_for: str
     return p, cluster
 
 
-def dry_run_plan(first: Any, a: Any) -> tuple[list[str], str | None]:
+def local_workers(first: Any, node: Any = None, fuse: int = 1) -> int:
+    """The local backend's worker processes: a trial's share of the machine each (resources.local_workers); with
+    fused groups on a GPU, one process per GPU (a group is one computation on one device)."""
+    n = resources.local_workers(first, node)
+    if fuse > 1 and first.device.startswith("cuda"):
+        gpus = (node or resources.this_machine()).total("GPU")
+        n = max(1, min(n, int(gpus) or 1))
+    return n
+
+
+def fused_lines(trials: list[Trial], size: int, workers: int | None, what: str) -> list[str]:
+    """--dry-run's lines for --fuse: each group (its members, by row and seed) and the trials that run alone, why."""
+    from fda_ray.runtime.fusion import plan_groups, why_not_fused
+
+    if size <= 1:
+        return []
+    groups = plan_groups(trials, size)
+    fused = [g for g in groups if len(g) > 1]
+    alone = [g[0] for g in groups if len(g) == 1]
+    lines = [f"fused: {sum(len(g) for g in fused)} of {len(trials)} trials in {len(fused)} group(s) of at most {size} "
+             f"(each group one computation on one device: {what})"]
+    for i, g in enumerate(fused):
+        rows = ", ".join(f"{t.row} {t.value if t.value is not None else 'all'} s{t.seed}" for t in g)
+        lines.append(f"  group {i + 1} ({len(g)} trials): {rows}")
+    reasons: dict[str, int] = {}
+    for t in alone:
+        why = why_not_fused(t)
+        reasons[why if why != "fusible" else "no other trial of its kind to fuse with"] = \
+            reasons.get(why if why != "fusible" else "no other trial of its kind to fuse with", 0) + 1
+    for why, n in reasons.items():
+        lines.append(f"  alone: {n} trial(s): {why}")
+    return lines
+
+
+def dry_run_plan(first: Any, a: Any, trials: list[Trial] | None = None) -> tuple[list[str], str | None]:
     """The resource plan --dry-run prints, and the one-line refusal when the trials can never be placed."""
+    fuse = group_size(getattr(a, "fuse", "off"), first.device)
     if a.backend == "local":
         node = resources.parse_nodes(a.plan_for) if a.plan_for is not None else resources.this_machine()
-        workers = a.workers or resources.local_workers(first, node)
-        line = [f"plan: {workers} trial(s) at once (backend local: worker processes, each trial serially in one of "
-                f"them; {first.threads} thread(s), device {first.device})"]
+        workers = a.workers or local_workers(first, node, fuse)
+        line = [f"plan: {workers} {'group(s)' if fuse > 1 else 'trial(s)'} at once (backend local: worker processes, "
+                f"each {'group' if fuse > 1 else 'trial'} serially in one of them; {first.threads} thread(s), device "
+                f"{first.device})"]
+        line += fused_lines(trials or [], fuse, workers, f"a worker process, {first.threads} thread(s), "
+                                                          f"device {first.device}")
         if first.device.startswith("cuda") and a.plan_for is not None and node.total("GPU") < 1:
             return line, f"error: device={first.device!r} is invalid: {node.source} has no GPU; use --device cpu"
         return line, None
+    fused_head: list[str] = []
+    if fuse > 1 and trials:
+        import fda_ray.experiments.tune as ft
+        from fda_ray.runtime.fusion import plan_groups
+
+        cluster = resources.parse_nodes(a.plan_for) if a.plan_for is not None else resources.this_machine()
+        bundle = {k: v for k, v in ft.group_resources(first, ft.driver_placement(a.pin_drivers)).bundles[0].items()
+                  if v > 0}
+        ask = ", ".join(f"{k} {v:g}" for k, v in bundle.items())
+        per_node = [min(int(n.get(k, 0.0) // v) for k, v in bundle.items()) for n in cluster.nodes]
+        fused_head = [f"plan: each fused group is one Tune trial asking {{{ask}}}: {sum(per_node)} group(s) at once "
+                      f"on {cluster.source}"]
+        fused_head += fused_lines(trials, fuse, None, f"one Tune trial asking {{{ask}}}")
+        if not any(min(int(n.get(k, 0.0) // v) for k, v in bundle.items()) for n in cluster.shapes):
+            largest = ", ".join(f"{k} {v:g}" for k, v in cluster.largest().items())
+            return fused_head, (f"error: fuse={fuse} is invalid here: a fused group asks {{{ask}}} and the largest "
+                                f"node of {cluster.source} has {{{largest}}}")
+        alone = [g[0] for g in plan_groups(trials, fuse) if len(g) == 1]
+        if not alone:
+            return fused_head, None
+        first = alone[0].config().resolved()  # the trials that run alone: planned as before
+        fused_head.append("the trials that run alone:")
     if a.address and a.plan_for is None:
         from fda_ray.runtime.driver import ensure_ray
 
         ensure_ray(a.address, num_cpus=None, field="address")
     p, cluster = trial_plan(first, a.address, a.pin_drivers, a.plan_for)
-    lines = resources.plan_lines(p, cluster)
+    lines = fused_head + resources.plan_lines(p, cluster)
     try:
         resources.check(p, cluster)
     except preflight.PreflightError as e:
@@ -459,6 +524,7 @@ def search_main(a: Any, argv: list[str]) -> int:
             raise SweepError(f"scheduler={a.scheduler!r} is invalid with --backend local: early stopping runs on "
                              "Ray Tune (--backend tune), or pass --scheduler none")
         check_counts(a)
+        check_fuse(a)
         if a.seeds is not None:
             raise SweepError(f"seeds={a.seeds} is invalid with --search: a search runs seed 0 and reruns its "
                              "selections on --rerun-seeds fresh seeds")
@@ -494,7 +560,8 @@ def search_main(a: Any, argv: list[str]) -> int:
                         print(f"{t.key}: {study.name(search)}")
                 print(f"{len(plan)} studies x {num_samples} trials, then each rule's selection on "
                       f"{search.rerun_seeds} fresh seeds and {len(search.references)} reference rows")
-            lines, refusal = dry_run_plan(first, a)
+            lines, refusal = dry_run_plan(first, a, None if a.search_alg == "optuna" else [
+                t for study in plan for t in search_trials(search, a.profile, study, num_samples, overrides)])
             print("\n".join(lines))
             if refusal:
                 print(refusal, file=sys.stderr)
@@ -532,7 +599,8 @@ def _run_search(a: Any, search: Any, out: Any, num_samples: int, overrides: dict
                       workers=a.workers or resources.local_workers(first), max_concurrent=a.max_concurrent, max_failures=a.max_failures,
                       scheduler=a.scheduler, search_alg=a.search_alg, methods=_list(a.methods, str, "methods"),
                       values=_list(a.values, float, "values"), overrides=overrides, address=a.address,
-                      command=_command(argv), no_figures=a.no_figures, pin_drivers=a.pin_drivers)
+                      command=_command(argv), no_figures=a.no_figures, pin_drivers=a.pin_drivers,
+                      fuse=group_size(a.fuse, first.device))
 
 
 if __name__ == "__main__":

@@ -135,6 +135,10 @@ def trainable(params: dict[str, Any]) -> None:
         o = run["optuna"]
         point = {name: params["point"][_safe(name)] for name in o["knobs"]}
         run = {**run, "trial": point_trial(o["base"], o["row"], o["variable"], o["value"], point).to_dict()}
+    if isinstance(run, dict) and "group" in run:  # a fused group of a sweep's trials (fda_ray.runtime.fusion)
+        warnings.simplefilter("ignore", RunWarning)
+        run_fused_group([Trial.from_dict(d) for d in run["group"]], run[RECORD_KEY])
+        return
     if isinstance(run, dict) and "trial" in run:
         warnings.simplefilter("ignore", RunWarning)  # the sweep printed the options its trials ignore, once
         metric = run.get("metric")  # a search's study: its scheduler decides on this column
@@ -163,6 +167,56 @@ def trainable(params: dict[str, Any]) -> None:
         run_rounds(exp, executor, resume=resume, checkpoint=on_round, startup=startup)
     finally:
         executor.shutdown()
+
+
+def run_fused_group(members: list[Any], records: Any) -> None:
+    """A Tune trial that is a fused group: its members not yet done run as one group (fda_ray.experiments.trials.
+    run_group), each keeping its own record; every round of every member is reported as {"members": {key: its
+    row's metrics}}, so the sweep's status and trackers follow each trial by its own name. A member that fails makes
+    the Tune trial fail once the others are done (Tune runs it again: the members done are skipped, the failed
+    one goes on from its last round)."""
+    import queue
+    import threading
+
+    from fda_ray.core.storage import storage_path
+    from fda_ray.experiments.records import is_done
+    from fda_ray.experiments.trials import run_group
+
+    records = storage_path(records)
+    todo = [t for t in members if not is_done(records / t.key)]
+    rows: "queue.Queue[tuple[str, dict]]" = queue.Queue()
+    outcome: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            outcome.update(run_group(todo, records, report=lambda key, row: rows.put((key, row))))
+        except BaseException as e:  # noqa: BLE001 (raised below, in Tune's thread)
+            outcome["__group__"] = e
+
+    th = threading.Thread(target=work, name="fda-group", daemon=True)
+    th.start()
+    while th.is_alive() or not rows.empty():
+        try:
+            key, row = rows.get(timeout=0.2)
+        except queue.Empty:
+            continue
+        tune.report({"members": {key: metrics(row)}, "round": row.get("round")})
+    th.join()
+    if "__group__" in outcome:
+        raise outcome["__group__"]
+    failed = {k: e for k, e in outcome.items() if e is not None}
+    if failed:
+        lines = "; ".join(f"{k}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                          for k, e in failed.items())
+        raise RuntimeError(f"{len(failed)} of the group's {len(todo)} trials failed: {lines}")
+
+
+def group_resources(cfg: RunConfig, driver_extra: dict[str, float] | None = None) -> tune.PlacementGroupFactory:
+    """A fused group's placement group: one bundle, its process (`threads` CPUs) and, on --device cuda, one whole
+    GPU (a group is one computation on one device; its members' clients live in its process)."""
+    bundle = {"CPU": float(cfg.threads), **({"GPU": 1.0} if cfg.device.startswith("cuda") else {}),
+              **(driver_extra or {})}
+    return tune.PlacementGroupFactory([bundle])
 
 
 def keep_working_directory() -> None:

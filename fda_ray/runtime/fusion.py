@@ -95,24 +95,37 @@ def why_not_fused(trial: Any) -> str:
     return "fusible"
 
 
+def _trains_sources(trial: Any) -> bool:
+    from fda_ray.algorithms import ALGORITHMS
+
+    return bool(getattr(ALGORITHMS.get(trial.params.get("method", "")), "train_sources", True))
+
+
 def plan_groups(trials: Sequence[Any], size: int) -> list[list[Any]]:
-    """The trials in groups of at most `size` members with equal fusion keys, in the trials' order (a group starts
-    at its first member's place); an unfusible trial is a group of its own."""
+    """The trials in groups of at most `size` members with equal fusion keys; an unfusible trial is a group of its
+    own. A group runs in lockstep until its last member ends, so trials of like cost share one (those that train
+    sources apart from those that do not), and a key's n trials are split into ceil(n / size) groups of nearly
+    equal size (8, 8, 2 would leave a small group as slow as a full one). Groups start in the order of their
+    first member (the plan's order: seeds first)."""
     if size <= 1:
         return [[t] for t in trials]
-    groups: list[list[Any]] = []
-    open_: dict[tuple, list[Any]] = {}
-    for t in trials:
+    buckets: dict[tuple, list[tuple[int, Any]]] = {}
+    alone: list[tuple[int, list[Any]]] = []
+    for i, t in enumerate(trials):
         key = fusion_key(t)
         if key is None:
-            groups.append([t])
-            continue
-        g = open_.get(key)
-        if g is None or len(g) >= size:
-            g = open_[key] = []
-            groups.append(g)
-        g.append(t)
-    return groups
+            alone.append((i, [t]))
+        else:
+            buckets.setdefault((key, _trains_sources(t)), []).append((i, t))
+    placed = list(alone)
+    for members in buckets.values():
+        n = len(members)
+        count = -(-n // size)
+        bounds = [round(j * n / count) for j in range(count + 1)]
+        for j in range(count):
+            chunk = members[bounds[j]:bounds[j + 1]]
+            placed.append((chunk[0][0], [t for _, t in chunk]))
+    return [g for _, g in sorted(placed, key=lambda x: x[0])]
 
 
 @dataclass
