@@ -19,8 +19,10 @@ outside and from its trial records:
     first round     per trial, the start-up phases up to its first row (fda_ray.runtime.startup): the median and the
                     slowest trial, and each phase's median
 
-Three backends: `local`, `tune` (each trial's clients in the trial's own process) and `tune-actors` (the clients as
-Ray actors in the trial's placement group). On a GPU (--device cuda) the local pool runs --workers trials at once
+Five backends: `local`, `tune` (each trial's clients in the trial's own process), `tune-actors` (the clients as
+Ray actors in the trial's placement group), and the fused ones (fda_ray.runtime.fusion, --fuse auto): `local-fused`
+(a group per worker process) and `tune-fused` (a group per Tune trial). For the fused ones `trials at once` counts
+the trials running at one time (a group's members run together). On a GPU (--device cuda) the local pool runs --workers trials at once
 with --device cuda, `tune` runs its trials with --device cuda, and `tune-actors` at --gpus-per-client (the command
 docs/ray-and-clusters.md gives); on the CPU `tune-actors` adds --executor ray. --local-args, --tune-args and
 --actor-args replace a backend's own flags. The JSON output (--json FILE) names the machine, torch and Ray; the
@@ -47,7 +49,7 @@ from typing import Any
 
 from fda_ray.runtime.startup import PHASES
 
-BACKENDS = ("local", "tune", "tune-actors")  # tune-actors: Ray Tune with the clients as Ray actors
+BACKENDS = ("local", "tune", "tune-actors", "local-fused", "tune-fused")  # tune-actors: the clients as Ray actors
 
 
 class GpuSampler:
@@ -143,8 +145,9 @@ def _summary(stdout: str) -> dict[str, Any]:
 
 
 def run_backend(backend: str, a: argparse.Namespace, flags: list[str], extra: list[str], out: Path) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "fda_ray.sweep", "--grid", a.grid, "--profile", a.profile, "--values", a.values,
-           "--seeds", str(a.seeds), "--backend", backend.split("-")[0], "--out", str(out), "--json", "--no-figures", "--track",
+    values = [] if a.values == "all" else ["--values", a.values]
+    seeds = [] if a.seeds == 0 else ["--seeds", str(a.seeds)]
+    cmd = [sys.executable, "-m", "fda_ray.sweep", "--grid", a.grid, "--profile", a.profile, *values, *seeds, "--backend", backend.split("-")[0], "--out", str(out), "--json", "--no-figures", "--track",
            "none", *(["--methods", a.methods] if a.methods else []), *(["--data-dir", a.data_dir] if a.data_dir
                                                                        else []), *flags, *extra]
     t0 = time.perf_counter()
@@ -227,9 +230,10 @@ def parser() -> Any:
                       epilog="Flags after -- go to both sweeps (e.g. -- --rounds 5).")
     p.add_argument("--grid", default="noise")
     p.add_argument("--profile", default="quick")
-    p.add_argument("--values", default="0.4", help="the grid column (one value)")
+    p.add_argument("--values", default="0.4", help="the grid's values (comma-separated; all: every value)")
     p.add_argument("--methods", default=None, help="the rows (default all)")
-    p.add_argument("--seeds", type=typed("seeds", int, "an integer"), default=1)
+    p.add_argument("--seeds", type=typed("seeds", int, "an integer"), default=1,
+                   help="seeds per cell (0: the profile's)")
     p.add_argument("--backends", default="local,tune,tune-actors")
     p.add_argument("--device", default="cpu", help="cpu, or cuda: both backends train on the GPU")
     p.add_argument("--workers", type=typed("workers", int, "an integer"), default=None,
@@ -239,6 +243,7 @@ def parser() -> Any:
     p.add_argument("--local-args", default=None, help="the local backend's flags instead of the defaults")
     p.add_argument("--tune-args", default=None, help="the Tune backend's flags instead of the defaults")
     p.add_argument("--actor-args", default=None, help="the tune-actors backend's flags instead of the defaults")
+    p.add_argument("--fuse", default="auto", help="the fused backends' --fuse (auto, or a group size)")
     p.add_argument("--data-dir", default=None)
     p.add_argument("--json", default=None, help="also write the result to this file")
     return p
@@ -259,15 +264,17 @@ def main(argv: list[str] | None = None) -> int:
     if a.device not in ("cpu", "cuda"):
         print(f"error: device={a.device!r} is invalid: cpu or cuda", file=sys.stderr)
         return 2
-    if "," in a.values:
-        print(f"error: values={a.values!r} is invalid: one grid value (a column)", file=sys.stderr)
-        return 2
     gpu = a.device == "cuda"
     defaults = {"local": ["--device", "cuda", "--workers", str(a.workers or 8)] if gpu else
                 (["--workers", str(a.workers)] if a.workers else []),
                 "tune": ["--device", "cuda"] if gpu else [],  # each trial's clients in its own process
-                "tune-actors": ["--gpus-per-client", f"{a.gpus_per_client:g}"] if gpu else ["--executor", "ray"]}
-    given = {"local": a.local_args, "tune": a.tune_args, "tune-actors": a.actor_args}
+                "tune-actors": ["--gpus-per-client", f"{a.gpus_per_client:g}"] if gpu else ["--executor", "ray"],
+                # fused: the trials train vectorised (their numbers then are the vectorised ones: part of the key)
+                "local-fused": ["--fuse", a.fuse, "--vectorise", "on", *(["--device", "cuda"] if gpu else []),
+                                *(["--workers", str(a.workers)] if a.workers else [])],
+                "tune-fused": ["--fuse", a.fuse, "--vectorise", "on", *(["--device", "cuda"] if gpu else [])]}
+    given = {"local": a.local_args, "tune": a.tune_args, "tune-actors": a.actor_args, "local-fused": None,
+             "tune-fused": None}
     result: dict[str, Any] = {"machine": machine(), "grid": a.grid, "profile": a.profile, "values": a.values,
                               "seeds": a.seeds, "extra": extra, "backends": []}
     with tempfile.TemporaryDirectory() as d:
@@ -289,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     text = table(result)
     m = result["machine"]
-    print(f"{a.grid} {a.profile} column {a.values}, {a.seeds} seed(s); {m['cpus']} CPUs, "
+    seeds = a.seeds or "the profile's"
+    print(f"{a.grid} {a.profile} values {a.values}, {seeds} seed(s); {m['cpus']} CPUs, "
           f"{m['gpu'] or 'no GPU'}; torch {m['torch']}, Ray {m['ray']}; {m['date']}\n")
     print(text)
     if a.json:

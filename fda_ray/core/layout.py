@@ -40,8 +40,17 @@ class ParamLayout:
         return len(self.names)
 
     @property
+    def bounds(self) -> tuple[int, ...]:
+        """The offsets as Python ints (read once: every later read costs no tensor operation)."""
+        cached = self.__dict__.get("_bounds")
+        if cached is None:
+            cached = tuple(int(v) for v in self.offsets.tolist())
+            object.__setattr__(self, "_bounds", cached)
+        return cached
+
+    @property
     def size(self) -> int:
-        return int(self.offsets[-1])
+        return self.bounds[-1]
 
     def flatten(self, state: dict[str, torch.Tensor]) -> torch.Tensor:
         """The flat float32 vector (M,) of the layout's tensors of `state`."""
@@ -57,11 +66,12 @@ class ParamLayout:
             raise ValueError(f"flat vector has shape {tuple(flat.shape)}, layout needs ({self.size},)")
         state = model.state_dict()
         with torch.no_grad():
+            bounds = self.bounds
             for l, name in enumerate(self.names):
-                lo, hi = int(self.offsets[l]), int(self.offsets[l + 1])
+                lo, hi = bounds[l], bounds[l + 1]
                 t = state[name]
                 t.copy_(flat[lo:hi].view(t.shape).to(t.dtype))
 
     def layer_of(self, name: str) -> slice:
         l = self.names.index(name)
-        return slice(int(self.offsets[l]), int(self.offsets[l + 1]))
+        return slice(self.bounds[l], self.bounds[l + 1])

@@ -312,17 +312,19 @@ class _Feed:
             return
         pool, offsets = self.pool
         n_steps = max(steps) if steps else 0
-        index = torch.zeros(n_steps, self.k, batch, dtype=torch.long)  # (S, K, B) into the pool
+        # (S, K, B) into the pool; padding (past a row's real samples, and after its epoch) reads the row's first
+        # sample: any real sample will do, its loss weight is 0
+        index = torch.tensor(offsets, dtype=torch.long).view(1, self.k, 1).repeat(n_steps, 1, batch)
         self.sizes: list[list[int]] = []  # per row, its batches' sizes (the noise draws' shapes)
         for i, (c, t, off) in enumerate(zip(clients, tasks, offsets)):
             order, sizes = c.epoch_order(batch, t.round, t.purpose, t.data)  # (n,), [b per step]
             self.sizes.append(sizes)
-            pos = 0
-            for s, b in enumerate(sizes):
-                index[s, i, :b] = order[pos:pos + b] + off
-                index[s, i, b:] = off  # padding: any real sample (its loss weight is 0)
-                pos += b
-            index[len(sizes):, i] = off
+            full = sum(1 for b in sizes if b == batch)  # full batches first, then at most one partial
+            if full:
+                index[:full, i].copy_(order[:full * batch].view(full, batch) + off)
+            if len(sizes) > full:
+                b = sizes[full]
+                index[full, i, :b] = order[full * batch:full * batch + b] + off
         self.index = index.to(device)
         # the clients that add noise: (row, its std, its generator, seeded as Client.reader seeds it)
         self.noisy = [(i, float(c.noise), c.noise_generator(t.round, t.purpose))
@@ -332,8 +334,11 @@ class _Feed:
         """(S, K, B): 1 / b on a row's b real samples of a step, 0 on its padding and after its epoch."""
         w = torch.zeros(n_steps, self.k, self.batch)
         for i, sizes in enumerate(self.sizes):
-            for s, b in enumerate(sizes):
-                w[s, i, :b] = 1.0 / b
+            full = sum(1 for b in sizes if b == self.batch)
+            if full:
+                w[:full, i] = 1.0 / self.batch
+            if len(sizes) > full:
+                w[full, i, :sizes[full]] = 1.0 / sizes[full]
         return w.to(self.device)
 
     def step(self, s: int, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -384,7 +389,7 @@ def train_cohort(members: Sequence[tuple[Client, ClientTask, torch.Tensor]]) -> 
     start = torch.stack([s.to(device) for _, _, s in members])  # (K, M)
     # The cohort's weights: one leaf (K, M); each layer is a view of it, so the gradients land in one (K, M).
     flat = start.clone().requires_grad_(True)
-    bounds = [(name, int(layout.offsets[l]), int(layout.offsets[l + 1]), shape)
+    bounds = [(name, layout.bounds[l], layout.bounds[l + 1], shape)
               for l, (name, shape) in enumerate(zip(layout.names, layout.shapes))]
     forward = stacked_forward(c0.model, device)
     c0.model.train()

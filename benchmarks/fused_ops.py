@@ -1,0 +1,158 @@
+"""Operators a trial-step dispatches, fused and unfused, and a round's time side by side (issue 62).
+
+    python -m benchmarks.fused_ops                         # the README's main job's trials (quick noise grid)
+    python -m benchmarks.fused_ops --trials 8 --json out.json
+
+On a GPU every operator is at least one kernel launch (a few microseconds of host time each), so the number of
+operators a step dispatches predicts a small network's launch-bound step time on a machine without a GPU. One
+main round of T trials of the grid (FedGP, FedDA, their auto-weighted rows, at the grid's noise levels and seeds)
+runs through fda_ray.train.cohort.run_jobs:
+
+    unfused     each trial's round alone (its sources as one vectorised cohort, its target alone); "one trial" is
+                their mean (the grid's rows differ: the auto-weighted rows' targets train at batch 4)
+    fused       the T trials' rounds as one group (fda_ray.runtime.fusion): every source of every trial one cohort,
+                every target another
+
+Counted with torch.profiler (every event, nested ones included, as ../FUSION.md's micro-benchmark counts) and with
+a TorchDispatchMode (the ATen operators below autograd: the kernels a device runs), per trial-step: a round's
+operators divided by its source steps, and per trial. Each convolution layout is counted (`grouped`, the GPU's;
+`per_model`, the CPU's: fda_ray.train.models.conv_layout). The round's seconds (unfused T rounds one after the other
+against one fused round) are measured side by side in this process, best of --repeats.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+def _trials(n: int, samples: int, data_dir: str | None) -> list[Any]:
+    from fda_ray.experiments.trials import plan
+    from fda_ray.papers.grids import GRIDS
+
+    over = {"samples_per_client": samples, **({"data_dir": data_dir} if data_dir else {})}
+    trials = [t for t in plan(GRIDS["noise"], "quick", overrides=over)
+              if t.row in ("fedda", "fedgp", "fedda_auto", "fedgp_auto")]
+    return trials[:n]
+
+
+def _round_jobs(exps: list[Any]) -> list[list[Any]]:
+    """Each experiment's jobs of its first main round (sources and target train), from its initial weights."""
+    from fda_ray.train.cohort import Job
+
+    out = []
+    for exp in exps:
+        state = exp.algorithm.init_state(exp.initial_weights())
+        r = exp.cfg.warmup_rounds
+        tasks = exp.algorithm.plan_round(r, state).tasks
+        out.append([Job(exp.clients[t.client], t, (lambda t=t, s=state: {n: s[n] for n in t.inputs})) for t in tasks])
+    return out
+
+
+def _count(fn: Any) -> tuple[int, int]:
+    """(profiler events, ATen operators below autograd) of one call of fn."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            Count.n += 1
+            return func(*args, **(kwargs or {}))
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        fn()
+    events = len(prof.events())
+    with Count():
+        fn()
+    return events, Count.n
+
+
+def measure(n_trials: int, samples: int, repeats: int, data_dir: str | None) -> dict[str, Any]:
+    import torch
+
+    from fda_ray.runtime.experiment import build_experiment
+    from fda_ray.train.cohort import run_jobs
+
+    trials = _trials(n_trials, samples, data_dir)
+    exps = [build_experiment(t.config().resolved()) for t in trials]
+    steps = exps[0].clients[0].steps_per_epoch(exps[0].cfg.batch_source)  # a source's steps in a round
+    result: dict[str, Any] = {"trials": [t.key for t in trials], "source_steps": steps,
+                              "clients_per_trial": len(exps[0].clients), "layouts": {}}
+    for layout in ("grouped", "per_model"):
+        os.environ["FDA_RAY_CONV_LAYOUT"] = layout
+        jobs = _round_jobs(exps)
+        each = [_count(lambda js=js: run_jobs(js, vectorise=True)) for js in jobs]  # every trial's round alone
+        unfused = (statistics.fmean(e for e, _ in each), statistics.fmean(a for _, a in each))  # the mean trial
+        fused = _count(lambda: run_jobs([j for js in jobs for j in js], vectorise=True))  # the T trials' round
+        times: dict[str, list[float]] = {"unfused": [], "fused": []}
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            for js in jobs:
+                run_jobs(js, vectorise=True)
+            times["unfused"].append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            run_jobs([j for js in jobs for j in js], vectorise=True)
+            times["fused"].append(time.perf_counter() - t0)
+        result["layouts"][layout] = {
+            "unfused_events_per_step": unfused[0] / steps, "unfused_aten_per_step": unfused[1] / steps,
+            "fused_events_per_step": fused[0] / steps, "fused_aten_per_step": fused[1] / steps,
+            "round_seconds_unfused": min(times["unfused"]), "round_seconds_fused": min(times["fused"]),
+            "round_seconds_unfused_all": times["unfused"], "round_seconds_fused_all": times["fused"]}
+    os.environ.pop("FDA_RAY_CONV_LAYOUT", None)
+    result["threads"] = torch.get_num_threads()
+    return result
+
+
+def table(r: dict[str, Any]) -> str:
+    t = len(r["trials"])
+    lines = [f"| layout | one trial's step: events / ATen ops | {t} trials fused, a step: events / ATen ops | "
+             f"fused over one trial (ATen) | per trial fused (ATen) | round, {t} trials one after another (s) | "
+             f"round, fused (s) | speed-up |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, m in r["layouts"].items():
+        lines.append(f"| {name} | {m['unfused_events_per_step']:.0f} / {m['unfused_aten_per_step']:.0f} | "
+                     f"{m['fused_events_per_step']:.0f} / {m['fused_aten_per_step']:.0f} | "
+                     f"{m['fused_aten_per_step'] / m['unfused_aten_per_step']:.2f}x | "
+                     f"{m['fused_aten_per_step'] / t:.0f} | {m['round_seconds_unfused']:.2f} | "
+                     f"{m['round_seconds_fused']:.2f} | "
+                     f"{m['round_seconds_unfused'] / m['round_seconds_fused']:.2f}x |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.fused_ops", description=__doc__.splitlines()[0])
+    p.add_argument("--trials", type=int, default=8, help="trials fused (the grid's FDA rows, in plan order)")
+    p.add_argument("--samples", type=int, default=6000, help="samples per client (the main job's: 6000, 93 steps a "
+                                                              "round; a round's own operators spread over its steps)")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--json", default=None)
+    a = p.parse_args(argv)
+    if a.trials < 1 or a.samples < 64 or a.repeats < 1:
+        print("error: trials >= 1, samples >= 64 and repeats >= 1", file=sys.stderr)
+        return 2
+    import torch
+
+    torch.set_num_threads(1)  # the trials' own setting (threads=1)
+    r = measure(a.trials, a.samples, a.repeats, a.data_dir)
+    import platform
+
+    print(f"noise quick, {len(r['trials'])} trials x {r['clients_per_trial']} clients, {r['source_steps']} source "
+          f"steps a round; torch {torch.__version__}, {platform.processor() or platform.machine()}, 1 thread\n")
+    print(table(r))
+    if a.json:
+        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+        r["command"] = "python -m benchmarks.fused_ops " + " ".join(argv if argv is not None else sys.argv[1:])
+        r["torch"] = torch.__version__
+        Path(a.json).write_text(json.dumps(r, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
