@@ -31,11 +31,11 @@ from pathlib import Path
 from typing import Any
 
 
-def _trials(n: int, samples: int, data_dir: str | None) -> list[Any]:
+def _trials(n: int, samples: int, data_dir: str | None, device: str = "cpu") -> list[Any]:
     from fda_ray.experiments.trials import plan
     from fda_ray.papers.grids import GRIDS
 
-    over = {"samples_per_client": samples, **({"data_dir": data_dir} if data_dir else {})}
+    over = {"samples_per_client": samples, "device": device, **({"data_dir": data_dir} if data_dir else {})}
     trials = [t for t in plan(GRIDS["noise"], "quick", overrides=over)
               if t.row in ("fedda", "fedgp", "fedda_auto", "fedgp_auto")]
     return trials[:n]
@@ -74,16 +74,16 @@ def _count(fn: Any) -> tuple[int, int]:
     return events, Count.n
 
 
-def measure(n_trials: int, samples: int, repeats: int, data_dir: str | None) -> dict[str, Any]:
+def measure(n_trials: int, samples: int, repeats: int, data_dir: str | None, device: str = "cpu") -> dict[str, Any]:
     import torch
 
     from fda_ray.runtime.experiment import build_experiment
     from fda_ray.train.cohort import run_jobs
 
-    trials = _trials(n_trials, samples, data_dir)
+    trials = _trials(n_trials, samples, data_dir, device)
     exps = [build_experiment(t.config().resolved()) for t in trials]
     steps = exps[0].clients[0].steps_per_epoch(exps[0].cfg.batch_source)  # a source's steps in a round
-    result: dict[str, Any] = {"trials": [t.key for t in trials], "source_steps": steps,
+    result: dict[str, Any] = {"trials": [t.key for t in trials], "source_steps": steps, "device": device,
                               "clients_per_trial": len(exps[0].clients), "layouts": {}}
     for layout in ("grouped", "per_model"):
         os.environ["FDA_RAY_CONV_LAYOUT"] = layout
@@ -92,6 +92,7 @@ def measure(n_trials: int, samples: int, repeats: int, data_dir: str | None) -> 
         unfused = (statistics.fmean(e for e, _ in each), statistics.fmean(a for _, a in each))  # the mean trial
         fused = _count(lambda: run_jobs([j for js in jobs for j in js], vectorise=True))  # the T trials' round
         times: dict[str, list[float]] = {"unfused": [], "fused": []}
+        # (each run ends with the results copied to the CPU: a GPU's work is done when it returns)
         for _ in range(repeats):
             t0 = time.perf_counter()
             for js in jobs:
@@ -132,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
                                                               "round; a round's own operators spread over its steps)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--data-dir", default=None)
+    p.add_argument("--device", default="cpu", help="cpu, or cuda: the trials' device")
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
     if a.trials < 1 or a.samples < 64 or a.repeats < 1:
@@ -140,11 +142,13 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(1)  # the trials' own setting (threads=1)
-    r = measure(a.trials, a.samples, a.repeats, a.data_dir)
+    r = measure(a.trials, a.samples, a.repeats, a.data_dir, a.device)
     import platform
 
+    where = torch.cuda.get_device_name(0) if a.device.startswith("cuda") else \
+        f"{platform.processor() or platform.machine()}, 1 thread"
     print(f"noise quick, {len(r['trials'])} trials x {r['clients_per_trial']} clients, {r['source_steps']} source "
-          f"steps a round; torch {torch.__version__}, {platform.processor() or platform.machine()}, 1 thread\n")
+          f"steps a round; torch {torch.__version__}, {where}\n")
     print(table(r))
     if a.json:
         Path(a.json).parent.mkdir(parents=True, exist_ok=True)

@@ -53,28 +53,44 @@ BACKENDS = ("local", "tune", "tune-actors", "local-fused", "tune-fused")  # tune
 
 
 class GpuSampler:
-    """nvidia-smi's utilization.gpu and memory.used once a second, in a thread, while a sweep runs (nothing without
-    nvidia-smi)."""
+    """nvidia-smi's utilization.gpu and memory.used once a second, and `nvidia-smi dmon -s u`'s `sm` column (the
+    streaming multiprocessors' activity: utilization.gpu only says that some kernel ran), in threads, while a sweep
+    runs (nothing without nvidia-smi)."""
 
     def __init__(self) -> None:
         self.samples: list[float] = []
         self.memory_mib: list[float] = []
-        self.proc: subprocess.Popen | None = None
-        self.thread: threading.Thread | None = None
+        self.sm: list[float] = []
+        self.procs: list[subprocess.Popen] = []
+        self.threads: list[threading.Thread] = []
 
     def __enter__(self) -> "GpuSampler":
         smi = shutil.which("nvidia-smi")
         if smi:
-            self.proc = subprocess.Popen([smi, "--query-gpu=utilization.gpu,memory.used", "--format=csv,noheader,nounits",
-                                          "-l", "1"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-            self.thread = threading.Thread(target=self._read, daemon=True)
-            self.thread.start()
+            for cmd, read in (([smi, "--query-gpu=utilization.gpu,memory.used", "--format=csv,noheader,nounits", "-l",
+                                "1"], self.add), ([smi, "dmon", "-s", "u", "-d", "1"], self.add_dmon)):
+                proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                th = threading.Thread(target=self._read, args=(proc, read), daemon=True)
+                th.start()
+                self.procs.append(proc)
+                self.threads.append(th)
         return self
 
-    def _read(self) -> None:
-        assert self.proc is not None and self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.add(line)
+    @staticmethod
+    def _read(proc: subprocess.Popen, read: Any) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            read(line)
+
+    def add_dmon(self, line: str) -> None:
+        """One line of `nvidia-smi dmon -s u`: '# gpu sm mem enc dec ...' headers, then 'gpu sm mem ...' values."""
+        parts = line.split()
+        if not parts or parts[0].startswith("#") or len(parts) < 2:
+            return
+        try:
+            self.sm.append(float(parts[1]))
+        except ValueError:  # "-": not reported
+            return
 
     def add(self, line: str) -> None:
         """One line of nvidia-smi's output: 'busy %, memory MiB' (a line per GPU; the run uses one)."""
@@ -86,14 +102,17 @@ class GpuSampler:
         self.memory_mib.append(memory)
 
     def __exit__(self, *exc: Any) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait()
-        if self.thread is not None:
-            self.thread.join(timeout=5)
+        for proc in self.procs:
+            proc.terminate()
+            proc.wait()
+        for th in self.threads:
+            th.join(timeout=5)
 
     def busy(self) -> float | None:
         return statistics.fmean(self.samples) if self.samples else None
+
+    def sm_active(self) -> float | None:
+        return statistics.fmean(self.sm) if self.sm else None
 
     def memory_peak_gib(self) -> float | None:
         return max(self.memory_mib) / 1024 if self.memory_mib else None
@@ -169,7 +188,8 @@ def run_backend(backend: str, a: argparse.Namespace, flags: list[str], extra: li
             "trials": len(trials), "wall_seconds": wall, "sweep_wall_seconds": summary.get("wall_seconds"),
             "trials_at_once_max": at_once(spans), "trials_at_once_mean": busy / wall if wall else None,
             "trial_seconds_median": statistics.median([e - s for s, e in spans]) if spans else None,
-            "gpu_busy_percent": gpu.busy(), "gpu_memory_peak_gib": gpu.memory_peak_gib(), "gpu_samples": len(gpu.samples),
+            "trials_per_minute": 60 * len(trials) / wall if wall else None,
+            "gpu_busy_percent": gpu.busy(), "gpu_sm_percent": gpu.sm_active(), "gpu_memory_peak_gib": gpu.memory_peak_gib(), "gpu_samples": len(gpu.samples),
             "trial_gpu_memory_gib_median": statistics.median(memory) if memory else None,
             "first_round_seconds_median": statistics.median(firsts) if firsts else None,
             "first_round_seconds_max": max(firsts) if firsts else None, "phases_median_seconds": phases}
@@ -203,15 +223,17 @@ def table(result: dict[str, Any]) -> str:
     """The benchmark's two tables (backends, then the median start-up phases; "-": a phase that backend does not
     have), as Markdown."""
     rows = result["backends"]
-    lines = ["| backend | trials | wall (s) | x local | trials at once (max / mean) | trial (s, median) | GPU busy "
-             "(%) | GPU memory (GiB, peak) | a trial's GPU memory (GiB, median) | first round (s, median / max) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| backend | trials | wall (s) | x local | trials / min | trials at once (max / mean) | trial (s, median) | "
+             "GPU busy (%) | SM active (%) | GPU memory (GiB, peak) | a trial's GPU memory (GiB, median) | first round "
+             "(s, median / max) |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         x = x_local(result, r["backend"])
         ratio = f"{x:.2f}" if x is not None else "-"
         lines.append(f"| {r['backend']} | {r['trials']} | {r['wall_seconds']:.1f} | {ratio} | "
+                     f"{_num(r.get('trials_per_minute'), '.1f')} | "
                      f"{r['trials_at_once_max']} / {_num(r['trials_at_once_mean'], '.1f')} | "
                      f"{_num(r['trial_seconds_median'], '.1f')} | {_num(r['gpu_busy_percent'], '.0f')} | "
+                     f"{_num(r.get('gpu_sm_percent'), '.0f')} | "
                      f"{_num(r.get('gpu_memory_peak_gib'), '.1f')} | {_num(r.get('trial_gpu_memory_gib_median'), '.2f')} | "
                      f"{_num(r['first_round_seconds_median'], '.2f')} / {_num(r['first_round_seconds_max'], '.2f')} |")
     names = [p for p in PHASES if any(p in r["phases_median_seconds"] for r in rows)]

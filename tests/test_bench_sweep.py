@@ -21,10 +21,12 @@ def test_a_first_round_is_its_phases_kernel_load_aside():
     assert bench.first_round_seconds(st) == 3.75  # kernel_load lies inside another phase
 
 
-def _row(backend, wall, phases, busy=None, memory=None):
+def _row(backend, wall, phases, busy=None, memory=None, sm=None):
     row = {"backend": backend, "trials": 2, "wall_seconds": wall, "trials_at_once_max": 2, "trials_at_once_mean": 1.5,
            "trial_seconds_median": 4.0, "gpu_busy_percent": busy, "first_round_seconds_median": 1.0,
            "first_round_seconds_max": 2.0, "phases_median_seconds": phases}
+    if sm is not None:  # records written before the trials-per-minute and SM columns have neither
+        row.update(gpu_sm_percent=sm, trials_per_minute=60 * 2 / wall)
     if memory is not None:  # records written before the memory column have no such key
         row["gpu_memory_peak_gib"] = memory
     return row
@@ -33,10 +35,11 @@ def _row(backend, wall, phases, busy=None, memory=None):
 def test_the_table_compares_with_the_local_backend_and_marks_what_is_missing():
     text = bench.table({"backends": [_row("local", 10.0, {"data_load": 0.5}),
                                      _row("tune-actors", 12.5, {"data_load": 0.5, "data_ship": 0.25}, busy=97.0,
-                                          memory=9.375)]})
+                                          memory=9.375, sm=41.0)]})
     lines = text.splitlines()
-    assert lines[2] == "| local | 2 | 10.0 | 1.00 | 2 / 1.5 | 4.0 | not measured | not measured | not measured | 1.00 / 2.00 |"
-    assert lines[3].startswith("| tune-actors | 2 | 12.5 | 1.25 | 2 / 1.5 | 4.0 | 97 | 9.4 | not measured |")
+    assert lines[2] == ("| local | 2 | 10.0 | 1.00 | not measured | 2 / 1.5 | 4.0 | not measured | not measured | "
+                        "not measured | not measured | 1.00 / 2.00 |")
+    assert lines[3].startswith("| tune-actors | 2 | 12.5 | 1.25 | 9.6 | 2 / 1.5 | 4.0 | 97 | 41 | 9.4 | not measured |")
     assert "| data_ship | - | 0.250 |" in lines  # a phase the local backend does not have
 
 
@@ -56,6 +59,12 @@ def test_the_gpu_sampler_reads_busy_share_and_memory():
     assert s.samples == [35.0, 97.0, 12.0]
     assert s.busy() == 48.0 and s.memory_peak_gib() == 9.0
     assert bench.GpuSampler().busy() is None and bench.GpuSampler().memory_peak_gib() is None
+    # nvidia-smi dmon -s u: the SMs' activity (its header lines and a "-" left out)
+    for line in ("# gpu    sm   mem   enc   dec   jpg   ofa\n", "# Idx     %     %     %     %     %     %\n",
+                 "    0    41     7     0     0     0     0\n", "    0     -     -     -     -     -     -\n",
+                 "    0    63    12     0     0     0     0\n"):
+        s.add_dmon(line)
+    assert s.sm == [41.0, 63.0] and s.sm_active() == 52.0 and bench.GpuSampler().sm_active() is None
 
 
 @pytest.mark.parametrize("error,line", [
@@ -79,8 +88,7 @@ def test_a_failed_backend_keeps_the_ones_measured_before_it(error, line, monkeyp
 
 
 def test_bad_arguments_are_one_line(capsys):
-    for argv, field in ((["--backends", "dask"], "backends"), (["--device", "tpu"], "device"),
-                        (["--values", "0.2,0.4"], "values")):
+    for argv, field in ((["--backends", "dask"], "backends"), (["--device", "tpu"], "device")):
         assert bench.main(argv) == 2
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0 and err.startswith(f"error: {field}=")
@@ -89,14 +97,18 @@ def test_bad_arguments_are_one_line(capsys):
 @pytest.mark.slow
 def test_both_backends_run_a_tiny_column(fmnist_dir, tmp_path, capsys):
     out = tmp_path / "bench.json"
-    code = bench.main(["--methods", "target_only", "--backends", "local,tune", "--data-dir", str(fmnist_dir), "--json",
-                       str(out), "--", "--rounds", "1", "--samples-per-client", "100", "--test-samples", "100"])
+    code = bench.main(["--methods", "target_only", "--backends", "local,tune,local-fused", "--values", "0.0,0.4",
+                       "--data-dir", str(fmnist_dir), "--workers", "1", "--json", str(out), "--", "--rounds", "1",
+                       "--samples-per-client", "100", "--test-samples", "100"])
     assert code == 0, capsys.readouterr().err[-2000:]
     result = json.loads(out.read_text())
-    assert [r["backend"] for r in result["backends"]] == ["local", "tune"]
+    assert [r["backend"] for r in result["backends"]] == ["local", "tune", "local-fused"]
     for r in result["backends"]:
-        assert r["trials"] == 1 and r["trials_at_once_max"] == 1
+        # one worker: the unfused local backend runs the two trials one after the other, the fused one together
+        assert r["trials"] == 2 and r["trials_at_once_max"] in {"local": (1,), "local-fused": (2,), "tune": (1, 2)}[
+            r["backend"]]
         assert {"data_load", "first_collect", "first_evaluation"} <= set(r["phases_median_seconds"])
         assert 0 < r["first_round_seconds_median"] <= r["trial_seconds_median"] <= r["wall_seconds"]
         assert r["gpu_busy_percent"] is None or 0 <= r["gpu_busy_percent"] <= 100
-    assert "| local | 1 |" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "| local | 2 |" in printed and "| local-fused | 2 |" in printed

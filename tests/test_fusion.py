@@ -353,3 +353,18 @@ def test_a_fused_tune_sweep_reports_each_trial_and_equals_the_unfused_one(tiny_f
     assert a.keys() == b.keys() and all(abs(a[k] - b[k]) <= 2.0 for k in a)
     assert sorted(read_rows(d)["fused"]["members"] for d in (fused / "trials").iterdir()) == [4] * 8
     assert json.loads(printed.out[printed.out.index("{"):])["trials_run"] == 8
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_fused_group_on_a_gpu_gives_each_trial_its_numbers_alone(fmnist_dir, tmp_path):
+    """On a GPU the group's cohorts run the grouped-convolution layout with the data resident on the device: each
+    member still equals its trial run alone there (and alone on the CPU, within the same tolerance)."""
+    trials = [Trial(t.key + "-cuda", t.row, t.value, t.seed, {**t.params, "device": "cuda"})
+              for t in _members(fmnist_dir)[:4]]
+    alone, fused = tmp_path / "alone", tmp_path / "fused"
+    for t in trials:
+        run_trial(t, alone)
+    assert run_group(trials, fused) == {t.key: None for t in trials}
+    for t in trials:
+        _same_numbers(alone, fused, t)

@@ -33,6 +33,8 @@ lease_sampler() {
   if command -v nvidia-smi > /dev/null; then
     nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader,nounits -l 1 > "$R/smi.csv" 2>&1 &
     LEASE_SMI=$!
+    nvidia-smi dmon -s u -d 1 -o T > "$R/dmon.txt" 2>&1 &  # the SMs' activity (sm column), with each sample's time
+    LEASE_DMON=$!
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$R/gpu.csv" 2>&1
   fi
   { python -c "import sys, torch; print(sys.version.split()[0], 'torch', torch.__version__)"; nproc
@@ -44,6 +46,7 @@ lease_sampler() {
 # round (`cat states.tgz.part-* | tar -xz`). Past 3 parts they are left out: those trials start again.
 lease_finish() {
   [ -n "${LEASE_SMI:-}" ] && kill "$LEASE_SMI" 2>/dev/null
+  [ -n "${LEASE_DMON:-}" ] && kill "$LEASE_DMON" 2>/dev/null
   echo "done $(( $(date +%s) - T0 )) s" >> "$R/steps.txt"
   (cd "$OUT" && for d in r/*/trials/*/; do [ -f "$d/state.pt" ] && [ ! -f "$d/rows.json" ] && echo "${d%/}/state.pt"; done \
     | tar -czf states.tgz -T - \
