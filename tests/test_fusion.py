@@ -79,6 +79,8 @@ def test_a_fused_group_gives_each_trial_its_numbers_alone(fmnist_dir, tmp_path):
     for t in trials:
         assert is_done(fused / t.key)
         assert seen[t.key] == [r["round"] for r in read_rows(alone / t.key)["rows"]]  # its own reports
+        # its record names the build and the kernels its own aggregation ran (the members aggregate in threads)
+        assert read_rows(fused / t.key)["environment"] == read_rows(alone / t.key)["environment"]
         assert read_rows(fused / t.key)["fused"]["members"] == len(trials)
         _same_numbers(alone, fused, t)
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import os
 
+import threading
+
 import torch
 
 from fda_ray.kernels import reference
@@ -25,17 +27,25 @@ from fda_ray.kernels.loader import ensure, status
 
 IMPLS = ("kernel", "reference")
 _default: list[str] = []  # set_default_impl's choice; empty = $FDA_RAY_KERNELS or "kernel"
-_ran: set[str] = set()  # the implementations calls ran since forget_ran() (a trial's record names them)
+# The implementations calls ran since forget_ran() (a trial's record names them), per thread: the trials of a fused
+# group (fda_ray.runtime.fusion) aggregate in threads of one process, each naming its own.
+_local = threading.local()
+
+
+def _ran() -> set[str]:
+    if not hasattr(_local, "ran"):
+        _local.ran = set()
+    return _local.ran
 
 
 def ran() -> str | None:
-    """The implementations that ran since forget_ran(), joined by "+" ("cpp", "cuda", "reference", "cpp+reference"),
-    or None when nothing went through the kernels."""
-    return "+".join(sorted(_ran)) or None
+    """The implementations that ran in this thread since forget_ran(), joined by "+" ("cpp", "cuda", "reference",
+    "cpp+reference"), or None when nothing went through the kernels."""
+    return "+".join(sorted(_ran())) or None
 
 
 def forget_ran() -> None:
-    _ran.clear()
+    _ran().clear()
 
 
 def default_impl() -> str:
@@ -72,7 +82,7 @@ def implementation(device: torch.device | str, impl: str | None = None) -> str:
 def _running(device: torch.device | str, impl: str | None) -> str:
     """implementation(), noted as run."""
     chosen = implementation(device, impl)
-    _ran.add(chosen)
+    _ran().add(chosen)
     return chosen
 
 

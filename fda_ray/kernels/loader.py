@@ -16,6 +16,7 @@ import logging
 import os
 import shutil
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -133,8 +134,21 @@ def build(kind: str, *, verbose: bool = False) -> None:
     _status[kind] = "ok"
 
 
+# One thread builds or loads at a time: a fused group's trials (fda_ray.runtime.fusion) aggregate in threads of one
+# process, and two threads loading one library would register its operators twice (the second would fail and fall
+# back to the reference). Re-entrant: ensure("cuda") ensures "cpu" first.
+_ENSURE_LOCK = threading.RLock()
+
+
 def ensure(kind: str) -> bool:
     """True when the `kind` library is loaded; tries once per process, logs one warning when it cannot."""
+    if kind in _status:
+        return _status[kind] == "ok"
+    with _ENSURE_LOCK:
+        return _ensure(kind)
+
+
+def _ensure(kind: str) -> bool:
     if kind not in _status:
         if kind == "cuda" and not torch.cuda.is_available():
             _status[kind] = "no CUDA device"
