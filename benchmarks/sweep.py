@@ -188,7 +188,6 @@ def run_backend(backend: str, a: argparse.Namespace, flags: list[str], extra: li
             "trials": len(trials), "wall_seconds": wall, "sweep_wall_seconds": summary.get("wall_seconds"),
             "trials_at_once_max": at_once(spans), "trials_at_once_mean": busy / wall if wall else None,
             "trial_seconds_median": statistics.median([e - s for s, e in spans]) if spans else None,
-            "trials_per_minute": 60 * len(trials) / wall if wall else None,
             "gpu_busy_percent": gpu.busy(), "gpu_sm_percent": gpu.sm_active(), "gpu_memory_peak_gib": gpu.memory_peak_gib(), "gpu_samples": len(gpu.samples),
             "trial_gpu_memory_gib_median": statistics.median(memory) if memory else None,
             "first_round_seconds_median": statistics.median(firsts) if firsts else None,
@@ -230,7 +229,7 @@ def table(result: dict[str, Any]) -> str:
         x = x_local(result, r["backend"])
         ratio = f"{x:.2f}" if x is not None else "-"
         lines.append(f"| {r['backend']} | {r['trials']} | {r['wall_seconds']:.1f} | {ratio} | "
-                     f"{_num(r.get('trials_per_minute'), '.1f')} | "
+                     f"{_num(60 * r['trials'] / r['wall_seconds'] if r['wall_seconds'] else None, '.1f')} | "
                      f"{r['trials_at_once_max']} / {_num(r['trials_at_once_mean'], '.1f')} | "
                      f"{_num(r['trial_seconds_median'], '.1f')} | {_num(r['gpu_busy_percent'], '.0f')} | "
                      f"{_num(r.get('gpu_sm_percent'), '.0f')} | "

@@ -25,8 +25,8 @@ def _row(backend, wall, phases, busy=None, memory=None, sm=None):
     row = {"backend": backend, "trials": 2, "wall_seconds": wall, "trials_at_once_max": 2, "trials_at_once_mean": 1.5,
            "trial_seconds_median": 4.0, "gpu_busy_percent": busy, "first_round_seconds_median": 1.0,
            "first_round_seconds_max": 2.0, "phases_median_seconds": phases}
-    if sm is not None:  # records written before the trials-per-minute and SM columns have neither
-        row.update(gpu_sm_percent=sm, trials_per_minute=60 * 2 / wall)
+    if sm is not None:  # records written before the SM column have none
+        row["gpu_sm_percent"] = sm
     if memory is not None:  # records written before the memory column have no such key
         row["gpu_memory_peak_gib"] = memory
     return row
@@ -37,7 +37,7 @@ def test_the_table_compares_with_the_local_backend_and_marks_what_is_missing():
                                      _row("tune-actors", 12.5, {"data_load": 0.5, "data_ship": 0.25}, busy=97.0,
                                           memory=9.375, sm=41.0)]})
     lines = text.splitlines()
-    assert lines[2] == ("| local | 2 | 10.0 | 1.00 | not measured | 2 / 1.5 | 4.0 | not measured | not measured | "
+    assert lines[2] == ("| local | 2 | 10.0 | 1.00 | 12.0 | 2 / 1.5 | 4.0 | not measured | not measured | "
                         "not measured | not measured | 1.00 / 2.00 |")
     assert lines[3].startswith("| tune-actors | 2 | 12.5 | 1.25 | 9.6 | 2 / 1.5 | 4.0 | 97 | 41 | 9.4 | not measured |")
     assert "| data_ship | - | 0.250 |" in lines  # a phase the local backend does not have

@@ -132,6 +132,26 @@ def bench_ratio(name: str, backend: str) -> str:
     return f"{ratio:.2f}"
 
 
+@GENERATORS.register("fused-ops")
+def fused_ops(name: str, layout: str, field: str) -> str:
+    """One number of docs/results/bench-fused/<name>.json (python -m benchmarks.fused_ops --json) for one convolution
+    layout: `fused` / `unfused` (ATen operators a trial-step dispatches, fused or one trial alone), `ratio` (fused
+    over unfused, "1.19"), `speedup` (a round's seconds one trial after another over fused, "1.07")."""
+    path = records.RESULTS / "bench-fused" / f"{name}.json"
+    if not path.is_file():
+        raise ValueError(f"fused-ops: {str(path)!r} does not exist")
+    layouts = json.loads(path.read_text())["layouts"]
+    if layout not in layouts:
+        raise ValueError(f"fused-ops: layout={layout!r} is invalid: {name!r} has {', '.join(layouts)}")
+    m = layouts[layout]
+    values = {"fused": f"{m['fused_aten_per_step']:.0f}", "unfused": f"{m['unfused_aten_per_step']:.0f}",
+              "ratio": f"{m['fused_aten_per_step'] / m['unfused_aten_per_step']:.2f}",
+              "speedup": f"{m['round_seconds_unfused'] / m['round_seconds_fused']:.2f}"}
+    if field not in values:
+        raise ValueError(f"fused-ops: field={field!r} is invalid: one of {', '.join(values)}")
+    return values[field]
+
+
 def _bench_result(name: str, generator: str) -> dict:
     """docs/results/bench-sweep/<name>.json, a python -m benchmarks.sweep --json result."""
     path = records.RESULTS / "bench-sweep" / f"{name}.json"
