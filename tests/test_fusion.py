@@ -370,3 +370,37 @@ def test_a_fused_group_on_a_gpu_gives_each_trial_its_numbers_alone(fmnist_dir, t
     assert run_group(trials, fused) == {t.key: None for t in trials}
     for t in trials:
         _same_numbers(alone, fused, t)
+
+
+@pytest.mark.slow
+def test_a_fused_sweep_on_a_cluster_spreads_its_groups_over_the_nodes(tiny_fused_grid, fmnist_dir, tmp_path, capsys,
+                                                                       no_ray):
+    """Through --address on a Ray cluster of three 1-CPU nodes: each group is one Tune trial asking one CPU, so the
+    nodes take groups side by side; every member keeps its record and equals its unfused run."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from fda_ray.experiments import sweep
+
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    for _ in range(2):
+        c.add_node(num_cpus=1)
+    c.wait_for_nodes()
+    try:
+        out = tmp_path / "cluster"
+        assert sweep.main(_sweep_args(fmnist_dir, out, "--address", c.address, "--executor", "serial", "--fuse", "2",
+                                      "--track", "none")) == 0, capsys.readouterr().err[-2000:]
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        c.shutdown()
+    capsys.readouterr()
+    plain = tmp_path / "plain"
+    assert sweep.main(_sweep_args(fmnist_dir, plain, "--backend", "local", "--workers", "2")) == 0
+    capsys.readouterr()
+    a, b = _results(plain), _results(out)
+    assert a.keys() == b.keys() and all(abs(a[k] - b[k]) <= 2.0 for k in a)
+    records = {d.name: read_rows(d) for d in (out / "trials").iterdir()}
+    assert sorted(r["fused"]["members"] for r in records.values()) == [2] * 8
+    nodes = {r["nodes"][-1]["node_id"] for r in records.values()}
+    assert len(nodes) >= 2  # the groups ran on more than one node
