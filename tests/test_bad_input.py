@@ -331,6 +331,7 @@ def test_a_stopped_run_keeps_its_finished_rounds(sig, places, tmp_path):
         assert proc.returncode == -9
 
 
+@pytest.mark.slow  # a sweep: the local backend starts a process for it (it imports torch)
 def test_a_sweep_whose_every_trial_fails_exits_1(places, tmp_path, monkeypatch):
     """Every trial diverges (a source learning rate of 1e30): each is a failure in the summary, exit 1."""
     import json
@@ -351,7 +352,7 @@ def test_a_sweep_whose_every_trial_fails_exits_1(places, tmp_path, monkeypatch):
     assert "Failed trials" in (out / "summary.md").read_text()
 
 
-@pytest.mark.parametrize("argv,tail", [
+MISSPELT = [
     (["-m", "fda_ray.sweep", "--grid", "noize", "--dry-run"], "; did you mean 'noise'?"),
     (["-m", "fda_ray.sweep", "--grid", "noise", "--profile", "papr", "--dry-run"], "; did you mean 'paper'?"),
     (["-m", "fda_ray.sweep", "--grid", "noise", "--backend", "tun", "--dry-run"], "; did you mean 'tune'?"),
@@ -359,7 +360,11 @@ def test_a_sweep_whose_every_trial_fails_exits_1(places, tmp_path, monkeypatch):
     (["-m", "fda_ray", "--method", "fedgpp"], "; did you mean 'fedgp'?"),
     (["-m", "fda_ray", "--dataset", "fashion-mnst"], "; did you mean 'fashion-mnist'?"),
     (["-m", "fda_ray", "--partition", "labelshift"], "; did you mean 'label_shift'?"),
-])
+]
+
+
+@pytest.mark.slow  # a Python process per case (each imports torch)
+@pytest.mark.parametrize("argv,tail", MISSPELT)
 def test_a_misspelt_name_is_told_the_closest_one(argv, tail):
     """One line, exit code 2, ending in the known name closest to the misspelt one (difflib)."""
     import subprocess
@@ -369,6 +374,16 @@ def test_a_misspelt_name_is_told_the_closest_one(argv, tail):
     assert p.returncode == 2, p.stderr
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and lines[0].endswith(tail), lines
+
+
+@pytest.mark.parametrize("argv,tail", MISSPELT)
+def test_a_misspelt_name_is_told_the_closest_one_by_the_programs_main(argv, tail, tmp_path):
+    """The same cases through each program's main() in this process (the fast tier; the slow tier runs them as the
+    `python -m` processes above): exit code 2, one error line, ending in the closest known name."""
+    code, stderr, _ = execute(Case(argv[1], tuple(argv[2:]), 2, ""), {}, tmp_path)
+    errors, other = error_lines(stderr)
+    assert code == 2 and "Traceback" not in stderr, stderr[-2000:]
+    assert len(errors) == 1 and not other and errors[0].endswith(tail), stderr[-2000:]
 
 
 def test_no_suggestion_for_a_name_close_to_nothing():

@@ -92,6 +92,7 @@ def test_a_missing_file_and_two_files_are_one_line_errors(tmp_path, capsys):
     assert "one --config a command" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a sweep: the local backend starts a process for it (it imports torch)
 def test_a_sweep_from_a_file_records_the_flags_it_ran_with(fmnist_dir, tmp_path, capsys, monkeypatch, no_ray):
     from test_sweep import make_tiny_grid
     from fda_ray.papers.grids import GRIDS

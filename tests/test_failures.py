@@ -539,6 +539,7 @@ def test_every_numeric_flag_of_every_program_refuses_an_out_of_range_value_in_on
     assert walked >= 2
 
 
+@pytest.mark.slow  # a Python process per case (each imports torch; the first case crashed one)
 @pytest.mark.parametrize("case,argv,needle", [
     ("threads far above any machine", ["-m", "fda_ray", "--threads", "100000"], "threads=100000 is invalid"),
     ("seeds that would plan for hours", ["-m", "fda_ray.sweep", "--grid", "noise", "--seeds", "100000000",

@@ -17,6 +17,11 @@ def _norm2(grads: torch.Tensor, w: torch.Tensor) -> float:
     return float(((w.unsqueeze(1) * grads.double()).sum(0) ** 2).sum())
 
 
+def _norm2_each(grads: torch.Tensor, ws: torch.Tensor) -> torch.Tensor:
+    """_norm2 of every row of ws (K, S) at once: (K,)."""
+    return ((ws.unsqueeze(2) * grads.double().unsqueeze(0)).sum(1) ** 2).sum(1)
+
+
 def test_eq4_is_the_minimiser_over_lambda():
     g = torch.Generator().manual_seed(0)
     cases = [torch.randn(2, 7, generator=g, dtype=torch.float64) for _ in range(20)]
@@ -25,7 +30,7 @@ def test_eq4_is_the_minimiser_over_lambda():
     for ab in cases:
         lam = two_task(ab[0], ab[1])
         assert 0.0 <= lam <= 1.0
-        brute = min(_norm2(ab, torch.stack([x, 1 - x])) for x in grid)
+        brute = float(_norm2_each(ab, torch.stack([grid, 1 - grid], dim=1)).min())
         assert _norm2(ab, torch.tensor([lam, 1 - lam], dtype=torch.float64)) <= brute + 1e-12 * (1 + brute)
     # the closed form itself: lambda = <b, b - a> / |a - b|^2
     a, b = cases[0]

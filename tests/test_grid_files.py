@@ -113,6 +113,7 @@ def test_print_grid_writes_the_built_in_definition(capsys):
         search_to_dict(SEARCHES["fssda-temperature"])
 
 
+@pytest.mark.slow  # two sweeps: the local backend starts a process for each (it imports torch)
 def test_a_file_grid_runs_as_the_same_grid_in_python_and_collect_reads_its_kept_copy(
         fmnist_dir, tmp_path, capsys, monkeypatch, no_ray):
     from fda_ray.experiments.collect import collect_tables, to_markdown

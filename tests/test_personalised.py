@@ -220,9 +220,10 @@ def test_family_flags_set_params_and_bad_values_are_one_line(tiny, fmnist_dir, c
         assert main(argv) == 2
         err = [x for x in capsys.readouterr().err.strip().splitlines() if "cpp_extension" not in x]
         assert err == [msg]
-    # a flag of another family: ignored, and said so in one line
+    # a flag of another family: ignored, and said so in one line (a serial run: the command line's default executor
+    # would start a local Ray for it)
     tiny_flags = ["--data-dir", str(fmnist_dir), "--num-sources", "3", "--rounds", "1", "--samples-per-client", "128",
-                  "--test-samples", "100", "--target-labelled", "32"]
+                  "--test-samples", "100", "--target-labelled", "32", "--executor", "serial"]
     assert main(["--method", "fedavg_all", "--apfl-alpha", "0.3", *tiny_flags]) == 0
     assert "warning: --apfl-alpha not used by method fedavg_all" in capsys.readouterr().err
 

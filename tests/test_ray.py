@@ -61,7 +61,11 @@ def _ray(cfg, faults=None):
         ex.shutdown()
 
 
-@pytest.mark.parametrize("method,log", [("source_only", False), ("source_only", True), ("fedgp", None),
+# Each case starts 4 actor processes (each imports torch, ~3 CPU-s): the fast tier keeps the one that runs the most of
+# the client code (the target trains, the estimates are logged, the auto-weighting), the others are the slow tier's.
+@pytest.mark.parametrize("method,log", [pytest.param("source_only", False, marks=pytest.mark.slow),
+                                        pytest.param("source_only", True, marks=pytest.mark.slow),
+                                        pytest.param("fedgp", None, marks=pytest.mark.slow),
                                         ("fedgp_auto", None)])
 def test_ray_equals_serial(local_ray, tiny, method, log):
     cfg = tiny(method=method, rounds=2, log_estimates=log)  # 3 sources, 1 warm-up + 2 rounds

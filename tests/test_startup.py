@@ -38,6 +38,7 @@ def local_ray():
     ray.shutdown()
 
 
+@pytest.mark.slow  # its own local Ray and 4 actor processes
 def test_a_ray_runs_actors_start_while_the_data_loads(local_ray, tiny):
     from fda_ray.runtime.driver import run_ray
 

@@ -149,6 +149,7 @@ def test_bad_track_values_are_one_line(capsys):
     assert err.count("\n") == 1 and "track='comet' is invalid" in err
 
 
+@pytest.mark.slow  # a sweep: its local backend starts a process per worker (each imports torch)
 def test_a_local_sweep_tracks_what_its_records_hold(fmnist_dir, tmp_path, capsys, monkeypatch, no_ray):
     from mlflow.tracking import MlflowClient
 
