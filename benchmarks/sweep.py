@@ -194,6 +194,20 @@ def run_backend(backend: str, a: argparse.Namespace, flags: list[str], extra: li
             "first_round_seconds_max": max(firsts) if firsts else None, "phases_median_seconds": phases}
 
 
+class _kept:
+    """--keep's folder, in place of a temporary one."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __enter__(self) -> str:
+        Path(self.path).mkdir(parents=True, exist_ok=True)
+        return self.path
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+
 def machine() -> dict[str, Any]:
     import ray
     import torch
@@ -267,6 +281,8 @@ def parser() -> Any:
     p.add_argument("--fuse", default="auto", help="the fused backends' --fuse (auto, or a group size)")
     p.add_argument("--data-dir", default=None)
     p.add_argument("--json", default=None, help="also write the result to this file")
+    p.add_argument("--keep", default=None, help="keep each backend's sweep in this folder (KEEP/<backend>: its records, "
+                                                "summary and results.parquet) instead of a temporary one")
     return p
 
 
@@ -298,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
              "tune-fused": None}
     result: dict[str, Any] = {"machine": machine(), "grid": a.grid, "profile": a.profile, "values": a.values,
                               "seeds": a.seeds, "extra": extra, "backends": []}
-    with tempfile.TemporaryDirectory() as d:
+    with (tempfile.TemporaryDirectory() if a.keep is None else _kept(a.keep)) as d:
         for b in backends:
             flags = shlex.split(given[b]) if given[b] is not None else defaults[b]
             print(f"bench.sweep: {b} ...", file=sys.stderr, flush=True)

@@ -435,7 +435,15 @@ def dry_run_plan(first: Any, a: Any, trials: list[Trial] | None = None) -> tuple
         import fda_ray.experiments.tune as ft
         from fda_ray.runtime.fusion import plan_groups
 
-        cluster = resources.parse_nodes(a.plan_for) if a.plan_for is not None else resources.this_machine()
+        if a.plan_for is not None:
+            cluster = resources.parse_nodes(a.plan_for)
+        elif a.address:  # the cluster the groups would run on
+            from fda_ray.runtime.driver import ensure_ray
+
+            ensure_ray(a.address, num_cpus=None, field="address")
+            cluster = resources.from_ray(True)
+        else:
+            cluster = resources.this_machine()
         bundle = {k: v for k, v in ft.group_resources(first, ft.driver_placement(a.pin_drivers)).bundles[0].items()
                   if v > 0}
         ask = ", ".join(f"{k} {v:g}" for k, v in bundle.items())

@@ -243,7 +243,10 @@ def run_group(trials: Sequence[Trial], records: StoragePath | Path | str,
     from fda_ray.runtime.fusion import TrialGroup
 
     records = storage_path(records)
-    group = TrialGroup([t.key for t in trials])
+    threads = {t.config().resolved().threads for t in trials}
+    if len(threads) > 1:
+        raise ValueError(f"threads={sorted(threads)} is invalid in one group: a group's trials share one thread count")
+    group = TrialGroup([t.key for t in trials], threads=threads.pop() if threads else 1)
     outcome: dict[str, BaseException | None] = {}
 
     def one(t: Trial) -> None:

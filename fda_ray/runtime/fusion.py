@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 FUSE_CHOICES = ("off", "auto")  # or a whole number >= 1: the most trials a group holds
-# Measured on 2 CPU cores (benchmarks/sweep.py, the README's main job): groups of 8 were the fastest tried; a GPU
-# holds more (docs/ray-and-clusters.md, "Fused trials").
+# CPUs: 8 trials a group measured faster than one after another (benchmarks/fused_ops.py, 2 cores); a GPU: 32, not yet
+# measured (tools/gpu-sweep-check.sh measures it; docs/ray-and-clusters.md, "Fused trials").
 AUTO_GROUP = {"cpu": 8, "cuda": 32}
 
 # One member builds its experiment at a time: building seeds torch's global generator per trial (the initial model),
@@ -148,8 +148,10 @@ class GroupStats:
 class TrialGroup:
     """The shared half: members hand in their rounds; when all live members have, one thread runs them as one."""
 
-    def __init__(self, members: Sequence[str], vectorise: bool = True, overlap: bool | None = None) -> None:
+    def __init__(self, members: Sequence[str], vectorise: bool = True, overlap: bool | None = None,
+                 threads: int = 1) -> None:
         self.members = list(members)  # as formed (a member that joins later is added to it)
+        self.threads = threads  # the members' torch thread count (equal in a group: fusion_key), part of the numbers
         self._cond = threading.Condition()
         self._live: set[str] = set(members)  # expected or running; a member that ends leaves
         self._waiting: dict[str, _Request] = {}
@@ -224,7 +226,14 @@ class TrialGroup:
         return bool(self._waiting) and len(self._waiting) >= len(self._live)
 
     def _serve(self) -> None:
+        import torch
+
         from fda_ray.train.cohort import run_jobs
+
+        # A new thread starts with OpenMP's default thread count (the cores), not the one torch.set_num_threads set in
+        # the thread that called it: the members' count, set here, keeps the convolutions' sums those of the trial
+        # run alone (each member's own thread sets it when it builds its experiment).
+        torch.set_num_threads(self.threads)
 
         while True:
             with self._cond:

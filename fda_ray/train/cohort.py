@@ -154,8 +154,8 @@ def run_tasks(clients: Mapping[int, Client], tasks: Sequence[ClientTask],
               overlap: bool | None = None) -> list[ClientResult]:
     """Run every task on its client (all hosted in this process); results in task order.
 
-    vectorise: tasks that share a cohort key (and are two or more) train as one cohort; each result's
-    seconds are the cohort's wall time divided among its members (their sum is the time spent).
+    vectorise: tasks that share a cohort key train as one cohort (a task alone with its key: a cohort of one);
+    each result's seconds are the cohort's wall time divided among its members (their sum is the time spent).
     overlap (default overlap_enabled()): the other tasks of GPU clients that may overlap (may_overlap) train side
     by side, each in its own thread and CUDA stream (run_concurrently), not one after the other."""
     jobs = [Job(clients[t.client], t, (lambda t=t: inputs(t))) for t in tasks]
@@ -177,10 +177,9 @@ def run_jobs(jobs: Sequence[Job], vectorise: bool, overlap: bool | None = None, 
     for j, job in enumerate(jobs):
         key = cohort_key(job.client, job.task) if vectorise else None
         (groups.setdefault(key, []) if key is not None else alone).append(j)
-    for key, members in list(groups.items()):
-        if len(members) == 1:
-            alone += members
-            del groups[key]
+    # A task with a cohort key trains through the cohort's arithmetic even when it is its key's only task (a cohort
+    # of one): a trial's numbers then do not depend on how many other rows share its cohort, in its own round or in
+    # a fused group's (fda_ray.runtime.fusion), only on its own rows.
     alone.sort()
     for members in groups.values():
         t0 = time.perf_counter()
@@ -393,14 +392,18 @@ def train_cohort(members: Sequence[tuple[Client, ClientTask, torch.Tensor]]) -> 
               for l, (name, shape) in enumerate(zip(layout.names, layout.shapes))]
     forward = stacked_forward(c0.model, device)
     c0.model.train()
-    lrs = [float(t.hparams["lr"]) for t in tasks]
-    lr = torch.tensor(lrs, device=device, dtype=flat.dtype)  # (K,)
-    same_lr = all(x == lrs[0] for x in lrs)
+    # Each row's learning rate rounded to the weights' dtype (float32), as the cohort has always stepped with it
+    lrs = [float(v) for v in torch.tensor([float(t.hparams["lr"]) for t in tasks], dtype=flat.dtype).tolist()]
     exp_avg = torch.zeros_like(flat)  # (K, M)
     exp_avg_sq = torch.zeros_like(flat)  # (K, M)
 
     steps = [c.steps_per_epoch(batch, t.data) for c, t in zip(clients, tasks)]  # per row
     n_steps = max(steps) if k else 0
+    # (S, K) each row's Adam step size at each step, -lr / (1 - beta1^t), made on the host in float64 and rounded once
+    # to float32: what torch's addcdiv_ does with a scalar value, so a row steps alike whatever rows it shares a
+    # cohort with (its own trial's or a fused group's) and nothing is read from the device
+    step_size = torch.tensor([[-lr / (1 - BETA1 ** (s + 1)) for lr in lrs] for s in range(n_steps)],
+                             dtype=flat.dtype).view(n_steps, k).to(device)
     feed = _Feed(clients, tasks, batch, steps, device)
     # (S, K) which rows are still in their epoch at each step, made once (no per-step copies to the device)
     active_cpu = torch.tensor([[s < n for n in steps] for s in range(n_steps)], dtype=torch.bool).view(n_steps, k)
@@ -425,8 +428,7 @@ def train_cohort(members: Sequence[tuple[Client, ClientTask, torch.Tensor]]) -> 
         loss_steps.append(loss_k.detach())
         with torch.no_grad():
             prev = flat.detach().index_select(0, rec_idx) if recorded else None  # (R, M)
-            _adam_step(flat, grad, exp_avg, exp_avg_sq, s + 1, lr, lrs[0] if same_lr else None,
-                       None if all_active[s] else active[s])
+            _adam_step(flat, grad, exp_avg, exp_avg_sq, s + 1, step_size[s], None if all_active[s] else active[s])
             if recorded:
                 deltas.append(flat.detach().index_select(0, rec_idx) - prev)  # (R, M)
     new = flat.detach()  # (K, M)
@@ -447,24 +449,20 @@ def train_cohort(members: Sequence[tuple[Client, ClientTask, torch.Tensor]]) -> 
     return results
 
 
-def _adam_step(p: torch.Tensor, g: torch.Tensor, m: torch.Tensor, v: torch.Tensor, t: int, lr: torch.Tensor,
-               same_lr: float | None, active: torch.Tensor | None) -> None:
+def _adam_step(p: torch.Tensor, g: torch.Tensor, m: torch.Tensor, v: torch.Tensor, t: int, step_size: torch.Tensor,
+               active: torch.Tensor | None) -> None:
     """One Adam step on the rows of p (K, M), in place; torch.optim.Adam's single-tensor arithmetic.
-    lr (K,) the rows' learning rates; same_lr: their one value when all are equal (a Python float: no read
-    from the device), else None.
+    step_size (K,): each row's -lr / bias_correction1 (float32). The update p + (step_size * m) / denom is
+    addcdiv_'s arithmetic, element by element, with a value per row.
     active (K,) bool on p's device, or None (all rows step): a row that finished its epoch keeps its weights and
     moments (selected on the device: no wait for it)."""
     if active is not None:
         keep_m, keep_v, keep_p = m.clone(), v.clone(), p.detach().clone()
     m.lerp_(g, 1 - BETA1)
     v.mul_(BETA2).addcmul_(g, g, value=1 - BETA2)
-    bias_correction1 = 1 - BETA1 ** t
     bias_correction2_sqrt = (1 - BETA2 ** t) ** 0.5
     denom = (v.sqrt() / bias_correction2_sqrt).add_(EPS)
-    if same_lr is not None:
-        p.addcdiv_(m, denom, value=-same_lr / bias_correction1)
-    else:
-        p.sub_(m / denom * (lr / bias_correction1).unsqueeze(1))
+    p.add_(m.mul(step_size.unsqueeze(1)).div_(denom))
     if active is not None:
         a = active.unsqueeze(1)  # (K, 1)
         m.copy_(torch.where(a, m, keep_m))

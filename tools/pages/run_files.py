@@ -132,6 +132,25 @@ def bench_ratio(name: str, backend: str) -> str:
     return f"{ratio:.2f}"
 
 
+@GENERATORS.register("bench-speedup")
+def bench_speedup(name: str, base: str, other: str) -> str:
+    """How many times faster backend `other` ran than `base` in docs/results/bench-sweep/<name>.json (the walls'
+    ratio, measured side by side in one benchmark): "1.12"."""
+    walls = {r["backend"]: r["wall_seconds"] for r in _bench_result(name, "bench-speedup")["backends"]}
+    if base not in walls or other not in walls:
+        raise ValueError(f"bench-speedup: {name!r} has no {base!r} and {other!r} rows (it has {', '.join(walls)})")
+    return f"{walls[base] / walls[other]:.2f}"
+
+
+@GENERATORS.register("bench-minutes")
+def bench_minutes(name: str, backend: str) -> str:
+    """One backend's wall time in minutes in docs/results/bench-sweep/<name>.json: "21.4"."""
+    walls = {r["backend"]: r["wall_seconds"] for r in _bench_result(name, "bench-minutes")["backends"]}
+    if backend not in walls:
+        raise ValueError(f"bench-minutes: {name!r} has no {backend!r} row (it has {', '.join(walls)})")
+    return f"{walls[backend] / 60:.1f}"
+
+
 @GENERATORS.register("fused-ops")
 def fused_ops(name: str, layout: str, field: str) -> str:
     """One number of docs/results/bench-fused/<name>.json (python -m benchmarks.fused_ops --json) for one convolution
