@@ -302,7 +302,8 @@ def test_dry_run_shows_the_groups_and_what_each_asks(tiny_fused_grid, fmnist_dir
     assert "each fused group is one Tune trial asking {CPU 1, GPU 1}: 1 group(s) at once" in out
     assert "fused: 8 of 8 trials in 2 group(s) of at most 4" in out
     assert "group 2 (4 trials): fedgp_auto 0.0 s0, fedgp_auto 0.8 s0, fedgp_auto 0.0 s1, fedgp_auto 0.8 s1" in out
-    assert sweep.main(_sweep_args(fmnist_dir, tmp_path / "o", "--fuse", "4", "--dry-run", "--backend", "local")) == 0
+    assert sweep.main(_sweep_args(fmnist_dir, tmp_path / "o", "--fuse", "4", "--dry-run", "--backend", "local",
+                                  "--workers", "2")) == 0
     assert "plan: 2 group(s) at once (backend local" in capsys.readouterr().out
     # vectorise off: nothing is fused, and the plan says why
     args = ["--grid", "tiny-noise", "--data-dir", str(fmnist_dir), "--out", str(tmp_path / "o"), "--fuse", "4",
