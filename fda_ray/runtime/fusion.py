@@ -18,9 +18,11 @@ a trial of their own.
 
 Numbers: a fused trial trains its clients as its own vectorised cohort would (cfg.vectorise "on"), in a cohort with
 more rows. Rows never mix (every operation is per row: grouped or per-model convolutions, batched matmuls, a
-per-row loss and Adam), so its numbers equal the trial run alone within float tolerance: batched operations may
-sum in other orders for other batch counts (tests/test_fusion.py). Fusing is therefore not part of a trial's
-numbers (not in its key); only trials that train vectorised are fused (`fusion_key`).
+per-row loss and Adam with a per-row step size), and the group's thread runs with the members' torch thread
+count, so a member's numbers equal the trial run alone: to the last bit on the CPUs it was checked on, and within
+float tolerance wherever batched operations sum in another order for another number of rows (another machine, a
+GPU's grouped convolution; tests/test_fusion.py). Fusing is therefore not part of a trial's numbers (not in its
+key); only trials that train vectorised are fused (`fusion_key`).
 
 Which trials can share a group (`fusion_key`): same dataset, model, device, thread count and batch sizes, a method
 whose family declares that its local training is the vectorisable "epoch" recipe (Algorithm.fuses), vectorise on,
