@@ -91,7 +91,7 @@ def test_a_quiet_sweep_on_tune_shows_no_ray_or_tune_boxes_and_verbose_does(fmnis
     assert quiet.returncode == 0, quiet.stderr[-2000:]
     said = quiet.stdout + quiet.stderr
     for noise in ("Configuration for experiment", "To visualize your results with TensorBoard", "INFO",
-                  "Token authentication", "No CUDA runtime is found", "View detailed results"):
+                  "Token authentication", "No CUDA runtime is found", "View detailed results", "experiment state to"):
         assert noise not in said
     assert "[1/1] done: target_only noise=0.4 seed 0" in quiet.stdout and "| Target Only |" in quiet.stdout
     # Tune's per-round results reach the tracker in the sweep's process: TensorBoard events under --out
@@ -105,7 +105,10 @@ def test_a_quiet_sweep_on_tune_shows_no_ray_or_tune_boxes_and_verbose_does(fmnis
                           timeout=600)
     assert loud.returncode == 0, loud.stderr[-2000:]
     said = loud.stdout + loud.stderr  # Ray's and Tune's own output, shown when asked for
-    assert "Configuration for experiment" in said  # (the token-auth notice depends on the machine: not asserted)
+    # Tune's own lines: its configuration box (drawn at its first status report, which a trial that ends first may
+    # never reach: seen missing once in a loaded slow-tier run) or its closing line; the token-auth notice depends on
+    # the machine: not asserted
+    assert "Configuration for experiment" in said or "and experiment state to" in said
 
 
 def test_progress_pickles_without_its_stream_and_trackers():
