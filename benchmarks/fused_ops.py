@@ -13,7 +13,7 @@ runs through fda_ray.train.cohort.run_jobs:
     fused       the T trials' rounds as one group (fda_ray.runtime.fusion): every source of every trial one cohort,
                 every target another
 
-Counted with torch.profiler (every event, nested ones included, as ../FUSION.md's micro-benchmark counts) and with
+Counted with torch.profiler (every event, nested ones included) and with
 a TorchDispatchMode (the ATen operators below autograd: the kernels a device runs), per trial-step: a round's
 operators divided by its source steps, and per trial. Each convolution layout is counted (`grouped`, the GPU's;
 `per_model`, the CPU's: fda_ray.train.models.conv_layout). The round's seconds (unfused T rounds one after the other
