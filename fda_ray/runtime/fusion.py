@@ -35,6 +35,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from fda_ray.runtime.executors import SerialExecutor
+
 FUSE_CHOICES = ("off", "auto")  # or a whole number >= 1: the most trials a group holds
 # CPUs: 8 trials a group measured faster than one after another (benchmarks/fused_ops.py, 2 cores); a GPU: 32, not yet
 # measured (tools/gpu-sweep-check.sh measures it; docs/ray-and-clusters.md, "Fused trials").
@@ -263,14 +265,13 @@ class TrialGroup:
                 self._cond.notify_all()
 
 
-class GroupMember:
+class GroupMember(SerialExecutor):
     """One member trial's executor (fda_ray.runtime.executors.Executor): its clients live in this process, as the
-    serial executor's do; its rounds run in the group's batches."""
+    serial executor's do (their states are read and restored as there); its rounds run in the group's batches."""
 
     def __init__(self, group: TrialGroup, key: str, clients: Sequence[Any]) -> None:
+        super().__init__(clients, group.vectorise)
         self.group, self.key = group, key
-        self.clients = list(clients)
-        self.by_index = {c.index: c for c in self.clients}
 
     def submit(self, state: Any, tasks: Sequence[Any]) -> _Request:
         from fda_ray.core.contract import input_names
@@ -287,16 +288,6 @@ class GroupMember:
             if isinstance(r, BaseException):
                 raise r
         return results
-
-    def client_states(self) -> list[dict]:
-        return [c.snapshot() for c in self.clients]
-
-    def client_state(self, client: int) -> dict:
-        return self.clients[client].snapshot()
-
-    def restore_states(self, states: Sequence[dict]) -> None:
-        for c, st in zip(self.clients, states):
-            c.restore(st)
 
     def shutdown(self, keep: bool = False) -> None:
         self.group.leave(self.key)
