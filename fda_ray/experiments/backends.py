@@ -209,7 +209,7 @@ class TuneRestoreHint(logging.Filter):
 
 
 def _member_keys(trial: Any) -> list[str]:
-    """The sweep trials a Tune trial runs: itself, or a fused group's members."""
+    """The sweep trials a Tune trial (or its result: both hold its config) runs: itself, or a fused group's members."""
     run = trial.config["run"]
     return [d["key"] for d in run["group"]] if "group" in run else [run["trial"]["key"]]
 
@@ -349,10 +349,9 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
             grid = tuner.fit()
         for result in grid:
             if result.error is not None:
-                run = result.config["run"]
-                keys = [d["key"] for d in run["group"]] if "group" in run else [run["trial"]["key"]]
-                for key in keys:
-                    if "group" in run and is_done(records / key):
+                grouped = "group" in result.config["run"]
+                for key in _member_keys(result):
+                    if grouped and is_done(records / key):
                         continue  # the group failed for another member
                     t = by_key[key]
                     failures.append({"trial": t.key, "row": t.row, "value": t.value, "seed": t.seed,

@@ -409,8 +409,8 @@ def fused_lines(trials: list[Trial], size: int, workers: int | None, what: str) 
     reasons: dict[str, int] = {}
     for t in alone:
         why = why_not_fused(t)
-        reasons[why if why != "fusible" else "no other trial of its kind to fuse with"] = \
-            reasons.get(why if why != "fusible" else "no other trial of its kind to fuse with", 0) + 1
+        why = why if why != "fusible" else "no other trial of its kind to fuse with"
+        reasons[why] = reasons.get(why, 0) + 1
     for why, n in reasons.items():
         lines.append(f"  alone: {n} trial(s): {why}")
     return lines
