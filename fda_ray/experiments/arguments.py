@@ -201,3 +201,63 @@ def manifest_of(directory: StoragePath | Path | str) -> Manifest | None:
         if line.startswith("Command: `"):
             return manifest_from_command(line[len("Command: `"):line.rindex("`")])
     return None
+
+
+def _definitions_differ(held: Any, new: Any, kind: str) -> list[str]:
+    """The fields that make two grid (or search) definitions other sweeps: what their trials are (dataset, the
+    variable, the rows or the methods and space, the fixed fields); values, seeds, profiles and the papers' numbers
+    may differ between chunks of one sweep."""
+    from fda_ray.papers.files import grid_to_dict, search_to_dict
+
+    to_dict = grid_to_dict if kind == "grid" else search_to_dict
+    a, b = to_dict(held), to_dict(new)
+    fields = ("dataset", "variable", "rows", "fixed") if kind == "grid" else \
+        ("dataset", "variable", "methods", "space", "fixed", "references")
+    return [f for f in fields if a.get(f) != b.get(f)]
+
+
+def held_by_another(out: StoragePath, kind: str, name: str, definition: Any) -> str | None:
+    """Why resuming into `out` would adopt another sweep, or None. `out` holds a sweep or a search (its sweep.json,
+    or an old directory's summary.md command): another kind, another built-in grid or search, or a definition file
+    whose rows (a search: methods and space) differ from the ones kept beside its records (grid.yaml, search.yaml)
+    is another sweep; resuming would replace its manifest and summary with this one's. Chunks of one sweep (other
+    values, seeds or rows of the same grid) are the same sweep."""
+    from fda_ray.experiments.manifest import ManifestError
+
+    try:
+        held = manifest_of(out)
+    except (ManifestError, ValueError, SystemExit) as e:  # an unreadable sweep.json is not this sweep's either
+        return f"its {str(out / 'sweep.json')!r} cannot be read ({str(e).splitlines()[0] if str(e) else 'damaged'})"
+    if held is None:
+        return None
+    why = _other(out, held, kind, name, definition)
+    if why is None:
+        return None
+    return why + (f"; resume it with its own command ({held.command} --resume)" if held.command else "") + \
+        ", or choose another --out"
+
+
+def _other(out: StoragePath, held: Manifest, kind: str, name: str, definition: Any) -> str | None:
+    import yaml
+
+    from fda_ray.papers.files import DefinitionFileError, grid_from_dict, is_file_ref, search_from_dict
+
+    what = f"{held.kind} {held.name!r}"
+    if held.kind != kind:
+        return f"it holds the records of {what}, not of a {kind}"
+    if is_file_ref(held.name) and is_file_ref(name):  # two definition files: the same sweep if they define it alike
+        kept = out / f"{kind}.yaml"
+        if not kept.is_file():
+            return None if held.name == name else f"it holds the records of {what}, not of {name!r}"
+        try:  # (read as text: `out` may be on an object store)
+            data = yaml.safe_load(kept.read_text())
+            diff = _definitions_differ((grid_from_dict if kind == "grid" else search_from_dict)(data, str(kept)),
+                                       definition, kind)
+        except (DefinitionFileError, yaml.YAMLError, UnicodeDecodeError) as e:
+            return f"the {kind} kept beside its records, {str(kept)!r}, cannot be read ({str(e).splitlines()[0]})"
+        if diff:
+            return f"it holds the records of {what}, whose {', '.join(diff)} differ from {name!r}'s"
+        return None
+    if held.name != name:
+        return f"it holds the records of {what}, not of {kind} {name!r}"
+    return None

@@ -43,8 +43,7 @@ from fda_ray.runtime import node_watch, preflight, resources
 from fda_ray.core.registry import did_you_mean
 from fda_ray.experiments.cli import config_fields
 from fda_ray.experiments.arguments import (RESUME_WORDS, SCHEDULERS, SweepError, _list, check_backend, check_counts,
-                                            check_fuse,
-                                           check_plan_for, manifest_from_args, parser)
+                                            check_fuse, check_plan_for, held_by_another, manifest_from_args, parser)
 from fda_ray.experiments.manifest import write as write_manifest
 from fda_ray.data.base import DatasetNotFound
 from fda_ray.experiments.backends import Progress, run_local, run_tune, write_parquet
@@ -113,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
                                      need=64 * preflight.MiB + preflight.MiB * len(trials))
         preflight.layout("out", out, where, files=("results.parquet", "summary.md", "grid.yaml"), dirs=("trials",))
         _auto_resume(a, records)
+        if a.resume and (why := held_by_another(out, "grid", a.grid, grid)):  # before anything in it changes
+            raise SweepError(f"out={str(out)!r} is invalid for --grid {a.grid}: {why}")
         if records.exists() and not a.resume and not a.dry_run:
             raise SweepError(f"out={str(out)!r} is invalid: it holds a sweep already; pass --resume to continue it "
                              "or choose another --out")
@@ -549,6 +550,8 @@ def search_main(a: Any, argv: list[str]) -> int:
         out = storage_path(a.out or f"sweeps/search-{search.name}-{a.profile}")
         preflight.output_dir("out", out)
         _auto_resume(a, out / "trials")
+        if a.resume and (why := held_by_another(out, "search", a.search, search)):  # before anything in it changes
+            raise SweepError(f"out={str(out)!r} is invalid for --search {a.search}: {why}")
         if (out / "trials").exists() and not a.resume and not a.dry_run:
             raise SweepError(f"out={str(out)!r} is invalid: it holds a search already; pass --resume to continue it "
                              "or choose another --out")
