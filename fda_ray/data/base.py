@@ -1,6 +1,7 @@
 """The data contract: a dataset is a `Split` of tensors (or images read on demand), registered by name in
 `DATASETS`; a data view is a `Pair` (x, y). Also where datasets are looked for on disk, and the one error a
-missing dataset raises (`DatasetNotFound`: every path searched and how to obtain the data).
+missing dataset raises (`DatasetNotFound`: every path searched and how to obtain the data), and its subclass for
+a damaged one (`DatasetDamaged`: the file, what is wrong, the command that repairs it).
 """
 from __future__ import annotations
 
@@ -28,6 +29,13 @@ def add_noise(x: torch.Tensor, std: float, gen: torch.Generator | None) -> torch
 
 class DatasetNotFound(FileNotFoundError):
     """No copy of a dataset was found in any searched location."""
+
+
+class DatasetDamaged(DatasetNotFound, ValueError):
+    """A dataset's file is there but is not what it claims: a full-size MNIST / Fashion-MNIST file that is not the
+    known release (fda_ray.data.releases), a file cut short. One line naming the file, what is wrong and the command
+    that repairs it. A DatasetNotFound (no usable copy was found: the CLIs answer exit 2, one line) and a ValueError
+    (what a damaged file raised before, and what callers catch)."""
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,9 @@
 """The standard image datasets from their usual on-disk layouts: Fashion-MNIST (four IDX files, optionally
-gzipped; Debian's dataset-fashion-mnist package) and CIFAR-10 (torchvision's python pickle batches). Nothing is
-downloaded unless asked (`download=True`).
+gzipped; Debian's dataset-fashion-mnist package), MNIST (the same four files; datasets/mnist.sh) and CIFAR-10
+(torchvision's python pickle batches). Nothing is downloaded unless asked (`download=True`). MNIST's and
+Fashion-MNIST's files are checked against their known releases as they are read (fda_ray.data.releases: a
+full-size file that is not the release, or a file cut short, is `DatasetDamaged`, naming the command that
+repairs it).
 """
 from __future__ import annotations
 
@@ -13,25 +16,29 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fda_ray.data.base import DATASETS, Split, _candidate_dirs, _not_found, check_labels
+from fda_ray.data.base import DATASETS, DatasetDamaged, Split, _candidate_dirs, _not_found, check_labels
+from fda_ray.data.releases import FMNIST_SYSTEM_DIR, RELEASES, content_problem, repair_command
 from fda_ray.data.paper_defaults import PAPER_DEFAULTS
 
 # ---------------------------------------------------------------- Fashion-MNIST (IDX files)
 
 FMNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
-FMNIST_SYSTEM_DIR = "/usr/share/datasets/fashion-mnist"
 FMNIST_HOW = ("Get it with `bash datasets/fashion-mnist.sh` or `apt-get install -y dataset-fashion-mnist` (Debian/Ubuntu), "
               "or pass --download (torchvision downloader, needs internet), or put the four IDX files in $FDA_DATA_DIR")
 
 
-def read_idx(path: Path) -> np.ndarray:
-    """Read one IDX file (optionally gzip-compressed) into a numpy array."""
+def read_idx(path: Path, release: str | None = None) -> np.ndarray:
+    """Read one IDX file (optionally gzip-compressed) into a numpy array. With `release` (a dataset of
+    fda_ray.data.releases: "MNIST", "Fashion-MNIST"), a file of that release's name and size must be the release
+    (ValueError otherwise); the hash is of the bytes read here anyway, once per process per file."""
     opener = gzip.open if path.suffix == ".gz" else open
     try:
         with opener(path, "rb") as f:
             data = f.read()
     except (OSError, EOFError) as e:  # broken gzip stream
         raise ValueError(f"{path}: unreadable ({e})") from None
+    if release is not None and (problem := content_problem(release, path, data)) is not None:
+        raise ValueError(f"{path}: {problem}")
     if len(data) < 4 or data[0] != 0 or data[1] != 0:
         raise ValueError(f"{path}: not an IDX file (bad magic number)")
     dtype_code, ndim = data[2], data[3]
@@ -78,16 +85,22 @@ def load_fashion_mnist(data_dir: str | None = None, download: bool = False) -> S
 
 def read_idx_quad(found: Path, name: str, how: str = "") -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The four IDX files of an MNIST-like dataset in `found`: uint8 train images (n, 28, 28), labels (n,), then the
-    test ones; checked (28 x 28 images, one label in 0..9 per image). A damaged file (a broken gzip stream, a cut
-    short download) is a one-line ValueError naming the file, ending in `how` to get the dataset again."""
+    test ones; checked (28 x 28 images, one label in 0..9 per image) and, for MNIST and Fashion-MNIST, against
+    the known release (fda_ray.data.releases). A damaged file (a broken gzip stream, a cut short download, a
+    full-size file that is not the release) is one line naming the file: for a known release a DatasetDamaged
+    ending in the command that repairs `found`, else a ValueError ending in `how` to get the dataset again."""
+    release = name if name in RELEASES else None
     try:
-        xtr, ytr, xte, yte = (read_idx(_idx_path(found, f)) for f in FMNIST_FILES)
+        xtr, ytr, xte, yte = (read_idx(_idx_path(found, f), release) for f in FMNIST_FILES)
         for images, labels, x, y in ((FMNIST_FILES[0], FMNIST_FILES[1], xtr, ytr),
                                      (FMNIST_FILES[2], FMNIST_FILES[3], xte, yte)):
             if x.ndim != 3 or x.shape[1:] != (28, 28):
                 raise ValueError(f"{_idx_path(found, images)}: images of shape {x.shape[1:]}; {name}'s are 28 x 28")
             check_labels(_idx_path(found, labels), y, 10, len(x))
     except ValueError as e:
+        if release is not None:  # the command that puts the release back where it was read, not a general how-to
+            raise DatasetDamaged(f"{name} is damaged: {str(e).splitlines()[0]}; to get it again: "
+                                 f"{repair_command(release, found)}") from None
         if not how:
             raise
         raise ValueError(f"{name} is damaged: {str(e).splitlines()[0]}; to get it again: {how}") from None
