@@ -28,30 +28,46 @@ class ConfigFileError(ValueError):
     """A config file that cannot be used: one line naming the file, the key or the value, and what is allowed."""
 
 
-def read_mapping(path: str | Path) -> dict[str, Any]:
-    """The file's mapping: YAML (.yaml, .yml) or JSON (.json, or any other name whose text is JSON)."""
+def read_mapping(path: str | Path, field: str = "config", mapping: str = "a mapping of option names to values"
+                 ) -> dict[str, Any]:
+    """The file's mapping: YAML (.yaml, .yml) or JSON (.json, or any other name whose text is JSON). Every way the
+    file can fail (absent, a directory, binary, not UTF-8, not YAML or JSON, not a mapping) is one ConfigFileError
+    line `<field>=<path> is invalid: <why>`; `mapping` says what the file should hold (a grid file: its keys)."""
+    from fda_ray.core.user_files import DamagedFileError, read_text
+
     p = Path(path)
-    if not p.is_file():
-        raise ConfigFileError(f"config={str(path)!r} is invalid: no such file")
-    text = p.read_text()
+    try:
+        text = read_text(p, field)
+    except DamagedFileError as e:
+        raise ConfigFileError(str(e)) from None
     if p.suffix.lower() in (".yaml", ".yml"):
         import yaml
 
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as e:
-            raise ConfigFileError(f"config={str(path)!r} is invalid: not YAML ({str(e).splitlines()[0]})") from None
+            raise ConfigFileError(f"{field}={str(path)!r} is invalid: not YAML ({_yaml_problem(e)})") from None
     else:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
-            raise ConfigFileError(f"config={str(path)!r} is invalid: not JSON ({e.msg} at line {e.lineno}); "
+            raise ConfigFileError(f"{field}={str(path)!r} is invalid: not JSON ({e.msg} at line {e.lineno}); "
                                   "name a YAML file .yaml or .yml") from None
     if data is None:
         return {}
     if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
-        raise ConfigFileError(f"config={str(path)!r} is invalid: a mapping of option names to values")
+        held = f"; it holds a {type(data).__name__}" if not isinstance(data, dict) else "; a key is not a name"
+        raise ConfigFileError(f"{field}={str(path)!r} is invalid: {mapping}{held}")
     return data
+
+
+def _yaml_problem(e: Exception) -> str:
+    """A YAML error in a few words with where it is (PyYAML's first line names only the context: "while parsing a
+    flow node")."""
+    problem, mark = getattr(e, "problem", None), getattr(e, "problem_mark", None)
+    if problem and mark is not None:
+        return f"{problem} at line {mark.line + 1} column {mark.column + 1}"
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
 
 
 def _options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:

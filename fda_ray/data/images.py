@@ -17,11 +17,22 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 IMAGE_SIZE = 224
 
 
+class ImageFileError(ValueError):
+    """An image file of a dataset that cannot be decoded (not an image, cut short): one line naming the file. It is
+    met when a batch is drawn, during the work (a run stops with its finished rounds kept, exit 1)."""
+
+
 def _pil_loader(path: str):
     from PIL import Image
 
-    with open(path, "rb") as f:
-        return Image.open(f).convert("RGB")
+    try:
+        with open(path, "rb") as f:
+            return Image.open(f).convert("RGB")
+    except (OSError, SyntaxError, ValueError) as e:  # PIL: UnidentifiedImageError (an OSError), a cut-short file
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if "cannot identify image file" in why:  # PIL's text names a file object, not the path
+            why = "not an image PIL can read"
+        raise ImageFileError(f"image={path!r} is invalid: {why}") from None
 
 
 @dataclass(frozen=True)

@@ -197,7 +197,7 @@ def manifest_of(directory: StoragePath | Path | str) -> Manifest | None:
     summary = storage_path(directory) / "summary.md"
     if not summary.is_file():
         return None
-    for line in summary.read_text().splitlines():
+    for line in summary.read_text(errors="replace").splitlines():  # (a damaged summary: no Command: line, None)
         if line.startswith("Command: `"):
             return manifest_from_command(line[len("Command: `"):line.rindex("`")])
     return None
@@ -227,7 +227,8 @@ def held_by_another(out: StoragePath, kind: str, name: str, definition: Any) -> 
     try:
         held = manifest_of(out)
     except (ManifestError, ValueError, SystemExit) as e:  # an unreadable sweep.json is not this sweep's either
-        return f"its {str(out / 'sweep.json')!r} cannot be read ({str(e).splitlines()[0] if str(e) else 'damaged'})"
+        why = getattr(e, "why", None) or (str(e).splitlines()[0] if str(e) else "damaged")
+        return f"its {str(out / 'sweep.json')!r} cannot be read ({why})"
     if held is None:
         return None
     why = _other(out, held, kind, name, definition)

@@ -202,10 +202,17 @@ def grid_table(sources: Sequence[Source], metric: str = "accuracy", last: int = 
 
 def search_table(src: Source) -> SearchTable:
     """A search's selection: per study and rule, the selected point and its reruns' final test accuracy (%)."""
+    from fda_ray.core.user_files import DamagedFileError, read_json
+
     path = src.path / "selection.json"
     if not path.is_file():
         raise CollectError(f"dir={str(src.path)!r} is invalid: a search directory without selection.json")
-    sel = json.loads(path.read_text())
+    try:
+        sel = read_json(path, "selection.json", dict)
+    except DamagedFileError as e:
+        raise CollectError(str(e)) from None
+    if not isinstance(sel.get("studies"), dict):
+        raise CollectError(f"selection.json={str(path)!r} is invalid: it has no 'studies' mapping")
     table = SearchTable(src, str(src.path))
     for study, s in sel["studies"].items():
         points = {t["key"]: t.get("point", {}) for t in s.get("trials", [])}
@@ -493,15 +500,19 @@ def draw(tabs: Sequence[GridTable | SearchTable], figure: str, stem: str | Path 
 @cli_main
 def write_missing_manifests(dirs: list[str]) -> int:
     """sweep.json for each directory that has only summary.md's command (fda_ray.experiments.manifest)."""
-    from fda_ray.experiments.manifest import FILE, read, write
+    from fda_ray.experiments.manifest import FILE, ManifestError, read, write
     from fda_ray.experiments.arguments import manifest_of
 
     for d in dirs:
         path = Path(d)
-        if read(path) is not None:
-            print(f"{path / FILE}: there already", file=sys.stderr)
-            continue
-        m = manifest_of(path)
+        try:
+            if read(path) is not None:
+                print(f"{path / FILE}: there already", file=sys.stderr)
+                continue
+            m = manifest_of(path)
+        except ManifestError as e:  # a damaged sweep.json is the user's to look at: not overwritten
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         if m is None:
             print(f"error: dir={d!r} is invalid: it has no summary.md with a 'Command:' line", file=sys.stderr)
             return 2
@@ -513,6 +524,8 @@ def write_missing_manifests(dirs: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     from fda_ray.core import plugins
     from fda_ray.core.parsing import OneLineParser
+    from fda_ray.core.user_files import DamagedFileError
+    from fda_ray.experiments.manifest import ManifestError
 
     if (code := plugins.preload(sys.argv[1:] if argv is None else argv)) is not None:  # a file grid's plug-ins
         return code
@@ -565,7 +578,7 @@ def main(argv: list[str] | None = None) -> int:
             panels = [m for m in (a.panels or a.metric).split(",") if m.strip()]
             for png in draw(tabs, a.figure, a.figure_out, panels):
                 print(f"figure: {png} (and .pdf)", file=sys.stderr)
-    except (CollectError, FileNotFoundError) as e:
+    except (CollectError, ManifestError, DamagedFileError, FileNotFoundError) as e:  # (a damaged sweep.json, too)
         print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
     if a.out:

@@ -23,7 +23,12 @@ KINDS = ("grid", "search")
 
 
 class ManifestError(ValueError):
-    """A sweep.json that cannot be read: the message is one line naming the file."""
+    """A sweep.json that cannot be read: the message is one line naming the file; `why` is what is wrong, alone
+    (for a line that names the file its own way)."""
+
+    def __init__(self, message: str, why: str | None = None) -> None:
+        super().__init__(message)
+        self.why = why if why is not None else message
 
 
 @dataclass(frozen=True)
@@ -62,11 +67,21 @@ def write(directory: StoragePath | str, m: Manifest) -> None:
 
 def read(directory: StoragePath | str) -> Manifest | None:
     """The directory's manifest, or None where it has none (written before manifests existed)."""
+    from fda_ray.core.user_files import DamagedFileError, read_json
+
     p = storage_path(directory) / FILE
     if not p.is_file():
         return None
     try:
-        return Manifest.from_dict(json.loads(p.read_text()))
-    except (ValueError, KeyError, TypeError) as e:
-        raise ManifestError(f"{FILE}={str(p)!r} is invalid: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
-                            ) from None
+        d = read_json(p, FILE, dict)
+    except DamagedFileError as e:  # binary, not UTF-8, cut short (not JSON), a list: one line naming the file
+        raise ManifestError(str(e), e.why) from None
+    missing = [k for k in ("kind", "name", "profile") if k not in d]
+    if missing:
+        why = f"it lacks {', '.join(map(repr, missing))} (it needs kind, name and profile)"
+        raise ManifestError(f"{FILE}={str(p)!r} is invalid: {why}", why)
+    try:
+        return Manifest.from_dict(d)
+    except (ValueError, KeyError, TypeError) as e:  # a value of the wrong type (rows not a list, a value not a number)
+        why = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+        raise ManifestError(f"{FILE}={str(p)!r} is invalid: {why}", why) from None

@@ -152,7 +152,7 @@ def recorded_builds(records: StoragePath | Path) -> dict[tuple, list[str]]:
     # trials cut off mid-run: the build of their last attempt (their state.pt goes on from its rounds)
     for nodes in storage_path(records).glob(f"*/{NODES_FILE}"):
         if not (nodes.parent / ROWS_FILE).is_file():
-            attempts = json.loads(nodes.read_text())
+            attempts = _attempts(nodes)
             env = (attempts[-1].get("build") or {}) if attempts else {}
             out.setdefault(tuple(env.get(k) for k in FIELDS), []).append(nodes.parent.name)
     return out
@@ -191,12 +191,18 @@ def load_state(record: StoragePath | Path, warn: Callable[[str], None] | None = 
     path = storage_path(record) / STATE_FILE
     if not path.is_file():
         return None
+    import io
+
+    import torch
+
+    from fda_ray.core.user_files import torch_damage
+
+    data = path.read_bytes()
     try:
-        state = path.load_torch()
+        state = torch.load(io.BytesIO(data), weights_only=True)  # (StoragePath.load_torch, with the bytes kept)
         why = checkpoint_damage(state, storage_path(record).name)
     except Exception as e:  # EOFError, pickle's and zipfile's errors, torch's RuntimeError: all mean unreadable
-        text = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        why = f"unreadable: {type(e).__name__}{': ' + text[:160] if text else ''}"
+        why = f"unreadable: {torch_damage(data, e)}"
     if why is None:
         return state
     target = keep_aside(path, "damaged")
@@ -226,6 +232,8 @@ def _parsed_rows(record: StoragePath | Path) -> tuple[dict[str, Any] | None, str
         return None, "not UTF-8 text"
     if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
         return None, "no list of rows"
+    if not all(isinstance(r, dict) for r in data["rows"]):
+        return None, "a row that is not a mapping of metrics"
     return data, None
 
 
@@ -360,7 +368,12 @@ def _note_start(record: StoragePath, resume: dict | None, executor: Any = None, 
     """Append this attempt (the driver's node, its client actors' nodes, the round it starts from, when it started:
     seconds since the epoch) to the record's nodes.json; returns the list."""
     path = record / NODES_FILE
-    nodes = json.loads(path.read_text()) if path.is_file() else []
+    nodes = _attempts(path) if path.is_file() else []
+    if nodes is None:  # damaged (cut short by a crash, edited by hand): kept aside, nothing lost; a new list begun
+        target = keep_aside(path, "damaged")
+        _stderr(f"warning: trial {record.name}: its {NODES_FILE} cannot be read; kept as {target.name}, a new list of "
+                "attempts begins")
+        nodes = []
     start = resume["next_round"] if resume and "next_round" in resume else 0
     from fda_ray.core.build import build
 
@@ -371,6 +384,16 @@ def _note_start(record: StoragePath, resume: dict | None, executor: Any = None, 
                   "build": build(), "started_at": started_at if started_at is not None else time.time()})
     _save_json(nodes, path)
     return nodes
+
+
+def _attempts(path: StoragePath) -> list[dict[str, Any]] | None:
+    """A nodes.json's list of attempts, or None when it cannot be read as one (not text, not JSON, not a list of
+    mappings)."""
+    try:
+        nodes = json.loads(path.read_bytes().decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):  # (json.JSONDecodeError is a ValueError)
+        return None
+    return nodes if isinstance(nodes, list) and all(isinstance(n, dict) for n in nodes) else None
 
 
 def dotted(fields: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -437,6 +460,22 @@ class Record(NamedTuple):
     data: dict[str, Any]
 
 
+def _parsed_trial(record: StoragePath | Path) -> tuple[Trial | None, str | None]:
+    """(the record's Trial, None), or (None, why its trial.json cannot be read: not text, not JSON, not a trial)."""
+    from fda_ray.core.user_files import DamagedFileError, parse_json, text_damage
+
+    path = storage_path(record) / TRIAL_FILE
+    data = path.read_bytes()
+    if (why := text_damage(data)) is not None:
+        return None, why
+    try:
+        return Trial.from_dict(parse_json(data.decode("utf-8"), TRIAL_FILE, path, dict)), None
+    except DamagedFileError as e:
+        return None, e.why
+    except (TypeError, ValueError, KeyError) as e:  # JSON of another shape: a key missing, a value of another kind
+        return None, f"not a trial ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})"
+
+
 def finished(records: StoragePath | Path | str, warn: Callable[[str], None] | None = None,
              where: str | None = None) -> Iterator[Record]:
     """Every finished trial under `records` (a sweep's trials/ directory), in key order: a record with trial.json
@@ -453,7 +492,12 @@ def finished(records: StoragePath | Path | str, warn: Callable[[str], None] | No
             (warn or _stderr)(f"warning: trial {rec.name} in {where or records}: its {ROWS_FILE} is damaged ({why}); "
                               "left out")
             continue
-        yield Record(rec, read_trial(rec), data)
+        trial, why = _parsed_trial(rec)
+        if trial is None:
+            (warn or _stderr)(f"warning: trial {rec.name} in {where or records}: its {TRIAL_FILE} is damaged ({why}); "
+                              "left out")
+            continue
+        yield Record(rec, trial, data)
 
 
 def collect(trials: Sequence[Trial], grid: Grid, records: StoragePath | Path) -> tuple[list[dict], float]:

@@ -408,9 +408,13 @@ def _read(ref: str, what: str) -> Any:
     from fda_ray.core.config_files import ConfigFileError, read_mapping
 
     try:
-        return read_mapping(ref)
+        data = read_mapping(ref, field=what, mapping=f"a {what} definition (a mapping of keys to values)")
     except ConfigFileError as e:
-        raise DefinitionFileError(str(e).replace("config=", f"{what}=", 1)) from None
+        raise DefinitionFileError(str(e)) from None
+    if not data:  # (an empty file would otherwise fail on its first missing key, which says less)
+        raise DefinitionFileError(f"{what}={ref!r} is invalid: an empty file; `python -m fda_ray.sweep --{what} NAME "
+                                  f"--print-grid` writes a built-in one to start from")
+    return data
 
 
 def grid_file(path: str) -> Grid:

@@ -203,6 +203,9 @@ def model_weights(value: str | None, model: str = "resnet18") -> None:
                                            "machine with internet)")
     if not os.access(p, os.R_OK):
         raise _err("model_weights", value, "the file is not readable")
+    from fda_ray.train.models import load_weights
+
+    load_weights(str(p), imagenet_arch(model or "resnet18"))  # the wrong kind, cut short, another model: now
 
 
 # ---------------------------------------------------------------- Ray: address and resources

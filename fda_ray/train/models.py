@@ -172,14 +172,53 @@ def pretrained_path(value: str, model: str = "resnet18") -> str:
     return str(Path(value).expanduser())
 
 
+def _shown(names: list[str], n: int = 2) -> str:
+    return ", ".join(repr(k) for k in names[:n]) + (", ..." if len(names) > n else "")
+
+
+def load_weights(path: str, arch: str, field: str = "model_weights") -> dict[str, torch.Tensor]:
+    """The state dict a weights file holds, checked against torchvision's `arch` (its ImageNet layout: 1000
+    classes), or a one-line ValueError `model_weights=<path> is invalid: <why>`: no such file, not a torch file,
+    cut short, not a state dict of tensors, or tensors that do not fit the model (missing, unexpected or of
+    another shape). The preflight calls it before any work; the model's build calls it again where it loads."""
+    import io
+
+    import torchvision
+
+    from fda_ray.core.user_files import DamagedFileError, read_bytes, torch_damage
+
+    data = read_bytes(path, field)
+    try:
+        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception as e:  # torch's safe loader raises any of several types for a file it cannot read
+        raise DamagedFileError(field, path, torch_damage(data, e)) from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        held = f"a dict with keys {_shown(list(map(str, state)))}" if isinstance(state, dict) else \
+            f"a {type(state).__name__}"
+        raise DamagedFileError(field, path, f"not a state dict of tensors (it holds {held}); save "
+                                            f"torchvision.models.{arch}(...).state_dict() with torch.save")
+    with torch.device("meta"):  # the model's names and shapes only: no memory, no initialisation
+        expected = {k: tuple(v.shape) for k, v in getattr(torchvision.models, arch)(weights=None).state_dict().items()}
+    missing = [k for k in expected if k not in state]
+    unexpected = [k for k in state if k not in expected]
+    shapes = [f"{k!r} {tuple(state[k].shape)} here, {expected[k]} in the model" for k in expected
+              if k in state and tuple(state[k].shape) != expected[k]]
+    if missing or unexpected or shapes:
+        parts = [f"{len(missing)} missing ({_shown(missing)})" if missing else "",
+                 f"{len(unexpected)} unexpected ({_shown(unexpected)})" if unexpected else "",
+                 f"{len(shapes)} of another shape ({shapes[0]}{', ...' if len(shapes) > 1 else ''})" if shapes else ""]
+        raise DamagedFileError(field, path, f"its tensors do not fit torchvision's {arch}: "
+                                            f"{'; '.join(x for x in parts if x)}")
+    return state
+
+
 def _resnet(arch: str, input_shape: tuple[int, ...], num_outputs: int, weights_path: str | None,
             freeze_bn: bool) -> nn.Module:
     import torchvision
 
     model = getattr(torchvision.models, arch)(weights=None)
     if weights_path is not None:
-        state = torch.load(weights_path, map_location="cpu", weights_only=True)
-        model.load_state_dict(state)
+        model.load_state_dict(load_weights(weights_path, arch))
     if input_shape[0] != 3:
         model.conv1 = nn.Conv2d(input_shape[0], 64, 7, stride=2, padding=3, bias=False)
     model.fc = nn.Linear(model.fc.in_features, num_outputs)

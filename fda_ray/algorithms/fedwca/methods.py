@@ -48,8 +48,10 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import json
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Mapping
@@ -314,14 +316,40 @@ def _source_key(h: Mapping[str, Any]) -> str:
                                    sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def _cached_source(path: Path) -> dict[str, Any] | None:
+    """A cached source model, or None (trained again) when the file cannot be read as one: a cache file damaged on
+    disk or by hand is no reason to fail a trial. It is kept as <name>.damaged (nothing deleted) with one warning
+    line naming it and why, and the fresh model is cached in its place."""
+    from fda_ray.core.user_files import torch_damage
+
+    data = path.read_bytes()
+    try:
+        saved = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        why = None if isinstance(saved, dict) and isinstance(saved.get("weights"), torch.Tensor) and "loss" in saved \
+            else "not a cached source model (it needs weights and loss)"
+    except Exception as e:  # torch's safe loader raises any of several types for a file it cannot read
+        saved, why = None, torch_damage(data, e)
+    if why is None:
+        return saved
+    target = path.with_name(path.name + ".damaged")
+    try:
+        os.replace(path, target)
+    except FileNotFoundError:  # a concurrent trial found it first and set it aside
+        return None
+    print(f"warning: the cached source model {path} is not used ({why}); kept as {target.name}, trained again",
+          file=sys.stderr, flush=True)
+    return None
+
+
 def _pretrain(client: Client, task: ClientTask, start: torch.Tensor, h: Mapping[str, Any]) -> tuple[torch.Tensor, int, float]:
     """The source model: source_epochs epochs of SGD on cross-entropy with label smoothing over the source domain
     (client 0's train view), from `start`; read from / written to the cache when there is one."""
     where = cache_dir()
     path = where / f"{_source_key(h)}.pt" if where is not None else None
     if path is not None and path.is_file():
-        saved = torch.load(path, map_location="cpu", weights_only=True)
-        return saved["weights"].to(client.device), 0, float(saved["loss"])
+        saved = _cached_source(path)
+        if saved is not None:
+            return saved["weights"].to(client.device), 0, float(saved["loss"])
     model = client.model
     client.layout.load_into(model, start.to(client.device))
     model.train()

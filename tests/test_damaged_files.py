@@ -1,0 +1,355 @@
+"""Damaged or wrong-kind input files, wherever a command reads one (issue 63, class 5): a config, grid or search
+file that is not text (`--config /bin/ls`), empty, cut short or of the wrong shape; a weights file that is not a
+torch file, not a state dict or does not fit the model; a sweep directory's sweep.json, selection.json, summary.md
+and records (trial.json, rows.json, nodes.json, state.pt) damaged by a crash or by hand.
+
+Found before any work: one `error:` line naming the file (`<field>='<path>' is invalid: <what is wrong>`), exit
+code 2, never a traceback. A record damaged inside a sweep directory is no reason to fail: one warning line names
+it, it is kept (renamed <name>.damaged where it is set aside) and the rest is read or the trial runs again.
+
+The table runs each case through the command's main() in this process (the fast tier) and, for a few, as the
+`python -m` process a user starts (the slow tier), on real files written to disk.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import io
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+# A program's first bytes (ELF), NULs and bytes UTF-8 refuses: what `--config /bin/ls` hands in.
+BINARY = b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)) * 4
+RUN = ("--data-dir", "{fm}", "--num-sources", "2", "--rounds", "1", "--warmup-rounds", "1",
+       "--samples-per-client", "128", "--target-labelled", "32", "--test-samples", "50", "--executor", "serial")
+
+
+# ---------------------------------------------------------------- the files
+
+def _write(name: str, data: bytes | str) -> Callable[[Path], Path]:
+    def make(tmp: Path) -> Path:
+        p = tmp / name
+        p.write_bytes(data if isinstance(data, bytes) else data.encode())
+        return p
+    return make
+
+
+def _directory(name: str) -> Callable[[Path], Path]:
+    def make(tmp: Path) -> Path:
+        (tmp / name).mkdir()
+        return tmp / name
+    return make
+
+
+@pytest.fixture(scope="module")
+def resnet18_state(tmp_path_factory) -> Path:
+    """torchvision's ResNet-18 state dict (random weights: the layout is what is checked), saved once."""
+    import torchvision
+
+    path = tmp_path_factory.mktemp("weights") / "resnet18.pt"
+    torch.save(torchvision.models.resnet18(weights=None).state_dict(), path)
+    return path
+
+
+def _weights(kind: str) -> Callable[[Path, Path], Path]:
+    """A weights file made from the good state dict: cut short, a tensor, a wrapped dict, another head, objects."""
+    def make(tmp: Path, good: Path) -> Path:
+        p = tmp / f"{kind}.pt"
+        if kind == "cut":
+            data = good.read_bytes()
+            p.write_bytes(data[: len(data) // 2])
+        elif kind == "tensor":
+            torch.save(torch.zeros(3), p)
+        elif kind == "wrapped":  # a training script's checkpoint, not the model's state dict itself
+            torch.save({"state_dict": torch.load(good, weights_only=True), "epoch": 3}, p)
+        elif kind == "fc10":  # a model fine-tuned to 10 classes: its fc does not fit ImageNet's 1000
+            sd = torch.load(good, weights_only=True)
+            sd.update({"fc.weight": torch.zeros(10, 512), "fc.bias": torch.zeros(10)})
+            torch.save(sd, p)
+        elif kind == "objects":  # pickled Python objects: refused by torch.load(weights_only=True)
+            torch.save(argparse.Namespace(weights=torch.zeros(3)), p)
+        return p
+    return make
+
+
+def make_sweep_dir(root: Path, kind: str = "grid") -> Path:
+    """A finished sweep directory as a sweep leaves it (sweep.json, trials/<key>/trial.json and rows.json) for two
+    seeds of one trial; kind "search": a search's, with its selection.json."""
+    from fda_ray.experiments import manifest
+    from fda_ray.experiments.records import Trial, trial_key
+
+    d = root / f"sweep-{kind}"
+    (d / "trials").mkdir(parents=True)
+    manifest.write(d, manifest.Manifest(kind=kind, name="noise" if kind == "grid" else "beta", profile="quick",
+                                        rows=("target_only",) if kind == "grid" else None, values=(0.0,)))
+    for seed in (0, 1):
+        params = {"dataset": "fashion-mnist", "method": "target_only", "noise": 0.0, "seed": seed, "rounds": 1}
+        t = Trial(trial_key("target_only", "noise", 0.0, seed, params), "target_only", 0.0, seed, params)
+        (d / "trials" / t.key).mkdir()
+        (d / "trials" / t.key / "trial.json").write_text(json.dumps(t.to_dict()))
+        (d / "trials" / t.key / "rows.json").write_text(json.dumps(
+            {"config": {"method": "target_only"}, "rows": [{"round": 0, "accuracy": 0.5 + seed / 10}], "seconds": 1}))
+    if kind == "search":
+        (d / "selection.json").write_text(json.dumps({"studies": {}}))
+    return d
+
+
+def _in_sweep(name: str, data: bytes | str, kind: str = "grid", drop: str | None = None) -> Callable[[Path], Path]:
+    """A sweep directory whose `name` (sweep.json, selection.json, summary.md) holds `data`; returns that file."""
+    def make(tmp: Path) -> Path:
+        d = make_sweep_dir(tmp, kind)
+        if drop:
+            (d / drop).unlink()
+        return _write(name, data)(d)
+    return make
+
+
+# ---------------------------------------------------------------- the table
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    module: str
+    args: tuple[str, ...]  # {file}: the damaged file, {dir}: its folder, {fm}: a tiny Fashion-MNIST folder
+    make: Callable  # (tmp) -> the file; weights cases: (tmp, good state dict) -> the file
+    field: str  # the line names `<field>='<the file>'`; "" where the line names the file its own way
+    why: str  # what is wrong, as the line says it
+    code: int = 2
+    weights: bool = False
+
+
+CASES = [
+    # --config: the run's, the sweep's, the diagnosis's
+    Case("run --config a program", "fda_ray", ("--config", "{file}"), _write("ls", BINARY), "config",
+         "a binary file, not text"),
+    Case("run --config latin-1 yaml", "fda_ray", ("--config", "{file}"),
+         _write("run.yaml", "method: f\xe9dgp\n".encode("latin-1")), "config",
+         "not UTF-8 text (byte 0xe9 at position 9)"),
+    Case("run --config a directory", "fda_ray", ("--config", "{file}"), _directory("run.yaml"), "config",
+         "a directory, not a file"),
+    Case("run --config a yaml list", "fda_ray", ("--config", "{file}"), _write("run.yaml", "- rounds\n"), "config",
+         "a mapping of option names to values; it holds a list"),
+    Case("sweep --config a program", "fda_ray.sweep", ("--config", "{file}", "--dry-run"), _write("s.yaml", BINARY),
+         "config", "a binary file, not text"),
+    Case("diagnose --config a program", "fda_ray.diagnose", ("--config", "{file}"), _write("ls", BINARY), "config",
+         "a binary file, not text"),
+    # --grid / --search definition files
+    Case("sweep --grid a program", "fda_ray.sweep", ("--grid", "{file}", "--dry-run"), _write("g.yaml", BINARY),
+         "grid", "a binary file, not text"),
+    Case("sweep --grid an empty file", "fda_ray.sweep", ("--grid", "{file}", "--dry-run"), _write("g.yaml", ""),
+         "grid", "an empty file"),
+    Case("sweep --grid broken yaml", "fda_ray.sweep", ("--grid", "{file}", "--dry-run"), _write("g.yaml", "rows: [\n"),
+         "grid", "not YAML (expected the node content, but found '<stream end>' at line 2 column 1)"),
+    Case("sweep --grid a json list", "fda_ray.sweep", ("--grid", "{file}", "--dry-run"), _write("g.json", "[1, 2]"),
+         "grid", "a grid definition (a mapping of keys to values); it holds a list"),
+    Case("sweep --grid a directory", "fda_ray.sweep", ("--grid", "{file}", "--dry-run"), _directory("g.yaml"),
+         "grid", "a directory, not a file"),
+    Case("sweep --search a program", "fda_ray.sweep", ("--search", "{file}", "--dry-run"), _write("s.yml", BINARY),
+         "search", "a binary file, not text"),
+    # --model-weights
+    *[Case(f"run --model-weights {k}", "fda_ray", (*RUN, "--model", "resnet18", "--model-weights", "{file}"),
+           _weights(k), "model_weights", why, weights=True) for k, why in [
+        ("cut", "cut short or damaged (its zip archive cannot be read)"),
+        ("tensor", "not a state dict of tensors (it holds a Tensor)"),
+        ("wrapped", "not a state dict of tensors (it holds a dict with keys 'state_dict', 'epoch')"),
+        ("fc10", "its tensors do not fit torchvision's resnet18: 2 of another shape ('fc.weight' (10, 512) here, "
+                 "(1000, 512) in the model"),
+        ("objects", "it holds Python objects, not only tensors and plain data"),
+    ]],
+    Case("run --model-weights a text file", "fda_ray", (*RUN, "--model", "resnet18", "--model-weights", "{file}"),
+         _write("w.pt", "not weights\n"), "model_weights", "not a torch file"),
+    # a sweep directory's own files, read by collect and by --resume
+    Case("collect: sweep.json a program", "fda_ray.collect", ("{dir}",), _in_sweep("sweep.json", BINARY),
+         "sweep.json", "a binary file, not text"),
+    Case("collect: sweep.json empty", "fda_ray.collect", ("{dir}",), _in_sweep("sweep.json", ""), "sweep.json",
+         "an empty file, not JSON"),
+    Case("collect: sweep.json cut short", "fda_ray.collect", ("{dir}",), _in_sweep("sweep.json", '{"kind": "gr'),
+         "sweep.json", "not JSON (Unterminated string starting at: line 1 column 10)"),
+    Case("collect: sweep.json a list", "fda_ray.collect", ("{dir}",), _in_sweep("sweep.json", "[1, 2]"),
+         "sweep.json", "a JSON object (a mapping of keys to values) expected, it holds a list"),
+    Case("collect: sweep.json without its keys", "fda_ray.collect", ("{dir}",),
+         _in_sweep("sweep.json", '{"kind": "grid"}'), "sweep.json", "it lacks 'name', 'profile'"),
+    Case("collect --write-manifests: sweep.json a program", "fda_ray.collect", ("--write-manifests", "{dir}"),
+         _in_sweep("sweep.json", BINARY), "sweep.json", "a binary file, not text"),
+    Case("collect: selection.json a program", "fda_ray.collect", ("{dir}",),
+         _in_sweep("selection.json", BINARY, kind="search"), "selection.json", "a binary file, not text"),
+    Case("collect: summary.md a program, no sweep.json", "fda_ray.collect", ("{dir}",),
+         _in_sweep("summary.md", BINARY, drop="sweep.json"), "", "has no sweep.json nor a summary.md with a"),
+    Case("sweep --resume: sweep.json a program", "fda_ray.sweep",
+         ("--grid", "noise", "--values", "0", "--methods", "target_only", "--data-dir", "{fm}", "--resume",
+          "--dry-run", "--no-figures", "--out", "{dir}"),
+         _in_sweep("sweep.json", BINARY), "", "sweep.json' cannot be read (a binary file, not text)"),
+]
+
+
+def run_main(module: str, args: list[str]) -> tuple[int, str]:
+    """The command's main(args) in this process: (exit code, stderr)."""
+    mod = importlib.import_module(module if module != "fda_ray" else "fda_ray.experiments.cli")
+    main = getattr(mod, "main", None) or importlib.import_module(module + ".__main__").main
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            code = main(args)
+        except SystemExit as e:
+            code = int(e.code or 0)
+    return code, err.getvalue()
+
+
+def prepare(case: Case, tmp: Path, fm: Path, good: Path | None) -> tuple[list[str], Path]:
+    made = case.make(tmp, good) if case.weights else case.make(tmp)
+    args = [a.format(file=made, dir=made.parent, fm=fm) for a in case.args]
+    return args, made
+
+
+def check(case: Case, code: int, stderr: str, made: Path) -> None:
+    errors = [ln for ln in stderr.splitlines() if ln.startswith("error:")]
+    assert "Traceback" not in stderr, stderr[-2000:]
+    assert code == case.code, stderr[-2000:]
+    assert len(errors) == 1, stderr[-2000:]
+    named = f"{case.field}={str(made)!r} is invalid: " if case.field else str(made.parent)
+    assert named in errors[0] and case.why in errors[0], errors[0]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_a_damaged_or_wrong_kind_file_is_one_line_naming_it(case, tmp_path, fmnist_dir, request, monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    good = request.getfixturevalue("resnet18_state") if case.weights else None
+    args, made = prepare(case, tmp_path, fmnist_dir, good)
+    code, stderr = run_main(case.module, args)
+    check(case, code, stderr, made)
+
+
+SUBPROCESS = ["run --config a program", "sweep --grid a program", "run --model-weights fc10",
+              "collect: sweep.json a program", "sweep --resume: sweep.json a program"]
+
+
+@pytest.mark.slow  # a Python process per case (each imports torch)
+@pytest.mark.parametrize("case", [c for c in CASES if c.id in SUBPROCESS], ids=SUBPROCESS)
+def test_a_damaged_file_as_a_user_meets_it(case, tmp_path, fmnist_dir, request):
+    """The real entry point, `python -m <module>`: exit code 2, one error line naming the file, no traceback."""
+    good = request.getfixturevalue("resnet18_state") if case.weights else None
+    args, made = prepare(case, tmp_path, fmnist_dir, good)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("RAY_ADDRESS", None)
+    p = subprocess.run([sys.executable, "-m", case.module, *args], capture_output=True, text=True, env=env,
+                       timeout=300, cwd=tmp_path)
+    check(case, p.returncode, p.stderr, made)
+
+
+# ---------------------------------------------------------------- damaged records: a warning, kept, the rest read
+
+@pytest.mark.parametrize("file,data,why", [
+    ("trial.json", BINARY, "its trial.json is damaged (a binary file, not text); left out"),
+    ("trial.json", '{"key": "targ', "its trial.json is damaged (not JSON (Unterminated string starting at: line "
+                                    "1 column 9)); left out"),
+    ("trial.json", "[]", "its trial.json is damaged (a JSON object (a mapping of keys to values) expected, it holds "
+                         "a list); left out"),
+    ("rows.json", '{"rows": [1, 2]}', "its rows.json is damaged (a row that is not a mapping of metrics); left out"),
+], ids=["trial.json a program", "trial.json cut short", "trial.json a list", "rows.json rows of numbers"])
+def test_collect_leaves_a_damaged_record_out_with_one_warning(file, data, why, tmp_path):
+    """The other seed's record is still tabulated (n=1), the damaged one is named and left as it was."""
+    d = make_sweep_dir(tmp_path)
+    rec = sorted((d / "trials").iterdir())[0]
+    (rec / file).write_bytes(data if isinstance(data, bytes) else data.encode())
+    err, out = io.StringIO(), io.StringIO()
+    from fda_ray.experiments import collect
+
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+        code = collect.main([str(d)])
+    warnings = [ln for ln in err.getvalue().splitlines() if ln.startswith("warning:")]
+    assert code == 0 and "Traceback" not in err.getvalue(), err.getvalue()
+    assert len(warnings) == 1 and f"trial {rec.name} in {d}" in warnings[0] and why in warnings[0], warnings
+    assert "(n=1)" in out.getvalue()
+    assert (rec / file).read_bytes() == (data if isinstance(data, bytes) else data.encode())  # nothing lost
+
+
+def test_results_load_leaves_a_record_with_a_damaged_trial_json_out(tmp_path, capsys):
+    import fda_ray.results
+
+    d = make_sweep_dir(tmp_path)
+    rec = sorted((d / "trials").iterdir())[0]
+    (rec / "trial.json").write_bytes(BINARY)
+    df = fda_ray.results.load(d)
+    assert len(df) == 1 and f"trial {rec.name}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("data", [BINARY, b"{}", b'[{"host": "a"}, 3]', b""],
+                         ids=["a program", "a mapping", "a list of other things", "empty"])
+def test_a_damaged_nodes_json_is_kept_aside_and_a_new_list_begun(data, tmp_path, capsys):
+    """A cut-off trial's nodes.json damaged: the trial's next attempt keeps it as nodes.json.damaged (one warning)
+    and records itself in a new list; a resume's build check reads it as naming no build, never a traceback."""
+    from fda_ray.core.storage import storage_path
+    from fda_ray.experiments.records import NODES_FILE, _note_start, recorded_builds
+
+    rec = tmp_path / "records" / "t1"
+    rec.mkdir(parents=True)
+    (rec / NODES_FILE).write_bytes(data)
+    assert list(recorded_builds(tmp_path / "records").values()) == [["t1"]]
+    nodes = _note_start(storage_path(rec), None)
+    assert len(nodes) == 1 and json.loads((rec / NODES_FILE).read_text()) == nodes
+    assert (rec / (NODES_FILE + ".damaged")).read_bytes() == data
+    warning = capsys.readouterr().err.strip().splitlines()
+    assert len(warning) == 1 and "trial t1: its nodes.json cannot be read; kept as nodes.json.damaged" in warning[0]
+
+
+@pytest.mark.parametrize("data,why", [
+    (BINARY, "unreadable: not a torch file"),
+    (b"", "unreadable: an empty file, not a torch file"),
+], ids=["a program", "empty"])
+def test_a_checkpoint_that_is_not_a_torch_file_says_so_in_words(data, why, tmp_path):
+    """(test_failures covers the set-aside itself; here: the line says what is wrong, not torch's paragraph.)"""
+    from fda_ray.experiments.records import STATE_FILE, load_state
+
+    (tmp_path / "t1").mkdir()
+    (tmp_path / "t1" / STATE_FILE).write_bytes(data)
+    lines: list[str] = []
+    assert load_state(tmp_path / "t1", warn=lines.append) is None
+    assert len(lines) == 1 and why in lines[0] and "weights_only" not in lines[0], lines
+    assert (tmp_path / "t1" / (STATE_FILE + ".damaged")).read_bytes() == data
+
+
+@pytest.mark.parametrize("data", [BINARY, b"", None], ids=["a program", "empty", "another torch file"])
+def test_a_damaged_cached_source_model_is_trained_again(data, tmp_path, capsys):
+    """FedWCA's source-model cache: a damaged entry is a miss (kept as .damaged, one warning), never a failure."""
+    from fda_ray.algorithms.fedwca.methods import _cached_source
+
+    path = tmp_path / "abc.pt"
+    if data is None:  # a torch file of the wrong content
+        torch.save({"something": 1}, path)
+    else:
+        path.write_bytes(data)
+    before = path.read_bytes()
+    assert _cached_source(path) is None
+    assert not path.exists() and (tmp_path / "abc.pt.damaged").read_bytes() == before
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(path) in err[0] and "trained again" in err[0]
+    good = {"weights": torch.zeros(4), "loss": 0.5, "key": {}}
+    torch.save(good, path)
+    assert torch.equal(_cached_source(path)["weights"], good["weights"])
+
+
+@pytest.mark.parametrize("data", [BINARY, b"not an image", None], ids=["a program", "text", "cut short"])
+def test_an_image_that_cannot_be_decoded_is_named(data, tmp_path):
+    """A dataset's image file found damaged when its batch is drawn: one line naming the file (the run then stops
+    with its finished rounds kept: fda_ray.runtime.loop)."""
+    import numpy as np
+    from PIL import Image
+
+    from fda_ray.data.images import ImageFileError, _pil_loader
+
+    path = tmp_path / "x.png"
+    Image.fromarray(np.zeros((8, 8, 3), dtype=np.uint8)).save(path)
+    path.write_bytes(data if data is not None else path.read_bytes()[:40])  # None: a PNG cut short
+    with pytest.raises(ImageFileError) as e:
+        _pil_loader(str(path))
+    assert str(e.value).startswith(f"image={str(path)!r} is invalid: ") and "\n" not in str(e.value)
