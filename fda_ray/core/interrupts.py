@@ -26,6 +26,8 @@ import os
 import signal
 import sys
 import threading
+import traceback
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 EXIT_WRITE, EXIT_INTERRUPTED, EXIT_PIPE, EXIT_TERMINATED = 1, 130, 141, 143
@@ -109,6 +111,14 @@ def rearm() -> None:
     """Put the SIGTERM handler back inside a `cli_main` (after `ray.init`, which installs Ray's own)."""
     if _state["armed"] and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def error_line(e: BaseException) -> str:
+    """'ValueError: message (file.py:12)': an exception in one line, at the innermost frame it was raised from (a
+    plug-in's own code, say), so that a user finds it without a traceback."""
+    frames = traceback.extract_tb(e.__traceback__)
+    at = f" ({Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
+    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}{at}"
 
 
 def write_failure(e: BaseException) -> str | None:

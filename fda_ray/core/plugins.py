@@ -28,7 +28,6 @@ import importlib
 import json
 import os
 import sys
-import traceback
 from pathlib import Path
 from types import ModuleType
 from typing import Iterable, Sequence
@@ -79,9 +78,9 @@ def _import(name: str, root: str | None = None, field: str = "import") -> Module
 
 def _where(e: BaseException) -> str:
     """'ValueError: message (file.py:12)' at the innermost frame of the failure."""
-    frames = traceback.extract_tb(e.__traceback__)
-    at = f" ({Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
-    return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}{at}"
+    from fda_ray.core.interrupts import error_line
+
+    return error_line(e)
 
 
 def _export() -> None:

@@ -25,6 +25,7 @@ from fda_ray.core.contract import ClientResult
 from fda_ray.train.evaluation import Evaluator
 from fda_ray.runtime.executors import Executor
 from fda_ray.runtime.experiment import Experiment
+from fda_ray.core.interrupts import error_line
 from fda_ray.runtime.failures import ClientFailure, RunFailed, RunInterrupted
 from fda_ray.runtime.startup import Startup
 from fda_ray.core.history import History
@@ -83,6 +84,42 @@ def run_rounds(exp: Experiment, executor: Executor, progress: Callable[[dict], N
         from fda_ray.core.interrupts import stop_reason
 
         raise RunInterrupted(f"stopped by {stop_reason()} after {len(hist.rows)} finished rounds", hist) from None
+    except _Callers as e:  # the caller's own callbacks raised: theirs, as raised (diagnose stops a run this way)
+        raise e.error from e.error.__cause__
+    except Exception as e:
+        if isinstance(e, RunFailed) or _infrastructure(e):
+            raise
+        # A method's, recipe's or rule's own error once the rounds have begun (a plug-in's, say): a failure
+        # during the work, with the finished rounds kept (the command lines exit 1), not bad input.
+        hist.seconds = time.perf_counter() - t0
+        r = hist.rows[-1]["round"] + 1 if hist.rows else int(resume["next_round"]) if resume is not None else 0
+        raise RunFailed(f"run stopped in round {r}: {error_line(e)}; {len(hist.rows)} finished rounds kept",
+                        hist) from e
+
+
+class _Callers(Exception):
+    """An exception that run_rounds' caller's callbacks (progress, checkpoint) raised, carried out of the loop as it
+    was raised: only the method's own errors become a RunFailed."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _call(callback: Callable[[dict], None], arg: dict) -> None:
+    try:
+        callback(arg)
+    except Exception as e:
+        raise _Callers(e) from e
+
+
+def _infrastructure(e: BaseException) -> bool:
+    """Errors that are the machine's or Ray's, not the method's: they keep their own type for the handlers that
+    explain them (a refused write: fda_ray.core.interrupts.write_failure; a lost raylet or node: node_watch)."""
+    from fda_ray.core.interrupts import write_failure
+
+    return write_failure(e) is not None or isinstance(e, ConnectionError) or \
+        type(e).__module__.split(".")[0] == "ray"
 
 
 def _rounds(exp: Experiment, executor: Executor, hist: History, progress: Callable[[dict], None] | None,
@@ -172,10 +209,10 @@ def _rounds(exp: Experiment, executor: Executor, hist: History, progress: Callab
         hist.rows.append(row)
         hist.final_weights = algo.final_weights(state)
         if progress:
-            progress(row)
+            _call(progress, row)
         if checkpoint:
-            checkpoint({"next_round": r + 1, "state": clone_state(state, "cpu"),
-                        "rows": [dict(x) for x in hist.rows], "client_states": executor.client_states()})
+            _call(checkpoint, {"next_round": r + 1, "state": clone_state(state, "cpu"),
+                               "rows": [dict(x) for x in hist.rows], "client_states": executor.client_states()})
         plan, r = next_plan, r + 1
     hist.seconds = time.perf_counter() - t0
     return hist

@@ -40,6 +40,7 @@ from fda_ray.train.client import Client
 from fda_ray.train.cohort import run_tasks
 from fda_ray.train.device import warm
 from fda_ray.core.contract import input_names
+from fda_ray.core.interrupts import error_line
 from fda_ray.runtime.failures import ClientFailure
 from fda_ray.runtime.resources import TrialPlan
 
@@ -104,7 +105,7 @@ class ClientActor:
         try:
             results = run_tasks(self.clients, tasks, lambda t: {n: state[n] for n in t.inputs}, self.vectorise)
         except Exception as e:
-            raise ActorTaskError([t.client for t in tasks], f"{type(e).__name__}: {e}".splitlines()[0]) from e
+            raise ActorTaskError([t.client for t in tasks], error_line(e)) from e
         return (*results, *[self.clients[t.client].snapshot() for t in tasks])
 
     def restore(self, client: int, state: dict) -> None:
@@ -170,6 +171,16 @@ def _short(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}".splitlines()[0]
 
 
+def _consume(ref: Any, timeout: float = 5.0) -> None:
+    """Read a result that is not used (an error, mostly): an error object that is dropped unread is printed by Ray
+    with its whole traceback (worker.py's "Unhandled error"), once per result of the call. The results of a call
+    that failed arrive one by one (a multi-return call), so each is waited for, briefly."""
+    try:
+        ray.get(ref, timeout=timeout)
+    except Exception:  # the error the call raised (already reported once), or not done in time
+        pass
+
+
 class RayExecutor:
     """Clients as Ray actors; the same `submit`/`collect` interface as the serial executor."""
 
@@ -203,6 +214,7 @@ class RayExecutor:
             if bad or not 0 <= client < self.num_clients:
                 raise ValueError(f"faults={faults!r} is invalid: clients 0..{self.num_clients - 1}, kinds {FAULTS}")
         self.restarts: list[tuple[int, int, str]] = []  # (client, round, why) of every replaced actor
+        self._abandoned: list[ray.ObjectRef] = []  # calls still running when a client failed for good
         self._client_refs: list[ray.ObjectRef] = []
         self._state_refs: list[ray.ObjectRef] = []  # each client's state after its last finished task
         self._key = None if placement_group is None else (
@@ -309,9 +321,12 @@ class RayExecutor:
                 try:
                     result = ray.get(ref)
                 except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as e:
-                    # The call's other results failed with it: handled here, once.
+                    # The call's other results failed with it: handled here, once (read, so that Ray does not
+                    # print each one's traceback as an "unhandled error" when it is dropped).
+                    _consume(state_ref)
                     for other in [r for r, (_, c, _) in waiting.items() if c is call]:
-                        del waiting[other]
+                        _consume(other)
+                        _consume(waiting.pop(other)[2])
                     why = _short(e)
                     cause = getattr(e, "cause", None)
                     # A killed process: the driver cannot tell whose task did it, so every client of the
@@ -320,6 +335,9 @@ class RayExecutor:
                     for c in blamed:
                         failures[c] += 1
                         if failures[c] > self.retries:
+                            # the round's other calls: read at shutdown, once they have ended (else Ray prints
+                            # each one that fails, its actor killed, with its traceback)
+                            self._abandoned += [r for other, (_, _, st) in waiting.items() for r in (other, st)]
                             raise ClientFailure(c, task.round, failures[c], why) from e
                     # An actor that raised is replaced too: its clients may be half-way through a task.
                     if self._replace(call.slot, call.actor):
@@ -358,5 +376,10 @@ class RayExecutor:
             KEPT[self._key] = list(self.actors)
         else:
             _kill(self.actors)
+        if self._abandoned:  # ended by now (their actors killed), or soon (kept actors finish their cohort)
+            ray.wait(self._abandoned, num_returns=len(self._abandoned), timeout=30)
+            for ref in self._abandoned:
+                _consume(ref, timeout=0)
+            self._abandoned = []
         self.actors = []
         self._client_refs = []
