@@ -4,13 +4,24 @@ no traceback) and typed flag values whose error names the field, the value and w
 from __future__ import annotations
 
 import argparse
+import importlib
 import math
 import sys
 from typing import Any, Callable, NoReturn
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line on stderr and exit code 2 (no usage dump)."""
+    """argparse, but a usage error is one line on stderr and exit code 2 (no usage dump).
+
+    `command=`: the program's name in the table of fda-ray's programs (fda_ray.experiments.commands.COMMANDS), so
+    that an unknown flag which another program has names that program (or this one's own way to do it)."""
+
+    PROGRAMS = "fda_ray.experiments.commands"  # the programs' table: read by name, on the error path only (core
+    # imports no program; as a registry's home, fda_ray.core.registry)
+
+    def __init__(self, *args: Any, command: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.command = command
 
     def error(self, message: str) -> NoReturn:
         if message.startswith("unrecognized arguments: "):
@@ -19,15 +30,24 @@ class OneLineParser(argparse.ArgumentParser):
         sys.exit(2)
 
     def _unknown_flag_hint(self, given: list[str]) -> str:
-        """The known flag closest to the first unknown one; else, for a command that loads plug-ins, that a plug-in's
-        family flags need its module."""
+        """For the first unknown flag, in order: the closest of this program's own flags; the program's own way to
+        do what the flag does in another program, or the other program that has it (the programs' table,
+        fda_ray.experiments.commands.flag_hint); for a command that loads plug-ins, that a plug-in's family flags
+        need its module."""
         from fda_ray.core.registry import did_you_mean, plugin_hint
 
         flags = [a.split("=")[0] for a in given if a.startswith("--")]
+        if not flags:
+            return ""
         known = [o for action in self._actions for o in action.option_strings]
         # (a stricter cutoff than for names: flags share long prefixes, --fedprox-mu is not --fedwca-mixup-mu)
-        close = did_you_mean(flags[0], known, cutoff=0.8) if flags else ""
-        return close or (plugin_hint() if "--import" in known and flags else "")
+        close = did_you_mean(flags[0], known, cutoff=0.8)
+        if not close and self.command is not None:
+            try:
+                close = importlib.import_module(self.PROGRAMS).flag_hint(self.command, flags[0])
+            except Exception:  # a hint, never a traceback in place of the one-line error
+                close = ""
+        return close or (plugin_hint() if "--import" in known else "")
 
     config_files = False  # with_config_files(): --config FILE and --print-config (fda_ray.core.config_files)
     parsed_argv: list[str] = []  # what the last parse_or_exit_code parsed: a --config file's flags, then argv's

@@ -34,7 +34,7 @@ class SweepError(ValueError):
 
 
 def parser() -> OneLineParser:
-    p = OneLineParser(prog="python -m fda_ray.sweep", description=DESCRIPTION,
+    p = OneLineParser(prog="python -m fda_ray.sweep", description=DESCRIPTION, command="sweep",
                       epilog="Any RunConfig field below overrides it in every trial of the sweep.")
     p.with_config_files()
     plugins.add_option(p)

@@ -180,7 +180,7 @@ def whole_machine(cfg: RunConfig, argv: list[str], cores: int | None = None) -> 
 
 
 def parser() -> OneLineParser:
-    p = OneLineParser(prog="python -m fda_ray", description="One federated domain adaptation run.",
+    p = OneLineParser(prog="python -m fda_ray", description="One federated domain adaptation run.", command="run",
                       epilog="Other commands: python -m fda_ray COMMAND (or fda-ray COMMAND): "
                              f"{', '.join(c for c in COMMANDS if c != 'run')}; python -m fda_ray help lists them.")
     p.with_config_files()

@@ -25,12 +25,15 @@ import math
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from fda_ray.experiments import tables
 from fda_ray.experiments.records import ROWS_FILE, finished, read_rows, record_damage
 from fda_ray.papers.grids import Grid
 from fda_ray.core.interrupts import cli_main
+
+if TYPE_CHECKING:
+    from fda_ray.core.parsing import OneLineParser
 
 FORMATS = ("markdown", "csv", "latex")
 PM_TEX = r"$\pm$"
@@ -521,15 +524,12 @@ def write_missing_manifests(dirs: list[str]) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> "OneLineParser":
+    """The command line of `python -m fda_ray.collect`."""
     from fda_ray.core import plugins
     from fda_ray.core.parsing import OneLineParser
-    from fda_ray.core.user_files import DamagedFileError
-    from fda_ray.experiments.manifest import ManifestError
 
-    if (code := plugins.preload(sys.argv[1:] if argv is None else argv)) is not None:  # a file grid's plug-ins
-        return code
-    p = OneLineParser(prog="python -m fda_ray.collect", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="python -m fda_ray.collect", description=__doc__.splitlines()[0], command="collect")
     plugins.add_option(p)
     p.add_argument("dirs", nargs="*", help="sweep or search directories (each with its summary.md and trials/)")
     p.add_argument("--format", default="markdown", choices=FORMATS, help="markdown (default), csv or latex")
@@ -555,6 +555,17 @@ def main(argv: list[str] | None = None) -> int:
                                                   "scale (default: --metric); the first's best cell is outlined")
     p.add_argument("--write-manifests", action="store_true", help="instead of a table: write the sweep.json of each "
                    "directory from before manifests, read from its summary.md's Command: line")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from fda_ray.core import plugins
+    from fda_ray.core.user_files import DamagedFileError
+    from fda_ray.experiments.manifest import ManifestError
+
+    if (code := plugins.preload(sys.argv[1:] if argv is None else argv)) is not None:  # a file grid's plug-ins
+        return code
+    p = parser()
     a = p.parse_or_exit_code(argv)
     if isinstance(a, int):
         return a

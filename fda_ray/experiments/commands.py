@@ -9,15 +9,21 @@
 
 `pip install` puts `fda-ray` on the PATH ([project.scripts]); `python -m fda_ray ...` is the same command, and each
 program's own `python -m fda_ray.<program>` (the documented commands) runs the same main function. The table below
-is the one list of the programs: each is a module with `main(argv) -> exit code`, imported only when it runs.
+is the one list of the programs: each is a module with `main(argv) -> exit code` and `parser()` (its command line),
+imported only when it runs. A flag one program lacks and another has is named with the other program
+(`flag_hint`: the programs' parsers are built then, on the error path only).
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from fda_ray.core.registry import did_you_mean
+
+if TYPE_CHECKING:
+    from fda_ray.core.parsing import OneLineParser
 
 # name -> (module with main(argv), its python -m module, one line)
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -31,16 +37,59 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
+# (program, flag it lacks) -> the program's own way to do what the flag does elsewhere, or the program meant
+_SWEEP_FLAGS = {"--grid": "`--grid` is a flag of `python -m fda_ray.sweep` (grid sweeps)",
+                "--search": "`--search` is a flag of `python -m fda_ray.sweep` (hyper-parameter searches)"}
+EQUIVALENTS: dict[tuple[str, str], str] = {
+    ("run", "--out"): "a run's rounds go to --parquet FILE; a sweep's output folder is `python -m fda_ray.sweep --out`",
+    ("sweep", "--parquet"): "a sweep writes its rounds to results.parquet in --out DIR",
+    **{(name, flag): line for name in ("run", "diagnose") for flag, line in _SWEEP_FLAGS.items()},
+}
+
+
 def usage() -> str:
-    lines = ["usage: fda-ray [COMMAND] [ARGS...]   (python -m fda_ray is the same; no COMMAND: a run)", "", "commands:"]
+    lines = ["usage: python -m fda_ray [COMMAND] [ARGS...]   (fda-ray is the same; no COMMAND: a run)", "",
+             "commands:"]
     lines += [f"  {name:<15} {line}" for name, (_, _, line) in COMMANDS.items()]
-    lines += ["", "fda-ray COMMAND --help: the command's own options"]
+    lines += ["", "python -m fda_ray COMMAND --help: the command's own options"]
     return "\n".join(lines)
 
 
 def command(name: str) -> Callable[[list[str] | None], int]:
     """The main function of a command, by name."""
     return getattr(importlib.import_module(COMMANDS[name][0]), "main")
+
+
+def parser(name: str) -> "OneLineParser":
+    """A command's parser, by name: a new one, as its main builds it (with the plug-ins loaded so far)."""
+    return getattr(importlib.import_module(COMMANDS[name][0]), "parser")()
+
+
+@functools.cache
+def flags(name: str) -> frozenset[str]:
+    """A command's flags (its parser's option strings), built once per process."""
+    return frozenset(o for action in parser(name)._actions for o in action.option_strings)
+
+
+def programs_with(flag: str, but: str | None = None) -> list[str]:
+    """The commands other than `but` that accept `flag`, in the table's order."""
+    return [name for name in COMMANDS if name != but and flag in flags(name)]
+
+
+def flag_hint(name: str, flag: str) -> str:
+    """"; <what to do>" for a flag that command `name` lacks: this command's own way to do what the flag does in
+    another (EQUIVALENTS), else the other command that has it, with its one line; "" when none has it."""
+    if (name, flag) in EQUIVALENTS:
+        return f"; {EQUIVALENTS[name, flag]}"
+    others = programs_with(flag, but=name)
+    if not others:
+        return ""
+    first, *rest = others
+    hint = f"; `{flag}` is a flag of `python -m {COMMANDS[first][1]}`, {COMMANDS[first][2]}"
+    if rest:
+        named = [f"`python -m {COMMANDS[n][1]}`" for n in rest]
+        hint += f"; also of {' and '.join([', '.join(named[:-1]), named[-1]] if len(named) > 1 else named)}"
+    return hint
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,7 +30,7 @@ import copy
 import json
 import sys
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -40,6 +40,9 @@ from fda_ray.core.config import RunConfig
 from fda_ray.core.seeding import generator
 from fda_ray.data.base import add_noise
 from fda_ray.core.interrupts import cli_main
+
+if TYPE_CHECKING:
+    from fda_ray.core.parsing import OneLineParser
 
 POINTS = ("warmup", "init", "path")
 LABELS = {"target_only": "Target only", "source_only": "Source only", "fedda": "FedDA", "fedgp": "FedGP",
@@ -194,9 +197,23 @@ def format_report(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def parser() -> "OneLineParser":
+    """The command line of `python -m fda_ray.diagnose`: a run's, and its own flags."""
+    from fda_ray.experiments import cli
+
+    p = cli.parser()
+    p.prog = "python -m fda_ray.diagnose"
+    p.description = __doc__.splitlines()[0]
+    p.command = "diagnose"
+    p.add_argument("--at", default="warmup", help=f"pi: one of {', '.join(POINTS)} (default warmup)")
+    p.add_argument("--pool-samples", type=int, default=None,
+                   help="true values from this many of the target's training samples (default: all)")
+    return p
+
+
 @cli_main
 def main(argv: list[str] | None = None) -> int:
-    from fda_ray.experiments.cli import config_from_args, parser
+    from fda_ray.experiments.cli import config_from_args
     from fda_ray.data.base import DatasetNotFound
 
     from fda_ray.core import plugins
@@ -205,11 +222,6 @@ def main(argv: list[str] | None = None) -> int:
     if (code := plugins.preload(argv)) is not None:
         return code
     p = parser()
-    p.prog = "python -m fda_ray.diagnose"
-    p.description = __doc__.splitlines()[0]
-    p.add_argument("--at", default="warmup", help=f"pi: one of {', '.join(POINTS)} (default warmup)")
-    p.add_argument("--pool-samples", type=int, default=None,
-                   help="true values from this many of the target's training samples (default: all)")
     a = p.parse_or_exit_code(argv)
     if isinstance(a, int):
         return a

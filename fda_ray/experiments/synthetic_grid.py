@@ -31,6 +31,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -42,6 +43,9 @@ from fda_ray.core.layout import ParamLayout
 from fda_ray.train.models import SigmoidMLP
 from fda_ray.core.seeding import derive_seed
 from fda_ray.core.interrupts import cli_main
+
+if TYPE_CHECKING:
+    from fda_ray.core.parsing import OneLineParser
 
 RULES = dg.STATIC_RULES  # target_only, source_only, fedda, fedgp
 AUTO = {"fedda": "fedda_auto", "fedgp": "fedgp_auto"}
@@ -254,12 +258,12 @@ def _ints(field_name: str, s: str) -> tuple[int, ...]:
         raise ValueError(f"{field_name}={s!r} is invalid: comma-separated integers") from None
 
 
-@cli_main
-def main(argv: list[str] | None = None) -> int:
-    from fda_ray.runtime import preflight
+def parser() -> "OneLineParser":
+    """The command line of `python -m fda_ray.synthetic_grid`."""
     from fda_ray.core.parsing import OneLineParser, typed
 
-    p = OneLineParser(prog="python -m fda_ray.synthetic_grid", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="python -m fda_ray.synthetic_grid", description=__doc__.splitlines()[0],
+                      command="synthetic-grid")
     p.add_argument("--sources", default="1,2,3,4,5,6,7,8,9", help="source domains D_i, 1..9")
     p.add_argument("--sizes", default="2000,1000,500,200,100,50,20,10,5", help="target subsample sizes")
     p.add_argument("--trials", type=typed("trials", int, "an integer"), default=3)
@@ -272,6 +276,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="runs/synthetic-grid")
     p.add_argument("--json", action="store_true")
     p.add_argument("--replot", action="store_true", help="only redraw the heat maps from --out's grid.json")
+    return p
+
+
+@cli_main
+def main(argv: list[str] | None = None) -> int:
+    from fda_ray.runtime import preflight
+
+    p = parser()
     a = p.parse_or_exit_code(argv)
     if isinstance(a, int):
         return a

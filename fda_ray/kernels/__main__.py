@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -16,17 +17,26 @@ from fda_ray import kernels
 from fda_ray.kernels import loader
 from fda_ray.core.interrupts import cli_main
 
-
-@cli_main
-def main(argv: list[str] | None = None) -> int:
+if TYPE_CHECKING:
     from fda_ray.core.parsing import OneLineParser
 
-    p = OneLineParser(prog="python -m fda_ray.kernels", description=__doc__.splitlines()[0])
+
+def parser() -> "OneLineParser":
+    """The command line of `python -m fda_ray.kernels`."""
+    from fda_ray.core.parsing import OneLineParser
+
+    p = OneLineParser(prog="python -m fda_ray.kernels", description=__doc__.splitlines()[0], command="kernels")
     p.add_argument("--build", action="store_true", help="compile the kernels now (first use would, otherwise)")
     p.add_argument("--check", action="store_true", help="print which implementation each device uses")
     p.add_argument("--cuda", action="store_true", help="with --build: compile the CUDA kernel even without a GPU")
     p.add_argument("--verbose", action="store_true", help="show the compiler's output")
     p.add_argument("--json", action="store_true")
+    return p
+
+
+@cli_main
+def main(argv: list[str] | None = None) -> int:
+    p = parser()
     a = p.parse_or_exit_code(argv)
     if isinstance(a, int):
         return a
