@@ -10,14 +10,14 @@ import pytest
 from test_plugins import _python, clean_plugins, write_tutorial  # noqa: F401  (clean_plugins: a fixture)
 
 
-def _failing_tutorial(folder, error: str) -> None:
-    """The plug-in tutorial's module, its recipe raising `error` in round 2 (a bug in a user's recipe)."""
+def _failing_tutorial(folder, error: str, at_round: int = 2) -> None:
+    """The plug-in tutorial's module, its recipe raising `error` in round `at_round` (a bug in a user's recipe)."""
     write_tutorial(folder)
     path = folder / "my_fda.py"
     text = path.read_text()
     anchor = "    h = task.hparams\n"
     assert anchor in text
-    path.write_text(text.replace(anchor, anchor + f"    if task.round == 2:\n        raise {error}('mu went "
+    path.write_text(text.replace(anchor, anchor + f"    if task.round == {at_round}:\n        raise {error}('mu went "
                                                   "negative in my recipe')\n", 1))
 
 

@@ -936,24 +936,35 @@ def test_two_checkouts_share_one_kernel_build_and_other_kernels_get_their_own(tm
     assert other["dir"] != a["dir"] and build("a")["so_mtime"] == a["so_mtime"]
 
 
-def test_failures_not_the_methods_get_one_line_each_with_what_to_do():
+def test_failures_get_one_line_each_kind_with_what_to_do():
     """A sweep's failed trials whose cause is the machine (a full disk, a lost node, a GPU's memory) get one line
-    per kind naming what to do and the resuming command; the method's own failures get none."""
-    from fda_ray.experiments.sweep import failure_advice
+    per kind naming what to do and the resuming command; the method's own failures one line listing them, with the
+    first error, where the tracebacks are and the resuming command."""
+    from fda_ray.experiments.backends import failure_advice
 
     oom = ("OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 23.64 "
            "GiB of which 3.06 MiB is free.")
-    failures = [{"trial": "a", "error": oom}, {"trial": "b", "error": "ValueError: target_labelled=5000 is invalid"},
+    failures = [{"trial": "a", "error": oom}, {"trial": "b", "error": "ValueError: target_labelled=5000 is invalid",
+                                               "row": "fedgp", "value": 0.4, "seed": 2, "log": "/x/tune/errors.log"},
                 {"trial": "c", "error": "RuntimeError: CUDA error: out of memory"},
                 {"trial": "d", "error": "OSError: [Errno 28] No space left on device: '/x/rows.json'"},
-                {"trial": "e", "error": "not run: its node 10.0.0.2 is gone", "stranded": True}]
+                {"trial": "e", "error": "not run: its node 10.0.0.2 is gone", "stranded": True, "row": "fedda",
+                 "value": 0.8, "seed": 1}]
     lines = failure_advice(failures, 7, "/x/trials", "python -m fda_ray.sweep --grid noise")
     assert lines == [
         "error: 1 trial(s) could not write their records (No space left on device, under /x/trials); the 7 finished "
         "trials are kept: free the space, then resume with: python -m fda_ray.sweep --grid noise --resume",
-        "error: 1 trial(s) did not run: its node 10.0.0.2 is gone; the 7 finished trials are kept: bring back a node "
-        "that holds a trial, then resume with: python -m fda_ray.sweep --grid noise --resume",
+        "error: 1 trial(s) did not run (fedda at 0.8, seed 1): its node 10.0.0.2 is gone; the 7 finished trials are "
+        "kept (a cut-off trial's last round too): bring back a node that holds a trial, then resume with: "
+        "python -m fda_ray.sweep --grid noise --resume",
         "error: 2 trial(s) ran out of GPU memory; the 7 finished trials are kept: run fewer trials at once on a GPU "
         "(a lower --workers with the local backend; with Tune a larger --gpus-per-client or a lower "
-        "--max-concurrent), then resume with: python -m fda_ray.sweep --grid noise --resume"]
-    assert failure_advice(failures[1:2], 7, "/x/trials", "cmd") == []  # the method's own failure: the summary says it
+        "--max-concurrent), then resume with: python -m fda_ray.sweep --grid noise --resume",
+        "error: 1 trial(s) failed: fedgp at 0.4, seed 2 (first: ValueError: target_labelled=5000 is invalid); each "
+        "one's error is in summary.md, the tracebacks in /x/tune/errors.log; the 7 finished trials are kept; resume "
+        "with: python -m fda_ray.sweep --grid noise --resume"]
+    many = [{"trial": k, "row": "fedda", "value": None, "seed": i, "error": f"RuntimeError: {k}"}
+            for i, k in enumerate("pqrstu")]
+    (line,) = failure_advice(many, 0, "/x/trials", "cmd")
+    assert line.startswith("error: 6 trial(s) failed: fedda at every value, seed 0; fedda at every value, seed 1; ")
+    assert "seed 3; and 2 more (first: RuntimeError: p); each one's error is in summary.md; the 0 finished" in line

@@ -183,7 +183,8 @@ def test_trials_no_live_node_holds_after_a_node_loss_fail_in_one_line_and_resume
         printed = capsys.readouterr()
         assert lost, "no trial ran long enough to lose the node under it"
         errors = [line for line in printed.err.splitlines() if line.startswith("error:")]
-        notes = [line for line in printed.err.splitlines() if "cannot start: no live node can hold a trial" in line]
+        notes = [line for line in printed.err.splitlines() if " cannot start (" in line and
+                 "): no live node can hold a trial" in line]
         why = "no live node can hold a trial (it asks {CPU: 2}; largest live node {CPU: 1})"
         assert code == 1 and len(errors) == 1 and len(notes) == 1, printed.err[-3000:]
         assert errors[0].startswith("error: ") and why in errors[0] and errors[0].endswith(" --resume")
@@ -347,3 +348,94 @@ def test_a_sweep_into_an_s3_bucket_keeps_its_records_there_and_resumes_from_them
     assert summary["trials_run"] == 0 and summary["trials_done"] == 4
     with capsys.disabled():
         print("resume: trials_run", summary["trials_run"])
+
+
+def test_a_running_trial_whose_client_actors_no_live_node_holds_says_so_within_the_wait(no_ray, fmnist_dir,
+                                                                                          tmp_path):
+    """A trial's driver pinned to node D (1 CPU, fda_driver), its two client actors on node W (2 CPUs); W is lost
+    (every process on it killed, as a machine is lost) while the trial runs. The driver lives on, waiting for
+    actors no live node can hold again: Ray would wait in silence. Through --address, in a real subprocess: within
+    $FDA_RAY_NODE_WAIT_S (3 s here) after Ray notices the loss, one note names the trial, what it asks and the
+    largest live node; the sweep ends with one error line naming the trials not run and the resume command, exit 1,
+    the cut-off trial's checkpoint kept; with a 2-CPU node back, --resume finishes from that checkpoint."""
+    from fda_ray.papers.files import dump, grid_to_dict
+
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    c.add_node(num_cpus=1, resources={"fda_driver": 1})
+    w = c.add_node(num_cpus=2)
+    c.wait_for_nodes()
+    grid = tmp_path / "g.yaml"
+    grid.write_text(dump(grid_to_dict(make_tiny_grid(rounds=8))))
+    out = tmp_path / "sweep"
+    argv = [sys.executable, "-m", "fda_ray.sweep", "--grid", str(grid), "--data-dir", str(fmnist_dir), "--out",
+            str(out), "--address", c.address, "--executor", "ray", "--pin-drivers", "--cpus-per-client", "0.5",
+            "--clients-per-actor", "2", "--methods", "fedgp_auto", "--max-failures", "2", "--no-figures"]
+    env = {**os.environ, "FDA_RAY_NODE_WAIT_S": "3", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env.pop("RAY_ADDRESS", None)
+    lost: dict[str, Any] = {}
+    lines: list[tuple[float, str]] = []
+    try:
+        stdout = open(tmp_path / "stdout.txt", "w")
+        p = subprocess.Popen(argv, env=env, stdout=stdout, stderr=subprocess.PIPE, text=True)
+
+        def read_err() -> None:
+            for line in p.stderr:
+                lines.append((time.time(), line.rstrip("\n")))
+
+        reader = threading.Thread(target=read_err, daemon=True)
+        reader.start()
+        deadline = time.time() + 300
+        while time.time() < deadline and p.poll() is None and not lost:
+            for state in (out / "trials").glob("*/state.pt"):
+                if not (state.parent / "rows.json").is_file():
+                    _lose(c, w)
+                    lost.update(trial=state.parent.name, at=time.time())
+                    break
+            time.sleep(0.05)
+        p.wait(timeout=300)  # (stderr is the reader's alone)
+        ended = time.time()
+        stdout.close()
+        reader.join(timeout=10)
+        assert lost, "no trial ran long enough to lose its actors' node under it"
+        err = [x for _, x in lines]
+        notes = [(t, x) for t, x in lines if x.startswith("note: ") and " cannot go on: " in x]
+        errors = [x for x in err if x.startswith("error:")]
+        assert p.returncode == 1 and len(notes) == 1 and len(errors) == 1, "\n".join(err[-30:])
+        assert "Traceback" not in "\n".join(err)
+        note_at, note = notes[0]
+        asks = "(it asks {CPU: 1, fda_driver: 1} + {CPU: 1} + {CPU: 1}; largest live node {CPU: 1, fda_driver: 1})"
+        assert note.startswith("note: fedgp_auto noise=") and \
+            f"cannot go on: no live node can hold this trial's client actors again {asks}" in note, note
+        assert errors[0].startswith("error: 2 trial(s) did not run (fedgp_auto at ") and asks in errors[0]
+        assert errors[0].endswith(" --resume"), errors[0]
+        with capsys_disabled():
+            print(f"\nclient actors' node lost under {lost['trial'][:28]}: the note {note_at - lost['at']:.1f} s "
+                  f"later, the sweep's end {ended - lost['at']:.1f} s later:\n{note}\n{errors[0]}")
+        assert note_at - lost["at"] < 3 + 60  # Ray's noticing of the loss (its health checks), then the wait
+        assert (out / "trials" / lost["trial"] / "state.pt").is_file()  # its finished rounds are kept
+        assert not (out / "trials" / lost["trial"] / "rows.json").is_file()
+        c.add_node(num_cpus=2)
+        c.wait_for_nodes()
+        again = subprocess.run([*argv, "--resume"], env=env, capture_output=True, text=True, timeout=600)
+        assert again.returncode == 0, again.stderr[-3000:]
+        record = _records(out)[lost["trial"]]
+        assert record["nodes"][-1]["from_round"] >= 1  # went on from its checkpoint
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        c.shutdown()
+
+
+class capsys_disabled:
+    """Print past pytest's capture (the test's timing line, read in the slow tier's output)."""
+
+    def __enter__(self) -> None:
+        import sys as _sys
+
+        self._out = _sys.stdout
+        _sys.stdout = _sys.__stdout__
+
+    def __exit__(self, *exc: object) -> None:
+        import sys as _sys
+
+        _sys.stdout = self._out

@@ -52,6 +52,7 @@ def clean_plugins(monkeypatch):
     monkeypatch.delenv(plugins.ENV, raising=False)  # restored at the end, whatever the plug-ins wrote
     monkeypatch.setattr(plugins, "_loaded", {})
     monkeypatch.setattr(plugins, "_pending_done", False)
+    monkeypatch.setattr(plugins, "_failure", None)
     yield
     for r, items in zip(regs, before):
         r._items.clear()
@@ -277,3 +278,146 @@ def test_the_pages_aggregation_rule_runs_as_fedda_at_half(clean_plugins, tmp_pat
     for a, b in zip(mine, fedda):
         assert math.isclose(a["loss"], b["loss"], rel_tol=1e-4), (a["round"], a["loss"], b["loss"])
     assert mine[-1]["loss"] != run(RunConfig(method="fedda", beta=0.9, **base)).rows[-1]["loss"]
+
+
+# ---------------------------------------------------------------- a worker that cannot import what the command did
+
+def test_a_worker_that_cannot_import_a_plugin_says_so_in_one_line(tmp_path, monkeypatch, clean_plugins, capsys):
+    """The worker side of a plug-in the command imported (issue 63, class 3): WorkerImportError names the plug-in,
+    the kind of process, its host, the import's own error and what to do; it crosses processes (pickled); the failed
+    load is remembered, so that a later lookup in that process (a retried job) raises it again instead of answering
+    "unknown method" with a did-you-mean; and a command that it escapes prints it as one line."""
+    import pickle
+
+    from fda_ray.core import interrupts
+    from fda_ray.train.client import RECIPES
+
+    folder = tmp_path / "plugs"
+    folder.mkdir()
+    (folder / "plug_dep.py").write_text("import my_helper_dep  # the shell's sys.path only\n"
+                                        "from fda_ray.train.client import RECIPES\n\n"
+                                        "RECIPES.add('plug_dep_recipe', lambda client, task, inputs: 42)\n")
+    monkeypatch.setenv(plugins.ENV, json.dumps([["plug_dep", str(folder)]]))
+    with pytest.raises(plugins.WorkerImportError) as e:
+        plugins.load_in_worker("local worker process")
+    w = e.value
+    assert not isinstance(w, ValueError)  # not bad input (exit 2): the workers' environment (exit 1)
+    assert (w.module, w.kind, w.error) == ("plug_dep", "local worker process",
+                                           "ModuleNotFoundError: No module named 'my_helper_dep' (plug_dep.py:1)")
+    assert str(w).startswith("plug-in 'plug_dep' cannot be imported in a local worker process (host ") and \
+        "): ModuleNotFoundError: No module named 'my_helper_dep' (plug_dep.py:1); a local worker is a fresh " \
+        "process with the command's sys.path and environment" in str(w) and "\n" not in str(w)
+    assert plugins.worker_import_hint("plug_dep", None, "my_helper_dep", "Ray client actor").startswith(
+        "install 'my_helper_dep' where the workers run (on every node of a cluster), or put its folder on PYTHONPATH")
+    assert str(pickle.loads(pickle.dumps(w))) == str(w)
+    with pytest.raises(plugins.WorkerImportError, match="No module named 'my_helper_dep'"):  # a retried job
+        plugins.load_in_worker("local worker process")
+    with pytest.raises(plugins.PluginError, match="No module named 'my_helper_dep'"):  # never "unknown recipe"
+        RECIPES.get("plug_dep_recipe")
+    # found behind a Ray error's cause and an exception chain, and told by a command as one line
+    wrapped = RuntimeError("ray.get failed")
+    wrapped.cause = w
+    try:
+        try:
+            raise wrapped
+        except RuntimeError as inner:
+            raise KeyError("later") from inner
+    except KeyError as outer:
+        assert plugins.worker_import_error(outer) is w
+    assert plugins.worker_import_error(ValueError("x")) is None
+    assert plugins.explain in interrupts.CRASH_EXPLAINERS
+    assert interrupts._explained(wrapped)
+    assert capsys.readouterr().err == f"error: {w}\n"
+
+
+@pytest.mark.parametrize("source, error, hint", [
+    (None, "ModuleNotFoundError: No module named 'plug_gone'", "its folder {folder} is not there: install the "
+                                                               "plug-in where the workers run"),
+    ("import os\nif True:\n    raise OSError('no licence server')\n", "OSError: no licence server (plug_gone.py:3)",
+     "its import fails in this process and not in the command's"),
+])
+def test_a_worker_import_hint_follows_the_cause(tmp_path, monkeypatch, clean_plugins, source, error, hint):
+    """The plug-in's own folder missing where the worker runs (another node), or its import raising there."""
+    if source is not None:
+        (tmp_path / "plug_gone.py").write_text(source)
+    monkeypatch.setenv(plugins.ENV, json.dumps([["plug_gone", str(tmp_path)]]))
+    with pytest.raises(plugins.WorkerImportError) as e:
+        plugins.load_in_worker("Ray client actor")
+    assert e.value.error == error and e.value.hint.startswith(hint.format(folder=tmp_path))
+    assert str(e.value).startswith("plug-in 'plug_gone' cannot be imported in a Ray client actor (host ")
+
+
+def _shell_only_dependency(folder: Path) -> None:
+    """The tutorial's folder, plus plug_dep.py: the tutorial's module that first imports my_helper_dep, from
+    deps/, a folder that only the command puts on its sys.path (_SHELL_ONLY), as a user's shell or notebook may."""
+    write_tutorial(folder)
+    (folder / "deps").mkdir()
+    (folder / "deps" / "my_helper_dep.py").write_text("VALUE = 1\n")
+    (folder / "plug_dep.py").write_text("import my_helper_dep  # on the command's sys.path only\n"
+                                        + block("plugin-module: my_fda.py", "python"))
+
+
+# the command, with deps/ on its own sys.path only (its workers do not inherit that: Ray's start from Ray's
+# environment; a spawned pool worker would, so the local test's plug-in fails in workers by itself)
+_SHELL_ONLY = ("import sys; sys.path.insert(0, 'deps'); from fda_ray.experiments.commands import main; "
+               "sys.exit(main(sys.argv[1:]))")
+
+
+def _one_error_line(p: subprocess.CompletedProcess, module: str, kind: str, missing: str) -> str:
+    errors = [line for line in p.stderr.splitlines() if line.startswith("error:")]
+    assert p.returncode == 1, (p.returncode, p.stdout[-2000:], p.stderr[-3000:])
+    assert len(errors) == 1, p.stderr[-3000:]
+    assert errors[0].startswith(f"error: plug-in {module!r} cannot be imported in a {kind} (host "), errors[0]
+    assert f"ModuleNotFoundError: No module named {missing!r} ({module}.py:" in errors[0], errors[0]
+    assert "Traceback" not in p.stderr and "did you mean" not in p.stderr + p.stdout, p.stderr[-3000:]
+    assert "unknown" not in errors[0]
+    return errors[0]
+
+
+def _no_trial_trained(out: Path) -> None:
+    trained = [f for f in out.rglob("*") if f.name in ("rows.json", "state.pt")]
+    assert not trained and not (out / "summary.md").exists(), trained
+
+
+@pytest.mark.slow
+def test_a_ray_client_actor_that_cannot_import_a_plugin_stops_the_run_in_one_line(tmp_path):
+    """`--executor ray`: the actors load the plug-ins when they start, while the driver loads the data; the driver's
+    first call to them (before round 1) tells the failure in one line, exit 1 (before: Ray's ActorDiedError, with
+    the actor's and the driver's tracebacks)."""
+    _shell_only_dependency(tmp_path)
+    p = _python(["-c", _SHELL_ONLY, "--import", "plug_dep", "--dataset", "my-blobs", "--method", "fedprox",
+                 "--rounds", "1", "--executor", "ray", "--num-sources", "2"], tmp_path)
+    _one_error_line(p, "plug_dep", "Ray client actor", "my_helper_dep")
+    assert "round " not in p.stdout and "final target accuracy" not in p.stdout, p.stdout
+
+
+@pytest.mark.slow
+def test_a_tune_trial_process_that_cannot_import_a_plugin_stops_the_sweep_in_one_line(tmp_path):
+    """`--backend tune`: the sweep loads its plug-ins in a Ray worker of each node before the launch (the trial
+    processes' environment), so it stops before any trial runs, without Tune's retries (before: each trial failed
+    max_failures + 1 times, then the sweep's summary and its error line)."""
+    _shell_only_dependency(tmp_path)
+    p = _python(["-c", _SHELL_ONLY, "sweep", "--import", "plug_dep", "--grid", "my-prox.yaml", "--profile", "quick",
+                 "--methods", "fedprox_0", "--rounds", "1", "--backend", "tune", "--out", "sweeps/t"], tmp_path)
+    _one_error_line(p, "plug_dep", "Tune trial process", "my_helper_dep")
+    assert "Tune runs it again" not in p.stderr and "FAILED" not in p.stdout, p.stderr[-3000:]
+    _no_trial_trained(tmp_path / "sweeps" / "t")
+
+
+@pytest.mark.slow
+def test_a_local_worker_process_that_cannot_import_a_plugin_stops_the_sweep_in_one_line(tmp_path):
+    """`--backend local`: a spawned pool worker inherits the sweep's sys.path and environment, so here the plug-in
+    itself fails in worker processes only (a library that only the command's process has). The first trial's job
+    fails before its run starts; the sweep stops at once, exit 1 (before: the trial was retried in the same worker,
+    which then ran without the plug-in: "dataset='my-blobs' is invalid: known datasets: ...")."""
+    write_tutorial(tmp_path)
+    (tmp_path / "plug_child.py").write_text(
+        "import multiprocessing\n"
+        "if multiprocessing.parent_process() is not None:  # a worker process only\n"
+        "    import my_worker_only_dep\n" + block("plugin-module: my_fda.py", "python"))
+    p = _python(["-m", "fda_ray.sweep", "--import", "plug_child", "--grid", "my-prox.yaml", "--profile", "quick",
+                 "--methods", "fedprox_0,fedprox_1", "--rounds", "1", "--backend", "local", "--workers", "1",
+                 "--out", "sweeps/l"], tmp_path)
+    _one_error_line(p, "plug_child", "local worker process", "my_worker_only_dep")
+    assert "runs again" not in p.stderr and "FAILED" not in p.stdout, p.stderr[-3000:]
+    _no_trial_trained(tmp_path / "sweeps" / "l")

@@ -19,6 +19,14 @@ before it looks a name up:
   (`note`), so it is exported too. A script's own `__main__` cannot be imported by another process: its names are
   known only to it.
 
+A worker that cannot import a plug-in the command could (a dependency on the shell's sys.path only, a folder not on
+its node, an import that raises there) stops the command with one line: `load_in_worker` raises WorkerImportError
+(the plug-in, the kind of process, its host, the import error, what to do), which no retry can mend; a command
+prints it as `error: ...` and exits 1 (`explain`, through fda_ray.core.interrupts.CRASH_EXPLAINERS). A failed load
+is remembered: a later lookup in that process raises it again rather than "unknown method ... did you mean".
+`check_ray_workers` runs that load in a Ray worker on every node before a Tune launch, so that it fails before a
+trial starts.
+
 The plug-ins' code is part of what computes a number: each record's build says which version of each ran
 (fda_ray.core.build.plugin_versions).
 """
@@ -38,10 +46,64 @@ FLAG = "--import"
 
 _loaded: dict[str, str | None] = {}  # module -> the sys.path folder it was imported from (None: an installed one)
 _pending_done = False
+_failure: PluginError | None = None  # the pending plug-ins' failed load: raised again by every later load_pending
 
 
 class PluginError(ValueError):
-    """A plug-in that cannot be imported: one line naming the module, why, and where it was looked for."""
+    """A plug-in that cannot be imported: one line naming the module, why, and where it was looked for. `module`,
+    `root` (the sys.path folder it was exported with), `error` (the import's own error in one line, or None) and
+    `missing` (the module a ModuleNotFoundError names, or None) say what failed, for WorkerImportError."""
+
+    module: str | None = None
+    root: str | None = None
+    error: str | None = None
+    missing: str | None = None
+
+
+class WorkerImportError(RuntimeError):
+    """A plug-in that the command imported and a worker process cannot (a Ray client actor, a Tune trial process, a
+    local worker process). Not bad input (exit 2) but the workers' environment (exit 1), and not worth a retry: the
+    same import fails again in that process, or its successor."""
+
+    def __init__(self, module: str, kind: str, where: str, error: str, hint: str) -> None:
+        self.module, self.kind, self.where, self.error, self.hint = module, kind, where, error, hint
+        super().__init__(worker_import_message(module, kind, where, error, hint))
+
+    def __reduce__(self):  # (it crosses processes: a Ray error's cause, a pool future's exception)
+        return (WorkerImportError, (self.module, self.kind, self.where, self.error, self.hint))
+
+
+def worker_import_message(module: str, kind: str, where: str, error: str, hint: str) -> str:
+    """The line (after 'error: ') that says a worker could not import a plug-in."""
+    return f"plug-in {module!r} cannot be imported in a {kind} ({where}): {error}; {hint}"
+
+
+def worker_import_hint(module: str, root: str | None, missing: str | None, kind: str = "") -> str:
+    """What to do, by cause: a dependency missing there, the plug-in's own folder missing there, or its import
+    raising there."""
+    if missing and not (module == missing or module.startswith(missing + ".")) and kind.startswith("local"):
+        return (f"a local worker is a fresh process with the command's sys.path and environment, nothing else: "
+                f"install {missing!r}, or put its folder on PYTHONPATH, so that any process can import it")
+    if missing and not (module == missing or module.startswith(missing + ".")):
+        return (f"install {missing!r} where the workers run (on every node of a cluster), or put its folder on "
+                "PYTHONPATH before the command starts: a sys.path entry made inside the command does not reach Ray's "
+                "workers")
+    if missing:
+        folder = f"its folder {root} is not there: " if root else ""
+        return (f"{folder}install the plug-in where the workers run, as fda-ray is (on a cluster, on every node: "
+                "cluster.yaml's setup_commands), or put its folder on PYTHONPATH before the command starts")
+    return "its import fails in this process and not in the command's: make it importable in a worker process too"
+
+
+def _failed(message: str, name: str, root: str | None, e: BaseException | None) -> PluginError:
+    err = PluginError(message)
+    err.module, err.root = name, root
+    err.missing = e.name if isinstance(e, ModuleNotFoundError) else None
+    if err.missing and (name == err.missing or name.startswith(err.missing + ".")):
+        err.error = f"ModuleNotFoundError: {e}"  # (not found at all: no line of it ran, importlib's is no help)
+    else:
+        err.error = None if e is None else _where(e)
+    return err
 
 
 def _root(module: ModuleType) -> str | None:
@@ -68,12 +130,12 @@ def _import(name: str, root: str | None = None, field: str = "import") -> Module
     except ModuleNotFoundError as e:
         if e.name and (name == e.name or name.startswith(e.name + ".")):
             where = f"{os.getcwd()} (this folder), " if "" in sys.path or os.getcwd() in sys.path else ""
-            raise PluginError(f"{field}={name!r} is invalid: no module {e.name!r} in {where}sys.path or the "
-                              "installed packages (a module file or package folder on sys.path, or pip install "
-                              "it)") from None
-        raise PluginError(f"{field}={name!r} is invalid: importing it failed: {_where(e)}") from None
+            raise _failed(f"{field}={name!r} is invalid: no module {e.name!r} in {where}sys.path or the installed "
+                          "packages (a module file or package folder on sys.path, or pip install it)",
+                          name, root, e) from None
+        raise _failed(f"{field}={name!r} is invalid: importing it failed: {_where(e)}", name, root, e) from None
     except Exception as e:  # the plug-in's own error: one line, with where it happened
-        raise PluginError(f"{field}={name!r} is invalid: importing it failed: {_where(e)}") from None
+        raise _failed(f"{field}={name!r} is invalid: importing it failed: {_where(e)}", name, root, e) from None
 
 
 def _where(e: BaseException) -> str:
@@ -116,21 +178,105 @@ def load_specs(given: Iterable[Sequence]) -> tuple[str, ...]:
 
 
 def load_pending() -> tuple[str, ...]:
-    """The plug-ins this process was started with: the entry-point group's and $FDA_RAY_IMPORTS'. Runs once."""
-    global _pending_done
+    """The plug-ins this process was started with: the entry-point group's and $FDA_RAY_IMPORTS'. Runs once; a
+    failure is raised again by every later call (a registry's lookup, a retried job in the same worker), never
+    forgotten into an "unknown name"."""
+    global _pending_done, _failure
     if _pending_done:
+        if _failure is not None:
+            raise _failure
         return tuple(_loaded)
     _pending_done = True  # first: a plug-in importing fda-ray must not come back here
-    for name, root in _from_env(os.environ.get(ENV, "")):
-        if name not in _loaded:
-            _import(name, root, field=ENV)
-            _loaded[name] = root
-    for name in _entry_points():
-        if name not in _loaded:
-            _loaded[name] = _root(_import(name, field=f"entry point {GROUP}"))
+    try:
+        for name, root in _from_env(os.environ.get(ENV, "")):
+            if name not in _loaded:
+                _import(name, root, field=ENV)
+                _loaded[name] = root
+        for name in _entry_points():
+            if name not in _loaded:
+                _loaded[name] = _root(_import(name, field=f"entry point {GROUP}"))
+    except PluginError as e:
+        _failure = e
+        raise
     if _loaded:
         _export()
     return tuple(_loaded)
+
+
+def _host() -> str:
+    import socket
+
+    return f"host {socket.gethostname()}"
+
+
+def load_in_worker(kind: str, given: Iterable[Sequence] = ()) -> tuple[str, ...]:
+    """A worker's plug-ins (load_specs: `given` and the pending ones); `kind` names the process ("Ray client
+    actor", "Tune trial process", "local worker process"). A plug-in it cannot import raises WorkerImportError."""
+    try:
+        return load_specs(given)
+    except PluginError as e:
+        if e.module is None:  # (a malformed $FDA_RAY_IMPORTS: no plug-in to name)
+            raise WorkerImportError(ENV, kind, _host(), str(e), "set it as the command does: a JSON list of "
+                                    "[module, folder] pairs, or module names separated by commas") from None
+        raise WorkerImportError(e.module, kind, _host(), e.error or str(e),
+                                worker_import_hint(e.module, e.root, e.missing, kind)) from None
+
+
+def worker_import_error(e: BaseException | None) -> WorkerImportError | None:
+    """The WorkerImportError behind `e`: itself, a Ray error's cause (RayTaskError, an actor that died in its
+    creation task), or one in its __cause__ / __context__ chain; else None."""
+    seen: set[int] = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, WorkerImportError):
+            cause = getattr(e, "cause", None)  # Ray's RayTaskError(WorkerImportError): its own line is the cause's
+            return cause if isinstance(cause, WorkerImportError) else e
+        cause = getattr(e, "cause", None)
+        if isinstance(cause, BaseException) and id(cause) not in seen:
+            e = cause
+            continue
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def explain(e: BaseException) -> bool:
+    """For an exception escaping a command (fda_ray.core.interrupts.CRASH_EXPLAINERS): a worker that could not
+    import a plug-in is told in one line (exit 1), not as a traceback."""
+    w = worker_import_error(e)
+    if w is None:
+        return False
+    print(f"error: {w}", file=sys.stderr)
+    return True
+
+
+def check_ray_workers(kind: str = "Tune trial process", timeout_s: float = 300.0) -> None:
+    """Before a Ray launch (a sweep's Tune trials): load this process's plug-ins in a Ray worker of each alive
+    node (the job's runtime_env, as the trials get it), so that one that cannot import one stops the launch before a
+    trial starts (WorkerImportError). Nothing to do without plug-ins; a node that does not answer in `timeout_s` is
+    left to the trials themselves."""
+    if not _loaded:
+        return
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    probe = ray.remote(num_cpus=0, max_retries=0)(_probe)
+    refs = [probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
+            .remote(kind, specs()) for n in ray.nodes() if n.get("Alive")]
+    if not refs:
+        return
+    done, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+    found = None
+    for ref in done:  # each read (an error left unread is printed by Ray, with its traceback)
+        try:
+            ray.get(ref)
+        except Exception as e:  # (another failure of the probe itself, a node going away: the trials meet it)
+            found = found or worker_import_error(e)
+    if found is not None:
+        raise found
+
+
+def _probe(kind: str, given: Sequence[Sequence]) -> None:
+    load_in_worker(kind, given)
 
 
 def _from_env(text: str) -> list[tuple[str, str | None]]:
@@ -239,3 +385,13 @@ def add_option(p) -> None:  # type: ignore[no-untyped-def]
     p.add_argument(FLAG, action="append", default=[], metavar="MODULE", dest="imports",
                    help="import a plug-in module first (its methods, models, datasets, recipes; docs/plugins.md); "
                         "repeatable. Installed packages' 'fda_ray.plugins' entry points load without it")
+
+
+def _register_explainer() -> None:
+    from fda_ray.core import interrupts
+
+    if explain not in interrupts.CRASH_EXPLAINERS:
+        interrupts.CRASH_EXPLAINERS.append(explain)
+
+
+_register_explainer()

@@ -15,8 +15,8 @@ from typing import Any
 from fda_ray.core import interrupts
 from fda_ray.core.storage import StoragePath, storage_path
 from fda_ray.runtime import preflight
-from fda_ray.experiments.console import Progress, quiet_worker, trial_name
-from fda_ray.experiments.stranded import StrandedWatch, tune_parts as stranded_tune_parts
+from fda_ray.experiments.console import Progress, quiet_worker, trial_name, tune_errors_to
+from fda_ray.experiments.stranded import StrandedWatch, stranded_in, tune_parts as stranded_tune_parts
 from fda_ray.experiments.records import Trial, is_done
 from fda_ray.experiments.trials import run_trial
 
@@ -74,7 +74,7 @@ def _local_job(trial: dict[str, Any], records: str, rounds: Any = None) -> None:
     from fda_ray.core import plugins
     from fda_ray.experiments.records import round_metrics
 
-    plugins.load_pending()  # the sweep's plug-ins: this spawned process inherited $FDA_RAY_IMPORTS
+    plugins.load_in_worker("local worker process")  # the sweep's plug-ins: this process inherited $FDA_RAY_IMPORTS
     t = Trial.from_dict(trial)
     report = None if rounds is None else (lambda row: rounds.put((t.key, round_metrics(row))))
     run_trial(t, storage_path(records), report=report)
@@ -86,12 +86,20 @@ def _local_group_job(trials: list[dict[str, Any]], records: str, rounds: Any = N
     from fda_ray.experiments.records import round_metrics
     from fda_ray.experiments.trials import run_group
 
-    plugins.load_pending()
+    plugins.load_in_worker("local worker process")
     members = [Trial.from_dict(t) for t in trials]
     report = None if rounds is None else (lambda key, row: rounds.put((key, round_metrics(row))))
     outcome = run_group(members, storage_path(records), report=report)
-    return {k: None if e is None else f"{type(e).__name__}: {e}".strip().splitlines()[0][:300]
-            for k, e in outcome.items()}
+    return {k: None if e is None else failure_line(e) for k, e in outcome.items()}
+
+
+def failure_line(e: BaseException) -> str:
+    """A failed trial's error in one line: a run's failure says what it is (RunFailed: the round, the error, where it
+    was raised); another exception with its class name. Cut to 300 characters."""
+    from fda_ray.runtime.failures import RunFailed
+
+    line = str(e) if isinstance(e, RunFailed) else f"{type(e).__name__}: {e}"
+    return (line.strip().splitlines() or [type(e).__name__])[0][:300]
 
 
 def run_local(pending: list[Trial], records: StoragePath, workers: int, max_failures: int, progress: Progress,
@@ -102,6 +110,8 @@ def run_local(pending: list[Trial], records: StoragePath, workers: int, max_fail
     its record; a member that fails is retried like a trial of its own (in a later group, from its last round)."""
     import multiprocessing as mp
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    from fda_ray.core import plugins
 
     failures: list[dict] = []
     attempts: dict[str, int] = {}
@@ -145,6 +155,8 @@ def run_local(pending: list[Trial], records: StoragePath, workers: int, max_fail
         attempts[t.key] = attempts.get(t.key, 0) + 1
         if attempts[t.key] <= max_failures:
             todo.insert(0, t)
+            progress.note(f"note: {trial_name(t, progress.variable)} failed: {error}; it runs again (attempt "
+                          f"{attempts[t.key] + 1} of {max_failures + 1})", stream=sys.stderr)
             return
         failed.add(t.key)
         failures.append({"trial": t.key, "row": t.row, "value": t.value, "seed": t.seed,
@@ -182,12 +194,14 @@ def run_local(pending: list[Trial], records: StoragePath, workers: int, max_fail
                 group = running.pop(f)
                 try:
                     out = f.result()
+                except plugins.WorkerImportError:  # a worker without the plug-ins: no retry mends it (one line, exit 1)
+                    raise
                 except Exception as e:  # a failing trial (or its group's process): retried, the others go on
-                    line = f"{type(e).__name__}: {e}".strip().splitlines()[0][:300]
+                    line = failure_line(e)
                     out = {t.key: line for t in group}
                 for t in group:
                     settle(t, out.get(t.key) if isinstance(out, dict) else None)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, plugins.WorkerImportError):
         for p in list(getattr(pool, "_processes", {}).values()):
             p.kill()  # (they ignore SIGTERM) the trials' records keep their last finished round
         pool.shutdown(wait=False, cancel_futures=True)
@@ -228,6 +242,16 @@ def _attempts(result: Any) -> int:
         return 1
 
 
+def tune_errors_log(out: StoragePath) -> str:
+    """Where a Tune launch's own error records go (console.tune_errors_to): beside Tune's folder under --out, or, for
+    an --out on an object store, a local file named after it."""
+    if out.is_local:
+        return str(out.local / "tune" / "errors.log")
+    import tempfile
+
+    return str(Path(tempfile.gettempdir()) / f"fda-ray-{out.name}-tune-errors.log")
+
+
 def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, address: str | None, max_concurrent: int | None,
              max_failures: int, progress: Progress, scheduler: Any = None, metric: str | None = None,
              on_stopped: Any = None, pin_drivers: bool = False, fuse: int = 1) -> tuple[list[dict], bool]:
@@ -241,16 +265,19 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
     from ray import tune
 
     import fda_ray.experiments.tune as ft
+    from fda_ray.core import plugins
     from fda_ray.runtime.driver import ensure_ray
 
     records, out = storage_path(records), storage_path(out)
     ft.keep_working_directory()
     ensure_ray(address, num_cpus=None)
+    plugins.check_ray_workers("Tune trial process")  # a node whose workers cannot import a plug-in: before any trial
     tune_log = logging.getLogger("ray.tune.tune")
     if not any(isinstance(f, TuneRestoreHint) for f in tune_log.filters):
         tune_log.addFilter(TuneRestoreHint())
     by_key = {t.key: t for t in pending}
     progress.expect(pending)
+    errors_log = tune_errors_log(out)
 
     class Callback(tune.Callback):
         def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
@@ -278,7 +305,23 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
                 return
             progress.line(by_key[key], "done")
 
+        def stranded(self, trial: Any, t: Trial) -> bool:
+            """A running trial whose client actors no live node holds any more (fda_ray.runtime.ray_executor says
+            so in its error): the launch's verdict now, in one line naming the trial; its retry would only wait."""
+            reason = stranded_in(ft.last_error_line(ft.error_text(trial)))
+            if reason is None:
+                return False
+            watch.adopt(reason)
+            if t.key not in cut_off:  # once per trial (Tune's error and recover events both come)
+                cut_off.add(t.key)
+                progress.note(f"note: {trial_name(t, progress.variable)} cannot go on: {reason}; its last round is "
+                              "kept, the running trials finish, then the sweep ends and reports the trials not run "
+                              "(resume once the cluster has such a node)", stream=sys.stderr)
+            return True
+
         def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+            if "group" not in trial.config["run"]:
+                self.stranded(trial, by_key[trial.config["run"]["trial"]["key"]])
             for key in _member_keys(trial):
                 progress.line(by_key[key], "done" if is_done(records / key) else "FAILED")
 
@@ -286,13 +329,17 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
             # Tune runs a failing trial again (--max-failures) and says so only in its own traceback dump: one
             # line of ours names the trial and its error, which a sweep stopped before the retries end never states
             t = by_key[trial.config["run"]["trial"]["key"]]
+            if self.stranded(trial, t):
+                return
             n = len(_member_keys(trial))
-            progress.note(f"note: {trial_name(t, progress.variable)}{f' (a fused group of {n})' if n > 1 else ''} raised {ft.last_error_line(ft.error_text(trial))}; "
-                          f"Tune runs it again (attempt {trial.run_metadata.num_failures + 1} of {max_failures + 1})",
+            progress.note(f"note: {trial_name(t, progress.variable)}{f' (a fused group of {n})' if n > 1 else ''} "
+                          f"failed: {ft.last_error_line(ft.error_text(trial))}; Tune runs it again (attempt "
+                          f"{trial.run_metadata.num_failures + 1} of {max_failures + 1}; traceback in {errors_log})",
                           stream=sys.stderr)
 
     failures: list[dict] = []
     stopped: set[str] = set()  # trials the scheduler stopped early: settled, not interrupted
+    cut_off: set[str] = set()  # running trials whose client actors no live node holds any more (said once each)
     stranded_reason: str | None = None  # set when a node loss left no live node that holds a trial
 
     def not_run(t: Trial, reason: str) -> None:
@@ -300,8 +347,10 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
                          "error": f"not run: {reason}", "stranded": True})
         progress.line(t, "FAILED (not run: no live node holds it)")
 
-    def on_stranded(reason: str, waiting: int) -> None:
-        progress.note(f"note: {waiting} trial(s) cannot start: {reason}; the running trials finish, then the "
+    def on_stranded(reason: str, waiting: list) -> None:
+        names = sorted({trial_name(by_key[k], progress.variable) for w in waiting for k in _member_keys(w)})
+        shown = "; ".join(names[:4]) + (f"; and {len(names) - 4} more" if len(names) > 4 else "")
+        progress.note(f"note: {len(names)} trial(s) cannot start ({shown}): {reason}; the running trials finish, then the "
                       "sweep ends and reports the trials not run (resume once the cluster has such a node)",
                       stream=sys.stderr)
 
@@ -345,7 +394,7 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
             run_config=tune.RunConfig(name=launch, storage_path=str(out / "tune"), verbose=0,
                                       failure_config=tune.FailureConfig(max_failures=max_failures),
                                       callbacks=[Callback(), watch_callback], stop=watch_stopper))
-        with interrupts.graceful():  # SIGTERM stops the launch as Tune's Ctrl-C does
+        with interrupts.graceful(), tune_errors_to(errors_log):  # SIGTERM stops the launch as Tune's Ctrl-C does
             grid = tuner.fit()
         for result in grid:
             if result.error is not None:
@@ -356,7 +405,7 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
                     t = by_key[key]
                     failures.append({"trial": t.key, "row": t.row, "value": t.value, "seed": t.seed,
                                      "attempts": _attempts(result),
-                                     "error": ft.last_error_line(str(result.error))})
+                                     "error": ft.last_error_line(str(result.error)), "log": errors_log})
         failed = {f["trial"] for f in failures}
         if watch.reason is not None:  # the launch ended for want of a node: its trials not run fail, with why
             stranded_reason = watch.reason
@@ -370,6 +419,55 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
             return failures, True
     progress.close()
     return failures, False
+
+
+# The strerror of the write failures a trial's error can carry (fda_ray.core.interrupts.WRITE_ERRNOS' commonest).
+WRITE_REFUSALS = ("No space left on device", "Disk quota exceeded", "Read-only file system", "File too large")
+# What PyTorch's errors say when a GPU's memory ran out (torch.OutOfMemoryError's message, a CUDA runtime error).
+GPU_MEMORY_ERRORS = ("CUDA out of memory", "OutOfMemoryError", "CUDA error: out of memory")
+
+
+def failure_advice(failures: list[dict], done: int, records: str, command: str) -> list[str]:
+    """One line for each kind of failure that is not the method's (the disk, a node lost, a GPU's memory), naming
+    what to do and the command that resumes: the finished trials are kept."""
+    lines = []
+    refused = [f for f in failures if any(why in f.get("error", "") for why in WRITE_REFUSALS)]
+    if refused:  # the disk, not the method: say so once, with what to do
+        why = next(w for w in WRITE_REFUSALS if w in refused[0]["error"])
+        lines.append(f"error: {len(refused)} trial(s) could not write their records ({why}, under {records}); the "
+                     f"{done} finished trials are kept: free the space, then resume with: {command} --resume")
+    not_run = [f for f in failures if f.get("stranded") or stranded_in(f.get("error")) and f not in refused]
+    if not_run:  # a node loss, not the method: say so once, naming the trials, with what to do
+        why = stranded_in(not_run[0]["error"]) or not_run[0]["error"].removeprefix("not run: ")
+        lines.append(f"error: {len(not_run)} trial(s) did not run ({_names(not_run)}): {why}; the {done} finished "
+                     "trials are kept (a cut-off trial's last round too): bring back a node that holds a trial, then "
+                     f"resume with: {command} --resume")
+    oom = [f for f in failures if any(why in f.get("error", "") for why in GPU_MEMORY_ERRORS)]
+    if oom:  # the trials beside each other on a GPU, not the method: fewer at once
+        lines.append(f"error: {len(oom)} trial(s) ran out of GPU memory; the {done} finished trials are kept: run "
+                     "fewer trials at once on a GPU (a lower --workers with the local backend; with Tune a larger "
+                     f"--gpus-per-client or a lower --max-concurrent), then resume with: {command} --resume")
+    said = {id(f) for f in refused + not_run + oom}
+    rest = [f for f in failures if id(f) not in said]
+    if rest:  # the method's or the trial's own errors: which trials, the first error, where the tracebacks are
+        names = _names(rest)
+        logs = sorted({f["log"] for f in rest if f.get("log")})
+        lines.append(f"error: {len(rest)} trial(s) failed: {names} (first: {rest[0].get('error', 'an error')}); "
+                     f"each one's error is in summary.md"
+                     + (f", the tracebacks in {', '.join(logs)}" if logs else "")
+                     + f"; the {done} finished trials are kept; resume with: {command} --resume")
+    return lines
+
+
+def _names(failures: list[dict], most: int = 4) -> str:
+    return "; ".join(failed_name(f) for f in failures[:most]) + (
+        f"; and {len(failures) - most} more" if len(failures) > most else "")
+
+
+def failed_name(f: dict) -> str:
+    """A failed trial as the progress lines name it: row, value, seed."""
+    at = "every value" if f.get("value") is None else f"{f['value']:g}"
+    return f"{f.get('row')} at {at}, seed {f.get('seed')}"
 
 
 def write_parquet(rows: list[dict], path: StoragePath | Path) -> None:

@@ -62,6 +62,41 @@ def quiet_worker() -> None:
         logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
 
 
+# The loggers whose ERROR records are Tune's traceback dumps of a failing trial ("Trial task failed for trial
+# ...", "Trials did not complete"): written to the sweep's log file (tune_errors_to), on the console only --verbose.
+TUNE_LOGGERS = ("ray.tune", "ray.air", "ray.train")
+
+
+class tune_errors_to:
+    """Within the block, Tune's own error records (tracebacks of failing trials) go to the file `path` (appended);
+    when quiet they stay off the console, where fda-ray's one line per failure names the file instead."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = os.fspath(path)
+        self._saved: list[tuple[logging.Logger, bool]] = []
+        self._handler: logging.Handler | None = None
+
+    def __enter__(self) -> "tune_errors_to":
+        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        self._handler = logging.FileHandler(self.path, delay=True)  # created at the first record
+        self._handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        for name in TUNE_LOGGERS:
+            log = logging.getLogger(name)
+            self._saved.append((log, log.propagate))
+            log.addHandler(self._handler)
+            if is_quiet():
+                log.propagate = False  # not to the "ray" logger's console handler
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for log, propagate in self._saved:
+            log.removeHandler(self._handler)
+            log.propagate = propagate
+        self._saved.clear()
+        if self._handler is not None:
+            self._handler.close()
+
+
 def fmt_s(s: float) -> str:
     s = max(0, int(s))
     return f"{s // 3600}h{s // 60 % 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"

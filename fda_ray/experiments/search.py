@@ -32,7 +32,7 @@ from typing import Any, Sequence
 
 from fda_ray.core.storage import StoragePath, storage_path
 from fda_ray.papers.selection import RULES, best_so_far, final_value, select
-from fda_ray.experiments.records import Trial, is_done, read_rows, set_aside_damaged
+from fda_ray.experiments.records import ROWS_FILE, Trial, is_done, read_rows, set_aside_damaged
 from fda_ray.experiments.trials import merge_fields, point_trial
 from fda_ray.papers.files import write_definition
 from fda_ray.papers.searches import Search
@@ -512,7 +512,7 @@ def report(search: Search, profile: str, out: StoragePath, plan: list[Study], se
            num_samples: int, scheduler: str, search_alg: str, overrides: dict[str, Any], command: str,
            failures: list[dict], interrupted: bool, wall: float, no_figures: bool) -> int:
     """selection.json, results.parquet, summary.md and the trajectory figure from whatever has settled."""
-    from fda_ray.experiments.backends import write_parquet
+    from fda_ray.experiments.backends import failure_advice, write_parquet
 
     out = storage_path(out)
     records = out / "trials"
@@ -573,4 +573,7 @@ def report(search: Search, profile: str, out: StoragePath, plan: list[Study], se
     if interrupted:
         print(f"interrupted; resume with: {command} --resume", file=sys.stderr)
         return 130
+    done = sum(1 for _ in records.glob(f"*/{ROWS_FILE}")) if records.exists() else 0
+    for line in failure_advice(failures, done, str(records), command):
+        print(line, file=sys.stderr)
     return 1 if failures else 0

@@ -21,25 +21,9 @@ from typing import Callable, Mapping, Sequence
 
 from fda_ray.runtime import resources
 
-WAIT_ENV = "FDA_RAY_NODE_WAIT_S"
-DEFAULT_WAIT_S = 60.0
+from fda_ray.runtime.resources import DEFAULT_WAIT_S, STRANDED, WAIT_ENV, wait_seconds  # noqa: F401
+
 CHECK_EVERY_S = 1.0  # how often the live nodes are read while trials wait (ray.nodes() asks the GCS)
-
-
-def wait_seconds() -> float:
-    """$FDA_RAY_NODE_WAIT_S (default 60): how long trials may wait for nodes that hold them before they fail."""
-    raw = os.environ.get(WAIT_ENV)
-    if raw is None:
-        return DEFAULT_WAIT_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not (0 <= value < float("inf")):
-        from fda_ray.runtime.preflight import PreflightError
-
-        raise PreflightError(f"${WAIT_ENV}={raw!r} is invalid: seconds, a finite number >= 0")
-    return value
 
 
 class StrandedWatch:
@@ -82,18 +66,40 @@ class StrandedWatch:
             return None
         asks = " + ".join(resources.fmt(b) for b in self.bundles)
         alive = resources.fmt(c.largest()) if c.nodes else "none"
-        self.reason = (f"no live node can hold a trial (it asks {asks}; largest live node {alive}), "
+        self.reason = (f"{STRANDED} a trial (it asks {asks}; largest live node {alive}), "
                        f"{now - self.since:.0f} s after the cluster lost the nodes that could")
         return self.reason
+
+    def adopt(self, reason: str) -> bool:
+        """A running trial found it for itself (its client actors lost with their node, and no live node holds them
+        again: fda_ray.runtime.ray_executor): the launch's verdict at once, without a second wait. Returns whether
+        this was the first verdict."""
+        if self.reason is not None:
+            return False
+        self.reason = reason
+        return True
 
     def stop_all(self) -> bool:
         """End the launch: the trials are stranded and none is running any more."""
         return self.reason is not None and not self.running
 
 
+def stranded_in(error: str | None) -> str | None:
+    """The reason in a trial's error line when the trial stopped because no live node holds it any more (the part
+    from fda_ray.runtime.resources.STRANDED, without the run's own "N finished rounds kept"), else None."""
+    if not error or STRANDED not in error:
+        return None
+    reason, depth = error[error.index(STRANDED):], 0
+    for i, ch in enumerate(reason):  # up to the first "; " outside the parentheses ("it asks ...; largest ...")
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth == 0 and reason.startswith("; ", i):
+            return reason[:i]
+    return reason
+
+
 def tune_parts(watch: StrandedWatch, on_stranded: Callable[[str, int], None]) -> tuple[object, object]:
-    """The watch as a Tune Callback (fed the statuses each controller step; `on_stranded(reason, pending)` called
-    once) and a Tune Stopper (ends the launch)."""
+    """The watch as a Tune Callback (fed the statuses each controller step; `on_stranded(reason, pending trials)`
+    called once) and a Tune Stopper (ends the launch)."""
     from ray import tune
 
     class Watch(tune.Callback):
@@ -101,7 +107,7 @@ def tune_parts(watch: StrandedWatch, on_stranded: Callable[[str, int], None]) ->
             statuses = [t.status for t in trials]
             reason = watch.step(statuses)
             if reason is not None:
-                on_stranded(reason, statuses.count("PENDING"))
+                on_stranded(reason, [t for t in trials if t.status == "PENDING"])
 
     class Stop(tune.Stopper):
         def __call__(self, trial_id: str, result: dict) -> bool:

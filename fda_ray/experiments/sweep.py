@@ -46,7 +46,7 @@ from fda_ray.experiments.arguments import (RESUME_WORDS, SCHEDULERS, SweepError,
                                             check_fuse, check_plan_for, held_by_another, manifest_from_args, parser)
 from fda_ray.experiments.manifest import write as write_manifest
 from fda_ray.data.base import DatasetNotFound
-from fda_ray.experiments.backends import Progress, run_local, run_tune, write_parquet
+from fda_ray.experiments.backends import Progress, failure_advice, run_local, run_tune, write_parquet
 from fda_ray.experiments import console, tracking
 from fda_ray.experiments.console import quiet
 from fda_ray.experiments.tracking import Tracking
@@ -245,34 +245,6 @@ def _summarise(a: Any, grid: Grid, trials: list[Trial], out: StoragePath, record
     for line in failure_advice(failures, done, str(records), command):
         print(line, file=sys.stderr)
     return 1 if failures or done < len(trials) else 0
-
-
-# The strerror of the write failures a trial's error can carry (fda_ray.core.interrupts.WRITE_ERRNOS' commonest).
-WRITE_REFUSALS = ("No space left on device", "Disk quota exceeded", "Read-only file system", "File too large")
-# What PyTorch's errors say when a GPU's memory ran out (torch.OutOfMemoryError's message, a CUDA runtime error).
-GPU_MEMORY_ERRORS = ("CUDA out of memory", "OutOfMemoryError", "CUDA error: out of memory")
-
-
-def failure_advice(failures: list[dict], done: int, records: str, command: str) -> list[str]:
-    """One line for each kind of failure that is not the method's (the disk, a node lost, a GPU's memory), naming
-    what to do and the command that resumes: the finished trials are kept."""
-    lines = []
-    refused = [f for f in failures if any(why in f.get("error", "") for why in WRITE_REFUSALS)]
-    if refused:  # the disk, not the method: say so once, with what to do
-        why = next(w for w in WRITE_REFUSALS if w in refused[0]["error"])
-        lines.append(f"error: {len(refused)} trial(s) could not write their records ({why}, under {records}); the "
-                     f"{done} finished trials are kept: free the space, then resume with: {command} --resume")
-    not_run = [f for f in failures if f.get("stranded")]
-    if not_run:  # a node loss, not the method: say so once, with what to do
-        lines.append(f"error: {len(not_run)} trial(s) did not run: {not_run[0]['error'].removeprefix('not run: ')}; "
-                     f"the {done} finished trials are kept: bring back a node that holds a trial, then resume with: "
-                     f"{command} --resume")
-    oom = [f for f in failures if any(why in f.get("error", "") for why in GPU_MEMORY_ERRORS)]
-    if oom:  # the trials beside each other on a GPU, not the method: fewer at once
-        lines.append(f"error: {len(oom)} trial(s) ran out of GPU memory; the {done} finished trials are kept: run "
-                     "fewer trials at once on a GPU (a lower --workers with the local backend; with Tune a larger "
-                     f"--gpus-per-client or a lower --max-concurrent), then resume with: {command} --resume")
-    return lines
 
 
 def _tune_defaults(a: Any, overrides: dict[str, Any]) -> None:

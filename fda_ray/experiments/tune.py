@@ -16,6 +16,7 @@ ASHA can stop a trial early) with a checkpoint, and resumes from its last checkp
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import warnings
 from pathlib import Path
@@ -123,7 +124,7 @@ def trainable(params: dict[str, Any]) -> None:
     from fda_ray.runtime.engine import run_rounds, start_run
     from fda_ray.experiments.console import quiet_worker
 
-    plugins.load_pending()  # the sweep's plug-ins ($FDA_RAY_IMPORTS, which Ray's runtime_env carries here)
+    plugins.load_in_worker("Tune trial process")  # the sweep's plug-ins ($FDA_RAY_IMPORTS: Ray's runtime_env)
     from fda_ray.experiments.records import Trial
     from fda_ray.experiments.trials import run_trial
 
@@ -272,11 +273,13 @@ def run_optuna(space: Sequence[Any], base: dict[str, Any], row: str, variable: s
     except ImportError:
         raise ValueError("search_alg='optuna' is invalid here: Optuna is not installed (pip install "
                          "'fda-ray[optuna]', or use --search-alg random)") from None
+    from fda_ray.core import plugins
     from fda_ray.runtime.driver import ensure_ray
     from fda_ray.experiments.records import Trial, is_done
 
     keep_working_directory()
     ensure_ray(address, num_cpus=None)
+    plugins.check_ray_workers("Tune trial process")  # a node whose workers cannot import a plug-in: before any trial
     searcher = OptunaSearch(metric=metric, mode="max", sampler=optuna.samplers.TPESampler(seed=seed),
                             # (Tune flattens the space: a point names its knobs by their path)
                             points_to_evaluate=[{f"point/{_safe(k)}": v for k, v in p.items()} for p in points] or None,
@@ -334,7 +337,12 @@ def last_error_line(text: str | None) -> str:
     """The line of a Tune error trace that says what went wrong (its last non-empty one: "RuntimeError: ..."),
     cut to 300 characters; "an error" where Tune kept no trace."""
     lines = [x.strip() for x in (text or "").splitlines() if x.strip()]
-    return lines[-1][:300] if lines else "an error"
+    if not lines:
+        return "an error"
+    # "fda_ray.runtime.failures.RunFailed: run stopped in round 1: ..." -> "run stopped in round 1: ...": a run's
+    # failure says what it is; another exception keeps its class name, without its module path
+    line = re.sub(r"^(?:\w+\.)+(\w+): ", r"\1: ", lines[-1]).removeprefix("RunFailed: ")
+    return line[:300]
 
 
 def error_text(trial: Any) -> str | None:

@@ -33,6 +33,12 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None, field: s
     address, field = preflight.address_and_field(address, field)  # the message names what the user set
     # The plug-ins loaded here (fda_ray.core.plugins), for the workers of a joined cluster; a started Ray's inherit them.
     env_vars = plugins.ray_env()
+    # The wait for nodes that hold a trial ($FDA_RAY_NODE_WAIT_S, fda_ray.runtime.resources.wait_seconds) is
+    # the command's setting: a joined cluster's workers (a trial's driver judging its lost actors) read it too.
+    from fda_ray.runtime.resources import WAIT_ENV
+
+    if WAIT_ENV in os.environ:
+        env_vars = {**env_vars, WAIT_ENV: os.environ[WAIT_ENV]}
     env = {"runtime_env": {"env_vars": env_vars}} if env_vars else {}
     if address:
         preflight.ray_address(address, field=field)  # ray.init would wait for minutes for an address nobody answers at

@@ -13,6 +13,19 @@ class ClientFailure(RuntimeError):
         self.client, self.round_idx, self.attempts = client, round_idx, attempts
 
 
+class ClientsStranded(ClientFailure):
+    """A run's client actors were lost with their node and no live node (nor a node type an autoscaler can add)
+    can hold them again: retrying cannot help until the cluster has such a node. The message starts with
+    fda_ray.runtime.resources.STRANDED, which the sweep recognises."""
+
+    def __init__(self, message: str) -> None:
+        RuntimeError.__init__(self, message)
+        self.client, self.round_idx, self.attempts = -1, -1, 0
+
+    def __reduce__(self) -> tuple:
+        return type(self), (str(self),)
+
+
 class RunFailed(RuntimeError):
     """A run stopped early; `history` holds the rounds that finished (and the weights after the last one)."""
 

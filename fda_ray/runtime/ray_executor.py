@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 import warnings
 from collections import defaultdict
 from dataclasses import dataclass
@@ -41,11 +42,12 @@ from fda_ray.train.cohort import run_tasks
 from fda_ray.train.device import warm
 from fda_ray.core.contract import input_names
 from fda_ray.core.interrupts import error_line
-from fda_ray.runtime.failures import ClientFailure
+from fda_ray.runtime.failures import ClientFailure, ClientsStranded
 from fda_ray.runtime.resources import TrialPlan
 
 FAULTS = ("kill", "raise")  # kill: SIGKILL the actor's process; raise: an exception inside local training
 PLACEMENT_TIMEOUT_S = 300.0
+WATCH_EVERY_S = 1.0  # how often the live nodes are read while a replaced actor has not answered
 
 
 class ActorTaskError(Exception):
@@ -66,7 +68,14 @@ class ClientActor:
     def __init__(self, threads: int, vectorise: bool = False, imports: Sequence[tuple[str, str | None]] = ()) -> None:
         # The process starts (and imports torch) while the driver still loads the data; `load` follows.
         # The driver's plug-ins (a recipe of theirs runs here), also when a user's own ray.init made this worker.
-        plugins.load_specs(imports)
+        # One this process cannot import is kept and raised by every call (the driver's first, wait_started's
+        # `node`, tells it in one line: fda_ray.core.plugins.WorkerImportError), not as Ray's creation-task traceback.
+        self.broken: plugins.WorkerImportError | None = None
+        try:
+            plugins.load_in_worker("Ray client actor", imports)
+        except plugins.WorkerImportError as e:
+            self.broken = e
+            return
         torch.set_num_threads(threads)
         self.vectorise = vectorise
         self.clients: dict[int, Client] = {}
@@ -76,6 +85,8 @@ class ClientActor:
             warm("cuda")                                      # the driver loads the data, not in round 0
 
     def load(self, client_refs: Sequence[ray.ObjectRef], use_gpu: bool, state_refs: Sequence[ray.ObjectRef]) -> None:
+        if self.broken is not None:
+            raise self.broken
         # refs inside a list are not resolved by Ray
         clients: list[Client] = ray.get(list(client_refs))
         states: list[dict] = ray.get(list(state_refs))
@@ -93,6 +104,8 @@ class ClientActor:
             *arrays: np.ndarray) -> tuple:
         """Run `tasks` (this actor's clients' of one round); `arrays` are the server-state entries `names`,
         in order. Returns the results, then each client's state after its task: 2 * len(tasks) objects."""
+        if self.broken is not None:
+            raise self.broken
         for task, fault in zip(tasks, faults):
             if fault == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -113,6 +126,8 @@ class ClientActor:
 
     def node(self) -> str:
         """The Ray node this actor runs on (a trial's record names where its clients ran)."""
+        if self.broken is not None:
+            raise self.broken
         return ray.get_runtime_context().get_node_id()
 
     def gpu_memory(self) -> dict[str, int]:
@@ -271,7 +286,37 @@ class RayExecutor:
                 f"{len(pending)} of {len(refs)} client actors could not start within {PLACEMENT_TIMEOUT_S:.0f} s "
                 f"(each asks num_cpus={self.cpus}, num_gpus={self.gpus}; cluster has {ray.cluster_resources()}): "
                 "lower cpus_per_client / gpus_per_client")
-        ray.get(done)
+        try:
+            ray.get(done)
+        except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as e:
+            if (w := plugins.worker_import_error(e)) is not None:  # an actor without the plug-ins: one line
+                for ref in done:  # (each other actor's error read, else Ray prints it as an "unhandled error")
+                    _consume(ref, timeout=0)
+                raise w from None
+            raise
+
+    def _stranded(self, replaced: set[int], since: float | None) -> float | None:
+        """While replaced actors have not answered: once what they ask (the trial's placement group, or the
+        actors alone) has been unplaceable on the live nodes, and on the node types an autoscaler can add, for
+        $FDA_RAY_NODE_WAIT_S seconds (a restarted node may come back meanwhile), ClientsStranded: the one line
+        the sweep reports, instead of a wait with no end. Returns the time the bundles were first seen
+        unplaceable (None: they fit)."""
+        from fda_ray.runtime import resources
+
+        # the trial's placement group (the plan was read back from it), or the replaced actors alone
+        bundles = self.plan.bundles if self.placement_group is not None else [self.plan.actor.bundle()] * len(replaced)
+        cluster = resources.from_ray()
+        if not cluster.known or resources.placeable(bundles, cluster):
+            return None
+        now = time.monotonic()
+        if since is None:
+            return now
+        if now - since < resources.wait_seconds():
+            return since
+        asks = " + ".join(resources.fmt(b) for b in bundles)
+        alive = resources.fmt(cluster.largest()) if cluster.nodes else "none"
+        raise ClientsStranded(f"{resources.STRANDED} this trial's client actors again (it asks {asks}; largest "
+                              f"live node {alive}), {now - since:.0f} s after the cluster lost the node they ran on")
 
     def _replace(self, slot: int, dead: Any) -> bool:
         """Replace the actor of `slot` unless that was done already (the calls it still had failed with it)."""
@@ -314,19 +359,29 @@ class RayExecutor:
         results: dict[int, ClientResult] = {}
         failures: dict[int, int] = defaultdict(int)
         waiting = dict(pending.calls)
+        replaced: set[int] = set()  # slots whose actor was replaced in this round and has not answered yet
+        since: float | None = None  # when their bundles were first seen unplaceable on the live nodes
         while waiting:
-            done, _ = ray.wait(list(waiting), num_returns=1)
+            done, _ = ray.wait(list(waiting), num_returns=1, timeout=WATCH_EVERY_S if replaced else None)
+            if not done:  # a replaced actor that no live node may ever hold again (its node lost): judged
+                since = self._stranded(replaced, since)
+                continue
             for ref in done:
                 task, call, state_ref = waiting.pop(ref)
                 try:
                     result = ray.get(ref)
-                except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as e:
+                except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError, ray.exceptions.ObjectLostError) as e:
+                    # (ObjectLostError: the result was made, on a node lost before it was read: the call again)
                     # The call's other results failed with it: handled here, once (read, so that Ray does not
                     # print each one's traceback as an "unhandled error" when it is dropped).
                     _consume(state_ref)
                     for other in [r for r, (_, c, _) in waiting.items() if c is call]:
                         _consume(other)
                         _consume(waiting.pop(other)[2])
+                    if (w := plugins.worker_import_error(e)) is not None:
+                        # an actor without the plug-ins (a replaced one, on a node that lacks one): no retry mends it
+                        self._abandoned += [r for other, (_, _, st) in waiting.items() for r in (other, st)]
+                        raise w from None
                     why = _short(e)
                     cause = getattr(e, "cause", None)
                     # A killed process: the driver cannot tell whose task did it, so every client of the
@@ -342,16 +397,25 @@ class RayExecutor:
                     # An actor that raised is replaced too: its clients may be half-way through a task.
                     if self._replace(call.slot, call.actor):
                         self.restarts.append((blamed[0], task.round, why))
+                        replaced.add(call.slot)
                     waiting.update(self._call(call.slot, call.tasks, pending.input_refs))  # the same cohort again
                     continue
                 self._state_refs[task.client] = state_ref
                 results[task.client] = result
+                if call.actor is self.actors[call.slot]:
+                    replaced.discard(call.slot)
+                    since = None
                 if call.actor is not self.actors[call.slot]:  # finished on an actor replaced since: tell its successor
                     self.actors[call.slot].restore.remote(task.client, state_ref)
         return [results[t.client] for t in pending.tasks]
 
     def client_states(self) -> list[dict]:
-        return ray.get(list(self._state_refs))
+        """Every client's state after its last task (a checkpoint's). Read here, they are put back from here: the
+        copies are then this process's, in its node's object store, and a replacement actor is loaded from them
+        even when the node of the actor that made them is lost (its copies went with it)."""
+        states = ray.get(list(self._state_refs))
+        self._state_refs = [ray.put(st) for st in states]
+        return states
 
     def client_state(self, client: int) -> dict:
         return ray.get(self._state_refs[client])

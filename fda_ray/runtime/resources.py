@@ -400,6 +400,30 @@ def _place(bundles: Sequence[Mapping[str, float]], nodes: list[_Node]) -> list[_
     return after
 
 
+# What every "no node can hold it any more" line starts with (the trials' own and the sweep's watch's), so that the
+# sweep recognises such a failure in a trial's error whichever process raised it.
+STRANDED = "no live node can hold"
+WAIT_ENV = "FDA_RAY_NODE_WAIT_S"
+DEFAULT_WAIT_S = 60.0
+
+
+def wait_seconds() -> float:
+    """$FDA_RAY_NODE_WAIT_S (default 60): how long what a run asks may stay unplaceable on the live nodes (a
+    restarted node may come back) before the run says so and stops waiting."""
+    raw = os.environ.get(WAIT_ENV)
+    if raw is None:
+        return DEFAULT_WAIT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not (0 <= value < float("inf")):
+        from fda_ray.runtime.preflight import PreflightError
+
+        raise PreflightError(f"${WAIT_ENV}={raw!r} is invalid: seconds, a finite number >= 0")
+    return value
+
+
 def placeable(bundles: Sequence[Mapping[str, float]], cluster: Cluster) -> bool:
     """Whether one group of `bundles` can ever be placed: on the nodes up now, or on nodes of one type the
     autoscaler can add (as many as the group needs)."""

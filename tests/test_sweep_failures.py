@@ -1,0 +1,62 @@
+"""Tune's own output on failure (issue 63, class 6): a trial that raises and is retried, or fails for good, shows as
+fda-ray's one line naming the log file that holds Tune's traceback dumps (on the console only with --verbose), and
+a sweep that ends with failed trials ends with one error line listing them and the resume command. The local
+backend says the same lines (it has no Tune log). The trials: the plug-in tutorial's grid, its recipe raising in
+round 1 (tests/test_exit_codes.py's failing plug-in), beside a FedGP row that finishes."""
+from __future__ import annotations
+
+import pytest
+
+from test_exit_codes import _failing_tutorial
+from test_plugins import _python
+
+
+def _sweep(folder, backend: str, *more: str):
+    return _python(["-m", "fda_ray.sweep", "--import", "my_fda", "--grid", "my-prox.yaml", "--profile", "quick",
+                    "--backend", backend, "--out", "sweeps/x", "--data-dir", "data", "--no-figures",
+                    "--max-failures", "1", *more], folder)
+
+
+def _check_lines(p, folder, backend: str, more: str = "") -> list[str]:
+    assert p.returncode == 1, p.stderr[-3000:]
+    err = p.stderr.strip().splitlines()
+    notes = [x for x in err if x.startswith("note: ")]
+    assert len(notes) == 2 and {x.split(" failed: ")[0] for x in notes} == \
+        {"note: fedprox_0 noise=2 seed 0", "note: fedprox_1 noise=2 seed 0"}, err
+    for x in notes:
+        assert " failed: run stopped in round 1: RuntimeError: mu went negative in my recipe (my_fda.py:" in x
+        assert "again (attempt 2 of 2" in x
+    (last,) = [x for x in err if x.startswith("error: ")]
+    assert err[-1] == last
+    assert last.startswith("error: 2 trial(s) failed: fedprox_") and "fedprox_0 at 2, seed 0" in last and \
+        "fedprox_1 at 2, seed 0" in last and "(first: run stopped in round 1: RuntimeError: mu went negative" in last
+    assert last.endswith("; the 1 finished trials are kept; resume with: python -m fda_ray.sweep --import my_fda "
+                         f"--grid my-prox.yaml --profile quick --backend {backend} --out sweeps/x --data-dir data "
+                         f"--no-figures --max-failures 1{more} --resume"), last
+    assert "Traceback" not in p.stderr + p.stdout
+    return notes + [last]
+
+
+@pytest.mark.slow  # a Tune sweep in a subprocess
+def test_a_failing_trial_on_tune_is_fda_rays_lines_and_tunes_dumps_go_to_the_named_log(tmp_path):
+    _failing_tutorial(tmp_path, "RuntimeError", at_round=1)
+    p = _sweep(tmp_path, "tune")
+    lines = _check_lines(p, tmp_path, "tune")
+    log = tmp_path / "sweeps" / "x" / "tune" / "errors.log"
+    assert all(f"traceback in {log}" in x for x in lines[:2]) and f"the tracebacks in {log}" in lines[-1]
+    assert "Trial task failed" not in p.stderr and "Trials did not complete" not in p.stderr
+    dumped = log.read_text()
+    assert dumped.count("Trial task failed for trial") == 4 and "Traceback (most recent call last)" in dumped
+    assert "RuntimeError: mu went negative in my recipe" in dumped
+    # --verbose: Tune's own dumps on the console too (and still in the log)
+    again = _sweep(tmp_path, "tune", "--resume", "--verbose")
+    assert again.returncode == 1 and "Trial task failed for trial" in again.stderr
+    assert log.read_text().count("Trial task failed for trial") == 8
+
+
+@pytest.mark.slow  # the local backend's worker processes
+def test_a_failing_trial_on_the_local_backend_is_the_same_lines(tmp_path):
+    _failing_tutorial(tmp_path, "RuntimeError", at_round=1)
+    p = _sweep(tmp_path, "local", "--workers", "1")
+    lines = _check_lines(p, tmp_path, "local", " --workers 1")
+    assert "traceback" not in " ".join(lines)  # no log to name: the workers' errors come back as exceptions
