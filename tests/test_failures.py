@@ -716,7 +716,9 @@ def _watch(nodes_over_time, wait_s=10.0, known=True, types=()):
         calls.append(clock.t)
         return Cluster(tuple(nodes_over_time(clock.t)), tuple(types), known=known, source="the Ray cluster")
 
-    return StrandedWatch(ASK, wait_s=wait_s, cluster=cluster, clock=clock, every_s=1.0), clock, calls
+    return StrandedWatch(ASK, wait_s=wait_s, cluster=cluster, clock=clock, every_s=1.0,
+                         holders=lambda: "{CPU: 0} of {CPU: 3}; held by job 02000000 (pid 7 on 10.0.0.1: hog.py): "
+                                         "1 actor(s)"), clock, calls
 
 
 @pytest.mark.parametrize("case,nodes,known,types,statuses,expect_reason_at", [
@@ -749,6 +751,48 @@ def test_a_stranded_launch_is_named_once_after_the_wait(case, nodes, known, type
     else:  # read at most once a second, not every step, and never again once judged
         assert calls and all(b - a >= 1.0 - 1e-9 for a, b in zip(calls, calls[1:]))
         assert calls[-1] == (expect_reason_at if expect_reason_at is not None else 39.0)
+
+
+@pytest.mark.parametrize("statuses,noted_at", [(["PENDING"], 10.0), (["PENDING", "RUNNING"], None),
+                                               (["TERMINATED"], None)])
+def test_trials_that_fit_yet_wait_with_none_running_get_one_note_after_the_wait(statuses, noted_at):
+    """The cluster holds the trials (not stranded) but they wait, none of the launch's running (another job holds
+    its CPUs): after the wait, one note of what they ask, what is free and what holds it; never while one of the
+    launch's trials runs (then the others queue behind it, as planned)."""
+    watch, clock, _ = _watch(lambda t: [BIG, SMALL])
+    seen = []
+    for step in range(300):
+        clock.t = step / 10
+        before = watch.waited
+        assert watch.step(statuses) is None
+        if watch.waited is not None and before is None:
+            seen.append(clock.t)
+    if noted_at is None:
+        assert seen == [] and watch.waited is None
+    else:
+        assert seen == [pytest.approx(noted_at)] and watch.reason is None
+        assert watch.waited == ("have waited 10 s for resources: each asks {CPU: 2}; free now {CPU: 0} of {CPU: 3}; "
+                                "held by job 02000000 (pid 7 on 10.0.0.1: hog.py): 1 actor(s)")
+
+
+def test_what_holds_a_cluster_is_read_from_rays_tables():
+    from fda_ray.runtime.resources import holders_line
+
+    jobs = [{"JobID": "01000000", "DriverPid": 11, "DriverIPAddress": "10.0.0.1", "IsDead": False,
+             "Entrypoint": "python -m fda_ray.sweep --grid noise"},
+            {"JobID": "02000000", "DriverPid": 22, "DriverIPAddress": "10.0.0.2", "IsDead": False,
+             "Entrypoint": "python hog.py"},
+            {"JobID": "03000000", "DriverPid": 33, "DriverIPAddress": "10.0.0.3", "IsDead": True, "Entrypoint": "x"}]
+    actors = [{"JobID": "02000000", "State": "ALIVE"}, {"JobID": "02000000", "State": "ALIVE"},
+              {"JobID": "02000000", "State": "DEAD"}, {"JobID": "03000000", "State": "ALIVE"},
+              {"JobID": "01000000", "State": "ALIVE"}]
+    groups = [{"placement_group_id": "aa" * 14 + "02000000", "state": "CREATED",
+               "bundles": {"0": {"CPU": 1.0}, "1": {"CPU": 1.0, "GPU": 0.5}}},
+              {"placement_group_id": "bb" * 14 + "02000000", "state": "REMOVED", "bundles": {"0": {"CPU": 8.0}}}]
+    assert holders_line(jobs, actors, groups, own_job="01000000") == (
+        "job 02000000 (pid 22 on 10.0.0.2: python hog.py): 2 actor(s), placement groups {CPU: 2, GPU: 0.5}; "
+        "this command: 1 actor(s)")
+    assert holders_line(jobs[2:], actors, [], own_job="01000000").startswith("nothing Ray's tables show")
 
 
 def test_a_stranded_launch_ends_only_when_its_running_trials_have_finished():

@@ -439,3 +439,67 @@ class capsys_disabled:
         import sys as _sys
 
         _sys.stdout = self._out
+
+
+def test_a_sweep_that_joins_a_ray_start_cluster_says_so_and_why_its_trials_wait(fmnist_dir, tmp_path):
+    """A `ray start --head` cluster (1 CPU) left running, its CPU held by another job's actor. A sweep given no
+    address joins it, as Ray does: one note says which cluster it joined and what is free; its trial waits, and
+    after $FDA_RAY_NODE_WAIT_S (3 s here) one note names what the trial asks, what is free and what holds it (the
+    other job: its pid and command). Once that job ends, the trial runs and the sweep finishes."""
+    import socket
+    import tempfile
+
+    from fda_ray.papers.files import dump, grid_to_dict
+
+    ray_tmp = Path(tempfile.mkdtemp(prefix="fdaray-j-", dir="/tmp"))  # short: Ray's socket paths live under it
+    env = {**os.environ, "RAY_TMPDIR": str(ray_tmp), "FDA_RAY_NODE_WAIT_S": "3",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env.pop("RAY_ADDRESS", None)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    hog = None
+    try:
+        started = subprocess.run(["ray", "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
+                                  "--num-cpus=1", "--num-gpus=0", "--include-dashboard=false",
+                                  "--disable-usage-stats"], env=env,
+                                 capture_output=True, text=True, timeout=120)
+        assert started.returncode == 0, started.stderr[-2000:]
+        address = (ray_tmp / "ray" / "ray_current_cluster").read_text().strip()
+        (tmp_path / "hog.py").write_text(
+            "import time\nimport ray\nray.init()  # the cluster `ray start` left (RAY_TMPDIR)\n\n\n@ray.remote(num_cpus=1)\nclass Hog:\n"
+            "    def ping(self):\n        return 1\n\n\nh = Hog.remote()\nray.get(h.ping.remote())\n"
+            "print('holding', flush=True)\ntime.sleep(600)\n")
+        hog = subprocess.Popen([sys.executable, str(tmp_path / "hog.py")], env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, text=True)
+        assert hog.stdout.readline().strip() == "holding"
+        grid = tmp_path / "g.yaml"
+        d = grid_to_dict(make_tiny_grid())
+        d["rows"] = [r for r in d["rows"] if r["key"] == "target_only"]
+        d["paper"] = {}
+        grid.write_text(dump(d))
+        out = open(tmp_path / "stdout.txt", "w")
+        p = subprocess.Popen([sys.executable, "-m", "fda_ray.sweep", "--grid", str(grid), "--values", "0.8",
+                              "--data-dir", str(fmnist_dir), "--out", str(tmp_path / "sweep"), "--no-figures"],
+                             env=env, stdout=out, stderr=subprocess.PIPE, text=True)
+        lines = []
+        for line in p.stderr:
+            lines.append(line.rstrip("\n"))
+            if line.startswith("note: 1 trial(s) have waited"):
+                hog.kill()  # the other job ends: its CPU is free again
+        p.wait(timeout=300)
+        out.close()
+        assert p.returncode == 0, "\n".join(lines[-30:])
+        joined = [x for x in lines if x.startswith("note: joined the Ray cluster that `ray start` left running")]
+        assert len(joined) == 1 and f"at {address} (named in {ray_tmp / 'ray' / 'ray_current_cluster'}): 1 node(s), " \
+            "free now {CPU: 0} of {CPU: 1}" in joined[0], lines
+        (waited,) = [x for x in lines if x.startswith("note: 1 trial(s) have waited")]
+        assert "s for resources: each asks {CPU: 1}; free now {CPU: 0} of {CPU: 1}; held by job " in waited
+        assert f": {Path(sys.executable).name} {tmp_path / 'hog.py'}): 1 actor(s); they start once it is free" in waited, \
+            waited
+        assert (tmp_path / "sweep" / "results.parquet").is_file()
+    finally:
+        if hog is not None and hog.poll() is None:
+            hog.kill()
+        subprocess.run(["ray", "stop", "--force"], env=env, capture_output=True, timeout=120)
+        shutil.rmtree(ray_tmp, ignore_errors=True)

@@ -354,6 +354,10 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
                       "sweep ends and reports the trials not run (resume once the cluster has such a node)",
                       stream=sys.stderr)
 
+    def on_waiting(line: str, waiting: list) -> None:
+        names = sorted({trial_name(by_key[k], progress.variable) for w in waiting for k in _member_keys(w)})
+        progress.note(f"note: {len(names)} trial(s) {line}; they start once it is free", stream=sys.stderr)
+
     from fda_ray.runtime.fusion import plan_groups
 
     # each phase in launches: its fused groups (one Tune trial each), then its trials that run alone, as before
@@ -382,7 +386,7 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
             # every trial of a sweep asks the same resources: one placement group, watched for a node loss
             group = ft.resources(phase[0].config().resolved(), ft.driver_placement(pin_drivers))
         watch = StrandedWatch(group.bundles)
-        watch_callback, watch_stopper = stranded_tune_parts(watch, on_stranded)
+        watch_callback, watch_stopper = stranded_tune_parts(watch, on_stranded, on_waiting)
         tuner = tune.Tuner(
             tune.with_resources(ft.trainable, group),
             param_space={"run": tune.grid_search(space)},

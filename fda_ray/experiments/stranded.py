@@ -30,11 +30,13 @@ class StrandedWatch:
     """Decides, from the trials' statuses and the live nodes, whether a launch's pending trials are stranded.
 
     bundles: one trial's placement group (every trial of the launch asks the same);
-    cluster: the live nodes and node types now (default: the running Ray's, fda_ray.runtime.resources.from_ray)."""
+    cluster: the live nodes and node types now (default: the running Ray's, fda_ray.runtime.resources.from_ray);
+    holders: what is free and what holds the rest, in words (default: the running Ray's, resources.holders)."""
 
     def __init__(self, bundles: Sequence[Mapping[str, float]], wait_s: float | None = None,
                  cluster: Callable[[], resources.Cluster] = resources.from_ray,
-                 clock: Callable[[], float] = time.monotonic, every_s: float = CHECK_EVERY_S) -> None:
+                 clock: Callable[[], float] = time.monotonic, every_s: float = CHECK_EVERY_S,
+                 holders: Callable[[], str] | None = None) -> None:
         self.bundles = [dict(b) for b in bundles]
         self.wait_s = wait_seconds() if wait_s is None else wait_s
         self.cluster, self.clock, self.every_s = cluster, clock, every_s
@@ -42,6 +44,9 @@ class StrandedWatch:
         self.checked = float("-inf")
         self.running = False
         self.reason: str | None = None  # set once, for good: the one line the trials fail with
+        self.queued: float | None = None  # since when trials wait with none of the launch's running (placeable)
+        self.waited: str | None = None  # set once: what the trials ask, what is free, what holds it
+        self.holders = holders or (lambda: f"{resources.free_line()}; held by {resources.holders()}")
 
     def step(self, statuses: Sequence[str]) -> str | None:
         """One look from the controller's loop. Returns the reason the first time the trials are found stranded."""
@@ -49,7 +54,7 @@ class StrandedWatch:
         if self.reason is not None:
             return None
         if "PENDING" not in statuses:
-            self.since = None
+            self.since = self.queued = None
             return None
         now = self.clock()
         if now - self.checked < self.every_s:
@@ -58,6 +63,7 @@ class StrandedWatch:
         c = self.cluster()
         if not c.known or resources.placeable(self.bundles, c):
             self.since = None
+            self._queued(now)
             return None
         if self.since is None:
             self.since = now
@@ -69,6 +75,18 @@ class StrandedWatch:
         self.reason = (f"{STRANDED} a trial (it asks {asks}; largest live node {alive}), "
                        f"{now - self.since:.0f} s after the cluster lost the nodes that could")
         return self.reason
+
+    def _queued(self, now: float) -> None:
+        """Trials that fit the cluster yet wait, none of this launch's running (another job holds what they ask,
+        a cluster `ray start` left that others use): once they have waited `wait_s`, one note (`waited`)."""
+        if self.running:
+            self.queued = None
+            return
+        if self.queued is None:
+            self.queued = now
+        if self.waited is None and now - self.queued >= self.wait_s:
+            asks = " + ".join(resources.fmt(b) for b in self.bundles)
+            self.waited = f"have waited {now - self.queued:.0f} s for resources: each asks {asks}; free now {self.holders()}"
 
     def adopt(self, reason: str) -> bool:
         """A running trial found it for itself (its client actors lost with their node, and no live node holds them
@@ -97,7 +115,8 @@ def stranded_in(error: str | None) -> str | None:
     return reason
 
 
-def tune_parts(watch: StrandedWatch, on_stranded: Callable[[str, int], None]) -> tuple[object, object]:
+def tune_parts(watch: StrandedWatch, on_stranded: Callable[[str, list], None],
+               on_waiting: Callable[[str, list], None] | None = None) -> tuple[object, object]:
     """The watch as a Tune Callback (fed the statuses each controller step; `on_stranded(reason, pending trials)`
     called once) and a Tune Stopper (ends the launch)."""
     from ray import tune
@@ -105,9 +124,12 @@ def tune_parts(watch: StrandedWatch, on_stranded: Callable[[str, int], None]) ->
     class Watch(tune.Callback):
         def on_step_begin(self, iteration: int, trials: list, **info: object) -> None:
             statuses = [t.status for t in trials]
+            waited = watch.waited
             reason = watch.step(statuses)
             if reason is not None:
                 on_stranded(reason, [t for t in trials if t.status == "PENDING"])
+            elif watch.waited is not None and waited is None and on_waiting is not None:
+                on_waiting(watch.waited, [t for t in trials if t.status == "PENDING"])
 
     class Stop(tune.Stopper):
         def __call__(self, trial_id: str, result: dict) -> bool:

@@ -50,6 +50,7 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None, field: s
         left = preflight.left_by_ray_start()
         if left and left[2]:  # a live `ray start` cluster on this machine (a `ray up` head): join it, as Ray does
             ray.init(log_to_driver=True, logging_level=_logging_level(), **env)
+            _say_joined(left)
         else:
             if left:  # a dead cluster's address file would make ray.init fail; say what is skipped and why
                 print(f"note: {left[0]} names a Ray cluster at {left[1]} that no longer answers (left by a `ray "
@@ -58,6 +59,17 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None, field: s
                      logging_level=_logging_level(), **env)
             node_watch.start()  # its raylet lost: one line, not Ray's log dump (fda_ray.runtime.node_watch)
     interrupts.rearm()  # ray.init installed Ray's SIGTERM handler (sys.exit, then Ray's crash dump): ours again
+
+
+def _say_joined(left: tuple[str, str, bool]) -> None:
+    """One note when a command given no address joined the cluster a `ray start` left running (Ray's default):
+    which one, what it has and has free now (what else runs there shares it)."""
+    from fda_ray.runtime.resources import free_line
+
+    nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
+    print(f"note: joined the Ray cluster that `ray start` left running at {left[1]} (named in {left[0]}): "
+          f"{nodes} node(s), free now {free_line()}; its trials share it with whatever else runs there (`ray stop` "
+          "ends that cluster, and the next command starts a Ray of its own)", file=sys.stderr)
 
 
 def _logging_level() -> int:

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 import os
+from pathlib import Path
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
@@ -422,6 +423,69 @@ def wait_seconds() -> float:
 
         raise PreflightError(f"${WAIT_ENV}={raw!r} is invalid: seconds, a finite number >= 0")
     return value
+
+
+def free_line() -> str:
+    """What the running Ray has free now, of what it has: '{CPU: 0} of {CPU: 2}'."""
+    import ray
+
+    total = ray.cluster_resources()
+    free = {k: ray.available_resources().get(k, 0.0) for k in total}
+    return f"{fmt(free)} of {fmt(total)}"
+
+
+def holders_line(jobs: Iterable[Mapping], actors: Iterable[Mapping], groups: Iterable[Mapping], own_job: str,
+                 most: int = 3) -> str:
+    """Who holds a cluster's resources, from Ray's tables (GCS: jobs, actors, placement groups): each live job's
+    driver (its pid, host and command), its alive actors and its placement groups' bundles, this command's own
+    job named as such. A placement group's id ends with its job's id."""
+    count: dict[str, int] = {}
+    held: dict[str, dict[str, float]] = {}
+    for a in actors:
+        if a.get("State") == "ALIVE":
+            count[a.get("JobID", "")] = count.get(a.get("JobID", ""), 0) + 1
+    for g in groups:
+        if g.get("state") in ("CREATED", "RESCHEDULING"):
+            total = held.setdefault(str(g.get("placement_group_id", ""))[-8:], {})
+            for b in (g.get("bundles") or {}).values():
+                for k, v in b.items():
+                    total[k] = total.get(k, 0.0) + float(v)
+    parts = []
+    for j in jobs:
+        jid = j.get("JobID", "")
+        if j.get("IsDead") or not (count.get(jid) or held.get(jid)):
+            continue
+        who = "this command" if jid == own_job else (
+            f"job {jid} (pid {j.get('DriverPid')} on {j.get('DriverIPAddress')}"
+            + (f": {_command(str(j['Entrypoint']))}" if j.get("Entrypoint") else "") + ")")
+        what = [f"{count[jid]} actor(s)"] if count.get(jid) else []
+        what += [f"placement groups {fmt(held[jid])}"] if held.get(jid) else []
+        parts.append(f"{who}: {', '.join(what)}")
+    parts.sort(key=lambda x: x.startswith("this command"))  # the others first: they are why the trials wait
+    if not parts:
+        return "nothing Ray's tables show (tasks of other jobs, or resources in use outside Ray)"
+    return "; ".join(parts[:most]) + (f"; and {len(parts) - most} more job(s)" if len(parts) > most else "")
+
+
+def _command(entrypoint: str, most: int = 100) -> str:
+    """A job's command line as a person reads it: the interpreter by its name, the rest's end when long."""
+    first, _, rest = entrypoint.partition(" ")
+    text = f"{Path(first).name} {rest}".strip()
+    return text if len(text) <= most else "..." + text[-(most - 3):]
+
+
+def holders() -> str:
+    """holders_line for the running Ray (its GCS tables; no dashboard needed)."""
+    import ray
+    from ray._private import state
+
+    try:
+        jobs = state.state.job_table()
+        actors = list(state.actors().values())
+        groups = list(ray.util.placement_group_table().values())
+    except Exception as e:  # another Ray's tables: say what could not be read rather than fail the sweep
+        return f"(Ray's tables could not be read: {type(e).__name__})"
+    return holders_line(jobs, actors, groups, ray.get_runtime_context().get_job_id())
 
 
 def placeable(bundles: Sequence[Mapping[str, float]], cluster: Cluster) -> bool:
