@@ -405,6 +405,37 @@ def test_a_tune_trial_process_that_cannot_import_a_plugin_stops_the_sweep_in_one
 
 
 @pytest.mark.slow
+def test_a_tune_trial_that_cannot_import_a_plugin_after_the_check_ends_the_launch_without_retries(tmp_path):
+    """The check before a launch passes, yet a trial process cannot import the plug-in (as on a node that joined
+    after the check; here the plug-in fails in Ray actors only: Tune's trial processes are actors, the check's tasks
+    are not). The failing trial is named in one note, not retried (the same import fails again), the trials not run
+    are reported with why, and the sweep ends with one error line and exit 1."""
+    write_tutorial(tmp_path)
+    (tmp_path / "plug_late.py").write_text(
+        "import ray\n"
+        "if ray.is_initialized() and ray.get_runtime_context().get_actor_id() is not None:  # a trial process\n"
+        "    import my_actor_only_dep\n" + block("plugin-module: my_fda.py", "python"))
+    p = _python(["-m", "fda_ray.sweep", "--import", "plug_late", "--grid", "my-prox.yaml", "--profile", "quick",
+                 "--methods", "fedprox_0,fedprox_1", "--rounds", "1", "--backend", "tune", "--max-concurrent", "1",
+                 "--out", "sweeps/t"], tmp_path)
+    assert p.returncode == 1, p.stderr[-3000:]
+    assert "Tune runs it again" not in p.stderr and "Traceback" not in p.stderr, p.stderr[-3000:]
+    (note,) = [x for x in p.stderr.splitlines() if x.startswith("note: ")]
+    assert " failed: plug-in 'plug_late' cannot be imported in a Tune trial process (host " in note
+    assert "No module named 'my_actor_only_dep' (plug_late.py:3)" in note and note.endswith(
+        "the running trials finish, then the sweep ends (no retry: the same import fails again)"), note
+    (error,) = [x for x in p.stderr.splitlines() if x.startswith("error: ")]
+    assert error.startswith("error: 2 trial(s) failed: fedprox_") and "plug-in 'plug_late' cannot be imported" in error
+    assert error.endswith(" --resume"), error
+    _no_trial_trained_but_summary(tmp_path / "sweeps" / "t")
+
+
+def _no_trial_trained_but_summary(out: Path) -> None:
+    assert not [f for f in out.rglob("*") if f.name in ("rows.json", "state.pt")]
+    assert "## Failed trials (2)" in (out / "summary.md").read_text()
+
+
+@pytest.mark.slow
 def test_a_local_worker_process_that_cannot_import_a_plugin_stops_the_sweep_in_one_line(tmp_path):
     """`--backend local`: a spawned pool worker inherits the sweep's sys.path and environment, so here the plug-in
     itself fails in worker processes only (a library that only the command's process has). The first trial's job

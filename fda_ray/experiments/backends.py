@@ -305,10 +305,20 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
                 return
             progress.line(by_key[key], "done")
 
-        def stranded(self, trial: Any, t: Trial) -> bool:
-            """A running trial whose client actors no live node holds any more (fda_ray.runtime.ray_executor says
-            so in its error): the launch's verdict now, in one line naming the trial; its retry would only wait."""
-            reason = stranded_in(ft.last_error_line(ft.error_text(trial)))
+        def settles_launch(self, trial: Any, t: Trial) -> bool:
+            """A trial's error that no retry mends, which ends the launch once the running trials finish (one line
+            naming the trial): its client actors no live node holds any more (fda_ray.runtime.ray_executor says so:
+            a retry would only wait), or its process cannot import a plug-in (a node that joined after the check)."""
+            error = ft.last_error_line(ft.error_text(trial))
+            if error.startswith("WorkerImportError: "):  # a trial process without the plug-ins (a node that joined
+                # after the launch's check, fda_ray.core.plugins.check_ray_workers): retries cannot mend it
+                if watch.fatal is None:
+                    watch.fatal = error.removeprefix("WorkerImportError: ")
+                    progress.note(f"note: {trial_name(t, progress.variable)} failed: {watch.fatal}; the running "
+                                  "trials finish, then the sweep ends (no retry: the same import fails again)",
+                                  stream=sys.stderr)
+                return True
+            reason = stranded_in(error)
             if reason is None:
                 return False
             watch.adopt(reason)
@@ -321,7 +331,7 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
 
         def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
             if "group" not in trial.config["run"]:
-                self.stranded(trial, by_key[trial.config["run"]["trial"]["key"]])
+                self.settles_launch(trial, by_key[trial.config["run"]["trial"]["key"]])
             for key in _member_keys(trial):
                 progress.line(by_key[key], "done" if is_done(records / key) else "FAILED")
 
@@ -329,7 +339,7 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
             # Tune runs a failing trial again (--max-failures) and says so only in its own traceback dump: one
             # line of ours names the trial and its error, which a sweep stopped before the retries end never states
             t = by_key[trial.config["run"]["trial"]["key"]]
-            if self.stranded(trial, t):
+            if self.settles_launch(trial, t):
                 return
             n = len(_member_keys(trial))
             progress.note(f"note: {trial_name(t, progress.variable)}{f' (a fused group of {n})' if n > 1 else ''} "
@@ -411,6 +421,12 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
                                      "attempts": _attempts(result),
                                      "error": ft.last_error_line(str(result.error)), "log": errors_log})
         failed = {f["trial"] for f in failures}
+        if watch.fatal is not None:  # a trial process could not import a plug-in: the others not run, with why
+            for t in phase:
+                if not is_done(records / t.key) and t.key not in failed | stopped:
+                    failures.append({"trial": t.key, "row": t.row, "value": t.value, "seed": t.seed, "attempts": 0,
+                                     "error": f"not run: {watch.fatal}"})
+            failed = {f["trial"] for f in failures}
         if watch.reason is not None:  # the launch ended for want of a node: its trials not run fail, with why
             stranded_reason = watch.reason
             for t in phase:

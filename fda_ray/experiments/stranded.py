@@ -44,6 +44,7 @@ class StrandedWatch:
         self.checked = float("-inf")
         self.running = False
         self.reason: str | None = None  # set once, for good: the one line the trials fail with
+        self.fatal: str | None = None  # a trial's error no retry mends (a worker without the plug-ins): ends the launch
         self.queued: float | None = None  # since when trials wait with none of the launch's running (placeable)
         self.waited: str | None = None  # set once: what the trials ask, what is free, what holds it
         self.holders = holders or (lambda: f"{resources.free_line()}; held by {resources.holders()}")
@@ -98,8 +99,9 @@ class StrandedWatch:
         return True
 
     def stop_all(self) -> bool:
-        """End the launch: the trials are stranded and none is running any more."""
-        return self.reason is not None and not self.running
+        """End the launch: the trials are stranded (or a trial failed in a way no retry mends) and none is running
+        any more."""
+        return (self.reason is not None or self.fatal is not None) and not self.running
 
 
 def stranded_in(error: str | None) -> str | None:
