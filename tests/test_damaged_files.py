@@ -353,3 +353,48 @@ def test_an_image_that_cannot_be_decoded_is_named(data, tmp_path):
     with pytest.raises(ImageFileError) as e:
         _pil_loader(str(path))
     assert str(e.value).startswith(f"image={str(path)!r} is invalid: ") and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("data,why", [(BINARY, "a binary file, not text"), (b'{"rows": 3}', "it lacks its rows"),
+                                      (b"[1]", "a JSON object (a mapping of keys to values) expected, it holds a list")])
+def test_a_damaged_stopped_json_is_kept_aside_and_its_trial_runs_again(data, why, tmp_path, capsys):
+    """A search's trial that ASHA stopped keeps its rows in stopped.json: damaged, it is one warning line, kept as
+    stopped.json.damaged, and the trial counts as not settled (it runs again), not a traceback in the selection."""
+    from fda_ray.core.storage import storage_path
+    from fda_ray.experiments.search import STOPPED_FILE, trial_rows
+
+    record = tmp_path / "abc"
+    record.mkdir()
+    (record / STOPPED_FILE).write_bytes(data)
+    assert trial_rows(storage_path(record)) is None
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line == f"warning: trial abc: its {STOPPED_FILE} is damaged ({why}); kept as {STOPPED_FILE}.damaged, the " \
+                   "trial runs again"
+    assert (record / f"{STOPPED_FILE}.damaged").read_bytes() == data and not (record / STOPPED_FILE).exists()
+
+
+def test_a_damaged_tune_checkpoint_starts_the_trial_again_in_one_line(tmp_path, capsys):
+    import torch
+
+    from fda_ray.experiments.tune import resume_state
+
+    good = tmp_path / "good.pt"
+    torch.save({"next_round": 3, "rows": []}, good)
+    assert resume_state(good) == {"next_round": 3, "rows": []} and resume_state(tmp_path / "none.pt") is None
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(good.read_bytes()[:100])
+    assert resume_state(bad) is None
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"warning: Tune's checkpoint {bad} cannot be read (") and \
+        line.endswith("); the trial starts again from round 0")
+
+
+def test_a_damaged_sidecar_of_a_generic_table_names_it(tmp_path):
+    from fda_ray.data.medical_csv import TableError, read_generic
+
+    table = tmp_path / "t.csv"
+    table.write_text("path,label,domain\na.png,0,x\n")
+    table.with_suffix(".json").write_bytes(BINARY)
+    with pytest.raises(TableError) as e:
+        read_generic(table)
+    assert str(e.value) == f"{table.with_suffix('.json')}: a binary file, not text"

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +32,7 @@ from typing import Callable, Mapping, Sequence
 
 import torch
 
+from fda_ray.core.user_files import DamagedFileError, read_json
 from fda_ray.data.base import DATASETS, DatasetNotFound, Split
 from fda_ray.data.paper_defaults import PAPER_DEFAULTS
 from fda_ray.data.images import IMAGE_SIZE, ImageFiles
@@ -273,7 +273,10 @@ def read_generic(path: Path, domains: Sequence[str] | None = None
     """(domains, training tables, test tables, auxiliary tasks) of a generic table; `domains`: their order (else
     the sidecar's, else sorted)."""
     side = path.with_suffix(".json")
-    mapping = json.loads(side.read_text()) if side.is_file() else {}
+    try:
+        mapping = read_json(side, "sidecar", dict) if side.is_file() else {}
+    except DamagedFileError as e:  # the table's .json beside it (domain names, labels): one line naming it
+        raise TableError(f"{side}: {e.why}") from None
     reader = csv.DictReader(io.StringIO(read_text(path), newline=""))
     header = [h.strip() for h in (reader.fieldnames or [])]
     rows = [(reader.line_num, {k.strip(): (v or "") for k, v in r.items() if k is not None}) for r in reader]

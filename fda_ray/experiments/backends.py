@@ -15,7 +15,7 @@ from typing import Any
 from fda_ray.core import interrupts
 from fda_ray.core.storage import StoragePath, storage_path
 from fda_ray.runtime import preflight
-from fda_ray.experiments.console import Progress, quiet_worker, trial_name, tune_errors_to
+from fda_ray.experiments.console import Progress, quiet_worker, trial_name, tune_errors_log, tune_errors_to
 from fda_ray.experiments.stranded import StrandedWatch, stranded_in, tune_parts as stranded_tune_parts
 from fda_ray.experiments.records import Trial, is_done
 from fda_ray.experiments.trials import run_trial
@@ -240,16 +240,6 @@ def _attempts(result: Any) -> int:
             return max(1, f.read().decode(errors="replace").count("Failure # "))
     except Exception:  # no error file where Tune keeps it: one attempt is all we know of
         return 1
-
-
-def tune_errors_log(out: StoragePath) -> str:
-    """Where a Tune launch's own error records go (console.tune_errors_to): beside Tune's folder under --out, or, for
-    an --out on an object store, a local file named after it."""
-    if out.is_local:
-        return str(out.local / "tune" / "errors.log")
-    import tempfile
-
-    return str(Path(tempfile.gettempdir()) / f"fda-ray-{out.name}-tune-errors.log")
 
 
 def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, address: str | None, max_concurrent: int | None,

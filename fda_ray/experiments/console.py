@@ -97,6 +97,16 @@ class tune_errors_to:
             self._handler.close()
 
 
+def tune_errors_log(out: Any) -> str:
+    """Where a Tune launch's own error records go (tune_errors_to): beside Tune's folder under --out (a
+    StoragePath), or, for an --out on an object store, a local file named after it."""
+    if out.is_local:
+        return str(out.local / "tune" / "errors.log")
+    import tempfile
+
+    return os.path.join(tempfile.gettempdir(), f"fda-ray-{out.name}-tune-errors.log")
+
+
 def fmt_s(s: float) -> str:
     s = max(0, int(s))
     return f"{s // 3600}h{s // 60 % 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"

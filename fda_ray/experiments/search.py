@@ -32,7 +32,7 @@ from typing import Any, Sequence
 
 from fda_ray.core.storage import StoragePath, storage_path
 from fda_ray.papers.selection import RULES, best_so_far, final_value, select
-from fda_ray.experiments.records import ROWS_FILE, Trial, is_done, read_rows, set_aside_damaged
+from fda_ray.experiments.records import ROWS_FILE, Trial, is_done, keep_aside, read_rows, set_aside_damaged
 from fda_ray.experiments.trials import merge_fields, point_trial
 from fda_ray.papers.files import write_definition
 from fda_ray.papers.searches import Search
@@ -185,8 +185,16 @@ def trial_rows(record: StoragePath) -> tuple[list[dict], bool] | None:
     if is_done(record):
         return read_rows(record)["rows"], True
     if is_stopped(record):
-        data = json.loads((record / STOPPED_FILE).read_text())
-        return data["rows"], bool(data.get("complete"))
+        from fda_ray.core.user_files import DamagedFileError, read_json
+
+        try:
+            data = read_json(record / STOPPED_FILE, STOPPED_FILE, dict)
+            return list(data["rows"]), bool(data.get("complete"))
+        except (DamagedFileError, KeyError, TypeError) as e:  # kept aside, never deleted: the trial runs again
+            why = e.why if isinstance(e, DamagedFileError) else "it lacks its rows"
+            kept = keep_aside(record / STOPPED_FILE, "damaged")
+            print(f"warning: trial {record.name}: its {STOPPED_FILE} is damaged ({why}); kept as {kept.name}, "
+                  "the trial runs again", file=sys.stderr)
     return None
 
 

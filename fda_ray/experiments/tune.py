@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import tempfile
 import warnings
 from pathlib import Path
@@ -155,8 +156,7 @@ def trainable(params: dict[str, Any]) -> None:
     ckpt = tune.get_checkpoint()
     if ckpt is not None:  # Tune restarted this trial: go on from its checkpoint
         with ckpt.as_directory() as d:
-            path = Path(d) / STATE_FILE
-            resume = torch.load(path, weights_only=True) if path.is_file() else None
+            resume = resume_state(Path(d) / STATE_FILE)
     exp, executor, startup = start_run(cfg)
 
     def on_round(state: dict) -> None:
@@ -306,9 +306,28 @@ def run_optuna(space: Sequence[Any], base: dict[str, Any], row: str, variable: s
             else:
                 progress.line(t, "done")
 
+    from fda_ray.experiments.console import trial_name, tune_errors_log, tune_errors_to
+    from fda_ray.experiments.stranded import StrandedWatch, tune_parts
+
     records, out = storage_path(records), storage_path(out)
     launch = next_launch(out)
     cfg = RunConfig(**base).resolved()
+    # as a grid's launch (fda_ray.experiments.backends.run_tune): trials no live node holds after a node loss end
+    # the study in one line; trials waiting on another job's resources get one note; Tune's dumps go to a log file
+    watch = StrandedWatch(resources(cfg, driver_placement(pin_drivers)).bundles)
+    this = Trial.from_dict({"key": row, "row": row, "value": value, "seed": 0, "params": {}})
+
+    def on_stranded(reason: str, waiting: list) -> None:
+        progress.note(f"note: {len(waiting)} trial(s) of {trial_name(this, variable)}'s study cannot start: "
+                      f"{reason}; the running trials finish, then the study ends (resume once the cluster has such a "
+                      "node)", stream=sys.stderr)
+
+    def on_waiting(line: str, waiting: list) -> None:
+        progress.note(f"note: {len(waiting)} trial(s) of {trial_name(this, variable)}'s study {line}; they start "
+                      "once it is free", stream=sys.stderr)
+
+    watch_callback, watch_stopper = tune_parts(watch, on_stranded, on_waiting)
+    errors_log = tune_errors_log(out)
     tuner = tune.Tuner(
         with_resources(cfg, pin_drivers),
         param_space={"run": {"optuna": {"base": base, "row": row, "variable": variable, "value": value,
@@ -318,19 +337,39 @@ def run_optuna(space: Sequence[Any], base: dict[str, Any], row: str, variable: s
         tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, num_samples=num_samples,
                                     reuse_actors=True),
         run_config=tune.RunConfig(name=launch, storage_path=str(out / "tune"), verbose=0,
-                                  failure_config=tune.FailureConfig(max_failures=max_failures), callbacks=[Callback()]))
-    with interrupts.graceful():  # SIGTERM stops the launch as Tune's Ctrl-C does
+                                  failure_config=tune.FailureConfig(max_failures=max_failures),
+                                  callbacks=[Callback(), watch_callback], stop=watch_stopper))
+    with interrupts.graceful(), tune_errors_to(errors_log):  # SIGTERM stops the launch as Tune's Ctrl-C does
         grid = tuner.fit()
     failures = []
     for result in grid:
         if result.error is not None:
             failures.append({"trial": row, "row": row, "value": value, "seed": 0, "attempts": 1,
-                             "error": last_error_line(str(result.error))})
+                             "error": last_error_line(str(result.error)), "log": errors_log})
+    if watch.reason is not None:  # the study ended for want of a node: not interrupted, its trials not run
+        failures.append({"trial": row, "row": row, "value": value, "seed": 0, "attempts": 0,
+                         "error": f"not run: {watch.reason}", "stranded": True})
+        return failures, False
     # Tune stops on SIGINT and returns: a trial neither done, stopped nor failed (or fewer trials than asked for)
     # means the study was interrupted
     unsettled = [r for r in grid if r.error is None and not is_done(records / key_of(r.config))
                  and key_of(r.config) not in stopped]
     return failures, bool(unsettled) or len(grid) < num_samples
+
+
+def resume_state(path: Path) -> dict | None:
+    """A restarted Tune trial's state from its Tune checkpoint (None without one). A damaged one is said in one
+    warning line and the trial starts again from round 0 (the file stays Tune's)."""
+    if not path.is_file():
+        return None
+    try:
+        return torch.load(path, weights_only=True)
+    except Exception as e:
+        from fda_ray.core.user_files import torch_damage
+
+        print(f"warning: Tune's checkpoint {path} cannot be read ({torch_damage(path.read_bytes(), e)}); the trial "
+              "starts again from round 0", file=sys.stderr)
+        return None
 
 
 def last_error_line(text: str | None) -> str:
