@@ -237,8 +237,11 @@ def test_trial_that_keeps_failing_is_reported_while_others_finish(fmnist_dir, tm
     captured = capsys.readouterr()
     summary = _summary(captured.out)
     # the retry is said in one line of ours, naming the trial and its error (Tune's own dump is its logger's)
-    retry = [x for x in captured.err.splitlines() if x.startswith("note: target_only target_labelled=5000 seed 0 raised")]
-    assert len(retry) == 1 and "target_labelled=5000 is invalid" in retry[0] and retry[0].endswith("(attempt 2 of 2)")
+    retry = [x for x in captured.err.splitlines() if x.startswith("note: target_only target_labelled=5000 seed 0 failed: ")]
+    assert len(retry) == 1 and "target_labelled=5000 is invalid" in retry[0]
+    assert retry[0].endswith(f"(attempt 2 of 2; traceback in {out / 'tune' / 'errors.log'})"), retry[0]
+    # the sweep's last line lists the failed trial, where its traceback is, and the resume command
+    assert captured.err.strip().splitlines()[-1].startswith("error: 1 trial(s) failed: target_only at 5000, seed 0 ")
     assert [(f["value"], f["row"]) for f in summary["failures"]] == [(5000, "target_only")]
     assert "target_labelled=5000 is invalid" in summary["failures"][0]["error"]
     assert summary["failures"][0]["attempts"] == 2  # the first try and one retry (--max-failures 1)
