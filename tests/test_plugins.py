@@ -410,11 +410,8 @@ def test_a_tune_trial_that_cannot_import_a_plugin_after_the_check_ends_the_launc
     after the check; here the plug-in fails in Ray actors only: Tune's trial processes are actors, the check's tasks
     are not). The failing trial is named in one note, not retried (the same import fails again), the trials not run
     are reported with why, and the sweep ends with one error line and exit 1."""
-    write_tutorial(tmp_path)
-    (tmp_path / "plug_late.py").write_text(
-        "import ray\n"
-        "if ray.is_initialized() and ray.get_runtime_context().get_actor_id() is not None:  # a trial process\n"
-        "    import my_actor_only_dep\n" + block("plugin-module: my_fda.py", "python"))
+    _plugin_failing_where(tmp_path, "plug_late", "import ray", "ray.is_initialized() and "
+                          "ray.get_runtime_context().get_actor_id() is not None", "my_actor_only_dep")
     p = _python(["-m", "fda_ray.sweep", "--import", "plug_late", "--grid", "my-prox.yaml", "--profile", "quick",
                  "--methods", "fedprox_0,fedprox_1", "--rounds", "1", "--backend", "tune", "--max-concurrent", "1",
                  "--out", "sweeps/t"], tmp_path)
@@ -427,12 +424,17 @@ def test_a_tune_trial_that_cannot_import_a_plugin_after_the_check_ends_the_launc
     (error,) = [x for x in p.stderr.splitlines() if x.startswith("error: ")]
     assert error.startswith("error: 2 trial(s) failed: fedprox_") and "plug-in 'plug_late' cannot be imported" in error
     assert error.endswith(" --resume"), error
-    _no_trial_trained_but_summary(tmp_path / "sweeps" / "t")
-
-
-def _no_trial_trained_but_summary(out: Path) -> None:
+    out = tmp_path / "sweeps" / "t"
     assert not [f for f in out.rglob("*") if f.name in ("rows.json", "state.pt")]
     assert "## Failed trials (2)" in (out / "summary.md").read_text()
+
+
+def _plugin_failing_where(folder: Path, module: str, setup: str, condition: str, dependency: str) -> None:
+    """The tutorial's folder, and its module as `module` that imports `dependency` (which nothing has) where
+    `condition` holds: in some processes only, as a library installed only in the command's."""
+    write_tutorial(folder)
+    (folder / f"{module}.py").write_text(f"{setup}\nif {condition}:  # some processes only\n    import {dependency}\n"
+                                         + block("plugin-module: my_fda.py", "python"))
 
 
 @pytest.mark.slow
@@ -441,11 +443,8 @@ def test_a_local_worker_process_that_cannot_import_a_plugin_stops_the_sweep_in_o
     itself fails in worker processes only (a library that only the command's process has). The first trial's job
     fails before its run starts; the sweep stops at once, exit 1 (before: the trial was retried in the same worker,
     which then ran without the plug-in: "dataset='my-blobs' is invalid: known datasets: ...")."""
-    write_tutorial(tmp_path)
-    (tmp_path / "plug_child.py").write_text(
-        "import multiprocessing\n"
-        "if multiprocessing.parent_process() is not None:  # a worker process only\n"
-        "    import my_worker_only_dep\n" + block("plugin-module: my_fda.py", "python"))
+    _plugin_failing_where(tmp_path, "plug_child", "import multiprocessing",
+                          "multiprocessing.parent_process() is not None", "my_worker_only_dep")
     p = _python(["-m", "fda_ray.sweep", "--import", "plug_child", "--grid", "my-prox.yaml", "--profile", "quick",
                  "--methods", "fedprox_0,fedprox_1", "--rounds", "1", "--backend", "local", "--workers", "1",
                  "--out", "sweeps/l"], tmp_path)

@@ -40,6 +40,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Iterable, Sequence
 
+from fda_ray.core.interrupts import error_line
+
 GROUP = "fda_ray.plugins"  # the entry-point group of installed plug-ins
 ENV = "FDA_RAY_IMPORTS"  # the plug-ins this process loaded: a JSON list of [module, sys.path folder or null]
 FLAG = "--import"
@@ -81,10 +83,11 @@ def worker_import_message(module: str, kind: str, where: str, error: str, hint: 
 def worker_import_hint(module: str, root: str | None, missing: str | None, kind: str = "") -> str:
     """What to do, by cause: a dependency missing there, the plug-in's own folder missing there, or its import
     raising there."""
-    if missing and not (module == missing or module.startswith(missing + ".")) and kind.startswith("local"):
+    dependency = missing and not (module == missing or module.startswith(missing + "."))  # not the plug-in itself
+    if dependency and kind.startswith("local"):
         return (f"a local worker is a fresh process with the command's sys.path and environment, nothing else: "
                 f"install {missing!r}, or put its folder on PYTHONPATH, so that any process can import it")
-    if missing and not (module == missing or module.startswith(missing + ".")):
+    if dependency:
         return (f"install {missing!r} where the workers run (on every node of a cluster), or put its folder on "
                 "PYTHONPATH before the command starts: a sys.path entry made inside the command does not reach Ray's "
                 "workers")
@@ -102,7 +105,7 @@ def _failed(message: str, name: str, root: str | None, e: BaseException | None) 
     if err.missing and (name == err.missing or name.startswith(err.missing + ".")):
         err.error = f"ModuleNotFoundError: {e}"  # (not found at all: no line of it ran, importlib's is no help)
     else:
-        err.error = None if e is None else _where(e)
+        err.error = None if e is None else error_line(e)
     return err
 
 
@@ -133,16 +136,9 @@ def _import(name: str, root: str | None = None, field: str = "import") -> Module
             raise _failed(f"{field}={name!r} is invalid: no module {e.name!r} in {where}sys.path or the installed "
                           "packages (a module file or package folder on sys.path, or pip install it)",
                           name, root, e) from None
-        raise _failed(f"{field}={name!r} is invalid: importing it failed: {_where(e)}", name, root, e) from None
+        raise _failed(f"{field}={name!r} is invalid: importing it failed: {error_line(e)}", name, root, e) from None
     except Exception as e:  # the plug-in's own error: one line, with where it happened
-        raise _failed(f"{field}={name!r} is invalid: importing it failed: {_where(e)}", name, root, e) from None
-
-
-def _where(e: BaseException) -> str:
-    """'ValueError: message (file.py:12)' at the innermost frame of the failure."""
-    from fda_ray.core.interrupts import error_line
-
-    return error_line(e)
+        raise _failed(f"{field}={name!r} is invalid: importing it failed: {error_line(e)}", name, root, e) from None
 
 
 def _export() -> None:
@@ -304,7 +300,7 @@ def _entry_points() -> list[str]:
             obj = ep.load()
         except Exception as e:
             raise PluginError(f"entry point {GROUP}:{ep.name}={ep.value!r} is invalid: importing it failed: "
-                              f"{_where(e)}") from None
+                              f"{error_line(e)}") from None
         if callable(obj) and not isinstance(obj, ModuleType):
             obj()
         out.append(ep.module)

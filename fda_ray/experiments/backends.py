@@ -347,16 +347,19 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
                          "error": f"not run: {reason}", "stranded": True})
         progress.line(t, "FAILED (not run: no live node holds it)")
 
+    def waiting_names(waiting: list) -> list[str]:
+        """The sweep's trials that Tune trials still pending run (a fused group's members each)."""
+        return sorted({trial_name(by_key[k], progress.variable) for w in waiting for k in _member_keys(w)})
+
     def on_stranded(reason: str, waiting: list) -> None:
-        names = sorted({trial_name(by_key[k], progress.variable) for w in waiting for k in _member_keys(w)})
+        names = waiting_names(waiting)
         shown = "; ".join(names[:4]) + (f"; and {len(names) - 4} more" if len(names) > 4 else "")
         progress.note(f"note: {len(names)} trial(s) cannot start ({shown}): {reason}; the running trials finish, then the "
                       "sweep ends and reports the trials not run (resume once the cluster has such a node)",
                       stream=sys.stderr)
 
     def on_waiting(line: str, waiting: list) -> None:
-        names = sorted({trial_name(by_key[k], progress.variable) for w in waiting for k in _member_keys(w)})
-        progress.note(f"note: {len(names)} trial(s) {line}; they start once it is free", stream=sys.stderr)
+        progress.note(f"note: {len(waiting_names(waiting))} trial(s) {line}; they start once it is free", stream=sys.stderr)
 
     from fda_ray.runtime.fusion import plan_groups
 
