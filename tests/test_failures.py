@@ -831,6 +831,48 @@ def test_a_lost_raylets_line_names_the_signal_the_log_and_what_was_kept():
         node_watch.set_kept(None)
 
 
+_GUARDED = """
+import os, subprocess, sys, time
+sys.path.insert(0, {root!r})
+from fda_ray.runtime import node_watch
+raylet = subprocess.Popen(["sleep", "60"])  # stands in for the raylet ray.init starts
+node_watch._watched.update(proc=raylet, log="/x/raylet.out", guard=node_watch._start_guard(raylet, "/x/raylet.out"))
+assert node_watch._watched["guard"] is not None
+node_watch.set_kept(lambda: "the 3 finished rounds are in r.parquet")
+print(raylet.pid, node_watch._watched["guard"].pid, flush=True)
+mode = sys.argv[1]
+if mode == "shutdown":  # Ray ended on purpose (ray.shutdown, the interpreter's exit), then its raylet
+    node_watch._at_exit()
+raylet.kill()
+os.waitid(os.P_PID, raylet.pid, os.WEXITED | os.WNOWAIT)  # ended, not reaped: what Ray's core sees first
+if mode == "said":
+    node_watch._say(-9)
+os._exit(1)  # mode "ended": as Ray's core ends a process whose raylet is gone, before any Python runs
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="the guard needs pidfds (Linux)")
+@pytest.mark.parametrize("mode", ["ended", "said", "shutdown"])
+def test_a_lost_raylets_line_is_printed_once_even_when_rays_core_ends_the_process_first(mode, tmp_path):
+    """Ray's core ends a process whose raylet died (exit code 1, nothing printed) when its main thread is inside a
+    Ray call, which can come before the watch thread runs: the guard process prints the line then, with what the
+    command kept; when the process printed it (through the guard), it is printed once; a Ray shut down on purpose
+    prints nothing."""
+    script = tmp_path / "guarded.py"
+    script.write_text(_GUARDED.format(root=str(ROOT)))
+    proc = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True, timeout=60)
+    raylet, guard = map(int, proc.stdout.split())
+    assert proc.returncode == 1, proc.stderr  # (stderr read to its end: the guard, which holds it too, has ended)
+    lines = proc.stderr.splitlines()
+    if mode == "shutdown":
+        assert lines == []
+    else:
+        assert lines == [f"error: the local Ray node under this command was lost (its raylet, pid {raylet}, ended by "
+                         "SIGKILL: killed, by a user or the out-of-memory killer; its log: /x/raylet.out); Ray cannot "
+                         "go on without it; the 3 finished rounds are in r.parquet"]
+    assert not Path(f"/proc/{guard}").exists() or "zombie" in Path(f"/proc/{guard}/status").read_text()
+
+
 def test_rays_own_dump_of_a_lost_raylet_is_left_out_and_nothing_else():
     from fda_ray.runtime import node_watch
 

@@ -237,10 +237,14 @@ def _main(argv: list[str] | None = None) -> int:
     total = ALGORITHMS.get(resolved.method).planned_rounds(resolved)
     finished = History(config=resolved.to_dict())
 
+    written = [0]  # rounds in the parquet file: counted once written, so a line printed mid-write says the file's
+
     def progress(row: dict) -> None:
         if a.parquet:  # every finished round on disk at once (atomically): even a killed run keeps them
             finished.rows.append(row)
             finished.to_parquet(a.parquet)
+            written[0] = len(finished.rows)
+            node_watch.changed()
         if a.json:
             return
         beta = row.get("beta_i")
@@ -251,7 +255,7 @@ def _main(argv: list[str] | None = None) -> int:
             print(f"round {row['round'] + 1:3d}/{total} [{row['phase']}] acc {100 * row['accuracy']:6.2f} "
                   f"loss {row['loss']:.4f}{extra} ({row['seconds']:.2f} s)", flush=True)
 
-    node_watch.set_kept(lambda: f"the {len(finished.rows)} finished rounds are in {a.parquet}" if a.parquet
+    node_watch.set_kept(lambda: f"the {written[0]} finished rounds are in {a.parquet}" if a.parquet
                         else "its finished rounds were not kept (no --parquet)")
     t0 = time.perf_counter()
     try:
@@ -264,7 +268,8 @@ def _main(argv: list[str] | None = None) -> int:
         kept = ""
         if a.parquet and e.history.rows:
             e.history.to_parquet(a.parquet)
-            kept = f"; the {len(e.history.rows)} finished rounds are in {a.parquet}"
+            written[0] = len(e.history.rows)
+            kept = f"; the {written[0]} finished rounds are in {a.parquet}"
         if not isinstance(e, RunInterrupted) and node_watch.explain(e):  # the clients failed: their node was lost
             return 1
         print(f"{'interrupted' if isinstance(e, RunInterrupted) else 'error'}: {e}{kept}", file=sys.stderr)

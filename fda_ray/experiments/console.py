@@ -24,6 +24,7 @@ import time
 from typing import Any, Mapping, TextIO
 
 from fda_ray.core.interrupts import printing
+from fda_ray.runtime import node_watch
 from fda_ray.runtime.startup import from_report, slow_phases
 
 QUIET_ENV = "FDA_RAY_QUIET"  # set for the run's processes (Ray workers inherit it): 1 = quiet
@@ -211,6 +212,7 @@ class Progress:
             self.stopped += 1
         else:
             self.failed += 1
+        node_watch.changed()  # a lost raylet's line counts the finished trials' records (fda_ray.runtime.node_watch)
         settled = self.done + self.failed + self.stopped
         text = (f"[{settled}/{self.total}] {what}: {trial_name(t, self.variable)}; elapsed "
                 f"{fmt_s(self.clock() - self.t0)}, left {self.left_text()}")

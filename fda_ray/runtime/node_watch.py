@@ -10,28 +10,57 @@ while Ray is still connected (not `ray.shutdown`), the thread prints one line on
 exit code 1, before Ray's core does. What the command keeps on disk is already there (a run
 writes its rounds, a sweep its trials' checkpoints, as they finish); `set_kept` tells the line where.
 
+The thread alone loses a race: the raylet's sockets close as it dies, before the kernel reports its end, and a main
+thread inside a Ray call at that moment is ended by Ray's core (exit code 1, nothing printed) before the watch thread
+runs again. So a guard process (this file run as a script: the standard library only, its own session, so a Ctrl-C
+at the terminal does not reach it) watches the raylet and this process through pidfds and is the one that prints:
+this process hands it the line (`print`) and waits for its acknowledgement, keeps it told what the command has kept
+(`kept`, after every change: `changed()`), and tells it when Ray ends on purpose (`quit`: ray.shutdown, the
+interpreter's exit). When this process ends without either after the raylet ended other than cleanly, the guard
+prints the line itself, with the raylet's status read from /proc (its zombie's exit code) and the last `kept`.
+Where pidfds are missing (not Linux), the thread prints as before.
+
 A Ray this process joined (`--address`) has no raylet here to watch: its node's loss is Ray's to report (a sweep's
 trials are retried on other nodes, fda_ray.experiments.stranded).
 """
 from __future__ import annotations
 
 import os
+import select
 import signal
 import sys
 import threading
 from typing import Callable
 
 POLL_S = 0.05
+ACK_S = 3.0  # how long this process waits for the guard to print its line before printing it itself
 
 _kept: Callable[[], str] | None = None
-_watched: dict = {}  # "proc", "log" of the raylet watched; "said": its line was printed
+_watched: dict = {}  # "proc", "log" of the raylet watched; "guard": its guard process; "said": its line was printed
 _lock = threading.Lock()
 
 
 def set_kept(describe: Callable[[], str] | None) -> None:
-    """What the command has kept so far, for the line (e.g. 'the 70 finished rounds are in r.parquet')."""
+    """What the command has kept so far, for the line (e.g. 'the 70 finished rounds are in r.parquet'); call
+    `changed()` whenever what it describes changes, so that the guard knows it if this process is ended first."""
     global _kept
     _kept = describe
+    changed()
+
+
+def _kept_text() -> str:
+    if _kept is None:
+        return ""
+    try:
+        return _kept()
+    except Exception:  # the line must be printed whatever the description does
+        return ""
+
+
+def changed() -> None:
+    """Tell the guard what the command has kept now (see the module docstring); nothing without a guard."""
+    if _watched.get("guard") is not None:
+        _send(f"kept {_kept_text()}")
 
 
 def _ended(returncode: int) -> str:
@@ -45,16 +74,13 @@ def _ended(returncode: int) -> str:
     return f"exited with code {returncode}"
 
 
-def line(pid: int, returncode: int, log: str | None = None) -> str:
-    """The one line a lost raylet prints (`log`: the raylet's own log file, for its last words)."""
-    kept = ""
-    if _kept is not None:
-        try:
-            kept = f"; {_kept()}"
-        except Exception:  # the line must be printed whatever the description does
-            kept = ""
-    return (f"error: the local Ray node under this command was lost (its raylet, pid {pid}, {_ended(returncode)}"
-            + (f"; its log: {log}" if log else "") + f"); Ray cannot go on without it{kept}")
+def line(pid: int, returncode: int | None, log: str | None = None, kept: str | None = None) -> str:
+    """The one line a lost raylet prints (`log`: the raylet's own log file, for its last words; `kept`: what the
+    command kept, by default `set_kept`'s description now; `returncode` None: its status could not be read)."""
+    kept = _kept_text() if kept is None else kept
+    ended = "ended" if returncode is None else _ended(returncode)
+    return (f"error: the local Ray node under this command was lost (its raylet, pid {pid}, {ended}"
+            + (f"; its log: {log}" if log else "") + "); Ray cannot go on without it" + (f"; {kept}" if kept else ""))
 
 
 def _quiet_raylet_report(worker) -> None:
@@ -103,12 +129,84 @@ def _peek(proc) -> int | None:
 
 
 def _say(code: int) -> None:
-    """Print the raylet's line, once, whichever thread sees the loss first."""
+    """Print the raylet's line, once, whichever thread sees the loss first: through the guard, so that one process
+    prints it whichever of the two Ray's core lets finish; by itself when there is no guard or it does not answer."""
     with _lock:
         if _watched.get("said"):
             return
         _watched["said"] = True
-        print(line(_watched["proc"].pid, code, _watched.get("log")), file=sys.stderr, flush=True)
+        text = line(_watched["proc"].pid, code, _watched.get("log"))
+        guard = _watched.get("guard")
+        if guard is not None and _send(f"print {text}", locked=True) and _acknowledged(guard):
+            return
+        print(text, file=sys.stderr, flush=True)
+
+
+# -- the guard, this process's side -----------------------------------------------------------------------------
+def _send(message: str, locked: bool = False) -> bool:
+    """One message to the guard (one line); False when it cannot be told (gone)."""
+    guard = _watched.get("guard")
+    if guard is None:
+        return False
+    data = (message.replace("\n", " ") + "\n").encode("utf-8", "replace")
+    try:
+        if locked:
+            os.write(guard.stdin.fileno(), data)
+        else:
+            with _lock:
+                os.write(guard.stdin.fileno(), data)
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def _acknowledged(guard, byte: bytes = b"k") -> bool:
+    """Whether the guard answered `byte` within ACK_S: b"k", it printed the line; b"r", it is ready."""
+    try:
+        ready, _, _ = select.select([guard.stdout], [], [], ACK_S)
+        return bool(ready) and os.read(guard.stdout.fileno(), 1) == byte
+    except (OSError, ValueError):
+        return False
+
+
+def _start_guard(proc, log: str | None):
+    """The guard process for the raylet `proc` (a Popen), or None where pidfds are missing."""
+    if not hasattr(os, "pidfd_open"):
+        return None
+    import subprocess
+
+    try:  # -I -S: nothing but the standard library, whatever the environment sets
+        guard = subprocess.Popen([sys.executable, "-I", "-S", os.path.abspath(__file__), "--guard", str(os.getpid()),
+                                  str(proc.pid), log or ""], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 start_new_session=True)
+    except OSError:
+        return None
+    if _acknowledged(guard, b"r"):  # watching both (a raylet lost from now on is its to tell)
+        return guard
+    _quit_guard(guard)
+    return None
+
+
+def _quit_guard(guard=None) -> None:
+    """Ray ends on purpose (ray.shutdown, the interpreter's exit): the guard goes without a word."""
+    guard = guard or _watched.get("guard")
+    if guard is None:
+        return
+    try:
+        os.write(guard.stdin.fileno(), b"quit\n")
+        guard.stdin.close()
+        guard.stdout.close()
+    except (OSError, ValueError):
+        pass
+    try:
+        guard.wait(ACK_S)  # reaped, so no zombie stays behind in a long-lived process (a notebook, pytest)
+    except Exception:
+        pass
+
+
+def _at_exit() -> None:
+    if not _watched.get("said"):
+        _quit_guard()
 
 
 def _connected() -> bool:
@@ -154,8 +252,15 @@ def start(exit: Callable[[int], None] = os._exit) -> threading.Thread | None:
     except Exception:
         log = None
     _quiet_raylet_report(worker)
+    if _watched.get("guard") is not None and not _watched.get("said"):  # a Ray of this process before (shut down)
+        _quit_guard()
     _watched.clear()
-    _watched.update(proc=proc, log=log)
+    _watched.update(proc=proc, log=log, guard=_start_guard(proc, log))
+    changed()
+    import atexit
+
+    atexit.unregister(_at_exit)
+    atexit.register(_at_exit)  # after ray.init's own: runs before Ray's shutdown ends the raylet
     from fda_ray.core import interrupts
 
     if explain not in interrupts.CRASH_EXPLAINERS:
@@ -181,7 +286,12 @@ def start(exit: Callable[[int], None] = os._exit) -> threading.Thread | None:
         if not _lost(code):  # ray.shutdown: the raylet ends on purpose; nothing left to watch
             with _lock:
                 if _watched.get("proc") is proc:
+                    guard = _watched.get("guard")
                     _watched.clear()
+                else:
+                    guard = None
+            if guard is not None:
+                _quit_guard(guard)
             return
         try:
             _say(code)
@@ -191,3 +301,69 @@ def start(exit: Callable[[int], None] = os._exit) -> threading.Thread | None:
     t = threading.Thread(target=watch, name="fda-ray-raylet-watch", daemon=True)
     t.start()
     return t
+
+
+# -- the guard, its own process ------------------------------------------------------------------------------------
+def _status(pid: int) -> int | None:
+    """The exit status of the ended process `pid` (Popen's way), read from its zombie's /proc entry (field 52,
+    exit_code); None once it has been reaped or where /proc does not say."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return os.waitstatus_to_exitcode(int(fields[49]))  # fields from the 3rd: the 52nd is [49]
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def guard(parent: int, raylet: int, log: str | None, stdin=None, stdout=None) -> int:
+    """Watch `raylet` and `parent` (pids); obey `parent`'s messages on `stdin` (kept / print / quit lines), and print
+    the raylet's line on stderr when the parent ends, unasked, after the raylet ended other than cleanly."""
+    stdin = sys.stdin.buffer if stdin is None else stdin
+    stdout = sys.stdout.buffer if stdout is None else stdout
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent's to answer; this one ends when it does
+    try:
+        parent_fd, raylet_fd = os.pidfd_open(parent), os.pidfd_open(raylet)
+    except OSError:  # one of them already gone: nothing this guard can still tell apart
+        return 0
+    kept, code, raylet_ended, pending = "", None, False, b""
+    stdout.write(b"r")
+    stdout.flush()
+    watched = [stdin, parent_fd, raylet_fd]
+    while True:
+        ready, _, _ = select.select(watched, [], [])
+        if raylet_fd in ready and not raylet_ended:
+            raylet_ended, code = True, _status(raylet)  # now, while the parent has not reaped its zombie
+            watched.remove(raylet_fd)
+        if stdin in ready:
+            chunk = os.read(stdin.fileno(), 65536)
+            if not chunk:
+                watched.remove(stdin)  # the parent closed it or ended: its pidfd says which
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for raw in lines:
+                verb, _, text = raw.decode("utf-8", "replace").partition(" ")
+                if verb == "quit":
+                    return 0
+                if verb == "kept":
+                    kept = text
+                elif verb == "print":
+                    print(text, file=sys.stderr, flush=True)
+                    try:
+                        stdout.write(b"k")
+                        stdout.flush()
+                    except OSError:
+                        pass
+                    return 0
+        if parent_fd in ready:
+            # ended with no word: ended by Ray's core after its raylet (the race in the module docstring) or by
+            # itself, with its raylet running or stopped cleanly (nothing to say then)
+            if raylet_ended and code != 0:
+                try:
+                    print(line(raylet, code, log or None, kept), file=sys.stderr, flush=True)
+                except OSError:
+                    pass
+            return 0
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--guard"]:
+    sys.exit(guard(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] or None))
