@@ -249,9 +249,11 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
     A search's study (fda_ray.experiments.search) passes a scheduler (ASHA) deciding on `metric`, which the trials report
     each round (rows without it are not reported), and on_stopped(record), called for a trial the scheduler
     stopped before it finished.
-    fuse > 1 (without a scheduler, which stops single trials): trials of one fusion key run as fused groups of up
-    to `fuse` (fda_ray.runtime.fusion), each group one Tune trial on one device that reports its members' rounds
-    under their own names (fda_ray.experiments.tune.run_fused_group)."""
+    fuse > 1 without a scheduler: trials of one fusion key run as fused groups of up to `fuse`
+    (fda_ray.runtime.fusion), each group one Tune trial on one device that reports its members' rounds under their
+    own names (fda_ray.experiments.tune.run_fused_group). With a scheduler (which stops single trials) each trial
+    stays a Tune trial of its own and sends its clients' training to a fusion server on its node, which fuses the
+    rounds waiting there (fda_ray.runtime.fusion_server); a trial's bundle is then its driver's 1/fuse share."""
     from ray import tune
 
     import fda_ray.experiments.tune as ft
@@ -361,7 +363,8 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
     def on_waiting(line: str, waiting: list) -> None:
         progress.note(f"note: {len(waiting_names(waiting))} trial(s) {line}; they start once it is free", stream=sys.stderr)
 
-    from fda_ray.runtime.fusion import plan_groups
+    from fda_ray.runtime import fusion_server
+    from fda_ray.runtime.fusion import fusion_key, plan_groups
 
     # each phase in launches: its fused groups (one Tune trial each), then its trials that run alone, as before
     launches: list[tuple[list[Trial], list[list[Trial]]]] = []
@@ -370,66 +373,77 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
         fused = [g for g in groups if len(g) > 1]
         alone = [g[0] for g in groups if len(g) == 1]
         launches += [(p, f) for p, f in ((sum(fused, []), fused), (alone, [])) if p]
-    for phase, fused in launches:
-        phase = [t for t in phase if t.weights_from is None or is_done(records / t.weights_from)]
-        if not phase:
-            continue
-        if stranded_reason is not None:  # an earlier launch found no node for these bundles: do not wait again
-            for t in phase:
-                not_run(t, stranded_reason)
-            continue
-        launch = ft.next_launch(out)
-        if fused:
-            space = [{"trial": g[0].to_dict(), ft.RECORD_KEY: str(records), "group": [t.to_dict() for t in g]}
-                     for g in fused if any(t in phase for t in g)]
-            group = ft.group_resources(phase[0].config().resolved(), ft.driver_placement(pin_drivers))
-        else:
-            space = [{"trial": t.to_dict(), ft.RECORD_KEY: str(records), **({"metric": metric} if metric else {})}
-                     for t in phase]
-            # every trial of a sweep asks the same resources: one placement group, watched for a node loss
-            group = ft.resources(phase[0].config().resolved(), ft.driver_placement(pin_drivers))
-        watch = StrandedWatch(group.bundles)
-        watch_callback, watch_stopper = stranded_tune_parts(watch, on_stranded, on_waiting)
-        tuner = tune.Tuner(
-            tune.with_resources(ft.trainable, group),
-            param_space={"run": tune.grid_search(space)},
-            # reuse_actors: a trial's process (torch imported, kernels loaded) runs the next trial too.
-            tune_config=tune.TuneConfig(max_concurrent_trials=max_concurrent, reuse_actors=True,
-                                        trial_dirname_creator=trial_dirname, scheduler=scheduler),
-            # Tune's own storage beside the records, on the same storage: a path every node sees or a URI
-            # (Tune on several nodes requires one; Ray builds the filesystem from the URI, as StoragePath does).
-            run_config=tune.RunConfig(name=launch, storage_path=str(out / "tune"), verbose=0,
-                                      failure_config=tune.FailureConfig(max_failures=max_failures),
-                                      callbacks=[Callback(), watch_callback], stop=watch_stopper))
-        with interrupts.graceful(), tune_errors_to(errors_log):  # SIGTERM stops the launch as Tune's Ctrl-C does
-            grid = tuner.fit()
-        for result in grid:
-            if result.error is not None:
-                grouped = "group" in result.config["run"]
-                for key in _member_keys(result):
-                    if grouped and is_done(records / key):
-                        continue  # the group failed for another member
-                    t = by_key[key]
-                    failures.append({"trial": t.key, "row": t.row, "value": t.value, "seed": t.seed,
-                                     "attempts": _attempts(result),
-                                     "error": ft.last_error_line(str(result.error)), "log": errors_log})
-        failed = {f["trial"] for f in failures}
-        if watch.fatal is not None:  # a trial process could not import a plug-in: the others not run, with why
-            for t in phase:
-                if not is_done(records / t.key) and t.key not in failed | stopped:
-                    failures.append({"trial": t.key, "row": t.row, "value": t.value, "seed": t.seed, "attempts": 0,
-                                     "error": f"not run: {watch.fatal}"})
-            failed = {f["trial"] for f in failures}
-        if watch.reason is not None:  # the launch ended for want of a node: its trials not run fail, with why
-            stranded_reason = watch.reason
-            for t in phase:
-                if not is_done(records / t.key) and t.key not in failed | stopped:
+    # served: a scheduler's single trials, each sending its clients' training to a fusion server (started once)
+    served = fuse > 1 and scheduler is not None and all(fusion_key(t) is not None for t in pending)
+    servers: dict[str, list[str]] = {}
+    if served:
+        first = pending[0].config().resolved()
+        servers = fusion_server.start_servers(first.threads, first.device)
+    try:
+        for phase, fused in launches:
+            phase = [t for t in phase if t.weights_from is None or is_done(records / t.weights_from)]
+            if not phase:
+                continue
+            if stranded_reason is not None:  # an earlier launch found no node for these bundles: do not wait again
+                for t in phase:
                     not_run(t, stranded_reason)
+                continue
+            launch = ft.next_launch(out)
+            if fused:
+                space = [{"trial": g[0].to_dict(), ft.RECORD_KEY: str(records), "group": [t.to_dict() for t in g]}
+                         for g in fused if any(t in phase for t in g)]
+                group = ft.group_resources(phase[0].config().resolved(), ft.driver_placement(pin_drivers))
+            else:
+                space = [{"trial": t.to_dict(), ft.RECORD_KEY: str(records), **({"metric": metric} if metric else {}),
+                          **({"served": servers} if servers else {})} for t in phase]
+                # every trial of a sweep asks the same resources: one placement group, watched for a node loss
+                group = (tune.PlacementGroupFactory([fusion_server.served_bundle(
+                            phase[0].config().resolved(), fuse, ft.driver_placement(pin_drivers))]) if servers
+                         else ft.resources(phase[0].config().resolved(), ft.driver_placement(pin_drivers)))
+            watch = StrandedWatch(group.bundles)
+            watch_callback, watch_stopper = stranded_tune_parts(watch, on_stranded, on_waiting)
+            tuner = tune.Tuner(
+                tune.with_resources(ft.trainable, group),
+                param_space={"run": tune.grid_search(space)},
+                # reuse_actors: a trial's process (torch imported, kernels loaded) runs the next trial too.
+                tune_config=tune.TuneConfig(max_concurrent_trials=max_concurrent, reuse_actors=True,
+                                            trial_dirname_creator=trial_dirname, scheduler=scheduler),
+                # Tune's own storage beside the records, on the same storage: a path every node sees or a URI
+                # (Tune on several nodes requires one; Ray builds the filesystem from the URI, as StoragePath does).
+                run_config=tune.RunConfig(name=launch, storage_path=str(out / "tune"), verbose=0,
+                                          failure_config=tune.FailureConfig(max_failures=max_failures),
+                                          callbacks=[Callback(), watch_callback], stop=watch_stopper))
+            with interrupts.graceful(), tune_errors_to(errors_log):  # SIGTERM stops the launch as Tune's Ctrl-C does
+                grid = tuner.fit()
+            for result in grid:
+                if result.error is not None:
+                    grouped = "group" in result.config["run"]
+                    for key in _member_keys(result):
+                        if grouped and is_done(records / key):
+                            continue  # the group failed for another member
+                        t = by_key[key]
+                        failures.append({"trial": t.key, "row": t.row, "value": t.value, "seed": t.seed,
+                                         "attempts": _attempts(result),
+                                         "error": ft.last_error_line(str(result.error)), "log": errors_log})
             failed = {f["trial"] for f in failures}
-        # Tune stops on SIGINT and returns: trials neither done nor failed mean the sweep was interrupted
-        if any(not is_done(records / t.key) and t.key not in failed | stopped for t in phase):
-            progress.close()
-            return failures, True
+            if watch.fatal is not None:  # a trial process could not import a plug-in: the others not run, with why
+                for t in phase:
+                    if not is_done(records / t.key) and t.key not in failed | stopped:
+                        failures.append({"trial": t.key, "row": t.row, "value": t.value, "seed": t.seed, "attempts": 0,
+                                         "error": f"not run: {watch.fatal}"})
+                failed = {f["trial"] for f in failures}
+            if watch.reason is not None:  # the launch ended for want of a node: its trials not run fail, with why
+                stranded_reason = watch.reason
+                for t in phase:
+                    if not is_done(records / t.key) and t.key not in failed | stopped:
+                        not_run(t, stranded_reason)
+                failed = {f["trial"] for f in failures}
+            # Tune stops on SIGINT and returns: trials neither done nor failed mean the sweep was interrupted
+            if any(not is_done(records / t.key) and t.key not in failed | stopped for t in phase):
+                progress.close()
+                return failures, True
+    finally:
+        fusion_server.stop_servers(servers)
     progress.close()
     return failures, False
 

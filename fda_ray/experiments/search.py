@@ -398,7 +398,8 @@ def run_search(search: Search, *, profile: str, out: StoragePath, num_samples: i
     """Run (or go on with) a search; returns the exit code (0 all done, 1 a trial failed, 130 interrupted).
     `out`: a local or shared directory, or an object store URI (fda_ray.core.storage). fuse > 1: trials run in fused
     groups of up to `fuse` (fda_ray.runtime.fusion) where nothing stops single trials (the local backend, the
-    reruns; not a study under ASHA, whose trials stay Tune trials of their own)."""
+    reruns); a study under ASHA or Optuna keeps each trial a Tune trial of its own, its clients' training fused
+    with the other trials' on a fusion server (fda_ray.runtime.fusion_server)."""
     from fda_ray.experiments.backends import Progress, run_local, run_tune
 
     out = storage_path(out)
@@ -420,7 +421,7 @@ def run_search(search: Search, *, profile: str, out: StoragePath, num_samples: i
             if search_alg == "optuna":  # Bayesian (TPE): the points come from Optuna as trials finish
                 trials, f, interrupted = _optuna_study(search, profile, study, num_samples, overrides, records, out,
                                                        address, max_concurrent, max_failures, scheduler, metric,
-                                                       pin_drivers)
+                                                       pin_drivers, fuse)
                 failures += f
                 search_by_study[name] = trials
                 if interrupted:
@@ -474,7 +475,8 @@ def run_search(search: Search, *, profile: str, out: StoragePath, num_samples: i
 
 def _optuna_study(search: Search, profile: str, study: Study, num_samples: int, overrides: dict[str, Any],
                   records: StoragePath, out: StoragePath, address: str | None, max_concurrent: int | None, max_failures: int,
-                  scheduler: str, metric: str, pin_drivers: bool = False) -> tuple[list[Trial], list[dict], bool]:
+                  scheduler: str, metric: str, pin_drivers: bool = False, fuse: int = 1
+                  ) -> tuple[list[Trial], list[dict], bool]:
     """One study searched by Optuna's TPE through Tune. The trials settled before (--resume) are told to Optuna
     as evaluated points (a trial ASHA stopped with its last value), and only the rest of num_samples run."""
     from fda_ray.experiments.backends import Progress
@@ -499,7 +501,7 @@ def _optuna_study(search: Search, profile: str, study: Study, num_samples: int, 
             search.space, base, optuna_row(study), search.variable, study.value, todo, metric, records, out,
             address, max_concurrent, max_failures, Progress(todo, search.variable),
             scheduler_for(search, scheduler, metric, probe), mark_stopped, points, rewards,
-            seed=len(before), pin_drivers=pin_drivers)
+            seed=len(before), pin_drivers=pin_drivers, fuse=fuse)
     return optuna_trials(search, profile, study, records, overrides)[:num_samples], failures, interrupted
 
 

@@ -404,6 +404,8 @@ def dry_run_plan(first: Any, a: Any, trials: list[Trial] | None = None) -> tuple
             return line, f"error: device={first.device!r} is invalid: {node.source} has no GPU; use --device cpu"
         return line, None
     fused_head: list[str] = []
+    if fuse > 1 and _served(a, first):
+        return _served_plan(first, a, fuse)
     if fuse > 1 and trials:
         import fda_ray.experiments.tune as ft
         from fda_ray.runtime.fusion import plan_groups
@@ -443,6 +445,51 @@ def dry_run_plan(first: Any, a: Any, trials: list[Trial] | None = None) -> tuple
         resources.check(p, cluster)
     except preflight.PreflightError as e:
         return lines, f"error: {e}"
+    return lines, None
+
+
+def _served(a: Any, first: Any) -> bool:
+    """Whether a search's trials train on fusion servers: a scheduler or Optuna decides on single Tune trials."""
+    from fda_ray.runtime.fusion import config_fuses
+
+    return bool(getattr(a, "search", None)) and a.backend == "tune" and config_fuses(first) and (
+        getattr(a, "scheduler", "none") != "none" or getattr(a, "search_alg", "random") == "optuna")
+
+
+def _served_plan(first: Any, a: Any, fuse: int) -> tuple[list[str], str | None]:
+    """--dry-run of a search whose trials train on fusion servers (fda_ray.runtime.fusion_server): what a trial
+    and a server ask, and how many trials each node runs at once."""
+    import fda_ray.experiments.tune as ft
+    from fda_ray.runtime.fusion_server import SERVER_GPU, served_bundle
+
+    if a.plan_for is not None:
+        cluster = resources.parse_nodes(a.plan_for)
+    elif a.address:
+        from fda_ray.runtime.driver import ensure_ray
+
+        ensure_ray(a.address, num_cpus=None, field="address")
+        cluster = resources.from_ray(True)
+    else:
+        cluster = resources.this_machine()
+    bundle = {k: v for k, v in served_bundle(first, fuse, ft.driver_placement(a.pin_drivers)).items() if v > 0}
+    ask = ", ".join(f"{k} {v:g}" for k, v in bundle.items())
+    cuda = first.device.startswith("cuda")
+    per_node = []
+    for n in cluster.nodes:
+        servers = int(n.get("GPU", 0.0)) if cuda else int(n.get("CPU", 0.0) >= first.threads)
+        left = {k: n.get(k, 0.0) - (servers * first.threads if k == "CPU" else servers * SERVER_GPU if k == "GPU"
+                                    else 0.0) for k in bundle}
+        per_node.append(min(int(max(0.0, left[k]) // v) for k, v in bundle.items()) if servers else 0)
+    server = f"{{CPU {first.threads:g}" + (f", GPU {SERVER_GPU:g}}} per GPU" if cuda else "} per node")
+    lines = [f"plan: each trial is a Tune trial of its own (the scheduler and the searcher act on single trials) "
+             f"asking {{{ask}}} for its driver (1/{fuse} of a trial's); its clients train on its node's fusion "
+             f"server {server}, which fuses the rounds of the trials waiting there: {sum(per_node)} trial(s) at once "
+             f"on {cluster.source}",
+             "the reruns (no scheduler) run as fused groups, one Tune trial each"]
+    if not sum(per_node):
+        largest = ", ".join(f"{k} {v:g}" for k, v in cluster.largest().items())
+        return lines, (f"error: fuse={fuse} is invalid here: a fusion server asks {server} beside a trial's "
+                       f"{{{ask}}} and the largest node of {cluster.source} has {{{largest}}}")
     return lines, None
 
 

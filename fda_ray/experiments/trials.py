@@ -205,7 +205,7 @@ def run_trial(trial: Trial, records: StoragePath | Path | str, report: Callable[
             executor.shutdown(keep=finished)  # a finished trial's actors may serve the sweep's next trial
     if trial.save_weights:
         _save_torch(hist.final_weights.detach().cpu().contiguous(), record / WEIGHTS_FILE)
-    fused = {"fused": {"members": len(group.members), "batches": group.stats.batches}} if group is not None else {}
+    fused = {"fused": group.record(trial.key)} if group is not None else {}
     _save_json({"config": cfg.to_dict(), "rows": hist.rows, "seconds": hist.seconds,
                 "environment": environment(kernels.ran()),
                 "nodes": nodes, "startup": hist.startup, "finished_at": time.time(), **gpu_memory.record(), **fused},

@@ -149,7 +149,13 @@ def trainable(params: dict[str, Any]) -> None:
             if metric is None or row.get(metric) is not None:  # (FedWCA's source pre-training row has none)
                 tune.report(metrics(row))
 
-        run_trial(Trial.from_dict(run["trial"]), run[RECORD_KEY], report=report)  # a path or a URI
+        trial = Trial.from_dict(run["trial"])
+        group = None
+        if run.get("served"):  # its clients' training on its node's fusion server (fda_ray.runtime.fusion_server)
+            from fda_ray.runtime.fusion_server import served_group
+
+            group = served_group(run["served"], trial.key)
+        run_trial(trial, run[RECORD_KEY], report=report, group=group)  # a path or a URI
         return
     cfg = config_from_params(params)
     resume = None
@@ -263,9 +269,12 @@ def _domain(dim: Any) -> Any:
 def run_optuna(space: Sequence[Any], base: dict[str, Any], row: str, variable: str, value: float, num_samples: int,
                metric: str, records: Any, out: Any, address: str | None, max_concurrent: int | None,
                max_failures: int, progress: Any, scheduler: Any, on_stopped: Any, points: list[dict],
-               rewards: list[float], seed: int = 0, pin_drivers: bool = False) -> tuple[list[dict], bool]:
+               rewards: list[float], seed: int = 0, pin_drivers: bool = False, fuse: int = 1
+               ) -> tuple[list[dict], bool]:
     """One study searched by Optuna's TPE sampler (seeded) through Tune's OptunaSearch: num_samples new trials,
-    the points settled before told to it as evaluated. Returns (failures, interrupted)."""
+    the points settled before told to it as evaluated. Returns (failures, interrupted). fuse > 1: each trial sends
+    its clients' training to a fusion server on its node (fda_ray.runtime.fusion_server), which fuses the rounds of
+    the trials running there; a trial asks its driver's 1/fuse share."""
     try:
         import optuna
         from ray.tune.search import ConcurrencyLimiter
@@ -314,7 +323,13 @@ def run_optuna(space: Sequence[Any], base: dict[str, Any], row: str, variable: s
     cfg = RunConfig(**base).resolved()
     # as a grid's launch (fda_ray.experiments.backends.run_tune): trials no live node holds after a node loss end
     # the study in one line; trials waiting on another job's resources get one note; Tune's dumps go to a log file
-    watch = StrandedWatch(resources(cfg, driver_placement(pin_drivers)).bundles)
+    from fda_ray.runtime import fusion, fusion_server
+
+    servers = (fusion_server.start_servers(cfg.threads, cfg.device) if fuse > 1 and fusion.config_fuses(cfg)
+               else {})
+    bundles = (tune.PlacementGroupFactory([fusion_server.served_bundle(cfg, fuse, driver_placement(pin_drivers))])
+               if servers else resources(cfg, driver_placement(pin_drivers)))
+    watch = StrandedWatch(bundles.bundles)
     this = Trial.from_dict({"key": row, "row": row, "value": value, "seed": 0, "params": {}})
 
     def on_stranded(reason: str, waiting: list) -> None:
@@ -329,18 +344,21 @@ def run_optuna(space: Sequence[Any], base: dict[str, Any], row: str, variable: s
     watch_callback, watch_stopper = tune_parts(watch, on_stranded, on_waiting)
     errors_log = tune_errors_log(out)
     tuner = tune.Tuner(
-        with_resources(cfg, pin_drivers),
+        tune.with_resources(trainable, bundles),
         param_space={"run": {"optuna": {"base": base, "row": row, "variable": variable, "value": value,
                                         "knobs": [d.name for d in space]},
-                             RECORD_KEY: str(records), "metric": metric},
+                             RECORD_KEY: str(records), "metric": metric, **({"served": servers} if servers else {})},
                      "point": {_safe(d.name): _domain(d) for d in space}},
         tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, num_samples=num_samples,
                                     reuse_actors=True),
         run_config=tune.RunConfig(name=launch, storage_path=str(out / "tune"), verbose=0,
                                   failure_config=tune.FailureConfig(max_failures=max_failures),
                                   callbacks=[Callback(), watch_callback], stop=watch_stopper))
-    with interrupts.graceful(), tune_errors_to(errors_log):  # SIGTERM stops the launch as Tune's Ctrl-C does
-        grid = tuner.fit()
+    try:
+        with interrupts.graceful(), tune_errors_to(errors_log):  # SIGTERM stops the launch as Tune's Ctrl-C does
+            grid = tuner.fit()
+    finally:
+        fusion_server.stop_servers(servers)
     failures = []
     for result in grid:
         if result.error is not None:

@@ -80,9 +80,16 @@ def fusion_key(trial: Any) -> tuple | None:
     if getattr(trial, "kind", "run") == "finetune" or getattr(trial, "weights_from", None):
         return None
     cfg = trial.config().resolved()
-    if cfg.vectorise != "on" or not getattr(ALGORITHMS.get(cfg.method), "fuses", False):
+    if not config_fuses(cfg):
         return None
     return (cfg.dataset, cfg.model, cfg.device, cfg.threads, cfg.batch_source, cfg.batch_target, cfg.executor)
+
+
+def config_fuses(cfg: Any) -> bool:
+    """Whether a run of the resolved `cfg` may train fused: vectorised, a method of the epoch recipe."""
+    from fda_ray.algorithms import ALGORITHMS
+
+    return cfg.vectorise == "on" and bool(getattr(ALGORITHMS.get(cfg.method), "fuses", False))
 
 
 def why_not_fused(trial: Any) -> str:
@@ -142,19 +149,28 @@ class _Request:
 
 @dataclass
 class GroupStats:
-    """What the group ran: batches (one per round of the lockstep), members per batch, jobs per batch."""
+    """What the group ran: batches (one per round of the lockstep), members per batch, jobs per batch; per member,
+    [its batches, the most members of one of them]."""
     batches: int = 0
     members: list[int] = field(default_factory=list)
     jobs: list[int] = field(default_factory=list)
     seconds: float = 0.0
+    per_member: dict[str, list[int]] = field(default_factory=dict)
 
 
 class TrialGroup:
     """The shared half: members hand in their rounds; when all live members have, one thread runs them as one."""
 
     def __init__(self, members: Sequence[str], vectorise: bool = True, overlap: bool | None = None,
-                 threads: int = 1) -> None:
+                 threads: int = 1, window_s: float | None = None) -> None:
         self.members = list(members)  # as formed (a member that joins later is added to it)
+        # window_s (a fusion server's dynamic batching, fda_ray.runtime.fusion_server): a batch also runs once its
+        # oldest round has waited this long, without the members still out; those are then not waited for until
+        # they hand in a round again (a member whose process was ended without leaving costs one window, once).
+        # None: lockstep, every live member's round in every batch (a group in one process, whose members leave).
+        self.window_s = window_s
+        self._late: set[str] = set()
+        self._first = 0.0  # when the oldest waiting round came
         self.threads = threads  # the members' torch thread count (equal in a group: fusion_key), part of the numbers
         self._cond = threading.Condition()
         self._live: set[str] = set(members)  # expected or running; a member that ends leaves
@@ -180,6 +196,7 @@ class TrialGroup:
         """A member is done (finished, failed, stopped, or never started): the others no longer wait for it."""
         with self._cond:
             self._live.discard(key)
+            self._late.discard(key)
             self._waiting.pop(key, None)
             self._cond.notify_all()
 
@@ -214,6 +231,9 @@ class TrialGroup:
                 raise RuntimeError(f"trial {key} is not a member of this group (it left)")
             if key in self._waiting:
                 raise RuntimeError(f"trial {key} handed in a round before collecting its last one")
+            if not self._waiting:
+                self._first = time.monotonic()
+            self._late.discard(key)
             self._waiting[key] = req
             self._cond.notify_all()
         return req
@@ -226,8 +246,22 @@ class TrialGroup:
                 self._cond.wait()
             return req.results  # type: ignore[return-value]
 
+    def record(self, key: str) -> dict[str, int]:
+        """What a member's record says of its fusing: the trials of its group and the batches the group ran."""
+        return {"members": len(self.members), "batches": self.stats.batches}
+
     def _ready(self) -> bool:
-        return bool(self._waiting) and len(self._waiting) >= len(self._live)
+        if not self._waiting:
+            return False
+        if all(k in self._waiting for k in self._live - self._late):
+            return True
+        return self.window_s is not None and time.monotonic() - self._first >= self.window_s
+
+    def _timeout(self) -> float | None:
+        """How long the group's thread may sleep before a batch may be due without a new event."""
+        if self.window_s is None or not self._waiting:
+            return None
+        return max(0.0, self.window_s - (time.monotonic() - self._first))
 
     def _serve(self) -> None:
         import torch
@@ -242,10 +276,12 @@ class TrialGroup:
         while True:
             with self._cond:
                 while not (self._closed or self._stopped or self._ready()):
-                    self._cond.wait()
+                    self._cond.wait(self._timeout())
                 if self._closed or self._stopped:
                     return
                 batch, self._waiting = self._waiting, {}
+                if self.window_s is not None:  # those still out are not waited for until they hand in again
+                    self._late = self._live - set(batch)
             requests = list(batch.values())
             jobs = [j for r in requests for j in r.jobs]
             t0 = time.perf_counter()
@@ -255,6 +291,9 @@ class TrialGroup:
                 out = [e] * len(jobs)
             self.stats.batches += 1
             self.stats.members.append(len(requests))
+            for key in batch:
+                mine = self.stats.per_member.setdefault(key, [0, 0])
+                mine[0], mine[1] = mine[0] + 1, max(mine[1], len(requests))
             self.stats.jobs.append(len(jobs))
             self.stats.seconds += time.perf_counter() - t0
             with self._cond:

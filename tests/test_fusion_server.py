@@ -1,0 +1,173 @@
+"""The fusion server (issue 62, shape (b)): trials that stay Tune trials of their own send their clients' local
+training to one actor that fuses the rounds waiting; each trial's numbers are those of its run alone (the
+tolerance of tests/test_fusion.py, for the same reason: the same cohort arithmetic in a cohort with more rows)."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from fda_ray.experiments.records import Trial, is_done, read_rows
+from fda_ray.experiments.trials import run_trial
+from fda_ray.runtime import fusion, fusion_server
+
+from test_fusion import _members, _same_numbers, _trial
+
+@pytest.fixture(scope="module")
+def local_ray():
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def _run_served(trials, records, names, outcome) -> None:
+    """Each trial's run_trial in a thread of its own (as Tune trials run in processes of their own)."""
+    def one(t):
+        try:
+            run_trial(t, records, group=fusion_server.served_group(names, t.key))
+            outcome[t.key] = None
+        except BaseException as e:  # noqa: BLE001
+            outcome[t.key] = e
+
+    threads = [threading.Thread(target=one, args=(t,)) for t in trials]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(300)
+
+
+@pytest.mark.slow  # a local Ray and its actor processes
+def test_served_trials_give_their_numbers_alone_and_are_fused(local_ray, fmnist_dir, tmp_path):
+    trials = _members(fmnist_dir)[:4]
+    alone, served = tmp_path / "alone", tmp_path / "served"
+    for t in trials:
+        run_trial(t, alone)
+    names = fusion_server.start_servers(threads=1, device="cpu", window_s=2.0)
+    try:
+        outcome: dict = {}
+        _run_served(trials, served, names, outcome)
+        assert outcome == {t.key: None for t in trials}
+        import ray
+
+        (name,) = [n for ns in names.values() for n in ns]
+        stats = ray.get(ray.get_actor(name, namespace=fusion_server.NAMESPACE).stats.remote())
+    finally:
+        fusion_server.stop_servers(names)
+    for t in trials:
+        assert is_done(served / t.key)
+        _same_numbers(alone, served, t)
+        fused = read_rows(served / t.key)["fused"]
+        assert fused["served"] == 1 and fused["batches"] == len(read_rows(alone / t.key)["rows"])
+    assert max(stats["members"]) >= 2  # rounds of several trials ran as one batch
+    assert stats["hosting"] == []  # every trial left
+
+
+def test_a_member_that_never_hands_in_is_waited_for_one_window_once(monkeypatch):
+    """Dynamic batching (TrialGroup's window): a member whose process ended without leaving holds the first batch
+    back one window, and is not waited for after that; one that hands in again is waited for again."""
+    from fda_ray.train import cohort
+
+    monkeypatch.setattr(cohort, "run_jobs", lambda jobs, *a, **k: [j for j in jobs])
+    group = fusion.TrialGroup(["a", "gone"], window_s=0.3)
+    try:
+        t0 = time.monotonic()
+        assert group.wait(group.submit("a", ["a0"])) == ["a0"]
+        first = time.monotonic() - t0
+        t0 = time.monotonic()
+        assert group.wait(group.submit("a", ["a1"])) == ["a1"]
+        second = time.monotonic() - t0
+        assert first >= 0.3 and second < 0.25, (first, second)
+        assert group.stats.per_member == {"a": [2, 1]}
+        group.add("b")  # a newcomer is waited for (up to the window) ...
+        got: list = []
+        th = threading.Thread(target=lambda: got.append(group.wait(group.submit("a", ["a2"]))))
+        th.start()
+        time.sleep(0.1)
+        assert group.wait(group.submit("b", ["b0"])) == ["b0"]
+        th.join(5)
+        assert got == [["a2"]] and group.stats.members[-1] == 2  # ... and fused with the others
+    finally:
+        group.close()
+
+
+def test_a_bad_fusion_window_is_one_line_naming_the_variable(monkeypatch):
+    for raw in ("-1", "nan", "soon"):
+        monkeypatch.setenv(fusion_server.WINDOW_ENV, raw)
+        with pytest.raises(ValueError) as e:
+            fusion_server.window_seconds()
+        assert str(e.value) == f"${fusion_server.WINDOW_ENV}={raw!r} is invalid: seconds, a finite number >= 0"
+
+
+def test_a_served_trials_bundle_is_its_drivers_share(fmnist_dir):
+    cfg = _trial(fmnist_dir, "fedgp").config().resolved()
+    assert fusion_server.served_bundle(cfg, 4) == {"CPU": 0.25}
+    cuda = type("C", (), {"threads": 2, "device": "cuda"})()
+    assert fusion_server.served_bundle(cuda, 8, {"fda_driver": 1.0}) == {"CPU": 0.25, "GPU": 0.0625, "fda_driver": 1.0}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("search_alg", ["random", "optuna"])
+def test_a_search_under_asha_fuses_its_trials_which_asha_still_stops_one_by_one(search_alg, fmnist_dir, tmp_path,
+                                                                                 monkeypatch, no_ray):
+    """--fuse with a scheduler: each trial stays a Tune trial (ASHA stops single ones, Optuna chooses them one at a
+    time), its rounds fused with the others' on the fusion server; every trial's rows are those of its run alone
+    for the rounds it ran."""
+    import ray
+
+    from fda_ray.experiments import sweep
+    from fda_ray.experiments.search import trial_rows
+    from fda_ray.papers.grids import Profile
+    from fda_ray.papers.searches import SEARCHES
+    from test_search import TINY, tiny_search
+
+    if search_alg == "optuna":
+        pytest.importorskip("optuna")
+    search = tiny_search(profiles={"quick": Profile({**TINY, "vectorise": "on", "rounds": 6})})
+    monkeypatch.setitem(SEARCHES, search.name, search)
+    out = tmp_path / "search"
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    args = ["--search", search.name, "--num-samples", "6", "--max-concurrent", "4", "--fuse", "4",
+            "--search-alg", search_alg, "--data-dir", str(fmnist_dir), "--out", str(out)]
+    assert sweep.main(args) == 0
+    sel = json.loads((out / "selection.json").read_text())
+    table = sel["studies"]["fedgp @ noise 0.4"]
+    status = [e["status"] for e in table["trials"]]
+    assert "stopped" in status and "finished" in status  # ASHA stopped some trials, not their groups
+    records = out / "trials"
+    most = 0
+    for e in table["trials"]:
+        rows, _ = trial_rows(records / e["key"])  # a stopped trial's: its rows up to where ASHA stopped it
+        t = Trial.from_dict(json.loads((records / e["key"] / "trial.json").read_text()))
+        alone = run_trial(t, tmp_path / "alone")
+        assert 0 < len(rows) <= len(alone.rows)
+        for ra, rb in zip(alone.rows, rows):
+            assert ra["round"] == rb["round"]
+            assert abs(ra["accuracy"] - rb["accuracy"]) <= 2.0 and abs(ra["val_accuracy"] - rb["val_accuracy"]) <= 2.0
+        if e["status"] == "finished":
+            fused = read_rows(records / e["key"])["fused"]
+            assert fused["served"] == 1
+            most = max(most, fused["members"])
+    assert most >= 2  # rounds of several trials ran as one batch
+
+
+def test_a_served_searchs_dry_run_says_what_a_trial_and_a_server_ask(capsys):
+    from fda_ray.experiments import sweep
+
+    code = sweep.main(["--search", "beta", "--fuse", "8", "--vectorise", "on", "--device", "cuda", "--dry-run",
+                       "--plan-for", "CPU=16,GPU=1"])
+    lines = capsys.readouterr().out.splitlines()
+    assert code == 0
+    assert lines[-2] == ("plan: each trial is a Tune trial of its own (the scheduler and the searcher act on single "
+                         "trials) asking {CPU 0.12, GPU 0.0625} for its driver (1/8 of a trial's); its clients train on "
+                         "its node's fusion server {CPU 1, GPU 0.5} per GPU, which fuses the rounds of the trials "
+                         "waiting there: 8 trial(s) at once on --plan-for CPU=16,GPU=1")
+    code = sweep.main(["--search", "beta", "--fuse", "8", "--vectorise", "on", "--dry-run", "--plan-for", "CPU=0.5"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err == ["error: fuse=8 is invalid here: a fusion server asks {CPU 1} per node beside a "
+                                 "trial's {CPU 0.12} and the largest node of --plan-for CPU=0.5 has {CPU 0.5}"]
