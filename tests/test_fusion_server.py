@@ -44,14 +44,20 @@ def _run_served(trials, records, names, outcome) -> None:
 
 @pytest.mark.slow  # a local Ray and its actor processes
 def test_served_trials_give_their_numbers_alone_and_are_fused(local_ray, fmnist_dir, tmp_path):
+    """Four trials of different methods, noise, beta, learning rates, seeds and shard sizes served at once, and a
+    fifth that fails in its first round (it diverges): it leaves, the others go on and equal their runs alone."""
+    from fda_ray.runtime.failures import RunFailed
+
     trials = _members(fmnist_dir)[:4]
+    diverges = _trial(fmnist_dir, "fedgp", noise=0.4, seed=3, lr_source=1e12, lr_target=1e12)
     alone, served = tmp_path / "alone", tmp_path / "served"
     for t in trials:
         run_trial(t, alone)
     names = fusion_server.start_servers(threads=1, device="cpu", window_s=2.0)
     try:
         outcome: dict = {}
-        _run_served(trials, served, names, outcome)
+        _run_served([*trials, diverges], served, names, outcome)
+        assert isinstance(outcome.pop(diverges.key), RunFailed) and not is_done(served / diverges.key)
         assert outcome == {t.key: None for t in trials}
         import ray
 
@@ -96,12 +102,15 @@ def test_a_member_that_never_hands_in_is_waited_for_one_window_once(monkeypatch)
         group.close()
 
 
-def test_a_bad_fusion_window_is_one_line_naming_the_variable(monkeypatch):
-    for raw in ("-1", "nan", "soon"):
-        monkeypatch.setenv(fusion_server.WINDOW_ENV, raw)
-        with pytest.raises(ValueError) as e:
-            fusion_server.window_seconds()
-        assert str(e.value) == f"${fusion_server.WINDOW_ENV}={raw!r} is invalid: seconds, a finite number >= 0"
+@pytest.mark.parametrize("raw", ["-1", "nan", "soon"])
+def test_a_bad_fusion_window_is_one_line_naming_the_variable(raw, monkeypatch, capsys, tmp_path):
+    from fda_ray.experiments import sweep
+
+    monkeypatch.setenv(fusion.WINDOW_ENV, raw)
+    code = sweep.main(["--search", "beta", "--fuse", "4", "--out", str(tmp_path / "s")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err == [f"error: ${fusion.WINDOW_ENV}={raw!r} is invalid: seconds, a finite number >= 0"]
+    assert not (tmp_path / "s").exists()
 
 
 def test_a_served_trials_bundle_is_its_drivers_share(fmnist_dir):
@@ -113,15 +122,31 @@ def test_a_served_trials_bundle_is_its_drivers_share(fmnist_dir):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("search_alg", ["random", "optuna"])
-def test_a_search_under_asha_fuses_its_trials_which_asha_still_stops_one_by_one(search_alg, fmnist_dir, tmp_path,
+def test_a_search_under_a_scheduler_fuses_its_trials_which_it_still_stops_one_by_one(search_alg, fmnist_dir, tmp_path,
                                                                                  monkeypatch, no_ray):
-    """--fuse with a scheduler: each trial stays a Tune trial (ASHA stops single ones, Optuna chooses them one at a
-    time), its rounds fused with the others' on the fusion server; every trial's rows are those of its run alone
-    for the rounds it ran."""
+    """--fuse with a scheduler: each trial stays a Tune trial (the scheduler stops single ones, Optuna chooses them
+    one at a time), its rounds fused with the others' on the fusion server; every trial's rows are those of its run
+    alone for the rounds it ran. The scheduler here stops every other trial after its third round, so that stopped
+    and finished trials come whatever the timing (which ASHA's rungs depend on)."""
     import ray
+    from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
-    from fda_ray.experiments import sweep
+    from fda_ray.experiments import search as search_module, sweep
     from fda_ray.experiments.search import trial_rows
+
+    class StopEveryOther(FIFOScheduler):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list = []
+
+        def on_trial_result(self, tune_controller, trial, result):
+            if trial not in self.seen:
+                self.seen.append(trial)
+            if self.seen.index(trial) % 2 == 1 and result.get("round", 0) >= 2:
+                return TrialScheduler.STOP
+            return TrialScheduler.CONTINUE
+
+    monkeypatch.setattr(search_module, "scheduler_for", lambda *a, **k: StopEveryOther())
     from fda_ray.papers.grids import Profile
     from fda_ray.papers.searches import SEARCHES
     from test_search import TINY, tiny_search
@@ -138,7 +163,7 @@ def test_a_search_under_asha_fuses_its_trials_which_asha_still_stops_one_by_one(
     sel = json.loads((out / "selection.json").read_text())
     table = sel["studies"]["fedgp @ noise 0.4"]
     status = [e["status"] for e in table["trials"]]
-    assert "stopped" in status and "finished" in status  # ASHA stopped some trials, not their groups
+    assert "stopped" in status and "finished" in status  # the scheduler stopped single trials, not their batches
     records = out / "trials"
     most = 0
     for e in table["trials"]:
@@ -171,3 +196,17 @@ def test_a_served_searchs_dry_run_says_what_a_trial_and_a_server_ask(capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and err == ["error: fuse=8 is invalid here: a fusion server asks {CPU 1} per node beside a "
                                  "trial's {CPU 0.12} and the largest node of --plan-for CPU=0.5 has {CPU 0.5}"]
+
+
+def test_fuse_auto_serves_no_trial_on_cpus_where_it_measured_slower(capsys):
+    """--fuse auto fuses where it measured faster: served trials on 2 CPU cores ran 0.61x (benchmarks.served), so a
+    study on CPUs runs its trials as without --fuse (a number still serves them); a GPU serves 32."""
+    from fda_ray.experiments import sweep
+
+    assert fusion.group_size("auto", "cpu", served=True) == 1 and fusion.group_size("auto", "cpu") == 8
+    assert fusion.group_size("auto", "cuda", served=True) == 32 and fusion.group_size(4, "cpu", served=True) == 4
+    assert sweep.main(["--search", "beta", "--fuse", "auto", "--vectorise", "on", "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    i = lines.index("plan: --fuse auto serves no trial of a study on cpu (fusion servers measured slower than trials "
+                    "of their own on CPUs); its reruns run in fused groups")
+    assert lines[i + 1].startswith("plan: each trial asks 1 bundle(s), PACK: driver {CPU: 1}")

@@ -12,6 +12,8 @@
 #   column-*         the paper noise-0.4 column (9 trials) side by side: fused through Ray Tune, unfused through Ray Tune
 #                    (each trial's clients in its process: 144 s on an H200 before fusing) and unfused with client
 #                    actors; one backend at a time so a failed one keeps the others
+#   served           the paper noise-0.4 column's FDA rows through Ray Tune as trials of their own, unfused and on a
+#                    fusion server (the shape a search under ASHA or Optuna fuses in; python -m benchmarks.served)
 #   noise-paper      Table 10's paper noise grid through Ray Tune, fused, for what is left of $BUDGET (resumable)
 # The SMs' activity (nvidia-smi dmon -s u's sm column) is sampled beside utilization.gpu: dmon.txt, and each
 # benchmark's "SM active" column.
@@ -36,6 +38,8 @@ for b in tune-fused tune tune-actors; do
   lease_step "column-$b" "$(lease_cap 200)" python -m benchmarks.sweep --profile paper --device cuda --backends "$b" \
     --json "$R/bench-sweep-$b.json"
 done
+lease_step served "$(lease_cap 200)" python -m benchmarks.served --device cuda --profile paper --seeds 1 --fuse 32 \
+  --json "$R/bench-served-cuda.json"
 [ "$(lease_left)" -gt 60 ] && lease_step noise-paper "$(lease_cap 600)" python -m fda_ray.sweep --grid noise \
   --profile paper --device cuda --vectorise on --fuse auto --out "$R/noise-paper" --no-figures --track none \
   --resume auto

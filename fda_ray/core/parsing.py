@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import math
+import os
 import sys
 from typing import Any, Callable, NoReturn
 
@@ -100,3 +101,18 @@ def typed(field: str, kind: type, allowed: str) -> Callable[[str], Any]:
 
     parse.__name__ = kind.__name__
     return parse
+
+
+def env_seconds(name: str, default: float) -> float:
+    """A number of seconds from the environment variable `name` (unset: `default`); a ValueError naming the variable,
+    its value and what is allowed otherwise."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not (0.0 <= value < float("inf")):
+        raise ValueError(f"${name}={raw!r} is invalid: seconds, a finite number >= 0")
+    return value

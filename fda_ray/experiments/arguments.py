@@ -141,6 +141,12 @@ def check_counts(a: Any) -> None:
     if a.max_failures < 0:
         raise SweepError(f"max_failures={a.max_failures} is invalid: an integer >= 0")
     stranded.wait_seconds()  # $FDA_RAY_NODE_WAIT_S, read by a Tune launch: checked before any work
+    from fda_ray.runtime.fusion import window_seconds
+
+    try:
+        window_seconds()  # $FDA_RAY_FUSION_WINDOW_S, read by a launch that starts fusion servers
+    except ValueError as e:
+        raise SweepError(str(e)) from None
 
 
 def check_backend(a: Any) -> None:

@@ -244,7 +244,8 @@ def _attempts(result: Any) -> int:
 
 def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, address: str | None, max_concurrent: int | None,
              max_failures: int, progress: Progress, scheduler: Any = None, metric: str | None = None,
-             on_stopped: Any = None, pin_drivers: bool = False, fuse: int = 1) -> tuple[list[dict], bool]:
+             on_stopped: Any = None, pin_drivers: bool = False, fuse: int = 1, serve: int | None = None
+             ) -> tuple[list[dict], bool]:
     """Ray Tune, one launch per phase. Returns (failures, interrupted).
     A search's study (fda_ray.experiments.search) passes a scheduler (ASHA) deciding on `metric`, which the trials report
     each round (rows without it are not reported), and on_stopped(record), called for a trial the scheduler
@@ -253,7 +254,8 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
     (fda_ray.runtime.fusion), each group one Tune trial on one device that reports its members' rounds under their
     own names (fda_ray.experiments.tune.run_fused_group). With a scheduler (which stops single trials) each trial
     stays a Tune trial of its own and sends its clients' training to a fusion server on its node, which fuses the
-    rounds waiting there (fda_ray.runtime.fusion_server); a trial's bundle is then its driver's 1/fuse share."""
+    rounds waiting there (fda_ray.runtime.fusion_server), shared by up to `serve` trials (default `fuse`; 1: not
+    served); a trial's bundle is then its driver's 1/serve share."""
     from ray import tune
 
     import fda_ray.experiments.tune as ft
@@ -374,7 +376,8 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
         alone = [g[0] for g in groups if len(g) == 1]
         launches += [(p, f) for p, f in ((sum(fused, []), fused), (alone, [])) if p]
     # served: a scheduler's single trials, each sending its clients' training to a fusion server (started once)
-    served = fuse > 1 and scheduler is not None and all(fusion_key(t) is not None for t in pending)
+    serve = fuse if serve is None else serve
+    served = serve > 1 and scheduler is not None and all(fusion_key(t) is not None for t in pending)
     servers: dict[str, list[str]] = {}
     if served:
         first = pending[0].config().resolved()
@@ -398,7 +401,7 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
                           **({"served": servers} if servers else {})} for t in phase]
                 # every trial of a sweep asks the same resources: one placement group, watched for a node loss
                 group = (tune.PlacementGroupFactory([fusion_server.served_bundle(
-                            phase[0].config().resolved(), fuse, ft.driver_placement(pin_drivers))]) if servers
+                            phase[0].config().resolved(), serve, ft.driver_placement(pin_drivers))]) if servers
                          else ft.resources(phase[0].config().resolved(), ft.driver_placement(pin_drivers)))
             watch = StrandedWatch(group.bundles)
             watch_callback, watch_stopper = stranded_tune_parts(watch, on_stranded, on_waiting)

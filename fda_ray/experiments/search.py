@@ -394,12 +394,13 @@ def run_search(search: Search, *, profile: str, out: StoragePath, num_samples: i
                max_concurrent: int | None, max_failures: int, scheduler: str, search_alg: str,
                methods: Sequence[str] | None, values: Sequence[float] | None, overrides: dict[str, Any],
                address: str | None, command: str, no_figures: bool = False, pin_drivers: bool = False,
-               fuse: int = 1) -> int:
+               fuse: int = 1, serve: int | None = None) -> int:
     """Run (or go on with) a search; returns the exit code (0 all done, 1 a trial failed, 130 interrupted).
     `out`: a local or shared directory, or an object store URI (fda_ray.core.storage). fuse > 1: trials run in fused
     groups of up to `fuse` (fda_ray.runtime.fusion) where nothing stops single trials (the local backend, the
     reruns); a study under ASHA or Optuna keeps each trial a Tune trial of its own, its clients' training fused
-    with the other trials' on a fusion server (fda_ray.runtime.fusion_server)."""
+    with the other trials' on a fusion server (fda_ray.runtime.fusion_server) shared by up to `serve` trials
+    (default `fuse`; 1: not served)."""
     from fda_ray.experiments.backends import Progress, run_local, run_tune
 
     out = storage_path(out)
@@ -413,6 +414,7 @@ def run_search(search: Search, *, profile: str, out: StoragePath, num_samples: i
     failures: list[dict] = []
     interrupted = False
     metric = RULES[search.rules[0]].metric
+    serve = fuse if serve is None else serve
     search_by_study: dict[str, list[Trial]] = {}
     try:
         # 1. the searches, a study at a time (ASHA compares the trials of one study only)
@@ -421,7 +423,7 @@ def run_search(search: Search, *, profile: str, out: StoragePath, num_samples: i
             if search_alg == "optuna":  # Bayesian (TPE): the points come from Optuna as trials finish
                 trials, f, interrupted = _optuna_study(search, profile, study, num_samples, overrides, records, out,
                                                        address, max_concurrent, max_failures, scheduler, metric,
-                                                       pin_drivers, fuse)
+                                                       pin_drivers, serve)
                 failures += f
                 search_by_study[name] = trials
                 if interrupted:
@@ -438,7 +440,7 @@ def run_search(search: Search, *, profile: str, out: StoragePath, num_samples: i
                     f, interrupted = run_tune(pending, records, out, address, max_concurrent, max_failures,
                                               progress, scheduler=scheduler_for(search, scheduler, metric, trials),
                                               metric=metric, on_stopped=mark_stopped, pin_drivers=pin_drivers,
-                                              fuse=fuse)
+                                              fuse=fuse, serve=serve)
                     failures += f
             search_by_study[name] = trials
             if interrupted:

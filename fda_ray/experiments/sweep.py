@@ -404,8 +404,13 @@ def dry_run_plan(first: Any, a: Any, trials: list[Trial] | None = None) -> tuple
             return line, f"error: device={first.device!r} is invalid: {node.source} has no GPU; use --device cpu"
         return line, None
     fused_head: list[str] = []
+    serve = group_size(getattr(a, "fuse", "off"), first.device, served=True)
     if fuse > 1 and _served(a, first):
-        return _served_plan(first, a, fuse)
+        if serve > 1:
+            return _served_plan(first, a, serve)
+        fused_head = [f"plan: --fuse {a.fuse} serves no trial of a study on {first.device} (fusion servers measured "
+                      "slower than trials of their own on CPUs); its reruns run in fused groups"]
+        trials = None
     if fuse > 1 and trials:
         import fda_ray.experiments.tune as ft
         from fda_ray.runtime.fusion import plan_groups
@@ -630,7 +635,7 @@ def _run_search(a: Any, search: Any, out: Any, num_samples: int, overrides: dict
                       scheduler=a.scheduler, search_alg=a.search_alg, methods=_list(a.methods, str, "methods"),
                       values=_list(a.values, float, "values"), overrides=overrides, address=a.address,
                       command=_command(argv), no_figures=a.no_figures, pin_drivers=a.pin_drivers,
-                      fuse=group_size(a.fuse, first.device))
+                      fuse=group_size(a.fuse, first.device), serve=group_size(a.fuse, first.device, served=True))
 
 
 if __name__ == "__main__":

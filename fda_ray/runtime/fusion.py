@@ -42,6 +42,19 @@ FUSE_CHOICES = ("off", "auto")  # or a whole number >= 1: the most trials a grou
 # measured (tools/gpu-sweep-check.sh measures it; docs/ray-and-clusters.md, "Fused trials").
 AUTO_GROUP = {"cpu": 8, "cuda": 32}
 
+# A fusion server's batching window (fda_ray.runtime.fusion_server): how long a waiting round waits for the trials
+# still out; a round's driver work (aggregation, evaluation) is shorter.
+WINDOW_ENV = "FDA_RAY_FUSION_WINDOW_S"
+WINDOW_S = 0.5
+
+
+def window_seconds() -> float:
+    """$FDA_RAY_FUSION_WINDOW_S, else WINDOW_S; one-line error naming the variable."""
+    from fda_ray.core.parsing import env_seconds
+
+    return env_seconds(WINDOW_ENV, WINDOW_S)
+
+
 # One member builds its experiment at a time: building seeds torch's global generator per trial (the initial model),
 # which threads would share.
 BUILD_LOCK = threading.Lock()
@@ -63,12 +76,19 @@ def parse_fuse(value: str | int | None) -> int | str:
     return "off" if n == 1 else n
 
 
-def group_size(fuse: int | str, device: str) -> int:
-    """The most trials a group holds for --fuse `fuse` on `device` (1: no fusing)."""
+# Served trials (fda_ray.runtime.fusion_server: a search under ASHA or Optuna) with --fuse auto: on CPUs none, since
+# they measured slower there (python -m benchmarks.served, 2 cores: 0.61x; docs/ray-and-clusters.md); on a GPU 32,
+# not yet measured (tools/gpu-sweep-check.sh's `served` step measures it).
+AUTO_SERVED = {"cpu": 1, "cuda": 32}
+
+
+def group_size(fuse: int | str, device: str, served: bool = False) -> int:
+    """The most trials a group holds for --fuse `fuse` on `device` (1: no fusing); `served`: the trials that share
+    a fusion server's share of a device (fda_ray.runtime.fusion_server)."""
     if fuse == "off":
         return 1
     if fuse == "auto":
-        return AUTO_GROUP["cuda" if str(device).startswith("cuda") else "cpu"]
+        return (AUTO_SERVED if served else AUTO_GROUP)["cuda" if str(device).startswith("cuda") else "cpu"]
     return int(fuse)
 
 

@@ -25,7 +25,6 @@ loads its data too. What it buys: single trials for the scheduler, and trials th
 """
 from __future__ import annotations
 
-import os
 import warnings
 import zlib
 from typing import Any, Sequence
@@ -38,28 +37,12 @@ import fda_ray.algorithms  # noqa: F401  (registers every family's recipes in th
 from fda_ray.core import plugins
 from fda_ray.core.contract import ClientResult, ClientTask, ServerState, input_names
 from fda_ray.core.interrupts import error_line
-from fda_ray.runtime.fusion import TrialGroup
+from fda_ray.runtime.fusion import WINDOW_ENV, TrialGroup, window_seconds  # noqa: F401
 from fda_ray.runtime.ray_executor import ActorTaskError
 from fda_ray.train.client import Client
 
 NAMESPACE = "fda_ray"
-WINDOW_ENV = "FDA_RAY_FUSION_WINDOW_S"
-WINDOW_S = 0.5  # how long a waiting round waits for the trials still out (a round's driver work is shorter)
 SERVER_GPU = 0.5  # a GPU server's share: the rest is its trials' drivers' (evaluation, 0.01 each)
-
-
-def window_seconds() -> float:
-    """$FDA_RAY_FUSION_WINDOW_S, else WINDOW_S; one-line error naming the variable."""
-    raw = os.environ.get(WINDOW_ENV)
-    if raw is None:
-        return WINDOW_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not (0.0 <= value < float("inf")):
-        raise ValueError(f"${WINDOW_ENV}={raw!r} is invalid: seconds, a finite number >= 0")
-    return value
 
 
 class FusionServer:

@@ -411,18 +411,14 @@ DEFAULT_WAIT_S = 60.0
 def wait_seconds() -> float:
     """$FDA_RAY_NODE_WAIT_S (default 60): how long what a run asks may stay unplaceable on the live nodes (a
     restarted node may come back) before the run says so and stops waiting."""
-    raw = os.environ.get(WAIT_ENV)
-    if raw is None:
-        return DEFAULT_WAIT_S
+    from fda_ray.core.parsing import env_seconds
+
     try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not (0 <= value < float("inf")):
+        return env_seconds(WAIT_ENV, DEFAULT_WAIT_S)
+    except ValueError as e:
         from fda_ray.runtime.preflight import PreflightError
 
-        raise PreflightError(f"${WAIT_ENV}={raw!r} is invalid: seconds, a finite number >= 0")
-    return value
+        raise PreflightError(str(e)) from None
 
 
 def free_line() -> str:

@@ -179,6 +179,23 @@ def _bench_result(name: str, generator: str) -> dict:
     return json.loads(path.read_text())
 
 
+@GENERATORS.register("bench-served")
+def bench_served(name: str) -> str:
+    """Served trials beside the same trials unfused (python -m benchmarks.served --json) from
+    docs/results/bench-served/<name>.json: its command, a line naming the machine and the trials, and the table."""
+    from benchmarks.served import table
+
+    path = records.RESULTS / "bench-served" / f"{name}.json"
+    if not path.is_file():
+        raise ValueError(f"bench-served: {str(path)!r} does not exist")
+    result = json.loads(path.read_text())
+    m = result["machine"]
+    head = (f"`{result['command']}`: {result['grid']} grid, {result['profile']} profile, column {result['values']}, "
+            f"{result['seeds']} seed(s), {result['runs'][0]['trials']} trials, device {result['device']}; {m['cpus']} "
+            f"CPUs, {m['gpu'] or 'no GPU'}; torch {m['torch']}, Ray {m['ray']}; {m['date']}.")
+    return head + "\n\n" + table(result)
+
+
 @GENERATORS.register("gpu-lease-memory")
 def gpu_lease_memory(name: str, step: str, per: str = "1") -> str:
     """The most device memory (GiB) in use inside one step of a lease (as `gpu-lease` reads it), divided by `per`
