@@ -120,19 +120,12 @@ def test_a_served_trials_bundle_is_its_drivers_share(fmnist_dir):
     assert fusion_server.served_bundle(cuda, 8, {"fda_driver": 1.0}) == {"CPU": 0.25, "GPU": 0.0625, "fda_driver": 1.0}
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("search_alg", ["random", "optuna"])
-def test_a_search_under_a_scheduler_fuses_its_trials_which_it_still_stops_one_by_one(search_alg, fmnist_dir, tmp_path,
-                                                                                 monkeypatch, no_ray):
-    """--fuse with a scheduler: each trial stays a Tune trial (the scheduler stops single ones, Optuna chooses them
-    one at a time), its rounds fused with the others' on the fusion server; every trial's rows are those of its run
-    alone for the rounds it ran. The scheduler here stops every other trial after its third round, so that stopped
-    and finished trials come whatever the timing (which ASHA's rungs depend on)."""
-    import ray
+def _stop_every_other(monkeypatch) -> None:
+    """The searches' scheduler, for a test: every other trial (in the order their first results come) stops after
+    its third round, the others finish, whatever the timing (which ASHA's rungs depend on)."""
     from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
-    from fda_ray.experiments import search as search_module, sweep
-    from fda_ray.experiments.search import trial_rows
+    from fda_ray.experiments import search as search_module
 
     class StopEveryOther(FIFOScheduler):
         def __init__(self) -> None:
@@ -147,14 +140,35 @@ def test_a_search_under_a_scheduler_fuses_its_trials_which_it_still_stops_one_by
             return TrialScheduler.CONTINUE
 
     monkeypatch.setattr(search_module, "scheduler_for", lambda *a, **k: StopEveryOther())
+
+
+def _served_search(monkeypatch, rounds: int = 6):
     from fda_ray.papers.grids import Profile
     from fda_ray.papers.searches import SEARCHES
     from test_search import TINY, tiny_search
 
+    search = tiny_search(profiles={"quick": Profile({**TINY, "vectorise": "on", "rounds": rounds})})
+    monkeypatch.setitem(SEARCHES, search.name, search)
+    return search
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("search_alg", ["random", "optuna"])
+def test_a_search_under_a_scheduler_fuses_its_trials_which_it_still_stops_one_by_one(search_alg, fmnist_dir, tmp_path,
+                                                                                 monkeypatch, no_ray):
+    """--fuse with a scheduler: each trial stays a Tune trial (the scheduler stops single ones, Optuna chooses them
+    one at a time), its rounds fused with the others' on the fusion server; every trial's rows are those of its run
+    alone for the rounds it ran. The scheduler here stops every other trial after its third round, so that stopped
+    and finished trials come whatever the timing (which ASHA's rungs depend on)."""
+    import ray
+
+    from fda_ray.experiments import sweep
+    from fda_ray.experiments.search import trial_rows
+
+    _stop_every_other(monkeypatch)
     if search_alg == "optuna":
         pytest.importorskip("optuna")
-    search = tiny_search(profiles={"quick": Profile({**TINY, "vectorise": "on", "rounds": 6})})
-    monkeypatch.setitem(SEARCHES, search.name, search)
+    search = _served_search(monkeypatch)
     out = tmp_path / "search"
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     args = ["--search", search.name, "--num-samples", "6", "--max-concurrent", "4", "--fuse", "4",
@@ -210,3 +224,62 @@ def test_fuse_auto_serves_no_trial_on_cpus_where_it_measured_slower(capsys):
     i = lines.index("plan: --fuse auto serves no trial of a study on cpu (fusion servers measured slower than trials "
                     "of their own on CPUs); its reruns run in fused groups")
     assert lines[i + 1].startswith("plan: each trial asks 1 bundle(s), PACK: driver {CPU: 1}")
+
+
+def test_a_member_that_leaves_with_a_round_waiting_has_that_round_answered(monkeypatch):
+    """A trial whose process ended while its round waited (Tune stopped or restarted it) leaves or is loaded again:
+    the call waiting for that round ends with an error instead of holding a server thread for ever."""
+    from fda_ray.train import cohort
+
+    monkeypatch.setattr(cohort, "run_jobs", lambda jobs, *a, **k: list(jobs))
+    group = fusion.TrialGroup(["a", "b"], window_s=30.0)
+    try:
+        req = group.submit("a", ["a0"])  # waits for b, up to the window
+        group.leave("a")
+        got = group.wait(req)
+        assert len(got) == 1 and isinstance(got[0], RuntimeError) and str(got[0]) == "trial a left the group"
+        assert group.wait(group.submit("b", ["b0"])) == ["b0"]  # b alone now: no wait
+    finally:
+        group.close()
+
+
+@pytest.mark.slow
+def test_a_served_search_on_a_cluster_trains_each_trial_on_its_own_nodes_server(fmnist_dir, tmp_path, monkeypatch,
+                                                                              capsys, no_ray):
+    """Through --address on a Ray cluster of two 2-CPU nodes: a fusion server on each node (1 CPU), the trials' drivers
+    (1/2 CPU each) on both; each trial's clients train on the server of its own node (its record's client_nodes is
+    its driver's node), and every trial finishes or is stopped with the rows of its run alone."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from fda_ray.experiments import sweep
+    from fda_ray.experiments.search import trial_rows
+
+    _stop_every_other(monkeypatch)
+    search = _served_search(monkeypatch, rounds=4)
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
+    c.add_node(num_cpus=2)
+    c.wait_for_nodes()
+    out = tmp_path / "search"
+    try:
+        code = sweep.main(["--search", search.name, "--num-samples", "6", "--fuse", "2", "--address", c.address,
+                           "--data-dir", str(fmnist_dir), "--out", str(out), "--track", "none"])
+        assert code == 0, capsys.readouterr().err[-2000:]
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        c.shutdown()
+    table = json.loads((out / "selection.json").read_text())["studies"]["fedgp @ noise 0.4"]
+    assert {e["status"] for e in table["trials"]} == {"stopped", "finished"}
+    records = out / "trials"
+    drivers = set()
+    for e in table["trials"]:
+        attempt = json.loads((records / e["key"] / "nodes.json").read_text())[-1]
+        assert attempt["client_nodes"] == [attempt["node_id"]]  # its own node's server
+        drivers.add(attempt["node_id"])
+        rows, _ = trial_rows(records / e["key"])
+        alone = run_trial(Trial.from_dict(json.loads((records / e["key"] / "trial.json").read_text())),
+                          tmp_path / "alone")
+        assert 0 < len(rows) <= len(alone.rows)
+        assert all(abs(x["accuracy"] - y["accuracy"]) <= 2.0 for x, y in zip(alone.rows, rows))
+    assert len(drivers) == 2  # both nodes ran trials, each with its server

@@ -217,7 +217,10 @@ class TrialGroup:
         with self._cond:
             self._live.discard(key)
             self._late.discard(key)
-            self._waiting.pop(key, None)
+            req = self._waiting.pop(key, None)
+            if req is not None:  # a round it handed in and no longer waits for (its process ended): answered, so
+                # the call that waits for it on a fusion server ends (fda_ray.runtime.fusion_server)
+                req.results, req.done = [RuntimeError(f"trial {key} left the group")] * len(req.jobs), True
             self._cond.notify_all()
 
     def executor(self, key: str, clients: Sequence[Any]) -> "GroupMember":

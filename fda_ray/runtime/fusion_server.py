@@ -83,6 +83,7 @@ class FusionServer:
             client = client.to(self.device)
             client.restore(state)
             hosted[client.index] = client
+        self.group.leave(key)  # a trial run again (Tune's retry): a round its ended process left waiting goes
         self.clients[key] = hosted
         self.left.pop(key, None)
         self.group.add(key)
