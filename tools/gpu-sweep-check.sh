@@ -7,6 +7,8 @@
 #                    peak memory each (tools/gpu_memory_probe.py; a stall prints its stacks)
 #   fused-ops        a round of 8 of the main job's trials on the GPU, fused and one after the other, and the operators
 #                    a trial-step dispatches (python -m benchmarks.fused_ops --device cuda)
+#   compiled-step    a fused step of 8 trials eager, under torch.compile and as CUDA graphs (reduce-overhead)
+#                    (python -m benchmarks.compiled_step --device cuda)
 #   grid-fused       Table 10's whole paper noise grid (59 trials) fused (--fuse auto, local backend: one process, one
 #                    CUDA context): the issue's <= 60 s target (python -m benchmarks.sweep --values all)
 #   column-*         the paper noise-0.4 column (9 trials) side by side: fused through Ray Tune, unfused through Ray Tune
@@ -32,6 +34,8 @@ lease_step pytest-gpu "$(lease_cap 150)" python -m pytest -q -p no:cacheprovider
   tests/test_domainbed.py
 lease_step fused-ops "$(lease_cap 120)" python -m benchmarks.fused_ops --device cuda --trials 8 --repeats 3 \
   --json "$R/fused-ops-cuda.json"
+lease_step compiled-step "$(lease_cap 90)" python -m benchmarks.compiled_step --device cuda --trials 8 \
+  --json "$R/compiled-step-cuda.json"
 lease_step grid-fused "$(lease_cap 240)" python -m benchmarks.sweep --profile paper --device cuda --values all \
   --seeds 0 --backends local-fused --json "$R/bench-grid-fused.json"
 for b in tune-fused tune tune-actors; do

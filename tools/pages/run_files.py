@@ -196,6 +196,23 @@ def bench_served(name: str) -> str:
     return head + "\n\n" + table(result)
 
 
+@GENERATORS.register("compiled-step")
+def compiled_step(name: str) -> str:
+    """A fused step eager and compiled (python -m benchmarks.compiled_step --json) from
+    docs/results/bench-fused/<name>.json: its command, a line naming the machine and the rows, and the table."""
+    from benchmarks.compiled_step import table
+
+    path = records.RESULTS / "bench-fused" / f"{name}.json"
+    if not path.is_file():
+        raise ValueError(f"compiled-step: {str(path)!r} does not exist")
+    r = json.loads(path.read_text())
+    m = r["machine"]
+    head = (f"`{r['command']}`: {r['rows']} rows ({r['trials']} trials x {r['clients']} clients), batch {r['batch']}, "
+            f"device {r['device']}, {r['threads']} thread(s); {m['cpus']} CPUs, {m['gpu'] or 'no GPU'}; torch "
+            f"{r['torch']}; {m['date']}.")
+    return head + "\n\n" + table(r)
+
+
 @GENERATORS.register("gpu-lease-memory")
 def gpu_lease_memory(name: str, step: str, per: str = "1") -> str:
     """The most device memory (GiB) in use inside one step of a lease (as `gpu-lease` reads it), divided by `per`
