@@ -156,10 +156,7 @@ def fused_ops(name: str, layout: str, field: str) -> str:
     """One number of docs/results/bench-fused/<name>.json (python -m benchmarks.fused_ops --json) for one convolution
     layout: `fused` / `unfused` (ATen operators a trial-step dispatches, fused or one trial alone), `ratio` (fused
     over unfused, "1.19"), `speedup` (a round's seconds one trial after another over fused, "1.07")."""
-    path = records.RESULTS / "bench-fused" / f"{name}.json"
-    if not path.is_file():
-        raise ValueError(f"fused-ops: {str(path)!r} does not exist")
-    layouts = json.loads(path.read_text())["layouts"]
+    layouts = _result_file("bench-fused", name, "fused-ops")["layouts"]
     if layout not in layouts:
         raise ValueError(f"fused-ops: layout={layout!r} is invalid: {name!r} has {', '.join(layouts)}")
     m = layouts[layout]
@@ -173,7 +170,12 @@ def fused_ops(name: str, layout: str, field: str) -> str:
 
 def _bench_result(name: str, generator: str) -> dict:
     """docs/results/bench-sweep/<name>.json, a python -m benchmarks.sweep --json result."""
-    path = records.RESULTS / "bench-sweep" / f"{name}.json"
+    return _result_file("bench-sweep", name, generator)
+
+
+def _result_file(folder: str, name: str, generator: str) -> dict:
+    """docs/results/<folder>/<name>.json, a benchmark's --json result; a missing one names the path."""
+    path = records.RESULTS / folder / f"{name}.json"
     if not path.is_file():
         raise ValueError(f"{generator}: {str(path)!r} does not exist")
     return json.loads(path.read_text())
@@ -185,10 +187,7 @@ def bench_served(name: str) -> str:
     docs/results/bench-served/<name>.json: its command, a line naming the machine and the trials, and the table."""
     from benchmarks.served import table
 
-    path = records.RESULTS / "bench-served" / f"{name}.json"
-    if not path.is_file():
-        raise ValueError(f"bench-served: {str(path)!r} does not exist")
-    result = json.loads(path.read_text())
+    result = _result_file("bench-served", name, "bench-served")
     m = result["machine"]
     head = (f"`{result['command']}`: {result['grid']} grid, {result['profile']} profile, column {result['values']}, "
             f"{result['seeds']} seed(s), {result['runs'][0]['trials']} trials, device {result['device']}; {m['cpus']} "
@@ -202,10 +201,7 @@ def compiled_step(name: str) -> str:
     docs/results/bench-fused/<name>.json: its command, a line naming the machine and the rows, and the table."""
     from benchmarks.compiled_step import table
 
-    path = records.RESULTS / "bench-fused" / f"{name}.json"
-    if not path.is_file():
-        raise ValueError(f"compiled-step: {str(path)!r} does not exist")
-    r = json.loads(path.read_text())
+    r = _result_file("bench-fused", name, "compiled-step")
     m = r["machine"]
     head = (f"`{r['command']}`: {r['rows']} rows ({r['trials']} trials x {r['clients']} clients), batch {r['batch']}, "
             f"device {r['device']}, {r['threads']} thread(s); {m['cpus']} CPUs, {m['gpu'] or 'no GPU'}; torch "
