@@ -229,7 +229,9 @@ def _start_member(cfg: Any, key: str, group: Any) -> tuple[Any, Any, Any]:
         with st.phase("data_load"):
             exp = build_experiment(cfg)
     st.add("kernel_load", loader.seconds() - kernels_before)
-    return exp, group.executor(key, exp.clients), st
+    with st.phase("data_ship"):  # a fusion server's: the clients shipped to it (a group in this process: nothing)
+        executor = group.executor(key, exp.clients)
+    return exp, executor, st
 
 
 def run_group(trials: Sequence[Trial], records: StoragePath | Path | str,
