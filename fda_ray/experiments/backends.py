@@ -378,11 +378,7 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
     # served: a scheduler's single trials, each sending its clients' training to a fusion server (started once)
     serve = fuse if serve is None else serve
     served = serve > 1 and scheduler is not None and all(fusion_key(t) is not None for t in pending)
-    servers: dict[str, list[str]] = {}
-    if served:
-        first = pending[0].config().resolved()
-        servers = fusion_server.start_servers(first.threads, first.device)
-    try:
+    with fusion_server.serving(pending[0].config().resolved() if served else None) as servers:  # (stopped after)
         for phase, fused in launches:
             phase = [t for t in phase if t.weights_from is None or is_done(records / t.weights_from)]
             if not phase:
@@ -400,9 +396,8 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
                 space = [{"trial": t.to_dict(), ft.RECORD_KEY: str(records), **({"metric": metric} if metric else {}),
                           **({"served": servers} if servers else {})} for t in phase]
                 # every trial of a sweep asks the same resources: one placement group, watched for a node loss
-                group = (tune.PlacementGroupFactory([fusion_server.served_bundle(
-                            phase[0].config().resolved(), serve, ft.driver_placement(pin_drivers))]) if servers
-                         else ft.resources(phase[0].config().resolved(), ft.driver_placement(pin_drivers)))
+                group = (ft.served_resources(phase[0].config().resolved(), serve, ft.driver_placement(pin_drivers))
+                         if servers else ft.resources(phase[0].config().resolved(), ft.driver_placement(pin_drivers)))
             watch = StrandedWatch(group.bundles)
             watch_callback, watch_stopper = stranded_tune_parts(watch, on_stranded, on_waiting)
             tuner = tune.Tuner(
@@ -445,8 +440,6 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
             if any(not is_done(records / t.key) and t.key not in failed | stopped for t in phase):
                 progress.close()
                 return failures, True
-    finally:
-        fusion_server.stop_servers(servers)
     progress.close()
     return failures, False
 

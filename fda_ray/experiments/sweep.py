@@ -465,7 +465,7 @@ def _served_plan(first: Any, a: Any, fuse: int) -> tuple[list[str], str | None]:
     """--dry-run of a search whose trials train on fusion servers (fda_ray.runtime.fusion_server): what a trial
     and a server ask, and how many trials each node runs at once."""
     import fda_ray.experiments.tune as ft
-    from fda_ray.runtime.fusion_server import SERVER_GPU, served_bundle
+    from fda_ray.runtime.fusion_server import SERVER_GPU, served_bundle, servers_on
 
     if a.plan_for is not None:
         cluster = resources.parse_nodes(a.plan_for)
@@ -481,7 +481,7 @@ def _served_plan(first: Any, a: Any, fuse: int) -> tuple[list[str], str | None]:
     cuda = first.device.startswith("cuda")
     per_node = []
     for n in cluster.nodes:
-        servers = int(n.get("GPU", 0.0)) if cuda else int(n.get("CPU", 0.0) >= first.threads)
+        servers = servers_on(n, first.threads, cuda)
         left = {k: n.get(k, 0.0) - (servers * first.threads if k == "CPU" else servers * SERVER_GPU if k == "GPU"
                                     else 0.0) for k in bundle}
         per_node.append(min(int(max(0.0, left[k]) // v) for k, v in bundle.items()) if servers else 0)

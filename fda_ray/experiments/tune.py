@@ -226,6 +226,14 @@ def group_resources(cfg: RunConfig, driver_extra: dict[str, float] | None = None
     return tune.PlacementGroupFactory([bundle])
 
 
+def served_resources(cfg: RunConfig, serve: int, driver_extra: dict[str, float] | None = None
+                     ) -> tune.PlacementGroupFactory:
+    """A served trial's placement group (fda_ray.runtime.fusion_server.served_bundle): its driver's bundle alone."""
+    from fda_ray.runtime.fusion_server import served_bundle
+
+    return tune.PlacementGroupFactory([served_bundle(cfg, serve, driver_extra)])
+
+
 def keep_working_directory() -> None:
     """Tune's trial processes stay in the working directory of the command that starts them (Tune would move each
     into its trial folder; fda-ray keeps its own records): a relative --data-dir, ./data and a plug-in module next
@@ -325,10 +333,9 @@ def run_optuna(space: Sequence[Any], base: dict[str, Any], row: str, variable: s
     # the study in one line; trials waiting on another job's resources get one note; Tune's dumps go to a log file
     from fda_ray.runtime import fusion, fusion_server
 
-    servers = (fusion_server.start_servers(cfg.threads, cfg.device) if fuse > 1 and fusion.config_fuses(cfg)
-               else {})
-    bundles = (tune.PlacementGroupFactory([fusion_server.served_bundle(cfg, fuse, driver_placement(pin_drivers))])
-               if servers else resources(cfg, driver_placement(pin_drivers)))
+    served = fuse > 1 and fusion.config_fuses(cfg)
+    bundles = (served_resources(cfg, fuse, driver_placement(pin_drivers)) if served
+               else resources(cfg, driver_placement(pin_drivers)))
     watch = StrandedWatch(bundles.bundles)
     this = Trial.from_dict({"key": row, "row": row, "value": value, "seed": 0, "params": {}})
 
@@ -343,22 +350,20 @@ def run_optuna(space: Sequence[Any], base: dict[str, Any], row: str, variable: s
 
     watch_callback, watch_stopper = tune_parts(watch, on_stranded, on_waiting)
     errors_log = tune_errors_log(out)
-    tuner = tune.Tuner(
-        tune.with_resources(trainable, bundles),
-        param_space={"run": {"optuna": {"base": base, "row": row, "variable": variable, "value": value,
-                                        "knobs": [d.name for d in space]},
-                             RECORD_KEY: str(records), "metric": metric, **({"served": servers} if servers else {})},
-                     "point": {_safe(d.name): _domain(d) for d in space}},
-        tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, num_samples=num_samples,
-                                    reuse_actors=True),
-        run_config=tune.RunConfig(name=launch, storage_path=str(out / "tune"), verbose=0,
-                                  failure_config=tune.FailureConfig(max_failures=max_failures),
-                                  callbacks=[Callback(), watch_callback], stop=watch_stopper))
-    try:
+    with fusion_server.serving(cfg if served else None) as servers:  # stopped whatever ends the study
+        tuner = tune.Tuner(
+            tune.with_resources(trainable, bundles),
+            param_space={"run": {"optuna": {"base": base, "row": row, "variable": variable, "value": value,
+                                            "knobs": [d.name for d in space]},
+                                 RECORD_KEY: str(records), "metric": metric, **({"served": servers} if servers else {})},
+                         "point": {_safe(d.name): _domain(d) for d in space}},
+            tune_config=tune.TuneConfig(search_alg=searcher, scheduler=scheduler, num_samples=num_samples,
+                                        reuse_actors=True),
+            run_config=tune.RunConfig(name=launch, storage_path=str(out / "tune"), verbose=0,
+                                      failure_config=tune.FailureConfig(max_failures=max_failures),
+                                      callbacks=[Callback(), watch_callback], stop=watch_stopper))
         with interrupts.graceful(), tune_errors_to(errors_log):  # SIGTERM stops the launch as Tune's Ctrl-C does
             grid = tuner.fit()
-    finally:
-        fusion_server.stop_servers(servers)
     failures = []
     for result in grid:
         if result.error is not None:

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import warnings
 import zlib
-from typing import Any, Sequence
+from contextlib import contextmanager
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 import ray
@@ -37,7 +38,7 @@ import fda_ray.algorithms  # noqa: F401  (registers every family's recipes in th
 from fda_ray.core import plugins
 from fda_ray.core.contract import ClientResult, ClientTask, ServerState, input_names
 from fda_ray.core.interrupts import error_line
-from fda_ray.runtime.fusion import WINDOW_ENV, TrialGroup, window_seconds  # noqa: F401
+from fda_ray.runtime.fusion import TrialGroup, window_seconds
 from fda_ray.runtime.ray_executor import ActorTaskError
 from fda_ray.train.client import Client
 
@@ -63,7 +64,6 @@ class FusionServer:
             warm("cuda")
         self.group = TrialGroup([], vectorise=True, threads=threads, window_s=window_s)
         self.clients: dict[str, dict[int, Client]] = {}
-        self.left: dict[str, dict[str, int]] = {}  # what each trial that left was fused with (its record's)
 
     def _check(self) -> None:
         if self.broken is not None:
@@ -85,7 +85,6 @@ class FusionServer:
             hosted[client.index] = client
         self.group.leave(key)  # a trial run again (Tune's retry): a round its ended process left waiting goes
         self.clients[key] = hosted
-        self.left.pop(key, None)
         self.group.add(key)
 
     def run(self, key: str, tasks: Sequence[ClientTask], names: Sequence[str], *arrays: np.ndarray
@@ -120,8 +119,7 @@ class FusionServer:
         self.group.leave(key)
         self.clients.pop(key, None)
         mine = self.group.stats.per_member.pop(key, [0, 0])
-        self.left[key] = {"members": mine[1], "batches": mine[0], "served": 1}
-        return self.left[key]
+        return {"members": mine[1], "batches": mine[0], "served": 1}
 
     def stats(self) -> dict[str, Any]:
         """The batches run so far: how many, the trials and jobs of each, the seconds they took."""
@@ -209,6 +207,23 @@ def server_name(node_id: str, slot: int) -> str:
     return f"fda-fusion:{node_id}:{slot}"
 
 
+def servers_on(have: Mapping[str, float], threads: int, cuda: bool) -> int:
+    """How many fusion servers a node with resources `have` runs: one per GPU (device cuda), else one when it has
+    `threads` CPUs."""
+    return int(have.get("GPU", 0.0)) if cuda else int(have.get("CPU", 0.0) >= threads)
+
+
+@contextmanager
+def serving(cfg: Any | None) -> Iterator[dict[str, list[str]]]:
+    """The fusion servers for trials of the resolved `cfg` (its threads and device: start_servers) while a launch
+    runs, stopped after it, whatever ends it; {} for cfg None (the trials then train as trials of their own)."""
+    names = start_servers(cfg.threads, cfg.device) if cfg is not None else {}
+    try:
+        yield names
+    finally:
+        stop_servers(names)
+
+
 def start_servers(threads: int, device: str, window_s: float | None = None) -> dict[str, list[str]]:
     """One fusion server per GPU of every live node that has GPUs (device cuda), else one per node with `threads`
     CPUs to spare; waits until they are up. Returns {node id: [server names]} for the trials (`served_group`)."""
@@ -221,9 +236,7 @@ def start_servers(threads: int, device: str, window_s: float | None = None) -> d
     for node in ray.nodes():
         if not node.get("Alive"):
             continue
-        have = node.get("Resources", {})
-        count = int(have.get("GPU", 0)) if cuda else int(have.get("CPU", 0) >= threads)
-        for slot in range(count):
+        for slot in range(servers_on(node.get("Resources", {}), threads, cuda)):
             name = server_name(node["NodeID"], slot)
             handles.append(_STARTED.setdefault(name, RemoteFusionServer.options(
                 name=name, namespace=NAMESPACE, get_if_exists=True, num_cpus=threads,
