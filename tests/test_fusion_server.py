@@ -80,7 +80,7 @@ def test_a_member_that_never_hands_in_is_waited_for_one_window_once(monkeypatch)
     from fda_ray.train import cohort
 
     monkeypatch.setattr(cohort, "run_jobs", lambda jobs, *a, **k: [j for j in jobs])
-    group = fusion.TrialGroup(["a", "gone"], window_s=0.3)
+    group = fusion.TrialGroup(["a", "gone"], window_s=1.0)  # (margins far above a loaded machine's scheduling)
     try:
         t0 = time.monotonic()
         assert group.wait(group.submit("a", ["a0"])) == ["a0"]
@@ -88,7 +88,7 @@ def test_a_member_that_never_hands_in_is_waited_for_one_window_once(monkeypatch)
         t0 = time.monotonic()
         assert group.wait(group.submit("a", ["a1"])) == ["a1"]
         second = time.monotonic() - t0
-        assert first >= 0.3 and second < 0.25, (first, second)
+        assert first >= 1.0 and second < 0.5, (first, second)
         assert group.stats.per_member == {"a": [2, 1]}
         group.add("b")  # a newcomer is waited for (up to the window) ...
         got: list = []
