@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 CSRC = Path(__file__).with_name("csrc")
-CPU_SOURCES = (CSRC / "projection.cpp",)
+CPU_SOURCES = (CSRC / "projection.cpp", CSRC / "pool.cpp")
 CUDA_SOURCES = (CSRC / "projection_cuda.cu",)
 LIB_NAMES = {"cpu": "fda_ray_kernels_cpu", "cuda": "fda_ray_kernels_cuda"}
 log = logging.getLogger("fda_ray.kernels")

@@ -15,6 +15,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from fda_ray.core.registry import MODELS  # defined in the core: the config checks model names without torch
+from fda_ray.kernels.pool import reference as relu_max_pool_reference
+from fda_ray.kernels.pool import relu_max_pool2x2
 
 
 CONV_LAYOUTS = ("grouped", "per_model")
@@ -56,8 +58,9 @@ class SimpleCNN(nn.Module):
         self.fc3 = nn.Linear(84, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (n, C, H, W) -> (n, classes)
-        x = self.pool(torch.relu(self.conv1(x)))
-        x = self.pool(torch.relu(self.conv2(x)))
+        # self.pool(torch.relu(.)) in one C++ pass on CPUs, the same numbers (fda_ray.kernels.pool)
+        x = relu_max_pool2x2(self.conv1(x))
+        x = relu_max_pool2x2(self.conv2(x))
         x = x.flatten(1)
         x = torch.relu(self.fc1(x))
         x = torch.relu(self.fc2(x))
@@ -77,15 +80,16 @@ class SimpleCNN(nn.Module):
             h = x.transpose(0, 1).reshape(b, k * x.shape[2], *x.shape[3:])
             w1, w2 = p["conv1.weight"], p["conv2.weight"]  # (K, O, C, kh, kw)
             h = F.conv2d(h, w1.reshape(-1, *w1.shape[2:]), p["conv1.bias"].reshape(-1), groups=k)
-            h = F.max_pool2d(torch.relu(h), 2)  # (B, K*6, ., .)
+            # ReLU and pooling as a GPU runs them (its layout's operators, counted by benchmarks/fused_ops.py)
+            h = relu_max_pool_reference(h)  # (B, K*6, ., .)
             h = F.conv2d(h, w2.reshape(-1, *w2.shape[2:]), p["conv2.bias"].reshape(-1), groups=k)
-            h = F.max_pool2d(torch.relu(h), 2)  # (B, K*16, s, s)
+            h = relu_max_pool_reference(h)  # (B, K*16, s, s)
             h = h.reshape(b, k, -1).transpose(0, 1)  # (K, B, 16*s*s), each model's features in torch's flatten order
         else:
             feats = []
             for i in range(k):
-                hi = F.max_pool2d(torch.relu(F.conv2d(x[i], p["conv1.weight"][i], p["conv1.bias"][i])), 2)
-                hi = F.max_pool2d(torch.relu(F.conv2d(hi, p["conv2.weight"][i], p["conv2.bias"][i])), 2)
+                hi = relu_max_pool2x2(F.conv2d(x[i], p["conv1.weight"][i], p["conv1.bias"][i]))
+                hi = relu_max_pool2x2(F.conv2d(hi, p["conv2.weight"][i], p["conv2.bias"][i]))
                 feats.append(hi.flatten(1))  # (B, features)
             h = torch.stack(feats)  # (K, B, features)
         h = torch.relu(_linear_stacked(h, p["fc1.weight"], p["fc1.bias"]))
@@ -309,8 +313,8 @@ class ConvTrunk(nn.Module):
         self.conv2 = nn.Conv2d(6, 16, 5)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = F.max_pool2d(torch.relu(self.conv1(x)), 2)
-        return F.max_pool2d(torch.relu(self.conv2(x)), 2).flatten(1)
+        x = relu_max_pool2x2(self.conv1(x))  # F.max_pool2d(torch.relu(.), 2), fda_ray.kernels.pool
+        return relu_max_pool2x2(self.conv2(x)).flatten(1)
 
 
 @MODELS.register("multitask_cnn")

@@ -1,0 +1,171 @@
+"""The C++ ReLU + 2x2 max-pooling kernel (fda_ray/kernels/csrc/pool.cpp) against its specification,
+F.max_pool2d(torch.relu(x), 2), forward and backward.
+
+Equality is exact, on any machine: a maximum picks one of its inputs (no rounding), the gradient is copied to one
+element (0 + g, as PyTorch's backward accumulates into zeros), so no sum runs in an order that a SIMD width could
+change. The maps hold what a trained network's maps hold and what an edge case needs: ties (constant regions, as a
+blank image's background gives), negative regions (ReLU's zeros), NaN and infinities, -0.0 gradients, odd sizes,
+and widths that take each of the kernel's paths (8 lanes, 4 lanes, one window at a time)."""
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+from fda_ray import kernels
+from fda_ray.kernels import loader, pool
+
+HAS_CXX = shutil.which(os.environ.get("CXX", "c++")) is not None
+needs_kernel = pytest.mark.skipif(kernels.default_impl() == "reference",
+                                  reason="$FDA_RAY_KERNELS=reference chooses the reference alone")
+
+
+def _identical(a: torch.Tensor, b: torch.Tensor) -> None:
+    """Bit for bit: the same values, NaN in the same places, the same sign on every zero (a NaN's own sign and
+    payload are not a number: x86 makes a negative one where an operation creates it)."""
+    assert a.shape == b.shape and a.dtype == b.dtype
+    assert torch.equal(a.isnan(), b.isnan())
+    assert torch.equal(a.nan_to_num(0.0, 0.0, 0.0), b.nan_to_num(0.0, 0.0, 0.0))
+    assert torch.equal(a.isinf(), b.isinf())
+    numbers = ~a.isnan()
+    assert torch.equal(torch.signbit(a[numbers]), torch.signbit(b[numbers]))
+
+
+def _map(shape: tuple[int, ...], seed: int) -> torch.Tensor:
+    """A random map with ties, ReLU's zeros, NaN and infinities in known places."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(*shape, generator=g)
+    n, c, h, w = shape
+    x[0] = 0.25  # a constant map: every window a four-way tie
+    if n > 1:
+        x[1, :, : h // 2] = -1.0  # negative: ReLU's zeros, ties at 0
+    if n > 2:
+        x[2, 0, 0, 0] = float("nan")  # a NaN in a window's first corner
+        x[2, 0, min(1, h - 1), min(1, w - 1)] = float("nan")  # and in its last: the last NaN is taken
+        x[2, -1, -1, -1] = float("inf")
+        x[2, -1, 0, 0] = -float("inf")
+    if n > 3:
+        x[3] = torch.round(x[3] * 2) / 2  # coarse values: ties between positive corners
+    return x
+
+
+SHAPES = {
+    "simple-cnn-first": (64, 6, 24, 24),  # w 12: 8 lanes, then 4
+    "simple-cnn-second": (64, 16, 8, 8),  # w 4: 4 lanes
+    "cifar-first": (5, 6, 28, 28),  # w 14: 8 + 4 + 2 one at a time
+    "odd": (4, 3, 7, 5),  # the last row and column in no window
+    "tiny": (4, 1, 2, 2),
+    "wide-odd": (4, 2, 3, 37),  # w 18
+}
+
+
+@needs_kernel
+def test_the_kernel_runs_here():
+    """A silent fallback would make every comparison below compare the reference with itself."""
+    assert HAS_CXX, "these tests expect a C++ compiler (CI installs build-essential)"
+    assert pool.uses_kernel(torch.zeros(1, 1, 4, 4)), loader.status()
+
+
+@needs_kernel
+@pytest.mark.parametrize("name", list(SHAPES))
+def test_forward_and_backward_equal_the_reference_bit_for_bit(name):
+    shape = SHAPES[name]
+    x = _map(shape, seed=len(name)).requires_grad_()
+    h, w = shape[2] // 2, shape[3] // 2
+    g = torch.randn(shape[0], shape[1], h, w, generator=torch.Generator().manual_seed(1))
+    g[0, 0, 0, :] = -0.0  # a -0.0 gradient arrives as +0.0 in PyTorch's backward
+    if shape[0] > 2:
+        g[2, -1, -1, -1] = float("inf")
+    ref = pool.reference(x)
+    out = pool.relu_max_pool2x2(x)
+    assert out.grad_fn is not None and "ReluMaxPool" in type(out.grad_fn).__name__  # the kernel ran
+    _identical(out, ref)
+    (g_ref,) = torch.autograd.grad(ref, x, g)
+    (g_out,) = torch.autograd.grad(out, x, g)
+    _identical(g_out, g_ref)
+
+
+@needs_kernel
+def test_a_non_contiguous_map_and_no_grad_give_the_same_numbers():
+    x = _map((6, 4, 12, 10), seed=3)
+    t = x.transpose(2, 3)  # (6, 4, 10, 12), not contiguous
+    _identical(pool.relu_max_pool2x2(t), pool.reference(t))
+    with torch.no_grad():
+        _identical(pool.relu_max_pool2x2(x), pool.reference(x))
+
+
+def test_where_the_kernel_does_not_apply_the_reference_runs():
+    """A GPU, another dtype, $FDA_RAY_KERNELS=reference and torch.func transforms take the reference; vmap and grad
+    over a model that pools still work and agree."""
+    assert not pool.uses_kernel(torch.zeros(1, 1, 4, 4, dtype=torch.float64))
+    assert not pool.uses_kernel(torch.zeros(1, 1, 4, 4), impl="reference")
+    assert not pool.uses_kernel(torch.zeros(1, 4, 4))  # not 4-D
+    assert not pool.uses_kernel(torch.zeros(1, 1, 1, 4))  # no 2 x 2 window
+    x64 = _map((3, 2, 6, 6), seed=0).double().requires_grad_()
+    assert type(pool.relu_max_pool2x2(x64).grad_fn).__name__ == "MaxPool2DWithIndicesBackward0"
+
+    from torch.func import grad, vmap
+
+    xs = torch.randn(3, 2, 1, 8, 8)  # 3 rows of (2, 1, 8, 8)
+    loss = lambda x: pool.relu_max_pool2x2(x).square().sum()  # noqa: E731
+    seen: list[bool] = []
+    real = pool.uses_kernel
+    pool.uses_kernel = lambda x, impl=None: seen.append(real(x, impl)) or seen[-1]  # type: ignore[assignment]
+    try:
+        got = vmap(grad(loss))(xs)
+    finally:
+        pool.uses_kernel = real  # type: ignore[assignment]
+    assert seen and not any(seen)  # under the transforms: the reference
+    want = torch.stack([torch.autograd.grad(F.max_pool2d(torch.relu(r.requires_grad_()), 2).square().sum(), r)[0]
+                        for r in xs])
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+@needs_kernel
+def test_the_ops_refuse_bad_input_in_one_line():
+    with pytest.raises(RuntimeError, match="x must be a 4-D"):
+        torch.ops.fda_ray.relu_max_pool2x2(torch.zeros(2, 4, 4))
+    with pytest.raises(RuntimeError, match="x must be Float, got Double"):
+        torch.ops.fda_ray.relu_max_pool2x2(torch.zeros(1, 1, 4, 4, dtype=torch.float64))
+    with pytest.raises(RuntimeError, match="at least 2 x 2"):
+        torch.ops.fda_ray.relu_max_pool2x2(torch.zeros(1, 1, 1, 4))
+    _, route = torch.ops.fda_ray.relu_max_pool2x2(torch.zeros(1, 1, 4, 4))
+    with pytest.raises(RuntimeError, match="pools to 2 x 2, not 2 x 2|grad has shape"):
+        torch.ops.fda_ray.relu_max_pool2x2_backward(torch.zeros(1, 1, 3, 2), route, 4, 4)
+    with pytest.raises(RuntimeError, match="pools to 3 x 3, not 2 x 2"):
+        torch.ops.fda_ray.relu_max_pool2x2_backward(torch.zeros(1, 1, 2, 2), route, 6, 6)
+
+
+@needs_kernel
+def test_a_simple_cnn_trains_to_the_same_weights_with_the_kernel_and_the_reference(monkeypatch):
+    """Ten Adam steps of the simple CNN, with its plain forward and with the stacked one a cohort runs: the same
+    weights to the last bit whichever pooling ran (the kernel saves a step's time, not its numbers)."""
+    from fda_ray.train.models import SimpleCNN
+
+    def train(kernel: bool) -> list[torch.Tensor]:
+        monkeypatch.setattr(pool, "uses_kernel", (lambda x, impl=None: kernel and x.dtype == torch.float32
+                                                  and x.device.type == "cpu" and x.dim() == 4))
+        torch.manual_seed(0)
+        model = SimpleCNN(1, 28, 10)
+        stacked = {n: p.detach().clone().unsqueeze(0).repeat(2, *[1] * p.dim()).requires_grad_()
+                   for n, p in model.named_parameters()}
+        opt = torch.optim.Adam([*model.parameters(), *stacked.values()], lr=1e-2)
+        g = torch.Generator().manual_seed(0)
+        for _ in range(10):
+            x = torch.rand(16, 1, 28, 28, generator=g)
+            x[:, :, :6] = 0.0  # a blank band: ties in every layer
+            y = torch.randint(0, 10, (16,), generator=g)
+            loss = F.cross_entropy(model(x), y)
+            out = SimpleCNN.forward_stacked(stacked, torch.stack([x, x.flip(-1)]), layout="per_model")
+            loss = loss + F.cross_entropy(out.flatten(0, 1), y.repeat(2))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        return [p.detach().clone() for p in (*model.parameters(), *stacked.values())]
+
+    with_kernel, with_reference = train(True), train(False)
+    for a, b in zip(with_kernel, with_reference):
+        _identical(a, b)
