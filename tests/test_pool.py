@@ -169,3 +169,25 @@ def test_a_simple_cnn_trains_to_the_same_weights_with_the_kernel_and_the_referen
     with_kernel, with_reference = train(True), train(False)
     for a, b in zip(with_kernel, with_reference):
         _identical(a, b)
+
+
+def test_the_benchmark_refuses_bad_input_in_one_line(capsys):
+    from benchmarks import pool as bench
+
+    assert bench.main(["--steps", "0"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == ["error: steps=0 is invalid: an integer >= 1"]
+
+
+@needs_kernel
+def test_the_benchmark_times_both_and_finds_the_same_numbers(tmp_path, capsys):
+    import json
+
+    from benchmarks import pool as bench
+
+    out = tmp_path / "p.json"
+    assert bench.main(["--batch", "4", "--rows", "2", "--steps", "1", "--repeats", "1", "--json", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert set(r["layers"]) == set(bench.MAPS) and [t["kind"] for t in r["training"]] == ["plain", "fused"]
+    assert all(row["identical"] for row in (*r["layers"].values(), *r["training"]))
+    assert all(row[k] > 0 for row in r["layers"].values() for k in ("reference_ms", "kernel_ms"))
+    assert bench.table(r) in capsys.readouterr().out

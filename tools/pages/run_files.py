@@ -155,14 +155,16 @@ def bench_minutes(name: str, backend: str) -> str:
 def fused_ops(name: str, layout: str, field: str) -> str:
     """One number of docs/results/bench-fused/<name>.json (python -m benchmarks.fused_ops --json) for one convolution
     layout: `fused` / `unfused` (ATen operators a trial-step dispatches, fused or one trial alone), `ratio` (fused
-    over unfused, "1.19"), `speedup` (a round's seconds one trial after another over fused, "1.07")."""
+    over unfused, "1.19"), `speedup` (a round's seconds one trial after another over fused, "1.07"),
+    `unfused_seconds` / `fused_seconds` (those rounds' seconds, "3.09")."""
     layouts = _result_file("bench-fused", name, "fused-ops")["layouts"]
     if layout not in layouts:
         raise ValueError(f"fused-ops: layout={layout!r} is invalid: {name!r} has {', '.join(layouts)}")
     m = layouts[layout]
     values = {"fused": f"{m['fused_aten_per_step']:.0f}", "unfused": f"{m['unfused_aten_per_step']:.0f}",
               "ratio": f"{m['fused_aten_per_step'] / m['unfused_aten_per_step']:.2f}",
-              "speedup": f"{m['round_seconds_unfused'] / m['round_seconds_fused']:.2f}"}
+              "speedup": f"{m['round_seconds_unfused'] / m['round_seconds_fused']:.2f}",
+              "unfused_seconds": f"{m['round_seconds_unfused']:.2f}", "fused_seconds": f"{m['round_seconds_fused']:.2f}"}
     if field not in values:
         raise ValueError(f"fused-ops: field={field!r} is invalid: one of {', '.join(values)}")
     return values[field]
@@ -207,6 +209,29 @@ def compiled_step(name: str) -> str:
             f"device {r['device']}, {r['threads']} thread(s); {m['cpus']} CPUs, {m['gpu'] or 'no GPU'}; torch "
             f"{r['torch']}; {m['date']}.")
     return head + "\n\n" + table(r)
+
+
+@GENERATORS.register("bench-pool")
+def bench_pool(name: str) -> str:
+    """The pooling kernel beside PyTorch's ops (python -m benchmarks.pool --json) from
+    docs/results/bench-pool/<name>.json: its command, a line naming the machine, and the table."""
+    from benchmarks.pool import table
+
+    r = _result_file("bench-pool", name, "bench-pool")
+    m = r["machine"]
+    head = (f"`{r['command']}`: batch {r['batch']}, {r['threads']} thread(s); {m['cpus']} CPUs, "
+            f"{m['gpu'] or 'no GPU'}; torch {r['torch']}; {m['date']}.")
+    return head + "\n\n" + table(r)
+
+
+@GENERATORS.register("bench-pool-step")
+def bench_pool_step(name: str, kind: str) -> str:
+    """How many times faster a training step ran with the pooling kernel (`kind`: plain, one model; fused, the
+    stacked rows) in docs/results/bench-pool/<name>.json: "1.50"."""
+    rows = {row["kind"]: row for row in _result_file("bench-pool", name, "bench-pool-step")["training"]}
+    if kind not in rows:
+        raise ValueError(f"bench-pool-step: kind={kind!r} is invalid: one of {', '.join(rows)}")
+    return f"{rows[kind]['reference_ms'] / rows[kind]['kernel_ms']:.2f}"
 
 
 @GENERATORS.register("gpu-lease-memory")
