@@ -8,8 +8,9 @@ Rows:
              two maps at --batch: 28 x 28 inputs (6 x 24 x 24, 16 x 8 x 8) and 32 x 32 (6 x 28 x 28, 16 x 10 x 10);
              the forward pass alone, and forward and backward
     step     a whole training step of the simple CNN (forward, cross-entropy, backward, Adam), as a client trains
-             alone; and a fused cohort's step (SimpleCNN.forward_stacked over --rows rows, the CPU's per-model
-             layout), the trunk the fused trials of issue 62 run
+             alone; a fused cohort's step (SimpleCNN.forward_stacked over --rows rows, the CPU's per-model
+             layout), the trunk the fused trials of issue 62 run; and SHOT's LeNet (FedWCA's model: conv - max-pool
+             - ReLU, through max_pool2x2)
 Per row: the milliseconds (the median of --repeats timings of --steps calls, after two warm-up calls), the ratio,
 and whether the two gave the same numbers bit for bit (for the steps: the weights after every timed step).
 """
@@ -66,7 +67,7 @@ def _layer(shape: tuple[int, ...], batch: int, steps: int, repeats: int) -> dict
 def _steps(kind: str, batch: int, rows: int, steps: int, repeats: int) -> dict[str, Any]:
     """A training step of the simple CNN with each implementation: ms per step and the weights compared."""
     from fda_ray import kernels
-    from fda_ray.train.models import SimpleCNN
+    from fda_ray.train.models import SimpleCNN, shot_lenet
 
     g = torch.Generator().manual_seed(0)
     k = rows if kind == "fused" else 1
@@ -79,7 +80,7 @@ def _steps(kind: str, batch: int, rows: int, steps: int, repeats: int) -> dict[s
         kernels.set_default_impl(impl)
         try:
             torch.manual_seed(0)
-            model = SimpleCNN(1, 28, 10)
+            model = shot_lenet((1, 28, 28), 10) if kind == "lenet" else SimpleCNN(1, 28, 10)
             if kind == "fused":
                 params = {n: v.detach().unsqueeze(0).repeat(k, *[1] * v.dim()).requires_grad_()
                           for n, v in model.named_parameters()}
@@ -96,11 +97,12 @@ def _steps(kind: str, batch: int, rows: int, steps: int, repeats: int) -> dict[s
                 opt = torch.optim.Adam(model.parameters(), lr=1e-3)
 
                 def step() -> None:
+                    torch.manual_seed(1)  # the LeNet's dropout draws the same masks under either implementation
                     loss = F.cross_entropy(model(x[0]), y[0])
                     opt.zero_grad(set_to_none=True)
                     loss.backward()
                     opt.step()
-                tensors = lambda: list(model.parameters())  # noqa: E731
+                tensors = lambda: list(model.state_dict().values())  # noqa: E731
             got[f"{impl}_ms"] = _ms(step, steps, repeats)
             weights[impl] = [t.detach().clone() for t in tensors()]
         finally:
@@ -118,7 +120,7 @@ def measure(batch: int, rows: int, steps: int, repeats: int, threads: int) -> di
 
         raise RuntimeError(f"the C++ kernel is not available here: {loader.status().get('cpu')}")
     layers = {name: _layer(shape, batch, steps, repeats) for name, shape in MAPS.items()}
-    training = [_steps("plain", batch, rows, steps, repeats), _steps("fused", batch, rows, steps, repeats)]
+    training = [_steps(kind, batch, rows, steps, repeats) for kind in ("plain", "fused", "lenet")]
     return {"batch": batch, "rows": rows, "steps": steps, "repeats": repeats, "threads": threads,
             "layers": layers, "training": training}
 
@@ -134,8 +136,8 @@ def table(r: dict[str, Any]) -> str:
             lines.append(f"| pooling {name}, {part} | {shape} | {ref:.3f} | {ker:.3f} | {ref / ker:.1f} | "
                          f"{'bit for bit' if row['identical'] else 'NO'} |")
     for row in r["training"]:
-        what = ("training step, one model" if row["kind"] == "plain"
-                else f"training step, {row['rows']} rows stacked (per-model layout)")
+        what = {"plain": "training step, simple CNN", "lenet": "training step, SHOT's LeNet (max_pool2x2)",
+                "fused": f"training step, simple CNN, {row['rows']} rows stacked (per-model layout)"}[row["kind"]]
         ref, ker = row["reference_ms"], row["kernel_ms"]
         lines.append(f"| {what} | {row['rows']} x {row['batch']} x 1 x 28 x 28 | {ref:.2f} | {ker:.2f} | "
                      f"{ref / ker:.2f} | {'bit for bit' if row['identical'] else 'NO'} |")

@@ -69,9 +69,15 @@ def test_the_kernel_runs_here():
     assert pool.uses_kernel(torch.zeros(1, 1, 4, 4)), loader.status()
 
 
+OPS = {"relu_max_pool2x2": (pool.relu_max_pool2x2, pool.reference),
+       "max_pool2x2": (pool.max_pool2x2, pool.reference_max_pool)}
+
+
 @needs_kernel
+@pytest.mark.parametrize("op", list(OPS))
 @pytest.mark.parametrize("name", list(SHAPES))
-def test_forward_and_backward_equal_the_reference_bit_for_bit(name):
+def test_forward_and_backward_equal_the_reference_bit_for_bit(name, op):
+    kernel, spec = OPS[op]
     shape = SHAPES[name]
     x = _map(shape, seed=len(name)).requires_grad_()
     h, w = shape[2] // 2, shape[3] // 2
@@ -79,9 +85,9 @@ def test_forward_and_backward_equal_the_reference_bit_for_bit(name):
     g[0, 0, 0, :] = -0.0  # a -0.0 gradient arrives as +0.0 in PyTorch's backward
     if shape[0] > 2:
         g[2, -1, -1, -1] = float("inf")
-    ref = pool.reference(x)
-    out = pool.relu_max_pool2x2(x)
-    assert out.grad_fn is not None and "ReluMaxPool" in type(out.grad_fn).__name__  # the kernel ran
+    ref = spec(x)
+    out = kernel(x)
+    assert type(out.grad_fn).__name__ == "_Pool2x2Backward"  # the kernel ran
     _identical(out, ref)
     (g_ref,) = torch.autograd.grad(ref, x, g)
     (g_out,) = torch.autograd.grad(out, x, g)
@@ -89,12 +95,35 @@ def test_forward_and_backward_equal_the_reference_bit_for_bit(name):
 
 
 @needs_kernel
+def test_threads_split_the_maps_without_changing_a_bit():
+    x = _map((64, 6, 24, 24), seed=5).requires_grad_()
+    g = torch.randn(64, 6, 12, 12, generator=torch.Generator().manual_seed(2))
+    before = torch.get_num_threads()
+    got = []
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            out = pool.relu_max_pool2x2(x)
+            got.append((out.detach(), torch.autograd.grad(out, x, g)[0]))
+    finally:
+        torch.set_num_threads(before)
+    for a, b in zip(*got):
+        _identical(a, b)
+
+
+@needs_kernel
 def test_a_non_contiguous_map_and_no_grad_give_the_same_numbers():
     x = _map((6, 4, 12, 10), seed=3)
     t = x.transpose(2, 3)  # (6, 4, 10, 12), not contiguous
     _identical(pool.relu_max_pool2x2(t), pool.reference(t))
+    _identical(pool.max_pool2x2(t), pool.reference_max_pool(t))
     with torch.no_grad():
         _identical(pool.relu_max_pool2x2(x), pool.reference(x))
+        _identical(pool.MaxPool2x2()(x), torch.nn.MaxPool2d(2)(x))
+    assert torch.equal(pool.MaxPool2x2()(x[0]), torch.nn.MaxPool2d(2)(x[0]))  # (C, H, W), as nn.MaxPool2d takes
+    empty = torch.zeros(0, 2, 6, 6, requires_grad=True)
+    out = pool.relu_max_pool2x2(empty)
+    assert out.shape == (0, 2, 3, 3) and torch.autograd.grad(out.sum(), empty)[0].shape == empty.shape
 
 
 def test_where_the_kernel_does_not_apply_the_reference_runs():
@@ -187,7 +216,33 @@ def test_the_benchmark_times_both_and_finds_the_same_numbers(tmp_path, capsys):
     out = tmp_path / "p.json"
     assert bench.main(["--batch", "4", "--rows", "2", "--steps", "1", "--repeats", "1", "--json", str(out)]) == 0
     r = json.loads(out.read_text())
-    assert set(r["layers"]) == set(bench.MAPS) and [t["kind"] for t in r["training"]] == ["plain", "fused"]
+    assert set(r["layers"]) == set(bench.MAPS) and [t["kind"] for t in r["training"]] == ["plain", "fused", "lenet"]
     assert all(row["identical"] for row in (*r["layers"].values(), *r["training"]))
     assert all(row[k] > 0 for row in r["layers"].values() for k in ("reference_ms", "kernel_ms"))
     assert bench.table(r) in capsys.readouterr().out
+
+
+@needs_kernel
+def test_shots_lenet_trains_to_the_same_weights_with_the_kernel_and_the_reference(monkeypatch):
+    """FedWCA's LeNet (conv - pool - ReLU, twice; dropout and BatchNorm in between): five SGD steps to identical
+    weights whichever max-pool ran."""
+    from fda_ray.train.models import shot_lenet
+
+    def train(kernel: bool) -> list[torch.Tensor]:
+        monkeypatch.setattr(pool, "uses_kernel", (lambda x, impl=None: kernel and x.dtype == torch.float32
+                                                  and x.device.type == "cpu" and x.dim() == 4))
+        torch.manual_seed(0)
+        model = shot_lenet((1, 28, 28), 10)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        g = torch.Generator().manual_seed(0)
+        for _ in range(5):
+            x = torch.rand(16, 1, 28, 28, generator=g)
+            x[:, :, :6] = 0.0
+            loss = F.cross_entropy(model(x), torch.randint(0, 10, (16,), generator=g))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        return [t.detach().clone() for t in model.state_dict().values()]
+
+    for a, b in zip(train(True), train(False)):
+        assert torch.equal(a, b)

@@ -12,6 +12,8 @@ contiguous tensors and say so otherwise.
 
     python -m fda_ray.kernels --build      compile (or load from the cache) the kernels for this machine
     python -m fda_ray.kernels --check      which implementation each device uses, and why
+
+The same C++ library holds the simple CNN's ReLU + 2x2 max-pooling for CPUs: fda_ray.kernels.pool.
 """
 from __future__ import annotations
 

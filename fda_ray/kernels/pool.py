@@ -1,8 +1,10 @@
 """ReLU then 2x2 max-pooling, the simple CNN's pooling, through a C++ kernel on CPUs (fda_ray/kernels/csrc/pool.cpp).
 
     relu_max_pool2x2(x (N, C, H, W)) -> (N, C, H // 2, W // 2)      = F.max_pool2d(torch.relu(x), 2)
+    max_pool2x2(x)                   -> (N, C, H // 2, W // 2)      = F.max_pool2d(x, 2)
+    MaxPool2x2()                     nn.MaxPool2d(2) through max_pool2x2 (SHOT's LeNet: conv - pool - ReLU)
 
-The specification is `reference`: PyTorch's own ops. The kernel gives the same numbers, forward and backward,
+The specification is `reference` (and `reference_max_pool`): PyTorch's own ops. The kernel gives the same numbers, forward and backward,
 bit for bit (tests/test_pool.py): a window's maximum is its first largest element in row-major order (its last NaN
 if it holds one, as PyTorch's CPU max-pool takes), and the gradient goes to that element unless the output is <= 0
 (ReLU's gradient, which passes NaN).
@@ -31,10 +33,19 @@ def reference(x: torch.Tensor) -> torch.Tensor:
     return F.max_pool2d(torch.relu(x), 2)
 
 
-class _ReluMaxPool2x2(torch.autograd.Function):
+def reference_max_pool(x: torch.Tensor) -> torch.Tensor:
+    """max_pool2x2's specification."""
+    return F.max_pool2d(x, 2)
+
+
+class _Pool2x2(torch.autograd.Function):
+    """Either op (`relu`: with the ReLU first); both record where each window's gradient goes, and one backward
+    routes it."""
+
     @staticmethod
-    def forward(ctx, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        out, route = torch.ops.fda_ray.relu_max_pool2x2(x.contiguous())  # (N, C, h, w) float32, uint8
+    def forward(ctx, x: torch.Tensor, relu: bool) -> torch.Tensor:  # type: ignore[override]
+        op = torch.ops.fda_ray.relu_max_pool2x2 if relu else torch.ops.fda_ray.max_pool2x2
+        out, route = op(x.contiguous())  # (N, C, h, w) float32, uint8
         ctx.save_for_backward(route)
         ctx.size = tuple(x.shape[-2:])
         ctx.mark_non_differentiable(route)
@@ -42,9 +53,9 @@ class _ReluMaxPool2x2(torch.autograd.Function):
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
         (route,) = ctx.saved_tensors
-        return torch.ops.fda_ray.relu_max_pool2x2_backward(grad.contiguous(), route, *ctx.size)
+        return torch.ops.fda_ray.relu_max_pool2x2_backward(grad.contiguous(), route, *ctx.size), None
 
 
 def _transformed() -> bool:
@@ -55,7 +66,7 @@ def _transformed() -> bool:
 
 
 def uses_kernel(x: torch.Tensor, impl: str | None = None) -> bool:
-    """Whether relu_max_pool2x2(x) runs the C++ kernel (else the reference)."""
+    """Whether relu_max_pool2x2(x) and max_pool2x2(x) run the C++ kernel (else the reference)."""
     from fda_ray.kernels import implementation
 
     if x.device.type != "cpu" or x.dtype != torch.float32 or x.dim() != 4 or min(x.shape[-2:]) < 2:
@@ -68,8 +79,27 @@ def uses_kernel(x: torch.Tensor, impl: str | None = None) -> bool:
 def relu_max_pool2x2(x: torch.Tensor, *, impl: str | None = None) -> torch.Tensor:
     """F.max_pool2d(torch.relu(x), 2): (N, C, H, W) -> (N, C, H // 2, W // 2), the kernel where it applies."""
     if uses_kernel(x, impl):
-        return _ReluMaxPool2x2.apply(x)
+        return _Pool2x2.apply(x, True)
     return reference(x)
 
 
-__all__ = ["reference", "relu_max_pool2x2", "uses_kernel"]
+def max_pool2x2(x: torch.Tensor, *, impl: str | None = None) -> torch.Tensor:
+    """F.max_pool2d(x, 2): (N, C, H, W) -> (N, C, H // 2, W // 2), the kernel where it applies."""
+    if uses_kernel(x, impl):
+        return _Pool2x2.apply(x, False)
+    return reference_max_pool(x)
+
+
+class MaxPool2x2(torch.nn.MaxPool2d):
+    """nn.MaxPool2d(2) whose forward is max_pool2x2 (the same numbers; still an nn.MaxPool2d to anything that looks)."""
+
+    def __init__(self) -> None:
+        super().__init__(2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() != 4:  # nn.MaxPool2d also takes (C, H, W)
+            return super().forward(x)
+        return max_pool2x2(x)
+
+
+__all__ = ["MaxPool2x2", "max_pool2x2", "reference", "reference_max_pool", "relu_max_pool2x2", "uses_kernel"]

@@ -16,7 +16,7 @@ from torch.nn import functional as F
 
 from fda_ray.core.registry import MODELS  # defined in the core: the config checks model names without torch
 from fda_ray.kernels.pool import reference as relu_max_pool_reference
-from fda_ray.kernels.pool import relu_max_pool2x2
+from fda_ray.kernels.pool import MaxPool2x2, relu_max_pool2x2
 
 
 CONV_LAYOUTS = ("grouped", "per_model")
@@ -379,9 +379,10 @@ class ShotNet(nn.Module):
 
 
 def _lenet_trunk(in_channels: int) -> nn.Module:
-    """SHOT's digit LeNetBase: conv5x5(20) - pool - ReLU - conv5x5(50) - Dropout2d(0.5) - pool - ReLU."""
-    return nn.Sequential(nn.Conv2d(in_channels, 20, 5), nn.MaxPool2d(2), nn.ReLU(),
-                         nn.Conv2d(20, 50, 5), nn.Dropout2d(0.5), nn.MaxPool2d(2), nn.ReLU())
+    """SHOT's digit LeNetBase: conv5x5(20) - pool - ReLU - conv5x5(50) - Dropout2d(0.5) - pool - ReLU. The poolings
+    are nn.MaxPool2d(2) through the CPU kernel (fda_ray.kernels.pool.MaxPool2x2: the same numbers)."""
+    return nn.Sequential(nn.Conv2d(in_channels, 20, 5), MaxPool2x2(), nn.ReLU(),
+                         nn.Conv2d(20, 50, 5), nn.Dropout2d(0.5), MaxPool2x2(), nn.ReLU())
 
 
 @MODELS.register("shot_lenet")

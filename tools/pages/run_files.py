@@ -226,8 +226,8 @@ def bench_pool(name: str) -> str:
 
 @GENERATORS.register("bench-pool-step")
 def bench_pool_step(name: str, kind: str) -> str:
-    """How many times faster a training step ran with the pooling kernel (`kind`: plain, one model; fused, the
-    stacked rows) in docs/results/bench-pool/<name>.json: "1.50"."""
+    """How many times faster a training step ran with the pooling kernel (`kind`: plain, the simple CNN; fused, its
+    stacked rows; lenet, SHOT's LeNet) in docs/results/bench-pool/<name>.json: "1.50"."""
     rows = {row["kind"]: row for row in _result_file("bench-pool", name, "bench-pool-step")["training"]}
     if kind not in rows:
         raise ValueError(f"bench-pool-step: kind={kind!r} is invalid: one of {', '.join(rows)}")

@@ -1,7 +1,8 @@
 // ReLU then 2x2 max-pooling, forward and backward, on CPU: the simple CNN's pooling (conv - ReLU - pool, twice).
 //
 //   relu_max_pool2x2(x (N, C, H, W) float32) -> out (N, C, H/2, W/2) float32, route (N, C, H/2, W/2) uint8
-//   relu_max_pool2x2_backward(grad (N, C, H/2, W/2), route, H, W) -> grad_x (N, C, H, W)
+//   max_pool2x2(x)                            -> the same without the ReLU (SHOT's LeNet: conv - pool - ReLU)
+//   relu_max_pool2x2_backward(grad (N, C, H/2, W/2), route, H, W) -> grad_x (N, C, H, W)    (both ops' backward)
 //
 // The same numbers as PyTorch's F.max_pool2d(torch.relu(x), 2) and its gradient (the specification:
 // fda_ray/kernels/pool.py, tested against it bit for bit). A window's maximum is its first largest element in
@@ -18,6 +19,7 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -28,6 +30,12 @@ namespace fda_ray {
 namespace {
 
 constexpr uint8_t kNowhere = 4;
+
+// Maps per thread's share: at least 32 Ki elements, so that threads are woken only for work that outlasts waking
+// them (a map takes well under a microsecond).
+inline int64_t grain(int64_t map_elements) {
+  return std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(1, map_elements));
+}
 
 void check_map(const char* op, const at::Tensor& t, const char* name, at::ScalarType dtype) {
   TORCH_CHECK(t.device().is_cpu(), "fda_ray.", op, ": ", name, " must be on the CPU, got ", t.device());
@@ -52,8 +60,13 @@ inline float select(uint32_t t, float a, float b) {
 // torch.relu (clamp_min(v, 0)): a negative v is +0; the rest passes, NaN and -0.0 included.
 inline float relu(float v) { return select(static_cast<uint32_t>(!(v < 0.f)), v, 0.f); }
 
+// kRelu: ReLU on the inputs first (relu_max_pool2x2), or the plain max-pool (max_pool2x2).
+template <bool kRelu>
+inline float prepare(float v) { return kRelu ? relu(v) : v; }
+
+template <bool kRelu>
 inline void window(float a, float b, float c, float d, float* out, uint8_t* route) {
-  const float v0 = relu(a), v1 = relu(b), v2 = relu(c), v3 = relu(d);
+  const float v0 = prepare<kRelu>(a), v1 = prepare<kRelu>(b), v2 = prepare<kRelu>(c), v3 = prepare<kRelu>(d);
   float m = v0;  // the first element is always taken (PyTorch starts from -inf)
   uint32_t q = 0;
   const uint32_t t1 = (v1 > m) | (v1 != v1);
@@ -65,10 +78,14 @@ inline void window(float a, float b, float c, float d, float* out, uint8_t* rout
   const uint32_t t3 = (v3 > m) | (v3 != v3);
   m = select(t3, v3, m);
   q = (q & (t3 - 1)) | (3 & (0u - t3));
-  // ReLU's gradient passes where its output is not <= 0: above 0, and NaN (torch's threshold_backward)
-  const uint32_t pos = !(m <= 0.f);
   *out = m;
-  *route = static_cast<uint8_t>((q & (0u - pos)) | (kNowhere & (pos - 1)));
+  if (kRelu) {
+    // ReLU's gradient passes where its output is not <= 0: above 0, and NaN (torch's threshold_backward)
+    const uint32_t pos = !(m <= 0.f);
+    *route = static_cast<uint8_t>((q & (0u - pos)) | (kNowhere & (pos - 1)));
+  } else {
+    *route = static_cast<uint8_t>(q);  // the max-pool's gradient always reaches its element
+  }
 }
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -129,14 +146,15 @@ inline void split<8>(const float* p, Lanes<8>::F* even, Lanes<8>::F* odd) {
 }
 
 // Windows j .. j + L - 1 of one output row (row0, row1: the input rows 2i and 2i + 1).
-template <int L>
+template <int L, bool kRelu>
 inline void windows(const float* row0, const float* row1, float* out, uint8_t* route) {
   using F = typename Lanes<L>::F;
   using I = typename Lanes<L>::I;
   F a, b, c, d;
   split<L>(row0, &a, &b);
   split<L>(row1, &c, &d);
-  const F v0 = vrelu<L>(a), v1 = vrelu<L>(b), v2 = vrelu<L>(c), v3 = vrelu<L>(d);
+  const F v0 = kRelu ? vrelu<L>(a) : a, v1 = kRelu ? vrelu<L>(b) : b;
+  const F v2 = kRelu ? vrelu<L>(c) : c, v3 = kRelu ? vrelu<L>(d) : d;
   F m = v0;
   I q = {};  // window corner 0
   const I t1 = (v1 > m) | (v1 != v1);
@@ -148,25 +166,28 @@ inline void windows(const float* row0, const float* row1, float* out, uint8_t* r
   const I t3 = (v3 > m) | (v3 != v3);
   m = vselect<L>(t3, v3, m);
   q = (q & ~t3) | (3 & t3);
-  const I pos = ~(m <= 0.f);
-  const I r = (q & pos) | (static_cast<int32_t>(kNowhere) & ~pos);
+  if (kRelu) {
+    const I pos = ~(m <= 0.f);
+    q = (q & pos) | (static_cast<int32_t>(kNowhere) & ~pos);
+  }
   std::memcpy(out, &m, 4 * L);
-  const typename Lanes<L>::B rb = __builtin_convertvector(r, typename Lanes<L>::B);
+  const typename Lanes<L>::B rb = __builtin_convertvector(q, typename Lanes<L>::B);
   std::memcpy(route, &rb, L);
 }
 #endif
 
 // One output row: w windows from the input rows row0 and row1.
+template <bool kRelu>
 inline void pool_row(const float* row0, const float* row1, float* out, uint8_t* route, int64_t w) {
   int64_t j = 0;
 #if defined(__GNUC__) || defined(__clang__)
 #if defined(__AVX__)
-  for (; j + 8 <= w; j += 8) windows<8>(row0 + 2 * j, row1 + 2 * j, out + j, route + j);
+  for (; j + 8 <= w; j += 8) windows<8, kRelu>(row0 + 2 * j, row1 + 2 * j, out + j, route + j);
 #endif
   // 4 lanes is SSE, which every x86-64 has (8 lanes without AVX would be emulated: 6x slower)
-  for (; j + 4 <= w; j += 4) windows<4>(row0 + 2 * j, row1 + 2 * j, out + j, route + j);
+  for (; j + 4 <= w; j += 4) windows<4, kRelu>(row0 + 2 * j, row1 + 2 * j, out + j, route + j);
 #endif
-  for (; j < w; ++j) window(row0[2 * j], row0[2 * j + 1], row1[2 * j], row1[2 * j + 1], out + j, route + j);
+  for (; j < w; ++j) window<kRelu>(row0[2 * j], row0[2 * j + 1], row1[2 * j], row1[2 * j + 1], out + j, route + j);
 }
 
 // The backward of one window: its 2 x 2 gradients, g at the routed corner and 0 elsewhere. 0 + g, as PyTorch's
@@ -240,28 +261,35 @@ inline void unroute_row(const float* g, const uint8_t* route, float* row0, float
 
 }  // namespace
 
-std::tuple<at::Tensor, at::Tensor> relu_max_pool2x2_cpu(const at::Tensor& x) {
-  check_map("relu_max_pool2x2", x, "x", at::kFloat);
+template <bool kRelu>
+std::tuple<at::Tensor, at::Tensor> pool2x2_cpu(const char* name, const at::Tensor& x) {
+  check_map(name, x, "x", at::kFloat);
   const int64_t n = x.size(0), c = x.size(1), H = x.size(2), W = x.size(3), h = H / 2, w = W / 2;
-  TORCH_CHECK(h >= 1 && w >= 1, "fda_ray.relu_max_pool2x2: x must be at least 2 x 2 per map, got ", H, " x ", W);
+  TORCH_CHECK(h >= 1 && w >= 1, "fda_ray.", name, ": x must be at least 2 x 2 per map, got ", H, " x ", W);
   at::Tensor out = at::empty({n, c, h, w}, x.options());
   at::Tensor route = at::empty({n, c, h, w}, x.options().dtype(at::kByte));
   const float* xp = x.data_ptr<float>();
   float* op = out.data_ptr<float>();
   uint8_t* rp = route.data_ptr<uint8_t>();
-  at::parallel_for(0, n * c, 1, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, n * c, grain(H * W), [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
       const float* src = xp + p * H * W;
       float* dst = op + p * h * w;
       uint8_t* r = rp + p * h * w;
       for (int64_t i = 0; i < h; ++i) {
         const float* row0 = src + 2 * i * W;
-        pool_row(row0, row0 + W, dst + i * w, r + i * w, w);
+        pool_row<kRelu>(row0, row0 + W, dst + i * w, r + i * w, w);
       }
     }
   });
   return {out, route};
 }
+
+std::tuple<at::Tensor, at::Tensor> relu_max_pool2x2_cpu(const at::Tensor& x) {
+  return pool2x2_cpu<true>("relu_max_pool2x2", x);
+}
+
+std::tuple<at::Tensor, at::Tensor> max_pool2x2_cpu(const at::Tensor& x) { return pool2x2_cpu<false>("max_pool2x2", x); }
 
 at::Tensor relu_max_pool2x2_backward_cpu(const at::Tensor& grad, const at::Tensor& route, int64_t H, int64_t W) {
   check_map("relu_max_pool2x2_backward", grad, "grad", at::kFloat);
@@ -276,7 +304,7 @@ at::Tensor relu_max_pool2x2_backward_cpu(const at::Tensor& grad, const at::Tenso
   const float* gp = grad.data_ptr<float>();
   const uint8_t* rp = route.data_ptr<uint8_t>();
   float* xp = gx.data_ptr<float>();
-  at::parallel_for(0, n * c, 1, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, n * c, grain(H * W), [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
       const float* g = gp + p * h * w;
       const uint8_t* r = rp + p * h * w;
@@ -292,11 +320,13 @@ at::Tensor relu_max_pool2x2_backward_cpu(const at::Tensor& grad, const at::Tenso
 
 TORCH_LIBRARY_FRAGMENT(fda_ray, m) {
   m.def("relu_max_pool2x2(Tensor x) -> (Tensor, Tensor)");
+  m.def("max_pool2x2(Tensor x) -> (Tensor, Tensor)");
   m.def("relu_max_pool2x2_backward(Tensor grad, Tensor route, int H, int W) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(fda_ray, CPU, m) {
   m.impl("relu_max_pool2x2", &relu_max_pool2x2_cpu);
+  m.impl("max_pool2x2", &max_pool2x2_cpu);
   m.impl("relu_max_pool2x2_backward", &relu_max_pool2x2_backward_cpu);
 }
 
