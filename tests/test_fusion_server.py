@@ -248,7 +248,9 @@ def test_a_served_search_on_a_cluster_trains_each_trial_on_its_own_nodes_server(
                                                                               capsys, no_ray):
     """Through --address on a Ray cluster of two 2-CPU nodes: a fusion server on each node (1 CPU), the trials' drivers
     (1/2 CPU each) on both; each trial's clients train on the server of its own node (its record's client_nodes is
-    its driver's node), and every trial finishes or is stopped with the rows of its run alone."""
+    its driver's node), and every trial finishes or is stopped with the rows of its run alone. Each node declares
+    one driver slot (--pin-drivers), so the two trials Tune starts first run on different nodes: with two slots a node,
+    Ray's placement packs both onto one node whenever it picks the same node for them, by chance (CI saw it)."""
     import ray
     from ray.cluster_utils import Cluster
 
@@ -257,13 +259,15 @@ def test_a_served_search_on_a_cluster_trains_each_trial_on_its_own_nodes_server(
 
     _stop_every_other(monkeypatch)
     search = _served_search(monkeypatch, rounds=4)
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
-    c.add_node(num_cpus=2)
+    from fda_ray.experiments.tune import DRIVER_RESOURCE
+
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "resources": {DRIVER_RESOURCE: 1}})
+    c.add_node(num_cpus=2, resources={DRIVER_RESOURCE: 1})
     c.wait_for_nodes()
     out = tmp_path / "search"
     try:
         code = sweep.main(["--search", search.name, "--num-samples", "6", "--fuse", "2", "--address", c.address,
-                           "--data-dir", str(fmnist_dir), "--out", str(out), "--track", "none"])
+                           "--pin-drivers", "--data-dir", str(fmnist_dir), "--out", str(out), "--track", "none"])
         assert code == 0, capsys.readouterr().err[-2000:]
     finally:
         if ray.is_initialized():
