@@ -13,3 +13,11 @@ def child_env(**extra: str) -> dict[str, str]:
     whatever the working directory."""
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     return {**os.environ, "PYTHONPATH": path, **extra}
+
+
+def below_one(args: object, fields: tuple[str, ...]) -> str | None:
+    """The error line for the first of `fields` (whole-number arguments) below 1, or None when all are >= 1."""
+    for field in fields:
+        if getattr(args, field) < 1:
+            return f"error: {field}={getattr(args, field)} is invalid: an integer >= 1"
+    return None

@@ -100,6 +100,7 @@ def table(r: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     import json
 
+    from benchmarks import below_one
     from benchmarks.sweep import machine
     from fda_ray.core.parsing import OneLineParser, typed
 
@@ -116,10 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_or_exit_code(args)
     if isinstance(a, int):
         return a
-    for field in ("trials", "clients", "batch", "steps", "repeats", "threads"):
-        if getattr(a, field) < 1:
-            print(f"error: {field}={getattr(a, field)} is invalid: an integer >= 1", file=sys.stderr)
-            return 2
+    bad = below_one(a, ("trials", "clients", "batch", "steps", "repeats", "threads"))
+    if bad:
+        print(bad, file=sys.stderr)
+        return 2
     if a.device not in ("cpu", "cuda") or (a.device == "cuda" and not torch.cuda.is_available()):
         print(f"error: device={a.device!r} is invalid: cpu, or cuda on a machine with a GPU", file=sys.stderr)
         return 2

@@ -147,6 +147,7 @@ def table(r: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     import json
 
+    from benchmarks import below_one
     from benchmarks.sweep import machine
     from fda_ray.core.parsing import OneLineParser, typed
 
@@ -162,10 +163,10 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_or_exit_code(args)
     if isinstance(a, int):
         return a
-    for field in ("batch", "rows", "steps", "repeats", "threads"):
-        if getattr(a, field) < 1:
-            print(f"error: {field}={getattr(a, field)} is invalid: an integer >= 1", file=sys.stderr)
-            return 2
+    bad = below_one(a, ("batch", "rows", "steps", "repeats", "threads"))
+    if bad:
+        print(bad, file=sys.stderr)
+        return 2
     try:
         r = measure(a.batch, a.rows, a.steps, a.repeats, a.threads)
     except RuntimeError as e:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
+from fda_ray.kernels import implementation
 from fda_ray.kernels.loader import ensure
 
 
@@ -66,9 +67,8 @@ def _transformed() -> bool:
 
 
 def uses_kernel(x: torch.Tensor, impl: str | None = None) -> bool:
-    """Whether relu_max_pool2x2(x) and max_pool2x2(x) run the C++ kernel (else the reference)."""
-    from fda_ray.kernels import implementation
-
+    """Whether relu_max_pool2x2(x) and max_pool2x2(x) run the C++ kernel (else the reference). Called for every
+    pooling: the cheap checks come first."""
     if x.device.type != "cpu" or x.dtype != torch.float32 or x.dim() != 4 or min(x.shape[-2:]) < 2:
         return False
     if _transformed():
