@@ -80,3 +80,11 @@ def load(*directories: str | os.PathLike) -> "pandas.DataFrame":
         for rec in finished(trials_dir(directory), where=str(directory)):  # a damaged record: a warning line
             rows += trial_rows(rec, name)
     return pandas.DataFrame(rows)
+
+
+if __name__ == "__main__":  # a library module run as a program (`python -m fda_ray.results`): say which program is meant
+    import sys
+
+    from fda_ray.experiments.commands import not_a_program
+
+    sys.exit(not_a_program("fda_ray.results", "python -m fda_ray.collect DIR..."))

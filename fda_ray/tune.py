@@ -10,3 +10,11 @@ from fda_ray.experiments.tune import (DRIVER_RESOURCE, RECORD_KEY, RUN_FIELDS, S
 
 __all__ = ["DRIVER_RESOURCE", "RECORD_KEY", "RUN_FIELDS", "driver_placement", "STATE_FILE", "config_from_params", "flat_params", "metrics", "resources",
            "search_space", "trainable", "with_resources"]
+
+
+if __name__ == "__main__":  # a library module run as a program (`python -m fda_ray.tune`): say which program is meant
+    import sys
+
+    from fda_ray.experiments.commands import not_a_program
+
+    sys.exit(not_a_program("fda_ray.tune", "python -m fda_ray.sweep --grid NAME --backend tune"))

@@ -185,6 +185,35 @@ CASES = [
          _in_sweep("selection.json", BINARY, kind="search"), "selection.json", "a binary file, not text"),
     Case("collect: summary.md a program, no sweep.json", "fda_ray.collect", ("{dir}",),
          _in_sweep("summary.md", BINARY, drop="sweep.json"), "", "has no sweep.json nor a summary.md with a"),
+    # JSON that parses, with a field of another kind (edited by hand): the same one line, never a traceback
+    Case("collect: sweep.json a number for its name", "fda_ray.collect", ("{dir}",),
+         _in_sweep("sweep.json", '{"kind": "grid", "name": 5, "profile": "quick"}'), "sweep.json",
+         "its name 5 is not a text"),
+    Case("collect: sweep.json a list for its profile", "fda_ray.collect", ("{dir}",),
+         _in_sweep("sweep.json", '{"kind": "grid", "name": "noise", "profile": [1]}'), "sweep.json",
+         "its profile [1] is not a text"),
+    Case("collect: selection.json a study that is a list", "fda_ray.collect", ("{dir}",),
+         _in_sweep("selection.json", '{"studies": {"a": [1]}}', kind="search"), "selection.json",
+         "study 'a' is list, not a mapping"),
+    Case("collect: selection.json a trial without its key", "fda_ray.collect", ("{dir}",),
+         _in_sweep("selection.json", '{"studies": {"a": {"trials": [{"point": {}}]}}}', kind="search"),
+         "selection.json", "study 'a''s trials are not a list of mappings, each with its key and point"),
+    Case("collect: summary.md an unclosed quote, no sweep.json", "fda_ray.collect", ("{dir}",),
+         _in_sweep("summary.md", "Command: `python -m fda_ray.sweep --grid 'noise`\n", drop="sweep.json"),
+         "summary.md", "its Command: line is not a command line (No closing quotation)"),
+    Case("collect --write-manifests: summary.md an unknown flag", "fda_ray.collect", ("--write-manifests", "{dir}"),
+         _in_sweep("summary.md", "Command: `python -m fda_ray.sweep --grid noise --bogus 3`\n", drop="sweep.json"),
+         "summary.md", "its Command: line is not a sweep command (unrecognized arguments: --bogus 3"),
+    Case("sweep --resume: summary.md an unclosed quote", "fda_ray.sweep",
+         ("--grid", "noise", "--values", "0", "--methods", "target_only", "--data-dir", "{fm}", "--resume",
+          "--dry-run", "--no-figures", "--out", "{dir}"),
+         _in_sweep("summary.md", "Command: `python -m fda_ray.sweep --grid 'noise`\n", drop="sweep.json"), "",
+         "summary.md' cannot be read (its Command: line is not a command line (No closing quotation))"),
+    Case("sweep --resume: sweep.json a number for its name", "fda_ray.sweep",
+         ("--grid", "noise", "--values", "0", "--methods", "target_only", "--data-dir", "{fm}", "--resume",
+          "--dry-run", "--no-figures", "--out", "{dir}"),
+         _in_sweep("sweep.json", '{"kind": "grid", "name": 5, "profile": "quick"}'), "",
+         "sweep.json' cannot be read (its name 5 is not a text)"),
     Case("sweep --resume: sweep.json a program", "fda_ray.sweep",
          ("--grid", "noise", "--values", "0", "--methods", "target_only", "--data-dir", "{fm}", "--resume",
           "--dry-run", "--no-figures", "--out", "{dir}"),
@@ -255,7 +284,23 @@ def test_a_damaged_file_as_a_user_meets_it(case, tmp_path, fmnist_dir, request):
     ("trial.json", "[]", "its trial.json is damaged (a JSON object (a mapping of keys to values) expected, it holds "
                          "a list); left out"),
     ("rows.json", '{"rows": [1, 2]}', "its rows.json is damaged (a row that is not a mapping of metrics); left out"),
-], ids=["trial.json a program", "trial.json cut short", "trial.json a list", "rows.json rows of numbers"])
+    # JSON that parses, a field of another kind: the readers (the table, the build line, fda_ray.results) take it
+    ("rows.json", '{"config": [1], "rows": [{"round": 0, "accuracy": 0.5}]}',
+     "its rows.json is damaged (its config is list, not dict); left out"),
+    ("rows.json", '{"environment": "x", "rows": [{"round": 0, "accuracy": 0.5}]}',
+     "its rows.json is damaged (its environment is str, not dict); left out"),
+    ("rows.json", '{"seconds": "x", "rows": [{"round": 0, "accuracy": 0.5}]}',
+     "its rows.json is damaged (its seconds is str, not int or float); left out"),
+    ("rows.json", '{"rows": [{"round": 0, "accuracy": "high"}]}',
+     "its rows.json is damaged (row 0's accuracy is 'high', not a number); left out"),
+    ("rows.json", '{"rows": [{"round": "0", "accuracy": 0.5}]}',
+     "its rows.json is damaged (row 0's round is '0', not a whole number); left out"),
+    ("trial.json", '{"key": "k", "row": "target_only", "value": "abc", "seed": 0, "params": {}}',
+     "its trial.json is damaged (not a trial (ValueError: value='abc' is invalid for a trial: a number or null)); "
+     "left out"),
+], ids=["trial.json a program", "trial.json cut short", "trial.json a list", "rows.json rows of numbers",
+        "rows.json config a list", "rows.json environment a text", "rows.json seconds a text",
+        "rows.json accuracy a text", "rows.json round a text", "trial.json value a text"])
 def test_collect_leaves_a_damaged_record_out_with_one_warning(file, data, why, tmp_path):
     """The other seed's record is still tabulated (n=1), the damaged one is named and left as it was."""
     d = make_sweep_dir(tmp_path)
@@ -283,8 +328,10 @@ def test_results_load_leaves_a_record_with_a_damaged_trial_json_out(tmp_path, ca
     assert len(df) == 1 and f"trial {rec.name}" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("data", [BINARY, b"{}", b'[{"host": "a"}, 3]', b""],
-                         ids=["a program", "a mapping", "a list of other things", "empty"])
+@pytest.mark.parametrize("data", [BINARY, b"{}", b'[{"host": "a"}, 3]', b"", b'[{"host": "a", "build": [1]}]',
+                                  b'[{"host": "a", "from_round": "one"}]'],
+                         ids=["a program", "a mapping", "a list of other things", "empty", "a build that is a list",
+                              "a round that is a text"])
 def test_a_damaged_nodes_json_is_kept_aside_and_a_new_list_begun(data, tmp_path, capsys):
     """A cut-off trial's nodes.json damaged: the trial's next attempt keeps it as nodes.json.damaged (one warning)
     and records itself in a new list; a resume's build check reads it as naming no build, never a traceback."""
@@ -398,3 +445,86 @@ def test_a_damaged_sidecar_of_a_generic_table_names_it(tmp_path):
     with pytest.raises(TableError) as e:
         read_generic(table)
     assert str(e.value) == f"{table.with_suffix('.json')}: a binary file, not text"
+
+
+def test_a_searchs_damaged_rerun_record_is_left_out_with_one_warning(tmp_path):
+    """A rerun of a search's selection whose rows.json parses but holds a text for its accuracy: one warning naming
+    it, the table of the others still printed (before: a ValueError traceback from the number format)."""
+    from fda_ray.experiments import collect
+
+    d = make_sweep_dir(tmp_path, kind="search")
+    keys = sorted(p.name for p in (d / "trials").iterdir())
+    (d / "selection.json").write_text(json.dumps({"studies": {"fedgp @ noise 0.4": {
+        "trials": [{"key": keys[0], "point": {"beta": 0.5}}], "selected": {"target_val": keys[0]},
+        "reruns": {"target_val": keys}}}}))
+    (d / "trials" / keys[1] / "rows.json").write_text(json.dumps({"rows": [{"round": 0, "accuracy": "high"}]}))
+    err, out = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+        code = collect.main([str(d)])
+    warnings = [ln for ln in err.getvalue().splitlines() if ln.startswith("warning:")]
+    assert code == 0 and "Traceback" not in err.getvalue(), err.getvalue()
+    assert len(warnings) == 1 and f"trial {keys[1]} in {d}: its rows.json is damaged (row 0's accuracy is 'high', " \
+        "not a number); left out" in warnings[0], warnings
+    assert "50.0 (n=1)" in out.getvalue(), out.getvalue()  # the other rerun (seed 0's accuracy 0.5)
+
+
+@pytest.mark.parametrize("lock", [{"pid": "abc", "host": "HERE"}, {"pid": 1, "host": "HERE", "time": "x"},
+                                  {"pid": -1, "host": "HERE"}, [1, 2]],
+                         ids=["a pid that is a text", "a time that is a text", "a negative pid", "a list"])
+def test_a_damaged_lock_file_is_taken_over_with_one_warning(lock, tmp_path, capsys):
+    """A lock file edited into other kinds (before: a ValueError or TypeError traceback before any work) reads as a
+    lock no process holds: once it is older than a writer's first moments, taken over with one warning line."""
+    import socket
+
+    from fda_ray.core import locks
+
+    path = tmp_path / locks.LOCK_FILE
+    path.write_text(json.dumps(lock).replace("HERE", socket.gethostname()))
+    os.utime(path, (0, 0))  # (a lock written just now may be a writer's, mid-write: refused, not taken over)
+    with locks.held(tmp_path, "out", "second"):
+        assert json.loads(path.read_text())["command"] == "second"
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"warning: {path}: the sweep that held it is gone (unreadable); "
+                                               "taken over"), err
+
+
+def test_a_lock_that_is_a_directory_is_refused_in_one_line(tmp_path, fmnist_dir):
+    from fda_ray.core import locks
+
+    d = make_sweep_dir(tmp_path)
+    (d / locks.LOCK_FILE).mkdir()
+    code, err = run_main("fda_ray.sweep", ["--grid", "noise", "--values", "0", "--methods", "target_only",
+                                           "--data-dir", str(fmnist_dir), "--resume", "--new-settings",
+                                           "--no-figures", "--out", str(d), "--backend", "local"])
+    errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert code == 2 and "Traceback" not in err and len(errors) == 1, err
+    assert f"out={str(d)!r} is invalid: its lock {d / locks.LOCK_FILE} is a directory, not a file; remove it " \
+           "(rmdir)" in errors[0]
+    assert (d / locks.LOCK_FILE).is_dir() and not (d / "results.parquet").exists()  # nothing changed, nothing ran
+
+
+@pytest.mark.parametrize("name", ["rows.json", "trial.json", "state.pt", "nodes.json", "weights.pt"])
+def test_a_directory_where_a_record_file_goes_is_set_aside_before_any_work(name, tmp_path, fmnist_dir):
+    """A directory in place of a record's file (before: the trial's first write there failed in the middle of the
+    sweep, exit 1, advising to free disk space): a resume's --dry-run names it and moves nothing; the resume keeps
+    it as <name>.damaged with one warning line, and the build check and collect read the rest."""
+    from fda_ray.experiments.records import recorded_builds, set_aside_damaged
+
+    d = make_sweep_dir(tmp_path)
+    rec = sorted((d / "trials").iterdir())[0]
+    if (rec / name).exists():
+        (rec / name).unlink()
+    (rec / name / "inside").mkdir(parents=True)
+    args = ["--grid", "noise", "--values", "0", "--methods", "target_only", "--data-dir", str(fmnist_dir),
+            "--resume", "--new-settings", "--no-figures", "--out", str(d), "--dry-run"]
+    code, err = run_main("fda_ray.sweep", args)
+    warnings = [ln for ln in err.splitlines() if ln.startswith("warning:")]
+    assert code == 0 and "Traceback" not in err, err
+    said = f"warning: trial {rec.name}: its {name} is a directory, not a file; a resume without --dry-run keeps " \
+           f"it as {name}.damaged"
+    assert [w for w in warnings if w.startswith(said)], warnings
+    assert (rec / name / "inside").is_dir()  # a dry run moves nothing
+    recorded_builds(d / "trials")  # reads past it (before: IsADirectoryError)
+    lines = set_aside_damaged(d / "trials")
+    assert any(f"its {name} is a directory, not a file; kept as {name}.damaged" in x for x in lines.values())
+    assert (rec / f"{name}.damaged" / "inside").is_dir() and not (rec / name).exists()  # kept, not deleted

@@ -65,3 +65,23 @@ def test_a_recipe_that_raises_in_ray_actors_is_one_line_without_rays_unhandled_e
     assert "failed round 2 2 times; last error: RuntimeError: mu went negative in my recipe (my_fda.py:" in line, line
     assert line.endswith(f"the 2 finished rounds are in {tmp_path / 'rounds.parquet'}"), line
     assert [r["round"] for r in pq.read_table(tmp_path / "rounds.parquet").to_pylist()] == [0, 1]
+
+
+@pytest.mark.parametrize("module,meant", [("search", "python -m fda_ray.sweep --search NAME"),
+                                          ("tune", "python -m fda_ray.sweep --grid NAME --backend tune"),
+                                          ("results", "python -m fda_ray.collect DIR...")])
+def test_a_python_api_module_run_as_a_program_names_the_program_meant(module, meant, tmp_path):
+    """`python -m fda_ray.search --search beta` (a natural guess) used to define names and exit 0 having done
+    nothing; it is one line naming the command, exit 2. (A subprocess: the guard is the module's __main__ branch.)"""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    p = subprocess.run([sys.executable, "-m", f"fda_ray.{module}", "--search", "beta"], capture_output=True,
+                       text=True, cwd=tmp_path, env=env, timeout=120)
+    assert p.returncode == 2 and p.stdout == "" and "Traceback" not in p.stderr, p.stderr
+    assert p.stderr.strip().splitlines() == [
+        f"error: fda_ray.{module} is fda-ray's Python API (import fda_ray.{module}), not a program; the command is "
+        f"`{meant}` (every program: `python -m fda_ray help`)"]

@@ -53,12 +53,32 @@ def _tensor_file(_good: bytes, _other: bytes) -> bytes:
     return buf.getvalue()
 
 
+def _edited(**fields):
+    """The good state.pt with `fields` replaced (a server state entry: state_<name>): it loads, and does not fit."""
+    def make(good: bytes, _other: bytes) -> bytes:
+        state = torch.load(io.BytesIO(good), weights_only=True)
+        for name, value in fields.items():
+            if name.startswith("state_"):
+                state["state"][name.removeprefix("state_")] = value
+            else:
+                state[name] = value
+        buf = io.BytesIO()
+        torch.save(state, buf)
+        return buf.getvalue()
+    return make
+
+
 CHECKPOINTS = [  # (case, the state.pt a cut-off trial finds, what the warning says)
     ("cut short", lambda good, other: good[: len(good) // 2], "unreadable"),
     ("garbage", lambda good, other: b"\x00not a torch file" * 64, "unreadable"),
     ("empty", lambda good, other: b"", "unreadable"),
     ("a tensor, not a state", _tensor_file, "not a resume state"),
     ("another trial's", lambda good, other: other, "it is the checkpoint of trial fedgp-noise0.4-seed1-"),
+    # (they load, and would fail the trial in its first round on every resume)
+    ("another model's weights", _edited(state_global=torch.zeros(3)),
+     "its server state's 'global' is torch.float32 (3,), this run's model torch.float32 ("),
+    ("a round past the run", _edited(next_round=99), "its next_round is 99, not a round of this run (0 to "),
+    ("other clients", _edited(client_states=[{}]), "its client states are not those of this run's "),
 ]
 
 

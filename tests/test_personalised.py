@@ -13,7 +13,8 @@ from conftest import same_state
 from fda_ray.algorithms import ALGORITHMS, ClientResult, ClientTask
 from fda_ray.algorithms.personalised.methods import head_mask, interpolate, knn_probs
 from fda_ray.train.client import RECIPES, run_task
-from fda_ray.runtime.engine import SerialExecutor, build_experiment, run, run_rounds
+from fda_ray.runtime.engine import SerialExecutor, build_experiment, run, run_rounds, start_run
+from fda_ray.runtime.loop import resume_misfit
 
 
 def personal(tiny, method: str, **kw):
@@ -41,9 +42,17 @@ def test_every_registered_algorithm_runs_on_tiny_data(tiny, fmnist5, fedwca5, me
         cfg = tiny(method=method, noise=0.3, finetune_epochs=1, batch_target=8,
                    warmup_rounds=None if cls.family != "fda" else 1,
                    aux_alpha=0.0 if cls.family == "healthcare" else None)  # (Fashion-MNIST has no auxiliary labels)
-    hist = run(cfg)
+    exp, executor, startup = start_run(cfg.resolved())  # (what run(cfg) does, with the checkpoints kept)
+    checkpoints: list[dict] = []
+    hist = run_rounds(exp, executor, checkpoint=checkpoints.append, startup=startup)
     assert hist.rows and all(0.0 <= r["accuracy"] <= 1.0 and math.isfinite(r["loss"]) for r in hist.rows)
     assert torch.isfinite(hist.final_weights).all()
+    # Every checkpoint the run wrote fits a run of its config (what --resume checks before adopting a state.pt),
+    # and one whose model weights have another length does not.
+    assert len(checkpoints) == len(hist.rows) and all(resume_misfit(c, exp) is None for c in checkpoints)
+    first = next(iter(checkpoints[-1]["state"]))
+    bad = {**checkpoints[-1], "state": {**checkpoints[-1]["state"], first: torch.zeros(3)}}
+    assert f"its server state's {first!r} is torch.float32 (3,), this run's model" in resume_misfit(bad, exp)
     # The rows are plain data: a trial's checkpoint (state.pt, which carries them) loads with weights_only, as
     # --resume and a search's stopped trials load it (a numpy scalar in a row made FedWCA's refuse to load).
     buf = io.BytesIO()

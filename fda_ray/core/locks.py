@@ -51,9 +51,16 @@ def holder(lock: Path) -> dict | None:
     """What the lock file says (None if it cannot be read: a writer cut off between create and write)."""
     try:
         data = json.loads(lock.read_text())
-        return data if isinstance(data, dict) else None
     except (OSError, ValueError):
         return None
+    if not isinstance(data, dict):
+        return None
+    # what acquire writes: a lock edited or damaged into other kinds is as unreadable as a cut-off one
+    number = (int, float)
+    if not (isinstance(data.get("pid"), int) and data["pid"] > 0 and isinstance(data.get("host"), str)
+            and isinstance(data.get("time", 0), number) and isinstance(data.get("started"), (*number, type(None)))):
+        return None
+    return data
 
 
 def _describe(h: dict) -> str:
@@ -71,6 +78,9 @@ def acquire(folder: Path, field: str, command: str) -> Path:
         try:
             fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
+            if lock.is_dir():  # (not a lock any process of ours made)
+                raise LockedError(f"{field}={str(folder)!r} is invalid: its lock {lock} is a directory, not a file; "
+                                  "remove it (rmdir) or choose another --out") from None
             h = holder(lock)
             if h is None:
                 age = time.time() - lock.stat().st_mtime if lock.exists() else 0.0
@@ -80,7 +90,7 @@ def acquire(folder: Path, field: str, command: str) -> Path:
             elif h.get("host") != me["host"]:
                 raise LockedError(f"{field}={str(folder)!r} is invalid: a sweep on another host writes there "
                                   f"({_describe(h)}); if it is gone, delete {lock}") from None
-            elif _alive(int(h.get("pid", -1)), h.get("started")):
+            elif _alive(h["pid"], h.get("started")):
                 raise LockedError(f"{field}={str(folder)!r} is invalid: another sweep writes there now "
                                   f"({_describe(h)}); wait for it to end or choose another --out") from None
             print(f"warning: {lock}: the sweep that held it is gone ({_describe(h) if h else 'unreadable'}); "

@@ -188,10 +188,30 @@ def manifest_from_args(a: Any, command: str) -> Manifest:
 
 def manifest_from_command(command: str) -> Manifest:
     """A directory from before manifests: its summary.md's command, read by the sweep command's own parser (this
-    module's; the one place a command line is parsed to learn what a sweep was)."""
-    argv = shlex.split(command)
+    module's; the one place a command line is parsed to learn what a sweep was). A line that does not parse (an
+    unclosed quote, a flag the parser does not have: edited by hand) is a ManifestError saying why."""
+    import contextlib
+    import io
+
+    from fda_ray.experiments.manifest import ManifestError
+
+    try:
+        argv = shlex.split(command)
+    except ValueError as e:  # shlex: "No closing quotation", "No escaped character"
+        raise ManifestError(f"its Command: line is not a command line ({e})") from None
     argv = argv[argv.index("fda_ray.sweep") + 1:] if "fda_ray.sweep" in argv else argv
-    return manifest_from_args(parser().parse_args(argv), command)
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):  # (the parser's own error line: said in ours instead)
+            a = parser().parse_args(argv)
+    except SystemExit:
+        why = next((ln.removeprefix("error: ") for ln in said.getvalue().splitlines() if ln.startswith("error:")),
+                   "it does not parse")
+        raise ManifestError(f"its Command: line is not a sweep command ({why})") from None
+    try:
+        return manifest_from_args(a, command)
+    except ValueError as e:
+        raise ManifestError(f"its Command: line is not a sweep command ({str(e).splitlines()[0]})") from None
 
 
 def manifest_of(directory: StoragePath | Path | str) -> Manifest | None:
@@ -203,9 +223,14 @@ def manifest_of(directory: StoragePath | Path | str) -> Manifest | None:
     summary = storage_path(directory) / "summary.md"
     if not summary.is_file():
         return None
+    from fda_ray.experiments.manifest import ManifestError
+
     for line in summary.read_text(errors="replace").splitlines():  # (a damaged summary: no Command: line, None)
         if line.startswith("Command: `"):
-            return manifest_from_command(line[len("Command: `"):line.rindex("`")])
+            try:
+                return manifest_from_command(line[len("Command: `"):line.rindex("`")])
+            except ManifestError as e:  # named as the file it is (the directory has no sweep.json)
+                raise ManifestError(f"summary.md={str(summary)!r} is invalid: {e.why}", e.why) from None
     return None
 
 
@@ -234,7 +259,8 @@ def held_by_another(out: StoragePath, kind: str, name: str, definition: Any) -> 
         held = manifest_of(out)
     except (ManifestError, ValueError, SystemExit) as e:  # an unreadable sweep.json is not this sweep's either
         why = getattr(e, "why", None) or (str(e).splitlines()[0] if str(e) else "damaged")
-        return f"its {str(out / 'sweep.json')!r} cannot be read ({why})"
+        file = "sweep.json" if (out / "sweep.json").is_file() else "summary.md"  # (one from before manifests)
+        return f"its {str(out / file)!r} cannot be read ({why})"
     if held is None:
         return None
     why = _other(out, held, kind, name, definition)

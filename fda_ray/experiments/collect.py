@@ -203,6 +203,30 @@ def grid_table(sources: Sequence[Source], metric: str = "accuracy", last: int = 
                      list(builds), duplicates, grid.paper_ref, scale, rows)
 
 
+def selection_damage(sel: dict[str, Any]) -> str | None:
+    """Why a search's selection.json (parsed, a mapping) is not what fda_ray.experiments.search writes, or None: per
+    study a mapping with its trials (a list of mappings, each with its key and the point it tried), each rule's
+    selected trial key and each rule's reruns (lists of trial keys)."""
+    studies = sel.get("studies")
+    if not isinstance(studies, dict):
+        return "it has no 'studies' mapping"
+    for study, s in studies.items():
+        if not isinstance(s, dict):
+            return f"study {study!r} is {type(s).__name__}, not a mapping"
+        trials = s.get("trials") or []
+        if not isinstance(trials, list) or not all(isinstance(t, dict) and isinstance(t.get("key"), str)
+                                                   and isinstance(t.get("point") or {}, dict) for t in trials):
+            return f"study {study!r}'s trials are not a list of mappings, each with its key and point"
+        selected = s.get("selected") or {}
+        if not isinstance(selected, dict) or not all(k is None or isinstance(k, str) for k in selected.values()):
+            return f"study {study!r}'s selected is not a mapping of rules to trial keys"
+        reruns = s.get("reruns") or {}
+        if not isinstance(reruns, dict) or not all(isinstance(ks, list) and all(isinstance(k, str) for k in ks)
+                                                   for ks in reruns.values()):
+            return f"study {study!r}'s reruns are not a mapping of rules to lists of trial keys"
+    return None
+
+
 def search_table(src: Source) -> SearchTable:
     """A search's selection: per study and rule, the selected point and its reruns' final test accuracy (%)."""
     from fda_ray.core.user_files import DamagedFileError, read_json
@@ -214,19 +238,24 @@ def search_table(src: Source) -> SearchTable:
         sel = read_json(path, "selection.json", dict)
     except DamagedFileError as e:
         raise CollectError(str(e)) from None
-    if not isinstance(sel.get("studies"), dict):
-        raise CollectError(f"selection.json={str(path)!r} is invalid: it has no 'studies' mapping")
+    if (why := selection_damage(sel)) is not None:
+        raise CollectError(f"selection.json={str(path)!r} is invalid: {why}")
     table = SearchTable(src, str(src.path))
     for study, s in sel["studies"].items():
-        points = {t["key"]: t.get("point", {}) for t in s.get("trials", [])}
+        points = {t["key"]: t.get("point") or {} for t in s.get("trials") or []}
         for rule, key in (s.get("selected") or {}).items():
             reruns = []
             for k in (s.get("reruns") or {}).get(rule, []):
                 rec = src.path / "trials" / k
-                if (rec / ROWS_FILE).is_file() and record_damage(rec) is None:
-                    acc = [r["accuracy"] for r in read_rows(rec)["rows"] if r.get("accuracy") is not None]
-                    if acc:
-                        reruns.append(100 * acc[-1])
+                if not (rec / ROWS_FILE).is_file():
+                    continue
+                if (why := record_damage(rec)) is not None:
+                    print(f"warning: trial {k} in {src.path}: its {ROWS_FILE} is damaged ({why}); left out",
+                          file=sys.stderr)
+                    continue
+                acc = [r["accuracy"] for r in read_rows(rec)["rows"] if r.get("accuracy") is not None]
+                if acc:
+                    reruns.append(100 * acc[-1])
             table.lines.append({"study": study, "rule": rule, "selected": points.get(key, {}), "trial": key,
                                 "reruns": reruns})
     return table

@@ -108,3 +108,11 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def not_a_program(module: str, meant: str) -> int:
+    """`python -m <module>` of a module that is a Python API, not a program: one line naming the program meant, exit
+    2 (without it, Python runs the module, which defines names and exits 0 having done nothing)."""
+    print(f"error: {module} is fda-ray's Python API (import {module}), not a program; the command is `{meant}` "
+          f"(every program: `python -m fda_ray help`)", file=sys.stderr)
+    return 2

@@ -45,6 +45,15 @@ class Manifest:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ManifestError(f"kind={self.kind!r} is invalid: one of {', '.join(KINDS)}")
+        # (a sweep.json edited by hand: its readers look grids up by these, format and compare them)
+        for name in ("name", "profile", "command"):
+            if not isinstance(getattr(self, name), str):
+                raise ManifestError(f"its {name} {getattr(self, name)!r} is not a text")
+        if self.rows is not None and not all(isinstance(r, str) for r in self.rows):
+            raise ManifestError(f"its rows {list(self.rows)!r} are not a list of row keys (texts)")
+        if self.seeds is not None and (not isinstance(self.seeds, int) or isinstance(self.seeds, bool)
+                                       or self.seeds < 1):
+            raise ManifestError(f"its seeds {self.seeds!r} is not an integer >= 1 or null")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -54,6 +63,12 @@ class Manifest:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Manifest":
+        for name, kind in (("rows", list), ("values", list), ("overrides", dict)):
+            if d.get(name) is not None and not isinstance(d[name], kind):
+                raise ManifestError(f"its {name} {d[name]!r} is not {'a mapping' if kind is dict else 'a list'}")
+        if d.get("values") is not None and not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                   for v in d["values"]):
+            raise ManifestError(f"its values {d['values']!r} are not a list of numbers")
         return cls(kind=d["kind"], name=d["name"], profile=d["profile"],
                    rows=tuple(d["rows"]) if d.get("rows") is not None else None,
                    values=tuple(float(v) for v in d["values"]) if d.get("values") is not None else None,

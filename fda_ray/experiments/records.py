@@ -57,6 +57,15 @@ class Trial:
     values: tuple[float, ...] = ()  # a shared source_only trial: the grid values (its eval_noise levels)
 
     def __post_init__(self) -> None:
+        # (a trial.json edited by hand is read back through here: its fields' kinds are what its readers compare)
+        for name, ok, allowed in (("key", isinstance(self.key, str), "a text"),
+                                  ("row", isinstance(self.row, str), "a text"),
+                                  ("value", self.value is None or _is_number(self.value), "a number or null"),
+                                  ("seed", isinstance(self.seed, int) and not isinstance(self.seed, bool),
+                                   "a whole number"),
+                                  ("params", isinstance(self.params, dict), "a mapping")):
+            if not ok:
+                raise ValueError(f"{name}={getattr(self, name)!r} is invalid for a trial: {allowed}")
         if self.kind not in KINDS:
             raise ValueError(f"kind={self.kind!r} is invalid for trial {self.key}: one of {', '.join(KINDS)}")
         if (self.kind == "finetune") != (self.weights_from is not None):
@@ -183,11 +192,14 @@ def keep_aside(path: StoragePath, why: str) -> StoragePath:
     return target
 
 
-def load_state(record: StoragePath | Path, warn: Callable[[str], None] | None = None) -> dict | None:
+def load_state(record: StoragePath | Path, warn: Callable[[str], None] | None = None,
+               fits: Callable[[dict], str | None] | None = None) -> dict | None:
     """The resume state of a cut-off trial (tensors and plain data: loaded without unpickling code), or None to
-    start from round 0. A state.pt that cannot be read back (cut short, garbage, refused by torch's safe loader) or
-    that belongs to another trial is not adopted: it is kept as state.pt.damaged (the next free .damaged.N), and
-    warn(line) hears one line naming the file and why; the trial then starts again from round 0."""
+    start from round 0. A state.pt that cannot be read back (cut short, garbage, refused by torch's safe loader),
+    that belongs to another trial, or that does not fit the trial's experiment (`fits(state)`: why not, or None;
+    fda_ray.runtime.loop.resume_misfit) is not adopted: it is kept as state.pt.damaged (the next free .damaged.N),
+    and warn(line) hears one line naming the file and why; the trial then starts again from round 0 (not a
+    failure in its first round on every resume)."""
     path = storage_path(record) / STATE_FILE
     if not path.is_file():
         return None
@@ -201,6 +213,8 @@ def load_state(record: StoragePath | Path, warn: Callable[[str], None] | None = 
     try:
         state = torch.load(io.BytesIO(data), weights_only=True)  # (StoragePath.load_torch, with the bytes kept)
         why = checkpoint_damage(state, storage_path(record).name)
+        if why is None and fits is not None:
+            why = fits(state)
     except Exception as e:  # EOFError, pickle's and zipfile's errors, torch's RuntimeError: all mean unreadable
         why = f"unreadable: {torch_damage(data, e)}"
     if why is None:
@@ -230,11 +244,41 @@ def _parsed_rows(record: StoragePath | Path) -> tuple[dict[str, Any] | None, str
         return None, f"not JSON: {e.msg} at character {e.pos}"
     except UnicodeDecodeError:
         return None, "not UTF-8 text"
+    except IsADirectoryError:
+        return None, "a directory, not a file"
     if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
         return None, "no list of rows"
     if not all(isinstance(r, dict) for r in data["rows"]):
         return None, "a row that is not a mapping of metrics"
-    return data, None
+    return (data, None) if (why := _rows_field_damage(data)) is None else (None, why)
+
+
+# What the readers of a record (collect, the summary, the build check, fda_ray.results) take from its fields: JSON
+# that parses yet holds a field of another kind (edited by hand) is a damaged record, found when it is read, not a
+# traceback in the middle of a summary after the pending trials have run.
+_RECORD_FIELDS: dict[str, tuple[type, ...]] = {"config": (dict,), "environment": (dict,), "seconds": (int, float),
+                                               "nodes": (list,), "startup": (dict,), "finished_at": (int, float)}
+_NUMBER_COLUMNS = ("accuracy", "loss")  # the columns every page and table reads as numbers
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _rows_field_damage(data: dict[str, Any]) -> str | None:
+    """Why a parsed rows.json's fields are not what its readers take (None when they are): a field of another
+    kind, a row whose round is not a whole number or whose accuracy or loss is not a number."""
+    for name, kinds in _RECORD_FIELDS.items():
+        value = data.get(name)
+        if value is not None and (not isinstance(value, kinds) or (kinds == (int, float) and not _is_number(value))):
+            return f"its {name} is {type(value).__name__}, not {' or '.join(k.__name__ for k in kinds)}"
+    for i, row in enumerate(data["rows"]):
+        if "round" in row and not (isinstance(row["round"], int) and not isinstance(row["round"], bool)):
+            return f"row {i}'s round is {row['round']!r}, not a whole number"
+        for col in _NUMBER_COLUMNS:
+            if row.get(col) is not None and not _is_number(row[col]):
+                return f"row {i}'s {col} is {row[col]!r}, not a number"
+    return None
 
 
 def record_damage(record: StoragePath | Path) -> str | None:
@@ -243,12 +287,35 @@ def record_damage(record: StoragePath | Path) -> str | None:
     return _parsed_rows(record)[1]
 
 
+RECORD_FILES = (TRIAL_FILE, STATE_FILE, NODES_FILE, ROWS_FILE, WEIGHTS_FILE)
+
+
 def set_aside_damaged(records: StoragePath | Path, move: bool = True) -> dict[str, str]:
     """Every rows.json under `records` that cannot be read (record_damage) is renamed rows.json.damaged (the next
     free .damaged.N if that exists): nothing is deleted, and the trial is pending again, so a resumed sweep runs it
-    and its summary reads the others. {trial key: a warning line} for each; move=False (a dry run) only says so."""
+    and its summary reads the others. A directory where a record's file goes (trial.json, state.pt, ...) is set
+    aside the same way, before any work: the trial's first write there would fail in the middle of the sweep.
+    {trial key: a warning line} for each; move=False (a dry run) only says so."""
     lines = {}
+    records = storage_path(records)
+    for name in RECORD_FILES:
+        for path in sorted(records.glob(f"*/{name}"), key=str) if records.is_local else ():
+            if not path.is_dir():
+                continue
+            key = path.parent.name
+            # (keyed by the trial for a rows.json, which makes it pending again; by the file for the others)
+            said = key if name == ROWS_FILE else f"{key}/{name}"
+            if not move:
+                lines[said] = (f"warning: trial {key}: its {name} is a directory, not a file; a resume without "
+                               f"--dry-run keeps it as {name}.damaged" +
+                               (" and runs the trial again" if name == ROWS_FILE else ""))
+                continue
+            target = keep_aside(path, "damaged")
+            lines[said] = f"warning: trial {key}: its {name} is a directory, not a file; kept as {target.name}" + \
+                (", the trial is pending again" if name == ROWS_FILE else "")
     for rows in sorted(storage_path(records).glob(f"*/{ROWS_FILE}"), key=str):
+        if rows.is_dir():  # (a dry run's: said above)
+            continue
         why = record_damage(rows.parent)
         if why is None:
             continue
@@ -312,9 +379,8 @@ def changed_settings(trials: Sequence[Trial], records: StoragePath | Path) -> st
     records = storage_path(records)
     recorded: dict[tuple, Trial] = {}
     for path in records.glob(f"*/{TRIAL_FILE}"):
-        try:
-            t = read_trial(path.parent)
-        except (ValueError, TypeError, KeyError, UnicodeDecodeError):
+        t, _ = _parsed_trial(path.parent)  # (a damaged one: no settings to compare)
+        if t is None:
             continue
         recorded.setdefault((t.row, t.value, t.seed, t.kind), t)
     for t in trials:
@@ -388,12 +454,19 @@ def _note_start(record: StoragePath, resume: dict | None, executor: Any = None, 
 
 def _attempts(path: StoragePath) -> list[dict[str, Any]] | None:
     """A nodes.json's list of attempts, or None when it cannot be read as one (not text, not JSON, not a list of
-    mappings)."""
+    mappings, or an attempt whose fields are of other kinds than _note_start writes: its build is read by the
+    resume's build check)."""
     try:
         nodes = json.loads(path.read_bytes().decode("utf-8"))
-    except (ValueError, UnicodeDecodeError):  # (json.JSONDecodeError is a ValueError)
+    except (ValueError, UnicodeDecodeError, IsADirectoryError):  # (json.JSONDecodeError is a ValueError)
         return None
-    return nodes if isinstance(nodes, list) and all(isinstance(n, dict) for n in nodes) else None
+    if not isinstance(nodes, list) or not all(isinstance(n, dict) for n in nodes):
+        return None
+    for n in nodes:
+        if not isinstance(n.get("build") or {}, dict) or not isinstance(n.get("client_nodes") or [], list) or \
+                not all(n.get(k) is None or _is_number(n[k]) for k in ("from_round", "started_at")):
+            return None
+    return nodes
 
 
 def dotted(fields: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -465,7 +538,10 @@ def _parsed_trial(record: StoragePath | Path) -> tuple[Trial | None, str | None]
     from fda_ray.core.user_files import DamagedFileError, parse_json, text_damage
 
     path = storage_path(record) / TRIAL_FILE
-    data = path.read_bytes()
+    try:
+        data = path.read_bytes()
+    except OSError as e:  # a directory where the file goes, a refused read
+        return None, f"cannot be read ({e.strerror or type(e).__name__})"
     if (why := text_damage(data)) is not None:
         return None, why
     try:

@@ -111,13 +111,17 @@ def optuna_trials(search: Search, profile: str, study: Study, records: StoragePa
                   overrides: dict[str, Any] | None = None) -> list[Trial]:
     """The trials an Optuna search of this study has started so far (their records), in the order they started:
     the same study's fields, any point."""
-    from fda_ray.experiments.records import TRIAL_FILE, read_trial
+    from fda_ray.experiments.records import TRIAL_FILE, _parsed_trial
 
     base = study_base(search, profile, study, overrides)
     found = []
     for f in records.glob(f"{optuna_row(study)}-*/{TRIAL_FILE}"):
-        t = read_trial(f.parent)
-        if t.row != optuna_row(study) or not math.isclose(t.value, study.value):
+        t, why = _parsed_trial(f.parent)
+        if t is None:  # damaged by hand or a crash: kept as it is, not handed to the study as a point it tried
+            print(f"warning: trial {f.parent.name}: its {TRIAL_FILE} is damaged ({why}); left out of the study",
+                  file=sys.stderr)
+            continue
+        if t.row != optuna_row(study) or t.value is None or not math.isclose(t.value, study.value):
             continue
         if point_trial(base, t.row, search.variable, study.value, point_of(search, t.params)).key == t.key:
             found.append((f.mtime(), t))

@@ -161,6 +161,7 @@ def run_trial(trial: Trial, records: StoragePath | Path | str, report: Callable[
     every round (Tune reports there). group: the fda_ray.runtime.fusion.TrialGroup it is a member of (its clients
     then live in this process and train in the group's batches; run_group)."""
     from fda_ray.runtime.engine import finetune_from, run_rounds, start_run
+    from fda_ray.runtime.loop import resume_misfit
     from fda_ray.runtime.startup import REPORT_KEY
 
     records = storage_path(records)
@@ -196,7 +197,7 @@ def run_trial(trial: Trial, records: StoragePath | Path | str, report: Callable[
 
         finished = False
         try:
-            resume = load_state(record)
+            resume = load_state(record, fits=lambda st: resume_misfit(st, exp))
             nodes = _note_start(record, resume, executor, started_at)
             hist = run_rounds(exp, executor, resume=resume, checkpoint=on_round, startup=startup)
             finished = True
