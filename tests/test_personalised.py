@@ -14,7 +14,7 @@ from fda_ray.algorithms import ALGORITHMS, ClientResult, ClientTask
 from fda_ray.algorithms.personalised.methods import head_mask, interpolate, knn_probs
 from fda_ray.train.client import RECIPES, run_task
 from fda_ray.runtime.engine import SerialExecutor, build_experiment, run, run_rounds, start_run
-from fda_ray.runtime.loop import resume_misfit
+from fda_ray.experiments.records import resume_misfit
 
 
 def personal(tiny, method: str, **kw):

@@ -182,6 +182,40 @@ def checkpoint_damage(state: Any, key: str | None) -> str | None:
     return None
 
 
+def resume_misfit(resume: dict, exp: Any) -> str | None:
+    """Why a loaded checkpoint (`resume`, what run_rounds' checkpoint callback was handed) cannot resume a run of
+    `exp`, or None when it can: a round outside the run, rows that are not rounds, a server state without the
+    entries of the algorithm's initial state (its models' flat weights) or with other shapes or dtypes, or client
+    states of another number of clients. A checkpoint that loads but does not fit (edited, or of another model)
+    would otherwise fail the trial in its first round on every resume. Entries an algorithm adds after round 0 are
+    not compared: only those every state of the run holds."""
+    import torch
+
+    r = resume.get("next_round")
+    planned = exp.algorithm.planned_rounds(exp.cfg)
+    if not isinstance(r, int) or isinstance(r, bool) or not 0 <= r <= planned:
+        return f"its next_round is {r!r}, not a round of this run (0 to {planned})"
+    rows = resume.get("rows")
+    if not isinstance(rows, list) or not all(isinstance(x, dict) and isinstance(x.get("round"), int) for x in rows):
+        return "its rows are not a list of rounds"
+    template = exp.algorithm.init_state(exp.initial_weights())  # {name: (M,) flat weights}
+    state = resume["state"] if "state" in resume else {"global": resume.get("flat")}
+    if not isinstance(state, dict):
+        return "its server state is not a mapping of tensors"
+    for name, want in template.items():
+        got = state.get(name)
+        if not isinstance(got, torch.Tensor):
+            return f"its server state has no tensor {name!r}"
+        if got.shape != want.shape or got.dtype != want.dtype:
+            return f"its server state's {name!r} is {got.dtype} {tuple(got.shape)}, this run's model " \
+                   f"{want.dtype} {tuple(want.shape)}"
+    clients = resume.get("client_states")
+    if clients is not None and (not isinstance(clients, list) or len(clients) != len(exp.clients)
+                                or not all(isinstance(c, dict) for c in clients)):
+        return f"its client states are not those of this run's {len(exp.clients)} clients"
+    return None
+
+
 def keep_aside(path: StoragePath, why: str) -> StoragePath:
     """Rename a record's file that is not used any more to <name>.<why> (the next free <name>.<why>.N if that
     exists): nothing a user computed is deleted. Returns the new path."""
@@ -197,7 +231,7 @@ def load_state(record: StoragePath | Path, warn: Callable[[str], None] | None = 
     """The resume state of a cut-off trial (tensors and plain data: loaded without unpickling code), or None to
     start from round 0. A state.pt that cannot be read back (cut short, garbage, refused by torch's safe loader),
     that belongs to another trial, or that does not fit the trial's experiment (`fits(state)`: why not, or None;
-    fda_ray.runtime.loop.resume_misfit) is not adopted: it is kept as state.pt.damaged (the next free .damaged.N),
+    resume_misfit) is not adopted: it is kept as state.pt.damaged (the next free .damaged.N),
     and warn(line) hears one line naming the file and why; the trial then starts again from round 0 (not a
     failure in its first round on every resume)."""
     path = storage_path(record) / STATE_FILE

@@ -17,7 +17,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from fda_ray.core.storage import StoragePath, storage_path
 from fda_ray.experiments.records import (ROWS_FILE, STATE_FILE, TRIAL_FILE, WEIGHTS_FILE, Trial,
-                                         _note_start, _save_json, _save_torch, environment, load_state, trial_key)
+                                         _note_start, _save_json, _save_torch, environment, load_state, resume_misfit,
+                                         trial_key)
 from fda_ray.core.config import RunConfig
 from fda_ray.papers.grids import Grid
 
@@ -161,7 +162,6 @@ def run_trial(trial: Trial, records: StoragePath | Path | str, report: Callable[
     every round (Tune reports there). group: the fda_ray.runtime.fusion.TrialGroup it is a member of (its clients
     then live in this process and train in the group's batches; run_group)."""
     from fda_ray.runtime.engine import finetune_from, run_rounds, start_run
-    from fda_ray.runtime.loop import resume_misfit
     from fda_ray.runtime.startup import REPORT_KEY
 
     records = storage_path(records)
