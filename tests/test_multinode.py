@@ -441,12 +441,72 @@ class capsys_disabled:
         _sys.stdout = self._out
 
 
+def _ray_start_with_a_hog(tmp_path: Path, env: dict) -> subprocess.Popen:
+    """A `ray start --head` cluster of 1 CPU under env's RAY_TMPDIR, its CPU held by another job's actor (a process
+    that prints 'holding' once it holds it): the other job."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    started = subprocess.run(["ray", "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
+                              "--num-cpus=1", "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats"],
+                             env=env, capture_output=True, text=True, timeout=120)
+    assert started.returncode == 0, started.stderr[-2000:]
+    (tmp_path / "hog.py").write_text(
+        "import time\nimport ray\nray.init()  # the cluster `ray start` left (RAY_TMPDIR)\n\n\n@ray.remote(num_cpus=1)\n"
+        "class Hog:\n    def ping(self):\n        return 1\n\n\nh = Hog.remote()\nray.get(h.ping.remote())\n"
+        "print('holding', flush=True)\ntime.sleep(600)\n")
+    hog = subprocess.Popen([sys.executable, str(tmp_path / "hog.py")], env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True)
+    assert hog.stdout.readline().strip() == "holding"
+    return hog
+
+
+def test_a_run_whose_client_actors_wait_on_another_jobs_cpus_says_so(fmnist_dir, tmp_path):
+    """A single run (--executor ray, no address) joins a `ray start` cluster whose only CPU another job's actor
+    holds: its client actor cannot start. After $FDA_RAY_NODE_WAIT_S (3 s here) one note says what the actors ask,
+    what is free and what holds it (the other job's pid and command), instead of a silent wait of up to 300 s; once
+    the other job ends, the actor starts and the run finishes (exit 0)."""
+    import tempfile
+
+    ray_tmp = Path(tempfile.mkdtemp(prefix="fdaray-r-", dir="/tmp"))  # short: Ray's socket paths live under it
+    env = {**os.environ, "RAY_TMPDIR": str(ray_tmp), "FDA_RAY_NODE_WAIT_S": "3",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env.pop("RAY_ADDRESS", None)
+    hog = None
+    try:
+        hog = _ray_start_with_a_hog(tmp_path, env)
+        p = subprocess.Popen([sys.executable, "-m", "fda_ray", "--executor", "ray", "--data-dir", str(fmnist_dir),
+                              "--rounds", "1", "--warmup-rounds", "0", "--num-sources", "2", "--samples-per-client",
+                              "128", "--test-samples", "50", "--target-labelled", "32", "--parquet",
+                              str(tmp_path / "rounds.parquet")],
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        lines, noted = [], None
+        for line in p.stderr:
+            lines.append(line.rstrip("\n"))
+            if line.startswith("note: 1 of 1 client actors have waited"):
+                noted = line.strip()
+                hog.kill()  # the other job ends: its CPU is free again
+        p.wait(timeout=300)
+        assert p.returncode == 0 and "Traceback" not in "\n".join(lines), "\n".join(lines[-30:])
+        assert noted is not None, "\n".join(lines[-30:])
+        assert " s for resources: each asks {CPU: 1}; free now {CPU: 0} of {CPU: 1}; held by job " in noted, noted
+        assert f": {Path(sys.executable).name} {tmp_path / 'hog.py'}): 1 actor(s); they start once it is free" in \
+            noted, noted
+        assert pq.read_table(tmp_path / "rounds.parquet").num_rows == 1
+    finally:
+        if hog is not None and hog.poll() is None:
+            hog.kill()
+        subprocess.run(["ray", "stop", "--force"], env=env, capture_output=True, timeout=120)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
 def test_a_sweep_that_joins_a_ray_start_cluster_says_so_and_why_its_trials_wait(fmnist_dir, tmp_path):
     """A `ray start --head` cluster (1 CPU) left running, its CPU held by another job's actor. A sweep given no
     address joins it, as Ray does: one note says which cluster it joined and what is free; its trial waits, and
     after $FDA_RAY_NODE_WAIT_S (3 s here) one note names what the trial asks, what is free and what holds it (the
     other job: its pid and command). Once that job ends, the trial runs and the sweep finishes."""
-    import socket
     import tempfile
 
     from fda_ray.papers.files import dump, grid_to_dict
@@ -455,24 +515,10 @@ def test_a_sweep_that_joins_a_ray_start_cluster_says_so_and_why_its_trials_wait(
     env = {**os.environ, "RAY_TMPDIR": str(ray_tmp), "FDA_RAY_NODE_WAIT_S": "3",
            "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     env.pop("RAY_ADDRESS", None)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     hog = None
     try:
-        started = subprocess.run(["ray", "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
-                                  "--num-cpus=1", "--num-gpus=0", "--include-dashboard=false",
-                                  "--disable-usage-stats"], env=env,
-                                 capture_output=True, text=True, timeout=120)
-        assert started.returncode == 0, started.stderr[-2000:]
+        hog = _ray_start_with_a_hog(tmp_path, env)
         address = (ray_tmp / "ray" / "ray_current_cluster").read_text().strip()
-        (tmp_path / "hog.py").write_text(
-            "import time\nimport ray\nray.init()  # the cluster `ray start` left (RAY_TMPDIR)\n\n\n@ray.remote(num_cpus=1)\nclass Hog:\n"
-            "    def ping(self):\n        return 1\n\n\nh = Hog.remote()\nray.get(h.ping.remote())\n"
-            "print('holding', flush=True)\ntime.sleep(600)\n")
-        hog = subprocess.Popen([sys.executable, str(tmp_path / "hog.py")], env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL, text=True)
-        assert hog.stdout.readline().strip() == "holding"
         grid = tmp_path / "g.yaml"
         d = grid_to_dict(make_tiny_grid())
         d["rows"] = [r for r in d["rows"] if r["key"] == "target_only"]

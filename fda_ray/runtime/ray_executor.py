@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 import warnings
 from collections import defaultdict
@@ -43,6 +44,7 @@ from fda_ray.train.device import warm
 from fda_ray.core.contract import input_names
 from fda_ray.core.interrupts import error_line
 from fda_ray.runtime.failures import ClientFailure, ClientsStranded
+from fda_ray.runtime import resources
 from fda_ray.runtime.resources import TrialPlan
 
 FAULTS = ("kill", "raise")  # kill: SIGKILL the actor's process; raise: an exception inside local training
@@ -280,12 +282,18 @@ class RayExecutor:
         return actor
 
     def _wait_ready(self, refs: list[ray.ObjectRef]) -> None:
-        done, pending = ray.wait(refs, num_returns=len(refs), timeout=PLACEMENT_TIMEOUT_S)
+        started = time.monotonic()
+        wait_s = min(resources.wait_seconds(), PLACEMENT_TIMEOUT_S)
+        done, pending = ray.wait(refs, num_returns=len(refs), timeout=wait_s)
+        if pending and self.placement_group is None:  # (a Tune trial's actors have their bundles reserved)
+            self._note_waiting(len(pending), len(refs), time.monotonic() - started)
+            done, pending = ray.wait(refs, num_returns=len(refs),
+                                     timeout=max(0.0, PLACEMENT_TIMEOUT_S - (time.monotonic() - started)))
         if pending:
             raise RuntimeError(
                 f"{len(pending)} of {len(refs)} client actors could not start within {PLACEMENT_TIMEOUT_S:.0f} s "
-                f"(each asks num_cpus={self.cpus}, num_gpus={self.gpus}; cluster has {ray.cluster_resources()}): "
-                "lower cpus_per_client / gpus_per_client")
+                f"(each asks {resources.fmt(self._asks())}; free now {resources.free_line()}): lower "
+                "cpus_per_client / gpus_per_client, or end what holds the rest")
         try:
             ray.get(done)
         except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as e:
@@ -295,13 +303,26 @@ class RayExecutor:
                 raise w from None
             raise
 
+    def _asks(self) -> dict[str, float]:
+        return {"CPU": self.cpus, **({"GPU": self.gpus} if self.gpus else {})}
+
+    def _note_waiting(self, pending: int, of: int, waited: float) -> None:
+        """Client actors not started after $FDA_RAY_NODE_WAIT_S: when the cluster has not what one asks free (another
+        job holds it: a cluster `ray start` left that others use), one note of what they ask, what is free and what
+        holds the rest, instead of a silent wait (a slow start with room to spare: nothing said)."""
+        free = ray.available_resources()
+        if all(free.get(k, 0.0) >= v for k, v in self._asks().items()):
+            return
+        print(f"note: {pending} of {of} client actors have waited {waited:.0f} s for resources: each asks "
+              f"{resources.fmt(self._asks())}; free now {resources.free_line()}; held by {resources.holders()}; "
+              f"they start once it is free (at most {PLACEMENT_TIMEOUT_S:.0f} s)", file=sys.stderr, flush=True)
+
     def _stranded(self, replaced: set[int], since: float | None) -> float | None:
         """While replaced actors have not answered: once what they ask (the trial's placement group, or the
         actors alone) has been unplaceable on the live nodes, and on the node types an autoscaler can add, for
         $FDA_RAY_NODE_WAIT_S seconds (a restarted node may come back meanwhile), ClientsStranded: the one line
         the sweep reports, instead of a wait with no end. Returns the time the bundles were first seen
         unplaceable (None: they fit)."""
-        from fda_ray.runtime import resources
 
         # the trial's placement group (the plan was read back from it), or the replaced actors alone
         bundles = self.plan.bundles if self.placement_group is not None else [self.plan.actor.bundle()] * len(replaced)
