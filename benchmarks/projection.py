@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import heapq
-import json
 import math
 import statistics
 import sys
@@ -87,15 +86,50 @@ class Record:
     rounds: int  # rows recorded (warm-up, main and fine-tuning rounds)
 
 
+# The resolved config's fields the time model reads of every record (TimeModel, construction_work, scaled_seconds)
+RECORD_FIELDS = {"dataset": str, "model": str, "method": str, "rounds": int, "warmup_rounds": int}
+
+
+def _seconds(v: Any) -> bool:
+    """A row's timing field as a record writes it: a number, or null (not measured)."""
+    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v))
+
+
+def timing_damage(data: Mapping[str, Any]) -> str | None:
+    """Why a finished record's rows.json (its rows already checked by records.finished) cannot be timed here, or
+    None: its resolved config, and the rows' seconds. A record edited by hand or written by another tool otherwise
+    ended in a TypeError or a KeyError naming neither the record nor what it lacks."""
+    cfg = data.get("config")
+    if not isinstance(cfg, dict):
+        return f"its 'config' is {'missing' if cfg is None else 'not a mapping'} (the trial's resolved RunConfig)"
+    for name, kind in RECORD_FIELDS.items():
+        if not isinstance(cfg.get(name), kind) or isinstance(cfg.get(name), bool):
+            return f"its config has no {name!r} ({'a text' if kind is str else 'an integer'})"
+    params = cfg.get("params")
+    if params is not None and not (isinstance(params, dict) and all(isinstance(v, dict) for v in params.values())):
+        return "its config's 'params' is not a mapping of method families to their parameters"
+    for i, r in enumerate(data["rows"]):
+        for name in ("seconds", "client_seconds_sum"):
+            if not _seconds(r.get(name)):
+                return f"its row {i} has a {name!r} that is not a number of seconds ({r.get(name)!r})"
+    return None
+
+
 def load_records(root: Path = RESULTS) -> list[Record]:
     """Every finished record under root/*/trials/ (a config written before a field existed gets that field's
-    value of then: fda_ray.experiments.records.ADDED_LATER), read through fda_ray.experiments.records.finished."""
-    from fda_ray.experiments.records import ADDED_LATER, finished
+    value of then: fda_ray.experiments.records.ADDED_LATER), read through fda_ray.experiments.records.finished.
+    A record whose config or seconds cannot be read is a DamagedFileError naming its rows.json: left out, it
+    would change the projection without a word."""
+    from fda_ray.core.user_files import DamagedFileError
+    from fda_ray.experiments.records import ADDED_LATER, ROWS_FILE, finished
 
     out = []
     for trials in sorted(root.glob("*/trials")):
         for rec in finished(trials):
             data, trial = rec.data, rec.trial
+            why = timing_damage(data)
+            if why is not None:
+                raise DamagedFileError(ROWS_FILE, rec.path / ROWS_FILE, why)
             rows = data.get("rows") or []
             secs = sum(float(r.get("seconds") or 0.0) for r in rows)
             if not rows or secs <= 0:
@@ -111,8 +145,12 @@ def load_records(root: Path = RESULTS) -> list[Record]:
 
 def signature(cfg: Mapping[str, Any], kind: str) -> tuple:
     """What sets a trial's amount of work (COST_FIELDS, WORK_PARAMS of any family, the kind)."""
-    def norm(v: Any) -> Any:
-        return tuple(v) if isinstance(v, list) else v
+    def norm(v: Any) -> Any:  # hashable, nested too (a record's JSON may hold lists of lists or mappings)
+        if isinstance(v, list):
+            return tuple(norm(x) for x in v)
+        if isinstance(v, dict):
+            return tuple(sorted((str(k), norm(x)) for k, x in v.items()))
+        return v
 
     work = tuple(sorted((fam, k, norm(v)) for fam, ps in (cfg.get("params") or {}).items() for k, v in ps.items()
                         if k in WORK_PARAMS))
@@ -537,7 +575,10 @@ def arrays(group: Group, trials_per_gpu: int) -> tuple[list[float], list[list[in
 
 
 def chain_jobs(group: Group, trials_per_gpu: int, overhead: float) -> list[Job]:
-    """The longest chain of the group's trials (each + overhead), first to last."""
+    """The longest chain of the group's trials (each + overhead), first to last; none for a group with no trial
+    projected (records of none of the reproduction's work: every total is empty)."""
+    if not group.jobs:
+        return []
     durations, deps = arrays(group, trials_per_gpu)
     tail, after = _chains([d + overhead for d in durations], deps)
     i = max(range(len(tail)), key=lambda k: tail[k])
@@ -592,12 +633,38 @@ def spread_line(records: Sequence[Record]) -> str:
             f" (median over the sets), at most {s[2]:.2f}.")
 
 
+# What overhead_from reads of each row of `python -m benchmarks.cluster --save`'s {"rows": [...]}
+CLUSTER_FIELDS = ("nodes", "trials", "overhead_s_per_trial")
+
+
+def cluster_damage(data: Mapping[str, Any]) -> str | None:
+    """Why a --cluster-json file's JSON object cannot give the overhead (None when it can)."""
+    rows = data.get("rows")
+    if not isinstance(rows, list) or not rows:
+        return ("it has no 'rows' list (python -m benchmarks.cluster --save writes one, a row per node count)"
+                if not isinstance(rows, list) else "its 'rows' list is empty")
+    for i, r in enumerate(rows):
+        if not isinstance(r, dict):
+            return f"its row {i} is not a mapping"
+        for name in CLUSTER_FIELDS:
+            v = r.get(name)
+            if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)):
+                return f"its row {i} has no {name!r} number (each row needs {', '.join(CLUSTER_FIELDS)})"
+    return None
+
+
 def overhead_from(path: str | None) -> tuple[float, str]:
-    """The per-trial scheduling overhead of the cluster benchmark's row with the most nodes."""
+    """The per-trial scheduling overhead of the cluster benchmark's row with the most nodes; a file that is not
+    such a benchmark's output is a DamagedFileError (one line naming --cluster-json and what is wrong)."""
+    from fda_ray.core.user_files import DamagedFileError, read_json
+
     if not path:
         return 0.0, "none given (--cluster-json): 0 s per trial"
-    rows = json.loads(Path(path).read_text())["rows"]
-    row = max(rows, key=lambda r: r["nodes"])
+    data = read_json(path, "--cluster-json", dict)
+    why = cluster_damage(data)
+    if why is not None:
+        raise DamagedFileError("--cluster-json", path, why)
+    row = max(data["rows"], key=lambda r: r["nodes"])
     return float(row["overhead_s_per_trial"]), (f"{row['overhead_s_per_trial']:.1f} s per trial, from {path} "
                                                 f"(its row of {row['nodes']} nodes, {row['trials']} trials)")
 
@@ -675,13 +742,27 @@ def projected(g: Group, gpus: Sequence[int], k: int, overhead: float) -> Project
     return Projected(g, tuple(durations), spans, stop, sum(durations) + overhead * len(durations))
 
 
+def checked_records_dir(records_dir: str | Path) -> Path:
+    """--records as a folder: one line where it is missing or a file (load_records would read nothing from it)."""
+    p = Path(records_dir)
+    if not p.is_dir():
+        why = "a file, not a folder" if p.exists() else "no such folder"
+        raise ValueError(f"--records={str(records_dir)!r} is invalid: {why} (it takes a folder of sweep "
+                         "directories, as docs/results)")
+    return p
+
+
 def compute(gpus: Sequence[int] = (1, 8, 32), trials_per_gpu: int = MEASURED_TRIALS_PER_GPU,
             cluster_json: str | None = None, measured_noise_column_s: float | None = None,
             records_dir: str | Path = RESULTS) -> Projection:
     """The projection main() prints (its arguments; a relative --cluster-json from the current directory)."""
     gpus, k = tuple(sorted(set(gpus))), trials_per_gpu
     overhead, overhead_note = overhead_from(cluster_json)
-    records = load_records(Path(records_dir))
+    records = load_records(checked_records_dir(records_dir))
+    if not records:  # nothing to time any trial by: every total would be empty (max() of nothing)
+        raise ValueError(f"--records={str(records_dir)!r} is invalid: no finished trial record with timed rounds "
+                         "under it (it takes a folder of sweep directories, each with trials/*/rows.json, "
+                         "as docs/results)")
     pool = fmnist_pool_size()
     model = TimeModel(records, pool[0] if pool else None)
     grids, searches = grid_groups(model), search_groups(model)
@@ -816,7 +897,12 @@ def arguments(argv: Sequence[str] | None = None) -> tuple[dict[str, Any], bool]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     kwargs, markdown = arguments(argv)
-    print(report(compute(**kwargs), markdown))
+    try:
+        projection = compute(**kwargs)
+    except ValueError as e:  # a damaged --cluster-json, --records or record: one line, as the other benchmarks
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(report(projection, markdown))
     return 0
 
 if __name__ == "__main__":

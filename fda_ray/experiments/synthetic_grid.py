@@ -215,6 +215,41 @@ def draw_heatmaps(result: dict, out: Path) -> list[Path]:
     return paths
 
 
+def _is_number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def replot_damage(result: dict) -> str | None:
+    """Why a grid.json cannot be redrawn by draw_heatmaps (None when it can), in a few words: the keys and kinds it
+    reads, as write_outputs writes them. A file cut short or edited by hand otherwise ended in a KeyError or a
+    TypeError from deep inside the drawing, naming neither the file nor what it lacks."""
+    cfg = result.get("config")
+    if not isinstance(cfg, dict):
+        return "it has no 'config' mapping (the grid's sources and sizes)"
+    for key in ("sources", "sizes"):
+        # (a list as read back; the tuples of asdict(GridConfig) in memory)
+        if not (isinstance(cfg.get(key), (list, tuple)) and cfg[key] and all(_is_number(v) for v in cfg[key])):
+            return f"its config has no '{key}' list of numbers"
+    cells, n_rows, n_cols = result.get("cells"), len(cfg["sizes"]), len(cfg["sources"])
+    if not isinstance(cells, list):
+        return "it has no 'cells' list (a row per size, a cell per source)"
+    if len(cells) != n_rows or not all(isinstance(row, list) and len(row) == n_cols for row in cells):
+        return f"its 'cells' are not {n_rows} rows of {n_cols} cells (config: {n_rows} sizes x {n_cols} sources)"
+    for b, row in enumerate(cells):
+        for a, c in enumerate(row):
+            where = f"its cell [{b}][{a}]"
+            if not isinstance(c, dict):
+                return f"{where} is not a mapping"
+            if not _is_number(c.get("sigma")):
+                return f"{where} has no 'sigma' number"
+            for key in ("predicted", "actual_static", "actual_auto"):
+                if key not in c:
+                    return f"{where} has no '{key}' (the best rule's name)"
+                if c[key] not in RULES:
+                    return f"{where}'s '{key}' is {c[key]!r}, not one of {', '.join(RULES)}"
+    return None
+
+
 def write_outputs(result: dict, out: Path, seconds: float, command: str) -> str:
     """Three heat maps (PNG and PDF), grid.json and summary.md in `out`; returns the summary text."""
     cfg = result["config"]
@@ -281,6 +316,7 @@ def parser() -> "OneLineParser":
 
 @cli_main
 def main(argv: list[str] | None = None) -> int:
+    from fda_ray.core.user_files import DamagedFileError, read_json
     from fda_ray.runtime import preflight
 
     p = parser()
@@ -293,7 +329,11 @@ def main(argv: list[str] | None = None) -> int:
             path = out / "grid.json"
             if not path.is_file():
                 raise ValueError(f"replot=True is invalid: {path} does not exist (run the grid first)")
-            for written in draw_heatmaps(json.loads(path.read_text()), out):
+            result = read_json(path, "grid.json", dict)  # empty, binary, not JSON, a list: one line naming it
+            why = replot_damage(result)
+            if why is not None:
+                raise DamagedFileError("grid.json", path, why)
+            for written in draw_heatmaps(result, out):
                 print(written)
             return 0
         cfg = GridConfig(sources=_ints("sources", a.sources), sizes=_ints("sizes", a.sizes), trials=a.trials,

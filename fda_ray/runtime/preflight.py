@@ -269,23 +269,68 @@ def ray_address(address: str | None, timeout: float = RAY_CONNECT_TIMEOUT_S, fie
                                    "`ray up cluster.yaml`, or leave it out for a local Ray") from None
 
 
+def _node_types_damage(conf: Any) -> str | None:
+    """Why a parsed bootstrap config's node types cannot be read (None when they can): what autoscaler_node_types
+    takes of it, in a few words."""
+    if not isinstance(conf, dict):
+        held = "nothing" if conf is None else f"a {type(conf).__name__}"
+        return f"a YAML mapping expected (`ray up` writes one), it holds {held}"
+    types = conf.get("available_node_types")
+    if types is None:
+        return None
+    if not isinstance(types, dict):
+        return "its available_node_types is not a mapping of node type names to node types"
+    for name, t in types.items():
+        if not isinstance(t, dict):
+            return f"its node type {name!r} is not a mapping"
+        resources = t.get("resources")
+        if resources is None:  # not declared: nothing known of its shape (as an empty mapping)
+            continue
+        if not isinstance(resources, dict):
+            return f"its node type {name!r} has resources that are not a mapping of resource names to numbers"
+        for k, v in resources.items():
+            if not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < float("inf")):
+                return f"its node type {name!r} has resource {k!r} = {v!r}, not a number >= 0"
+    return None
+
+
 def autoscaler_node_types(path: str = AUTOSCALER_CONFIG) -> list[dict[str, float]]:
-    """The resources of each node type an autoscaling cluster can add ([] without `ray up`'s config file)."""
+    """The resources of each node type an autoscaling cluster can add ([] without `ray up`'s config file).
+
+    A damaged file (not UTF-8 text, not YAML, not the mapping `ray up` writes, resources that are not numbers) is
+    one warning line (a RunWarning naming the file and what is wrong) and [], as no file: Ray's autoscaler cannot
+    load such a config either, so it adds no node, and a sweep on the nodes up now should still run; refusing it
+    for a file fda-ray only reads to plan ahead would stop work that fits."""
+    import warnings
+
+    import yaml  # a dependency of ray[default]
+
+    from fda_ray.core.user_files import DamagedFileError, read_text
+
     p = Path(path).expanduser()
     if not p.is_file():
         return []
-    import yaml  # a dependency of ray[default]
-
     try:
-        conf = yaml.safe_load(p.read_text()) or {}
-    except (OSError, yaml.YAMLError):
+        text = read_text(p, "autoscaler_config", allow_empty=False)
+        try:
+            conf = yaml.safe_load(text)
+        except yaml.YAMLError as e:  # its message runs to several lines (the context, a caret): the problem only
+            mark = getattr(e, "problem_mark", None)
+            why = (getattr(e, "problem", None) or type(e).__name__) + (f", line {mark.line + 1}" if mark else "")
+            raise DamagedFileError("autoscaler_config", p, f"not YAML ({why})") from None
+        why = _node_types_damage(conf)
+        if why is not None:
+            raise DamagedFileError("autoscaler_config", p, why)
+    except DamagedFileError as e:
+        warnings.warn(f"{e}; the node types an autoscaler can add are not known here: trials are planned on the "
+                      "nodes up now", RunWarning, stacklevel=2)
         return []
     types = conf.get("available_node_types") or {}
     head = conf.get("head_node_type")
     # A worker type declared with max_workers: 0 is never added; any other type is (Ray's default is the
     # cluster's max_workers).
     return [{k: float(v) for k, v in (t.get("resources") or {}).items()}
-            for name, t in types.items() if isinstance(t, dict) and (name == head or t.get("max_workers", 1) != 0)]
+            for name, t in types.items() if name == head or t.get("max_workers", 1) != 0]
 
 
 PROBE_TIMEOUT_S = 60.0

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Callable
 
 from fda_ray.core.registry import Registry
+from fda_ray.core.user_files import DamagedFileError, read_text
 from tools.pages.records import ROOT
 
 PAGES = ("README.md", "docs/*.md", "docs/results/*.md")  # where blocks may be, relative to the repository
@@ -61,9 +62,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("pages", nargs="*", help="pages to regenerate (default: README.md, docs/*.md and docs/results/*.md)")
     p.add_argument("--check", action="store_true", help="change nothing; list the blocks that differ, exit 1 if any")
     a = p.parse_args(argv)
-    stale = 0
+    # Every page is read before any is rewritten: a page named by mistake (a binary file, a folder, a missing path)
+    # is one line naming it, exit 2, before any page has changed.
+    texts: list[tuple[Path, str]] = []
     for page in [Path(x) for x in a.pages] or pages():
-        text = page.read_text()
+        try:
+            text = read_text(page, "page")
+        except DamagedFileError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        # universal newlines, as Path.read_text gave them: a page saved with CRLF compares and rewrites as before
+        texts.append((page, text.replace("\r\n", "\n").replace("\r", "\n")))
+    stale = 0
+    for page, text in texts:
         try:
             new, changed = rewrite(text)
         except (ValueError, KeyError) as e:
