@@ -13,20 +13,86 @@ in its test split. A patient's images go to one domain only (the first, in the o
 them) unless --keep-shared-patients (an image can be positive for several conditions: without this the
 domains overlap, as in the paper). Auxiliary labels: sex, age (fda-ray buckets it as (age - 18) // 9), view
 (Frontal/Lateral). Writes path,label,domain,split,aux_sex,aux_age,aux_view with paths under --image-root.
+An input that is not CheXpert's train.csv (no such file, a folder, a binary or non-UTF-8 file, an empty one, a
+missing column, a row cut short) is one line, `error: train_csv='<path>' is invalid: <why>`, exit 2, before
+anything is written; an output that cannot be written is one line, exit 1. A gzipped train.csv is read as it is.
 Standard library only.
 """
 from __future__ import annotations
 
 import argparse
 import csv
+import gzip
+import io
 import random
 import re
 import sys
+import zlib
 from pathlib import Path
+from typing import Callable, Sequence
 
 DOMAINS = {"Edema": "Edema", "LungLesion": "Lung Lesion", "Pneumonia": "Pneumonia", "Atelectasis": "Atelectasis",
            "Consolidation": "Consolidation"}  # fda-ray's domain name -> the release's column
 POSITIVE, NEGATIVE_EXPLICIT = ("1.0", "1"), ("0.0", "0")
+
+
+class InputError(ValueError):
+    """An input file that cannot be used: one line naming the argument, the file and what is wrong."""
+
+    def __init__(self, field: str, path: str, why: str) -> None:
+        super().__init__(f"{field}={path!r} is invalid: {why}")
+
+
+def read_table(path: str, field: str, what: str, columns: Sequence[str],
+               cell: Callable[[str, str], str | None] | None = None) -> list[dict[str, str]]:
+    """The rows of CSV `path` (the argument `field`, which should be `what`), by column, each holding `columns`;
+    `cell(column, value)`, when given, says what is wrong with a cell (None: nothing). Every way the file can be
+    unusable is an InputError (one line) instead of a decoder's or csv's traceback."""
+    p = Path(path)
+    if p.is_dir():
+        raise InputError(field, path, "a directory, not a file")
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise InputError(field, path, "no such file") from None
+    except OSError as e:  # permissions, an I/O error
+        raise InputError(field, path, f"cannot be read ({e.strerror or type(e).__name__})") from None
+    if data[:2] == b"\x1f\x8b":  # a .csv.gz, as the releases are often downloaded
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as e:
+            raise InputError(field, path, f"a gzip file cut short or damaged ({e})") from None
+    if b"\x00" in data[:8192]:
+        raise InputError(field, path, f"a binary file, not {what} (a CSV table)")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise InputError(field, path, f"not UTF-8 text (byte 0x{data[e.start]:02x} at position {e.start}), not "
+                                      f"{what}") from None
+    if not text.strip():
+        raise InputError(field, path, f"an empty file, not {what}")
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    rows = []
+    try:
+        header = reader.fieldnames or []
+        missing = [c for c in columns if c not in header]
+        if missing:
+            raise InputError(field, path, f"not {what} (no column {missing[0]!r}; its columns: "
+                                          f"{', '.join(header[:8])}{', ...' if len(header) > 8 else ''})")
+        for row in reader:
+            if None in row or None in row.values():  # more or fewer fields than the header: a line cut short
+                n = sum(v is not None for k, v in row.items() if k is not None) + len(row.get(None) or [])
+                raise InputError(field, path, f"line {reader.line_num} has {n} fields where the header has "
+                                              f"{len(header)} (a file cut short?)")
+            for column, value in row.items() if cell is not None else ():
+                if (why := cell(column, value)) is not None:
+                    raise InputError(field, path, f"line {reader.line_num}, column {column!r}: {value!r} is {why}")
+            rows.append(row)
+    except csv.Error as e:
+        raise InputError(field, path, f"not a CSV table (line {reader.line_num}: {e})") from None
+    if not rows:
+        raise InputError(field, path, f"not {what} (no rows under its header)")
+    return rows
 
 
 def patient_of(path: str) -> str:
@@ -49,12 +115,11 @@ def main(argv: list[str] | None = None) -> int:
     if a.per_class < 1 or not 0 < a.test_share < 1:
         print("--per-class must be >= 1 and --test-share in (0, 1)", file=sys.stderr)
         return 2
-    with open(a.train_csv, newline="") as f:
-        rows = list(csv.DictReader(f))
-    missing = [c for c in ("Path", "Sex", "Age", "Frontal/Lateral", *DOMAINS.values()) if rows and c not in rows[0]]
-    if not rows or missing:
-        print(f"{a.train_csv}: not CheXpert's train.csv (missing column {missing[0] if missing else 'rows'})",
-              file=sys.stderr)
+    try:
+        rows = read_table(a.train_csv, "train_csv", "CheXpert's train.csv",
+                          ("Path", "Sex", "Age", "Frontal/Lateral", *DOMAINS.values()))
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
     rng = random.Random(a.seed)
     used: set[str] = set()
@@ -75,10 +140,14 @@ def main(argv: list[str] | None = None) -> int:
                             r["Frontal/Lateral"]])
                 used.add(patient_of(r["Path"]))
         print(f"{domain}: {k} positives, {k} negatives", file=sys.stderr)
-    with open(a.out, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["path", "label", "domain", "split", "aux_sex", "aux_age", "aux_view"])
-        w.writerows(out)
+    try:
+        with open(a.out, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["path", "label", "domain", "split", "aux_sex", "aux_age", "aux_view"])
+            w.writerows(out)
+    except OSError as e:  # no such folder, a read-only one, a full disk
+        print(f"error: out={a.out!r} cannot be written ({e.strerror or e})", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -13,22 +13,108 @@ Asian, Hispanic (the race text contains WHITE, BLACK, ASIAN or HISPANIC; others 
 has a finding ("No Finding" = 0), 0 when "No Finding" = 1. Each domain takes at most --per-class images of
 each label in a seeded random order (the authors: 4 000) and puts --test-share of each in its test split.
 Paths follow MIMIC-CXR-JPG's layout files/pXX/pSUBJECT/sSTUDY/DICOM.jpg under --image-root. Writes
-path,label,domain,split,aux_sex,aux_age. Standard library only.
+path,label,domain,split,aux_sex,aux_age. An input that is not the release's file (no such file, a folder, a
+binary or non-UTF-8 file, an empty one, a missing column, a row cut short, a label that is not a number) is one
+line, `error: <argument>='<path>' is invalid: <why>`, exit 2, before anything is written; an output that cannot
+be written is one line, exit 1. The releases' .csv.gz files are read as they are. Standard library only.
 """
 from __future__ import annotations
 
 import argparse
 import csv
+import gzip
+import io
 import random
 import sys
+import zlib
 from pathlib import Path
+from typing import Callable, Sequence
 
 RACES = (("WHITE", "White"), ("BLACK", "Black"), ("ASIAN", "Asian"), ("HISPANIC", "Hispanic"))
+# Each input: (what it should be, the columns read from it). The admissions' race column is `race` in MIMIC-IV 2.x
+# and `ethnicity` in 1.0: either is enough (checked in main).
+INPUTS = {
+    "chexpert": ("MIMIC-CXR-JPG's mimic-cxr-2.0.0-chexpert.csv", ("subject_id", "study_id", "No Finding")),
+    "metadata": ("MIMIC-CXR-JPG's mimic-cxr-2.0.0-metadata.csv", ("dicom_id", "subject_id", "study_id")),
+    "patients": ("MIMIC-IV's patients.csv", ("subject_id", "gender", "anchor_age")),
+    "admissions": ("MIMIC-IV's admissions.csv", ("subject_id",)),
+}
 
 
-def _read(path: str) -> list[dict[str, str]]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+class InputError(ValueError):
+    """An input file that cannot be used: one line naming the argument, the file and what is wrong."""
+
+    def __init__(self, field: str, path: str, why: str) -> None:
+        super().__init__(f"{field}={path!r} is invalid: {why}")
+
+
+def read_table(path: str, field: str, what: str, columns: Sequence[str],
+               cell: Callable[[str, str], str | None] | None = None) -> list[dict[str, str]]:
+    """The rows of CSV `path` (the argument `field`, which should be `what`), by column, each holding `columns`;
+    `cell(column, value)`, when given, says what is wrong with a cell (None: nothing). Every way the file can be
+    unusable is an InputError (one line) instead of a decoder's or csv's traceback."""
+    p = Path(path)
+    if p.is_dir():
+        raise InputError(field, path, "a directory, not a file")
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise InputError(field, path, "no such file") from None
+    except OSError as e:  # permissions, an I/O error
+        raise InputError(field, path, f"cannot be read ({e.strerror or type(e).__name__})") from None
+    if data[:2] == b"\x1f\x8b":  # a .csv.gz, as the releases are often downloaded
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as e:
+            raise InputError(field, path, f"a gzip file cut short or damaged ({e})") from None
+    if b"\x00" in data[:8192]:
+        raise InputError(field, path, f"a binary file, not {what} (a CSV table)")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise InputError(field, path, f"not UTF-8 text (byte 0x{data[e.start]:02x} at position {e.start}), not "
+                                      f"{what}") from None
+    if not text.strip():
+        raise InputError(field, path, f"an empty file, not {what}")
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    rows = []
+    try:
+        header = reader.fieldnames or []
+        missing = [c for c in columns if c not in header]
+        if missing:
+            raise InputError(field, path, f"not {what} (no column {missing[0]!r}; its columns: "
+                                          f"{', '.join(header[:8])}{', ...' if len(header) > 8 else ''})")
+        for row in reader:
+            if None in row or None in row.values():  # more or fewer fields than the header: a line cut short
+                n = sum(v is not None for k, v in row.items() if k is not None) + len(row.get(None) or [])
+                raise InputError(field, path, f"line {reader.line_num} has {n} fields where the header has "
+                                              f"{len(header)} (a file cut short?)")
+            for column, value in row.items() if cell is not None else ():
+                if (why := cell(column, value)) is not None:
+                    raise InputError(field, path, f"line {reader.line_num}, column {column!r}: {value!r} is {why}")
+            rows.append(row)
+    except csv.Error as e:
+        raise InputError(field, path, f"not a CSV table (line {reader.line_num}: {e})") from None
+    if not rows:
+        raise InputError(field, path, f"not {what} (no rows under its header)")
+    return rows
+
+
+def _label_cell(column: str, value: str) -> str | None:
+    """What is wrong with a cell of the CheXpert labels (None: nothing): every column but the ids is a label."""
+    if column in ("subject_id", "study_id"):
+        return None
+    try:
+        _number(value)
+    except ValueError:
+        return "not a label (1.0, 0.0, -1.0 or blank)"
+    return None
+
+
+def _read(a: argparse.Namespace, name: str) -> list[dict[str, str]]:
+    """The rows of input --<name>, its columns checked (INPUTS), and the CheXpert labels' cells."""
+    what, columns = INPUTS[name]
+    return read_table(getattr(a, name), name, what, columns, _label_cell if name == "chexpert" else None)
 
 
 def _first_per_subject(rows: list[dict[str, str]]) -> dict[str, dict[str, str]]:
@@ -53,15 +139,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--image-root", default="")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
-    labels = {(r["subject_id"], r["study_id"]): r for r in _read(a.chexpert)}
-    conditions = [c for c in next(iter(labels.values())) if c not in ("subject_id", "study_id")] if labels else []
-    if "No Finding" not in conditions:
-        print(f"{a.chexpert}: no 'No Finding' column (mimic-cxr-2.0.0-chexpert.csv expected)", file=sys.stderr)
+    try:  # every input read and checked before any work: one line naming the first that cannot be used
+        chexpert = _read(a, "chexpert")
+        conditions = [c for c in chexpert[0] if c not in ("subject_id", "study_id")]
+        admission_rows = _read(a, "admissions")
+        if not {"race", "ethnicity"} & set(admission_rows[0]):
+            raise InputError("admissions", a.admissions, f"not {INPUTS['admissions'][0]} (no column 'race' "
+                                                         "(MIMIC-IV 2.x) or 'ethnicity' (MIMIC-IV 1.0))")
+        patient_rows = _read(a, "patients")
+        metadata = _read(a, "metadata")
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
-    admissions = _first_per_subject(_read(a.admissions))
-    patients = _first_per_subject(_read(a.patients))
+    labels = {(r["subject_id"], r["study_id"]): r for r in chexpert}
+    admissions = _first_per_subject(admission_rows)
+    patients = _first_per_subject(patient_rows)
     groups: dict[str, dict[str, list[list[str]]]] = {name: {"1": [], "0": []} for _, name in RACES}
-    for m in _read(a.metadata):
+    for m in metadata:
         key = (m["subject_id"], m["study_id"])
         if key not in labels or m["subject_id"] not in admissions or m["subject_id"] not in patients:
             continue  # the authors' inner joins
@@ -88,10 +182,14 @@ def main(argv: list[str] | None = None) -> int:
                 out.append([path, label, race, "test" if i < n_test else "train", sex, age])
         print(f"{race}: {min(len(by_label['1']), a.per_class)} with findings, "
               f"{min(len(by_label['0']), a.per_class)} without", file=sys.stderr)
-    with open(a.out, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["path", "label", "domain", "split", "aux_sex", "aux_age"])
-        w.writerows(out)
+    try:
+        with open(a.out, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["path", "label", "domain", "split", "aux_sex", "aux_age"])
+            w.writerows(out)
+    except OSError as e:  # no such folder, a read-only one, a full disk
+        print(f"error: out={a.out!r} cannot be written ({e.strerror or e})", file=sys.stderr)
+        return 1
     return 0
 
 

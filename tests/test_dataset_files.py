@@ -89,7 +89,7 @@ def test_a_flipped_label_in_a_copy_of_the_release_is_one_line_naming_the_repair(
     gz = " uncompressed" if changed.name.endswith(".gz") else ""
     assert msg.startswith(f"{dataset} is damaged: {changed}: the release's size ({size} bytes{gz}) but sha256 "), msg
     assert "(a changed byte: a tampered or corrupted copy)" in msg and "\n" not in msg
-    assert msg.endswith(f"; to get it again: bash datasets/{script} --out {d}"), msg
+    assert msg.endswith(f"; to get it again: bash {ROOT / 'datasets' / script} --out {d}"), msg  # from any folder
     assert isinstance(e.value, DatasetNotFound) and isinstance(e.value, ValueError)  # the CLIs: exit 2, one line
 
 
@@ -102,7 +102,7 @@ def test_another_datasets_release_under_mnists_names_is_named(tmp_path):
         (d / p.name).symlink_to(p)
     with pytest.raises(DatasetDamaged, match=r"train-images-idx3-ubyte\.gz: the release's size .* \(it is "
                                              r"Fashion-MNIST's train-images-idx3-ubyte\); to get it again: "
-                                             r"bash datasets/mnist\.sh --out "):
+                                             r"bash /\S+/datasets/mnist\.sh --out "):
         DATASETS.get("mnist")(str(tmp_path))
 
 
@@ -149,15 +149,16 @@ def test_a_cut_short_gz_of_a_release_names_the_repair(tmp_path):
     with pytest.raises(DatasetDamaged) as e:
         DATASETS.get("fashion-mnist")(str(d))
     assert str(e.value).startswith(f"Fashion-MNIST is damaged: {cut}: unreadable (")
-    assert str(e.value).endswith(f"; to get it again: bash datasets/fashion-mnist.sh --out {d}")
+    assert str(e.value).endswith(f"; to get it again: bash {ROOT / 'datasets' / 'fashion-mnist.sh'} --out {d}")
 
 
 def test_the_repair_command_is_the_plain_script_for_the_places_it_writes(tmp_path, monkeypatch):
     monkeypatch.setenv("FDA_DATA_DIR", str(tmp_path))
-    assert releases.repair_command("MNIST", tmp_path / "MNIST" / "raw") == "bash datasets/mnist.sh"
-    assert releases.repair_command("MNIST", tmp_path / "mnist") == f"bash datasets/mnist.sh --out {tmp_path / 'mnist'}"
+    mnist_sh, fashion_sh = ROOT / "datasets" / "mnist.sh", ROOT / "datasets" / "fashion-mnist.sh"  # absolute
+    assert releases.repair_command("MNIST", tmp_path / "MNIST" / "raw") == f"bash {mnist_sh}"
+    assert releases.repair_command("MNIST", tmp_path / "mnist") == f"bash {mnist_sh} --out {tmp_path / 'mnist'}"
     assert releases.repair_command("Fashion-MNIST", Path(releases.FMNIST_SYSTEM_DIR)).startswith(
-        "bash datasets/fashion-mnist.sh (it reinstalls dataset-fashion-mnist: sudo apt-get install --reinstall")
+        f"bash {fashion_sh} (it reinstalls dataset-fashion-mnist: sudo apt-get install --reinstall")
 
 
 # ---------------------------------------------------------------- the installers (no download in this tier)
@@ -280,4 +281,5 @@ def test_a_run_on_damaged_data_is_one_line_exit_2_naming_the_repair(tmp_path):
                        cwd=str(ROOT), env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert p.returncode == 2 and "Traceback" not in p.stderr and len(p.stderr.splitlines()) == 1, p.stderr
     assert p.stderr.startswith(f"error: Fashion-MNIST is damaged: {tmp_path / 'fm' / 'train-images-idx3-ubyte'}: ")
-    assert p.stderr.endswith(f"; to get it again: bash datasets/fashion-mnist.sh --out {tmp_path / 'fm'}\n")
+    assert p.stderr.endswith(f"; to get it again: bash {ROOT / 'datasets' / 'fashion-mnist.sh'} --out "
+                             f"{tmp_path / 'fm'}\n")

@@ -19,7 +19,10 @@ The published repository does not run as it stands, and this runner supplies wha
   stands in for it.
 - It reads Fashion-MNIST through torchvision with download=True from its `--datadir`: the runner unpacks the
   four idx files of --data (default: Debian's dataset-fashion-mnist) into `DATADIR/FashionMNIST/raw/`, where
-  torchvision finds them and downloads nothing.
+  torchvision finds them and downloads nothing. Each is checked first as fda-ray's loader checks it
+  (fda_ray.data.releases and read_idx: a file of the release's size must be Zalando's release, any file must be a
+  whole IDX file); a damaged one is one line naming it and the command that repairs --data, exit 2, and no file
+  (no .part) is left in DATADIR.
 It also needs scikit-learn, pandas and tqdm (imported by the script; `pip install scikit-learn pandas tqdm`).
 
 The script writes `experiments/<exp_dir>/server_results_<iter>.json` (the global model's test accuracy after
@@ -30,7 +33,6 @@ command). `python -m tools.pages` reads them (the `authors-run` block).
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import platform
@@ -71,25 +73,55 @@ SHIMS = {
 }
 
 
+def checked_idx(path: Path) -> bytes:
+    """The uncompressed bytes of Fashion-MNIST file `path` (NAME or NAME.gz), checked as fda-ray's loader checks
+    them: a file of the release's size must be the release (sha256, fda_ray.data.releases), and any file must be
+    whole (a gzip stream cut short, fewer values than the IDX header declares). ValueError '<path>: <why>'."""
+    from fda_ray.data.releases import content_problem, read_content
+    from fda_ray.data.standard import parse_idx
+
+    try:
+        data = read_content(path)  # a gzip stream cut short, a file that is no gzip: one line, not EOFError
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None
+    if (problem := content_problem("Fashion-MNIST", path, data)) is not None:
+        raise ValueError(f"{path}: {problem}")
+    parse_idx(path, data)  # the header and the values it declares
+    return data
+
+
 def prepare_datadir(source: Path, datadir: Path) -> Path:
     """Unpack the four Fashion-MNIST idx files (NAME or NAME.gz in `source`) into DATADIR/FashionMNIST/raw/,
-    torchvision's layout; returns that folder. A missing file is a one-line error naming where it looked."""
+    torchvision's layout; returns that folder. A missing file is a FileNotFoundError, a damaged one (checked_idx)
+    a ValueError ending in the command that repairs `source`: one line each, naming the file. A file is written
+    whole, then renamed; one that fails leaves no .part behind."""
+    from fda_ray.data.releases import repair_command
+
     raw = datadir / "FashionMNIST" / "raw"
     raw.mkdir(parents=True, exist_ok=True)
     for name in FASHION_FILES:
         dst = raw / name
         if dst.exists():
-            continue
-        part = raw / f"{name}.{os.getpid()}.part"  # renamed when whole: runs side by side share the folder
-        if (source / name).exists():
-            shutil.copyfile(source / name, part)
-        elif (source / f"{name}.gz").exists():
-            with gzip.open(source / f"{name}.gz", "rb") as f, open(part, "wb") as g:
-                shutil.copyfileobj(f, g)
-        else:
+            try:
+                checked_idx(dst)
+                continue
+            except ValueError:  # a copy an earlier run made of a damaged --data (unchecked then): written again
+                pass
+        src = next((p for p in (source / name, source / f"{name}.gz") if p.exists()), None)
+        if src is None:
             raise FileNotFoundError(f"data={str(source)!r}: neither {name} nor {name}.gz is there "
                                     "(Debian: apt-get install dataset-fashion-mnist)")
-        part.replace(dst)
+        try:
+            data = checked_idx(src)
+        except ValueError as e:  # damaged: nothing of it is copied
+            raise ValueError(f"data={str(source)!r} is invalid: {str(e).splitlines()[0]}; to get it again: "
+                             f"{repair_command('Fashion-MNIST', source)}") from None
+        part = raw / f"{name}.{os.getpid()}.part"  # renamed when whole: runs side by side share the folder
+        try:
+            part.write_bytes(data)
+            part.replace(dst)
+        finally:
+            part.unlink(missing_ok=True)  # a write that failed (a full disk, Ctrl-C) leaves no half file
     return raw
 
 
@@ -132,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     try:
         prepare_datadir(a.data, a.work / "data")
-    except FileNotFoundError as e:
+    except (FileNotFoundError, ValueError) as e:  # missing or damaged: before the authors' script runs
         print(f"error: {e}", file=sys.stderr)
         return 2
     shims = a.work / "shims"

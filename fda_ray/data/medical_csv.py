@@ -10,6 +10,9 @@ The images are never shipped; a table points at them (docs/datasets.md). Two kin
                 table's sorted values; an empty auxiliary cell is a missing label (ignored by the loss). An optional
                 `<table>.json` beside it overrides: {"domains": [order], "image_root": dir, "aux": {name:
                 {"start": 18, "width": 9, "count": 9} | {"value": index, ...}}}. Domains default to sorted order.
+                Every field of it is checked as it is read (read_sidecar): a key it does not know, a value of
+                the wrong kind, an aux rule for a column the table lacks is one line naming the file, the field,
+                the value and what is allowed.
   chexpert, mimic-cxr, midrc   the authors' per-domain files (enyijiang/MIDRC, metadata/): `<data_dir>/
                 {chexpert,mimic,MIDRC}_table_<domain>_{train,test}.csv` with their columns and label mappings
                 (FORMATS); the domains in the papers' order, the target first (Edema, Asian, IL). A generic
@@ -25,10 +28,12 @@ from __future__ import annotations
 
 import csv
 import io
+import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -268,31 +273,111 @@ def generic_table_path(data_dir: str | None) -> Path:
                           "path,label,domain[,split][,aux_<name>...]; datasets/README.md)")
 
 
+SIDECAR_KEYS = {"domains": "the domains' order, a list of the table's domain names",
+                "image_root": "the folder relative image paths are under, a path (text)",
+                "aux": "the auxiliary labels' rules, an object {name: rule} for the table's aux_<name> columns"}
+BUCKETS = ("start", "width", "count")
+BUCKET_RULE = '{"start": number, "width": number > 0, "count": integer >= 1}'
+CATEGORICAL_RULE = '{"value": class index (an integer >= 0), ...}'
+
+
+def _shown(value: Any) -> str:
+    """A sidecar value as the file spells it (JSON), cut short when long: the error line shows what was found."""
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _is_number(value: Any) -> bool:
+    """A finite JSON number: true is no number, and Python's json reads NaN and Infinity, which bucket nothing."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def read_sidecar(side: Path, aux_cols: Sequence[str]) -> dict[str, Any]:
+    """The table's sidecar `<table>.json` ({} when there is none), every field checked: `domains` a non-empty list
+    of distinct non-empty names, `image_root` a non-empty path, `aux` an object whose every key is the <name> of
+    one of the table's aux_<name> columns (`aux_cols`) and whose rule is a bucket rule (BUCKET_RULE) or a
+    categorical one (CATEGORICAL_RULE). A sidecar is written by hand, so anything else is a TableError naming the
+    file, the field, the value found and what is allowed, before any row is used (a wrong kind used to surface as
+    a traceback, or as float()'s message naming neither the file nor the field)."""
+    if not side.is_file():
+        return {}
+    try:
+        mapping = read_json(side, "sidecar", dict)
+    except DamagedFileError as e:  # the table's .json beside it (domain names, labels): one line naming it
+        raise TableError(f"{side}: {e.why}") from None
+
+    def bad(field: str, value: Any, allowed: str) -> TableError:
+        return TableError(f"{side}: {field} {_shown(value)} is invalid: {allowed}")
+
+    for key in mapping:
+        if key not in SIDECAR_KEYS:
+            raise TableError(f"{side}: key {json.dumps(key)} is unknown; a sidecar holds "
+                             f"{', '.join(SIDECAR_KEYS)}")
+    domains = mapping.get("domains", [])
+    if "domains" in mapping:
+        if not isinstance(domains, list) or not domains:
+            raise bad("domains", domains, SIDECAR_KEYS["domains"])
+        for d in domains:
+            if not isinstance(d, str) or not d.strip():
+                raise bad("domains", d, "each domain a name (non-empty text) of the table's column 'domain'")
+        if len(set(domains)) != len(domains):
+            twice = next(d for d in domains if domains.count(d) > 1)
+            raise bad("domains", twice, "each domain once (it is listed twice)")
+    root = mapping.get("image_root", "")
+    if "image_root" in mapping and (not isinstance(root, str) or not root.strip()):
+        raise bad("image_root", root, SIDECAR_KEYS["image_root"])
+    rules = mapping.get("aux", {})
+    if not isinstance(rules, dict):
+        raise bad("aux", rules, SIDECAR_KEYS["aux"])
+    names = [c[len("aux_"):] for c in aux_cols]
+    for name, rule in rules.items():
+        field = f"aux.{name}"
+        if name not in names:
+            raise TableError(f"{side}: {field} names no column of the table: it has no aux_{name} (its auxiliary "
+                             f"columns: {', '.join(aux_cols) or 'none'})")
+        if not isinstance(rule, dict) or not rule:
+            raise bad(field, rule, f"a rule, {BUCKET_RULE} (a number bucketed) or {CATEGORICAL_RULE}")
+        if set(rule) & set(BUCKETS):  # a bucket rule: its three fields, nothing else
+            missing = [k for k in BUCKETS if k not in rule]
+            extra = [k for k in rule if k not in BUCKETS]
+            if missing or extra:
+                raise bad(field, rule, f"a bucket rule holds exactly {BUCKET_RULE} ("
+                                       + (f"{missing[0]!r} is missing" if missing else f"{extra[0]!r} is extra") + ")")
+            if not _is_number(rule["start"]):
+                raise bad(f"{field}.start", rule["start"], "a number (the first bucket's lower edge)")
+            if not _is_number(rule["width"]) or not rule["width"] > 0:
+                raise bad(f"{field}.width", rule["width"], "a number > 0 (each bucket's width)")
+            if not isinstance(rule["count"], int) or isinstance(rule["count"], bool) or rule["count"] < 1:
+                raise bad(f"{field}.count", rule["count"], "an integer >= 1 (the number of buckets)")
+        else:
+            for value, index in rule.items():
+                if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+                    raise bad(f"{field}.{value}", index, "a class index (an integer >= 0)")
+    return mapping
+
+
 def read_generic(path: Path, domains: Sequence[str] | None = None
                  ) -> tuple[list[str], dict[str, Table], dict[str, Table], list[Aux]]:
     """(domains, training tables, test tables, auxiliary tasks) of a generic table; `domains`: their order (else
     the sidecar's, else sorted)."""
     side = path.with_suffix(".json")
-    try:
-        mapping = read_json(side, "sidecar", dict) if side.is_file() else {}
-    except DamagedFileError as e:  # the table's .json beside it (domain names, labels): one line naming it
-        raise TableError(f"{side}: {e.why}") from None
     reader = csv.DictReader(io.StringIO(read_text(path), newline=""))
     header = [h.strip() for h in (reader.fieldnames or [])]
     rows = [(reader.line_num, {k.strip(): (v or "") for k, v in r.items() if k is not None}) for r in reader]
+    aux_cols = [h for h in header if h.startswith("aux_")]
+    mapping = read_sidecar(side, aux_cols)  # checked: every value read from it below is of its kind
     missing = [c for c in ("path", "label", "domain") if c not in header]
     if missing:
         raise TableError(f"{path}: column {missing[0]!r} is missing; the header must hold path,label,domain"
                          f"[,split][,aux_<name>...], found {','.join(header)}")
     if not rows:
         raise TableError(f"{path}: no rows under the header; a row per image is needed")
-    aux_cols = [h for h in header if h.startswith("aux_")]
     rules = mapping.get("aux", {})
     aux: list[Aux] = []
     for col in aux_cols:
         name = col[len("aux_"):]
         rule = rules.get(name)
-        if isinstance(rule, dict) and {"start", "width", "count"} <= set(rule):
+        if isinstance(rule, dict) and set(BUCKETS) <= set(rule):
             aux.append(bucketed(name, float(rule["start"]), float(rule["width"]), int(rule["count"])))
         elif isinstance(rule, dict):
             aux.append(categorical(name, {str(k): int(v) for k, v in rule.items()}))

