@@ -60,3 +60,46 @@ def test_a_failing_trial_on_the_local_backend_is_the_same_lines(tmp_path):
     p = _sweep(tmp_path, "local", "--workers", "1")
     lines = _check_lines(p, tmp_path, "local", " --workers 1")
     assert "traceback" not in " ".join(lines)  # no log to name: the workers' errors come back as exceptions
+
+
+def test_a_fused_groups_error_names_each_failed_member_with_its_own_line():
+    """A fused group is one Tune trial: its error carries each failed member's own line (JSON on the exception's
+    line, read back from Tune's trace), so that the notes and the summary name trials with their own errors, not
+    the group's cut to 300 characters (before: 'RuntimeError: 2 of the group's 2 trials failed: a: ...; b: RunFaile')."""
+    import fda_ray.experiments.tune as ft
+    from fda_ray.runtime.failures import RunFailed
+
+    a = RunFailed('run stopped in round 0: fedavg: non-finite values; a diverged client "x"; 0 finished rounds kept',
+                  None)
+    b = ValueError("beta=2 is invalid: in [0, 1] {not JSON}")
+    e = ft.group_error({"fedgp-k1": a, "fedda-k2": b}, 3)
+    trace = f"Traceback (most recent call last):\n  File \"x.py\", line 1\n{type(e).__module__}.RuntimeError: {e}\n"
+    assert ft.member_errors(trace) == {
+        "fedgp-k1": 'run stopped in round 0: fedavg: non-finite values; a diverged client "x"; 0 finished rounds kept',
+        "fedda-k2": "ValueError: beta=2 is invalid: in [0, 1] {not JSON}"}
+    assert ft.member_errors("RuntimeError: trials failed: {}") == {}  # not a group's error
+    assert ft.member_errors(None) == {} and ft.member_errors("ValueError: x") == {}
+
+
+@pytest.mark.slow  # a Tune sweep in a subprocess
+def test_a_fused_groups_failing_members_are_each_named_with_their_own_error(tmp_path):
+    """--fuse 2 on Tune, every trial diverging (a learning rate of 1e12): each failed member of the fused group gets
+    its own note ('(in a fused group of 2) failed: run stopped in round 0: ...'), the summary lists each with its own
+    error, and the sweep ends with one error line and the resume command, exit 1."""
+    p = _python(["-m", "fda_ray.sweep", "--grid", "noise", "--profile", "quick", "--values", "0.4", "--methods",
+                 "fedgp,fedda", "--seeds", "1", "--fuse", "2", "--backend", "tune", "--lr-source", "1e12",
+                 "--rounds", "2", "--out", "fz", "--no-figures", "--max-failures", "1"], tmp_path)
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr[-3000:]
+    err = p.stderr.splitlines()
+    grouped = [x for x in err if x.startswith("note: ") and " (in a fused group of 2) failed: " in x]
+    assert sorted(x.split(" (in")[0] for x in grouped) == ["note: fedda noise=0.4 seed 0",
+                                                            "note: fedgp noise=0.4 seed 0"], err
+    for x in grouped:
+        assert " failed: run stopped in round 0: " in x and "a diverged client" in x and \
+            "Tune runs the group again, its finished members kept (attempt 2 of 2; " in x, x
+        assert "of the group's" not in x
+    (last,) = [x for x in err if x.startswith("error: ")]
+    assert last.startswith("error: 3 trial(s) failed: ") and "(first: run stopped in round 0: " in last, last
+    assert last.endswith(" --resume"), last
+    failed = (tmp_path / "fz" / "summary.md").read_text().split("## Failed trials (3)")[1]
+    assert failed.count("(2 attempts): run stopped in round 0: ") == 3 and "of the group's" not in failed, failed

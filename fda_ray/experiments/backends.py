@@ -335,11 +335,17 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
             t = by_key[trial.config["run"]["trial"]["key"]]
             if self.settles_launch(trial, t):
                 return
+            attempt = f"attempt {trial.run_metadata.num_failures + 1} of {max_failures + 1}; traceback in {errors_log}"
+            members = ft.member_errors(ft.error_text(trial)) if "group" in trial.config["run"] else {}
             n = len(_member_keys(trial))
-            progress.note(f"note: {trial_name(t, progress.variable)}{f' (a fused group of {n})' if n > 1 else ''} "
-                          f"failed: {ft.last_error_line(ft.error_text(trial))}; Tune runs it again (attempt "
-                          f"{trial.run_metadata.num_failures + 1} of {max_failures + 1}; traceback in {errors_log})",
-                          stream=sys.stderr)
+            for key, line in members.items():  # a fused group: each failed member with its own error
+                progress.note(f"note: {trial_name(by_key[key], progress.variable)} (in a fused group of {n}) failed: "
+                              f"{line}; Tune runs the group again, its finished members kept ({attempt})",
+                              stream=sys.stderr)
+            if not members:
+                progress.note(f"note: {trial_name(t, progress.variable)}{f' (a fused group of {n})' if n > 1 else ''} "
+                              f"failed: {ft.last_error_line(ft.error_text(trial))}; Tune runs it again ({attempt})",
+                              stream=sys.stderr)
 
     failures: list[dict] = []
     stopped: set[str] = set()  # trials the scheduler stopped early: settled, not interrupted
@@ -416,13 +422,15 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
             for result in grid:
                 if result.error is not None:
                     grouped = "group" in result.config["run"]
+                    members = ft.member_errors(str(result.error)) if grouped else {}
                     for key in _member_keys(result):
                         if grouped and is_done(records / key):
                             continue  # the group failed for another member
                         t = by_key[key]
                         failures.append({"trial": t.key, "row": t.row, "value": t.value, "seed": t.seed,
                                          "attempts": _attempts(result),
-                                         "error": ft.last_error_line(str(result.error)), "log": errors_log})
+                                         "error": members.get(key) or ft.last_error_line(str(result.error)),
+                                         "log": errors_log})
             failed = {f["trial"] for f in failures}
             if watch.fatal is not None:  # a trial process could not import a plug-in: the others not run, with why
                 for t in phase:

@@ -15,6 +15,7 @@ ASHA can stop a trial early) with a checkpoint, and resumes from its last checkp
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -213,9 +214,33 @@ def run_fused_group(members: list[Any], records: Any) -> None:
         raise outcome["__group__"]
     failed = {k: e for k, e in outcome.items() if e is not None}
     if failed:
-        lines = "; ".join(f"{k}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-                          for k, e in failed.items())
-        raise RuntimeError(f"{len(failed)} of the group's {len(todo)} trials failed: {lines}")
+        raise group_error(failed, len(todo))
+
+
+GROUP_FAILED = "trials failed: "  # a fused group's error: its members' error lines follow, as a JSON object
+
+
+def group_error(failed: dict[str, BaseException], size: int) -> RuntimeError:
+    """A fused group's error for its failed members: each member's own error line, as JSON on the exception's one
+    line, so that the launch reads them back from Tune's trace (member_errors) and names each failed trial with its
+    own error, not the group's (a sweep's summary lists trials, not groups)."""
+    lines = {k: last_error_line(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+             for k, e in failed.items()}
+    return RuntimeError(f"{len(failed)} of the group's {size} {GROUP_FAILED}{json.dumps(lines)}")
+
+
+def member_errors(text: str | None) -> dict[str, str]:
+    """{member key: its error line} of a fused group's error (run_fused_group), read from Tune's trace or error
+    text; {} for any other error."""
+    text = text or ""
+    at = text.rfind(GROUP_FAILED)
+    if at < 0 or "of the group's" not in text[max(0, at - 40):at]:
+        return {}
+    try:
+        found = json.JSONDecoder().raw_decode(text, at + len(GROUP_FAILED))[0]
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
 
 
 def group_resources(cfg: RunConfig, driver_extra: dict[str, float] | None = None) -> tune.PlacementGroupFactory:
