@@ -7,6 +7,9 @@
 #          bash tools/gpu-sweep-chunk.sh SWEEP-FLAGS...
 #   e.g. ... bash tools/gpu-sweep-chunk.sh --grid domainbed-colored --profile paper --values 0 --device cuda
 # The sweep's own --out, --resume, --no-figures and --track are set here. PACK: tools/gpu-lease-setup.sh.
+# A PREV recorded by another build (fda_ray.core.build: the code version moves with any change to number-changing
+# code, e.g. the committed docs/results folders) is refused by the resume's build check in one line, before the
+# lease trains anything: pass --mix-builds among SWEEP-FLAGS to go on beside it (summary.md names both builds).
 set -uo pipefail
 : "${OUT:?set OUT to a folder for the results}"
 T0=$(date +%s); BUDGET=${BUDGET:-555}; NAME=${NAME:-sweep}
