@@ -989,8 +989,14 @@ def test_a_run_whose_raylet_is_killed_ends_in_one_line_and_keeps_its_rounds(fmni
     kept = pq.read_metadata(out).num_rows
     assert lines[0].endswith(f"the {kept} finished rounds are in {out}") and kept >= 2
     assert not any(c in printed + err for c in (*CRASH, "[state-dump]", "Raylet is terminated"))
+    def alive(p) -> bool:
+        try:
+            return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:  # it ended between the two questions (CI: NoSuchProcess from status())
+            return False
+
     def gone(procs) -> bool:
-        return not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in procs)
+        return not any(alive(p) for p in procs)
 
     # the daemons the run started (its own children) end with it; the lost raylet's agents notice it is gone and end
     # by themselves, about a minute later (they retry the cluster first)
