@@ -11,6 +11,7 @@ filesystem). What a cluster has to do:
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -20,7 +21,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import boto3
 import pyarrow.parquet as pq
@@ -441,26 +442,40 @@ class capsys_disabled:
         _sys.stdout = self._out
 
 
-def _ray_start_with_a_hog(tmp_path: Path, env: dict) -> subprocess.Popen:
-    """A `ray start --head` cluster of 1 CPU under env's RAY_TMPDIR, its CPU held by another job's actor (a process
-    that prints 'holding' once it holds it): the other job."""
+@contextlib.contextmanager
+def ray_start_held_by_another_job(tmp_path: Path, prefix: str) -> Iterator[tuple[dict, Path, subprocess.Popen]]:
+    """A `ray start --head` cluster of 1 CPU under its own RAY_TMPDIR, its CPU held by another job's actor (a process
+    that prints 'holding' once it holds it): yields (the env a command joins it with, that RAY_TMPDIR, the other
+    job's process); stops the cluster and the job after."""
     import socket
+    import tempfile
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    started = subprocess.run(["ray", "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
-                              "--num-cpus=1", "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats"],
-                             env=env, capture_output=True, text=True, timeout=120)
-    assert started.returncode == 0, started.stderr[-2000:]
-    (tmp_path / "hog.py").write_text(
-        "import time\nimport ray\nray.init()  # the cluster `ray start` left (RAY_TMPDIR)\n\n\n@ray.remote(num_cpus=1)\n"
-        "class Hog:\n    def ping(self):\n        return 1\n\n\nh = Hog.remote()\nray.get(h.ping.remote())\n"
-        "print('holding', flush=True)\ntime.sleep(600)\n")
-    hog = subprocess.Popen([sys.executable, str(tmp_path / "hog.py")], env=env, stdout=subprocess.PIPE,
-                           stderr=subprocess.DEVNULL, text=True)
-    assert hog.stdout.readline().strip() == "holding"
-    return hog
+    ray_tmp = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))  # short: Ray's socket paths live under it
+    env = {**os.environ, "RAY_TMPDIR": str(ray_tmp), "FDA_RAY_NODE_WAIT_S": "3",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env.pop("RAY_ADDRESS", None)
+    hog = None
+    try:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        started = subprocess.run(["ray", "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}",
+                                  "--num-cpus=1", "--num-gpus=0", "--include-dashboard=false",
+                                  "--disable-usage-stats"], env=env, capture_output=True, text=True, timeout=120)
+        assert started.returncode == 0, started.stderr[-2000:]
+        (tmp_path / "hog.py").write_text(
+            "import time\nimport ray\nray.init()  # the cluster `ray start` left (RAY_TMPDIR)\n\n\n"
+            "@ray.remote(num_cpus=1)\nclass Hog:\n    def ping(self):\n        return 1\n\n\nh = Hog.remote()\n"
+            "ray.get(h.ping.remote())\nprint('holding', flush=True)\ntime.sleep(600)\n")
+        hog = subprocess.Popen([sys.executable, str(tmp_path / "hog.py")], env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, text=True)
+        assert hog.stdout.readline().strip() == "holding"
+        yield env, ray_tmp, hog
+    finally:
+        if hog is not None and hog.poll() is None:
+            hog.kill()
+        subprocess.run(["ray", "stop", "--force"], env=env, capture_output=True, timeout=120)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
 def test_a_run_whose_client_actors_wait_on_another_jobs_cpus_says_so(fmnist_dir, tmp_path):
@@ -468,15 +483,7 @@ def test_a_run_whose_client_actors_wait_on_another_jobs_cpus_says_so(fmnist_dir,
     holds: its client actor cannot start. After $FDA_RAY_NODE_WAIT_S (3 s here) one note says what the actors ask,
     what is free and what holds it (the other job's pid and command), instead of a silent wait of up to 300 s; once
     the other job ends, the actor starts and the run finishes (exit 0)."""
-    import tempfile
-
-    ray_tmp = Path(tempfile.mkdtemp(prefix="fdaray-r-", dir="/tmp"))  # short: Ray's socket paths live under it
-    env = {**os.environ, "RAY_TMPDIR": str(ray_tmp), "FDA_RAY_NODE_WAIT_S": "3",
-           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    env.pop("RAY_ADDRESS", None)
-    hog = None
-    try:
-        hog = _ray_start_with_a_hog(tmp_path, env)
+    with ray_start_held_by_another_job(tmp_path, "fdaray-r-") as (env, _, hog):
         p = subprocess.Popen([sys.executable, "-m", "fda_ray", "--executor", "ray", "--data-dir", str(fmnist_dir),
                               "--rounds", "1", "--warmup-rounds", "0", "--num-sources", "2", "--samples-per-client",
                               "128", "--test-samples", "50", "--target-labelled", "32", "--parquet",
@@ -495,11 +502,6 @@ def test_a_run_whose_client_actors_wait_on_another_jobs_cpus_says_so(fmnist_dir,
         assert f": {Path(sys.executable).name} {tmp_path / 'hog.py'}): 1 actor(s); they start once it is free" in \
             noted, noted
         assert pq.read_table(tmp_path / "rounds.parquet").num_rows == 1
-    finally:
-        if hog is not None and hog.poll() is None:
-            hog.kill()
-        subprocess.run(["ray", "stop", "--force"], env=env, capture_output=True, timeout=120)
-        shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
 def test_a_sweep_that_joins_a_ray_start_cluster_says_so_and_why_its_trials_wait(fmnist_dir, tmp_path):
@@ -507,17 +509,9 @@ def test_a_sweep_that_joins_a_ray_start_cluster_says_so_and_why_its_trials_wait(
     address joins it, as Ray does: one note says which cluster it joined and what is free; its trial waits, and
     after $FDA_RAY_NODE_WAIT_S (3 s here) one note names what the trial asks, what is free and what holds it (the
     other job: its pid and command). Once that job ends, the trial runs and the sweep finishes."""
-    import tempfile
-
     from fda_ray.papers.files import dump, grid_to_dict
 
-    ray_tmp = Path(tempfile.mkdtemp(prefix="fdaray-j-", dir="/tmp"))  # short: Ray's socket paths live under it
-    env = {**os.environ, "RAY_TMPDIR": str(ray_tmp), "FDA_RAY_NODE_WAIT_S": "3",
-           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    env.pop("RAY_ADDRESS", None)
-    hog = None
-    try:
-        hog = _ray_start_with_a_hog(tmp_path, env)
+    with ray_start_held_by_another_job(tmp_path, "fdaray-j-") as (env, ray_tmp, hog):
         address = (ray_tmp / "ray" / "ray_current_cluster").read_text().strip()
         grid = tmp_path / "g.yaml"
         d = grid_to_dict(make_tiny_grid())
@@ -544,8 +538,3 @@ def test_a_sweep_that_joins_a_ray_start_cluster_says_so_and_why_its_trials_wait(
         assert f": {Path(sys.executable).name} {tmp_path / 'hog.py'}): 1 actor(s); they start once it is free" in waited, \
             waited
         assert (tmp_path / "sweep" / "results.parquet").is_file()
-    finally:
-        if hog is not None and hog.poll() is None:
-            hog.kill()
-        subprocess.run(["ray", "stop", "--force"], env=env, capture_output=True, timeout=120)
-        shutil.rmtree(ray_tmp, ignore_errors=True)
