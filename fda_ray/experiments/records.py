@@ -329,7 +329,8 @@ def set_aside_damaged(records: StoragePath | Path, move: bool = True) -> dict[st
     free .damaged.N if that exists): nothing is deleted, and the trial is pending again, so a resumed sweep runs it
     and its summary reads the others. A directory where a record's file goes (trial.json, state.pt, ...) is set
     aside the same way, before any work: the trial's first write there would fail in the middle of the sweep.
-    {trial key: a warning line} for each; move=False (a dry run) only says so."""
+    {trial key (a file other than rows.json: "<key>/<file>"): a warning line} for each; move=False (a dry run) only
+    says so."""
     lines = {}
     records = storage_path(records)
     for name in RECORD_FILES:
