@@ -815,6 +815,31 @@ def test_what_holds_a_cluster_is_read_from_rays_tables():
     assert holders_line(jobs[2:], actors, [], own_job="01000000").startswith("nothing Ray's tables show")
 
 
+@pytest.mark.parametrize("others", [True, False], ids=["another job holds resources", "only this command's actors"])
+def test_a_runs_waiting_actors_are_noted_only_when_another_job_holds_what_they_ask(others, monkeypatch, capsys):
+    """A run's client actors not started after the wait (fda_ray.runtime.ray_executor): the note names what holds the
+    resources when another job does; when the only holder is the run's own actors (placed, still loading their
+    data: free is 0 of what they ask, yet nobody else waits for), nothing is said (no false 'waited for resources')."""
+    import ray
+
+    from fda_ray.runtime import ray_executor, resources
+
+    monkeypatch.setattr(ray, "available_resources", lambda: {"CPU": 0.0})
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 1.0})
+    monkeypatch.setattr(resources, "others_hold", lambda: others)
+    monkeypatch.setattr(resources, "holders", lambda: "job 02000000 (pid 22 on 10.0.0.2: python hog.py): 1 actor(s)")
+    executor = object.__new__(ray_executor.RayExecutor)  # (its note reads only what one actor asks)
+    executor.cpus, executor.gpus = 1.0, 0.0
+    executor._note_waiting(1, 2, 61.0)
+    err = capsys.readouterr().err.strip().splitlines()
+    if others:
+        assert err == ["note: 1 of 2 client actors have waited 61 s for resources: each asks {CPU: 1}; free now "
+                       "{CPU: 0} of {CPU: 1}; held by job 02000000 (pid 22 on 10.0.0.2: python hog.py): 1 actor(s); "
+                       "they start once it is free (at most 300 s)"]
+    else:
+        assert err == []
+
+
 def test_a_stranded_launch_ends_only_when_its_running_trials_have_finished():
     watch, clock, _ = _watch(lambda t: [SMALL], wait_s=2.0)
     for step in range(60):

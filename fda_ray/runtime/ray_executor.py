@@ -307,11 +307,12 @@ class RayExecutor:
         return {"CPU": self.cpus, **({"GPU": self.gpus} if self.gpus else {})}
 
     def _note_waiting(self, pending: int, of: int, waited: float) -> None:
-        """Client actors not started after $FDA_RAY_NODE_WAIT_S: when the cluster has not what one asks free (another
-        job holds it: a cluster `ray start` left that others use), one note of what they ask, what is free and what
-        holds the rest, instead of a silent wait (a slow start with room to spare: nothing said)."""
+        """Client actors not started after $FDA_RAY_NODE_WAIT_S: when the cluster has not what one asks free and
+        another job holds resources (a cluster `ray start` left that others use), one note of what they ask, what is
+        free and what holds the rest, instead of a silent wait. A slow start of this command's own actors (room to
+        spare, or the resources held by them while they load): nothing said."""
         free = ray.available_resources()
-        if all(free.get(k, 0.0) >= v for k, v in self._asks().items()):
+        if all(free.get(k, 0.0) >= v for k, v in self._asks().items()) or not resources.others_hold():
             return
         print(f"note: {pending} of {of} client actors have waited {waited:.0f} s for resources: each asks "
               f"{resources.fmt(self._asks())}; free now {resources.free_line()}; held by {resources.holders()}; "

@@ -435,6 +435,25 @@ def holders_line(jobs: Iterable[Mapping], actors: Iterable[Mapping], groups: Ite
     """Who holds a cluster's resources, from Ray's tables (GCS: jobs, actors, placement groups): each live job's
     driver (its pid, host and command), its alive actors and its placement groups' bundles, this command's own
     job named as such. A placement group's id ends with its job's id."""
+    count, held = _holdings(actors, groups)
+    parts = []
+    for j in _holding_jobs(jobs, count, held):
+        jid = j.get("JobID", "")
+        who = "this command" if jid == own_job else (
+            f"job {jid} (pid {j.get('DriverPid')} on {j.get('DriverIPAddress')}"
+            + (f": {_command(str(j['Entrypoint']))}" if j.get("Entrypoint") else "") + ")")
+        what = [f"{count[jid]} actor(s)"] if count.get(jid) else []
+        what += [f"placement groups {fmt(held[jid])}"] if held.get(jid) else []
+        parts.append(f"{who}: {', '.join(what)}")
+    parts.sort(key=lambda x: x.startswith("this command"))  # the others first: they are why the trials wait
+    if not parts:
+        return "nothing Ray's tables show (tasks of other jobs, or resources in use outside Ray)"
+    return "; ".join(parts[:most]) + (f"; and {len(parts) - most} more job(s)" if len(parts) > most else "")
+
+
+def _holdings(actors: Iterable[Mapping], groups: Iterable[Mapping]
+              ) -> tuple[dict[str, int], dict[str, dict[str, float]]]:
+    """Per job id: its alive actors' count, and its live placement groups' bundles summed."""
     count: dict[str, int] = {}
     held: dict[str, dict[str, float]] = {}
     for a in actors:
@@ -446,21 +465,29 @@ def holders_line(jobs: Iterable[Mapping], actors: Iterable[Mapping], groups: Ite
             for b in (g.get("bundles") or {}).values():
                 for k, v in b.items():
                     total[k] = total.get(k, 0.0) + float(v)
-    parts = []
-    for j in jobs:
-        jid = j.get("JobID", "")
-        if j.get("IsDead") or not (count.get(jid) or held.get(jid)):
-            continue
-        who = "this command" if jid == own_job else (
-            f"job {jid} (pid {j.get('DriverPid')} on {j.get('DriverIPAddress')}"
-            + (f": {_command(str(j['Entrypoint']))}" if j.get("Entrypoint") else "") + ")")
-        what = [f"{count[jid]} actor(s)"] if count.get(jid) else []
-        what += [f"placement groups {fmt(held[jid])}"] if held.get(jid) else []
-        parts.append(f"{who}: {', '.join(what)}")
-    parts.sort(key=lambda x: x.startswith("this command"))  # the others first: they are why the trials wait
-    if not parts:
-        return "nothing Ray's tables show (tasks of other jobs, or resources in use outside Ray)"
-    return "; ".join(parts[:most]) + (f"; and {len(parts) - most} more job(s)" if len(parts) > most else "")
+    return count, held
+
+
+def _holding_jobs(jobs: Iterable[Mapping], count: Mapping[str, int], held: Mapping[str, Mapping[str, float]]
+                  ) -> list[Mapping]:
+    """The live jobs that hold something: alive actors or placement groups."""
+    return [j for j in jobs if not j.get("IsDead") and (count.get(j.get("JobID", "")) or held.get(j.get("JobID", "")))]
+
+
+def others_hold() -> bool:
+    """Whether a job other than this command's holds actors or placement groups in the running Ray (its GCS tables):
+    what a wait for resources is owed to, rather than this command's own actors starting slowly. False where the
+    tables cannot be read."""
+    import ray
+    from ray._private import state
+
+    try:
+        jobs = state.state.job_table()
+        count, held = _holdings(state.actors().values(), ray.util.placement_group_table().values())
+    except Exception:  # another Ray's tables: nothing known of others
+        return False
+    own = ray.get_runtime_context().get_job_id()
+    return any(j.get("JobID", "") != own for j in _holding_jobs(jobs, count, held))
 
 
 def _command(entrypoint: str, most: int = 100) -> str:
