@@ -48,6 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from fda_ray.core.user_files import is_number
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 # The GPU records (docs/results/domainbed-colored-paper) ran `--workers 8` on one H100: 8 trials at a time.
@@ -92,7 +94,7 @@ RECORD_FIELDS = {"dataset": str, "model": str, "method": str, "rounds": int, "wa
 
 def _seconds(v: Any) -> bool:
     """A row's timing field as a record writes it: a number, or null (not measured)."""
-    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v))
+    return v is None or (is_number(v) and math.isfinite(v))
 
 
 def timing_damage(data: Mapping[str, Any]) -> str | None:
@@ -648,7 +650,7 @@ def cluster_damage(data: Mapping[str, Any]) -> str | None:
             return f"its row {i} is not a mapping"
         for name in CLUSTER_FIELDS:
             v = r.get(name)
-            if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)):
+            if not (is_number(v) and math.isfinite(v)):
                 return f"its row {i} has no {name!r} number (each row needs {', '.join(CLUSTER_FIELDS)})"
     return None
 

@@ -31,6 +31,16 @@ class DamagedFileError(ValueError):
         self.field, self.path, self.why = field, str(path), why
 
 
+def is_number(value: Any) -> bool:
+    """A JSON or YAML number: an int or a float, not a boolean (which Python counts as an int)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def is_whole(value: Any) -> bool:
+    """A whole JSON or YAML number: an int, not a boolean."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _kind(value: Any) -> str:
     """A JSON value's kind in words (what a file held instead of what was expected)."""
     return {dict: "an object", list: "a list", str: "a text", bool: "a boolean", int: "a number",

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from fda_ray.core.storage import StoragePath, storage_path
+from fda_ray.core.user_files import is_number, is_whole
 
 FILE = "sweep.json"
 KINDS = ("grid", "search")
@@ -51,8 +52,7 @@ class Manifest:
                 raise ManifestError(f"its {name} {getattr(self, name)!r} is not a text")
         if self.rows is not None and not all(isinstance(r, str) for r in self.rows):
             raise ManifestError(f"its rows {list(self.rows)!r} are not a list of row keys (texts)")
-        if self.seeds is not None and (not isinstance(self.seeds, int) or isinstance(self.seeds, bool)
-                                       or self.seeds < 1):
+        if self.seeds is not None and (not is_whole(self.seeds) or self.seeds < 1):
             raise ManifestError(f"its seeds {self.seeds!r} is not an integer >= 1 or null")
 
     def to_dict(self) -> dict[str, Any]:
@@ -66,8 +66,7 @@ class Manifest:
         for name, kind in (("rows", list), ("values", list), ("overrides", dict)):
             if d.get(name) is not None and not isinstance(d[name], kind):
                 raise ManifestError(f"its {name} {d[name]!r} is not {'a mapping' if kind is dict else 'a list'}")
-        if d.get("values") is not None and not all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                                   for v in d["values"]):
+        if d.get("values") is not None and not all(is_number(v) for v in d["values"]):
             raise ManifestError(f"its values {d['values']!r} are not a list of numbers")
         return cls(kind=d["kind"], name=d["name"], profile=d["profile"],
                    rows=tuple(d["rows"]) if d.get("rows") is not None else None,

@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
 
 from fda_ray.core.storage import StoragePath, storage_path
 from fda_ray.core.config import RunConfig, numbers_fields
+from fda_ray.core.user_files import is_number, is_whole
 from fda_ray.papers.grids import Grid
 
 STATE_FILE, ROWS_FILE, WEIGHTS_FILE, TRIAL_FILE = "state.pt", "rows.json", "weights.pt", "trial.json"
@@ -60,9 +61,8 @@ class Trial:
         # (a trial.json edited by hand is read back through here: its fields' kinds are what its readers compare)
         for name, ok, allowed in (("key", isinstance(self.key, str), "a text"),
                                   ("row", isinstance(self.row, str), "a text"),
-                                  ("value", self.value is None or _is_number(self.value), "a number or null"),
-                                  ("seed", isinstance(self.seed, int) and not isinstance(self.seed, bool),
-                                   "a whole number"),
+                                  ("value", self.value is None or is_number(self.value), "a number or null"),
+                                  ("seed", is_whole(self.seed), "a whole number"),
                                   ("params", isinstance(self.params, dict), "a mapping")):
             if not ok:
                 raise ValueError(f"{name}={getattr(self, name)!r} is invalid for a trial: {allowed}")
@@ -295,22 +295,18 @@ _RECORD_FIELDS: dict[str, tuple[type, ...]] = {"config": (dict,), "environment":
 _NUMBER_COLUMNS = ("accuracy", "loss")  # the columns every page and table reads as numbers
 
 
-def _is_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-
 def _rows_field_damage(data: dict[str, Any]) -> str | None:
     """Why a parsed rows.json's fields are not what its readers take (None when they are): a field of another
     kind, a row whose round is not a whole number or whose accuracy or loss is not a number."""
     for name, kinds in _RECORD_FIELDS.items():
         value = data.get(name)
-        if value is not None and (not isinstance(value, kinds) or (kinds == (int, float) and not _is_number(value))):
+        if value is not None and (not isinstance(value, kinds) or (kinds == (int, float) and not is_number(value))):
             return f"its {name} is {type(value).__name__}, not {' or '.join(k.__name__ for k in kinds)}"
     for i, row in enumerate(data["rows"]):
-        if "round" in row and not (isinstance(row["round"], int) and not isinstance(row["round"], bool)):
+        if "round" in row and not is_whole(row["round"]):
             return f"row {i}'s round is {row['round']!r}, not a whole number"
         for col in _NUMBER_COLUMNS:
-            if row.get(col) is not None and not _is_number(row[col]):
+            if row.get(col) is not None and not is_number(row[col]):
                 return f"row {i}'s {col} is {row[col]!r}, not a number"
     return None
 
@@ -499,7 +495,7 @@ def _attempts(path: StoragePath) -> list[dict[str, Any]] | None:
         return None
     for n in nodes:
         if not isinstance(n.get("build") or {}, dict) or not isinstance(n.get("client_nodes") or [], list) or \
-                not all(n.get(k) is None or _is_number(n[k]) for k in ("from_round", "started_at")):
+                not all(n.get(k) is None or is_number(n[k]) for k in ("from_round", "started_at")):
             return None
     return nodes
 

@@ -42,6 +42,7 @@ from fda_ray.data.synthetic import synthetic_domains
 from fda_ray.core.layout import ParamLayout
 from fda_ray.train.models import SigmoidMLP
 from fda_ray.core.seeding import derive_seed
+from fda_ray.core.user_files import is_number
 from fda_ray.core.interrupts import cli_main
 
 if TYPE_CHECKING:
@@ -215,10 +216,6 @@ def draw_heatmaps(result: dict, out: Path) -> list[Path]:
     return paths
 
 
-def _is_number(v: object) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
 def replot_damage(result: dict) -> str | None:
     """Why a grid.json cannot be redrawn by draw_heatmaps (None when it can), in a few words: the keys and kinds it
     reads, as write_outputs writes them. A file cut short or edited by hand otherwise ended in a KeyError or a
@@ -228,7 +225,7 @@ def replot_damage(result: dict) -> str | None:
         return "it has no 'config' mapping (the grid's sources and sizes)"
     for key in ("sources", "sizes"):
         # (a list as read back; the tuples of asdict(GridConfig) in memory)
-        if not (isinstance(cfg.get(key), (list, tuple)) and cfg[key] and all(_is_number(v) for v in cfg[key])):
+        if not (isinstance(cfg.get(key), (list, tuple)) and cfg[key] and all(is_number(v) for v in cfg[key])):
             return f"its config has no '{key}' list of numbers"
     cells, n_rows, n_cols = result.get("cells"), len(cfg["sizes"]), len(cfg["sources"])
     if not isinstance(cells, list):
@@ -240,7 +237,7 @@ def replot_damage(result: dict) -> str | None:
             where = f"its cell [{b}][{a}]"
             if not isinstance(c, dict):
                 return f"{where} is not a mapping"
-            if not _is_number(c.get("sigma")):
+            if not is_number(c.get("sigma")):
                 return f"{where} has no 'sigma' number"
             for key in ("predicted", "actual_static", "actual_auto"):
                 if key not in c:

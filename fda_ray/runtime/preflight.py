@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from fda_ray.core.storage import StoragePath, is_uri, storage_path
+from fda_ray.core.user_files import is_number
 from fda_ray.core.config import RunConfig, config_keywords, keyword_names, keyword_params
 
 RAY_CONNECT_TIMEOUT_S = 10.0
@@ -289,7 +290,7 @@ def _node_types_damage(conf: Any) -> str | None:
         if not isinstance(resources, dict):
             return f"its node type {name!r} has resources that are not a mapping of resource names to numbers"
         for k, v in resources.items():
-            if not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < float("inf")):
+            if not (is_number(v) and 0 <= v < float("inf")):
                 return f"its node type {name!r} has resource {k!r} = {v!r}, not a number >= 0"
     return None
 
