@@ -320,6 +320,19 @@ def test_a_valid_sidecar_still_sets_order_root_and_rules(tmp_path):
     assert [row[1:] for row in trains["a"].labels] == [[1, 1], [1, 2]]
 
 
+def test_a_relative_image_root_is_under_the_tables_folder_wherever_the_command_runs(tmp_path, monkeypatch):
+    """A relative image_root is read as relative image paths are, from the table's folder: not from the current
+    directory (a Ray worker's or another node's differs from the shell's, and it used to be the current one)."""
+    from fda_ray.data.medical_csv import read_generic
+
+    root = _table(tmp_path / "t", {"image_root": "images"})
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    _, trains, _, _ = read_generic(root / "table.csv")
+    assert trains["a"].paths[0] == str(root / "images" / "i.png")
+
+
 def test_a_damaged_sidecar_under_the_command_line_is_one_line_exit_2(tmp_path):
     root = _table(tmp_path, {"aux": {"sex": {"start": "x", "width": 1, "count": 2}}})
     p = subprocess.run([sys.executable, "-m", "fda_ray", "--dataset", "medical-csv", "--data-dir", str(root),

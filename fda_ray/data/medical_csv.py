@@ -19,7 +19,8 @@ The images are never shipped; a table points at them (docs/datasets.md). Two kin
                 table there instead (`table.csv`, as datasets/prepare_chexpert.py and prepare_mimic.py write
                 it) is read with the same domain names in that order.
 
-Relative image paths are relative to the table's folder (or image_root). Every image is checked to exist when
+Relative image paths are relative to the table's folder (or image_root; a relative image_root is itself relative
+to the table's folder). Every image is checked to exist when
 the table is read (the authors' loaders skip missing images silently; here a missing one is an error naming
 it), and every training table must hold both classes. Images are read per batch (fda_ray.data.images.ImageFiles)
 with Healthcare FDA's transforms.
@@ -386,7 +387,9 @@ def read_generic(path: Path, domains: Sequence[str] | None = None
         else:  # categorical over the table's sorted values
             values = sorted({r[col].strip() for _, r in rows if r[col].strip()})
             aux.append(categorical(name, {v: i for i, v in enumerate(values)}))
-    root = Path(mapping["image_root"]).expanduser() if "image_root" in mapping else path.parent
+    # a relative image_root is under the table's folder, as relative image paths are: not under the current
+    # directory, which differs between the shell, a Ray worker and another node (an absolute one stays as it is)
+    root = path.parent / Path(mapping["image_root"]).expanduser() if "image_root" in mapping else path.parent
     trains: dict[str, Table] = {}
     tests: dict[str, Table] = {}
     for line, r in rows:
