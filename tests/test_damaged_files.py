@@ -204,6 +204,10 @@ CASES = [
     Case("collect --write-manifests: summary.md an unknown flag", "fda_ray.collect", ("--write-manifests", "{dir}"),
          _in_sweep("summary.md", "Command: `python -m fda_ray.sweep --grid noise --bogus 3`\n", drop="sweep.json"),
          "summary.md", "its Command: line is not a sweep command (unrecognized arguments: --bogus 3"),
+    Case("collect --write-manifests: summary.md an unknown grid", "fda_ray.collect", ("--write-manifests", "{dir}"),
+         _in_sweep("summary.md", "Command: `python -m fda_ray.sweep --grid nosie`\n", drop="sweep.json"),
+         "summary.md", "its Command: line's grid='nosie' is invalid: a grid file (.yaml, .yml, .json) or one of "
+                       "fedwca-digit-five, "),
     Case("sweep --resume: summary.md an unclosed quote", "fda_ray.sweep",
          ("--grid", "noise", "--values", "0", "--methods", "target_only", "--data-dir", "{fm}", "--resume",
           "--dry-run", "--no-figures", "--out", "{dir}"),
@@ -256,6 +260,8 @@ def test_a_damaged_or_wrong_kind_file_is_one_line_naming_it(case, tmp_path, fmni
     args, made = prepare(case, tmp_path, fmnist_dir, good)
     code, stderr = run_main(case.module, args)
     check(case, code, stderr, made)
+    if "--write-manifests" in case.args and "sweep.json" not in case.id:  # nothing written from a bad command
+        assert not (made.parent / "sweep.json").exists()
 
 
 SUBPROCESS = ["run --config a program", "sweep --grid a program", "run --model-weights fc10",

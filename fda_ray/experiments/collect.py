@@ -548,6 +548,13 @@ def write_missing_manifests(dirs: list[str]) -> int:
         if m is None:
             print(f"error: dir={d!r} is invalid: it has no summary.md with a 'Command:' line", file=sys.stderr)
             return 2
+        if m.kind == "grid":  # a grid its readers cannot find is said now, and no sweep.json is written for it
+            try:
+                grid_of(Source(path, "grid", m.name, m.profile))
+            except CollectError as e:
+                print(f"error: summary.md={str(path / 'summary.md')!r} is invalid: its Command: line's {e}; no "
+                      f"{FILE} written", file=sys.stderr)
+                return 2
         write(path, m)
         print(f"{path / FILE}: written ({m.kind} {m.name}, {m.profile})", file=sys.stderr)
     return 0
