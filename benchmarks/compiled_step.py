@@ -97,11 +97,9 @@ def table(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    import json
-
-    from benchmarks import below_one
-    from benchmarks.sweep import machine
+def parser() -> Any:
+    """The command line of `python -m benchmarks.compiled_step` (tests/test_lease_scripts.py parses the GPU
+    lease's)."""
     from fda_ray.core.parsing import OneLineParser, typed
 
     p = OneLineParser(prog="python -m benchmarks.compiled_step", description=__doc__.splitlines()[0])
@@ -113,16 +111,35 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=typed("threads", int, "an integer"), default=1)
     p.add_argument("--device", default="cpu", help="cpu, or cuda")
     p.add_argument("--json", default=None)
-    args = sys.argv[1:] if argv is None else list(argv)
-    a = p.parse_or_exit_code(args)
-    if isinstance(a, int):
-        return a
+    return p
+
+
+def invalid(a: Any, cuda: bool | None = None) -> str | None:
+    """The error line for parsed arguments main refuses before it measures anything (None: none); `cuda`: whether
+    this machine has a GPU (default: torch's answer; a check of a GPU machine's command line elsewhere passes True)."""
+    from benchmarks import below_one
+
     bad = below_one(a, ("trials", "clients", "batch", "steps", "repeats", "threads"))
     if bad:
+        return bad
+    cuda = torch.cuda.is_available() if cuda is None else cuda
+    if a.device not in ("cpu", "cuda") or (a.device == "cuda" and not cuda):
+        return f"error: device={a.device!r} is invalid: cpu, or cuda on a machine with a GPU"
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    import json
+
+    from benchmarks.sweep import machine
+
+    args = sys.argv[1:] if argv is None else list(argv)
+    a = parser().parse_or_exit_code(args)
+    if isinstance(a, int):
+        return a
+    bad = invalid(a)
+    if bad:
         print(bad, file=sys.stderr)
-        return 2
-    if a.device not in ("cpu", "cuda") or (a.device == "cuda" and not torch.cuda.is_available()):
-        print(f"error: device={a.device!r} is invalid: cpu, or cuda on a machine with a GPU", file=sys.stderr)
         return 2
     r = measure(a.trials, a.clients, a.batch, a.steps, a.repeats, a.device, a.threads)
     r.update(machine=machine(), torch=torch.__version__,

@@ -126,7 +126,8 @@ def table(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
+    """The command line of `python -m benchmarks.fused_ops` (tests/test_lease_scripts.py parses the GPU lease's)."""
     p = argparse.ArgumentParser(prog="python -m benchmarks.fused_ops", description=__doc__.splitlines()[0])
     p.add_argument("--trials", type=int, default=8, help="trials fused (the grid's FDA rows, in plan order)")
     p.add_argument("--samples", type=int, default=6000, help="samples per client (the main job's: 6000, 93 steps a "
@@ -135,9 +136,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", default=None)
     p.add_argument("--device", default="cpu", help="cpu, or cuda: the trials' device")
     p.add_argument("--json", default=None)
-    a = p.parse_args(argv)
+    return p
+
+
+def invalid(a: argparse.Namespace) -> str | None:
+    """The error line for parsed arguments main refuses before it measures anything (None: none)."""
     if a.trials < 1 or a.samples < 64 or a.repeats < 1:
-        print("error: trials >= 1, samples >= 64 and repeats >= 1", file=sys.stderr)
+        return "error: trials >= 1, samples >= 64 and repeats >= 1"
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_args(argv)
+    bad = invalid(a)
+    if bad:
+        print(bad, file=sys.stderr)
         return 2
     import torch
 

@@ -72,16 +72,17 @@ def _run(trials: list, fuse: int, out: Path) -> dict[str, Any]:
             "_records": records}
 
 
-def main(argv: list[str] | None = None) -> int:
-    a = parser().parse_or_exit_code(sys.argv[1:] if argv is None else list(argv))
-    if isinstance(a, int):
-        return a
+def invalid(a: Any) -> str | None:
+    """The error line for parsed arguments main refuses before it plans anything (None: none)."""
     if a.device not in ("cpu", "cuda"):
-        print(f"error: device={a.device!r} is invalid: cpu or cuda", file=sys.stderr)
-        return 2
+        return f"error: device={a.device!r} is invalid: cpu or cuda"
     if a.fuse < 2:
-        print(f"error: fuse={a.fuse!r} is invalid: a whole number >= 2 (the served run's --fuse)", file=sys.stderr)
-        return 2
+        return f"error: fuse={a.fuse!r} is invalid: a whole number >= 2 (the served run's --fuse)"
+    return None
+
+
+def plan_trials(a: Any) -> list:
+    """The trials both runs train (planning trains nothing: tests/test_lease_scripts.py plans the GPU lease's)."""
     from fda_ray.experiments.trials import plan
     from fda_ray.papers.grids import GRIDS
 
@@ -90,8 +91,19 @@ def main(argv: list[str] | None = None) -> int:
         overrides["data_dir"] = a.data_dir
     if a.rounds:
         overrides["rounds"] = a.rounds
-    trials = plan(GRIDS[a.grid], a.profile, rows=a.methods.split(","), values=[float(v) for v in a.values.split(",")],
-                  seeds=a.seeds, overrides=overrides)
+    return plan(GRIDS[a.grid], a.profile, rows=a.methods.split(","), values=[float(v) for v in a.values.split(",")],
+                seeds=a.seeds, overrides=overrides)
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parser().parse_or_exit_code(sys.argv[1:] if argv is None else list(argv))
+    if isinstance(a, int):
+        return a
+    bad = invalid(a)
+    if bad:
+        print(bad, file=sys.stderr)
+        return 2
+    trials = plan_trials(a)
     runs = []
     with tempfile.TemporaryDirectory() as d:
         for fuse in (1, a.fuse):

@@ -163,12 +163,19 @@ def _summary(stdout: str) -> dict[str, Any]:
     return json.JSONDecoder().raw_decode(stdout[at:])[0]
 
 
-def run_backend(backend: str, a: argparse.Namespace, flags: list[str], extra: list[str], out: Path) -> dict[str, Any]:
+def sweep_command(backend: str, a: argparse.Namespace, flags: list[str], extra: list[str], out: Path) -> list[str]:
+    """The `python -m fda_ray.sweep` command line (sys.executable first) one backend runs: `flags` are the
+    backend's own (backend_flags), `extra` the ones after --. (tests/test_lease_scripts.py dry-runs it.)"""
     values = [] if a.values == "all" else ["--values", a.values]
     seeds = [] if a.seeds == 0 else ["--seeds", str(a.seeds)]
-    cmd = [sys.executable, "-m", "fda_ray.sweep", "--grid", a.grid, "--profile", a.profile, *values, *seeds, "--backend", backend.split("-")[0], "--out", str(out), "--json", "--no-figures", "--track",
-           "none", *(["--methods", a.methods] if a.methods else []), *(["--data-dir", a.data_dir] if a.data_dir
-                                                                       else []), *flags, *extra]
+    return [sys.executable, "-m", "fda_ray.sweep", "--grid", a.grid, "--profile", a.profile, *values, *seeds,
+            "--backend", backend.split("-")[0], "--out", str(out), "--json", "--no-figures", "--track", "none",
+            *(["--methods", a.methods] if a.methods else []), *(["--data-dir", a.data_dir] if a.data_dir else []),
+            *flags, *extra]
+
+
+def run_backend(backend: str, a: argparse.Namespace, flags: list[str], extra: list[str], out: Path) -> dict[str, Any]:
+    cmd = sweep_command(backend, a, flags, extra, out)
     t0 = time.perf_counter()
     with GpuSampler() as gpu:
         proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -286,21 +293,19 @@ def parser() -> Any:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    extra = argv[argv.index("--") + 1:] if "--" in argv else []
-    mine = argv[:argv.index("--")] if "--" in argv else argv
-    a = parser().parse_or_exit_code(mine)
-    if isinstance(a, int):
-        return a
+def invalid(a: argparse.Namespace) -> str | None:
+    """The error line for parsed arguments main refuses before it runs anything (None: none)."""
     backends = [b for b in a.backends.split(",") if b]
     if not backends or any(b not in BACKENDS for b in backends):
-        print(f"error: backends={a.backends!r} is invalid: comma-separated names from {', '.join(BACKENDS)}",
-              file=sys.stderr)
-        return 2
+        return f"error: backends={a.backends!r} is invalid: comma-separated names from {', '.join(BACKENDS)}"
     if a.device not in ("cpu", "cuda"):
-        print(f"error: device={a.device!r} is invalid: cpu or cuda", file=sys.stderr)
-        return 2
+        return f"error: device={a.device!r} is invalid: cpu or cuda"
+    return None
+
+
+def backend_flags(a: argparse.Namespace, backend: str) -> list[str]:
+    """A backend's own flags to fda_ray.sweep: its defaults for a.device, or --local-args, --tune-args or
+    --actor-args in their place."""
     gpu = a.device == "cuda"
     defaults = {"local": ["--device", "cuda", "--workers", str(a.workers or 8)] if gpu else
                 (["--workers", str(a.workers)] if a.workers else []),
@@ -312,11 +317,32 @@ def main(argv: list[str] | None = None) -> int:
                 "tune-fused": ["--fuse", a.fuse, "--vectorise", "on", *(["--device", "cuda"] if gpu else [])]}
     given = {"local": a.local_args, "tune": a.tune_args, "tune-actors": a.actor_args, "local-fused": None,
              "tune-fused": None}
+    return shlex.split(given[backend]) if given[backend] is not None else defaults[backend]
+
+
+def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
+    """The benchmark's own flags and the ones after -- (they go to every backend's sweep)."""
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    mine = argv[:argv.index("--")] if "--" in argv else argv
+    return mine, extra
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    mine, extra = split_argv(argv)
+    a = parser().parse_or_exit_code(mine)
+    if isinstance(a, int):
+        return a
+    bad = invalid(a)
+    if bad:
+        print(bad, file=sys.stderr)
+        return 2
+    backends = [b for b in a.backends.split(",") if b]
     result: dict[str, Any] = {"machine": machine(), "grid": a.grid, "profile": a.profile, "values": a.values,
                               "seeds": a.seeds, "extra": extra, "backends": []}
     with (tempfile.TemporaryDirectory() if a.keep is None else _kept(a.keep)) as d:
         for b in backends:
-            flags = shlex.split(given[b]) if given[b] is not None else defaults[b]
+            flags = backend_flags(a, b)
             print(f"bench.sweep: {b} ...", file=sys.stderr, flush=True)
             try:
                 result["backends"].append(run_backend(b, a, flags, extra, Path(d) / b))

@@ -3,8 +3,6 @@
 # ($OUT/results.tgz: a lease brings back few files). Steps, most wanted first:
 #   kernels          the C++ and CUDA kernels built and checked
 #   pytest-gpu       the GPU tests of the files that have them
-#   probe-*          one in-process paper trial with its GPU clients side by side and one after the other: PyTorch's
-#                    peak memory each (tools/gpu_memory_probe.py; a stall prints its stacks)
 #   fused-ops        a round of 8 of the main job's trials on the GPU, fused and one after the other, and the operators
 #                    a trial-step dispatches (python -m benchmarks.fused_ops --device cuda)
 #   compiled-step    a fused step of 8 trials eager, under torch.compile and as CUDA graphs (reduce-overhead)
@@ -17,6 +15,8 @@
 #   served           the paper noise-0.4 column's FDA rows through Ray Tune as trials of their own, unfused and on a
 #                    fusion server (the shape a search under ASHA or Optuna fuses in; python -m benchmarks.served)
 #   noise-paper      Table 10's paper noise grid through Ray Tune, fused, for what is left of $BUDGET (resumable)
+# (The side-by-side clients' memory probe, tools/gpu_memory_probe.py, left this list for the fused steps' time: run it
+# by hand after the kernels' step when that question is next; tests/test_lease_scripts.py checks every step here.)
 # The SMs' activity (nvidia-smi dmon -s u's sm column) is sampled beside utilization.gpu: dmon.txt, and each
 # benchmark's "SM active" column.
 # steps.txt holds each step's start, exit code and seconds, setup.txt the set-up's seconds (nvidia-smi's samples,
