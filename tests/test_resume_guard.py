@@ -133,3 +133,42 @@ def test_the_launchers_resume_auto_refuses_a_folder_of_another_grid_file(tmp_pat
     (line,) = again.stderr.strip().splitlines()
     assert f"it holds the records of grid {str(first)!r}, whose rows differ from {str(other)!r}'s" in line
     assert _tree(tmp_path / "out") == before
+
+
+def _chunk(rows=None, values=None, seeds=None, profile="quick", overrides=None, command="python -m fda_ray.sweep"):
+    return Manifest(kind="grid", name="noise", profile=profile, rows=rows, values=values, seeds=seeds,
+                    overrides=overrides or {}, command=command)
+
+
+@pytest.mark.parametrize("held,new,want", [
+    # other values of one grid: both columns, in the grid's order; the latest chunk's command
+    (_chunk(values=(0.8,)), _chunk(values=(0.0,), command="second"), ((None, (0.0, 0.8), None), "second")),
+    # the profile's rows (None) and a row it does not run (fedgp_beta1, the quick profile leaves it out)
+    (_chunk(), _chunk(rows=("fedgp_beta1",)),
+     ((("source_only", "finetune_offline", "fedda", "fedgp", "fedgp_beta1", "fedda_auto", "fedgp_auto",
+        "target_only", "oracle"), None, None), "python -m fda_ray.sweep")),
+    # rows by method name and by key: keys, in the grid's order; back to the profile's whole list: None
+    (_chunk(rows=("target_only",)), _chunk(rows=("fedgp",)), ((("fedgp", "fedgp_beta1", "target_only"), None, None),
+                                                               "python -m fda_ray.sweep")),
+    # seeds: 1 then the profile's 3 is the profile's (None); 5 then the profile's is 5
+    (_chunk(seeds=1), _chunk(), ((None, None, None), "python -m fda_ray.sweep")),
+    (_chunk(seeds=5), _chunk(), ((None, None, 5), "python -m fda_ray.sweep")),
+    (_chunk(seeds=1, values=(0.0,)), _chunk(seeds=2, values=(0.8,)), ((None, (0.0, 0.8), 2), "python -m fda_ray.sweep")),
+])
+def test_a_chunks_sweep_json_holds_every_chunk_so_far(held, new, want):
+    """sweep.json after a chunk of the same sweep: the union of the chunks' rows, values and seeds (readers plan the
+    trials from it: the results pages showed only the last chunk's), the latest command."""
+    from fda_ray.experiments.arguments import chunk_manifest
+
+    m = chunk_manifest(held, new, GRIDS["noise"])
+    assert ((m.rows, m.values, m.seeds), m.command) == want
+
+
+@pytest.mark.parametrize("held", [None, _chunk(profile="paper", values=(0.8,)), _chunk(values=(0.8,),
+                                                                                        overrides={"rounds": 3})])
+def test_a_chunk_of_another_profile_or_other_fields_writes_its_own_sweep_json(held):
+    """Nothing held, another profile or other command-line fields (other trials): the new chunk's own manifest."""
+    from fda_ray.experiments.arguments import chunk_manifest
+
+    new = _chunk(values=(0.0,), command="new")
+    assert chunk_manifest(held, new, GRIDS["noise"]) == new

@@ -154,6 +154,17 @@ def test_local_backend_equals_plain_runs_and_restricts_the_grid(tiny_grid, fmnis
     planned = plan(tiny_grid, m.profile, rows=list(m.rows), values=list(m.values), seeds=m.seeds,
                    overrides=dict(m.overrides))
     assert [t.key for t in planned] == [r.name for r in (out / "trials").iterdir() if r.is_dir()]
+    # a second chunk (another value) into the same folder: sweep.json names both chunks' values, so its readers
+    # plan both chunks' trials (it named only the last chunk's, and the results pages lost the first's)
+    assert sweep.main(_args(fmnist_dir, out, "--backend", "local", "--workers", "1", "--methods", "target_only",
+                            "--values", "0.0", "--rounds", "3", "--resume", "--json")) == 0
+    assert _summary(capsys.readouterr().out)["trials_run"] == 1
+    m = mf.read(out)
+    # (both of the grid's values: None, every value, as a chunk without --values writes it)
+    assert (m.rows, m.values, m.seeds) == (("target_only",), None, None) and "--values 0.0" in m.command
+    planned = plan(tiny_grid, m.profile, rows=list(m.rows), values=None, seeds=m.seeds, overrides=dict(m.overrides))
+    assert sorted(t.key for t in planned) == sorted(r.name for r in (out / "trials").iterdir() if r.is_dir())
+    assert len(planned) == 2
 
 
 @pytest.mark.parametrize("args,field", [(["--grid", "nope"], "grid='nope'"),

@@ -8,6 +8,7 @@ same parser, never a copy of it. Nothing here runs a trial, starts Ray or writes
 """
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from pathlib import Path
 from typing import Any
@@ -184,6 +185,41 @@ def manifest_from_args(a: Any, command: str) -> Manifest:
                     rows=tuple(a.methods.split(",")) if a.methods else None,
                     values=tuple(float(v) for v in a.values.split(",")) if a.values else None,
                     seeds=a.seeds, overrides=config_fields(a), command=command)
+
+
+def chunk_manifest(held: Manifest | None, new: Manifest, grid: Any) -> Manifest:
+    """The sweep.json a grid sweep's chunk writes into a folder that already holds the same sweep (`held`: its
+    sweep.json; held_by_another has said it is this sweep): every chunk's rows, values and seeds so far, so that its
+    readers (the results pages plan the trials from it) see the earlier chunks' trials, not only the last one's.
+    The command is the latest chunk's. Another profile or other fields set on the command line (other trials) are
+    not merged: `new` as it is. Seeds per value are the most any chunk ran (an int where that is not the grid's own
+    number for every value)."""
+    from fda_ray.experiments.trials import select_rows, select_values
+
+    if held is None or (held.kind, held.name, held.profile, held.overrides) != \
+            (new.kind, new.name, new.profile, new.overrides) or new.kind != "grid" or new.profile not in grid.profiles:
+        return new
+    prof = grid.profiles[new.profile]
+    # the rows a chunk ran: its --methods (keys or method names), else the profile's (keys: as plan picks them)
+    default_rows = [r.key for r in grid.rows if prof.rows is None or r.key in prof.rows]
+    try:
+        rows = [select_rows(grid, m.rows) if m.rows else default_rows for m in (held, new)]
+        values = [select_values(grid, m.values or prof.values) for m in (held, new)]
+    except ValueError:  # an earlier chunk's rows or values this grid no longer has: the new chunk's own
+        return new
+    keys = [r.key for r in grid.rows if any(r.key in chosen for chosen in rows)]
+    vals = [v for v in grid.values if any(v in chosen for chosen in values)]
+
+    def own(v: float) -> int:  # a value's seeds when none are given: the profile's, else the grid's for that value
+        return prof.seeds if prof.seeds is not None else grid.seeds_for(v)
+
+    def ran(m: Manifest, chosen: list[float], v: float) -> int:
+        return 0 if v not in chosen else (m.seeds if m.seeds is not None else own(v))
+
+    most = {v: max(ran(m, chosen, v) for m, chosen in zip((held, new), values)) for v in vals}
+    seeds = None if all(most[v] == own(v) for v in vals) else max(most.values())
+    return dataclasses.replace(new, rows=None if keys == default_rows else tuple(keys),
+                               values=None if vals == select_values(grid, prof.values) else tuple(vals), seeds=seeds)
 
 
 def manifest_from_command(command: str) -> Manifest:

@@ -1,8 +1,11 @@
 """What a sweep or a search directory is: `sweep.json`, written beside its records when it starts.
 
     {"kind": "grid" | "search", "name": grid or search name (or a grid file's path), "profile": "quick",
-     "rows": ["fedgp", ...] | null (every row), "values": [0.4, ...] | null (every value),
+     "rows": ["fedgp", ...] | null (the profile's), "values": [0.4, ...] | null (the profile's),
      "seeds": 3 | null (the profile's), "overrides": {RunConfig fields the command set}, "command": "python -m ..."}
+
+A grid sweep run in chunks into one folder keeps every chunk's rows, values and seeds here, with the latest chunk's
+command (fda_ray.experiments.arguments.chunk_manifest).
 
 Readers (`fda_ray.collect`, the results pages) learn what a directory ran from this file, never by parsing its
 command line. Directories written before the manifest existed have only summary.md's `Command:` line: the sweep

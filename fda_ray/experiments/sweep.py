@@ -43,8 +43,9 @@ from fda_ray.runtime import node_watch, preflight, resources
 from fda_ray.core.registry import did_you_mean
 from fda_ray.experiments.cli import config_fields
 from fda_ray.experiments.arguments import (RESUME_WORDS, SCHEDULERS, SweepError, _list, check_backend, check_counts,
-                                            check_fuse, check_plan_for, held_by_another, manifest_from_args, parser)
-from fda_ray.experiments.manifest import write as write_manifest
+                                            check_fuse, check_plan_for, chunk_manifest, held_by_another, manifest_from_args,
+                                            parser)
+from fda_ray.experiments.manifest import read as read_manifest, write as write_manifest
 from fda_ray.data.base import DatasetNotFound
 from fda_ray.experiments.backends import Progress, failure_advice, run_local, run_tune, write_parquet
 from fda_ray.experiments import console, tracking
@@ -170,6 +171,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def _held_manifest(out: StoragePath) -> Any:
+    """The sweep.json already in `out` (None: none, or one that cannot be read: --resume has refused those)."""
+    from fda_ray.experiments.manifest import ManifestError
+
+    try:
+        return read_manifest(out)
+    except ManifestError:
+        return None
+
+
 def _execute(a: Any, grid: Grid, trials: list[Trial], out: StoragePath, records: StoragePath, command: str,
              row_keys: list[str], values: list[float], track: Any) -> int:
     """Run a checked sweep's pending trials, then collect and summarise every trial's record."""
@@ -178,7 +189,8 @@ def _execute(a: Any, grid: Grid, trials: list[Trial], out: StoragePath, records:
           + (f"; resuming, {len(trials) - len(pending)} finished before" if a.resume else ""), flush=True)
     records.mkdir(parents=True, exist_ok=True)
     write_definition(grid, out / "grid.yaml")  # what ran, beside its records (collect reads a file grid from it)
-    write_manifest(out, manifest_from_args(a, command))  # what the sweep is, for its readers (sweep.json)
+    # what the sweep is, for its readers (sweep.json): every chunk's rows, values and seeds so far
+    write_manifest(out, chunk_manifest(_held_manifest(out), manifest_from_args(a, command), grid))
     t0 = time.time()
     failures: list[dict] = []
     interrupted = False
