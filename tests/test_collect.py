@@ -272,7 +272,8 @@ def test_every_committed_sweep_has_a_manifest_equal_to_its_command_and_it_plans_
         committed = [Trial.from_dict(json.loads((r / "trial.json").read_text())) for r in (d / "trials").iterdir()
                      if (r / "trial.json").is_file()]
         # a committed trial the manifest plans has the key the plan gives it, and its record sits under that key
-        # (a chunked sweep's manifest plans its last chunk; a partial one's plan has trials not run yet)
+        # (a sweep chunked before sweep.json kept every chunk: its manifest plans its last chunk; a partial one's
+        # plan has trials not run yet)
         matched = [t for t in committed if (t.row, t.value, t.seed) in planned]
         assert matched, d.name
         for t in matched:
