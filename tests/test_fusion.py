@@ -314,7 +314,33 @@ def test_dry_run_shows_the_groups_and_what_each_asks(tiny_fused_grid, fmnist_dir
     # a GPU group on a cluster without a GPU: refused in one line
     assert sweep.main(_sweep_args(fmnist_dir, tmp_path / "o", "--fuse", "4", "--dry-run", "--device", "cuda",
                                   "--plan-for", "CPU=16")) == 2
-    assert "fuse=4 is invalid here: a fused group asks {CPU 1, GPU 1}" in capsys.readouterr().err
+    assert "fuse=4 is invalid here: a fused group (of up to 4 trials) asks {CPU 1, GPU 1}" in \
+        capsys.readouterr().err
+    # CPU groups on 16 CPUs: as many at once as there are groups (2), not as many as would fit (16)
+    assert sweep.main(_sweep_args(fmnist_dir, tmp_path / "o", "--fuse", "4", "--dry-run", "--plan-for",
+                                  "CPU=16")) == 0
+    assert "asking {CPU 1}: 2 group(s) at once on --plan-for CPU=16 (room for 16)" in capsys.readouterr().out
+    # --pin-drivers on nodes without fda_driver: the line names the flags the user set and what to do
+    assert sweep.main(_sweep_args(fmnist_dir, tmp_path / "o", "--fuse", "auto", "--dry-run", "--pin-drivers",
+                                  "--plan-for", "CPU=16")) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: fuse='auto', pin_drivers=True is invalid here: a fused "
+                                                   "group (of up to ") and "drop it" in err
+
+
+def test_a_resumes_dry_run_groups_only_the_trials_left(tiny_fused_grid, fmnist_dir, tmp_path, capsys, no_ray):
+    """--resume --dry-run shows the groups the resume would train: the finished trials are in none of them."""
+    from fda_ray.experiments import sweep
+
+    out = tmp_path / "o"
+    assert sweep.main(_sweep_args(fmnist_dir, out, "--backend", "local", "--workers", "1", "--methods",
+                                  "target_only")) == 0
+    capsys.readouterr()
+    assert sweep.main(_sweep_args(fmnist_dir, out, "--fuse", "4", "--dry-run", "--resume")) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("[done]") == 4 and printed.count("[to run]") == 4
+    assert "fused: 4 of 4 trials in 1 group(s) of at most 4" in printed
+    assert "group 1 (4 trials): fedgp_auto 0.0 s0, fedgp_auto 0.8 s0, fedgp_auto 0.0 s1, fedgp_auto 0.8 s1" in printed
 
 
 @pytest.mark.parametrize("value", ["0", "many"])

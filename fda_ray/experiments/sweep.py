@@ -139,7 +139,9 @@ def main(argv: list[str] | None = None) -> int:
         if a.dry_run:
             if a.plan_for is None:  # planned for this machine: what its trials need from it, checked now
                 _check_here(grid.dataset, trials[0].config().resolved(), overrides)
-            lines, refusal = dry_run_plan(trials[0].config().resolved(), a, trials)
+            # the groups of the trials a run would train: not the finished ones (a resume groups what is left)
+            todo = [t for t in trials if t.key in damaged or not is_done(records / t.key)]
+            lines, refusal = dry_run_plan(trials[0].config().resolved(), a, todo)
             for t in trials:
                 state = "to run (damaged record)" if t.key in damaged else "done" if is_done(records / t.key) \
                     else "to run"
@@ -440,13 +442,18 @@ def dry_run_plan(first: Any, a: Any, trials: list[Trial] | None = None) -> tuple
                   if v > 0}
         ask = ", ".join(f"{k} {v:g}" for k, v in bundle.items())
         per_node = [min(int(n.get(k, 0.0) // v) for k, v in bundle.items()) for n in cluster.nodes]
-        fused_head = [f"plan: each fused group is one Tune trial asking {{{ask}}}: {sum(per_node)} group(s) at once "
-                      f"on {cluster.source}"]
+        groups = len([g for g in plan_groups(trials, fuse) if len(g) > 1])
+        at_once = min(sum(per_node), groups)  # (never more than the groups there are)
+        fused_head = [f"plan: each fused group is one Tune trial asking {{{ask}}}: {at_once} group(s) at once "
+                      f"on {cluster.source}" + (f" (room for {sum(per_node)})" if sum(per_node) > groups else "")]
         fused_head += fused_lines(trials, fuse, None, f"one Tune trial asking {{{ask}}}")
         if not any(min(int(n.get(k, 0.0) // v) for k, v in bundle.items()) for n in cluster.shapes):
             largest = ", ".join(f"{k} {v:g}" for k, v in cluster.largest().items())
-            return fused_head, (f"error: fuse={fuse} is invalid here: a fused group asks {{{ask}}} and the largest "
-                                f"node of {cluster.source} has {{{largest}}}")
+            why = "; --pin-drivers asks fda_driver: drop it, or give nodes that resource" \
+                if a.pin_drivers and "fda_driver" not in cluster.largest() else ""
+            return fused_head, (f"error: fuse={a.fuse!r}{', pin_drivers=True' if a.pin_drivers else ''} is invalid "
+                                f"here: a fused group (of up to {fuse} trials) asks {{{ask}}} and the largest node of "
+                                f"{cluster.source} has {{{largest}}}{why}")
         alone = [g[0] for g in plan_groups(trials, fuse) if len(g) == 1]
         if not alone:
             return fused_head, None
