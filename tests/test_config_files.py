@@ -55,6 +55,18 @@ def test_the_command_line_overrides_the_file_and_switches_read_true_and_false(tm
     assert a.lr_target == 0.001 and a.rounds == cli.parser().get_default("rounds")
 
 
+def test_an_unquoted_off_or_on_in_yaml_is_the_word_for_an_option_that_takes_one(tmp_path):
+    """YAML reads `vectorise: off` and `fuse: off` as false: for an option that takes a word they are off/on, as
+    written (they were the text 'False', refused as invalid)."""
+    (tmp_path / "r.yaml").write_text("vectorise: off\n")
+    assert _parse(["--config", str(tmp_path / "r.yaml")]).vectorise == "off"
+    (tmp_path / "r.yaml").write_text("vectorise: on\n")
+    assert _parse(["--config", str(tmp_path / "r.yaml")]).vectorise == "on"
+    (tmp_path / "s.yaml").write_text("fuse: off\nvectorise: yes\n")
+    a = sweep.parser().parse_or_exit_code(["--config", str(tmp_path / "s.yaml")])
+    assert not isinstance(a, int) and (a.fuse, a.vectorise) == ("off", "on")
+
+
 def test_a_run_from_a_file_gives_the_numbers_of_the_same_flags(fmnist_dir, tmp_path, capsys):
     settings = {"dataset": "fashion-mnist", "data_dir": str(fmnist_dir), "method": "fedgp", "noise": 0.4, **TINY}
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(settings))

@@ -8,7 +8,8 @@ A file is a mapping from option names (a flag without its dashes, `-` or `_` ali
 `fssda_kd_temperature`) to values. The values become the flag's own text before the command line's flags, so a
 file goes through the same parsing, types and one-line errors as the flags themselves, and a flag given on the
 command line wins (argparse keeps the last). `null` leaves an option at its default; `true`/`false` set a switch
-(`--filter` / `--no-filter`); a list fills an option that takes several values (`eval_noise: [0.2, 0.4]`) or is
+(`--filter` / `--no-filter`), and for an option that takes a word they are `on`/`off` (YAML reads an unquoted
+`vectorise: off` or `fuse: off` as false); a list fills an option that takes several values (`eval_noise: [0.2, 0.4]`) or is
 joined with commas for one that takes a comma list (`methods: [fedgp, fedda]`). `--print-config` writes every
 option the command has, with the value it would use, in the file's format (YAML, or JSON with --print-config
 json), and exits: feeding it back through --config gives the same parse.
@@ -119,6 +120,8 @@ def to_argv(parser: argparse.ArgumentParser, mapping: dict[str, Any], source: st
             argv += [flag, ",".join(_text(v) for v in value)]
         elif isinstance(value, dict):
             raise ConfigFileError(f"config key {raw!r} in {source} is invalid: a mapping; a value or a list")
+        elif isinstance(value, bool):  # YAML reads an unquoted off/on (no/yes) as a boolean: `fuse: off` means off
+            argv += [flag, "on" if value else "off"]
         else:
             argv += [flag, _text(value)]
     return argv
