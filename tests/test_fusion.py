@@ -193,6 +193,71 @@ def test_ctrl_c_stops_every_member_and_keeps_their_last_rounds(fmnist_dir, tmp_p
         assert not is_done(tmp_path / t.key) and load_state(tmp_path / t.key)["next_round"] in (1, 2)
 
 
+def test_a_stopped_group_leaves_the_batch_it_trains_within_a_step(monkeypatch):
+    """Ctrl-C (group.stop) while the group's thread trains a batch: the thread leaves torch at the cohort's next
+    step, so close() ends it and the process never exits under a thread still training (a fused Tune trial's
+    process did, and aborted with a C++ stack trace on the console)."""
+    import time
+
+    from fda_ray.algorithms import ClientTask
+    from fda_ray.train import cohort
+    from test_cohort import _clients
+
+    clients, start = _clients("simple_cnn", (1, 28, 28), 10, (1600, 1600))  # 100 steps of 16 each
+    real, steps = cohort._loss_rows, []
+
+    def slow(*args, **kw):  # 0.05 s a step: the batch would take 5 s
+        steps.append(1)
+        time.sleep(0.05)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(cohort, "_loss_rows", slow)
+    group = fusion.TrialGroup(["a"])
+    hp = {"lr": 0.01, "batch": 16}
+    req = group.submit("a", [cohort.Job(c, ClientTask(c.index, "epoch", 0, hp), lambda: {"global": start})
+                             for c in clients])
+    while not steps:
+        time.sleep(0.01)
+    t0 = time.monotonic()
+    group.stop()
+    with pytest.raises(KeyboardInterrupt):
+        group.wait(req)
+    group.close()
+    assert not group._thread.is_alive() and time.monotonic() - t0 < 1.5
+    assert len(steps) < 100
+
+
+EXIT_UNDER_A_GROUP = """
+import sys, time
+sys.path.insert(0, {tests!r})
+from fda_ray.algorithms import ClientTask
+from fda_ray.runtime import fusion
+from fda_ray.train import cohort
+from test_cohort import _clients
+
+clients, start = _clients("simple_cnn", (1, 28, 28), 10, (16000, 16000))  # a batch of seconds
+group = fusion.TrialGroup(["a"])
+group.submit("a", [cohort.Job(c, ClientTask(c.index, "epoch", 0, {{"lr": 0.01, "batch": 16}}),
+                              lambda: {{"global": start}}) for c in clients])
+time.sleep(1.0)  # the group's thread is in its batch
+sys.exit(3)  # as a Tune trial's process ends on a signal (Ray's handler: SystemExit), the group still training
+"""
+
+
+@pytest.mark.slow  # a Python process
+def test_a_process_that_exits_while_its_group_trains_exits_cleanly(tmp_path):
+    """The process exits with its own code, no abort: its group stops at exit and its thread leaves torch first
+    (a fused Tune trial's process, told to end mid-batch, aborted with SIGABRT and a C++ stack trace: code 134)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tests = str(Path(__file__).resolve().parent)
+    p = subprocess.run([sys.executable, "-c", EXIT_UNDER_A_GROUP.format(tests=tests)], capture_output=True,
+                       text=True, timeout=300, cwd=tmp_path)
+    assert p.returncode == 3 and "Aborted" not in p.stderr and "Fatal" not in p.stderr, p.stderr[-2000:]
+
+
 def test_every_family_that_fuses_plans_only_cohort_tasks(tiny):
     """Algorithm.fuses is a promise: every warm-up and main-phase task of such a family is a vectorised cohort's
     (tasks that are not, e.g. finetune_offline's carried-over Adam, must not draw from torch's global generator)."""

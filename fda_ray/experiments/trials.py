@@ -241,6 +241,7 @@ def run_group(trials: Sequence[Trial], records: StoragePath | Path | str,
     of its own, keeping its own record; their clients' local training in the group's batches. Returns each trial's
     exception (None: finished). A failing trial leaves the group and the others go on; Ctrl-C stops them all (their
     records keep their last finished round) and is raised again here. report(key, row): after each trial's rounds."""
+    import atexit
     import threading
 
     from fda_ray.runtime.fusion import TrialGroup
@@ -263,6 +264,14 @@ def run_group(trials: Sequence[Trial], records: StoragePath | Path | str,
 
     threads = [threading.Thread(target=one, args=(t,), name=f"fda-trial-{i}", daemon=True)
                for i, t in enumerate(trials)]
+
+    def at_exit() -> None:  # the process exits under the group (run_group in a thread of a Tune trial told to end):
+        group.stop()  # its members stop at their next round (each keeps its last finished one) and leave torch
+        deadline = time.monotonic() + 10
+        for th in threads:
+            th.join(max(0.0, deadline - time.monotonic()))
+
+    atexit.register(at_exit)
     for th in threads:
         th.start()
     try:
@@ -275,6 +284,7 @@ def run_group(trials: Sequence[Trial], records: StoragePath | Path | str,
             th.join()
         raise
     finally:
+        atexit.unregister(at_exit)
         group.close()
     return outcome
 

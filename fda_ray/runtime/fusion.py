@@ -14,7 +14,8 @@ a trial of their own.
     ... each member's run_rounds(exp, ex, ...) in a thread of its own ...
     ex.shutdown()                                       it leaves: finished, failed or stopped; the others go on
     group.add("c")                                      a member that joins later (a retried trial resuming)
-    group.stop()                                        Ctrl-C: every waiting member raises KeyboardInterrupt
+    group.stop()                                        Ctrl-C: every waiting member raises KeyboardInterrupt, the
+                                                        batch in training ends at its next step (so does an exit)
 
 Numbers: a fused trial trains its clients as its own vectorised cohort would (cfg.vectorise "on"), in a cohort with
 more rows. Rows never mix (every operation is per row: grouped or per-model convolutions, batched matmuls, a
@@ -30,6 +31,7 @@ not a fine-tuning trial (those start from another trial's weights and run alone)
 """
 from __future__ import annotations
 
+import atexit
 import threading
 import time
 from dataclasses import dataclass, field
@@ -196,12 +198,17 @@ class TrialGroup:
         self._live: set[str] = set(members)  # expected or running; a member that ends leaves
         self._waiting: dict[str, _Request] = {}
         self._stopped = False
+        self._stop_event = threading.Event()  # the same, read by the cohort's steps (cohort.stop_on)
         self._closed = False
         self.vectorise = vectorise
         self.overlap = overlap
         self.stats = GroupStats()
         self._thread = threading.Thread(target=self._serve, name="fda-fusion", daemon=True)
         self._thread.start()
+        # A process that exits while the thread trains (a Tune trial's process told to end, Ctrl-C in another thread
+        # than run_group's) would free torch under it: the process aborted with a C++ stack trace. At exit the
+        # group stops first, and its thread leaves the batch at the cohort's next step.
+        atexit.register(self._at_exit)
 
     # ------------------------------------------------------------------ membership
 
@@ -236,6 +243,7 @@ class TrialGroup:
         """Ctrl-C: members waiting for a batch (now or later) raise KeyboardInterrupt; their loops keep what finished."""
         with self._cond:
             self._stopped = True
+            self._stop_event.set()  # the batch in training ends at its next step
             self._cond.notify_all()
 
     def close(self) -> None:
@@ -244,6 +252,11 @@ class TrialGroup:
             self._closed = True
             self._cond.notify_all()
         self._thread.join(timeout=5)
+        atexit.unregister(self._at_exit)
+
+    def _at_exit(self) -> None:
+        self.stop()
+        self._thread.join(timeout=10)
 
     # ------------------------------------------------------------------ the lockstep
 
@@ -289,8 +302,9 @@ class TrialGroup:
     def _serve(self) -> None:
         import torch
 
-        from fda_ray.train.cohort import run_jobs
+        from fda_ray.train.cohort import run_jobs, stop_on
 
+        stop_on(self._stop_event)
         # A new thread starts with OpenMP's default thread count (the cores), not the one torch.set_num_threads set in
         # the thread that called it: the members' count, set here, keeps the convolutions' sums those of the trial
         # run alone (each member's own thread sets it when it builds its experiment).

@@ -32,6 +32,7 @@ the learning rate is one per row.
 from __future__ import annotations
 
 import os
+import threading
 import time
 import weakref
 from dataclasses import dataclass
@@ -103,6 +104,22 @@ def may_overlap(client: Client, task: ClientTask) -> bool:
 # PyTorch's caching allocator reuses a freed block only for allocations on the stream it was made on; a new
 # torch.cuda.Stream() each round hands out torch's pooled streams in turn (32 a device), so a client's cached blocks
 # would spread over up to 32 streams and a trial hold up to 32 working sets instead of one per client.
+_STOP = threading.local()  # .event: a fused group's stop event, in its thread (fda_ray.runtime.fusion)
+
+
+def stop_on(event: threading.Event | None) -> None:
+    """The cohorts this thread trains end at their next step once `event` is set (KeyboardInterrupt): a fused
+    group's thread that its Ctrl-C stops leaves torch within a step, instead of training on while its process
+    exits under it (which aborted the process with a C++ stack trace)."""
+    _STOP.event = event
+
+
+def _stop_point() -> None:
+    event = getattr(_STOP, "event", None)
+    if event is not None and event.is_set():
+        raise KeyboardInterrupt
+
+
 _STREAMS: dict[tuple[int, int], "torch.cuda.Stream"] = {}
 
 
@@ -416,6 +433,7 @@ def train_cohort(members: Sequence[tuple[Client, ClientTask, torch.Tensor]]) -> 
     deltas: list[torch.Tensor] = []  # per step, the recording rows' (R, M)
     loss_steps: list[torch.Tensor] = []  # per step, (K,) the rows' losses (0 once a row's epoch is over)
     for s in range(n_steps):
+        _stop_point()  # (a host-side flag: no wait on the device)
         xb, yb = feed.step(s, weight)
         # Each layer a (K, ...) view of the rows, made afresh after every in-place update.
         params = {name: flat[:, lo:hi].view(k, *shape) for name, lo, hi, shape in bounds}
