@@ -470,12 +470,14 @@ if __name__ == "__main__":  # the local backend's workers start by importing thi
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend,how", [("local", "SIGTERM"), ("tune", "SIGTERM"), ("local", "closed stdout")])
+@pytest.mark.parametrize("backend,how", [("local", "SIGTERM"), ("tune", "SIGTERM"), ("local", "closed stdout"),
+                                         ("tune", "SIGTERM to the group")])
 def test_a_stopped_sweep_keeps_its_trials_and_says_how_to_resume(backend, how, fmnist_dir, tmp_path):
     """SIGTERM (local backend: to the sweep's whole process group, as a batch system stops a job; Tune: to the
-    sweep's process, as `kill` and `timeout` do) or a closed stdout: the finished trials' records and the summary
-    are kept, one line names the --resume command, exit 143 (141), no crash dump. (A SIGTERM to the process group
-    of a sweep on a Ray it started also stops Ray's own daemons: not yet handled, docs/sweeps-and-searches.md.)"""
+    sweep's process, as `kill` does, and to its group, as `timeout` and batch systems do) or a closed stdout: the
+    finished trials' records and the summary are kept, one line names the --resume command, exit 143 (141), no
+    crash dump. SIGTERM to the group of a Tune sweep on a Ray it started stops Ray's daemons too: the same line,
+    from the raylet's watch (it said the node was lost, exit 1), and no summary (Ray is gone before it)."""
     script = tmp_path / "driver.py"
     script.write_text(_SWEEP_DRIVER.format(tests=str(ROOT / "tests"), root=str(ROOT)))
     out = tmp_path / "sweep"
@@ -483,17 +485,22 @@ def test_a_stopped_sweep_keeps_its_trials_and_says_how_to_resume(backend, how, f
             backend, "--no-figures", *(["--workers", "1"] if backend == "local" else ["--max-concurrent", "1"])]
     proc = _spawn(args)
     _wait_for(lambda: (out / "trials").is_dir() and any((d / STATE_FILE).is_file() for d in (out / "trials").iterdir()))
-    if how == "SIGTERM":
-        (os.killpg if backend == "local" else os.kill)(proc.pid, signal.SIGTERM)
+    if how.startswith("SIGTERM"):
+        (os.killpg if backend == "local" or how.endswith("group") else os.kill)(proc.pid, signal.SIGTERM)
         _, err = proc.communicate(timeout=180)
     else:
         proc.stdout.close()
         err = proc.stderr.read()
         proc.wait(timeout=180)
-    assert proc.returncode == (143 if how == "SIGTERM" else 141), err[-3000:]
+    assert proc.returncode == (143 if how.startswith("SIGTERM") else 141), err[-3000:]
     assert not any(c in err for c in CRASH), err[-3000:]
     last = [line for line in err.splitlines() if line.startswith("interrupted")]
     assert len(last) == 1 and last[0].endswith("--resume") and "resume with: python -m fda_ray.sweep" in last[0]
+    assert not any(line.startswith("error:") for line in err.splitlines()), err[-3000:]
+    if how.endswith("group"):
+        assert last[0].startswith("interrupted by SIGTERM (it reached this command and its local Ray node")
+        assert any((d / STATE_FILE).is_file() for d in (out / "trials").iterdir())
+        return
     assert "**Interrupted**" in (out / "summary.md").read_text()
     assert any((d / STATE_FILE).is_file() for d in (out / "trials").iterdir())  # the cut-off trial goes on later
     assert not (out / locks.LOCK_FILE).exists()  # released
@@ -876,12 +883,32 @@ def test_a_lost_raylets_line_names_the_signal_the_log_and_what_was_kept():
         node_watch.set_kept(None)
 
 
+def test_a_raylet_that_sigterm_reached_with_the_command_is_an_interruption_not_a_lost_node(tmp_path):
+    """SIGTERM to the command's process group (timeout, a batch system) reaches the raylet of the Ray it started:
+    the raylet's log says it received SIGTERM and it shares the group: the line is the interrupted one (exit 143);
+    a raylet in another group, or one whose log does not say so, is still a lost node."""
+    from fda_ray.runtime import node_watch
+
+    log = tmp_path / "raylet.out"
+    log.write_text("x" * 70000 + "\n[2026-11-29 04:24:29,005 I 1 1] (raylet) main.cc:1174: received SIGTERM. "
+                   "Existing local drain request = None\n" + "y" * 1000 + "\n")
+    assert node_watch.told_sigterm(str(log), True)
+    assert not node_watch.told_sigterm(str(log), False)  # (a user's kill of the raylet alone)
+    assert not node_watch.told_sigterm(str(tmp_path / "none.out"), True) and not node_watch.told_sigterm(None, True)
+    (tmp_path / "killed.out").write_text("x" * 1000 + "\n")
+    assert not node_watch.told_sigterm(str(tmp_path / "killed.out"), True)
+    assert node_watch.line(42, 1, str(log), kept="resume with: x --resume", term=True) == (
+        "interrupted by SIGTERM (it reached this command and its local Ray node, raylet pid 42, together); resume "
+        "with: x --resume")
+
+
 _GUARDED = """
 import os, subprocess, sys, time
 sys.path.insert(0, {root!r})
 from fda_ray.runtime import node_watch
-raylet = subprocess.Popen(["sleep", "60"])  # stands in for the raylet ray.init starts
-node_watch._watched.update(proc=raylet, log="/x/raylet.out", guard=node_watch._start_guard(raylet, "/x/raylet.out"))
+raylet = subprocess.Popen(["sleep", "60"])  # stands in for the raylet ray.init starts (in this process's group)
+log, group = (sys.argv[2], True) if len(sys.argv) > 2 else ("/x/raylet.out", False)
+node_watch._watched.update(proc=raylet, log=log, guard=node_watch._start_guard(raylet, log, group))
 assert node_watch._watched["guard"] is not None
 node_watch.set_kept(lambda: "the 3 finished rounds are in r.parquet")
 print(raylet.pid, node_watch._watched["guard"].pid, flush=True)
@@ -897,20 +924,28 @@ os._exit(1)  # mode "ended": as Ray's core ends a process whose raylet is gone, 
 
 
 @pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="the guard needs pidfds (Linux)")
-@pytest.mark.parametrize("mode", ["ended", "said", "shutdown"])
+@pytest.mark.parametrize("mode", ["ended", "said", "shutdown", "ended by SIGTERM"])
 def test_a_lost_raylets_line_is_printed_once_even_when_rays_core_ends_the_process_first(mode, tmp_path):
     """Ray's core ends a process whose raylet died (exit code 1, nothing printed) when its main thread is inside a
     Ray call, which can come before the watch thread runs: the guard process prints the line then, with what the
     command kept; when the process printed it (through the guard), it is printed once; a Ray shut down on purpose
-    prints nothing."""
+    prints nothing; a raylet that the command's SIGTERM reached (its log says so, its group is the command's):
+    the interrupted line."""
     script = tmp_path / "guarded.py"
     script.write_text(_GUARDED.format(root=str(ROOT)))
-    proc = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True, timeout=60)
+    log = tmp_path / "raylet.out"
+    log.write_text("(raylet) main.cc:1174: received SIGTERM. Existing local drain request = None\n")
+    extra = [str(log)] if mode.endswith("SIGTERM") else []
+    proc = subprocess.run([sys.executable, str(script), mode.split()[0], *extra], capture_output=True, text=True,
+                          timeout=60)
     raylet, guard = map(int, proc.stdout.split())
     assert proc.returncode == 1, proc.stderr  # (stderr read to its end: the guard, which holds it too, has ended)
     lines = proc.stderr.splitlines()
     if mode == "shutdown":
         assert lines == []
+    elif mode.endswith("SIGTERM"):
+        assert lines == [f"interrupted by SIGTERM (it reached this command and its local Ray node, raylet pid "
+                         f"{raylet}, together); the 3 finished rounds are in r.parquet"]
     else:
         assert lines == [f"error: the local Ray node under this command was lost (its raylet, pid {raylet}, ended by "
                          "SIGKILL: killed, by a user or the out-of-memory killer; its log: /x/raylet.out); Ray cannot "

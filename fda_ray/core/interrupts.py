@@ -169,8 +169,8 @@ def cli_main(main: Callable[..., int]) -> Callable[..., int]:
                   file=sys.stderr)
             return EXIT_WRITE
         except Exception as e:
-            if _explained(e):
-                return 1
+            if _explained(e):  # (a lost raylet: interrupted instead where this command's SIGTERM ended it too)
+                return EXIT_TERMINATED if received() == "SIGTERM" else 1
             raise
         finally:
             if in_main:

@@ -74,10 +74,30 @@ def _ended(returncode: int) -> str:
     return f"exited with code {returncode}"
 
 
-def line(pid: int, returncode: int | None, log: str | None = None, kept: str | None = None) -> str:
+def told_sigterm(log: str | None, same_group: bool) -> bool:
+    """Whether the raylet ended because SIGTERM reached this command's process group (`timeout`, a batch system's
+    stop, a terminal's kill of the job): the raylet shares the group (`same_group`) and its log's last words say it
+    received SIGTERM. Then its end is the command's stop, not a lost node."""
+    if not same_group or not log:
+        return False
+    try:
+        with open(log, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 65536))
+            return b"received SIGTERM" in f.read()
+    except OSError:
+        return False
+
+
+def line(pid: int, returncode: int | None, log: str | None = None, kept: str | None = None,
+         term: bool = False) -> str:
     """The one line a lost raylet prints (`log`: the raylet's own log file, for its last words; `kept`: what the
-    command kept, by default `set_kept`'s description now; `returncode` None: its status could not be read)."""
+    command kept, by default `set_kept`'s description now; `returncode` None: its status could not be read; `term`:
+    SIGTERM reached the command and its raylet together, told_sigterm: the interrupted line of a SIGTERM)."""
     kept = _kept_text() if kept is None else kept
+    if term:
+        return (f"interrupted by SIGTERM (it reached this command and its local Ray node, raylet pid {pid}, "
+                "together)" + (f"; {kept}" if kept else ""))
     ended = "ended" if returncode is None else _ended(returncode)
     return (f"error: the local Ray node under this command was lost (its raylet, pid {pid}, {ended}"
             + (f"; its log: {log}" if log else "") + "); Ray cannot go on without it" + (f"; {kept}" if kept else ""))
@@ -128,6 +148,11 @@ def _peek(proc) -> int | None:
     return proc.poll()
 
 
+def terminated() -> bool:
+    """Whether the watched raylet ended with this command's SIGTERM (told_sigterm): its exit code is then 143."""
+    return bool(_watched.get("term"))
+
+
 def _say(code: int) -> None:
     """Print the raylet's line, once, whichever thread sees the loss first: through the guard, so that one process
     prints it whichever of the two Ray's core lets finish; by itself when there is no guard or it does not answer."""
@@ -135,7 +160,8 @@ def _say(code: int) -> None:
         if _watched.get("said"):
             return
         _watched["said"] = True
-        text = line(_watched["proc"].pid, code, _watched.get("log"))
+        _watched["term"] = told_sigterm(_watched.get("log"), bool(_watched.get("same_group")))
+        text = line(_watched["proc"].pid, code, _watched.get("log"), term=_watched["term"])
         guard = _watched.get("guard")
         if guard is not None and _send(f"print {text}", locked=True) and _acknowledged(guard):
             return
@@ -169,7 +195,7 @@ def _acknowledged(guard, byte: bytes = b"k") -> bool:
         return False
 
 
-def _start_guard(proc, log: str | None):
+def _start_guard(proc, log: str | None, same_group: bool = False):
     """The guard process for the raylet `proc` (a Popen), or None where pidfds are missing."""
     if not hasattr(os, "pidfd_open"):
         return None
@@ -177,7 +203,8 @@ def _start_guard(proc, log: str | None):
 
     try:  # -I -S: nothing but the standard library, whatever the environment sets
         guard = subprocess.Popen([sys.executable, "-I", "-S", os.path.abspath(__file__), "--guard", str(os.getpid()),
-                                  str(proc.pid), log or ""], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  str(proc.pid), log or "", "group" if same_group else ""], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE,
                                  start_new_session=True)
     except OSError:
         return None
@@ -254,8 +281,12 @@ def start(exit: Callable[[int], None] = os._exit) -> threading.Thread | None:
     _quiet_raylet_report(worker)
     if _watched.get("guard") is not None and not _watched.get("said"):  # a Ray of this process before (shut down)
         _quit_guard()
+    try:  # (SIGTERM to this command's process group reaches its raylet too: told_sigterm)
+        same_group = os.getpgid(proc.pid) == os.getpgid(0)
+    except OSError:
+        same_group = False
     _watched.clear()
-    _watched.update(proc=proc, log=log, guard=_start_guard(proc, log))
+    _watched.update(proc=proc, log=log, same_group=same_group, guard=_start_guard(proc, log, same_group))
     changed()
     import atexit
 
@@ -296,7 +327,9 @@ def start(exit: Callable[[int], None] = os._exit) -> threading.Thread | None:
         try:
             _say(code)
         finally:
-            exit(1)
+            from fda_ray.core.interrupts import EXIT_TERMINATED
+
+            exit(EXIT_TERMINATED if terminated() else 1)
 
     t = threading.Thread(target=watch, name="fda-ray-raylet-watch", daemon=True)
     t.start()
@@ -315,7 +348,7 @@ def _status(pid: int) -> int | None:
         return None
 
 
-def guard(parent: int, raylet: int, log: str | None, stdin=None, stdout=None) -> int:
+def guard(parent: int, raylet: int, log: str | None, stdin=None, stdout=None, same_group: bool = False) -> int:
     """Watch `raylet` and `parent` (pids); obey `parent`'s messages on `stdin` (kept / print / quit lines), and print
     the raylet's line on stderr when the parent ends, unasked, after the raylet ended other than cleanly."""
     stdin = sys.stdin.buffer if stdin is None else stdin
@@ -359,11 +392,13 @@ def guard(parent: int, raylet: int, log: str | None, stdin=None, stdout=None) ->
             # itself, with its raylet running or stopped cleanly (nothing to say then)
             if raylet_ended and code != 0:
                 try:
-                    print(line(raylet, code, log or None, kept), file=sys.stderr, flush=True)
+                    print(line(raylet, code, log or None, kept, term=told_sigterm(log, same_group)),
+                          file=sys.stderr, flush=True)
                 except OSError:
                     pass
             return 0
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--guard"]:
-    sys.exit(guard(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] or None))
+    sys.exit(guard(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] or None,
+                   same_group=sys.argv[5:6] == ["group"]))
