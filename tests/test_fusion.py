@@ -408,6 +408,49 @@ def test_a_resumes_dry_run_groups_only_the_trials_left(tiny_fused_grid, fmnist_d
     assert "group 1 (4 trials): fedgp_auto 0.0 s0, fedgp_auto 0.8 s0, fedgp_auto 0.0 s1, fedgp_auto 0.8 s1" in printed
 
 
+@pytest.fixture
+def short_and_long_grid(monkeypatch):
+    """Two rows that fuse into one group: one of 2 rounds, one of 150 (seconds more)."""
+    from fda_ray.papers.grids import GRIDS, Grid, Row
+
+    tiny = {"num_sources": 2, "warmup_rounds": 1, "samples_per_client": 128, "test_samples": 100,
+            "target_labelled": 32}
+    grid = Grid(name="short-long", dataset="fashion-mnist", variable="noise", values=(0.0,),
+                rows=(Row("short", "Short", "fedgp_auto", {"rounds": 2}),
+                      Row("long", "Long", "fedgp_auto", {"rounds": 150})),
+                seeds={}, profiles={"quick": tiny, "paper": dict(tiny)}, paper_ref="test numbers")
+    monkeypatch.setitem(GRIDS, grid.name, grid)
+    return grid
+
+
+@pytest.mark.parametrize("backend", ["local", pytest.param("tune", marks=pytest.mark.slow)])
+def test_a_fused_member_that_finishes_first_is_done_at_once(short_and_long_grid, fmnist_dir, tmp_path, capsys,
+                                                            monkeypatch, backend):
+    """A member that ends while its group goes on is said done when it ends (the status showed it running, and its
+    progress line came, only when its whole group ended)."""
+    import time
+
+    from fda_ray.experiments import console, sweep
+
+    said: dict[str, float] = {}
+    real = console.Progress.line
+
+    def line(self, t, what):
+        said[t.row] = time.time()
+        return real(self, t, what)
+
+    monkeypatch.setattr(console.Progress, "line", line)
+    out = tmp_path / "o"
+    args = ["--grid", "short-long", "--data-dir", str(fmnist_dir), "--out", str(out), "--vectorise", "on", "--fuse",
+            "2", "--backend", backend, *(["--workers", "1"] if backend == "local" else []), "--no-figures"]
+    assert sweep.main(args) == 0
+    capsys.readouterr()
+    (long_key,) = [d for d in (out / "trials").iterdir() if d.name.startswith("long-")]
+    fused = json.loads((long_key / "rows.json").read_text()).get("fused") or {}
+    assert fused.get("members") == 2  # (the two ran as one group)
+    assert said["short"] < (long_key / "rows.json").stat().st_mtime - 0.5 < said["long"]
+
+
 @pytest.mark.parametrize("value", ["0", "many"])
 def test_a_bad_fuse_flag_is_one_line_and_exit_2(tiny_fused_grid, fmnist_dir, tmp_path, capsys, value):
     from fda_ray.experiments import sweep

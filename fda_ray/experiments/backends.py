@@ -89,7 +89,9 @@ def _local_group_job(trials: list[dict[str, Any]], records: str, rounds: Any = N
     plugins.load_in_worker("local worker process")
     members = [Trial.from_dict(t) for t in trials]
     report = None if rounds is None else (lambda key, row: rounds.put((key, round_metrics(row))))
-    outcome = run_group(members, storage_path(records), report=report)
+    # (key, None): a member finished, said at once (the status would show it running until its group ends)
+    finished = None if rounds is None else (lambda key: rounds.put((key, None)))
+    outcome = run_group(members, storage_path(records), report=report, finished=finished)
     return {k: None if e is None else failure_line(e) for k, e in outcome.items()}
 
 
@@ -123,6 +125,8 @@ def run_local(pending: list[Trial], records: StoragePath, workers: int, max_fail
     rounds = manager.Queue()
     progress.expect(pending)
 
+    settled_early: set[str] = set()  # fused members that finished while their group went on
+
     def drain() -> None:
         import queue
 
@@ -131,6 +135,12 @@ def run_local(pending: list[Trial], records: StoragePath, workers: int, max_fail
                 key, r = rounds.get_nowait()
             except (queue.Empty, OSError, EOFError):
                 return
+            if r is None:  # a fused member finished (its record whole): done now, not when its group ends
+                t = next((t for g in running.values() for t in g if t.key == key), None)
+                if t is not None and key not in settled_early and is_done(records / key):
+                    settled_early.add(key)
+                    settle(t, None)
+                continue
             progress.at_round(key, r)
 
     from fda_ray.runtime.fusion import plan_groups
@@ -163,8 +173,8 @@ def run_local(pending: list[Trial], records: StoragePath, workers: int, max_fail
                          "attempts": attempts[t.key], "error": error})
         progress.line(t, "FAILED")
 
+    running: dict = {}
     try:
-        running: dict = {}
         while todo or running:
             # a trial starts once the trial it starts from is done (or never, if that one failed)
             for t in [t for t in todo if t.weights_from in failed]:
@@ -200,7 +210,8 @@ def run_local(pending: list[Trial], records: StoragePath, workers: int, max_fail
                     line = failure_line(e)
                     out = {t.key: line for t in group}
                 for t in group:
-                    settle(t, out.get(t.key) if isinstance(out, dict) else None)
+                    if t.key not in settled_early:
+                        settle(t, out.get(t.key) if isinstance(out, dict) else None)
     except (KeyboardInterrupt, plugins.WorkerImportError):
         for p in list(getattr(pool, "_processes", {}).values()):
             p.kill()  # (they ignore SIGTERM) the trials' records keep their last finished round
@@ -272,6 +283,7 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
     by_key = {t.key: t for t in pending}
     progress.expect(pending)
     errors_log = tune_errors_log(out)
+    settled_early: set[str] = set()  # fused members said done while their group went on
 
     class Callback(tune.Callback):
         def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
@@ -282,6 +294,11 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
         def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
             if "group" in trial.config["run"]:
                 for key, row in (result.get("members") or {}).items():
+                    if row.get(ft.MEMBER_FINISHED):  # done now, not when its group ends
+                        if key not in settled_early and is_done(records / key):
+                            settled_early.add(key)
+                            progress.line(by_key[key], "done")
+                        continue
                     progress.at_round(key, row)
                 return
             progress.at_round(trial.config["run"]["trial"]["key"], result)
@@ -289,7 +306,8 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
         def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
             if "group" in trial.config["run"]:
                 for key in _member_keys(trial):
-                    progress.line(by_key[key], "done" if is_done(records / key) else "FAILED")
+                    if key not in settled_early:
+                        progress.line(by_key[key], "done" if is_done(records / key) else "FAILED")
                 return
             key = trial.config["run"]["trial"]["key"]
             if on_stopped is not None and not is_done(records / key):
@@ -327,7 +345,8 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
             if "group" not in trial.config["run"]:
                 self.settles_launch(trial, by_key[trial.config["run"]["trial"]["key"]])
             for key in _member_keys(trial):
-                progress.line(by_key[key], "done" if is_done(records / key) else "FAILED")
+                if key not in settled_early:
+                    progress.line(by_key[key], "done" if is_done(records / key) else "FAILED")
 
         def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
             # Tune runs a failing trial again (--max-failures) and says so only in its own traceback dump: one

@@ -236,11 +236,13 @@ def _start_member(cfg: Any, key: str, group: Any) -> tuple[Any, Any, Any]:
 
 
 def run_group(trials: Sequence[Trial], records: StoragePath | Path | str,
-              report: Callable[[str, dict], None] | None = None) -> dict[str, BaseException | None]:
+              report: Callable[[str, dict], None] | None = None,
+              finished: Callable[[str], None] | None = None) -> dict[str, BaseException | None]:
     """Run `trials` as one fused group (fda_ray.runtime.fusion) in this process: each trial's run_trial in a thread
     of its own, keeping its own record; their clients' local training in the group's batches. Returns each trial's
     exception (None: finished). A failing trial leaves the group and the others go on; Ctrl-C stops them all (their
-    records keep their last finished round) and is raised again here. report(key, row): after each trial's rounds."""
+    records keep their last finished round) and is raised again here. report(key, row): after each trial's rounds;
+    finished(key): as soon as a trial has finished (its record whole), while the others go on."""
     import atexit
     import threading
 
@@ -257,6 +259,8 @@ def run_group(trials: Sequence[Trial], records: StoragePath | Path | str,
         try:
             run_trial(t, records, report=(lambda row: report(t.key, row)) if report else None, group=group)
             outcome[t.key] = None
+            if finished is not None:
+                finished(t.key)
         except BaseException as e:  # noqa: BLE001 (the member's own outcome; the group goes on)
             outcome[t.key] = e
         finally:

@@ -197,7 +197,8 @@ def run_fused_group(members: list[Any], records: Any) -> None:
 
     def work() -> None:
         try:
-            outcome.update(run_group(todo, records, report=lambda key, row: rows.put((key, row))))
+            outcome.update(run_group(todo, records, report=lambda key, row: rows.put((key, row)),
+                                     finished=lambda key: rows.put((key, None))))
         except BaseException as e:  # noqa: BLE001 (raised below, in Tune's thread)
             outcome["__group__"] = e
 
@@ -208,6 +209,9 @@ def run_fused_group(members: list[Any], records: Any) -> None:
             key, row = rows.get(timeout=0.2)
         except queue.Empty:
             continue
+        if row is None:  # a member finished while the group goes on: the launch says it done now
+            tune.report({"members": {key: {MEMBER_FINISHED: True}}})
+            continue
         tune.report({"members": {key: metrics(row)}, "round": row.get("round")})
     th.join()
     if "__group__" in outcome:
@@ -217,6 +221,7 @@ def run_fused_group(members: list[Any], records: Any) -> None:
         raise group_error(failed, len(todo))
 
 
+MEMBER_FINISHED = "member_finished"  # a fused group's report that one member finished (run_fused_group)
 GROUP_FAILED = "trials failed: "  # a fused group's error: its members' error lines follow, as a JSON object
 
 
