@@ -287,3 +287,20 @@ def test_a_served_search_on_a_cluster_trains_each_trial_on_its_own_nodes_server(
         assert 0 < len(rows) <= len(alone.rows)
         assert all(abs(x["accuracy"] - y["accuracy"]) <= 2.0 for x, y in zip(alone.rows, rows))
     assert len(drivers) == 2  # both nodes ran trials, each with its server
+
+
+@pytest.mark.parametrize("quiet,level", [("1", "ERROR"), ("0", "NOTSET")])
+def test_a_fusion_server_hides_torchs_no_cuda_notice_when_the_run_is_quiet(monkeypatch, quiet, level):
+    """A quiet run's fusion server, like its trial processes, hides torch's "No CUDA runtime is found" notice (it
+    came on the console once per study of a served search on CPUs); --verbose (not quiet) shows it."""
+    import logging
+
+    logger = logging.getLogger("torch.utils.cpp_extension")
+    monkeypatch.setattr(logger, "level", logging.NOTSET)  # (put back after the test)
+    monkeypatch.setenv("FDA_RAY_QUIET", quiet)
+    monkeypatch.setattr(fusion_server.ray, "get_gpu_ids", lambda: [])  # (outside an actor it would start a Ray)
+    server = fusion_server.FusionServer(1, 0.05)
+    try:
+        assert logging.getLevelName(logger.level) == level
+    finally:
+        server.group.close()

@@ -24,10 +24,10 @@ import time
 from typing import Any, Mapping, TextIO
 
 from fda_ray.core.interrupts import printing
+from fda_ray.core.quiet import QUIET_ENV, is_quiet, quiet_worker  # (the console's names for them too)
 from fda_ray.runtime import node_watch
 from fda_ray.runtime.startup import from_report, slow_phases
 
-QUIET_ENV = "FDA_RAY_QUIET"  # set for the run's processes (Ray workers inherit it): 1 = quiet
 # What hears every Progress's events besides the console (fda_ray.experiments.tracking.Tracking): set by the
 # sweep's or search's front end for its run, so the backends and a search's several launches need no new argument.
 OBSERVERS: list[Any] = []
@@ -47,20 +47,9 @@ def quiet(verbose: bool) -> None:
     quiet_worker()
 
 
-def is_quiet() -> bool:
-    return os.environ.get(QUIET_ENV) == "1"
-
-
 def ray_logging_level() -> int:
     """ray.init's logging_level: ERROR when quiet (ray.init resets the "ray" logger to it)."""
     return logging.ERROR if is_quiet() else logging.INFO
-
-
-def quiet_worker() -> None:
-    """In a trial's process, when quiet: torch's notice that no CUDA runtime was found (printed on a CPU-only
-    machine when the kernels compile, after the summary when a worker prints late) is not shown."""
-    if is_quiet():
-        logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
 
 
 # The loggers whose ERROR records are Tune's traceback dumps of a failing trial ("Trial task failed for trial

@@ -50,6 +50,9 @@ class FusionServer:
     """Hosts the clients of many trials and runs their rounds in fused batches (wrapped with `ray.remote` below)."""
 
     def __init__(self, threads: int, window_s: float, imports: Sequence[tuple[str, str | None]] = ()) -> None:
+        from fda_ray.core.quiet import quiet_worker
+
+        quiet_worker()  # torch's "No CUDA runtime is found" when the kernels load here: hidden, as in trial processes
         self.broken: plugins.WorkerImportError | None = None
         try:
             plugins.load_in_worker("fusion server", imports)
