@@ -451,6 +451,22 @@ def test_a_fused_member_that_finishes_first_is_done_at_once(short_and_long_grid,
     assert said["short"] < (long_key / "rows.json").stat().st_mtime - 0.5 < said["long"]
 
 
+def test_a_local_fused_groups_failing_members_are_noted_as_in_their_group(tiny_fused_grid, fmnist_dir, tmp_path,
+                                                                          capsys, no_ray):
+    """The local backend's note for a member of a fused group that failed says so, as the Tune backend's does:
+    '<trial> (in a fused group of 2) failed: ...; it runs again'."""
+    from fda_ray.experiments import sweep
+
+    args = _sweep_args(fmnist_dir, tmp_path / "o", "--fuse", "2", "--backend", "local", "--workers", "1", "--methods",
+                       "fedgp_auto", "--seeds", "1", "--lr-source", "1e12", "--max-failures", "1")
+    assert sweep.main(args) == 1
+    notes = [x for x in capsys.readouterr().err.splitlines() if x.startswith("note: ")]
+    assert sorted(x.split(" (in")[0] for x in notes) == ["note: fedgp_auto noise=0 seed 0",
+                                                          "note: fedgp_auto noise=0.8 seed 0"], notes
+    assert all(" (in a fused group of 2) failed: run stopped in round " in x and "it runs again (attempt 2 of 2)"
+               in x for x in notes), notes
+
+
 @pytest.mark.parametrize("value", ["0", "many"])
 def test_a_bad_fuse_flag_is_one_line_and_exit_2(tiny_fused_grid, fmnist_dir, tmp_path, capsys, value):
     from fda_ray.experiments import sweep

@@ -158,14 +158,15 @@ def run_local(pending: list[Trial], records: StoragePath, workers: int, max_fail
                 ready.remove(t)
         return group
 
-    def settle(t: Trial, error: str | None) -> None:
+    def settle(t: Trial, error: str | None, size: int = 1) -> None:
         if error is None:
             progress.line(t, "done")
             return
         attempts[t.key] = attempts.get(t.key, 0) + 1
         if attempts[t.key] <= max_failures:
             todo.insert(0, t)
-            progress.note(f"note: {trial_name(t, progress.variable)} failed: {error}; it runs again (attempt "
+            where = f" (in a fused group of {size})" if size > 1 else ""  # as the Tune backend's note says it
+            progress.note(f"note: {trial_name(t, progress.variable)}{where} failed: {error}; it runs again (attempt "
                           f"{attempts[t.key] + 1} of {max_failures + 1})", stream=sys.stderr)
             return
         failed.add(t.key)
@@ -211,7 +212,7 @@ def run_local(pending: list[Trial], records: StoragePath, workers: int, max_fail
                     out = {t.key: line for t in group}
                 for t in group:
                     if t.key not in settled_early:
-                        settle(t, out.get(t.key) if isinstance(out, dict) else None)
+                        settle(t, out.get(t.key) if isinstance(out, dict) else None, len(group))
     except (KeyboardInterrupt, plugins.WorkerImportError):
         for p in list(getattr(pool, "_processes", {}).values()):
             p.kill()  # (they ignore SIGTERM) the trials' records keep their last finished round
