@@ -138,6 +138,12 @@ def test_a_member_resumes_from_its_checkpoint_inside_a_running_group(fmnist_dir,
     assert rounds[resumed.key] == [2] and rounds[trials[1].key] == [0, 1, 2]
     for t in trials:
         _same_numbers(alone, fused, t)
+    # the record says how the attempt that finished it ran: its group, the batches it trained in, its first round;
+    # nodes.json each attempt's group (the first attempt ran alone)
+    assert read_rows(fused / resumed.key)["fused"] == {"members": 3, "batches": 1, "from_round": 2}
+    assert read_rows(fused / trials[1].key)["fused"] == {"members": 3, "batches": 3, "from_round": 0}
+    attempts = json.loads((fused / resumed.key / "nodes.json").read_text())
+    assert [(a["from_round"], a.get("fused_members")) for a in attempts] == [(0, None), (2, 3)]
 
 
 def test_a_failing_member_leaves_and_the_others_finish_with_their_numbers(fmnist_dir, tmp_path, monkeypatch):

@@ -460,10 +460,11 @@ def where_running() -> dict[str, Any]:
     return here
 
 
-def _note_start(record: StoragePath, resume: dict | None, executor: Any = None, started_at: float | None = None
-                ) -> list[dict[str, Any]]:
+def _note_start(record: StoragePath, resume: dict | None, executor: Any = None, started_at: float | None = None,
+                fused: int | None = None) -> list[dict[str, Any]]:
     """Append this attempt (the driver's node, its client actors' nodes, the round it starts from, when it started:
-    seconds since the epoch) to the record's nodes.json; returns the list."""
+    seconds since the epoch; `fused`: the trials of the fused group it runs in) to the record's nodes.json; returns
+    the list."""
     path = record / NODES_FILE
     nodes = _attempts(path) if path.is_file() else []
     if nodes is None:  # damaged (cut short by a crash, edited by hand): kept aside, nothing lost; a new list begun
@@ -477,7 +478,7 @@ def _note_start(record: StoragePath, resume: dict | None, executor: Any = None, 
     clients = sorted(set(executor.nodes())) if hasattr(executor, "nodes") else None
     reused = {"reused_actors": executor.reused} if hasattr(executor, "reused") else {}
     nodes.append({**where_running(), **({"client_nodes": clients} if clients is not None else {}), **reused,
-                  "from_round": start,
+                  **({"fused_members": fused} if fused is not None else {}), "from_round": start,
                   "build": build(), "started_at": started_at if started_at is not None else time.time()})
     _save_json(nodes, path)
     return nodes

@@ -198,7 +198,8 @@ def run_trial(trial: Trial, records: StoragePath | Path | str, report: Callable[
         finished = False
         try:
             resume = load_state(record, fits=lambda st: resume_misfit(st, exp))
-            nodes = _note_start(record, resume, executor, started_at)
+            nodes = _note_start(record, resume, executor, started_at,
+                                fused=len(group.members) if group is not None else None)
             hist = run_rounds(exp, executor, resume=resume, checkpoint=on_round, startup=startup)
             finished = True
             gpu_memory.read_actors(executor)
@@ -206,7 +207,10 @@ def run_trial(trial: Trial, records: StoragePath | Path | str, report: Callable[
             executor.shutdown(keep=finished)  # a finished trial's actors may serve the sweep's next trial
     if trial.save_weights:
         _save_torch(hist.final_weights.detach().cpu().contiguous(), record / WEIGHTS_FILE)
-    fused = {"fused": group.record(trial.key)} if group is not None else {}
+    # how the attempt that finished it ran fused: its group, its batches, the round it started from (nodes.json
+    # says for each attempt whether it ran in a group: a member retried alone ran its first rounds fused)
+    fused = {"fused": {**group.record(trial.key), "from_round": nodes[-1].get("from_round", 0)}} \
+        if group is not None else {}
     _save_json({"config": cfg.to_dict(), "rows": hist.rows, "seconds": hist.seconds,
                 "environment": environment(kernels.ran()),
                 "nodes": nodes, "startup": hist.startup, "finished_at": time.time(), **gpu_memory.record(), **fused},

@@ -283,8 +283,9 @@ class TrialGroup:
             return req.results  # type: ignore[return-value]
 
     def record(self, key: str) -> dict[str, int]:
-        """What a member's record says of its fusing: the trials of its group and the batches the group ran."""
-        return {"members": len(self.members), "batches": self.stats.batches}
+        """What a member's record says of its fusing: the trials of its group and the group's batches it trained in
+        (in this process: a resumed member's attempt from its first round here, fda_ray.experiments.trials)."""
+        return {"members": len(self.members), "batches": self.stats.per_member.get(key, [0, 0])[0]}
 
     def _ready(self) -> bool:
         if not self._waiting:
