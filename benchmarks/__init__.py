@@ -21,3 +21,20 @@ def below_one(args: object, fields: tuple[str, ...]) -> str | None:
         if getattr(args, field) < 1:
             return f"error: {field}={getattr(args, field)} is invalid: an integer >= 1"
     return None
+
+
+def checked_args(parser: object, invalid: object, argv: list[str]) -> object:
+    """`argv` parsed by a benchmark's parser and passed through its own checks (`invalid(args)`: an error line or
+    None): the arguments, or the exit code 2 after one error line (tests/test_lease_scripts.py calls the two halves
+    apart, without running the benchmark)."""
+    import sys
+
+    parse = getattr(parser, "parse_or_exit_code", None)
+    a = parse(argv) if parse is not None else parser.parse_args(argv)  # type: ignore[attr-defined]
+    if isinstance(a, int):
+        return a
+    bad = invalid(a)  # type: ignore[operator]
+    if bad:
+        print(bad, file=sys.stderr)
+        return 2
+    return a

@@ -25,6 +25,8 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
+from benchmarks import checked_args
+
 
 def _step(forward: Callable, p: dict, x: torch.Tensor, y: torch.Tensor) -> tuple:
     """A fused step's arithmetic: (K, B, classes) logits, each row's mean loss, the gradients of their sum."""
@@ -134,13 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.sweep import machine
 
     args = sys.argv[1:] if argv is None else list(argv)
-    a = parser().parse_or_exit_code(args)
+    a = checked_args(parser(), invalid, args)
     if isinstance(a, int):
         return a
-    bad = invalid(a)
-    if bad:
-        print(bad, file=sys.stderr)
-        return 2
     r = measure(a.trials, a.clients, a.batch, a.steps, a.repeats, a.device, a.threads)
     r.update(machine=machine(), torch=torch.__version__,
              command="python -m benchmarks.compiled_step " + " ".join(args))

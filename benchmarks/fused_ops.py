@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks import checked_args
+
 
 def _trials(n: int, samples: int, data_dir: str | None, device: str = "cpu") -> list[Any]:
     from fda_ray.experiments.trials import plan
@@ -147,11 +149,9 @@ def invalid(a: argparse.Namespace) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = parser().parse_args(argv)
-    bad = invalid(a)
-    if bad:
-        print(bad, file=sys.stderr)
-        return 2
+    a = checked_args(parser(), invalid, sys.argv[1:] if argv is None else list(argv))
+    if isinstance(a, int):
+        return a
     import torch
 
     torch.set_num_threads(1)  # the trials' own setting (threads=1)

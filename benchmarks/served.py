@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks import checked_args
 from benchmarks.sweep import at_once, machine, read_trials
 
 
@@ -96,13 +97,9 @@ def plan_trials(a: Any) -> list:
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = parser().parse_or_exit_code(sys.argv[1:] if argv is None else list(argv))
+    a = checked_args(parser(), invalid, sys.argv[1:] if argv is None else list(argv))
     if isinstance(a, int):
         return a
-    bad = invalid(a)
-    if bad:
-        print(bad, file=sys.stderr)
-        return 2
     trials = plan_trials(a)
     runs = []
     with tempfile.TemporaryDirectory() as d:

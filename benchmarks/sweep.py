@@ -47,6 +47,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks import checked_args
 from fda_ray.runtime.startup import PHASES
 
 BACKENDS = ("local", "tune", "tune-actors", "local-fused", "tune-fused")  # tune-actors: the clients as Ray actors
@@ -330,13 +331,9 @@ def split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     mine, extra = split_argv(argv)
-    a = parser().parse_or_exit_code(mine)
+    a = checked_args(parser(), invalid, mine)
     if isinstance(a, int):
         return a
-    bad = invalid(a)
-    if bad:
-        print(bad, file=sys.stderr)
-        return 2
     backends = [b for b in a.backends.split(",") if b]
     result: dict[str, Any] = {"machine": machine(), "grid": a.grid, "profile": a.profile, "values": a.values,
                               "seeds": a.seeds, "extra": extra, "backends": []}
