@@ -198,8 +198,9 @@ def run_trial(trial: Trial, records: StoragePath | Path | str, report: Callable[
         finished = False
         try:
             resume = load_state(record, fits=lambda st: resume_misfit(st, exp))
+            # (a fused group's trials; a fusion server's batches are whichever trials' rounds wait: not known here)
             nodes = _note_start(record, resume, executor, started_at,
-                                fused=len(group.members) if group is not None else None)
+                                fused=len(group.members) if hasattr(group, "members") else None)
             hist = run_rounds(exp, executor, resume=resume, checkpoint=on_round, startup=startup)
             finished = True
             gpu_memory.read_actors(executor)
