@@ -141,3 +141,34 @@ def test_the_block_never_wraps_or_scrolls_a_small_terminal():
     assert lines[-1] == "  ... and 9 more running"
     assert fit(["short", "x" * 100], 30, 24) == ["short", "x" * 26 + "..."]
     assert fit(["a", "b"], 80, 24) == ["a", "b"]
+
+
+def test_a_quiet_worker_drops_only_the_systemexit_that_ray_raises_as_it_ends_the_process(monkeypatch, capsys):
+    """Ray ends a trial process with SIGTERM, whose handler raises SystemExit; when that lands in a callback (a
+    WeakSet's, during garbage collection) Python prints "Exception ignored in ...: SystemExit" and Ray forwards it to
+    the sweep's console. A quiet worker drops those; any other unraisable error is still printed."""
+    import sys
+
+    from fda_ray.core import quiet
+
+    import logging
+
+    monkeypatch.setattr(sys, "unraisablehook", sys.__unraisablehook__)
+    monkeypatch.setattr(logging.getLogger("torch.utils.cpp_extension"), "level", logging.NOTSET)  # (put back)
+    monkeypatch.setenv(quiet.QUIET_ENV, "1")
+    quiet.quiet_worker()
+    quiet.quiet_worker()  # (once only: not wrapped twice)
+    assert getattr(sys.unraisablehook, "_fda_ray", False)
+
+    class Ends:
+        def __init__(self, error: BaseException) -> None:
+            self.error = error
+
+        def __del__(self) -> None:
+            raise self.error
+
+    Ends(SystemExit(1))  # dropped at once: its __del__'s exception cannot be raised
+    assert capsys.readouterr().err == ""
+    Ends(ValueError("a real fault"))
+    err = capsys.readouterr().err
+    assert "Exception ignored" in err and "ValueError: a real fault" in err
