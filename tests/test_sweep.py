@@ -204,6 +204,21 @@ def test_search_space_rejects_unknown_fields():
         ft.search_space(method="fedgp", lr=0.1)
 
 
+def test_a_served_tuner_trial_asks_its_drivers_share_and_a_bad_fuse_is_one_line():
+    """with_resources(served=...): one bundle, the driver's 1/fuse share of its threads (the server trains its
+    clients); fuse must be a whole number >= 1."""
+    import fda_ray.experiments.tune as ft
+    from fda_ray.core.config import RunConfig
+
+    cfg = RunConfig(method="fedgp", vectorise="on", threads=2)
+    served = ft.with_resources(cfg, served={"node": ["fda-fusion:node:0"]}, fuse=4)
+    assert served._resources.bundles == [{"CPU": 0.5}]
+    assert ft.with_resources(cfg)._resources.bundles != [{"CPU": 0.5}]  # (a trial of its own asks its clients too)
+    for bad in (0, 2.5, True):
+        with pytest.raises(ValueError, match=rf"fuse={bad!r} is invalid: an integer >= 1"):
+            ft.with_resources(cfg, served={"node": ["x"]}, fuse=bad)
+
+
 @pytest.mark.slow
 def test_programmatic_tuner(fmnist_dir, tmp_path, no_ray):
     """The README's Tune API path: a Tuner over RunConfig fields; each trial's last round equals a plain run."""
@@ -223,6 +238,39 @@ def test_programmatic_tuner(fmnist_dir, tmp_path, no_ray):
         assert r.metrics["round"] == 2
         cfg = RunConfig(**{k: v for k, v in r.config.items()})
         assert r.metrics["accuracy"] == pytest.approx(run(cfg).final_accuracy)
+
+
+@pytest.mark.slow
+def test_programmatic_tuner_on_fusion_servers_gives_each_trial_its_numbers_alone(fmnist_dir, tmp_path, no_ray):
+    """The Tune API with fusion servers: each Tuner trial stays a Tune trial of its own, its clients' training runs
+    on the node's server (which ran batches of the trials' rounds), and each trial's last round equals its plain run
+    (served == alone within the cohort's tolerance: accuracy within 2 test samples of 100)."""
+    from ray import tune
+
+    import fda_ray.experiments.tune as ft
+    from fda_ray.core.config import RunConfig
+    from fda_ray.runtime import fusion_server
+    from fda_ray.runtime.engine import run
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    space = ft.search_space(dataset="fashion-mnist", data_dir=str(fmnist_dir), threads=1, vectorise="on",
+                            method=tune.grid_search(["fedgp", "fedda"]), noise=0.4, **TINY)
+    with ft.fusion_servers(space) as served:
+        assert sum(len(v) for v in served.values()) == 1  # one node: one server
+        results = tune.Tuner(ft.with_resources(space, served=served, fuse=4), param_space=space,
+                             run_config=tune.RunConfig(storage_path=str(tmp_path), name="served", verbose=0)).fit()
+        (name,) = [n for ns in served.values() for n in ns]
+        stats = ray.get(ray.get_actor(name, namespace=fusion_server.NAMESPACE).stats.remote())
+    assert len(results) == 2 and not results.errors
+    # every round of both trials trained there (3 rounds each, their sources at least), in batches of one or both
+    assert 3 <= stats["batches"] <= 2 * 3 and sum(stats["jobs"]) >= 2 * 3 * TINY["num_sources"]
+    for r in results:
+        assert r.metrics["round"] == 2
+        cfg = RunConfig(**{k: v for k, v in r.config.items()})
+        assert abs(r.metrics["accuracy"] - run(cfg).final_accuracy) <= 0.02
+    with pytest.raises(ValueError, match=r"vectorise='off' is invalid for fusion servers"):
+        with ft.fusion_servers({**space, "vectorise": "off"}):
+            pass
 
 
 def test_the_error_line_of_a_tune_trace_is_its_last():

@@ -21,8 +21,9 @@ import re
 import sys
 import tempfile
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 from ray import tune
@@ -115,13 +116,16 @@ def resources(cfg: RunConfig, driver_extra: dict[str, float] | None = None,
     return tune.PlacementGroupFactory(p.bundles, strategy=p.strategy)
 
 
-def trainable(params: dict[str, Any]) -> None:
+def trainable(params: dict[str, Any], served: dict[str, list[str]] | None = None) -> None:
     """One run as a Tune function trainable, reporting a result per round.
 
     A sweep's trial (fda_ray.experiments.sweep): params["run"] = {"trial": a fda_ray.experiments.trials.Trial as a dict,
     RECORD_KEY: the sweep's trials/ directory}; the trial keeps its own record there (state.pt every round, rows.json
     when done) and goes on from it when started again, in this Tune run or a later one (a resumed sweep). Otherwise
-    params are RunConfig fields (the programmatic Tuner path) and the trial checkpoints through Tune."""
+    params are RunConfig fields (the programmatic Tuner path) and the trial checkpoints through Tune; `served`
+    (with_resources(served=...), from fusion_servers): its clients' training goes to its node's fusion server, fused
+    with the other trials' rounds waiting there, where its config fuses (vectorise on, a method of the epoch
+    recipe; else it trains its clients itself)."""
     from fda_ray.core import plugins
     from fda_ray.runtime.engine import run_rounds, start_run
     from fda_ray.experiments.console import quiet_worker
@@ -164,7 +168,16 @@ def trainable(params: dict[str, Any]) -> None:
     if ckpt is not None:  # Tune restarted this trial: go on from its checkpoint
         with ckpt.as_directory() as d:
             resume = resume_state(Path(d) / STATE_FILE)
-    exp, executor, startup = start_run(cfg)
+    from fda_ray.runtime.fusion import config_fuses
+
+    if served and config_fuses(cfg):  # one of the Tuner's trials, on its node's fusion server
+        from fda_ray.experiments.trials import _start_member
+        from fda_ray.runtime.fusion_server import served_group
+
+        key = tune.get_context().get_trial_id()
+        exp, executor, startup = _start_member(cfg, key, served_group(served, key))
+    else:
+        exp, executor, startup = start_run(cfg)
 
     def on_round(state: dict) -> None:
         with tempfile.TemporaryDirectory() as d:
@@ -271,9 +284,12 @@ def keep_working_directory() -> None:
     os.environ.setdefault("RAY_CHDIR_TO_TRIAL_DIR", "0")
 
 
-def with_resources(cfg_or_params: RunConfig | dict[str, Any] | None = None, pin_drivers: bool = False):
+def with_resources(cfg_or_params: RunConfig | dict[str, Any] | None = None, pin_drivers: bool = False,
+                   served: dict[str, list[str]] | None = None, fuse: int = 8):
     """The trainable with the bundles of a config (by default one CPU: the serial executor); with pin_drivers
-    the driver bundle asks for DRIVER_RESOURCE (only nodes that declare it run drivers)."""
+    the driver bundle asks for DRIVER_RESOURCE (only nodes that declare it run drivers). served (fusion_servers'
+    names): each trial sends its clients' training to its node's fusion server and asks only its driver's bundle,
+    a 1/fuse share of its threads (and of its GPU share), as a served sweep's trials do."""
     if cfg_or_params is None:
         cfg = RunConfig()
     elif isinstance(cfg_or_params, RunConfig):
@@ -281,7 +297,33 @@ def with_resources(cfg_or_params: RunConfig | dict[str, Any] | None = None, pin_
     else:
         plain = {k: v for k, v in cfg_or_params.items() if not isinstance(v, dict) and not hasattr(v, "sample")}
         cfg = config_from_params(plain)
+    if served:
+        if not isinstance(fuse, int) or isinstance(fuse, bool) or fuse < 1:
+            raise ValueError(f"fuse={fuse!r} is invalid: an integer >= 1 (the trials that share a fusion server)")
+        return tune.with_resources(tune.with_parameters(trainable, served=served),
+                                   served_resources(cfg.resolved(), fuse, driver_placement(pin_drivers)))
     return tune.with_resources(trainable, resources(cfg.resolved(), driver_placement(pin_drivers)))
+
+
+@contextmanager
+def fusion_servers(cfg_or_params: RunConfig | dict[str, Any]) -> Iterator[dict[str, list[str]]]:
+    """The fusion servers of a programmatic Tuner's trials (fda_ray.runtime.fusion_server), for with_resources(
+    served=...): one per node (per GPU with device cuda) while the block runs, stopped after it. The config (or
+    search space: its plain fields) must fuse: vectorise "on" and a method whose local training is the epoch
+    recipe; else a one-line ValueError."""
+    from fda_ray.runtime.fusion import config_fuses
+    from fda_ray.runtime.fusion_server import serving
+
+    if isinstance(cfg_or_params, RunConfig):
+        cfg = cfg_or_params.resolved()
+    else:
+        cfg = config_from_params({k: v for k, v in cfg_or_params.items()
+                                  if not isinstance(v, dict) and not hasattr(v, "sample")})
+    if not config_fuses(cfg):
+        raise ValueError(f"method={cfg.method!r}, vectorise={cfg.vectorise!r} is invalid for fusion servers: trials "
+                         "fuse with vectorise 'on' and a method whose local training is the vectorised epoch recipe")
+    with serving(cfg) as names:
+        yield names
 
 
 def asha(metric: str, max_t: int, grace_period: int, reduction_factor: int) -> Any:
