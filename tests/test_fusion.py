@@ -376,6 +376,10 @@ def test_dry_run_shows_the_groups_and_what_each_asks(tiny_fused_grid, fmnist_dir
     assert sweep.main(_sweep_args(fmnist_dir, tmp_path / "o", "--fuse", "4", "--dry-run", "--backend", "local",
                                   "--workers", "2")) == 0
     assert "plan: 2 group(s) at once (backend local" in capsys.readouterr().out
+    # 16 CPUs would hold 16 workers: no more at once than the 2 groups
+    assert sweep.main(_sweep_args(fmnist_dir, tmp_path / "o", "--fuse", "4", "--dry-run", "--backend", "local",
+                                  "--plan-for", "CPU=16")) == 0
+    assert "plan: 2 group(s) at once (backend local" in capsys.readouterr().out
     # vectorise off: nothing is fused, and the plan says why
     args = ["--grid", "tiny-noise", "--data-dir", str(fmnist_dir), "--out", str(tmp_path / "o"), "--fuse", "4",
             "--dry-run", "--backend", "local"]

@@ -409,6 +409,10 @@ def dry_run_plan(first: Any, a: Any, trials: list[Trial] | None = None) -> tuple
     if a.backend == "local":
         node = resources.parse_nodes(a.plan_for) if a.plan_for is not None else resources.this_machine()
         workers = a.workers or local_workers(first, node, fuse)
+        if fuse > 1 and trials:  # (no more at once than there are groups and trials alone)
+            from fda_ray.runtime.fusion import plan_groups
+
+            workers = min(workers, len(plan_groups(trials, fuse)))
         line = [f"plan: {workers} {'group(s)' if fuse > 1 else 'trial(s)'} at once (backend local: worker processes, "
                 f"each {'group' if fuse > 1 else 'trial'} serially in one of them; {first.threads} thread(s), device "
                 f"{first.device})"]
