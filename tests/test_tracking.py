@@ -139,6 +139,26 @@ def test_a_failing_tracker_is_dropped_with_one_warning_and_the_others_go_on(tmp_
     assert tensorboard_scalars(tmp_path / "tensorboard" / "t1")["accuracy"] == [(r, a) for r, a in enumerate(ROUNDS["t1"])]
 
 
+def test_a_resumed_trial_logs_the_round_before_its_first_report_from_its_checkpoint(tmp_path):
+    """A launch cut off between a round's checkpoint and its report left that round out of the trackers; the
+    resumed trial's first report (round 2 here) brings round 1 back from its state.pt, once."""
+    import torch
+
+    record = tmp_path / "trials" / "t1"
+    record.mkdir(parents=True)
+    torch.save({"rows": [{"round": r, "accuracy": ROUNDS["t1"][r]} for r in range(2)], "next_round": 2},
+               record / "state.pt")
+    t = Tracking(["tensorboard"], tmp_path, "g", params_of=lambda key: {})
+    t.round("t1", {"round": 2, "accuracy": ROUNDS["t1"][2]})
+    t.round("t2", {"round": 1, "accuracy": 0.5})  # resumed too, but no checkpoint to read: nothing before it
+    t.settled("t1", True)
+    t.settled("t2", True)
+    t.close()
+    assert tensorboard_scalars(tmp_path / "tensorboard" / "t1")["accuracy"] == [(1, ROUNDS["t1"][1]),
+                                                                               (2, ROUNDS["t1"][2])]
+    assert tensorboard_scalars(tmp_path / "tensorboard" / "t2")["accuracy"] == [(1, 0.5)]
+
+
 def test_bad_track_values_are_one_line(capsys):
     with pytest.raises(TrackingError, match=r"track='comet' is invalid: a comma-separated list of tensorboard, "
                                             r"mlflow, wandb, or none"):

@@ -10,6 +10,8 @@ The sweep's process is the one tracker for both backends: it hears each trial st
 a Tune callback's on_trial_result; the local process pool: a queue its workers report to after every round) and
 each trial settle, through the status (fda_ray.experiments.console.Progress), and hands them to the trackers. So
 the same numbers reach the same places whichever backend ran them, and nothing is tracked twice when Tune retries.
+A resumed trial's round before its first report is logged from its checkpoint (the launch before may have been cut
+off between that round's checkpoint and its report).
 
 - tensorboard: one event file per trial under <out>/tensorboard/<trial key>/ (tensorboardX, which Ray brings):
   every numeric column of the round's row as a scalar at step = round; a list-valued column (beta_i per source) as
@@ -180,12 +182,32 @@ def record_params(out: Any, key: str) -> dict[str, Any]:
         return {}
 
 
+def checkpointed_row(out: Any, key: str, round_: int) -> Mapping[str, Any] | None:
+    """Round `round_`'s row from a running trial's checkpoint (<out>/trials/<key>/state.pt), read without touching
+    the file (the trial writes it, atomically); None where it cannot be read or holds no such round."""
+    import io
+
+    import torch
+
+    from fda_ray.core.storage import storage_path
+    from fda_ray.experiments.records import STATE_FILE
+
+    try:
+        state = torch.load(io.BytesIO((storage_path(out) / "trials" / key / STATE_FILE).read_bytes()),
+                           weights_only=True)
+        return next((r for r in state["rows"] if isinstance(r, dict) and r.get("round") == round_), None)
+    except Exception:  # (absent, cut short, another layout: the round is simply not logged twice)
+        return None
+
+
 class Tracking:
     """The trackers of a sweep, fed by the status's events (fda_ray.experiments.console.Progress observers)."""
 
     def __init__(self, names: Sequence[str], out: Any, name: str, params_of: Callable[[str], Mapping[str, Any]] | None = None,
-                 warn: Callable[[str], None] = lambda s: print(s, file=sys.stderr)) -> None:
+                 warn: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
+                 row_of: Callable[[str, int], Mapping[str, Any] | None] | None = None) -> None:
         self.params_of = params_of or (lambda key: record_params(out, key))
+        self.row_of = row_of or (lambda key, r: checkpointed_row(out, key, r))
         self.warn, self.trackers, self.opened = warn, [], set()
         # an object-store sweep (--out s3://...) tracks to a local folder (the trackers write files), said once
         if getattr(out, "is_local", True):
@@ -231,6 +253,13 @@ class Tracking:
         if key not in self.opened:
             self.opened.add(key)
             self._each("start", key, self.params_of(key))
+            # A trial resumed from round r: round r - 1 was checkpointed by the launch before, whose report of it
+            # may have been cut off with that launch (Ctrl-C between the checkpoint and the report): logged again
+            # from the checkpoint (the same values at the same step where it had arrived).
+            first = int(row["round"])
+            before = self.row_of(key, first - 1) if first > 0 else None
+            if before is not None:
+                self._each("log", key, first - 1, scalars(before))
         self._each("log", key, int(row["round"]), scalars(row))
 
     def settled(self, key: str, ok: bool) -> None:
