@@ -65,6 +65,23 @@ def test_an_unquoted_off_or_on_in_yaml_is_the_word_for_an_option_that_takes_one(
     (tmp_path / "s.yaml").write_text("fuse: off\nvectorise: yes\n")
     a = sweep.parser().parse_or_exit_code(["--config", str(tmp_path / "s.yaml")])
     assert not isinstance(a, int) and (a.fuse, a.vectorise) == ("off", "on")
+    # an option with a type of its own still reads the boolean itself: a sweep's `resume: true` / `false`
+    for text, want in (("resume: true\n", True), ("resume: false\n", False)):
+        (tmp_path / "r.yaml").write_text(text)
+        a = sweep.parser().parse_or_exit_code(["--config", str(tmp_path / "r.yaml")])
+        assert not isinstance(a, int) and a.resume is want
+
+
+def test_a_sweeps_printed_config_reads_back_as_the_same_parse(tmp_path, capsys):
+    """--print-config of a sweep (resume: false among its keys), fed back through --config, parses the same."""
+    argv = ["--grid", "noise", "--fuse", "auto", "--vectorise", "on", "--values", "0.4"]
+    assert sweep.main(argv + ["--print-config"]) == 0
+    (tmp_path / "s.yaml").write_text(capsys.readouterr().out)
+    again = sweep.parser().parse_or_exit_code(["--config", str(tmp_path / "s.yaml")])
+    first = sweep.parser().parse_or_exit_code(argv)
+    assert not isinstance(again, int) and not isinstance(first, int)
+    assert {k: v for k, v in vars(again).items() if k != "config"} == {k: v for k, v in vars(first).items()
+                                                                        if k != "config"}
 
 
 def test_a_run_from_a_file_gives_the_numbers_of_the_same_flags(fmnist_dir, tmp_path, capsys):

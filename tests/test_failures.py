@@ -498,7 +498,7 @@ def test_a_stopped_sweep_keeps_its_trials_and_says_how_to_resume(backend, how, f
     assert len(last) == 1 and last[0].endswith("--resume") and "resume with: python -m fda_ray.sweep" in last[0]
     assert not any(line.startswith("error:") for line in err.splitlines()), err[-3000:]
     if how.endswith("group"):
-        assert last[0].startswith("interrupted by SIGTERM (it reached this command and its local Ray node")
+        assert last[0].startswith("interrupted by SIGTERM, which stopped this command's local Ray node too")
         assert any((d / STATE_FILE).is_file() for d in (out / "trials").iterdir())
         return
     assert "**Interrupted**" in (out / "summary.md").read_text()
@@ -898,16 +898,22 @@ def test_a_raylet_that_sigterm_reached_with_the_command_is_an_interruption_not_a
     (tmp_path / "killed.out").write_text("x" * 1000 + "\n")
     assert not node_watch.told_sigterm(str(tmp_path / "killed.out"), True)
     assert node_watch.line(42, 1, str(log), kept="resume with: x --resume", term=True) == (
-        "interrupted by SIGTERM (it reached this command and its local Ray node, raylet pid 42, together); resume "
-        "with: x --resume")
+        "interrupted by SIGTERM, which stopped this command's local Ray node too (raylet pid 42); resume with: x "
+        "--resume")
 
 
 _GUARDED = """
 import os, subprocess, sys, time
 sys.path.insert(0, {root!r})
 from fda_ray.runtime import node_watch
-raylet = subprocess.Popen(["sleep", "60"])  # stands in for the raylet ray.init starts (in this process's group)
 log, group = (sys.argv[2], True) if len(sys.argv) > 2 else ("/x/raylet.out", False)
+# stands in for the raylet ray.init starts (in this process's group); with a log, one that exits with code 0 on
+# SIGTERM, as Ray's raylet does
+raylet = subprocess.Popen([sys.executable, "-c", "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: "
+                           "sys.exit(0)); print(flush=True); time.sleep(60)"], stdout=subprocess.PIPE) if group \
+    else subprocess.Popen(["sleep", "60"])
+if group:
+    raylet.stdout.readline()  # its handler is in place
 node_watch._watched.update(proc=raylet, log=log, guard=node_watch._start_guard(raylet, log, group))
 assert node_watch._watched["guard"] is not None
 node_watch.set_kept(lambda: "the 3 finished rounds are in r.parquet")
@@ -915,7 +921,7 @@ print(raylet.pid, node_watch._watched["guard"].pid, flush=True)
 mode = sys.argv[1]
 if mode == "shutdown":  # Ray ended on purpose (ray.shutdown, the interpreter's exit), then its raylet
     node_watch._at_exit()
-raylet.kill()
+raylet.terminate() if group else raylet.kill()
 os.waitid(os.P_PID, raylet.pid, os.WEXITED | os.WNOWAIT)  # ended, not reaped: what Ray's core sees first
 if mode == "said":
     node_watch._say(-9)
@@ -944,8 +950,8 @@ def test_a_lost_raylets_line_is_printed_once_even_when_rays_core_ends_the_proces
     if mode == "shutdown":
         assert lines == []
     elif mode.endswith("SIGTERM"):
-        assert lines == [f"interrupted by SIGTERM (it reached this command and its local Ray node, raylet pid "
-                         f"{raylet}, together); the 3 finished rounds are in r.parquet"]
+        assert lines == [f"interrupted by SIGTERM, which stopped this command's local Ray node too (raylet pid "
+                         f"{raylet}); the 3 finished rounds are in r.parquet"]
     else:
         assert lines == [f"error: the local Ray node under this command was lost (its raylet, pid {raylet}, ended by "
                          "SIGKILL: killed, by a user or the out-of-memory killer; its log: /x/raylet.out); Ray cannot "

@@ -217,6 +217,10 @@ def test_a_served_tuner_trial_asks_its_drivers_share_and_a_bad_fuse_is_one_line(
     for bad in (0, 2.5, True):
         with pytest.raises(ValueError, match=rf"fuse={bad!r} is invalid: an integer >= 1"):
             ft.with_resources(cfg, served={"node": ["x"]}, fuse=bad)
+    # a served trial whose sampled config cannot fuse fails in one line (it would train its clients in a driver's
+    # share of a CPU), before any data or Ray
+    with pytest.raises(ValueError, match=r"vectorise='off' is invalid for a trial on fusion servers"):
+        ft.trainable({"method": "fedgp", "vectorise": "off", "threads": 1}, served={"node": ["x"]})
 
 
 @pytest.mark.slow

@@ -92,6 +92,16 @@ def _text(value: Any) -> str:
     return repr(value) if isinstance(value, float) else str(value)  # repr: the float's shortest exact text
 
 
+def _boolean_word(action: argparse.Action, value: bool) -> str:
+    """A YAML boolean for an option that is not a switch: on/off where the option takes words (its choices hold
+    the word, or a text option: --fuse, --vectorise), else the boolean's own text, which an option with a parser of
+    its own reads (--resume: true/false)."""
+    word = "on" if value else "off"
+    if action.choices is not None:
+        return word if word in action.choices else _text(value)
+    return word if action.type in (None, str) else _text(value)
+
+
 def to_argv(parser: argparse.ArgumentParser, mapping: dict[str, Any], source: str) -> list[str]:
     """The flags that say what `mapping` says (the module docstring's rules), for `parser`."""
     options = _options(parser)
@@ -121,7 +131,7 @@ def to_argv(parser: argparse.ArgumentParser, mapping: dict[str, Any], source: st
         elif isinstance(value, dict):
             raise ConfigFileError(f"config key {raw!r} in {source} is invalid: a mapping; a value or a list")
         elif isinstance(value, bool):  # YAML reads an unquoted off/on (no/yes) as a boolean: `fuse: off` means off
-            argv += [flag, "on" if value else "off"]
+            argv += [flag, _boolean_word(action, value)]
         else:
             argv += [flag, _text(value)]
     return argv

@@ -37,14 +37,20 @@ WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPE
                 errno.EISDIR, errno.ENOTDIR, errno.EFBIG, errno.EIO, errno.EEXIST, errno.ENOENT}
 
 _state: dict[str, Any] = {"armed": False, "received": None}
-# Callables that may explain an exception escaping a command in one line they print themselves (True: said, exit 1):
-# the runtime's lost-raylet watch registers one (fda_ray.runtime.node_watch), since Ray's own error then is a
-# bare "Connection reset by peer" from deep inside ray.wait.
-CRASH_EXPLAINERS: list[Callable[[BaseException], bool]] = []
+# Callables that may explain an exception escaping a command in one line they print themselves (True: said, exit 1;
+# an int: said, that exit code): the runtime's lost-raylet watch registers one (fda_ray.runtime.node_watch), since
+# Ray's own error then is a bare "Connection reset by peer" from deep inside ray.wait (143 where the command's
+# SIGTERM stopped the raylet too).
+CRASH_EXPLAINERS: list[Callable[[BaseException], bool | int]] = []
 
 
-def _explained(e: BaseException) -> bool:
-    return any(explain(e) for explain in list(CRASH_EXPLAINERS))
+def _explained(e: BaseException) -> int:
+    """The exit code of an exception a CRASH_EXPLAINERS entry said in one line, or 0 (none did)."""
+    for explain in list(CRASH_EXPLAINERS):
+        said = explain(e)
+        if said:
+            return 1 if said is True else int(said)
+    return 0
 
 
 def received() -> str | None:
@@ -161,16 +167,16 @@ def cli_main(main: Callable[..., int]) -> Callable[..., int]:
         except OSError as e:
             line = write_failure(e)
             if line is None:
-                if _explained(e):
-                    return 1
+                if code := _explained(e):
+                    return code
                 raise
             print(f"error: {line}; what finished before is kept (a sweep's trials, a run's --parquet rounds): "
                   "free the space or fix the path, then run the same command again (a sweep with --resume)",
                   file=sys.stderr)
             return EXIT_WRITE
         except Exception as e:
-            if _explained(e):  # (a lost raylet: interrupted instead where this command's SIGTERM ended it too)
-                return EXIT_TERMINATED if received() == "SIGTERM" else 1
+            if code := _explained(e):
+                return code
             raise
         finally:
             if in_main:

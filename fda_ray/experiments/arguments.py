@@ -192,8 +192,9 @@ def chunk_manifest(held: Manifest | None, new: Manifest, grid: Any) -> Manifest:
     sweep.json; held_by_another has said it is this sweep): every chunk's rows, values and seeds so far, so that its
     readers (the results pages plan the trials from it) see the earlier chunks' trials, not only the last one's.
     The command is the latest chunk's. Another profile or other fields set on the command line (other trials) are
-    not merged: `new` as it is. Seeds per value are the most any chunk ran (an int where that is not the grid's own
-    number for every value)."""
+    not merged: `new` as it is. The union is field by field: chunks of other rows at other values plan their cross
+    product, whose cells no chunk ran read as not run; seeds per value are the most any chunk ran (one int where
+    that is not the grid's own number for every value, so a value with fewer seeds plans more)."""
     from fda_ray.experiments.trials import select_rows, select_values
 
     if held is None or (held.kind, held.name, held.profile, held.overrides) != \

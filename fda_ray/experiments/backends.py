@@ -288,9 +288,10 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
 
     class Callback(tune.Callback):
         def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-            for key in _member_keys(trial):
-                t = by_key[key]
-                progress.started(t, rounds_of(t))
+            for key in _member_keys(trial):  # (a group run again: its members said done stay done)
+                if key not in settled_early:
+                    t = by_key[key]
+                    progress.started(t, rounds_of(t))
 
         def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
             if "group" in trial.config["run"]:

@@ -265,7 +265,10 @@ def run_group(trials: Sequence[Trial], records: StoragePath | Path | str,
             run_trial(t, records, report=(lambda row: report(t.key, row)) if report else None, group=group)
             outcome[t.key] = None
             if finished is not None:
-                finished(t.key)
+                try:
+                    finished(t.key)
+                except Exception:  # (the status's message only: its record is whole, it finished)
+                    pass
         except BaseException as e:  # noqa: BLE001 (the member's own outcome; the group goes on)
             outcome[t.key] = e
         finally:

@@ -124,8 +124,8 @@ def trainable(params: dict[str, Any], served: dict[str, list[str]] | None = None
     when done) and goes on from it when started again, in this Tune run or a later one (a resumed sweep). Otherwise
     params are RunConfig fields (the programmatic Tuner path) and the trial checkpoints through Tune; `served`
     (with_resources(served=...), from fusion_servers): its clients' training goes to its node's fusion server, fused
-    with the other trials' rounds waiting there, where its config fuses (vectorise on, a method of the epoch
-    recipe; else it trains its clients itself)."""
+    with the other trials' rounds waiting there; a trial whose config cannot fuse (a sampled method or vectorise)
+    fails in one line (its bundle is only a driver's share)."""
     from fda_ray.core import plugins
     from fda_ray.runtime.engine import run_rounds, start_run
     from fda_ray.experiments.console import quiet_worker
@@ -170,10 +170,14 @@ def trainable(params: dict[str, Any], served: dict[str, list[str]] | None = None
             resume = resume_state(Path(d) / STATE_FILE)
     from fda_ray.runtime.fusion import config_fuses
 
-    if served and config_fuses(cfg):  # one of the Tuner's trials, on its node's fusion server
+    if served:  # one of the Tuner's trials, on its node's fusion server
         from fda_ray.experiments.trials import _start_member
         from fda_ray.runtime.fusion_server import served_group
 
+        if not config_fuses(cfg):  # (its bundle is a driver's share: training its clients here would overload it)
+            raise ValueError(f"method={cfg.method!r}, vectorise={cfg.vectorise!r} is invalid for a trial on fusion "
+                             "servers: every trial of the space must fuse (vectorise 'on', a method whose local "
+                             "training is the vectorised epoch recipe)")
         key = tune.get_context().get_trial_id()
         exp, executor, startup = _start_member(cfg, key, served_group(served, key))
     else:
@@ -322,6 +326,9 @@ def fusion_servers(cfg_or_params: RunConfig | dict[str, Any]) -> Iterator[dict[s
     if not config_fuses(cfg):
         raise ValueError(f"method={cfg.method!r}, vectorise={cfg.vectorise!r} is invalid for fusion servers: trials "
                          "fuse with vectorise 'on' and a method whose local training is the vectorised epoch recipe")
+    from fda_ray.runtime.driver import ensure_ray
+
+    ensure_ray()  # the servers are actors: a Ray first, as the Tuner would start or join one ($RAY_ADDRESS)
     with serving(cfg) as names:
         yield names
 

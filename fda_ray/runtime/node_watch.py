@@ -77,7 +77,8 @@ def _ended(returncode: int) -> str:
 def told_sigterm(log: str | None, same_group: bool) -> bool:
     """Whether the raylet ended because SIGTERM reached this command's process group (`timeout`, a batch system's
     stop, a terminal's kill of the job): the raylet shares the group (`same_group`) and its log's last words say it
-    received SIGTERM. Then its end is the command's stop, not a lost node."""
+    received SIGTERM. Then its end is the command's stop, not a lost node. (A SIGTERM sent to the raylet alone reads
+    the same: the line then says what is true of both, that SIGTERM stopped the node.)"""
     if not same_group or not log:
         return False
     try:
@@ -96,8 +97,8 @@ def line(pid: int, returncode: int | None, log: str | None = None, kept: str | N
     SIGTERM reached the command and its raylet together, told_sigterm: the interrupted line of a SIGTERM)."""
     kept = _kept_text() if kept is None else kept
     if term:
-        return (f"interrupted by SIGTERM (it reached this command and its local Ray node, raylet pid {pid}, "
-                "together)" + (f"; {kept}" if kept else ""))
+        return (f"interrupted by SIGTERM, which stopped this command's local Ray node too (raylet pid {pid})"
+                + (f"; {kept}" if kept else ""))
     ended = "ended" if returncode is None else _ended(returncode)
     return (f"error: the local Ray node under this command was lost (its raylet, pid {pid}, {ended}"
             + (f"; its log: {log}" if log else "") + "); Ray cannot go on without it" + (f"; {kept}" if kept else ""))
@@ -253,10 +254,11 @@ def _lost(code: int) -> bool:
     return code != 0 or _connected()
 
 
-def explain(e: BaseException) -> bool:
+def explain(e: BaseException) -> bool | int:
     """For an exception escaping a command (fda_ray.core.interrupts.CRASH_EXPLAINERS): when the watched raylet has
     ended, Ray's error is its loss (a bare 'Connection reset by peer' from ray.wait, an actor that died): the one
-    line instead of the traceback. Returns whether it said so."""
+    line instead of the traceback. Returns False (not said), or the exit code: 143 where the command's SIGTERM
+    stopped the raylet too (told_sigterm), else 1, as the watch thread's."""
     proc = _watched.get("proc")
     if proc is None:
         return False
@@ -264,7 +266,9 @@ def explain(e: BaseException) -> bool:
     if code is None or not _lost(code):  # running, or ended with its ray.shutdown: not this command's loss
         return False
     _say(code)
-    return True
+    from fda_ray.core.interrupts import EXIT_TERMINATED
+
+    return EXIT_TERMINATED if terminated() else 1
 
 
 def start(exit: Callable[[int], None] = os._exit) -> threading.Thread | None:
@@ -390,7 +394,9 @@ def guard(parent: int, raylet: int, log: str | None, stdin=None, stdout=None, sa
         if parent_fd in ready:
             # ended with no word: ended by Ray's core after its raylet (the race in the module docstring) or by
             # itself, with its raylet running or stopped cleanly (nothing to say then)
-            if raylet_ended and code != 0:
+            # (a raylet ends with code 0 on SIGTERM: the group's, told_sigterm, is this command's stop too; a
+            # ray.shutdown's told this guard to quit before it)
+            if raylet_ended and (code != 0 or told_sigterm(log, same_group)):
                 try:
                     print(line(raylet, code, log or None, kept, term=told_sigterm(log, same_group)),
                           file=sys.stderr, flush=True)
