@@ -51,19 +51,38 @@ def trials(n: int, rounds: int, data_dir: str | None, executor: str, samples: in
     return out
 
 
+def _start_cluster(k: int, cpus_per_node: float, tries: int = 2) -> Any:
+    """A local cluster of a head without CPUs and k worker nodes. Ray gives a node 30 s to register (a fixed limit
+    in ray._private.node), which a 2-core machine still busy shutting down the previous K's cluster can miss
+    ("The current node timed out during startup"): the start is tried again then, from a clean slate (the timing
+    starts once the cluster answers)."""
+    from ray.cluster_utils import Cluster
+
+    for attempt in range(tries):
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+        try:
+            for i in range(k):
+                cluster.add_node(num_cpus=cpus_per_node, resources={f"bench_node_{i}": 1})
+            cluster.wait_for_nodes()
+            return cluster
+        except Exception as e:  # (Ray raises a bare Exception for it)
+            cluster.shutdown()
+            if "timed out during startup" not in str(e) or attempt == tries - 1:
+                raise
+            print(f"bench.cluster: a node of the {k}-node cluster did not register within Ray's 30 s; starting "
+                  "it again", file=sys.stderr)
+    raise AssertionError("unreachable")
+
+
 def measure(k: int, a: argparse.Namespace) -> dict[str, Any]:
     """One K: a fresh local cluster of k worker nodes runs the trials; returns the table's row."""
     import ray
-    from ray.cluster_utils import Cluster
 
     from fda_ray.experiments.backends import Progress, run_tune
     from fda_ray.experiments.tune import resources
     from fda_ray.experiments.records import read_rows
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
-    for i in range(k):
-        cluster.add_node(num_cpus=a.cpus_per_node, resources={f"bench_node_{i}": 1})
-    cluster.wait_for_nodes()
+    cluster = _start_cluster(k, a.cpus_per_node)
     todo = trials(a.trials, a.rounds, a.data_dir, a.executor, a.samples)
     per_trial_cpus = sum(b.get("CPU", 0) for b in resources(todo[0].config().resolved()).bundles)
     try:
