@@ -185,16 +185,11 @@ def record_params(out: Any, key: str) -> dict[str, Any]:
 def checkpointed_row(out: Any, key: str, round_: int) -> Mapping[str, Any] | None:
     """Round `round_`'s row from a running trial's checkpoint (<out>/trials/<key>/state.pt), read without touching
     the file (the trial writes it, atomically); None where it cannot be read or holds no such round."""
-    import io
-
-    import torch
-
     from fda_ray.core.storage import storage_path
     from fda_ray.experiments.records import STATE_FILE
 
     try:
-        state = torch.load(io.BytesIO((storage_path(out) / "trials" / key / STATE_FILE).read_bytes()),
-                           weights_only=True)
+        state = (storage_path(out) / "trials" / key / STATE_FILE).load_torch()
         return next((r for r in state["rows"] if isinstance(r, dict) and r.get("round") == round_), None)
     except Exception:  # (absent, cut short, another layout: the round is simply not logged twice)
         return None

@@ -175,9 +175,7 @@ def trainable(params: dict[str, Any], served: dict[str, list[str]] | None = None
         from fda_ray.runtime.fusion_server import served_group
 
         if not config_fuses(cfg):  # (its bundle is a driver's share: training its clients here would overload it)
-            raise ValueError(f"method={cfg.method!r}, vectorise={cfg.vectorise!r} is invalid for a trial on fusion "
-                             "servers: every trial of the space must fuse (vectorise 'on', a method whose local "
-                             "training is the vectorised epoch recipe)")
+            raise ValueError(_not_fusing(cfg, "a trial on fusion servers"))
         key = tune.get_context().get_trial_id()
         exp, executor, startup = _start_member(cfg, key, served_group(served, key))
     else:
@@ -288,19 +286,30 @@ def keep_working_directory() -> None:
     os.environ.setdefault("RAY_CHDIR_TO_TRIAL_DIR", "0")
 
 
+def _space_config(cfg_or_params: RunConfig | dict[str, Any] | None) -> RunConfig:
+    """The RunConfig a trainable's resources are sized from: the config, a search space's plain fields (its
+    sampled and nested ones left to each trial), or the defaults (one CPU: the serial executor)."""
+    if cfg_or_params is None:
+        return RunConfig()
+    if isinstance(cfg_or_params, RunConfig):
+        return cfg_or_params
+    return config_from_params({k: v for k, v in cfg_or_params.items()
+                               if not isinstance(v, dict) and not hasattr(v, "sample")})
+
+
+def _not_fusing(cfg: RunConfig, what: str) -> str:
+    """The one line refusing a config that cannot fuse for `what`."""
+    return (f"method={cfg.method!r}, vectorise={cfg.vectorise!r} is invalid for {what}: trials fuse with vectorise "
+            "'on' and a method whose local training is the vectorised epoch recipe")
+
+
 def with_resources(cfg_or_params: RunConfig | dict[str, Any] | None = None, pin_drivers: bool = False,
                    served: dict[str, list[str]] | None = None, fuse: int = 8):
     """The trainable with the bundles of a config (by default one CPU: the serial executor); with pin_drivers
     the driver bundle asks for DRIVER_RESOURCE (only nodes that declare it run drivers). served (fusion_servers'
     names): each trial sends its clients' training to its node's fusion server and asks only its driver's bundle,
     a 1/fuse share of its threads (and of its GPU share), as a served sweep's trials do."""
-    if cfg_or_params is None:
-        cfg = RunConfig()
-    elif isinstance(cfg_or_params, RunConfig):
-        cfg = cfg_or_params
-    else:
-        plain = {k: v for k, v in cfg_or_params.items() if not isinstance(v, dict) and not hasattr(v, "sample")}
-        cfg = config_from_params(plain)
+    cfg = _space_config(cfg_or_params)
     if served:
         if not isinstance(fuse, int) or isinstance(fuse, bool) or fuse < 1:
             raise ValueError(f"fuse={fuse!r} is invalid: an integer >= 1 (the trials that share a fusion server)")
@@ -318,14 +327,9 @@ def fusion_servers(cfg_or_params: RunConfig | dict[str, Any]) -> Iterator[dict[s
     from fda_ray.runtime.fusion import config_fuses
     from fda_ray.runtime.fusion_server import serving
 
-    if isinstance(cfg_or_params, RunConfig):
-        cfg = cfg_or_params.resolved()
-    else:
-        cfg = config_from_params({k: v for k, v in cfg_or_params.items()
-                                  if not isinstance(v, dict) and not hasattr(v, "sample")})
+    cfg = _space_config(cfg_or_params).resolved()
     if not config_fuses(cfg):
-        raise ValueError(f"method={cfg.method!r}, vectorise={cfg.vectorise!r} is invalid for fusion servers: trials "
-                         "fuse with vectorise 'on' and a method whose local training is the vectorised epoch recipe")
+        raise ValueError(_not_fusing(cfg, "fusion servers"))
     from fda_ray.runtime.driver import ensure_ray
 
     ensure_ray()  # the servers are actors: a Ray first, as the Tuner would start or join one ($RAY_ADDRESS)
