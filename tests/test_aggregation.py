@@ -37,6 +37,48 @@ def test_fedgp_exact_projection_hand_case():
     torch.testing.assert_close(out, torch.tensor([0.875, 0.125, 0.5, 0.75]))
 
 
+def test_fedgp_exact_projection_reads_no_align():
+    """The exact projection <t, s>/|s|^2 s is on the target's scale already (FedGP Def. 3.1 has no alignment): an
+    align factor, which the cosine form needs, leaves it unchanged."""
+    t, s, off = case()
+    w = torch.tensor([0.5, 0.5])
+    plain = fedgp(t, s, off, beta=0.5, weights=w, projection="exact")
+    for impl in ("reference", "kernel"):
+        aligned = fedgp(t, s, off, beta=0.5, weights=w, projection="exact", align=torch.tensor([0.03, 7.0]), impl=impl)
+        torch.testing.assert_close(aligned, plain)
+    cosine = fedgp(t, s, off, beta=0.5, weights=w, align=torch.tensor([2.0, 2.0]))  # the cosine form does read it
+    assert not torch.allclose(cosine, fedgp(t, s, off, beta=0.5, weights=w))
+
+
+def test_fda_run_with_exact_projection_is_def_3_1(tiny):
+    """A FedGP trial's aggregation with --projection exact is FedGP Def. 3.1 layer by layer,
+    (1 - beta) g_T + beta sum_i alpha_i Proj+(g_T | g_i), however far the step counts set the alignment from 1."""
+    from fda_ray.core.contract import ClientResult
+    from fda_ray.runtime.engine import build_experiment
+
+    exp = build_experiment(tiny(method="fedgp", projection="exact", beta=0.5, log_estimates=False, rounds=3))
+    algo, n, m = exp.algorithm, exp.cfg.num_sources, exp.layout.size
+    assert not torch.allclose(algo.align, torch.ones_like(algo.align))  # the case where the alignment would matter
+    g = torch.Generator().manual_seed(0)
+    target = torch.randn(m, generator=g)
+    sources = torch.randn(n, m, generator=g) + torch.where(torch.rand(n, m, generator=g) < 0.5, target, -target)
+    results = {i: ClientResult(client=i, tensors={"delta": sources[i]}, scalars={"loss": 0.0}) for i in range(n)}
+    results[algo.target] = ClientResult(client=algo.target, tensors={"delta": target}, scalars={"loss": 0.0})
+    r = algo.warmup  # a main round
+    state, _ = algo.aggregate(r, {"global": torch.zeros(m)}, results)
+    alpha = algo.weights.double()
+    want = 0.5 * target.double()
+    offsets = exp.layout.offsets.tolist()
+    for a, b in zip(offsets[:-1], offsets[1:]):
+        t_l = target[a:b].double()
+        for i in range(n):
+            s_l = sources[i, a:b].double()
+            dot, sq = float(t_l @ s_l), float(s_l @ s_l)
+            if dot > 0 and sq > 0:  # Proj+: max(<g_T, g_i>, 0) g_i / |g_i|^2
+                want[a:b] += 0.5 * alpha[i] * dot / sq * s_l
+    torch.testing.assert_close(state["global"].double(), want, rtol=1e-5, atol=1e-6)
+
+
 def test_fedgp_without_filter_keeps_negative_layers():
     t, s, off = case()
     out = fedgp(t, s, off, beta=0.5, weights=torch.tensor([0.5, 0.5]), filter=False)
@@ -63,7 +105,8 @@ def test_fedda_hand_case():
 
 
 def loop_reference(t, s, off, beta, w, align, filter=True, projection="cosine"):
-    """Per-tensor Python loop, the way the authors' code aggregates (one cosine per tensor per source)."""
+    """Per-tensor Python loop, the way the authors' code aggregates (one cosine per tensor per source); the exact
+    projection (FedGP Def. 3.1) with no alignment."""
     out = torch.zeros_like(t, dtype=torch.float64)
     for i in range(s.shape[0]):
         for l in range(len(off) - 1):
@@ -75,7 +118,8 @@ def loop_reference(t, s, off, beta, w, align, filter=True, projection="cosine"):
             coef = cos if projection == "cosine" else (float(tl @ sl) / float(sl @ sl) if float(sl @ sl) > 0 else 0.0)
             if filter and not cos > 0:
                 coef = 0.0
-            out[lo:hi] += w[i] * (beta[i] * align[i] * coef * sl + (1 - beta[i]) * tl)
+            a = align[i] if projection == "cosine" else 1.0
+            out[lo:hi] += w[i] * (beta[i] * a * coef * sl + (1 - beta[i]) * tl)
     return out.float()
 
 

@@ -11,8 +11,10 @@ Every rule returns the aggregated update (M,)
 where s_i = sources_i for FedDA (FedGP Def. 3.2), and for FedGP, layer by layer (FedGP Def. 3.1 and
 the authors' code, see docs/authors-code.md):
   projection="cosine" (default, the authors' code):  s_i = align_i * cos(target, sources_i) * sources_i
-  projection="exact"  (the paper's definition):      s_i = align_i * <target, sources_i> / |sources_i|^2 * sources_i
-and with filter=True a layer whose cosine is not > 0 contributes 0 to s_i.
+  projection="exact"  (the paper's definition):      s_i = <target, sources_i> / |sources_i|^2 * sources_i
+and with filter=True a layer whose cosine is not > 0 contributes 0 to s_i. The alignment align_i (the authors'
+(lr_T / lr_S) x (target steps / source steps)) brings cos x sources_i, a source's delta, to the target's scale; the
+exact projection is a multiple of the target's own length already and takes none (an align given is not read).
 
 Every rule reads the deltas in two passes, through fda_ray.kernels: one for the per-layer statistics, one for
 the combination with the per-layer coefficients (the (N, L) coefficient math in between is tiny). By default
@@ -121,7 +123,7 @@ def layer_cosines(dots: torch.Tensor, s_sq: torch.Tensor, t_sq: torch.Tensor) ->
 
 def projection_coefficients(dots: torch.Tensor, s_sq: torch.Tensor, t_sq: torch.Tensor, *,
                             filter: bool = True, projection: str = "cosine") -> torch.Tensor:
-    """(N, L) the factor c_il with s_i = align_i * c_il * g_i on layer l (before weights and beta)."""
+    """(N, L) the factor c_il with s_i = c_il * g_i on layer l (before weights, beta and, for the cosine, align_i)."""
     if projection not in PROJECTIONS:
         raise ValueError(f"projection must be one of {PROJECTIONS}, got {projection!r}")
     cos = layer_cosines(dots, s_sq, t_sq)
@@ -198,7 +200,10 @@ def fedgp(target: torch.Tensor, sources: torch.Tensor, offsets: torch.Tensor, *,
     n, _ = _check_flat(target, sources)
     b = check_beta(beta, n, target)
     w = check_weights(weights, n, target)
-    a = torch.ones(n, dtype=torch.float64, device=target.device) if align is None else _per_source("align", align, n, target)
+    # align scales the cosine projection's source delta to the target's scale; the exact projection is on that scale
+    # already (FedGP Def. 3.1 has no alignment), so it reads none
+    a = torch.ones(n, dtype=torch.float64, device=target.device) if align is None or projection == "exact" \
+        else _per_source("align", align, n, target)
     impl = _impl(impl, target, sources)
     target, sources = target.contiguous(), sources.contiguous()
     dots, s_sq, t_sq = stats if stats is not None else kernels.layer_stats(target, sources, offsets, impl=impl)  # pass 1
