@@ -41,6 +41,34 @@ def test_a_table_block_is_the_sweeps_own_summary_table():
     assert pages.render("table fmnist-ablation") in text
 
 
+def test_a_stale_summary_file_fails_the_check_and_is_rewritten_keeping_the_runs_own_lines(tmp_path, monkeypatch,
+                                                                                           capsys):
+    """A results folder's summary.md written by an older summariser (mean ± std) fails --check and is rewritten
+    with today's tables (mean ± the 95 % half-width, as every block prints it); the run's own lines stay."""
+    import shutil
+
+    from tools.pages.summary_files import refreshed
+
+    for name in ("fmnist-noise-quick", "search-beta"):
+        shutil.copytree(pages.RESULTS / name, tmp_path / name)
+    monkeypatch.setattr(pages.records, "RESULTS", tmp_path)
+    monkeypatch.setattr(pages.engine, "pages", lambda root=None: [])  # the summary files only
+    for name in ("fmnist-noise-quick", "search-beta"):
+        assert refreshed(tmp_path / name) == (tmp_path / name / "summary.md").read_text()  # committed: current
+    sweep = tmp_path / "fmnist-noise-quick" / "summary.md"
+    current = sweep.read_text()
+    assert "| Source Only | 81.43 ± 2.05 (n=3) / 83.94 |" in current  # Student's t, 2 df: 2.05 = 4.303 x 0.83 / sqrt 3
+    old = current.replace("81.43 ± 2.05", "81.43 ± 0.83").replace("± the 95 % confidence half-width", "± std")
+    old = old.replace("Wall time: ", "Wall time (as that run wrote it): ")
+    sweep.write_text(old)
+    assert pages.main(["--check"]) == 1
+    assert "fmnist-noise-quick/summary.md: its tables differ from the records" in capsys.readouterr().out
+    assert sweep.read_text() == old  # --check changes nothing
+    assert pages.main([]) == 0
+    assert sweep.read_text() == current.replace("Wall time: ", "Wall time (as that run wrote it): ")
+    assert pages.main(["--check"]) == 0
+
+
 def test_an_unknown_generator_or_sweep_is_a_one_line_error(tmp_path, capsys):
     page = tmp_path / "page.md"
     page.write_text("<!-- records: nope x -->1<!-- /records -->\n")

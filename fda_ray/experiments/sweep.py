@@ -19,8 +19,8 @@ sweeps/<grid>-<profile>):
   (fda_ray.experiments.tracking);
 - tune/launch-<n>/ (backend tune): Tune's own logs of each launch (progress.csv and result.json per trial);
 - results.parquet: a row per trial and round, the trial's fields as columns;
-- summary.md: final target accuracy per table row and grid value, mean ± std over seeds, the paper's number
-  beside it and every gap over 3 points marked; failed trials and an interruption are stated;
+- summary.md: final target accuracy per table row and grid value, mean ± the 95 % confidence half-width over seeds,
+  the paper's number beside it and every gap over 3 points marked; failed trials and an interruption are stated;
 - accuracy.{png,pdf} (Auto-weighted FDA Figure 3 style), beta_<row>.{png,pdf} for auto-weighted rows (Figures 5-10),
   estimates.{png,pdf} (the estimated sigma and d per round).
 Exit code: 0 when every trial finished; 1 when a trial failed for good; 130 when interrupted; 2 bad input.

@@ -14,6 +14,9 @@ rows and the values) and the generator's own words.
     python -m tools.pages                 # rewrite every block of every page from the records
     python -m tools.pages --check         # list the blocks whose text differs from the records; exit 1 if any
 
+Run without naming pages, both also keep each results folder's own summary.md tables as today's summariser writes them
+from the folder's records (summary_files).
+
 tests/test_pages.py runs the check on every committed page, so a typed number that disagrees with its records
 fails the suite. The generators are pure functions of the records (GENERATORS, by name); the statistics are
 fda_ray.experiments.tables'. A spec word `key=value` is a keyword argument (`cell conditions oracle 0 digits=1`);
@@ -25,7 +28,8 @@ the generators by family, each registering itself in GENERATORS when imported he
 tables), seed_pages (Healthcare FDA's and FSSDA's tables and prose), claims (orderings and gaps with their seed spread),
 searches (the selections' reruns), run_files (single runs' Parquet files), fssda (FSSDA), domainbed and
 paper_grids (Auto-weighted FDA), fmnist_prose (the Fashion-MNIST grids' prose), fedwca (FedWCA), curves (one run's curve
-beside the paper), projection (docs/scaling.md's) and authors (runs of the authors' own scripts, tools/authors_fedgp.py).
+beside the paper), projection (docs/scaling.md's) and authors (runs of the authors' own scripts, tools/authors_fedgp.py); summary_files
+refreshes the folders' summary.md tables.
 """
 from __future__ import annotations
 

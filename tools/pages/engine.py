@@ -85,4 +85,16 @@ def main(argv: list[str] | None = None) -> int:
         stale += len(changed)
         if changed and not a.check:
             page.write_text(new)
+    if not a.pages:  # the results folders' own summary.md tables (tools.pages.summary_files)
+        from tools.pages.summary_files import stale as stale_summaries
+
+        try:
+            files = stale_summaries(write=not a.check)
+        except (ValueError, KeyError, OSError) as e:
+            print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
+            return 2
+        for path in files:
+            shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+            print(f"{shown}: " + ("its tables differ from the records" if a.check else "rewritten"))
+        stale += len(files)
     return 1 if a.check and stale else 0

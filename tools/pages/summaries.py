@@ -13,7 +13,8 @@ from tools.pages.records import load_sweep
 
 @GENERATORS.register("table")
 def summary_table(name: str) -> str:
-    """The sweep's own main table (summary.md's first: final accuracy, ours / paper, mean ± std over seeds)."""
+    """The sweep's own main table (summary.md's first: final accuracy, ours / paper, mean ± the 95 % confidence
+    half-width over seeds)."""
     from fda_ray.experiments.summary import summarize
 
     s = load_sweep(name)
