@@ -847,3 +847,14 @@ def test_bench_ratio_is_a_backends_wall_over_the_local_one(monkeypatch, tmp_path
     assert pages.render("bench-ratio b local") == "1.00"
     with pytest.raises(ValueError, match="has no local and 'tune' rows"):
         pages.render("bench-ratio b tune")
+
+
+def test_near_paper_counts_what_the_gap_table_leaves_out_on_the_same_metric():
+    """A DomainBed page's "N of M cells within 3 points" and its table of the other cells read the same metric
+    (the last-5 mean): N plus the table's rows is M."""
+    near, total = (int(x) for x in pages.render("near-paper domainbed-colored-mnist-quick last=5").split(" of "))
+    table = pages.render("paper-gaps domainbed-colored-mnist-quick").splitlines()
+    listed = sum(1 for line in table[2:] if line.startswith("| "))  # the rows under the header and the separator
+    assert near + listed == total
+    assert pages.render("near-paper domainbed-colored-mnist-quick") != pages.render(
+        "near-paper domainbed-colored-mnist-quick last=5")  # the final round's count is another number here

@@ -38,13 +38,27 @@ def diffs(name: str, a: str, b: str, digits: str = "1", sign: str = "no") -> str
 
 
 @GENERATORS.register("near-paper")
-def near_paper(name: str, *rows: str, within: str = "3") -> str:
-    """In how many cells (of the rows, default all) our mean is within `within` points of the paper's: "13 of 16"."""
+def near_paper(name: str, *rows: str, within: str = "3", last: str = "1") -> str:
+    """In how many cells (of the rows, default all) our mean is within `within` points of the paper's: "13 of 16".
+    last=5: the mean of each run's last 5 rounds (Auto-weighted FDA's DomainBed metric), as the DomainBed tables."""
     s = load_sweep(name)
-    means = tables.column_means(_final(s, "accuracy"))
+    means = tables.column_means(_final(s, "accuracy", last=last))
     gaps = [m - s.grid.paper[k][v] for (k, v), m in means.items()
             if v in s.grid.paper.get(k, {}) and (not rows or k in rows)]
     return f"{sum(abs(g) <= float(within) for g in gaps)} of {len(gaps)}"
+
+
+@GENERATORS.register("paper-rows-diff")
+def paper_rows_diff(grid: str, a: str, b: str, digits: str = "1") -> str:
+    """The paper's own numbers (a built-in grid's table): row a minus row b, averaged over the columns both have
+    (the paper's Avg. column's difference): "9.6"."""
+    from fda_ray.papers.grids import GRIDS
+
+    paper = GRIDS[grid].paper
+    d = [x - paper[b][v] for v, x in paper.get(a, {}).items() if v in paper.get(b, {})]
+    if not d:
+        raise ValueError(f"paper-rows-diff: grid {grid!r} has no paper column with both {a!r} and {b!r}")
+    return f"{sum(d) / len(d):.{int(digits)}f}"
 
 
 @GENERATORS.register("paper-gap")

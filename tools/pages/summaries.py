@@ -67,12 +67,18 @@ def paired(name: str, ref: str, other: str, metric: str = "accuracy") -> str:
 
 
 @GENERATORS.register("gap-range")
-def gap_range(name: str, base: str, *rows: str) -> str:
+def gap_range(name: str, base: str, *rows: str, of: str = "ours") -> str:
     """The smallest and largest difference, over the columns, between each of `rows` (default: every other row)
-    and `base` (means over seeds): "1.3 to 19.1"."""
+    and `base` (means over seeds): "1.3 to 19.1". of=paper: the same differences in the paper's numbers for the
+    sweep's rows and columns."""
     s = load_sweep(name)
-    final = tables.final(list(s.rows), "accuracy")
-    mean = {kv: statistics.fmean(x.values()) for kv, x in final.items()}
+    if of == "paper":
+        mean = {(k, v): x for k, by in s.grid.paper.items() for v, x in by.items()}
+    elif of == "ours":
+        final = tables.final(list(s.rows), "accuracy")
+        mean = {kv: statistics.fmean(x.values()) for kv, x in final.items()}
+    else:
+        raise ValueError(f"of={of!r} is invalid: ours or paper")
     others = rows or tuple(k for k in s.row_keys if k != base)
     gaps = [mean[(k, v)] - mean[(base, v)] for k in others for v in s.values if (k, v) in mean and (base, v) in mean]
     return f"{min(gaps):.1f} to {max(gaps):.1f}"
