@@ -81,9 +81,16 @@ def test_mean_and_95_percent_interval_by_hand():
     values = [60.0, 62.0, 67.0]
     mean, half, sd = tables.mean_ci(values)
     assert mean == pytest.approx(63.0) and sd == pytest.approx(math.sqrt(13.0))
-    assert half == pytest.approx(4.303 * math.sqrt(13.0) / math.sqrt(3))  # t_{0.975, 2} = 4.303
+    # t_{0.975, 2} in closed form: 0.95 / sqrt(2 x 0.975 x 0.025) = 4.30265...
+    assert half == pytest.approx(0.95 / math.sqrt(2 * 0.975 * 0.025) * math.sqrt(13.0) / math.sqrt(3), rel=1e-12)
     assert tables.short_ci(values) == f"63.0 ± {half:.1f}" and tables.short_ci([5.0]) == "5.0"
-    assert tables.t975(1) == 12.706 and tables.t975(22) == 2.086 and tables.t975(100) == 1.96
+    # df 1 is the Cauchy's tan(0.475 pi); the others the tables' values to their 9 digits; a large df the normal's
+    assert tables.t975(1) == pytest.approx(math.tan(0.475 * math.pi), rel=1e-12)
+    for df, t in ((3, 3.182446305), (4, 2.776445105), (10, 2.228138852), (22, 2.073873068), (30, 2.042272456),
+                  (100, 1.983971519)):
+        assert tables.t975(df) == pytest.approx(t, abs=1e-9)
+    assert tables.t975(10 ** 8) == pytest.approx(1.959963985, abs=1e-7)
+    assert tables.t_cdf(0.0, 5) == 0.5 and tables.t_cdf(-2.5, 7) == pytest.approx(1 - tables.t_cdf(2.5, 7), abs=1e-15)
     with pytest.raises(ValueError, match="df=0 is invalid"):
         tables.t975(0)
     final = {("a", 0.0): {0: 70.0, 1: 72.0}, ("b", 0.0): {0: 69.0, 1: 73.0, 2: 50.0}, ("a", 1.0): {2: 40.0}}

@@ -19,19 +19,52 @@ import math
 import statistics
 from typing import Any, Iterable, Mapping
 
-# Student's t, 0.975 quantile, by degrees of freedom (beyond the table: the normal's 1.96 is within 2 % from 60 on)
-T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
-         11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093,
-         20: 2.086, 25: 2.060, 30: 2.042, 40: 2.021, 60: 2.000}
+def _beta_fraction(a: float, b: float, x: float) -> float:
+    """The continued fraction of the regularised incomplete beta function I_x(a, b) (modified Lentz; converges
+    fast for x < (a + 1) / (a + b + 2))."""
+    tiny, c, d = 1e-300, 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 10_000):
+        for num in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                    -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1 + num * d
+            d = 1 / (d if abs(d) > tiny else tiny)
+            c = 1 + num / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1) < 1e-15:
+            break
+    return h
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """The regularised incomplete beta function I_x(a, b), 0 <= x <= 1."""
+    if x <= 0 or x >= 1:
+        return float(x >= 1)
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1) / (a + b + 2):
+        return front * _beta_fraction(a, b, x) / a
+    return 1 - front * _beta_fraction(b, a, 1 - x) / b
+
+
+def t_cdf(t: float, df: float) -> float:
+    """P(T <= t) for Student's t with df degrees of freedom: 1 - I_{df / (df + t^2)}(df / 2, 1 / 2) / 2 for t > 0."""
+    tail = _betainc(df / 2, 0.5, df / (df + t * t)) / 2
+    return 1 - tail if t > 0 else tail
 
 
 def t975(df: int) -> float:
-    """The 0.975 quantile of Student's t with df degrees of freedom (the table's next lower entry between rows)."""
+    """The 0.975 quantile of Student's t with df degrees of freedom, to float precision (bisection on t_cdf)."""
     if df < 1:
         raise ValueError(f"df={df} is invalid: an integer >= 1")
-    if df > 60:
-        return 1.96
-    return T_975[max(k for k in T_975 if k <= df)]
+    lo, hi = 1.9, 13.0  # t975 falls from 12.706 (df 1) to the normal's 1.95996
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if mid in (lo, hi):
+            break
+        lo, hi = (mid, hi) if t_cdf(mid, df) < 0.975 else (lo, mid)
+    return (lo + hi) / 2
 
 
 def final_accuracies(rows: list[dict], last: int = 1, metric: str = "accuracy", scale: float = 100.0
