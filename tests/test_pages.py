@@ -865,3 +865,18 @@ def test_near_paper_counts_what_the_gap_table_leaves_out_on_the_same_metric():
     assert near + listed == total
     assert pages.render("near-paper domainbed-colored-mnist-quick") != pages.render(
         "near-paper domainbed-colored-mnist-quick last=5")  # the final round's count is another number here
+
+
+def test_a_generator_missing_a_key_is_a_line_naming_the_block(tmp_path, monkeypatch, capsys):
+    """A block whose records lack what it reads (a KeyError deep in a generator) is one line naming the block and
+    the missing key, exit 2, not the bare key."""
+    page = tmp_path / "page.md"
+    page.write_text("x <!-- records: cell fmnist-noise fedgp 0.4 -->1<!-- /records -->\n")
+
+    def missing(spec):
+        raise KeyError(2)
+
+    monkeypatch.setattr(pages.engine, "render", missing)
+    assert pages.main(["--check", str(page)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {page}: cell fmnist-noise fedgp 0.4: the records hold no 2") and "\n" not in err

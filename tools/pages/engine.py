@@ -41,7 +41,11 @@ def rewrite(text: str) -> tuple[str, list[str]]:
         body = m.group("body")
         lead = body[:len(body) - len(body.lstrip("\n"))]
         trail = body[len(body.rstrip("\n")):]
-        new = render(m.group("spec"))
+        try:
+            new = render(m.group("spec"))
+        except KeyError as e:  # a generator's lookup of a row, column or seed the records do not hold
+            raise ValueError(f"{m.group('spec')}: the records hold no {e.args[0]!r} where this block reads one (a "
+                             "trial missing from the folder?)") from None
         if body.strip("\n") != new:
             changed.append(m.group("spec"))
         return f"<!-- records: {m.group('spec')} -->{lead}{new}{trail}<!-- /records -->"
