@@ -30,6 +30,7 @@ import copy
 import json
 import sys
 import time
+import warnings
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
@@ -126,7 +127,11 @@ def diagnose(cfg: RunConfig, at: str = "warmup", pool_samples: int | None = None
         raise ValueError(f"pool_samples={pool_samples} is invalid: an integer >= 2")
     cfg = cfg.resolved()
     t0 = time.perf_counter()
-    exp = build_experiment(cfg)
+    # The run's notes (a target smaller than its batch) wait until the inputs are known to be usable: bad input is
+    # one line, not a note about a run that will not happen and then the error.
+    with warnings.catch_warnings(record=True) as notes:
+        warnings.simplefilter("always")
+        exp = build_experiment(cfg)
     s = exp.setting
     labelled = s.target_train
     pool = s.target_pool
@@ -138,6 +143,8 @@ def diagnose(cfg: RunConfig, at: str = "warmup", pool_samples: int | None = None
     has_pool = pool[0].shape[0] > n
     if n < 2:
         raise ValueError(f"target_labelled={n} is invalid for diagnose: the estimators need at least 2 samples")
+    for note in notes:
+        warnings.warn_explicit(note.message, note.category, note.filename, note.lineno)
     points = parameter_points(exp, at, progress)
     model = copy.deepcopy(exp.model)
     trues, ests = [], []
@@ -213,7 +220,7 @@ def parser() -> "OneLineParser":
 
 @cli_main
 def main(argv: list[str] | None = None) -> int:
-    from fda_ray.experiments.cli import config_from_args
+    from fda_ray.experiments.cli import config_from_args, one_line_warnings
     from fda_ray.data.base import DatasetNotFound
 
     from fda_ray.core import plugins
@@ -221,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if (code := plugins.preload(argv)) is not None:
         return code
+    one_line_warnings()  # a run's notes as `warning: ...`, as the run command prints them
     p = parser()
     a = p.parse_or_exit_code(argv)
     if isinstance(a, int):
