@@ -273,3 +273,16 @@ def test_optuna_search_draws_in_the_space_selects_by_validation_and_resumes(fmni
     assert "4 trials (Optuna), 3 settled before" in capsys.readouterr().out
     again = json.loads((out / "selection.json").read_text())["studies"]["fedgp @ noise 0.4"]["trials"]
     assert [e["key"] for e in again[:3]] == [e["key"] for e in table["trials"]] and len(again) == 4
+
+
+def test_a_search_without_a_note_summarises():
+    """`note` is optional in a search file: the summary opens with the space (it failed on note[0] once every trial
+    had run)."""
+    from fda_ray.experiments.search import summarize
+    from fda_ray.papers.searches import SEARCHES
+
+    search = dataclasses.replace(SEARCHES["beta"], note="")
+    text = summarize(search, "quick", {}, {}, {}, "python -m fda_ray.sweep --search my.yaml", 4, "asha", "random")
+    assert "\nSpace: beta ~ uniform[0, 1]; 4 trials a study" in text
+    noted = summarize(SEARCHES["beta"], "quick", {}, {}, {}, "cmd", 4, "asha", "random")
+    assert "\nStatic beta of FedGP and FedDA" in noted

@@ -253,7 +253,8 @@ def summarize(search: Search, profile: str, tables: dict[str, dict], reruns: dic
               references: dict[float, dict[str, list[float]]], command: str, num_samples: int, scheduler: str,
               search_alg: str) -> str:
     lines = [f"# Search `{search.name}` ({profile} profile)", "",
-             f"{search.note[0].upper() + search.note[1:]}. Space: {'; '.join(d.describe() for d in search.space)}; "
+             (f"{search.note[0].upper() + search.note[1:]}. " if search.note else "")  # (a file's note is optional)
+             + f"Space: {'; '.join(d.describe() for d in search.space)}; "
              f"{num_samples} trials a study ({search_alg} search, scheduler {scheduler} on the first rule's metric).",
              "", *([f"Profile `{profile}`: {search.profiles[profile].note}", ""] if search.profiles[profile].note else []),
              "Selection rules: " + "; ".join(f"**{r}**: {RULES[r].label} (`{RULES[r].metric}`)" for r in search.rules)
