@@ -42,3 +42,23 @@ def test_the_readme_family_example_runs(fedavgm, tiny):
     torch.testing.assert_close(plain.final_weights, fedavg.final_weights, rtol=1e-4, atol=1e-4)
     heavy = run(tiny(method="fedavgm", warmup_rounds=None, rounds=3, params={"fedavgm": {"momentum": 0.9}}))
     assert not torch.allclose(heavy.final_weights, plain.final_weights, rtol=1e-3, atol=1e-3)
+
+
+def test_a_familys_own_error_in_aggregate_names_its_class_and_where(fedavgm, tiny, monkeypatch):
+    """A plug-in family's ValueError in its server step stops the run in one line with the error's class and where
+    it was raised (as a recipe's error does), the finished rounds kept; fda-ray's own refusals keep their words."""
+    from fda_ray import run
+    from fda_ray.runtime.failures import RunFailed
+
+    def aggregate(self, r, state, results):
+        if r == 1:
+            raise ValueError("boom in aggregate")
+        return original(self, r, state, results)
+
+    original = fedavgm.aggregate
+    monkeypatch.setattr(fedavgm, "aggregate", aggregate)
+    with pytest.raises(RunFailed) as e:
+        run(tiny(method="fedavgm", warmup_rounds=None, rounds=3))
+    assert re.fullmatch(r"run stopped in round 1: ValueError: boom in aggregate \(test_readme\.py:\d+\); "
+                        r"1 finished rounds kept", str(e.value)), str(e.value)
+    assert len(e.value.history.rows) == 1

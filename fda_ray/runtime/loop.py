@@ -97,6 +97,19 @@ def run_rounds(exp: Experiment, executor: Executor, progress: Callable[[dict], N
                         hist) from e
 
 
+def _refusal(e: ValueError) -> str:
+    """A server step's ValueError in one line: fda-ray's own refusals (a rule or an estimator meeting a diverged
+    client's non-finite numbers) as they are worded; a plug-in's with its class and where it was raised, as any other
+    error of a method (error_line)."""
+    import traceback
+    from pathlib import Path
+
+    frames = traceback.extract_tb(e.__traceback__)
+    package = Path(__file__).resolve().parents[1]  # fda_ray/
+    ours = bool(frames) and Path(frames[-1].filename).resolve().is_relative_to(package)
+    return str(e) if ours else error_line(e)
+
+
 class _Callers(Exception):
     """An exception that run_rounds' caller's callbacks (progress, checkpoint) raised, carried out of the loop as it
     was raised: only the method's own errors become a RunFailed."""
@@ -161,7 +174,7 @@ def _rounds(exp: Experiment, executor: Executor, hist: History, progress: Callab
         try:  # the rules and estimators refuse non-finite deltas or estimates (a diverged client)
             state, metrics = algo.aggregate(r, state, results)
         except ValueError as e:
-            raise stop(str(e)) from e
+            raise stop(_refusal(e)) from e
         # Later steps of the same round, each needing the state the step before it made (Healthcare FDA's online
         # fine-tuning: the target fine-tunes this round's FedAvg); their clients' times count in the round's.
         step, seconds = 1, [res.seconds for res in results.values()]
@@ -176,7 +189,7 @@ def _rounds(exp: Experiment, executor: Executor, hist: History, progress: Callab
             try:
                 state, extra = algo.aggregate_step(r, step, state, more)
             except ValueError as e:
-                raise stop(str(e)) from e
+                raise stop(_refusal(e)) from e
             metrics.update(extra)
             seconds += [res.seconds for res in more.values()]
             for i, res in more.items():  # a client's seconds in the round: all of its steps
