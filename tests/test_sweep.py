@@ -224,16 +224,20 @@ def test_a_served_tuner_trial_asks_its_drivers_share_and_a_bad_fuse_is_one_line(
 
 
 @pytest.mark.slow
-def test_programmatic_tuner(fmnist_dir, tmp_path, no_ray):
-    """The README's Tune API path: a Tuner over RunConfig fields; each trial's last round equals a plain run."""
+def test_programmatic_tuner(fmnist_dir, tmp_path, no_ray, monkeypatch):
+    """The README's Tune API path: a Tuner over RunConfig fields; each trial's last round equals a plain run. The
+    data_dir is relative to the working directory, as a plug-in's ./data is: trials run there, not in Tune's trial
+    folders."""
     from ray import tune
 
     import fda_ray.experiments.tune as ft
     from fda_ray.core.config import RunConfig
     from fda_ray.runtime.engine import run
 
+    monkeypatch.delenv("RAY_CHDIR_TO_TRIAL_DIR", raising=False)
+    monkeypatch.chdir(fmnist_dir.parent)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    space = ft.search_space(dataset="fashion-mnist", data_dir=str(fmnist_dir), threads=1,
+    space = ft.search_space(dataset="fashion-mnist", data_dir=fmnist_dir.name, threads=1,
                             method=tune.grid_search(["fedda", "target_only"]), noise=0.4, **TINY)
     results = tune.Tuner(ft.with_resources(space), param_space=space,
                          run_config=tune.RunConfig(storage_path=str(tmp_path), name="api", verbose=0)).fit()

@@ -308,8 +308,10 @@ def with_resources(cfg_or_params: RunConfig | dict[str, Any] | None = None, pin_
     """The trainable with the bundles of a config (by default one CPU: the serial executor); with pin_drivers
     the driver bundle asks for DRIVER_RESOURCE (only nodes that declare it run drivers). served (fusion_servers'
     names): each trial sends its clients' training to its node's fusion server and asks only its driver's bundle,
-    a 1/fuse share of its threads (and of its GPU share), as a served sweep's trials do."""
+    a 1/fuse share of its threads (and of its GPU share), as a served sweep's trials do. Trials run in this process's
+    working directory (keep_working_directory), not in Tune's trial folders."""
     cfg = _space_config(cfg_or_params)
+    keep_working_directory()  # a relative data_dir, ./data and a plug-in's files, found as the command finds them
     if served:
         if not isinstance(fuse, int) or isinstance(fuse, bool) or fuse < 1:
             raise ValueError(f"fuse={fuse!r} is invalid: an integer >= 1 (the trials that share a fusion server)")
