@@ -72,6 +72,21 @@ def test_an_unquoted_off_or_on_in_yaml_is_the_word_for_an_option_that_takes_one(
         assert not isinstance(a, int) and a.resume is want
 
 
+def test_a_flag_of_its_own_that_starts_with_no_has_a_key(tmp_path, capsys):
+    """--no-figures is an option of its own (not the negative of a --figures switch): `no_figures: true` sets it,
+    and --print-config writes it (the key was refused as 'not an option')."""
+    (tmp_path / "s.yaml").write_text("no_figures: true\n")
+    a = sweep.parser().parse_or_exit_code(["--config", str(tmp_path / "s.yaml")])
+    assert not isinstance(a, int) and a.no_figures is True
+    assert sweep.main(["--grid", "noise", "--no-figures", "--print-config", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["no_figures"] is True
+    (tmp_path / "r.yaml").write_text("filter: false\n")  # a switch's negative is still its own key's false
+    assert _parse(["--config", str(tmp_path / "r.yaml")]).filter is False
+    (tmp_path / "r.yaml").write_text("no_filter: true\n")
+    assert cli.main(["--config", str(tmp_path / "r.yaml")]) == 2
+    assert "config key 'no_filter'" in capsys.readouterr().err
+
+
 def test_a_sweeps_printed_config_reads_back_as_the_same_parse(tmp_path, capsys):
     """--print-config of a sweep (resume: false among its keys), fed back through --config, parses the same."""
     argv = ["--grid", "noise", "--fuse", "auto", "--vectorise", "on", "--values", "0.4"]

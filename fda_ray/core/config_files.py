@@ -71,12 +71,18 @@ def _yaml_problem(e: Exception) -> str:
     return str(e).splitlines()[0] if str(e) else type(e).__name__
 
 
+def _negative(flag: str, action: argparse.Action) -> bool:
+    """--no-X of a switch that also has --X (BooleanOptionalAction): the file says `X: false` instead. A flag of its
+    own that starts with --no- (--no-figures) is an option like any other: `no_figures: true`."""
+    return flag.startswith("--no-") and "--" + flag[len("--no-"):] in action.option_strings
+
+
 def _options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
     """Option name (underscores) -> its action, for every long option but the file's own."""
     out = {}
     for action in parser._actions:  # argparse keeps no public list of its actions
         for flag in action.option_strings:
-            if flag.startswith("--") and not flag.startswith("--no-"):
+            if flag.startswith("--") and not _negative(flag, action):
                 name = flag[2:].replace("-", "_")
                 if action.dest not in OWN:
                     out[name] = action
@@ -84,7 +90,7 @@ def _options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
 
 
 def _key(action: argparse.Action) -> str:
-    return next(f for f in action.option_strings if f.startswith("--") and not f.startswith("--no-"))[2:] \
+    return next(f for f in action.option_strings if f.startswith("--") and not _negative(f, action))[2:] \
         .replace("-", "_")
 
 
@@ -118,7 +124,7 @@ def to_argv(parser: argparse.ArgumentParser, mapping: dict[str, Any], source: st
         if isinstance(action, argparse.BooleanOptionalAction):
             if not isinstance(value, bool):
                 raise ConfigFileError(f"config key {raw!r} in {source} is invalid: {value!r}; true or false")
-            argv.append(flag if value else "--no-" + flag[2:])
+            argv.append(flag if value else "--no-" + flag[2:])  # (its --no- form: _negative)
         elif action.nargs == 0:  # store_true
             if not isinstance(value, bool):
                 raise ConfigFileError(f"config key {raw!r} in {source} is invalid: {value!r}; true or false")
