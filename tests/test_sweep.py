@@ -618,3 +618,13 @@ def test_summary_cells_print_the_interval_collect_prints():
     assert "mean ± the 95 % confidence half-width over seeds (Student's t)" in text
     cell = numbers["cells"]["fedgp"]["0.4"]
     assert cell["ci95"] == pytest.approx(half, rel=1e-12) and cell["std"] == pytest.approx(sd, rel=1e-12)
+
+
+def test_comma_lists_take_spaces_after_the_commas(capsys):
+    """--methods "fedgp, fedda" plans what "fedgp,fedda" does (it was refused: methods=' fedda' ... did you mean
+    'fedda'?)."""
+    plans = []
+    for methods in ("fedgp,fedda", "fedgp, fedda", " fedgp ,fedda "):
+        assert sweep.main(["--grid", "noise", "--methods", methods, "--values", "0.4, 0.8", "--dry-run"]) == 0
+        plans.append(capsys.readouterr().out)
+    assert plans[0] == plans[1] == plans[2] and "fedda-noise0.8" in plans[0]

@@ -122,7 +122,7 @@ def _list(text: str | None, kind: type, field: str) -> list | None:
     if text is None:
         return None
     try:
-        out = [kind(x) for x in text.split(",") if x.strip()]
+        out = [kind(x.strip()) for x in text.split(",") if x.strip()]  # "fedgp, fedda" as "fedgp,fedda"
     except ValueError:
         raise SweepError(f"{field}={text!r} is invalid: comma-separated {'numbers' if kind is float else 'names'}") from None
     if not out:
@@ -182,7 +182,7 @@ def check_plan_for(a: Any) -> None:
 def manifest_from_args(a: Any, command: str) -> Manifest:
     """What a parsed sweep or search command runs (fda_ray.experiments.manifest), as its readers need it."""
     return Manifest(kind="search" if a.search else "grid", name=a.search or a.grid, profile=a.profile,
-                    rows=tuple(a.methods.split(",")) if a.methods else None,
+                    rows=tuple(_list(a.methods, str, "methods")) if a.methods else None,
                     values=tuple(float(v) for v in a.values.split(",")) if a.values else None,
                     seeds=a.seeds, overrides=config_fields(a), command=command)
 
