@@ -197,3 +197,20 @@ def test_the_supported_pythons_are_those_the_pins_exist_for():
     assert tomllib.loads((root / "pyproject.toml").read_text())["project"]["requires-python"] == ">=3.11"
     assert sys.version_info >= (3, 11)
     assert "(Python 3.11 or newer)" in (root / "README.md").read_text()
+
+
+def test_the_refusal_counts_every_trial_of_another_build(tmp_path, tiny):
+    """Trials of one other build that fall in several groups (one names its aggregation, one names none: a method
+    that aggregates without the kernels) are all counted in the refusal's line (it counted one group's)."""
+    import pytest
+
+    from fda_ray.core.storage import StoragePath
+
+    cfg = tiny(method="fedgp").resolved()
+    out = tmp_path / "sweep"
+    other = {**build("cpp"), "torch": "0.0.1", "python": "3.11.7"}
+    _record(out, "a", other)
+    _record(out, "b", {**other, "aggregation": None})
+    _record(out, "c", {**other, "aggregation": None})
+    with pytest.raises(sweep.SweepError, match=r"3 trial\(s\) in .* were recorded by another build \(torch 0\.0\.1 -> "):
+        sweep.same_build(StoragePath(str(out / "trials")), False, cfg)

@@ -305,16 +305,19 @@ def same_build(records: StoragePath, mix: bool, cfg: Any = None, here_runs: bool
     here = build(expected_aggregation(cfg) if named else None)
     if not here_runs:  # the cluster's nodes, not this one, run the trials: their CPU is not this one's
         here["cpu"] = None
-    unknown = 0
+    unknown, other, diffs = 0, 0, {}
     for env, keys in recorded.items():
         if all(v is None for v in env):
             unknown += len(keys)
             continue
         diff = differences(dict(zip(FIELDS, env)), here)
-        if diff and not mix:
-            raise SweepError(f"resume=True is invalid: {len(keys)} trial(s) in {records} were recorded by "
-                             f"another build ({'; '.join(diff)}); pass --mix-builds to add this build's trials to "
-                             "them, or choose another --out")
+        if diff:  # (records of one build can fall in several groups: one names its aggregation, another none)
+            other += len(keys)
+            diffs.update(dict.fromkeys(diff))
+    if other and not mix:
+        raise SweepError(f"resume=True is invalid: {other} trial(s) in {records} were recorded by another build "
+                         f"({'; '.join(diffs)}); pass --mix-builds to add this build's trials to them, or choose "
+                         "another --out")
     if unknown:
         print(f"warning: {unknown} trial(s) in {records} name no build (recorded before builds were): "
               "they may come from another one", file=sys.stderr)
