@@ -94,6 +94,17 @@ def test_latex_escapes_and_lays_out_one_tabular_per_grid(capsys):
     assert collect._tex("a_b & 5% {x} ->") == r"a\_b \& 5\% \{x\} $\to$"
 
 
+def test_latex_says_how_many_seeds_each_cell_holds(capsys):
+    """The header names the seeds when every cell has as many; where they differ, each cell carries [n]."""
+    assert collect.main([str(RESULTS / "fmnist-noise-quick"), "--format", "latex"]) == 0
+    tex = capsys.readouterr().out
+    assert "95 % half-width over 3 seed(s)" in tex and "[3]" not in tex
+    assert collect.main([str(RESULTS / "fmnist-noise"), "--format", "latex"]) == 0
+    tex = capsys.readouterr().out
+    assert "[seeds] where the cells' seeds differ" in tex
+    assert "14.9 $\\pm$ 6.9 [3] (18.6)" in tex and "82.4 [1] (83.9)" in tex
+
+
 @pytest.mark.parametrize("args,message", [
     ([], "dirs=[] is invalid"),
     (["/nonexistent/x"], "dir='/nonexistent/x' is invalid: not a folder"),

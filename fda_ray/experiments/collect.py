@@ -415,9 +415,11 @@ def to_latex(tabs: Sequence[GridTable | SearchTable], digits: int = 1, average: 
             out += [r"\bottomrule", r"\end{tabular}", ""]
             continue
         avg = average and len(t.value_labels) > 1
+        ns = {len(c.values) for c in t.cells.values()}
+        seeds = f"over {ns.pop()} seed(s)" if len(ns) == 1 else "[seeds] where the cells' seeds differ"
         out += [f"% {t.title}: {', '.join(t.directories)}; {t.metric}"
                 + ("" if t.last == 1 else f" (mean of the last {t.last} rounds)")
-                + f"{t.unit}, mean $\\pm$ 95 % half-width (n); (paper)",
+                + f"{t.unit}, mean $\\pm$ 95 % half-width {seeds}; (paper)",
                 r"\begin{tabular}{l" + "c" * (len(t.value_labels) + avg) + "}", r"\toprule",
                 "Method & " + " & ".join(_tex(x) for x in t.value_labels.values()) + (" & Avg." if avg else "")
                 + r" \\", r"\midrule"]
@@ -429,6 +431,8 @@ def to_latex(tabs: Sequence[GridTable | SearchTable], digits: int = 1, average: 
                     cells.append("--")
                     continue
                 s = f"{c.mean:.{digits}f}" + (f" $\\pm$ {c.half:.{digits}f}" if c.half is not None else "")
+                if "[seeds]" in seeds:
+                    s += f" [{len(c.values)}]"
                 if c.paper is not None:
                     s += f" ({c.paper:.{digits}f})"
                 cells.append(s)

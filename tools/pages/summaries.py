@@ -103,6 +103,18 @@ def build_note(*names: str) -> str:
     return "Build. " + "; ".join(parts) + "."
 
 
+@GENERATORS.register("registered")
+def registered(what: str) -> str:
+    """How many built-in grids or searches fda-ray ships (the registries' sizes): "35"."""
+    from fda_ray.papers.grids import GRIDS
+    from fda_ray.papers.searches import SEARCHES
+
+    found = {"grids": GRIDS, "searches": SEARCHES}.get(what)
+    if found is None:
+        raise ValueError(f"what={what!r} is invalid: grids or searches")
+    return str(len(found))
+
+
 @GENERATORS.register("trial-time")
 def trial_time(name: str) -> str:
     """The finished trials' own run time, from the `Wall time:` line of docs/results/<name>/summary.md: what a sweep
