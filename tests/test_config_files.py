@@ -44,6 +44,22 @@ def test_print_config_round_trips_and_resolves_the_per_dataset_defaults(tmp_path
     assert config_from_args(_parse(["--config", str(tmp_path / "run.json")])).resolved() == resolved
 
 
+@pytest.mark.parametrize("argv, key, value", [
+    (["--method", "ditto"], "ditto_lam", 1.0),
+    (["--method", "fedwca", "--dataset", "fmnist-5"], "fedwca_temp_a", 0.01),
+    (["--method", "ditto", "--ditto-lam", "0.3"], "ditto_lam", 0.3),
+])
+def test_print_config_shows_the_method_familys_parameters(tmp_path, capsys, argv, key, value):
+    """--print-config writes the method family's own parameters with the values the run uses (they were left out
+    unless given), and the file reads back as the same run."""
+    assert cli.main(argv + ["--print-config"]) == 0
+    text = capsys.readouterr().out
+    assert yaml.safe_load(text)[key] == value
+    (tmp_path / "run.yaml").write_text(text)
+    again = config_from_args(_parse(["--config", str(tmp_path / "run.yaml")])).resolved()
+    assert again == config_from_args(_parse(argv)).resolved()
+
+
 def test_the_command_line_overrides_the_file_and_switches_read_true_and_false(tmp_path):
     (tmp_path / "r.yaml").write_text("method: fedda\nrounds: 7\nfilter: false\nbeta: 0.25\njson: true\n")
     a = _parse(["--config", str(tmp_path / "r.yaml"), "--rounds", "3"])

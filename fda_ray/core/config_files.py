@@ -99,13 +99,16 @@ def _text(value: Any) -> str:
 
 
 def _boolean_word(action: argparse.Action, value: bool) -> str:
-    """A YAML boolean for an option that is not a switch: on/off where the option takes words (its choices hold
-    the word, or a text option: --fuse, --vectorise), else the boolean's own text, which an option with a parser of
-    its own reads (--resume: true/false)."""
-    word = "on" if value else "off"
-    if action.choices is not None:
-        return word if word in action.choices else _text(value)
-    return word if action.type in (None, str) else _text(value)
+    """A YAML boolean for an option that is not a switch: the word the option takes (on/off, or true/false for a
+    family's boolean parameter: its choices or words hold it; a text option: on/off, --fuse, --vectorise), else the
+    boolean's own text, which an option with a parser of its own reads (--resume: true/false)."""
+    words = getattr(action, "words", None) or action.choices  # (a family's word option names its words: words)
+    for word in (("on" if value else "off"), ("true" if value else "false")):
+        if words is not None and word in words:
+            return word
+    if words is not None:
+        return _text(value)
+    return ("on" if value else "off") if action.type in (None, str) else _text(value)
 
 
 def to_argv(parser: argparse.ArgumentParser, mapping: dict[str, Any], source: str) -> list[str]:

@@ -121,7 +121,8 @@ def add_params_arguments(p: argparse.ArgumentParser) -> None:
             kw: dict[str, Any] = {"dest": f"{PARAM_DEST}{fam}:{f.name}", "default": argparse.SUPPRESS, "help": help_text}
             name = f"{fam}.{f.name}"
             if meta.get("choices"):
-                group.add_argument(flag, type=str, metavar="NAME", **kw)  # the config names the allowed values
+                action = group.add_argument(flag, type=str, metavar="NAME", **kw)  # the config names the allowed values
+                action.words = tuple(meta["choices"])  # (a config file's YAML boolean: fda_ray.core.config_files)
             elif kind is int:
                 group.add_argument(flag, type=typed(name, int, "an integer"), metavar="N", **kw)
             else:
@@ -154,6 +155,15 @@ def resolved_namespace(a: argparse.Namespace) -> argparse.Namespace:
     for _, f in config_keywords():
         if hasattr(out, f.name) and getattr(out, f.name) is None:
             setattr(out, f.name, getattr(resolved, f.name))
+    # the method family's own parameters (--ditto-lam, --fedwca-temp-a, a plug-in's): the values the run uses
+    from fda_ray.algorithms import family_params
+
+    flagged = {fam for fam, cls in family_params().items() if not cls.keywords}  # (add_params_arguments' families)
+    for fam, values in resolved.params.items():
+        for name, value in values.items():
+            dest = f"{PARAM_DEST}{fam}:{name}"
+            if fam in flagged and not hasattr(out, dest):
+                setattr(out, dest, value)
     return out
 
 
