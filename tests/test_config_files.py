@@ -129,7 +129,9 @@ def test_a_run_from_a_file_gives_the_numbers_of_the_same_flags(fmnist_dir, tmp_p
 
 @pytest.mark.parametrize("text,name,needle", [
     ("lr: 0.1\n", "a.yaml", "config key 'lr' in {path} is invalid: not an option of python -m fda_ray"),
-    ("rounds: abc\n", "a.yaml", "rounds='abc' is invalid: an integer"),
+    ("rounds: abc\n", "a.yaml", "rounds='abc' is invalid: an integer (config key 'rounds' in {path})"),
+    ("print_config: xml\n", "a.yaml", "config key 'print_config' in {path} is invalid: not an option"),
+    ("executor: [serial]\n", "a.yaml", "config key 'executor' in {path} is invalid: a list (['serial']); one value"),
     ("- rounds\n", "a.yaml", "config={path!r} is invalid: a mapping of option names to values"),
     ("rounds: [1\n", "a.yaml", "config={path!r} is invalid: not YAML"),
     ("{rounds: 1}", "a.json", "config={path!r} is invalid: not JSON"),
@@ -137,6 +139,7 @@ def test_a_run_from_a_file_gives_the_numbers_of_the_same_flags(fmnist_dir, tmp_p
     ("method: nope\n", "a.yaml", "method='nope' is invalid"),
 ])
 def test_a_bad_file_is_one_line_and_exit_code_2(tmp_path, capsys, text, name, needle):
+    """(A value its option's type refuses names the file and the key.)"""
     path = tmp_path / name
     path.write_text(text)
     assert cli.main(["--config", str(path)]) == 2
@@ -178,3 +181,10 @@ def test_a_sweep_from_a_file_records_the_flags_it_ran_with(fmnist_dir, tmp_path,
     printed = capsys.readouterr().out
     summary = json.loads(printed[printed.index("{"):])
     assert summary["trials"] == 1 and summary["trials_run"] == 0
+
+
+def test_a_sweeps_bad_value_names_the_file_and_the_key(tmp_path, capsys):
+    (tmp_path / "s.yaml").write_text("seeds: three\n")
+    assert sweep.main(["--grid", "noise", "--config", str(tmp_path / "s.yaml"), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: config key 'seeds' in {tmp_path / 's.yaml'} is invalid: 'three'; an integer", err

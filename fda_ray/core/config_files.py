@@ -10,7 +10,8 @@ file goes through the same parsing, types and one-line errors as the flags thems
 command line wins (argparse keeps the last). `null` leaves an option at its default; `true`/`false` set a switch
 (`--filter` / `--no-filter`), and for an option that takes a word they are `on`/`off` (YAML reads an unquoted
 `vectorise: off` or `fuse: off` as false); a list fills an option that takes several values (`eval_noise: [0.2, 0.4]`) or is
-joined with commas for one that takes a comma list (`methods: [fedgp, fedda]`). `--print-config` writes every
+joined with commas for one that takes a comma list (`methods: [fedgp, fedda]`; such an option is marked `comma_list`, or
+is --import's append), and is refused for an option that takes one value (`noise: [0.4]`). `--print-config` writes every
 option the command has, with the value it would use, in the file's format (YAML, or JSON with --print-config
 json), and exits: feeding it back through --config gives the same parse.
 """
@@ -111,8 +112,30 @@ def _boolean_word(action: argparse.Action, value: bool) -> str:
     return ("on" if value else "off") if action.type in (None, str) else _text(value)
 
 
+def _check_values(action: argparse.Action, raw: str, source: str, texts: list[str]) -> None:
+    """The option's own type and choices over a key's values, so that a bad value names the file and the key (the
+    parse would name only the flag: `argument --seeds: invalid int value`)."""
+    for text in texts:
+        if callable(action.type):
+            try:
+                value = action.type(text)
+            except argparse.ArgumentTypeError as e:
+                raise ConfigFileError(f"{e} (config key {raw!r} in {source})") from None
+            except (TypeError, ValueError):
+                kind = getattr(action.type, "__name__", "value")
+                raise ConfigFileError(f"config key {raw!r} in {source} is invalid: {text!r}; "
+                                      f"{'an integer' if kind == 'int' else 'a number' if kind == 'float' else kind}"
+                                      ) from None
+        else:
+            value = text
+        if action.choices is not None and value not in action.choices:
+            raise ConfigFileError(f"config key {raw!r} in {source} is invalid: {text!r}; one of "
+                                  f"{', '.join(map(str, action.choices))}")
+
+
 def to_argv(parser: argparse.ArgumentParser, mapping: dict[str, Any], source: str) -> list[str]:
-    """The flags that say what `mapping` says (the module docstring's rules), for `parser`."""
+    """The flags that say what `mapping` says (the module docstring's rules), for `parser`; a value the option's
+    type or choices refuse is one ConfigFileError naming the file and the key."""
     options = _options(parser)
     argv: list[str] = []
     for raw, value in mapping.items():
@@ -133,16 +156,22 @@ def to_argv(parser: argparse.ArgumentParser, mapping: dict[str, Any], source: st
                 raise ConfigFileError(f"config key {raw!r} in {source} is invalid: {value!r}; true or false")
             if value:
                 argv.append(flag)
-        elif action.nargs in ("*", "+"):
-            argv += [flag, *(_text(v) for v in (value if isinstance(value, (list, tuple)) else [value]))]
-        elif isinstance(value, (list, tuple)):
-            argv += [flag, ",".join(_text(v) for v in value)]
-        elif isinstance(value, dict):
-            raise ConfigFileError(f"config key {raw!r} in {source} is invalid: a mapping; a value or a list")
-        elif isinstance(value, bool):  # YAML reads an unquoted off/on (no/yes) as a boolean: `fuse: off` means off
-            argv += [flag, _boolean_word(action, value)]
         else:
-            argv += [flag, _text(value)]
+            if action.nargs in ("*", "+"):
+                texts = [_text(v) for v in (value if isinstance(value, (list, tuple)) else [value])]
+            elif isinstance(value, (list, tuple)):
+                if not (getattr(action, "comma_list", False) or isinstance(action, argparse._AppendAction)):
+                    raise ConfigFileError(f"config key {raw!r} in {source} is invalid: a list ({value!r}); one value "
+                                          f"(--{_key(action).replace('_', '-')} takes one)")
+                texts = [",".join(_text(v) for v in value)]
+            elif isinstance(value, dict):
+                raise ConfigFileError(f"config key {raw!r} in {source} is invalid: a mapping; a value or a list")
+            elif isinstance(value, bool):  # YAML reads an unquoted off/on (no/yes) as a boolean: `fuse: off` is off
+                texts = [_boolean_word(action, value)]
+            else:
+                texts = [_text(value)]
+            _check_values(action, raw, source, texts)
+            argv += [flag, *texts]
     return argv
 
 

@@ -101,6 +101,9 @@ def parser() -> OneLineParser:
     s.add_argument("--verbose", action="store_true", help="show Ray's and Tune's own output (boxes, hints, INFO "
                                                           "lines), hidden by default")
     add_config_arguments(p, overrides=True, exclude=("dataset", "method", "seed"))
+    for action in p._actions:  # a config file's list fills these joined by commas (fda_ray.core.config_files)
+        if action.dest in ("methods", "values", "track", "plan_for"):
+            action.comma_list = True
     return p
 
 
