@@ -153,6 +153,8 @@ def test_fda_keywords_are_the_family_params_entry():
     assert RunConfig(beta=0.2, params={"fda": {"beta": 0.9, "filter": False}}).params == \
         {"fda": {"beta": 0.2, "filter": False}}
     assert cfg.replace(beta=0.7).params == {"fda": {"beta": 0.7, "filter": False}}
+    with pytest.raises(ValueError, match=r"beta=2 is invalid: a number in \[0, 1\]"):  # replaced, still refused
+        RunConfig(beta=0.25, params={"fda": {"beta": 2}})
     assert cfg.replace(rounds=3).beta == 0.3
     assert cfg.replace(params={}).beta == 0.5
     with pytest.raises(AttributeError, match="no attribute 'betta'"):

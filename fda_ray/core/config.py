@@ -513,6 +513,8 @@ def _init(self: RunConfig, *args: Any, **kwargs: Any) -> None:
         params = kwargs.get("params") or {}
         if isinstance(params, dict):  # (anything else is the params check's one-line error)
             own = params.get(fam) or {}
+            if isinstance(own, dict) and own:
+                keyword_params().build(own)  # a bad value that the keyword replaces is still bad input: one line
             kwargs["params"] = {**params, fam: {**(own if isinstance(own, dict) else {}), **given}}
     _fields_init(self, *args, **kwargs)
 
