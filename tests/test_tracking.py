@@ -208,3 +208,20 @@ def test_an_object_store_sweep_tracks_to_a_local_folder_and_says_where(tmp_path,
     assert said == [f"note: --out is an object store: tensorboard write to {tmp_path / 'tr' / 'g-quick'}/ on this "
                     "machine ($FDA_RAY_TRACKING_DIR moves it; --track none turns tracking off)"]
     assert tensorboard_scalars(tmp_path / "tr" / "g-quick" / "tensorboard" / "t1")["accuracy"][0] == (0, 0.25)
+
+
+def test_mlflows_store_keeps_the_quiet_console_quiet(tmp_path, monkeypatch, capfd):
+    """MLflow's SQLite store logs its table creation at INFO: on a quiet console (a sweep without --verbose) those
+    lines are not shown; with --verbose (not quiet) they are."""
+    from fda_ray.core.quiet import QUIET_ENV
+    from fda_ray.experiments.tracking import MLflow
+
+    monkeypatch.setenv(QUIET_ENV, "1")
+    MLflow(f"sqlite:///{tmp_path / 'quiet.db'}", "x")
+    assert "INFO mlflow" not in capfd.readouterr().err
+    monkeypatch.setenv(QUIET_ENV, "0")
+    import logging
+
+    logging.getLogger("mlflow").setLevel(logging.INFO)  # (as MLflow's import sets it)
+    MLflow(f"sqlite:///{tmp_path / 'verbose.db'}", "x")
+    assert "INFO mlflow.store.db.utils: Creating initial MLflow database tables" in capfd.readouterr().err

@@ -105,6 +105,14 @@ class MLflow:
     def __init__(self, uri: str, experiment: str) -> None:
         from mlflow.tracking import MlflowClient
 
+        from fda_ray.core.quiet import is_quiet
+
+        if is_quiet():  # MLflow's SQLite store logs its schema migrations at INFO on the console (--verbose shows them;
+            import logging  # set after the import, which configures MLflow's logger)
+
+            for name in ("mlflow", "alembic"):
+                logging.getLogger(name).setLevel(logging.WARNING)
+
         self.client = MlflowClient(tracking_uri=uri)
         got = self.client.get_experiment_by_name(experiment)
         self.experiment = got.experiment_id if got is not None else self.client.create_experiment(experiment)
