@@ -40,6 +40,7 @@ def test_progress_lines_and_final_accuracy(fmnist_dir, capsys, tmp_path):
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].startswith("round   1/2 [warmup] acc")
     assert "beta" in lines[1] and lines[-1].startswith("final target accuracy")
+    assert "(mean of the last 2 rounds " in lines[-1]  # a 2-round run: the mean of the rounds it has
     assert (tmp_path / "r.parquet").exists()
 
 

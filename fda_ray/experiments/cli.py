@@ -297,6 +297,7 @@ def _main(argv: list[str] | None = None) -> int:
         auc = hist.rows[-1].get("auc") if hist.rows else None
         print(f"final target accuracy {100 * hist.final_accuracy:.2f} %" + (f", AUC {100 * auc:.2f} %" if auc is not None
                                                                              else "")
-              + f" (mean of the last 5 rounds {100 * hist.last_accuracy(5):.2f} %; {cfg.method}, {where}, seed "
+              + f" (mean of the last {min(5, len(hist.rows))} rounds {100 * hist.last_accuracy(5):.2f} %; "
+              f"{cfg.method}, {where}, seed "
               f"{cfg.seed}) in {time.perf_counter() - t0:.1f} s")
     return 0
