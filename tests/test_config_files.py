@@ -188,3 +188,20 @@ def test_a_sweeps_bad_value_names_the_file_and_the_key(tmp_path, capsys):
     assert sweep.main(["--grid", "noise", "--config", str(tmp_path / "s.yaml"), "--dry-run"]) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"error: config key 'seeds' in {tmp_path / 's.yaml'} is invalid: 'three'; an integer", err
+
+
+def test_a_familys_true_false_parameter_prints_and_reads_back_the_same(tmp_path, capsys):
+    """A family's switch (FedWCA's labelset; a plug-in's boolean=True field takes the same flag) is a bool from its
+    word, so --print-config's file prints itself again (it came back as the string 'true') and a grid's `false`
+    and the flag's `false` are one value."""
+    argv = ["--method", "fedwca", "--dataset", "fmnist-5"]
+    assert cli.main(argv + ["--print-config"]) == 0
+    first = capsys.readouterr().out
+    (tmp_path / "w.yaml").write_text(first)
+    assert cli.main(["--config", str(tmp_path / "w.yaml"), "--print-config"]) == 0
+    again = capsys.readouterr().out
+    assert yaml.safe_load(again)["fedwca_labelset"] is True
+    assert [x for x in again.splitlines() if "labelset" in x] == [x for x in first.splitlines() if "labelset" in x]
+    assert config_from_args(_parse(argv + ["--fedwca-labelset", "False"])).params["fedwca"]["labelset"] is False
+    assert cli.main(argv + ["--fedwca-labelset", "maybe"]) == 2
+    assert "fedwca.labelset='maybe' is invalid: true or false" in capsys.readouterr().err

@@ -202,8 +202,10 @@ def fedgp(target: torch.Tensor, sources: torch.Tensor, offsets: torch.Tensor, *,
     w = check_weights(weights, n, target)
     # align scales the cosine projection's source delta to the target's scale; the exact projection is on that scale
     # already (FedGP Def. 3.1 has no alignment), so it reads none
-    a = torch.ones(n, dtype=torch.float64, device=target.device) if align is None or projection == "exact" \
+    a = torch.ones(n, dtype=torch.float64, device=target.device) if align is None \
         else _per_source("align", align, n, target)
+    if projection == "exact":
+        a = torch.ones_like(a)
     impl = _impl(impl, target, sources)
     target, sources = target.contiguous(), sources.contiguous()
     dots, s_sq, t_sq = stats if stats is not None else kernels.layer_stats(target, sources, offsets, impl=impl)  # pass 1

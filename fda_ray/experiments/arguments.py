@@ -102,7 +102,7 @@ def parser() -> OneLineParser:
                                                           "lines), hidden by default")
     add_config_arguments(p, overrides=True, exclude=("dataset", "method", "seed"))
     for action in p._actions:  # a config file's list fills these joined by commas (fda_ray.core.config_files)
-        if action.dest in ("methods", "values", "track", "plan_for"):
+        if action.dest in ("methods", "values", "track"):  # (not --plan-for: its nodes are joined by "+")
             action.comma_list = True
     return p
 

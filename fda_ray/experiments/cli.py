@@ -15,7 +15,7 @@ import json
 import sys
 import time
 import typing
-from typing import Any
+from typing import Any, Callable
 
 from fda_ray.core import plugins
 from fda_ray.core.parsing import OneLineParser, typed
@@ -120,13 +120,27 @@ def add_params_arguments(p: argparse.ArgumentParser) -> None:
             help_text += f" (default: {f.default})"
             kw: dict[str, Any] = {"dest": f"{PARAM_DEST}{fam}:{f.name}", "default": argparse.SUPPRESS, "help": help_text}
             name = f"{fam}.{f.name}"
-            if meta.get("choices"):
+            if meta.get("boolean") or tuple(meta.get("choices") or ()) == ("true", "false"):
+                # a switch of the family's: true or false as a word, a bool in params (as a grid's `false`)
+                action = group.add_argument(flag, type=_truth(name), metavar="true|false", **kw)
+                action.words = ("true", "false")  # (a config file's YAML boolean: fda_ray.core.config_files)
+            elif meta.get("choices"):
                 action = group.add_argument(flag, type=str, metavar="NAME", **kw)  # the config names the allowed values
                 action.words = tuple(meta["choices"])  # (a config file's YAML boolean: fda_ray.core.config_files)
             elif kind is int:
                 group.add_argument(flag, type=typed(name, int, "an integer"), metavar="N", **kw)
             else:
                 group.add_argument(flag, type=typed(name, float, "a number"), metavar="X", **kw)
+
+
+def _truth(name: str) -> Callable[[str], bool]:
+    """A family's boolean parameter from its flag's word: true or false (any case)."""
+    def parse(text: str) -> bool:
+        word = text.strip().lower()
+        if word not in ("true", "false"):
+            raise argparse.ArgumentTypeError(f"{name}={text!r} is invalid: true or false")
+        return word == "true"
+    return parse
 
 
 def config_fields(a: argparse.Namespace) -> dict[str, Any]:

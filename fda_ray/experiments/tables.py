@@ -14,6 +14,7 @@
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import statistics
@@ -54,6 +55,7 @@ def t_cdf(t: float, df: float) -> float:
     return 1 - tail if t > 0 else tail
 
 
+@functools.lru_cache(maxsize=None)  # (every table cell asks it; a bisection costs ~1 ms)
 def t975(df: int) -> float:
     """The 0.975 quantile of Student's t with df degrees of freedom, to float precision (bisection on t_cdf)."""
     if df < 1:

@@ -309,7 +309,9 @@ def with_resources(cfg_or_params: RunConfig | dict[str, Any] | None = None, pin_
     the driver bundle asks for DRIVER_RESOURCE (only nodes that declare it run drivers). served (fusion_servers'
     names): each trial sends its clients' training to its node's fusion server and asks only its driver's bundle,
     a 1/fuse share of its threads (and of its GPU share), as a served sweep's trials do. Trials run in this process's
-    working directory (keep_working_directory), not in Tune's trial folders."""
+    working directory (keep_working_directory: it sets RAY_CHDIR_TO_TRIAL_DIR=0 for this process unless it is set,
+    so every later Tuner of the process keeps it too; set RAY_CHDIR_TO_TRIAL_DIR=1 first to keep Tune's default),
+    not in Tune's trial folders."""
     cfg = _space_config(cfg_or_params)
     keep_working_directory()  # a relative data_dir, ./data and a plug-in's files, found as the command finds them
     if served:
