@@ -186,7 +186,7 @@ def manifest_from_args(a: Any, command: str) -> Manifest:
     """What a parsed sweep or search command runs (fda_ray.experiments.manifest), as its readers need it."""
     return Manifest(kind="search" if a.search else "grid", name=a.search or a.grid, profile=a.profile,
                     rows=tuple(_list(a.methods, str, "methods")) if a.methods else None,
-                    values=tuple(float(v) for v in a.values.split(",")) if a.values else None,
+                    values=tuple(_list(a.values, float, "values")) if a.values else None,
                     seeds=a.seeds, overrides=config_fields(a), command=command)
 
 

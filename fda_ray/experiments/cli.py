@@ -122,11 +122,9 @@ def add_params_arguments(p: argparse.ArgumentParser) -> None:
             name = f"{fam}.{f.name}"
             if meta.get("boolean") or tuple(meta.get("choices") or ()) == ("true", "false"):
                 # a switch of the family's: true or false as a word, a bool in params (as a grid's `false`)
-                action = group.add_argument(flag, type=_truth(name), metavar="true|false", **kw)
-                action.words = ("true", "false")  # (a config file's YAML boolean: fda_ray.core.config_files)
-            elif meta.get("choices"):
-                action = group.add_argument(flag, type=str, metavar="NAME", **kw)  # the config names the allowed values
-                action.words = tuple(meta["choices"])  # (a config file's YAML boolean: fda_ray.core.config_files)
+                group.add_argument(flag, type=_truth(name), metavar="true|false", **kw).words = ("true", "false")
+            elif meta.get("choices"):  # the config names the allowed values
+                group.add_argument(flag, type=str, metavar="NAME", **kw).words = tuple(meta["choices"])
             elif kind is int:
                 group.add_argument(flag, type=typed(name, int, "an integer"), metavar="N", **kw)
             else:
@@ -134,7 +132,8 @@ def add_params_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _truth(name: str) -> Callable[[str], bool]:
-    """A family's boolean parameter from its flag's word: true or false (any case)."""
+    """A family's boolean parameter from its flag's word: true or false (any case). Its action's `words` tell a
+    config file's YAML boolean which word to write (fda_ray.core.config_files), as a word option's choices do."""
     def parse(text: str) -> bool:
         word = text.strip().lower()
         if word not in ("true", "false"):

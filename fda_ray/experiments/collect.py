@@ -416,7 +416,8 @@ def to_latex(tabs: Sequence[GridTable | SearchTable], digits: int = 1, average: 
             continue
         avg = average and len(t.value_labels) > 1
         ns = {len(c.values) for c in t.cells.values()}
-        seeds = f"over {ns.pop()} seed(s)" if len(ns) == 1 else "[seeds] where the cells' seeds differ"
+        per_cell = len(ns) > 1  # the seeds differ between cells: each cell says its own
+        seeds = "[seeds] where the cells' seeds differ" if per_cell else f"over {ns.pop()} seed(s)"
         out += [f"% {t.title}: {', '.join(t.directories)}; {t.metric}"
                 + ("" if t.last == 1 else f" (mean of the last {t.last} rounds)")
                 + f"{t.unit}, mean $\\pm$ 95 % half-width {seeds}; (paper)",
@@ -431,7 +432,7 @@ def to_latex(tabs: Sequence[GridTable | SearchTable], digits: int = 1, average: 
                     cells.append("--")
                     continue
                 s = f"{c.mean:.{digits}f}" + (f" $\\pm$ {c.half:.{digits}f}" if c.half is not None else "")
-                if "[seeds]" in seeds:
+                if per_cell:
                     s += f" [{len(c.values)}]"
                 if c.paper is not None:
                     s += f" ({c.paper:.{digits}f})"

@@ -75,8 +75,7 @@ def gap_range(name: str, base: str, *rows: str, of: str = "ours") -> str:
     if of == "paper":
         mean = {(k, v): x for k, by in s.grid.paper.items() for v, x in by.items()}
     elif of == "ours":
-        final = tables.final(list(s.rows), "accuracy")
-        mean = {kv: statistics.fmean(x.values()) for kv, x in final.items()}
+        mean = tables.column_means(tables.final(list(s.rows), "accuracy"))
     else:
         raise ValueError(f"of={of!r} is invalid: ours or paper")
     others = rows or tuple(k for k in s.row_keys if k != base)
