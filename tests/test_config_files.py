@@ -205,3 +205,16 @@ def test_a_familys_true_false_parameter_prints_and_reads_back_the_same(tmp_path,
     assert config_from_args(_parse(argv + ["--fedwca-labelset", "False"])).params["fedwca"]["labelset"] is False
     assert cli.main(argv + ["--fedwca-labelset", "maybe"]) == 2
     assert "fedwca.labelset='maybe' is invalid: true or false" in capsys.readouterr().err
+
+
+def test_environment_indices_print_as_integers_and_read_back(tmp_path, capsys):
+    """--source-envs takes integers and --print-config writes them so (it wrote [0.0]); a file from before, with
+    [0.0], still reads as environment 0, and a fractional index is refused in one line."""
+    argv = ["--dataset", "colored-fmnist", "--test-env", "2", "--source-envs", "0", "1"]
+    assert cli.main(argv + ["--print-config"]) == 0
+    text = capsys.readouterr().out
+    assert "source_envs: [0, 1]" in text.splitlines()
+    (tmp_path / "old.yaml").write_text(text.replace("source_envs: [0, 1]", "source_envs: [0.0, 1.0]"))
+    assert config_from_args(_parse(["--config", str(tmp_path / "old.yaml")])).source_envs == (0, 1)
+    assert cli.main(argv[:4] + ["--source-envs", "0.5"]) == 2
+    assert "source_envs='0.5' is invalid: integers" in capsys.readouterr().err

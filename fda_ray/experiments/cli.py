@@ -56,6 +56,14 @@ def _dynamic_choices(name: str) -> tuple[str, ...] | None:
     return None
 
 
+def _integral(text: str) -> int:
+    """An integer, also written as an integral float ("0.0": what earlier --print-config files hold)."""
+    value = float(text)
+    if not value.is_integer():
+        raise ValueError(text)
+    return int(value)
+
+
 def add_config_arguments(p: argparse.ArgumentParser, *, overrides: bool = False,
                          exclude: tuple[str, ...] = ()) -> None:
     """One flag per RunConfig field. overrides=True: no defaults (a flag given is an override, one not given
@@ -83,8 +91,11 @@ def add_config_arguments(p: argparse.ArgumentParser, *, overrides: bool = False,
         kw: dict[str, Any] = {"dest": f.name, "default": default, "help": help_text}
         if base is bool:
             group.add_argument(flag, action=argparse.BooleanOptionalAction, **kw)
-        elif typing.get_origin(base) is tuple:
-            group.add_argument(flag, nargs="*", type=typed(f.name, float, "numbers"), metavar="X", **kw)
+        elif typing.get_origin(base) is tuple:  # tuple[int, ...] takes integers (environment indices), else numbers
+            ints = typing.get_args(base)[0] is int
+            group.add_argument(flag, nargs="*", type=typed(f.name, _integral if ints else float,
+                                                           "integers" if ints else "numbers"),
+                               metavar="N" if ints else "X", **kw)
         elif base is int:
             group.add_argument(flag, type=typed(f.name, int, "an integer"), metavar="N", **kw)
         elif base is float:
