@@ -218,3 +218,20 @@ def test_environment_indices_print_as_integers_and_read_back(tmp_path, capsys):
     assert config_from_args(_parse(["--config", str(tmp_path / "old.yaml")])).source_envs == (0, 1)
     assert cli.main(argv[:4] + ["--source-envs", "0.5"]) == 2
     assert "source_envs='0.5' is invalid: integers" in capsys.readouterr().err
+
+
+def test_a_value_refused_after_the_parse_names_the_file_and_the_key(tmp_path, capsys):
+    """RunConfig's own checks (beta in [0, 1], a family parameter's range) run after the parse; their line names the
+    config file's key where the file gave the value, and not where the command line overrides it."""
+    (tmp_path / "run.yaml").write_text("method: fedgp\nbeta: 3\n")
+    assert cli.main(["--config", str(tmp_path / "run.yaml")]) == 2
+    assert capsys.readouterr().err.strip() == ("error: beta=3.0 is invalid: a number in [0, 1] "
+                                               f"(config key 'beta' in {tmp_path / 'run.yaml'})")
+    assert cli.main(["--config", str(tmp_path / "run.yaml"), "--beta", "2"]) == 2
+    assert capsys.readouterr().err.strip() == "error: beta=2.0 is invalid: a number in [0, 1]"
+    (tmp_path / "ditto.yaml").write_text("method: ditto\nditto_lam: -1\n")
+    assert cli.main(["--config", str(tmp_path / "ditto.yaml"), "--print-config"]) == 2
+    assert capsys.readouterr().err.strip().endswith(f"(config key 'ditto_lam' in {tmp_path / 'ditto.yaml'})")
+    (tmp_path / "sweep.yaml").write_text("beta: 3\n")
+    assert sweep.main(["--search", "beta", "--config", str(tmp_path / "sweep.yaml"), "--dry-run"]) == 2
+    assert capsys.readouterr().err.strip().endswith(f"(config key 'beta' in {tmp_path / 'sweep.yaml'})")

@@ -203,8 +203,9 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
                    help="print every option with the value it would use, as a config file (yaml, or json), and exit")
 
 
-def expand(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
-    """argv with `--config FILE` replaced by the file's flags, placed first so that the command line's win."""
+def expand(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list[str], dict[str, str]]:
+    """argv with `--config FILE` replaced by the file's flags, placed first so that the command line's win; and,
+    for `blamed`, where the file says each option the command line does not override."""
     out, i, files = [], 0, []
     while i < len(argv):
         x = argv[i]
@@ -222,5 +223,22 @@ def expand(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
     if len(files) > 1:
         raise ConfigFileError(f"config={files[1]!r} is invalid: one --config a command ({files[0]!r} is given)")
     if not files:
-        return out
-    return to_argv(parser, read_mapping(files[0]), files[0]) + out
+        return out, {}
+    mapping = read_mapping(files[0])
+    given = {x.split("=")[0] for x in out if x.startswith("--")}
+    options = _options(parser)
+    blame = {}  # option name -> where the file says it, for the keys the command line does not override
+    for raw in mapping:
+        action = options.get(raw.replace("-", "_"))
+        if action is not None and not given.intersection(action.option_strings):
+            blame[raw.replace("-", "_")] = f"config key {raw!r} in {files[0]}"
+    return to_argv(parser, mapping, files[0]) + out, blame
+
+
+def blamed(message: str, blame: dict[str, str]) -> str:
+    """A one-line error `<field>=<value> is invalid: ...` raised after the parse (RunConfig's checks), with where a
+    config file says that field: `(config key 'rounds' in run.yaml)`. A family parameter's field is
+    `<family>.<name>`, its option `<family>_<name>`."""
+    field = message.split("=", 1)[0] if "=" in message else ""
+    where = blame.get(field.replace(".", "_").replace("-", "_")) if field.isidentifier() or "." in field else None
+    return f"{message} ({where})" if where else message

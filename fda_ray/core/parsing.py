@@ -51,6 +51,7 @@ class OneLineParser(argparse.ArgumentParser):
         return close or (plugin_hint() if "--import" in known else "")
 
     config_files = False  # with_config_files(): --config FILE and --print-config (fda_ray.core.config_files)
+    file_keys: dict[str, str] = {}  # option name -> "config key 'x' in FILE", for the keys the flags do not override
     parsed_argv: list[str] = []  # what the last parse_or_exit_code parsed: a --config file's flags, then argv's
     # --print-config prints the namespace this returns (the run's command line fills in the per-dataset defaults)
     resolve_for_print: Callable[[argparse.Namespace], argparse.Namespace] | None = None
@@ -71,7 +72,7 @@ class OneLineParser(argparse.ArgumentParser):
                 from fda_ray.core.config_files import ConfigFileError, dump, expand, from_namespace
 
                 try:
-                    argv = expand(self, argv)
+                    argv, self.file_keys = expand(self, argv)
                 except ConfigFileError as e:
                     self.error(str(e))
             self.parsed_argv = argv
@@ -82,11 +83,18 @@ class OneLineParser(argparse.ArgumentParser):
             try:
                 shown = self.resolve_for_print(ns) if self.resolve_for_print else ns
             except ValueError as e:
-                print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
+                print(self.error_line(e), file=sys.stderr)
                 return 2
             print(dump(from_namespace(self, shown), ns.print_config), end="")
             return 0
         return ns
+
+    def error_line(self, e: Exception) -> str:
+        """`error: <the exception's first line>`, naming the config file's key where the file gave the field (a
+        RunConfig check runs after the parse, so it knows the field, not where it came from)."""
+        from fda_ray.core.config_files import blamed
+
+        return f"error: {blamed(str(e).splitlines()[0], self.file_keys)}"
 
 
 def typed(field: str, kind: type, allowed: str) -> Callable[[str], Any]:

@@ -263,7 +263,7 @@ def _main(argv: list[str] | None = None) -> int:
         if a.parquet:  # before any work: a run must never finish and then fail to save
             preflight.output_file("parquet", a.parquet)
     except (ValueError, DatasetNotFound) as e:  # (resolving counts a table's or a folder's domains)
-        print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
+        print(p.error_line(e), file=sys.stderr)
         return 2
     one_line_warnings()
     from fda_ray.algorithms import ALGORITHMS

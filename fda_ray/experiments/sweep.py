@@ -35,7 +35,7 @@ import os
 import shlex
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 from fda_ray.core import locks, plugins
 from fda_ray.core.storage import StoragePath, storage_path
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = p.parsed_argv  # a --config file's flags written out: the summary's command replays without the file
     quiet(a.verbose)  # before Ray starts (fda_ray.experiments.console)
     if a.search is not None or a.grid is None:
-        return search_main(a, argv)
+        return search_main(a, argv, p.error_line)
     try:
         grid = load_grid(a.grid)
         if a.print_grid:
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         if warning:
             print(f"warning: {warning}", file=sys.stderr)
     except (SweepError, ValueError) as e:
-        print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
+        print(p.error_line(e), file=sys.stderr)
         return 2
     except DatasetNotFound as e:
         print(f"error: {e}", file=sys.stderr)
@@ -546,8 +546,9 @@ def _shutdown_ray() -> None:
         pass
 
 
-def search_main(a: Any, argv: list[str]) -> int:
-    """--search NAME: fda_ray.experiments.search's studies, selection and reruns."""
+def search_main(a: Any, argv: list[str], error_line: Callable[[Exception], str]) -> int:
+    """--search NAME: fda_ray.experiments.search's studies, selection and reruns; `error_line`: the parser's (it
+    names a config file's key)."""
     import dataclasses
 
     from fda_ray.experiments.search import load_search, studies
@@ -629,7 +630,7 @@ def search_main(a: Any, argv: list[str]) -> int:
             return 2 if refusal else 0
         _preflight(search.dataset, first, a.backend, a.address, overrides, out, a.pin_drivers)
     except (SweepError, ValueError) as e:
-        print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
+        print(error_line(e), file=sys.stderr)
         return 2
     except DatasetNotFound as e:
         print(f"error: {e}", file=sys.stderr)
