@@ -41,7 +41,25 @@ def test_progress_lines_and_final_accuracy(fmnist_dir, capsys, tmp_path):
     assert lines[0].startswith("round   1/2 [warmup] acc")
     assert "beta" in lines[1] and lines[-1].startswith("final target accuracy")
     assert "(mean of the last 2 rounds " in lines[-1]  # a 2-round run: the mean of the rounds it has
-    assert (tmp_path / "r.parquet").exists()
+    import pyarrow.parquet as pq
+
+    from fda_ray.core.build import code_version
+
+    rows = pq.read_table(tmp_path / "r.parquet").to_pylist()  # the build that computed them, as a sweep's has it
+    assert [r["round"] for r in rows] == [0, 1]
+    assert {r["build_code"] for r in rows} == {code_version()} and rows[-1]["build_aggregation"] in ("cpp", "reference")
+    assert rows[-1]["build_torch"] == __import__("torch").__version__
+
+
+def test_a_regression_run_reports_its_test_loss_not_a_nan_accuracy(capsys):
+    """The synthetic task (Auto-weighted FDA App. B) is a regression: its console says the test loss (MSE), with no
+    accuracy column of NaN."""
+    assert main(["--dataset", "synthetic", "--rounds", "2", "--warmup-rounds", "1", "--threads", "1",
+                 "--executor", "serial"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 4 and not any("nan" in x for x in lines), lines
+    assert lines[0].startswith("round   1/3 [warmup] loss ")
+    assert lines[-1].startswith("final target test loss ") and "(mean of the last 3 rounds " in lines[-1]
 
 
 @pytest.mark.parametrize("args,needle", [

@@ -22,6 +22,9 @@ class History:
     final_weights: torch.Tensor | None = None  # (M,) flat global weights after the last row
     seconds: float = 0.0
     startup: dict[str, float] = field(default_factory=dict)  # seconds by start-up phase (fda_ray.runtime.startup)
+    # what computed the rows (fda_ray.experiments.records.environment: torch, numpy, code version, aggregation, ...):
+    # to_parquet writes it as build_<name> columns, as a sweep's results.parquet has them; None: not recorded
+    build: dict[str, Any] | None = None
 
     @property
     def final_accuracy(self) -> float:
@@ -40,8 +43,10 @@ class History:
         return [r.get(name) for r in self.rows]
 
     def to_records(self) -> list[dict[str, Any]]:
-        """Rows with the config's scalar fields as columns (prefixed by nothing; row keys win on clashes)."""
+        """Rows with the config's scalar fields as columns (prefixed by nothing; row keys win on clashes), then the
+        build's as build_<name> when it is known."""
         cfg = {k: (json.dumps(v) if isinstance(v, (list, tuple, dict)) else v) for k, v in self.config.items()}
+        cfg.update({f"build_{k}": v for k, v in (self.build or {}).items()})
         return [{**cfg, **row} for row in self.rows]
 
     def to_parquet(self, path: str | os.PathLike) -> Path:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 import time
 import typing
@@ -191,6 +192,16 @@ def resolved_namespace(a: argparse.Namespace) -> argparse.Namespace:
     return out
 
 
+def recorded_build() -> dict[str, str | None]:
+    """The build a run's --parquet names in its build_<name> columns (as a sweep's results.parquet): the libraries,
+    fda-ray's code version and the aggregation kernels that ran in this thread so far."""
+    from fda_ray import kernels
+    from fda_ray.experiments.records import BUILD_COLUMNS, environment
+
+    env = environment(kernels.ran())
+    return {k: env.get(k) for k in BUILD_COLUMNS}
+
+
 def whole_machine(cfg: RunConfig, argv: list[str], cores: int | None = None) -> RunConfig:
     """`python -m fda_ray` without --executor uses the whole machine: with 2 or more cores (those this process
     may run on) and 2 or more clients on the CPU, the clients run on Ray actors pooled to the cores (one 1-thread
@@ -276,6 +287,7 @@ def _main(argv: list[str] | None = None) -> int:
     def progress(row: dict) -> None:
         if a.parquet:  # every finished round on disk at once (atomically): even a killed run keeps them
             finished.rows.append(row)
+            finished.build = recorded_build()
             finished.to_parquet(a.parquet)
             written[0] = len(finished.rows)
             node_watch.changed()
@@ -286,7 +298,8 @@ def _main(argv: list[str] | None = None) -> int:
         if row.get("auc") is not None:  # Healthcare FDA's binary tasks
             extra += f" auc {100 * row['auc']:6.2f}"
         with printing():  # `| head`: the run stops as Ctrl-C stops it, its finished rounds kept
-            print(f"round {row['round'] + 1:3d}/{total} [{row['phase']}] acc {100 * row['accuracy']:6.2f} "
+            acc = "" if math.isnan(row["accuracy"]) else f"acc {100 * row['accuracy']:6.2f} "  # (regression: none)
+            print(f"round {row['round'] + 1:3d}/{total} [{row['phase']}] {acc}"
                   f"loss {row['loss']:.4f}{extra} ({row['seconds']:.2f} s)", flush=True)
 
     node_watch.set_kept(lambda: f"the {written[0]} finished rounds are in {a.parquet}" if a.parquet
@@ -301,6 +314,7 @@ def _main(argv: list[str] | None = None) -> int:
         # Keep what was computed: the finished rounds go where the full history would have gone.
         kept = ""
         if a.parquet and e.history.rows:
+            e.history.build = recorded_build()
             e.history.to_parquet(a.parquet)
             written[0] = len(e.history.rows)
             kept = f"; the {written[0]} finished rounds are in {a.parquet}"
@@ -312,6 +326,7 @@ def _main(argv: list[str] | None = None) -> int:
         print("interrupted: before the first round finished; nothing to keep", file=sys.stderr)
         return 130
     if a.parquet:
+        hist.build = recorded_build()
         hist.to_parquet(a.parquet)
     if a.json:
         print(json.dumps(hist.to_json()))
@@ -319,9 +334,14 @@ def _main(argv: list[str] | None = None) -> int:
         where = f"test_env {cfg.test_env}" if resolved.partition in ("domainbed", "heldout_domain") \
             else f"noise {cfg.noise}"
         auc = hist.rows[-1].get("auc") if hist.rows else None
-        print(f"final target accuracy {100 * hist.final_accuracy:.2f} %" + (f", AUC {100 * auc:.2f} %" if auc is not None
-                                                                             else "")
-              + f" (mean of the last {min(5, len(hist.rows))} rounds {100 * hist.last_accuracy(5):.2f} %; "
-              f"{cfg.method}, {where}, seed "
-              f"{cfg.seed}) in {time.perf_counter() - t0:.1f} s")
+        last = min(5, len(hist.rows))
+        if math.isnan(hist.final_accuracy) and hist.rows:  # a regression task (synthetic): its metric is the loss
+            losses = [float(r["loss"]) for r in hist.rows[-last:]]
+            result = (f"final target test loss {hist.final_loss:.4f} (mean of the last {last} rounds "
+                      f"{sum(losses) / last:.4f}; ")
+        else:
+            result = (f"final target accuracy {100 * hist.final_accuracy:.2f} %"
+                      + (f", AUC {100 * auc:.2f} %" if auc is not None else "")
+                      + f" (mean of the last {last} rounds {100 * hist.last_accuracy(5):.2f} %; ")
+        print(f"{result}{cfg.method}, {where}, seed {cfg.seed}) in {time.perf_counter() - t0:.1f} s")
     return 0
