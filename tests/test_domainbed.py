@@ -158,6 +158,37 @@ def test_colored_and_rotated_mnist_read_torchvisions_mnist_layout(tmp_path):
     assert r.env_names == ("0", "15", "30", "45", "60", "75") and r.input_shape == (1, 28, 28)
     with pytest.raises(DatasetNotFound, match=r"MNIST not found in data_dir=.*searched: .*MNIST/raw"):
         load("colored-mnist", str(tmp_path / "empty"))
+    # DomainBed's download script: torchvision's MNIST(<data_dir>/MNIST) writes <data_dir>/MNIST/MNIST/raw
+    _mnist_tree(tmp_path / "domainbed" / "MNIST")
+    d = load("colored-mnist", str(tmp_path / "domainbed"))
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(d.environments, c.environments))
+
+
+def test_a_cut_short_image_is_read_as_domainbed_reads_it_with_one_warning(tmp_path):
+    """DomainBed sets PIL's LOAD_TRUNCATED_IMAGES, so a cut-short JPEG trains there; here it reads the same way, with
+    one warning naming the file (once, though a file is read every epoch); a file that is no image stays refused."""
+    from PIL import Image, ImageFile
+
+    from fda_ray.core.notices import RunWarning
+    from fda_ray.data.images import ImageFileError, _pil_loader
+
+    path = tmp_path / "cut.jpg"
+    pixels = np.random.default_rng(0).integers(0, 256, (128, 128, 3), dtype=np.uint8)
+    Image.fromarray(pixels).save(path, quality=95)
+    whole = np.asarray(_pil_loader(str(path)), dtype=np.float64)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])  # the headers whole, half the scan
+    with pytest.warns(RunWarning, match=r"image '.*cut.jpg' is cut short; read as DomainBed reads it") as seen:
+        cut = np.asarray(_pil_loader(str(path)), dtype=np.float64)
+        _pil_loader(str(path))
+    assert len(seen) == 1 and cut.shape == whole.shape and ImageFile.LOAD_TRUNCATED_IMAGES is False
+    assert np.array_equal(cut[:8], whole[:8]) and not np.array_equal(cut[-8:], whole[-8:])  # the top was read
+    (tmp_path / "no.jpg").write_bytes(b"not an image")
+    with pytest.raises(ImageFileError, match="not an image PIL can read"):
+        _pil_loader(str(tmp_path / "no.jpg"))
+    (tmp_path / "head.jpg").write_bytes(data[:100])  # cut inside its headers: no image to read, as in DomainBed
+    with pytest.raises(ImageFileError, match=r"head.jpg' is invalid: cut short"):
+        _pil_loader(str(tmp_path / "head.jpg"))
 
 
 def _png(path: Path, colour: tuple[int, int, int], size: int = 12) -> None:

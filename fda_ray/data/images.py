@@ -30,9 +30,41 @@ def _pil_loader(path: str):
             return Image.open(f).convert("RGB")
     except (OSError, SyntaxError, ValueError) as e:  # PIL: UnidentifiedImageError (an OSError), a cut-short file
         why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if why.startswith(("image file is truncated", "Truncated File Read")):  # (PIL says either, by where it ends)
+            return _truncated(path)
         if "cannot identify image file" in why:  # PIL's text names a file object, not the path
             why = "not an image PIL can read"
         raise ImageFileError(f"image={path!r} is invalid: {why}") from None
+
+
+def _truncated(path: str):
+    """A file cut short, read as DomainBed reads every image (domainbed/datasets.py sets PIL's
+    LOAD_TRUNCATED_IMAGES: the part the file lacks is left blank), with one warning a file: DomainBed trains and
+    tests on such files, so a copy of a dataset that DomainBed runs on runs here too, and says which files."""
+    import warnings
+
+    from PIL import Image, ImageFile
+
+    from fda_ray.core.notices import RunWarning
+
+    before = ImageFile.LOAD_TRUNCATED_IMAGES
+    ImageFile.LOAD_TRUNCATED_IMAGES = True  # (PIL reads it as a module setting; put back at once)
+    try:
+        with open(path, "rb") as f:
+            image = Image.open(f).convert("RGB")
+    except (OSError, SyntaxError, ValueError) as e:  # cut inside its headers: DomainBed cannot read it either
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ImageFileError(f"image={path!r} is invalid: cut short before its image data ({why})") from None
+    finally:
+        ImageFile.LOAD_TRUNCATED_IMAGES = before
+    if path not in _WARNED:
+        _WARNED.add(path)
+        warnings.warn(f"image {path!r} is cut short; read as DomainBed reads it, the missing part blank", RunWarning,
+                      stacklevel=2)
+    return image
+
+
+_WARNED: set[str] = set()  # the truncated files this process has warned of (a file is read every epoch)
 
 
 @dataclass(frozen=True)

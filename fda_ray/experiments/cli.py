@@ -30,7 +30,7 @@ def one_line_warnings() -> None:
     """Print fda-ray's RunWarnings as `warning: <message>` (Python's format adds the source file and line)."""
     import warnings
 
-    from fda_ray.runtime.preflight import RunWarning
+    from fda_ray.core.notices import RunWarning
 
     default = warnings.showwarning
 

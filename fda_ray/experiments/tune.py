@@ -32,7 +32,7 @@ from fda_ray.core import interrupts
 from fda_ray.core.storage import storage_path
 from fda_ray.experiments.records import round_metrics as metrics
 from fda_ray.core.config import RunConfig, config_names
-from fda_ray.runtime.preflight import RunWarning
+from fda_ray.core.notices import RunWarning
 from fda_ray.runtime import resources as plans
 
 RUN_FIELDS = config_names()  # (with the FDA family's: beta, ...)

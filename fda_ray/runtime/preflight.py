@@ -28,6 +28,7 @@ from typing import Any, Iterable
 from fda_ray.core.storage import StoragePath, is_uri, storage_path
 from fda_ray.core.user_files import is_number
 from fda_ray.core.config import RunConfig, config_keywords, keyword_names, keyword_params
+from fda_ray.core.notices import RunWarning  # (raised here; imported from here by the runtime and the CLIs)
 
 RAY_CONNECT_TIMEOUT_S = 10.0
 # Written by `ray up` on the head node: the cluster's node types (the autoscaler can add any of them).
@@ -36,10 +37,6 @@ AUTOSCALER_CONFIG = "~/ray_bootstrap_config.yaml"
 
 class PreflightError(ValueError):
     """A run or sweep cannot do its work here; the message is the one line a CLI prints."""
-
-
-class RunWarning(UserWarning):
-    """Something a run does that its user may not expect (the CLIs print it as one line)."""
 
 
 def _err(field: str, value: Any, why: str) -> PreflightError:
