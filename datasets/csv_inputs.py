@@ -68,3 +68,22 @@ def read_table(path: str, field: str, what: str, columns: Sequence[str],
     if not rows:
         raise InputError(field, path, f"not {what} (no rows under its header)")
     return rows
+
+
+def writable_output(path: str) -> str | None:
+    """Make the output's folder (the documented commands write into a new one) and check that the file can be
+    written there, before any work; None when it can, else why not, for one line (`out=... cannot be written`)."""
+    p = Path(path)
+    above = next((d for d in [p.parent, *p.parent.parents] if d.exists()), None)
+    if above is not None and not above.is_dir():
+        return f"{above} is a file, not a folder"
+    if p.is_dir():
+        return "a directory, not a file"
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        probe = p.parent / f".{p.name}.write-check"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:  # under a file, a read-only folder, a full disk
+        return e.strerror or type(e).__name__
+    return None

@@ -11,11 +11,13 @@ Uncertain labels (-1.0) are dropped. Each domain takes at most --per-class posit
 (the paper: 2 000 / 2 000 per source domain), in a seeded random order, and puts --test-share of each class
 in its test split. A patient's images go to one domain only (the first, in the order above, that draws one of
 them) unless --keep-shared-patients (an image can be positive for several conditions: without this the
-domains overlap, as in the paper). Auxiliary labels: sex, age (fda-ray buckets it as (age - 18) // 9), view
-(Frontal/Lateral). Writes path,label,domain,split,aux_sex,aux_age,aux_view with paths under --image-root.
+domains overlap, as in the paper); an image two domains draw has one split in both (the first draw's), so no
+test image is another domain's training image (fda-ray refuses a table where one is). Auxiliary labels: sex,
+age (fda-ray buckets it as (age - 18) // 9), view (Frontal/Lateral). Writes path,label,domain,split,aux_sex,aux_age,aux_view with paths under --image-root.
 An input that is not CheXpert's train.csv (no such file, a folder, a binary or non-UTF-8 file, an empty one, a
 missing column, a row cut short) is one line, `error: train_csv='<path>' is invalid: <why>`, exit 2, before
-anything is written; an output that cannot be written is one line, exit 1. A gzipped train.csv is read as it is.
+anything is written; the output's folder is made, and an output that cannot be written is one line, exit 1,
+before the work. A gzipped train.csv is read as it is.
 Standard library only.
 """
 from __future__ import annotations
@@ -28,7 +30,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # (run as a script or loaded by path: its folder's helper)
-from csv_inputs import InputError, read_table  # noqa: E402
+from csv_inputs import InputError, read_table, writable_output  # noqa: E402
 
 DOMAINS = {"Edema": "Edema", "LungLesion": "Lung Lesion", "Pneumonia": "Pneumonia", "Atelectasis": "Atelectasis",
            "Consolidation": "Consolidation"}  # fda-ray's domain name -> the release's column
@@ -61,8 +63,12 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if (why := writable_output(a.out)) is not None:
+        print(f"error: out={a.out!r} cannot be written ({why})", file=sys.stderr)
+        return 1
     rng = random.Random(a.seed)
     used: set[str] = set()
+    split_of: dict[str, str] = {}  # image -> its split, once decided: a test image is never another domain's training one
     out = []
     for domain, column in DOMAINS.items():
         free = [r for r in rows if a.keep_shared_patients or patient_of(r["Path"]) not in used]
@@ -74,10 +80,14 @@ def main(argv: list[str] | None = None) -> int:
         k = min(a.per_class, len(pos), len(neg))
         for label, chosen in (("1", pos[:k]), ("0", neg[:k])):
             n_test = max(1, round(a.test_share * k)) if k > 1 else 0
-            for i, r in enumerate(chosen):
+            # (--keep-shared-patients) an image another domain drew keeps its split; the new ones fill the rest
+            n_test -= sum(split_of.get(r["Path"]) == "test" for r in chosen)
+            for r in chosen:
+                if r["Path"] not in split_of:
+                    split_of[r["Path"]] = "test" if n_test > 0 else "train"
+                    n_test -= split_of[r["Path"]] == "test"
                 path = str(Path(a.image_root) / r["Path"]) if a.image_root else r["Path"]
-                out.append([path, label, domain, "test" if i < n_test else "train", r["Sex"], r["Age"],
-                            r["Frontal/Lateral"]])
+                out.append([path, label, domain, split_of[r["Path"]], r["Sex"], r["Age"], r["Frontal/Lateral"]])
                 used.add(patient_of(r["Path"]))
         print(f"{domain}: {k} positives, {k} negatives", file=sys.stderr)
     try:

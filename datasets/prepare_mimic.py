@@ -15,8 +15,8 @@ each label in a seeded random order (the authors: 4 000) and puts --test-share o
 Paths follow MIMIC-CXR-JPG's layout files/pXX/pSUBJECT/sSTUDY/DICOM.jpg under --image-root. Writes
 path,label,domain,split,aux_sex,aux_age. An input that is not the release's file (no such file, a folder, a
 binary or non-UTF-8 file, an empty one, a missing column, a row cut short, a label that is not a number) is one
-line, `error: <argument>='<path>' is invalid: <why>`, exit 2, before anything is written; an output that cannot
-be written is one line, exit 1. The releases' .csv.gz files are read as they are. Standard library only.
+line, `error: <argument>='<path>' is invalid: <why>`, exit 2, before anything is written; the output's folder
+is made, and an output that cannot be written is one line, exit 1, before the work. The releases' .csv.gz files are read as they are. Standard library only.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # (run as a script or loaded by path: its folder's helper)
-from csv_inputs import InputError, read_table  # noqa: E402
+from csv_inputs import InputError, read_table, writable_output  # noqa: E402
 
 RACES = (("WHITE", "White"), ("BLACK", "Black"), ("ASIAN", "Asian"), ("HISPANIC", "Hispanic"))
 # Each input: (what it should be, the columns read from it). The admissions' race column is `race` in MIMIC-IV 2.x
@@ -91,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if (why := writable_output(a.out)) is not None:
+        print(f"error: out={a.out!r} cannot be written ({why})", file=sys.stderr)
+        return 1
     labels = {(r["subject_id"], r["study_id"]): r for r in chexpert}
     admissions = _first_per_subject(admission_rows)
     patients = _first_per_subject(patient_rows)

@@ -416,9 +416,14 @@ def test_prepare_chexpert_reads_a_gzipped_release_and_says_when_the_output_canno
     assert _script("prepare_chexpert").main([str(src), str(tmp_path / "b.csv"), "--per-class", "2"]) == 0
     assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "b.csv").read_bytes()
     capsys.readouterr()
-    out = tmp_path / "no-such-folder" / "t.csv"
+    out = tmp_path / "new-folder" / "t.csv"  # the documented command writes into a folder of its own: made
+    assert _script("prepare_chexpert").main([str(src), str(out), "--per-class", "2"]) == 0
+    assert out.read_bytes() == (tmp_path / "b.csv").read_bytes()
+    capsys.readouterr()
+    out = tmp_path / "a.csv" / "t.csv"  # under a file: one line, before the work (no domain's counts printed)
     assert _script("prepare_chexpert").main([str(src), str(out)]) == 1
-    assert capsys.readouterr().err.endswith(f"error: out={str(out)!r} cannot be written (No such file or directory)\n")
+    assert capsys.readouterr().err == f"error: out={str(out)!r} cannot be written ({tmp_path / 'a.csv'} is a file, " \
+                                      "not a folder)\n"
 
 
 def _mimic_inputs(root: Path) -> dict[str, Path]:

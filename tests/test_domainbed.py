@@ -246,8 +246,12 @@ def test_folder_loaders_name_what_is_missing(tmp_path):
     _folder_tree(tmp_path / "VLCS", ["SUN09"], ["bird"], per=1)
     with pytest.raises(DatasetNotFound, match=r"in environment 'SUN09' .* class 'car' is missing"):
         load("vlcs", str(tmp_path))
-    with pytest.raises(DatasetNotFound, match=r"PACS \(pacs\) not found in data_dir=.*searched: .*PACS"):
+    with pytest.raises(DatasetNotFound, match=r"PACS \(pacs\) not found in data_dir=.*searched: .*PACS.*"
+                                              r"Put DomainBed's PACS/ folder"):
         load("pacs", str(tmp_path))
+    with pytest.raises(DatasetNotFound, match=r"Put the digit_five/ folder") as e:  # not one of DomainBed's
+        load("digit-five", str(tmp_path))
+    assert "DomainBed" not in str(e.value)
     # Office-Home's "Real World" folder has a space
     _folder_tree(tmp_path / "office_home", ["Art", "Clipart", "Product", "Real World"], ["Alarm_Clock", "Bike"], per=1)
     s = load("office-home", str(tmp_path))

@@ -141,6 +141,36 @@ def test_authors_formats(tmp_path, name, aux, expect):
         DATASETS.get(name)(data_dir=str(tmp_path))
 
 
+def test_the_authors_tables_leave_out_training_rows_that_name_a_test_image(tmp_path):
+    """The authors split each domain on its own, so one image can be a test image of one domain and a training
+    image of another: those training rows are left out with one warning naming the counts (the test tables stay
+    whole); a missing absolute path says to rewrite the tables' prefix."""
+    from fda_ray.core.notices import RunWarning
+    from fda_ray.data.medical_csv import FORMATS
+
+    _authors_tables(tmp_path, "chexpert")
+    fmt = FORMATS["chexpert"]
+    target, source = fmt.domains[0], fmt.domains[2]
+    test_table = tmp_path / f"{fmt.prefix}_{target}_test.csv"
+    train_table = tmp_path / f"{fmt.prefix}_{source}_train.csv"
+    shared = [line.split(",")[0] for line in test_table.read_text().splitlines()[1:3]]
+    lines = train_table.read_text().splitlines()
+    lines[4] = ",".join([shared[0]] + lines[4].split(",")[1:])  # rows 4 and 5 of the source train on test images
+    lines[5] = ",".join([shared[1]] + lines[5].split(",")[1:])
+    train_table.write_text("\n".join(lines) + "\n")
+    with pytest.warns(RunWarning, match=rf"chexpert: training rows that name a test image are left out, so no test "
+                                        rf"image is trained on: {source} 2 of 6 \(the first .*{train_table.name}:5;"):
+        s = DATASETS.get("chexpert")(data_dir=str(tmp_path))
+    kept = s.environments[2][0].paths
+    assert len(kept) == 4 and not set(kept) & set(shared) and len(s.env_tests[0][0].paths) == 6
+    lines = train_table.read_text().splitlines()
+    lines[2] = ",".join(["/shared/rsaas/someone/CheXpert-v1.0-small/train/p1.jpg"] + lines[2].split(",")[1:])
+    train_table.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DatasetNotFound, match=r"rewrite their prefix to where your copy is \(e.g. sed -i "
+                                              r"'s#/shared/rsaas/someone/#/your/copy/#'"):
+        DATASETS.get("chexpert")(data_dir=str(tmp_path))
+
+
 def test_a_table_runs_seed_000_end_to_end(tmp_path):
     from fda_ray.runtime.engine import run
 
@@ -195,6 +225,30 @@ def test_prepare_chexpert_writes_a_generic_table(tmp_path):
     for r in rows:
         p = r["path"].split("/")[-3]
         assert patient.setdefault(p, r["domain"]) == r["domain"]
+
+
+def test_prepare_chexpert_with_shared_patients_gives_an_image_one_split_in_every_domain(tmp_path):
+    """--keep-shared-patients lets an image enter several domains (as in the paper); it keeps the split its first
+    domain gave it, so no test image is another domain's training image, which fda-ray's reader refuses."""
+    from fda_ray.data.medical_csv import read_generic
+
+    src = _chexpert_release(tmp_path)
+    out = tmp_path / "shared" / "table.csv"  # (a new folder: made)
+    r = subprocess.run([sys.executable, str(REPO / "datasets" / "prepare_chexpert.py"), str(src), str(out),
+                        "--per-class", "30", "--keep-shared-patients"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    rows = list(csv.DictReader(open(out, newline="")))
+    split: dict[str, set[str]] = {}
+    for row in rows:
+        split.setdefault(row["path"], set()).add(row["split"])
+    shared = [p for p in split if sum(row["path"] == p for row in rows) > 1]
+    assert shared and all(len(s) == 1 for s in split.values())  # images in several domains, one split each
+    for d in {row["domain"] for row in rows}:
+        mine = [row for row in rows if row["domain"] == d]
+        tests = sum(row["split"] == "test" for row in mine)
+        assert 0 < tests < len(mine)
+    domains, trains, tests, _ = read_generic(out)  # the reader's leak check passes
+    assert len(domains) == 5
 
 
 def test_prepare_mimic_joins_the_release_files(tmp_path):

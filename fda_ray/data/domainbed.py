@@ -74,6 +74,7 @@ class FolderLayout:
     how: str  # where users get it
     size: int = IMAGE_SIZE  # the decoded images' side
     recipe: str = "domainbed"  # the transforms (_transform)
+    domainbed: bool = True  # one of DomainBed's datasets (Office-31 and Digit-Five are not: the messages say so)
 
 
 FOLDER_DATASETS: dict[str, FolderLayout] = {
@@ -89,13 +90,14 @@ FOLDER_DATASETS: dict[str, FolderLayout] = {
     # FSSDA's Office-31 (not a DomainBed dataset; the same layout, docs/datasets.md): the original archive
     # puts an images/ folder between each domain and its classes, which read_environments steps into.
     "office31": FolderLayout("office31", ("amazon", "dslr", "webcam"), ("A", "D", "W"),
-                             "unpack the Office-31 archive (domain_adaptation_images) as <root>/office31/"),
+                             "unpack the Office-31 archive (domain_adaptation_images) as <root>/office31/",
+                             domainbed=False),
     # FedWCA's Digit-Five (docs/datasets.md): per-domain class folders 0..9 of 32 x 32 digits, normalised by 0.5
     # (SHOT's digit transforms), no augmentation; the .mat bundles people share need converting to this layout.
     "digit-five": FolderLayout("digit_five", ("mnist", "mnistm", "svhn", "syn", "usps"), ("MN", "MN-M", "SV", "SY", "US"),
                                "write each domain's images as PNG files into <root>/digit_five/<domain>/<digit>/ (the "
                                "usual .mat / pickle bundles: convert them with their own readers)",
-                               size=32, recipe="digits"),
+                               size=32, recipe="digits", domainbed=False),
     "domain-net": FolderLayout("domain_net", ("clipart", "infograph", "painting", "quickdraw", "real", "sketch"),
                                ("clip", "info", "paint", "quick", "real", "sketch"),
                                "DomainBed's download script writes it"),
@@ -160,6 +162,7 @@ def _env_split(envs: list[Pair], names: Sequence[str], classes: int, input_shape
 
 def _folder_loader(name: str):
     lay = FOLDER_DATASETS[name]
+    whose = "DomainBed's" if lay.domainbed else "the"
 
     def load(data_dir: str | None = None, download: bool = False) -> Split:
         dirs = _candidate_dirs(data_dir, [lay.folder, ""], [])
@@ -167,12 +170,12 @@ def _folder_loader(name: str):
             next((d for d in dirs if d.is_dir() and any((d / e).is_dir() for e in lay.environments)), None)
         if found is None:
             raise _not_found(f"{lay.folder} ({name})", data_dir, dirs,
-                             f"Put DomainBed's {lay.folder}/ folder ({'/'.join(lay.environments)}, each with one "
+                             f"Put {whose} {lay.folder}/ folder ({'/'.join(lay.environments)}, each with one "
                              f"folder per class) under the data root and pass it as --data-dir; {lay.how}")
         envs, classes = read_environments(found, lay.environments, name, lay.size, lay.recipe)
         return _env_split(envs, lay.letters, len(classes), (3, lay.size, lay.size))
 
-    load.__doc__ = f"DomainBed's {lay.folder}: environments {', '.join(lay.letters)} ({', '.join(lay.environments)})."
+    load.__doc__ = f"{whose[0].upper() + whose[1:]} {lay.folder}: environments {', '.join(lay.letters)} ({', '.join(lay.environments)})."
     return load
 
 

@@ -169,17 +169,63 @@ def _check_leaks(trains: Mapping[str, "Table"], tests: Mapping[str, "Table | Non
                                  f"({seen[p]}); a test image must not be trained on")
 
 
+def _drop_test_images(name: str, trains: Mapping[str, "Table"], tests: Mapping[str, "Table | None"]) -> None:
+    """The authors' per-domain files split each domain 80/20 on its own, so an image positive for two conditions can
+    be a test image of one domain and a training image of another (in the files of enyijiang/MIDRC's history, CheXpert's
+    Edema test table shares at least 4 577 of its 20 899 images with the other domains' training tables; MIDRC's IL
+    tables one image). Those training rows are left out,
+    with one warning, so that no test image is trained on; a generic table, which its writer controls, is refused
+    instead (_check_leaks)."""
+    import warnings
+
+    from fda_ray.core.notices import RunWarning
+
+    tested = {p for t in tests.values() if t is not None for p in t.paths}
+    dropped = {}
+    for d, t in trains.items():
+        keep = [i for i, p in enumerate(t.paths) if p not in tested]
+        if len(keep) < len(t.paths):
+            dropped[d] = (len(t.paths) - len(keep), len(t.paths), t.sources[next(i for i, p in enumerate(t.paths)
+                                                                                 if p in tested)])
+            t.paths[:] = [t.paths[i] for i in keep]
+            t.labels[:] = [t.labels[i] for i in keep]
+            t.sources[:] = [t.sources[i] for i in keep]
+    if dropped:
+        parts = ", ".join(f"{d} {n} of {total}" for d, (n, total, _) in dropped.items())
+        first = next(iter(dropped.values()))[2]
+        warnings.warn(f"{name}: training rows that name a test image are left out, so no test image is trained on: "
+                      f"{parts} (the first {first}; the authors' tables split each domain on its own)", RunWarning,
+                      stacklevel=2)
+
+
 def _resolve(path: str, root: Path) -> str:
     p = Path(path.strip())
     return str(p if p.is_absolute() else root / p)
 
 
-def _check_images(tables: Mapping[str, Table], what: str) -> None:
+def _check_images(tables: Mapping[str, Table], what: str, authors: bool = False) -> None:
+    """Every image a table names exists. The authors' per-domain files name images by absolute paths on their own
+    cluster (/shared/rsaas/...), and their format has no image root: the message says to rewrite the prefix."""
     missing = [(t.sources[i], p) for t in tables.values() for i, p in enumerate(t.paths) if not os.path.isfile(p)]
     if missing:
         where, path = missing[0]
+        how = "fix the paths or the image root (table.json's image_root)"
+        if authors and os.path.isabs(path):
+            how = ("these tables name images by absolute paths; rewrite their prefix to where your copy is "
+                   f"(e.g. sed -i 's#{_prefix(path)}#/your/copy/#' {Path(where.rsplit(':', 1)[0]).parent}/*.csv), "
+                   "or write a generic table with datasets/prepare_*.py")
         raise DatasetNotFound(f"{what}: {len(missing)} image file(s) named by the tables do not exist, the first "
-                              f"{path!r} ({where}); fix the paths or the image root")
+                              f"{path!r} ({where}); {how}")
+
+
+def _prefix(path: str) -> str:
+    """The part of an absolute image path before the release's own folders (CheXpert-v1.0-small/, files/p..), or
+    its first two folders: what a user's copy replaces."""
+    for mark in ("CheXpert-v1.0-small/", "CheXpert-v1.0/", "files/p"):
+        if mark in path:
+            return path[: path.index(mark)]
+    parts = Path(path).parts
+    return str(Path(*parts[:3])) + "/" if len(parts) > 3 else str(Path(path).parent) + "/"
 
 
 def _check_classes(domain: str, t: Table, split: str) -> None:
@@ -191,9 +237,9 @@ def _check_classes(domain: str, t: Table, split: str) -> None:
 
 
 def _to_split(name: str, domains: Sequence[str], trains: Mapping[str, Table], tests: Mapping[str, Table | None],
-              aux: Sequence[Aux]) -> Split:
-    """A Split of environments of image files, y (n, 1 + K)."""
-    _check_images({**trains, **{f"{d}/test": t for d, t in tests.items() if t is not None}}, name)
+              aux: Sequence[Aux], authors: bool = False) -> Split:
+    """A Split of environments of image files, y (n, 1 + K); `authors`: read from the authors' per-domain files."""
+    _check_images({**trains, **{f"{d}/test": t for d, t in tests.items() if t is not None}}, name, authors)
     envs, env_tests = [], []
     for d in domains:
         _check_classes(d, trains[d], "training")
@@ -255,8 +301,8 @@ def load_format(name: str, data_dir: str | None) -> Split:
         trains[d] = read_format_table(tr, fmt)
         te = root / f"{fmt.prefix}_{d}_test.csv"
         tests[d] = read_format_table(te, fmt) if te.is_file() else None
-    _check_leaks(trains, tests)
-    return _to_split(name, fmt.domains, trains, tests, [a for _, a in fmt.aux])
+    _drop_test_images(name, trains, tests)
+    return _to_split(name, fmt.domains, trains, tests, [a for _, a in fmt.aux], authors=True)
 
 
 # ---------------------------------------------------------------- the generic table
