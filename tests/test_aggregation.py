@@ -154,6 +154,29 @@ def test_zero_norm_layers_give_no_nan_and_cosine_zero_is_filtered():
     assert torch.equal(cos, torch.zeros(1, 2, dtype=torch.float64))
 
 
+def test_layer_cosines_are_torchs_cosine_similarity_also_for_small_layers():
+    """torch clamps each norm to eps on its own: two layers of norm ~1e-5 (a bias at lr 1e-5) have their true
+    cosine, and FedGP with a source equal to the target and beta 1 returns the target's delta (clamping the norms'
+    product gave 0.1 g_T on such a layer). One tiny layer against a large one meets the clamp as torch does."""
+    gen = torch.Generator().manual_seed(0)
+    off = torch.tensor([0, 10, 30, 60])
+    t = torch.randn(60, generator=gen, dtype=torch.float64)
+    s = torch.randn(3, 60, generator=gen, dtype=torch.float64)
+    t[:10] *= 3e-6  # layer 0: |g_T| ~1e-5
+    s[:, :10] *= 3e-6
+    s[1, 10:30] *= 1e-10  # layer 1 of source 1: |g_1| ~5e-10, below eps
+    cos = layer_cosines(*layer_stats(t, s, off))
+    for i in range(3):
+        for layer in range(3):
+            a, b = off[layer], off[layer + 1]
+            want = torch.nn.functional.cosine_similarity(t[a:b], s[i, a:b], dim=0)
+            torch.testing.assert_close(cos[i, layer], want, rtol=1e-12, atol=1e-15)
+    assert abs(float(cos[0, 0])) > 0.05  # a real cosine, not shrunk by 1e-10 / 1e-8
+    small = torch.full((10,), 1e-5 / 10**0.5)
+    out = fedgp(small, small.unsqueeze(0), torch.tensor([0, 10]), beta=1.0, weights=torch.tensor([1.0]))
+    torch.testing.assert_close(out, small, rtol=1e-5, atol=0.0)
+
+
 @pytest.mark.parametrize("kwargs,match", [
     (dict(beta=1.5), "beta must lie in"),
     (dict(beta=-0.1), "beta must lie in"),

@@ -42,7 +42,9 @@ from fda_ray import kernels
 from fda_ray.core.registry import Registry
 from fda_ray.kernels.checks import check_flat as _check_flat
 
-# torch.nn.functional.cosine_similarity's default eps: cos = <a, b> / sqrt(max(|a|^2 |b|^2, eps^2)).
+# torch.nn.functional.cosine_similarity's default eps, applied as torch applies it: to each norm on its own,
+# cos = <a, b> / (max(|a|, eps) max(|b|, eps)). (Clamping their product instead shrinks the cosine of two small
+# deltas: two layers of norm 1e-5, a bias at lr 1e-5, would have cosine 0.01 of what torch gives.)
 COSINE_EPS = 1e-8
 WEIGHT_SUM_TOL = 1e-4
 PROJECTIONS = ("cosine", "exact")
@@ -117,8 +119,9 @@ def layer_stats(target: torch.Tensor, sources: torch.Tensor, offsets: torch.Tens
 
 
 def layer_cosines(dots: torch.Tensor, s_sq: torch.Tensor, t_sq: torch.Tensor) -> torch.Tensor:
-    """(N, L) cosine per source and layer, torch's convention; zero-norm layers give 0, never NaN."""
-    return dots / torch.sqrt(torch.clamp_min(s_sq * t_sq.unsqueeze(0), COSINE_EPS**2))
+    """(N, L) cosine per source and layer, as torch.nn.functional.cosine_similarity computes it (each norm clamped
+    to eps on its own); zero-norm layers give 0, never NaN."""
+    return dots / (torch.sqrt(s_sq).clamp_min(COSINE_EPS) * torch.sqrt(t_sq).clamp_min(COSINE_EPS).unsqueeze(0))
 
 
 def projection_coefficients(dots: torch.Tensor, s_sq: torch.Tensor, t_sq: torch.Tensor, *,
