@@ -177,6 +177,16 @@ def test_layer_cosines_are_torchs_cosine_similarity_also_for_small_layers():
     torch.testing.assert_close(out, small, rtol=1e-5, atol=0.0)
 
 
+@pytest.mark.parametrize("impl", ["reference", "kernel"])
+def test_fedgp_refuses_an_aggregate_that_overflows_from_finite_inputs(impl):
+    """The exact projection of a near-zero source layer overflows float32 (<g_T, g_i> / |g_i|^2 ~ 1e41): one line,
+    as for non-finite inputs, never an inf written into the model."""
+    t, s = torch.ones(4), torch.full((1, 4), 1e-41)
+    with pytest.raises(ValueError, match=r"fedgp: the aggregate is not finite although every input is \(the largest "
+                                         r"layer coefficient is 1e\+41: the exact projection"):
+        fedgp(t, s, torch.tensor([0, 4]), beta=1.0, weights=torch.tensor([1.0]), projection="exact", impl=impl)
+
+
 @pytest.mark.parametrize("kwargs,match", [
     (dict(beta=1.5), "beta must lie in"),
     (dict(beta=-0.1), "beta must lie in"),

@@ -220,6 +220,11 @@ def fedgp(target: torch.Tensor, sources: torch.Tensor, offsets: torch.Tensor, *,
     scale = coef * (w * b * a).unsqueeze(1)  # (N, L) float64
     t_w = float((w * (1 - b)).sum()) if target_weight is None else float(target_weight)
     out = kernels.layer_combine(target, sources, offsets, scale, t_w, impl=impl)  # pass 2
+    if not torch.isfinite(out).all():  # finite inputs, but a coefficient overflowed float32 (one pass over M)
+        why = "the exact projection <g_T, g_i> / |g_i|^2 of a near-zero source layer" if projection == "exact" \
+            else "align or the weights out of range"
+        raise ValueError(f"fedgp: the aggregate is not finite although every input is (the largest layer coefficient "
+                         f"is {float(scale.abs().max()):.3g}: {why})")
     return zero_layers(out, offsets, frozen) if frozen is not None else out
 
 
