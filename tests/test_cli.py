@@ -51,6 +51,36 @@ def test_progress_lines_and_final_accuracy(fmnist_dir, capsys, tmp_path):
     assert rows[-1]["build_torch"] == __import__("torch").__version__
 
 
+def test_a_config_field_a_round_also_logs_is_config_name_in_the_parquet(tmp_path):
+    """FedWCA logs beta and alpha per round (lists), and its config has a scalar beta: the config's is config_beta in
+    every row, as in a sweep's results.parquet (the mixed column stopped `--parquet` runs in their third round)."""
+    import pyarrow.parquet as pq
+
+    from fda_ray.core.history import History
+
+    h = History(config={"method": "fedwca", "beta": 0.5, "seed": 0},
+                rows=[{"round": 0, "accuracy": 0.1, "loss": 1.0},
+                      {"round": 1, "accuracy": 0.2, "loss": 0.9, "beta": [[0.9, 0.1]], "alpha": [[1.0, 0.0]]}])
+    rows = pq.read_table(h.to_parquet(tmp_path / "w.parquet")).to_pylist()
+    assert [r["config_beta"] for r in rows] == [0.5, 0.5] and [r["beta"] for r in rows] == [None, [[0.9, 0.1]]]
+    assert rows[0]["seed"] == 0 and "config_seed" not in rows[0]
+
+
+def test_a_parquet_that_cannot_be_written_is_a_failure_of_the_work_not_bad_input(fmnist_dir, capsys, tmp_path,
+                                                                                     monkeypatch):
+    from fda_ray.core.history import History
+
+    def refuse(self, path):
+        raise ValueError("pyarrow cannot store this")
+
+    monkeypatch.setattr(History, "to_parquet", refuse)
+    rc = main(["--data-dir", str(fmnist_dir), "--parquet", str(tmp_path / "r.parquet"), *TINY])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1 and len(err) == 1, err
+    assert err[0] == (f"error: --parquet {tmp_path / 'r.parquet'} could not be written after round 1 (ValueError: "
+                      "pyarrow cannot store this); it holds the 0 rounds before")
+
+
 def test_a_regression_run_reports_its_test_loss_not_a_nan_accuracy(capsys):
     """The synthetic task (Auto-weighted FDA App. B) is a regression: its console says the test loss (MSE), with no
     accuracy column of NaN."""

@@ -192,6 +192,10 @@ def resolved_namespace(a: argparse.Namespace) -> argparse.Namespace:
     return out
 
 
+class ParquetNotWritten(RuntimeError):
+    """--parquet could not be written after a round: a failure of the work (exit 1), not bad input."""
+
+
 def recorded_build() -> dict[str, str | None]:
     """The build a run's --parquet names in its build_<name> columns (as a sweep's results.parquet): the libraries,
     fda-ray's code version and the aggregation kernels that ran in this thread so far."""
@@ -288,7 +292,12 @@ def _main(argv: list[str] | None = None) -> int:
         if a.parquet:  # every finished round on disk at once (atomically): even a killed run keeps them
             finished.rows.append(row)
             finished.build = recorded_build()
-            finished.to_parquet(a.parquet)
+            try:
+                finished.to_parquet(a.parquet)
+            except Exception as e:  # a full disk, a value pyarrow cannot store: the work failed, not the input
+                raise ParquetNotWritten(f"--parquet {a.parquet} could not be written after round {row['round'] + 1} "
+                                        f"({type(e).__name__}: {str(e).splitlines()[0][:300]}); it holds the "
+                                        f"{written[0]} rounds before") from e
             written[0] = len(finished.rows)
             node_watch.changed()
         if a.json:
@@ -307,6 +316,9 @@ def _main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     try:
         hist = run(cfg, progress)
+    except ParquetNotWritten as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     except (DatasetNotFound, ValueError) as e:
         print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
