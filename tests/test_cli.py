@@ -267,3 +267,15 @@ def test_every_command_is_its_documented_python_m_program(capsys):
     assert "error: grid='nois' is invalid" in capsys.readouterr().err
     assert commands.main(["--method", "fedgpp"]) == 2  # no command: a run
     assert "error: method='fedgpp' is invalid" in capsys.readouterr().err
+
+
+def test_auto_weighting_runs_on_a_target_that_gives_two_steps_and_refuses_one(fmnist_dir, capsys):
+    """The target keeps its last partial batch: 5 labelled samples at batch 4 are 2 steps, enough for the auto-beta
+    estimators (they were refused, as if 2 full batches were needed); 4 at batch 4 are one step, one line."""
+    base = ["--data-dir", str(fmnist_dir), "--method", "fedda_auto", *TINY, "--batch-target", "4"]
+    assert main(base + ["--target-labelled", "5"]) == 0
+    capsys.readouterr()
+    assert main(base + ["--target-labelled", "4"]) == 2
+    assert capsys.readouterr().err == ("error: batch_target=4 is invalid: auto-weighting needs >= 2 target steps a "
+                                       "round, and the target's 4 labelled training samples give 1; a batch_target "
+                                       "below 4, or more labelled target samples\n")

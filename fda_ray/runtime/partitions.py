@@ -494,9 +494,11 @@ def build_setting(split: Split, cfg: RunConfig) -> Setting:
     for i, (x, _) in enumerate(sources):
         if len(x) < cfg.batch_source and cfg.drop_last:
             raise ValueError(f"batch_source={cfg.batch_source} is invalid: source {i} holds only {len(x)} samples")
-    if len(target_train[0]) < 2 * cfg.batch_target and algorithm.min_target_steps() >= 2:
-        raise ValueError(f"batch_target={cfg.batch_target} is invalid: auto-weighting needs >= 2 target steps "
-                         f"but the target holds {len(target_train[0])} labelled samples")
+    n_target = len(target_train[0])
+    if n_target <= cfg.batch_target and algorithm.min_target_steps() >= 2:  # (the target keeps its last partial batch)
+        raise ValueError(f"batch_target={cfg.batch_target} is invalid: auto-weighting needs >= 2 target steps a "
+                         f"round, and the target's {n_target} labelled training samples give 1; a batch_target below "
+                         f"{n_target}, or more labelled target samples")
     if cfg.partition != "domain_shards":
         source_parts, target_parts = (), ()
     if cfg.partition != "domain_clients":

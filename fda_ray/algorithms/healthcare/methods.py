@@ -92,6 +92,9 @@ class Healthcare(Algorithm):
         if cfg.warmup_rounds is None:
             fill["warmup_rounds"] = 0  # Healthcare FDA's own warm-up is gp_warmup_rounds, inside the rounds
         p = HealthcareParams.build(cfg.params.get("healthcare", {}))
+        if cls.gp and p.gp_warmup_rounds >= cfg.rounds:  # every round would be FedAvg: a GP row of FedAvg numbers
+            raise ValueError(f"healthcare.gp_warmup_rounds={p.gp_warmup_rounds} is invalid with rounds={cfg.rounds}: "
+                             f"at most {cfg.rounds - 1}, so that GP runs in some round")
         if p.learning_rates == "code":
             if cfg.lr_source is None:
                 fill["lr_source"] = CODE_LEARNING_RATES[0]
