@@ -2,7 +2,10 @@
 
     from ray import tune
     import fda_ray.tune as ft
-    tuner = tune.Tuner(ft.with_resources(), param_space=ft.search_space(method="fedgp", beta=tune.uniform(0, 1)))
+    tuner = tune.Tuner(ft.with_resources(), param_space=ft.search_space(method="fedgp", beta=tune.uniform(0, 1)),
+                       run_config=tune.RunConfig(checkpoint_config=tune.CheckpointConfig(num_to_keep=1)))
+
+Each round reports a checkpoint (the resume state); Tune keeps them all unless num_to_keep says otherwise.
 
 Trials fused on fusion servers (each trial stays a Tune trial of its own, so schedulers stop single trials; its
 clients' local training is batched on its node's server with the other trials' rounds waiting there):

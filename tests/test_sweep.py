@@ -239,9 +239,13 @@ def test_programmatic_tuner(fmnist_dir, tmp_path, no_ray, monkeypatch):
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     space = ft.search_space(dataset="fashion-mnist", data_dir=fmnist_dir.name, threads=1,
                             method=tune.grid_search(["fedda", "target_only"]), noise=0.4, **TINY)
+    keep_last = tune.CheckpointConfig(num_to_keep=1)  # (as the docs' snippet: one checkpoint a trial, not a round's)
     results = tune.Tuner(ft.with_resources(space), param_space=space,
-                         run_config=tune.RunConfig(storage_path=str(tmp_path), name="api", verbose=0)).fit()
+                         run_config=tune.RunConfig(storage_path=str(tmp_path), name="api", verbose=0,
+                                                   checkpoint_config=keep_last)).fit()
     assert len(results) == 2 and not results.errors
+    for r in results:
+        assert len(list(Path(r.path).glob("checkpoint_*"))) == 1 and (r.checkpoint is not None)
     for r in results:
         assert r.metrics["round"] == 2
         cfg = RunConfig(**{k: v for k, v in r.config.items()})

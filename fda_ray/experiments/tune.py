@@ -4,7 +4,8 @@ federated run.
     from ray import tune
     import fda_ray.tune as ft
     tuner = tune.Tuner(ft.with_resources(space), param_space=ft.search_space(method=tune.grid_search(["fedgp", "fedda"]),
-                                                                             noise=tune.grid_search([0.2, 0.8])))
+                                                                             noise=tune.grid_search([0.2, 0.8])),
+                       run_config=tune.RunConfig(checkpoint_config=tune.CheckpointConfig(num_to_keep=1)))
     results = tuner.fit()
 
 A trial's parameters are RunConfig fields (`search_space` checks them). The trainable is the run's driver:
