@@ -4,6 +4,7 @@ oracle reads a test label."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 import json
 
 import numpy as np
@@ -286,3 +287,25 @@ def test_a_search_without_a_note_summarises():
     assert "\nSpace: beta ~ uniform[0, 1]; 4 trials a study" in text
     noted = summarize(SEARCHES["beta"], "quick", {}, {}, {}, "cmd", 4, "asha", "random")
     assert "\nStatic beta of FedGP and FedDA" in noted
+
+
+@pytest.mark.parametrize("folder", sorted(p.parent.name for p in (Path(__file__).resolve().parents[1] / "docs" /
+                                                                  "results").glob("search-*/sweep.json")))
+def test_a_committed_search_plans_the_trials_its_records_hold(folder):
+    """Each committed search's command, run today, plans the trials in its folder (the same keys: the same fields):
+    a change to a search's settings (fssda-temperature lost its grid's Adam when SGD became FSSDA's default) would
+    otherwise leave its documented command training other trials than the page reports."""
+    import re
+
+    from fda_ray.experiments.search import load_search, search_trials, studies
+
+    root = Path(__file__).resolve().parents[1] / "docs" / "results" / folder
+    manifest = json.loads((root / "sweep.json").read_text())
+    search = load_search(manifest["name"])
+    recorded = {p.name for p in (root / "trials").iterdir()}
+    for study in studies(search, values=manifest["values"], methods=manifest["rows"]):
+        mine = sorted(k for k in recorded
+                      if re.match(rf"{re.escape(study.method)}-s\d\d-{search.variable}{study.value:g}-seed0-", k))
+        planned = [t.key for t in search_trials(search, manifest["profile"], study, len(mine),
+                                                manifest["overrides"])]
+        assert mine and sorted(planned) == mine, (study, planned[:2], mine[:2])
