@@ -309,3 +309,93 @@ def test_a_committed_search_plans_the_trials_its_records_hold(folder):
         planned = [t.key for t in search_trials(search, manifest["profile"], study, len(mine),
                                                 manifest["overrides"])]
         assert mine and sorted(planned) == mine, (study, planned[:2], mine[:2])
+
+
+@pytest.mark.slow
+def test_optuna_drawing_a_point_again_reuses_its_trial_instead_of_failing_the_study(fmnist_dir, tmp_path,
+                                                                                    monkeypatch, capsys, no_ray):
+    """A space of choices alone: Optuna's TPE draws a point again (4 samples of 2 points), whose trial is the finished
+    one; it reports that trial's result once (ASHA failed the whole study on a trial that reported nothing)."""
+    search = tiny_search(space=(Dim("beta", "choice", values=(0.2, 0.8)),), references=(),
+                         rules=("target_val", "oracle"))
+    monkeypatch.setitem(SEARCHES, search.name, search)
+    out = tmp_path / "optuna"
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    assert sweep.main(["--search", search.name, "--search-alg", "optuna", "--num-samples", "4", "--max-concurrent",
+                       "1", "--data-dir", str(fmnist_dir), "--out", str(out)]) == 0
+    table = json.loads((out / "selection.json").read_text())["studies"]["fedgp @ noise 0.4"]
+    assert {e["point"]["beta"] for e in table["trials"]} <= {0.2, 0.8}
+    assert table["selected"]["target_val"] in {e["key"] for e in table["trials"]}
+
+
+def test_a_resumed_trial_counts_its_earlier_reports_for_ashas_rungs(tmp_path):
+    """ASHA's time is the reports a trial made, those before a resume included (training_iteration restarts at 1 in
+    the new process: a resumed trial's round 19 met a new trial's round 9 at a rung); rows without the metric (FedWCA's
+    pre-training) are not reports."""
+    from fda_ray.experiments.tune import REPORTS_DONE, asha, reports_before
+
+    record = tmp_path / "t"
+    record.mkdir()
+    assert reports_before(record, "val_accuracy") == 0
+    rows = [{"round": 0, "accuracy": 0.1}] + [{"round": r, "accuracy": 0.2, "val_accuracy": 0.3} for r in range(1, 8)]
+    torch.save({"rows": rows, "weights": torch.zeros(3)}, record / "state.pt")
+    assert reports_before(record, "val_accuracy") == 7 and reports_before(record, None) == 8
+    (record / "state.pt").write_bytes(b"damaged")
+    assert reports_before(record, "val_accuracy") == 0
+    assert asha("val_accuracy", 51, 10, 2)._time_attr == REPORTS_DONE
+
+
+def test_ashas_max_t_fits_the_longest_trial_a_searched_knob_plans(tmp_path):
+    """A knob that sets the rounds (warmup_rounds here): max_t is one more than the longest trial's rounds, for the
+    random search's trials and for Optuna's (the space's corners), so no trial is cut at max_t and left out."""
+    from fda_ray.experiments.search import corner_trials, scheduler_for, search_trials, studies
+
+    search = tiny_search(space=(Dim("warmup_rounds", "choice", values=(1, 4)),), grace_period=5)
+    study = studies(search)[0]
+    longest = TINY["rounds"] + 4 + 1
+    for trials in (search_trials(search, "quick", study, 2), corner_trials(search, "quick", study)):
+        assert scheduler_for(search, "asha", "val_accuracy", trials)._max_t == longest
+
+
+@pytest.mark.parametrize("edit,message", [
+    (dict(space=(Dim("beta", "uniform", 0.0, 1.3),)), "space[0].high=1.3 is invalid: beta takes a number in [0, 1]"),
+    (dict(space=(Dim("lr_source", "loguniform", 1e-4, 1e-2), Dim("fedwca.temp_a", "choice", values=(0.1, -1.0)))),
+     "space[1].values[1]=-1.0 is invalid: fedwca.temp_a takes"),
+    (dict(fixed={}), "rules[0]='target_val' is invalid: it reads val_accuracy, which a trial reports only with "
+                     "held-out target samples (val_share > 0"),
+    (dict(fixed={"val_share": 0.25}), "rules[1]='source_val' is invalid: it reads source_val_accuracy"),
+])
+def test_a_search_file_that_could_fail_mid_search_is_one_line_before_any_trial(edit, message, tmp_path):
+    """What a draw or a report would fail on in the middle of a search (a bound outside its field's range, a rule
+    whose column no trial reports) is one line when the file is read."""
+    from fda_ray.experiments.search import load_search
+    from fda_ray.papers.files import DefinitionFileError, search_to_dict, dump
+
+    path = tmp_path / "s.yaml"
+    path.write_text(dump(search_to_dict(tiny_search(**edit)), "yaml"))
+    with pytest.raises(DefinitionFileError) as e:
+        load_search(str(path))
+    assert message in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("edit,message", [
+    (dict(references=(Row("fedgp_auto", "a", "fedgp_auto"), Row("fedgp_auto", "b", "fedda_auto"))),
+     "references[1].key='fedgp_auto' is invalid: given twice"),
+    (dict(methods=("fedgp", "fedgp")), "methods[1]='fedgp' is invalid: given twice"),
+    (dict(values=(0.4, 0.4)), "values[1]=0.4 is invalid: given twice"),
+])
+def test_a_search_names_each_study_and_reference_once(edit, message):
+    with pytest.raises(ValueError) as e:
+        tiny_search(**edit)
+    assert message in str(e.value)
+
+
+def test_a_search_refuses_an_override_of_its_settings_fields(capsys, tmp_path):
+    """--noise with the beta search (its settings are noise levels), --test-env with fssda-temperature (its setting
+    sets source_envs and test_env): a study sets them, so the flag would be dropped without a word; one line."""
+    assert sweep.main(["--search", "beta", "--noise", "0.3", "--dry-run", "--out", str(tmp_path / "a")]) == 2
+    assert capsys.readouterr().err == ("error: noise=0.3 is invalid here: search 'beta' sets it for each of its "
+                                       "settings (noise: choose them with --values)\n")
+    assert sweep.main(["--search", "fssda-temperature", "--test-env", "4", "--dry-run", "--out",
+                       str(tmp_path / "b")]) == 2
+    assert "test_env=4 is invalid here: search 'fssda-temperature' sets it" in capsys.readouterr().err

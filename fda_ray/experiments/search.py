@@ -22,6 +22,7 @@ Resuming (--resume) keeps every finished and stopped trial; ASHA's rungs restart
 """
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import sys
@@ -71,6 +72,11 @@ def base_fields(search: Search, profile: str, overrides: dict[str, Any] | None =
     clash = sorted(set(overrides or {}) & {d.name for d in search.space})
     if clash:
         raise ValueError(f"{clash[0]}={overrides[clash[0]]!r} is invalid here: search {search.name!r} searches it")
+    # the settings' own fields: a study sets them per setting, so a flag for one would be dropped without a word
+    setting = sorted(set(overrides or {}) & {k for v in search.values for k in search.value_fields_of(v)})
+    if setting:
+        raise ValueError(f"{setting[0]}={overrides[setting[0]]!r} is invalid here: search {search.name!r} sets it for "
+                         f"each of its settings ({search.variable}: choose them with --values)")
     return merge_fields({"dataset": search.dataset}, search.fixed, search.profiles[profile].fields, overrides or {})
 
 
@@ -96,11 +102,44 @@ def load_search(ref: str) -> Search:
     from fda_ray.papers.searches import SEARCHES
 
     def firsts(search: Search, profile: str) -> list[tuple[str, dict]]:
+        for study in studies(search):
+            _check_bounds(search, profile, study)
         trials = [t for study in studies(search) for t in search_trials(search, profile, study, 1)]
+        _check_rules(search, trials[0])
         trials += [t for v in search.values for t in reference_trials(search, profile, v, 1)]
         return [(f"{t.params.get('method')} at {search.variable} {t.value:g}", t.params) for t in trials]
 
     return resolve(ref, SEARCHES, "search", "searches", search_file, firsts)
+
+
+def _check_bounds(search: Search, profile: str, study: Study) -> None:
+    """Every bound of a range and every choice is a value its field takes (set alone, the other knobs at their
+    defaults): else `space[i].high=1.3 is invalid: beta takes a number in [0, 1]`, before any trial runs (a draw
+    near the bound failed in the middle of the search)."""
+    base = study_base(search, profile, study)
+    for i, d in enumerate(search.space):
+        ends = [(f"values[{j}]", v) for j, v in enumerate(d.values)] if d.kind == "choice" \
+            else [("low", d.low), ("high", d.high)]
+        for where, v in ends:
+            try:
+                point_trial(base, study.method, search.variable, study.value, {d.name: v})
+            except ValueError as e:
+                why = str(e).split(" is invalid: ", 1)[-1]
+                raise ValueError(f"space[{i}].{where}={v!r} is invalid: {d.name} takes {why}") from None
+
+
+def _check_rules(search: Search, trial: Trial) -> None:
+    """Each rule's column is one the trials report: target_val needs held-out target samples (val_share),
+    source_val held-out source samples (source_val_share); ASHA stops on the first rule's column, and Tune fails a
+    trial whose reports lack it."""
+    cfg = trial.config().resolved()
+    needs = {"target_val": ("val_share", "held-out target samples"),
+             "source_val": ("source_val_share", "held-out source samples")}
+    for i, rule in enumerate(search.rules):
+        if rule in needs and not getattr(cfg, needs[rule][0], None):
+            name, what = needs[rule]
+            raise ValueError(f"rules[{i}]={rule!r} is invalid: it reads {RULES[rule].metric}, which a trial reports "
+                             f"only with {what} ({name} > 0: fixed: {{{name}: 0.2}}, say)")
 
 
 def optuna_row(study: Study) -> str:
@@ -503,7 +542,7 @@ def _optuna_study(search: Search, profile: str, study: Study, num_samples: int, 
     interrupted = False
     if todo:
         base = study_base(search, profile, study, overrides)
-        probe = search_trials(search, profile, study, 1, overrides)
+        probe = corner_trials(search, profile, study, overrides)  # (Optuna's points are not known: the space's corners)
         failures, interrupted = run_optuna(
             search.space, base, optuna_row(study), search.variable, study.value, todo, metric, records, out,
             address, max_concurrent, max_failures, Progress(todo, search.variable),
@@ -512,16 +551,29 @@ def _optuna_study(search: Search, profile: str, study: Study, num_samples: int, 
     return optuna_trials(search, profile, study, records, overrides)[:num_samples], failures, interrupted
 
 
+def corner_trials(search: Search, profile: str, study: Study, overrides: dict[str, Any] | None = None,
+                  limit: int = 256) -> list[Trial]:
+    """The study's trials at the corners of its space (every choice, each bound of a range; at most `limit`): the
+    points a field such as warmup_rounds or rounds takes its extremes at, for what every point must fit (ASHA's
+    max_t, the bounds' checks) when the points themselves are not known yet (Optuna draws them as it goes)."""
+    base = study_base(search, profile, study, overrides)
+    names = [d.name for d in search.space]
+    corners = itertools.product(*[(d.values if d.kind == "choice" else (d.low, d.high)) for d in search.space])
+    return [point_trial(base, f"{study.method}-corner", search.variable, study.value, dict(zip(names, c)))
+            for c in itertools.islice(corners, limit)]
+
+
 def scheduler_for(search: Search, scheduler: str, metric: str, trials: Sequence[Trial]) -> Any:
     if scheduler == "none":
         return None
     from fda_ray.algorithms import ALGORITHMS
     from fda_ray.experiments.tune import asha
 
-    cfg = trials[0].config().resolved()
-    # ASHA stops a trial that reaches max_t reports: one more than a whole trial reports, so that only its rungs
-    # stop trials (stopped at max_t, a trial would be ended between its last report and writing rows.json)
-    max_t = ALGORITHMS.get(cfg.method).planned_rounds(cfg) + 1
+    # ASHA stops a trial that reaches max_t reports: one more than the longest trial reports (a searched knob may
+    # set the rounds: warmup_rounds, rounds), so that only its rungs stop trials (stopped at max_t, a trial would be
+    # ended between its last report and writing rows.json, and left out of every rule as unfinished)
+    cfgs = [t.config().resolved() for t in trials]
+    max_t = max(ALGORITHMS.get(c.method).planned_rounds(c) for c in cfgs) + 1
     return asha(metric, max_t=max_t, grace_period=search.grace_period, reduction_factor=search.reduction_factor)
 
 

@@ -132,7 +132,7 @@ def trainable(params: dict[str, Any], served: dict[str, list[str]] | None = None
     from fda_ray.experiments.console import quiet_worker
 
     plugins.load_in_worker("Tune trial process")  # the sweep's plug-ins ($FDA_RAY_IMPORTS: Ray's runtime_env)
-    from fda_ray.experiments.records import Trial
+    from fda_ray.experiments.records import Trial, is_done, read_rows
     from fda_ray.experiments.trials import run_trial
 
     quiet_worker()
@@ -150,12 +150,20 @@ def trainable(params: dict[str, Any], served: dict[str, list[str]] | None = None
     if isinstance(run, dict) and "trial" in run:
         warnings.simplefilter("ignore", RunWarning)  # the sweep printed the options its trials ignore, once
         metric = run.get("metric")  # a search's study: its scheduler decides on this column
+        trial = Trial.from_dict(run["trial"])
+        record = storage_path(run[RECORD_KEY]) / trial.key
+        done = [reports_before(record, metric)]  # (a resumed trial's rounds before: ASHA's rungs count them too)
 
         def report(row: dict) -> None:
             if metric is None or row.get(metric) is not None:  # (FedWCA's source pre-training row has none)
-                tune.report(metrics(row))
+                done[0] += 1
+                tune.report({**metrics(row), REPORTS_DONE: done[0]})
 
-        trial = Trial.from_dict(run["trial"])
+        if is_done(record):  # Optuna drew a point it had tried: that trial's result, once (no report fails the study)
+            rows = [r for r in read_rows(record)["rows"] if metric is None or r.get(metric) is not None]
+            if rows:
+                tune.report({**metrics(rows[-1]), REPORTS_DONE: len(rows)})
+            return
         group = None
         if run.get("served"):  # its clients' training on its node's fusion server (fda_ray.runtime.fusion_server)
             from fda_ray.runtime.fusion_server import served_group
@@ -342,12 +350,31 @@ def fusion_servers(cfg_or_params: RunConfig | dict[str, Any]) -> Iterator[dict[s
         yield names
 
 
+REPORTS_DONE = "reports_done"  # a trial's reports so far, those before a resume included: ASHA's time
+
+
+def reports_before(record: Any, metric: str | None) -> int:
+    """The reports a trial cut off earlier made (its state.pt's rows that carry `metric`), so that its rungs count
+    from its first round after a resume, as training_iteration (which restarts at 1 with the process) does not: a
+    resumed trial's round 19 was compared with a new trial's round 9. 0 without a readable state (run_trial then
+    starts it from round 0)."""
+    path = storage_path(record) / STATE_FILE
+    try:
+        if not path.is_file():
+            return 0
+        state = torch.load(str(path.local), weights_only=True, mmap=True) if path.is_local else path.load_torch()
+        return sum(1 for r in state.get("rows", []) if metric is None or r.get(metric) is not None)
+    except Exception:  # damaged: run_trial sets it aside and starts again
+        return 0
+
+
 def asha(metric: str, max_t: int, grace_period: int, reduction_factor: int) -> Any:
     """ASHA (Li et al. 2020) on a search's per-round reports: a trial that reaches a rung (grace_period x
-    reduction_factor^k reports) below the top 1/reduction_factor of the trials seen there stops."""
+    reduction_factor^k reports, those before a resume counted) below the top 1/reduction_factor of the trials seen
+    there stops."""
     from ray.tune.schedulers import ASHAScheduler
 
-    return ASHAScheduler(time_attr="training_iteration", metric=metric, mode="max", max_t=max(max_t, grace_period),
+    return ASHAScheduler(time_attr=REPORTS_DONE, metric=metric, mode="max", max_t=max(max_t, grace_period),
                          grace_period=grace_period, reduction_factor=reduction_factor)
 
 

@@ -100,6 +100,16 @@ class Search:
         names = [d.name for d in self.space]
         if len(set(names)) != len(names):
             raise ValueError(f"search {self.name!r}: a knob searched twice: {names}")
+        # a study, a setting and a reference row are found by their key: two alike would be pooled into one cell
+        for what, keys in (("methods", list(self.methods)), ("values", list(self.values)),
+                           ("references", [r.key for r in self.references])):
+            seen = set()
+            for i, k in enumerate(keys):
+                if k in seen:
+                    raise ValueError(f"search {self.name!r}: {what}[{i}]{'.key' if what == 'references' else ''}="
+                                     f"{k!r} is invalid: given twice (each one names its own "
+                                     f"{'row' if what == 'references' else 'study'})")
+                seen.add(k)
         if self.value_fields and set(self.value_fields) != set(self.values):
             raise ValueError(f"search {self.name!r}: value_fields must give the fields of every value")
 
