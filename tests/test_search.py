@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 import json
+import re
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -399,3 +400,32 @@ def test_a_search_refuses_an_override_of_its_settings_fields(capsys, tmp_path):
     assert sweep.main(["--search", "fssda-temperature", "--test-env", "4", "--dry-run", "--out",
                        str(tmp_path / "b")]) == 2
     assert "test_env=4 is invalid here: search 'fssda-temperature' sets it" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_search_run_in_chunks_reports_every_chunk_and_refuses_other_settings(fmnist_dir, tmp_path, monkeypatch,
+                                                                              capsys):
+    """--values 0.2, then --values 0.4 --resume: the folder's summary, selection.json and sweep.json hold both
+    studies (the first chunk's were left in trials/ and in no output). A resume with another --rounds, or with the
+    other search algorithm, would start other trials beside the recorded ones: one line, exit 2, nothing changed."""
+    search = tiny_search(values=(0.2, 0.4), references=(), rules=("target_val", "oracle"))
+    monkeypatch.setitem(SEARCHES, search.name, search)
+    out = tmp_path / "chunks"
+    base = ["--search", search.name, "--backend", "local", "--scheduler", "none", "--num-samples", "1",
+            "--data-dir", str(fmnist_dir), "--out", str(out), "--no-figures"]
+    assert sweep.main(base + ["--values", "0.2"]) == 0
+    assert sweep.main(base + ["--values", "0.4", "--resume"]) == 0
+    sel = json.loads((out / "selection.json").read_text())
+    assert set(sel["studies"]) == {"fedgp @ noise 0.2", "fedgp @ noise 0.4"}
+    assert json.loads((out / "sweep.json").read_text())["values"] == [0.2, 0.4]
+    assert "noise 0.2" in (out / "summary.md").read_text()
+    before = sorted(p.name for p in (out / "trials").iterdir())
+    capsys.readouterr()
+    assert sweep.main(base + ["--values", "0.4", "--resume", "--rounds", "3"]) == 2
+    err = capsys.readouterr().err
+    assert re.search(r"resume=True is invalid: trial fedgp-s00 at 0\.[24], seed 0 was recorded with other settings "
+                     r"\(.*rounds 4 there, 3 here", err) and len(err.strip().splitlines()) == 1, err
+    optuna = [x if x != "local" else "tune" for x in base]  # (Optuna runs on Tune; refused before Ray starts)
+    assert sweep.main(optuna + ["--resume", "--search-alg", "optuna", "--dry-run"]) == 2
+    assert "holds a random search's trials of study fedgp @ noise 0.2" in capsys.readouterr().err
+    assert sorted(p.name for p in (out / "trials").iterdir()) == before

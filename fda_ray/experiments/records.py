@@ -418,18 +418,23 @@ def changed_settings(trials: Sequence[Trial], records: StoragePath | Path) -> st
         old = recorded.get((t.row, t.value, t.seed, t.kind))
         if old is None or old.key == t.key or (records / t.key / TRIAL_FILE).is_file():
             continue
-        try:
-            was, now = (dotted({k: v for k, v in x.config().resolved().to_dict().items() if k in numbers_fields()})
-                        for x in (old, t))
-        except (ValueError, TypeError):
-            was, now = {}, {}
-        diff = [f"{k} {was.get(k)!r} there, {now.get(k)!r} here" for k in sorted(set(was) | set(now))
-                if was.get(k) != now.get(k)]
-        what = "; ".join(diff[:3]) + (f"; {len(diff) - 3} more" if len(diff) > 3 else "") if diff else \
-            f"another key: {old.key} there, {t.key} here"
         return f"trial {t.row} at {t.value if t.value is not None else 'every value'}, seed {t.seed} was recorded " \
-               f"with other settings ({what})"
+               f"with other settings ({settings_difference(old, t)})"
     return None
+
+
+def settings_difference(old: Trial, new: Trial) -> str:
+    """How two trials' number-changing settings differ, in a few words: "rounds 12 there, 10 here; ..." (the first
+    three), or their keys when the fields cannot be compared."""
+    try:
+        was, now = (dotted({k: v for k, v in x.config().resolved().to_dict().items() if k in numbers_fields()})
+                    for x in (old, new))
+    except (ValueError, TypeError):
+        was, now = {}, {}
+    diff = [f"{k} {was.get(k)!r} there, {now.get(k)!r} here" for k in sorted(set(was) | set(now))
+            if was.get(k) != now.get(k)]
+    return "; ".join(diff[:3]) + (f"; {len(diff) - 3} more" if len(diff) > 3 else "") if diff else \
+        f"another key: {old.key} there, {new.key} here"
 
 
 def read_trial(record: StoragePath | Path) -> Trial:

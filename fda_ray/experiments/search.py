@@ -142,6 +142,41 @@ def _check_rules(search: Search, trial: Trial) -> None:
                              f"only with {what} ({name} > 0: fixed: {{{name}: 0.2}}, say)")
 
 
+def changed_search_settings(search: Search, profile: str, plan: Sequence[Study], num_samples: int,
+                            overrides: dict[str, Any], records: StoragePath, search_alg: str) -> str | None:
+    """Why resuming this search into `records` would start other trials beside those recorded, or None: a study's
+    trial recorded with other settings (another --rounds, --profile, a field given or not: the grid's check,
+    records.changed_settings), an Optuna trial whose point with today's settings is another trial, or the other
+    search algorithm's trials (random search's `<method>-sNN`, Optuna's `<method>-optuna`), which this one would
+    leave out of every output."""
+    import re
+
+    from fda_ray.experiments.records import TRIAL_FILE, _parsed_trial, changed_settings, settings_difference
+
+    for study in plan:
+        theirs, ours = (rf"{re.escape(study.method)}-s\d\d", optuna_row(study)) if search_alg == "optuna" \
+            else (optuna_row(study), rf"{re.escape(study.method)}-s\d\d")
+        for f in records.glob(f"{study.method}-*/{TRIAL_FILE}"):
+            t, _ = _parsed_trial(f.parent)
+            if t is not None and math.isclose(t.value, study.value) and re.fullmatch(theirs, t.row):
+                return (f"the folder holds {'a random' if search_alg == 'optuna' else 'an Optuna'} search's trials "
+                        f"of study {study.name(search)} ({t.key}); --search-alg {search_alg} would leave them out")
+        if search_alg == "optuna":  # (optuna_trials leaves such trials out: they are other trials than its points)
+            base = study_base(search, profile, study, overrides)
+            for f in records.glob(f"{optuna_row(study)}-*/{TRIAL_FILE}"):
+                t, _ = _parsed_trial(f.parent)
+                if t is None or t.row != optuna_row(study) or not math.isclose(t.value, study.value):
+                    continue
+                now = point_trial(base, t.row, search.variable, study.value, point_of(search, t.params))
+                if now.key != t.key:
+                    return f"trial {t.key} was recorded with other settings ({settings_difference(t, now)})"
+        else:
+            why = changed_settings(search_trials(search, profile, study, num_samples, overrides), records)
+            if why:
+                return why
+    return None
+
+
 def optuna_row(study: Study) -> str:
     return f"{study.method}-optuna"
 

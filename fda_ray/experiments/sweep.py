@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import shlex
 import sys
@@ -593,16 +594,22 @@ def search_main(a: Any, argv: list[str], error_line: Callable[[Exception], str])
         overrides = config_fields(a)
         track = tracking.parse(a.track)
         _tune_defaults(a, overrides)
-        plan = studies(search, _list(a.methods, str, "methods"), _list(a.values, float, "values"))
+        studies(search, _list(a.methods, str, "methods"), _list(a.values, float, "values"))  # (checked)
         num_samples = a.num_samples or search.num_samples[a.profile]
-        from fda_ray.experiments.search import search_trials
+        from fda_ray.experiments.search import changed_search_settings, search_trials
 
-        first = search_trials(search, a.profile, plan[0], 1, overrides)[0].config().resolved()
         out = storage_path(a.out or f"sweeps/search-{search.name}-{a.profile}")
         preflight.output_dir("out", out)
         _auto_resume(a, out / "trials")
         if a.resume and (why := held_by_another(out, "search", a.search, search)):  # before anything in it changes
             raise SweepError(f"out={str(out)!r} is invalid for --search {a.search}: {why}")
+        if a.resume:  # a search run in chunks (--values 0.2, then 0.6): every chunk's studies, run and reported
+            _merge_search_chunks(a, search, _held_manifest(out), manifest_from_args(a, ""))
+        plan = studies(search, _list(a.methods, str, "methods"), _list(a.values, float, "values"))
+        first = search_trials(search, a.profile, plan[0], 1, overrides)[0].config().resolved()
+        if a.resume and (why := changed_search_settings(search, a.profile, plan, num_samples, overrides,
+                                                        out / "trials", a.search_alg)):
+            raise SweepError(f"resume=True is invalid: {why}; choose another --out for a search of these settings")
         if (out / "trials").exists() and not a.resume and not a.dry_run:
             raise SweepError(f"out={str(out)!r} is invalid: it holds a search already; pass --resume to continue it "
                              "or choose another --out")
@@ -651,6 +658,25 @@ def search_main(a: Any, argv: list[str], error_line: Callable[[Exception], str])
         return 2
     _shutdown_ray()
     return code
+
+
+def _merge_search_chunks(a: Any, search: Any, held: Any, new: Any) -> None:
+    """On --resume into a folder that holds the same search (profile and fields alike), `a`'s methods and values
+    become the union of the folder's and this command's (the search's order; all of them where either named none),
+    so the summary, selection.json and sweep.json report every chunk's studies (they held the last chunk's only, its
+    earlier studies left in trials/ and in no output). A larger --num-samples extends every one of them."""
+    if held is None or (held.kind, held.name, held.profile, held.overrides) != \
+            (new.kind, new.name, new.profile, new.overrides):
+        return
+    if held.rows is not None and new.rows is not None:
+        a.methods = ",".join(m for m in search.methods if m in held.rows or m in new.rows)
+    else:
+        a.methods = None
+    if held.values is not None and new.values is not None:
+        a.values = ",".join(f"{v!r}" for v in search.values
+                            if any(math.isclose(v, x) for x in (*held.values, *new.values)))
+    else:
+        a.values = None
 
 
 def _run_search(a: Any, search: Any, out: Any, num_samples: int, overrides: dict, argv: list[str],
