@@ -429,3 +429,37 @@ def test_a_search_run_in_chunks_reports_every_chunk_and_refuses_other_settings(f
     assert sweep.main(optuna + ["--resume", "--search-alg", "optuna", "--dry-run"]) == 2
     assert "holds a random search's trials of study fedgp @ noise 0.2" in capsys.readouterr().err
     assert sorted(p.name for p in (out / "trials").iterdir()) == before
+
+
+@pytest.mark.parametrize("kw,message", [
+    (dict(profile="big"), "profile='big' is invalid: search 'beta' has quick, paper"),
+    (dict(num_samples=0), "num_samples=0 is invalid: an integer >= 1"),
+    (dict(scheduler="hyperband"), "scheduler='hyperband' is invalid: one of asha, none"),
+    (dict(search_alg="bohb"), "search_alg='bohb' is invalid: one of random, optuna"),
+    (dict(rerun_seeds=0), "rerun_seeds=0 is invalid: an integer >= 1"),
+    (dict(values=[0.5]), "values=0.5 is invalid: search 'beta' has noise in 0.2, 0.6"),
+])
+def test_the_python_search_checks_its_arguments_as_the_command_does(kw, message, tmp_path):
+    """fda_ray.search.search: the command's checks, one line each, before any work (num_samples=0 ran 8 trials,
+    scheduler='hyperband' ran ASHA and recorded 'hyperband', profile='big' was a KeyError)."""
+    from fda_ray.experiments.search import search as run_from_python
+
+    with pytest.raises(ValueError) as e:
+        run_from_python("beta", out=str(tmp_path / "s"), **kw)
+    assert str(e.value) == message and not (tmp_path / "s").exists()
+
+
+def test_the_python_search_refuses_a_folder_that_holds_another_search(tmp_path):
+    """Called on a folder of another search, it replaced that search's summary and selection; now one line, as the
+    command's --resume; its own folder gets a sweep.json (collect reads it)."""
+    from fda_ray.experiments.manifest import Manifest, read as read_manifest, write as write_manifest
+    from fda_ray.experiments.search import search as run_from_python
+    from fda_ray.core.storage import storage_path
+
+    out = storage_path(tmp_path / "s")
+    out.mkdir()
+    write_manifest(out, Manifest(kind="search", name="beta", profile="quick", command="python -m fda_ray.sweep "
+                                                                                      "--search beta"))
+    with pytest.raises(ValueError, match=r"out='.*s' is invalid for search 'lr': .*beta"):
+        run_from_python("lr", out=str(tmp_path / "s"))
+    assert read_manifest(out).name == "beta"

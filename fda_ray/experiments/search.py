@@ -450,20 +450,51 @@ def search(name: str | Search, *, profile: str = "quick", out: str | Path | None
            num_samples: int | None = None, scheduler: str = "asha", search_alg: str = "random",
            methods: Sequence[str] | None = None, values: Sequence[float] | None = None,
            max_concurrent: int | None = None, max_failures: int = 2, address: str | None = None,
-           **fields: Any) -> dict[str, Any]:
-    """The same as `python -m fda_ray.sweep --search NAME` from Python (on Ray Tune); `fields` are RunConfig
-    fields over every trial's (data_dir="...", rounds=10). Returns selection.json's contents.
+           rerun_seeds: int | None = None, **fields: Any) -> dict[str, Any]:
+    """The same as `python -m fda_ray.sweep --search NAME` from Python (on Ray Tune), with its checks: `fields` are
+    RunConfig fields over every trial's (data_dir="...", rounds=10); rerun_seeds as --rerun-seeds. A call again
+    with the same `out` goes on (settled trials are kept), as --resume does; a folder holding another search, or this
+    one's trials under other settings, is a one-line ValueError. Returns selection.json's contents.
 
         from fda_ray.experiments.search import search
         sel = search("beta", num_samples=24, values=[0.6], out="sweeps/beta-0.6")
         sel["studies"]["fedgp @ noise 0.6"]["selected"]["target_val"]
     """
+    import dataclasses
+
+    from fda_ray.experiments.arguments import SCHEDULERS, held_by_another
+    from fda_ray.experiments.manifest import Manifest, write as write_manifest
+
     s = load_search(name) if isinstance(name, str) else name
+    if profile not in s.profiles:
+        raise ValueError(f"profile={profile!r} is invalid: search {s.name!r} has {', '.join(s.profiles)}")
+    for field_name, n in (("num_samples", num_samples), ("rerun_seeds", rerun_seeds), ("max_concurrent", max_concurrent)):
+        if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
+            raise ValueError(f"{field_name}={n!r} is invalid: an integer >= 1")
+    if scheduler not in SCHEDULERS:
+        raise ValueError(f"scheduler={scheduler!r} is invalid: one of {', '.join(SCHEDULERS)}")
+    if search_alg not in ("random", "optuna"):
+        raise ValueError(f"search_alg={search_alg!r} is invalid: one of random, optuna")
+    if rerun_seeds is not None:
+        s = dataclasses.replace(s, rerun_seeds=rerun_seeds)
+    plan = studies(s, methods, values)
+    num_samples = num_samples or s.num_samples[profile]
+    overrides = dict(fields)
+    search_trials(s, profile, plan[0], 1, overrides)  # the fields checked as a trial's (one line)
     out = storage_path(out or f"sweeps/search-{s.name}-{profile}")
-    code = run_search(s, profile=profile, out=out, num_samples=num_samples or s.num_samples[profile], backend="tune",
+    if (why := held_by_another(out, "search", s.name, s)) or (why := changed_search_settings(
+            s, profile, plan, num_samples, overrides, out / "trials", search_alg)):
+        raise ValueError(f"out={str(out)!r} is invalid for search {s.name!r}: {why}")
+    command = f"fda_ray.search.search({s.name!r}, profile={profile!r}, ...)"
+    out.mkdir(parents=True, exist_ok=True)
+    write_manifest(out, Manifest(kind="search", name=s.name, profile=profile,
+                                 rows=tuple(methods) if methods else None,
+                                 values=tuple(float(v) for v in values) if values else None,
+                                 overrides=overrides, command=command))  # (collect and a later call read it)
+    code = run_search(s, profile=profile, out=out, num_samples=num_samples, backend="tune",
                       workers=None, max_concurrent=max_concurrent, max_failures=max_failures, scheduler=scheduler,
-                      search_alg=search_alg, methods=methods, values=values, overrides=dict(fields),
-                      address=address, command=f"fda_ray.search.search({s.name!r}, profile={profile!r}, ...)")
+                      search_alg=search_alg, methods=methods, values=values, overrides=overrides,
+                      address=address, command=command)
     if code == 130:
         raise KeyboardInterrupt(f"search {s.name} interrupted: call again to go on (settled trials are kept)")
     return json.loads((out / "selection.json").read_text())
