@@ -5,7 +5,9 @@
     df[(df.row == "fedgp") & (df["round"] == df["round"].max())].groupby("value").accuracy.mean()
 
 One row per (trial, round), read from each directory's `trials/<key>/trial.json` (what the trial is) and
-`rows.json` (its resolved config, its rounds, the build that recorded it). Columns, in this order:
+`rows.json` (its resolved config, its rounds, the build that recorded it); a search's trial that ASHA stopped on
+its last round (every round trained) from its `stopped.json`, as the search's selection counts it. Columns, in this
+order:
 - `directory` (the folder's name), `trial` (the record's key), `row` (the grid row or the search study's
   method), `value` (the grid value), `seed`, `kind` ("run", or "finetune" for a fine-tuning trial);
 - the round's own columns as the run logged them: `round`, `phase`, `accuracy` (a fraction), `loss`, ... (a
@@ -77,9 +79,36 @@ def load(*directories: str | os.PathLike) -> "pandas.DataFrame":
     rows: list[dict] = []
     for directory in directories:
         name = Path(directory).name if Path(directory).name != "trials" else Path(directory).parent.name
-        for rec in finished(trials_dir(directory), where=str(directory)):  # a damaged record: a warning line
+        records = sorted([*finished(trials_dir(directory), where=str(directory)),  # a damaged record: a warning line
+                          *stopped_complete(trials_dir(directory))], key=lambda r: r.path.name)
+        for rec in records:
             rows += trial_rows(rec, name)
     return pandas.DataFrame(rows)
+
+
+def stopped_complete(trials: Path) -> list[Record]:
+    """A search's trials that ASHA stopped at a rung that fell on their last round: every round trained, so finished
+    (the search's selection and results.parquet count them so), though their rows are in stopped.json, not rows.json.
+    Their config is the trial's resolved one; their run time was not recorded (None)."""
+    import json
+
+    from fda_ray.experiments.records import ROWS_FILE, _parsed_trial
+    from fda_ray.experiments.search import STOPPED_FILE
+
+    out = []
+    for rec in sorted(trials.iterdir(), key=lambda p: p.name):
+        if (rec / ROWS_FILE).is_file() or not (rec / STOPPED_FILE).is_file():
+            continue
+        try:
+            stopped = json.loads((rec / STOPPED_FILE).read_text())
+        except (OSError, ValueError):
+            continue
+        trial, _ = _parsed_trial(rec)
+        if trial is None or not (isinstance(stopped, dict) and stopped.get("complete")):
+            continue
+        out.append(Record(rec, trial, {"config": trial.config().resolved().to_dict(), "rows": stopped["rows"],
+                                       "seconds": None, "environment": stopped.get("environment")}))
+    return out
 
 
 if __name__ == "__main__":  # a library module run as a program (`python -m fda_ray.results`): say which program is meant

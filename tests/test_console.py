@@ -172,3 +172,19 @@ def test_a_quiet_worker_drops_only_the_systemexit_that_ray_raises_as_it_ends_the
     Ends(ValueError("a real fault"))
     err = capsys.readouterr().err
     assert "Exception ignored" in err and "ValueError: a real fault" in err
+
+
+def test_a_trial_stopped_on_its_last_round_is_counted_done():
+    """ASHA's rung on a trial's last report stops a trial that trained every round: the line says so and the count
+    is a finished trial's (the selection counts it finished); one cut at a rung says the round, counted from 1."""
+    import io
+
+    from fda_ray.experiments.console import Progress, stopped_line
+    from fda_ray.experiments.records import Trial
+
+    assert stopped_line({"round": 9}, False) == "stopped early (after round 10)"
+    assert stopped_line({"round": 9}, True) == "done (stopped on its last round)"
+    p = Progress(2, "noise", stream=io.StringIO())
+    for key, complete in (("a", True), ("b", False)):
+        p.line(Trial(key, "fedgp", 0.2, 0, {}), stopped_line({"round": 3}, complete))
+    assert (p.done, p.stopped, p.failed) == (1, 1, 0)

@@ -463,3 +463,28 @@ def test_the_python_search_refuses_a_folder_that_holds_another_search(tmp_path):
     with pytest.raises(ValueError, match=r"out='.*s' is invalid for search 'lr': .*beta"):
         run_from_python("lr", out=str(tmp_path / "s"))
     assert read_manifest(out).name == "beta"
+
+
+def test_results_load_counts_a_trial_asha_stopped_on_its_last_round(tmp_path):
+    """A rung on a trial's last report: ASHA stops it after every round trained (stopped.json, complete: true); the
+    selection counts it finished, and results.load now has its rows too (it read rows.json only)."""
+    import shutil
+
+    import fda_ray.results
+
+    src = Path(__file__).resolve().parents[1] / "docs" / "results" / "search-beta" / "trials"
+    keys = sorted(p.name for p in src.iterdir() if (p / "rows.json").is_file())[:2]
+    for k in keys:
+        shutil.copytree(src / k, tmp_path / "trials" / k)
+    whole = fda_ray.results.load(tmp_path)
+    stopped = tmp_path / "trials" / keys[1]
+    data = json.loads((stopped / "rows.json").read_text())
+    (stopped / "stopped.json").write_text(json.dumps({"rows": data["rows"], "stopped_after": data["rows"][-1]["round"],
+                                                      "complete": True, "environment": data.get("environment")}))
+    (stopped / "rows.json").unlink()
+    again = fda_ray.results.load(tmp_path)
+    assert len(again) == len(whole) and list(again.trial.unique()) == keys
+    cols = ["trial", "round", "accuracy", "val_accuracy", "beta", "rounds"]
+    assert again[cols].equals(whole[cols])
+    (stopped / "stopped.json").write_text(json.dumps({"rows": data["rows"][:3], "complete": False}))
+    assert list(fda_ray.results.load(tmp_path).trial.unique()) == keys[:1]  # cut at a rung: not finished

@@ -15,7 +15,8 @@ from typing import Any
 from fda_ray.core import interrupts
 from fda_ray.core.storage import StoragePath, storage_path
 from fda_ray.runtime import preflight
-from fda_ray.experiments.console import Progress, quiet_worker, trial_name, tune_errors_log, tune_errors_to
+from fda_ray.experiments.console import (Progress, quiet_worker, stopped_line, trial_name, tune_errors_log,
+                                         tune_errors_to)
 from fda_ray.experiments.stranded import StrandedWatch, stranded_in, tune_parts as stranded_tune_parts
 from fda_ray.experiments.records import Trial, is_done
 from fda_ray.experiments.trials import run_trial
@@ -313,9 +314,9 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
                 return
             key = trial.config["run"]["trial"]["key"]
             if on_stopped is not None and not is_done(records / key):
-                on_stopped(records / key)  # the scheduler ended it early (complete, yet no rows.json)
+                complete = on_stopped(records / key)  # the scheduler ended it (maybe on its last round)
                 stopped.add(key)
-                progress.line(by_key[key], f"stopped early (round {trial.last_result.get('round')})")
+                progress.line(by_key[key], stopped_line(trial.last_result, complete))
                 return
             progress.line(by_key[key], "done")
 

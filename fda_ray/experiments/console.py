@@ -97,6 +97,15 @@ def tune_errors_log(out: Any) -> str:
     return os.path.join(tempfile.gettempdir(), f"fda-ray-{out.name}-tune-errors.log")
 
 
+def stopped_line(last: Mapping[str, Any] | None, complete: bool) -> str:
+    """What the progress says of a trial the scheduler stopped: "stopped early (after round 10)", rounds counted
+    from 1; "done (stopped on its last round)" when a rung fell on its last report (every round trained)."""
+    if complete:
+        return "done (stopped on its last round)"
+    r = (last or {}).get("round")
+    return f"stopped early (after round {r + 1})" if isinstance(r, int) else "stopped early"
+
+
 def fmt_s(s: float) -> str:
     s = max(0, int(s))
     return f"{s // 3600}h{s // 60 % 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
@@ -187,13 +196,14 @@ class Progress:
         self.draw()
 
     def line(self, t: Any, what: str) -> None:
-        """A trial settled: `what` is "done", "FAILED" or "stopped early (...)"."""
+        """A trial settled: `what` is "done" (or "done (...)"), "FAILED" or "stopped early (...)"."""
         entry = self.running.pop(t.key, None)
+        done = what == "done" or what.startswith("done ")
         if entry is not None:
-            self._tell("settled", t.key, what == "done")
+            self._tell("settled", t.key, done)
         if entry is None and self.queued.get(t.row, 0) > 0:  # settled without a start event (not run)
             self.queued[t.row] -= 1
-        if what == "done":
+        if done:
             self.done += 1
             if entry is not None:
                 self.costs.setdefault(t.row, []).append(self.clock() - entry["start"])

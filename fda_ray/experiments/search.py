@@ -241,21 +241,22 @@ def is_settled(record: StoragePath) -> bool:
     return is_done(record) or is_stopped(record)
 
 
-def mark_stopped(record: StoragePath) -> None:
+def mark_stopped(record: StoragePath) -> bool:
     """A trial the scheduler stopped: its rows so far (from its last round's state) go to stopped.json, with
     whether they are all of its rows (a rung can fall on a trial's last report: ASHA then stops a trial that had
-    trained every round, before it wrote rows.json; such a trial counts as finished)."""
+    trained every round, before it wrote rows.json; such a trial counts as finished). Returns that."""
     from fda_ray.algorithms import ALGORITHMS
     from fda_ray.experiments.records import _save_json, environment, load_state, read_trial
 
     if is_done(record):
-        return
+        return True
     state = load_state(record)
     rows = list(state["rows"]) if state is not None else []
     cfg = read_trial(record).config().resolved()
     complete = len(rows) >= ALGORITHMS.get(cfg.method).planned_rounds(cfg)
     _save_json({"rows": rows, "stopped_after": rows[-1]["round"] if rows else None, "complete": complete,
                 "environment": environment()}, record / STOPPED_FILE)
+    return complete
 
 
 def trial_rows(record: StoragePath) -> tuple[list[dict], bool] | None:

@@ -432,13 +432,13 @@ def run_optuna(space: Sequence[Any], base: dict[str, Any], row: str, variable: s
             key = key_of(trial.config)
             t = Trial.from_dict({"key": key, "row": row, "value": value, "seed": 0, "params": {}})
             if not is_done(records / key):
-                on_stopped(records / key)
+                complete = on_stopped(records / key)
                 stopped.add(key)
-                progress.line(t, f"stopped early (round {trial.last_result.get('round')})")
+                progress.line(t, stopped_line(trial.last_result, complete))
             else:
                 progress.line(t, "done")
 
-    from fda_ray.experiments.console import trial_name, tune_errors_log, tune_errors_to
+    from fda_ray.experiments.console import stopped_line, trial_name, tune_errors_log, tune_errors_to
     from fda_ray.experiments.stranded import StrandedWatch, tune_parts
 
     records, out = storage_path(records), storage_path(out)
