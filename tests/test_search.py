@@ -488,3 +488,31 @@ def test_results_load_counts_a_trial_asha_stopped_on_its_last_round(tmp_path):
     assert again[cols].equals(whole[cols])
     (stopped / "stopped.json").write_text(json.dumps({"rows": data["rows"][:3], "complete": False}))
     assert list(fda_ray.results.load(tmp_path).trial.unique()) == keys[:1]  # cut at a rung: not finished
+
+
+@pytest.mark.parametrize("dim,message", [
+    ({"name": "beta", "kind": "uniform", "low": "zero", "high": 1.0}, "space[0].low='zero' is invalid: a number"),
+    ({"name": "beta", "kind": "choice", "values": [0.2, 0.4], "low": 0.0},
+     "space[0].low=0.0 is invalid: not read by kind 'choice'"),
+    ({"name": "beta", "kind": "uniform", "low": 0.0, "high": 1.0, "values": [0.5]},
+     "space[0].values=[0.5] is invalid: not read by kind 'uniform'"),
+])
+def test_a_search_files_dimension_is_checked_once_and_every_key_is_read(dim, message, tmp_path):
+    """The line names the file once (it said it twice), and a key the dimension's kind ignores is refused."""
+    from fda_ray.experiments.search import load_search
+    from fda_ray.papers.files import DefinitionFileError, dump, search_to_dict
+
+    data = search_to_dict(tiny_search())
+    data["space"] = [dim]
+    (tmp_path / "s.yaml").write_text(dump(data, "yaml"))
+    with pytest.raises(DefinitionFileError) as e:
+        load_search(str(tmp_path / "s.yaml"))
+    assert str(e.value).startswith(f"search file '{tmp_path / 's.yaml'}': {message}")
+    assert str(e.value).count("search file") == 1
+
+
+def test_a_dry_run_counts_the_trials_a_choice_space_has(capsys, tmp_path):
+    assert sweep.main(["--search", "fedwca-temperatures", "--num-samples", "30", "--dry-run", "--out",
+                       str(tmp_path / "x")]) == 0
+    out = capsys.readouterr().out
+    assert "1 studies x 25 trials (its space has 25 points)" in out and out.count(": fedwca @ ") == 25

@@ -624,11 +624,16 @@ def search_main(a: Any, argv: list[str], error_line: Callable[[Exception], str])
             if a.search_alg == "optuna":
                 print(f"{len(plan)} studies x {num_samples} trials drawn by Optuna as the search goes")
             else:
+                per_study = []
                 for study in plan:
-                    for t in search_trials(search, a.profile, study, num_samples, overrides):
+                    listed = search_trials(search, a.profile, study, num_samples, overrides)
+                    per_study.append(len(listed))  # (a space of choices alone has at most its grid's points)
+                    for t in listed:
                         print(f"{t.key}: {study.name(search)}")
-                print(f"{len(plan)} studies x {num_samples} trials, then each rule's selection on "
-                      f"{search.rerun_seeds} fresh seeds and {len(search.references)} reference rows")
+                print(f"{len(plan)} studies x {max(per_study)} trials"
+                      f"{f' (its space has {max(per_study)} points)' if max(per_study) < num_samples else ''}, then "
+                      f"each rule's selection on {search.rerun_seeds} fresh seeds and {len(search.references)} "
+                      "reference rows")
             lines, refusal = dry_run_plan(first, a, None if a.search_alg == "optuna" else [
                 t for study in plan for t in search_trials(search, a.profile, study, num_samples, overrides)])
             print("\n".join(lines))

@@ -350,11 +350,18 @@ def check_config(c: Checker, where: str, params: Mapping[str, Any]) -> None:
 def _dim(c: Checker, where: str, d: Any) -> Dim:
     d = c.keys(where, d, ("name", "kind"), ("low", "high", "values"))
     kind = c.text(f"{where}.kind", d["kind"])
+    unused = ("low", "high") if kind == "choice" else ("values",) if kind in ("uniform", "loguniform") else ()
+    for key in unused:  # a key the kind does not read would be ignored without a word
+        if d.get(key) is not None:
+            raise c.fail(f"{where}.{key}", d[key], f"not read by kind {kind!r} (a choice lists its values; a range "
+                                                   "gives low and high)")
     try:
         return Dim(c.text(f"{where}.name", d["name"]), kind,
                    None if d.get("low") is None else c.number(f"{where}.low", d["low"]),
                    None if d.get("high") is None else c.number(f"{where}.high", d["high"]),
                    tuple(c.seq(f"{where}.values", d.get("values", []), empty=True)))
+    except DefinitionFileError:  # (the checker's own line names the file and the key already)
+        raise
     except ValueError as e:
         raise DefinitionFileError(f"{c.prefix}: {where}: {str(e).splitlines()[0]}") from None
 

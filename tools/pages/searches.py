@@ -62,3 +62,29 @@ def search_diff_ci(name: str, a_study_or_value: str, a: str, b_study_or_value: s
     x, y = _search_cell(name, a_study_or_value, a), _search_cell(name, b_study_or_value, b)
     d = [x[k] - y[k] for k in sorted(x) if k in y]  # paired by seed
     return _paired_text(d, f"in {name!r}, {a} minus {b}", spread, digits, "search-diff-ci")
+
+
+@GENERATORS.register("search-points")
+def search_points(name: str, study: str, status: str = "stopped", rounds: str | None = None, val: str | None = None,
+                  digits: str = "2") -> str:
+    """The searched value of a study's trials of one status (selection.json), ascending: those that reported
+    `rounds` rows (its `rounds` entry: the last round's index) and ended at validation `val`, if given:
+    `search-points search-aux-alpha-paper "fedavg_finetune_auxinfo_gp @ shirt held out (test_env 0)" rounds=11
+    val=0.75` gives "1.64, 1.90, 1.91 and 1.97". A one-knob space's values (else the error says so)."""
+    import math
+
+    selection = json.loads((records.RESULTS / name / "selection.json").read_text())
+    if study not in selection["studies"]:
+        raise ValueError(f"search-points: {name!r} has no study {study!r}")
+    picked = []
+    for e in selection["studies"][study]["trials"]:
+        if e["status"] != status or (rounds is not None and e.get("rounds") != int(rounds)) or \
+                (val is not None and not math.isclose(e.get("val_accuracy") or -1.0, float(val))):
+            continue
+        if len(e["point"]) != 1:
+            raise ValueError(f"search-points: {name!r} {study!r} searches {len(e['point'])} knobs; it lists one")
+        picked.append(next(iter(e["point"].values())))
+    if not picked:
+        raise ValueError(f"search-points: {name!r} {study!r} has no {status} trial with rounds={rounds} val={val}")
+    texts = [f"{v:.{int(digits)}f}" for v in sorted(picked)]
+    return texts[0] if len(texts) == 1 else ", ".join(texts[:-1]) + " and " + texts[-1]
