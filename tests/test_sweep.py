@@ -632,3 +632,26 @@ def test_comma_lists_take_spaces_after_the_commas(capsys):
         assert sweep.main(["--grid", "noise", "--methods", methods, "--values", "0.4, 0.8", "--dry-run"]) == 0
         plans.append(capsys.readouterr().out)
     assert plans[0] == plans[1] == plans[2] and "fedda-noise0.8" in plans[0]
+
+
+@pytest.mark.slow
+def test_a_regression_grid_reports_its_test_loss_not_an_accuracy_of_nan(tmp_path, capsys):
+    """A grid on the synthetic data (a regression: accuracy NaN): summary.md and collect tabulate the test loss."""
+    from fda_ray.experiments import collect
+
+    (tmp_path / "g.yaml").write_text(
+        "name: short\ndataset: synthetic\nvariable: noise\nvalues: [0.0]\nseeds: 1\n"
+        "rows:\n- {key: fedgp_auto, label: FedGP_Auto, method: fedgp_auto}\n"
+        "profiles:\n  quick:\n    fields: {rounds: 3, samples_per_client: 200, test_samples: 200}\n  paper: {}\n")
+    out = tmp_path / "s"
+    assert sweep.main(["--grid", str(tmp_path / "g.yaml"), "--profile", "quick", "--backend", "local", "--workers", "1",
+                       "--out", str(out), "--no-figures"]) == 0
+    text = (out / "summary.md").read_text()
+    loss = json.loads((out / "trials" / next(p.name for p in (out / "trials").iterdir()) / "rows.json").read_text())
+    last = loss["rows"][-1]["loss"]
+    assert "Final target test loss (MSE, lower is better)" in text and "nan" not in text.lower()
+    assert f"| FedGP_Auto | {last:.2f} |" in text
+    capsys.readouterr()
+    assert collect.main([str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "loss, final round" in printed and f"{last:.1f} (n=1)" in printed and "nan" not in printed

@@ -191,6 +191,9 @@ def grid_table(sources: Sequence[Source], metric: str = "accuracy", last: int = 
             builds[_build_text(rec.data.get("environment"))] = None
         rows += collect(trials, grid, records)[0]
     final = tables.final(rows, metric, last, scale)
+    if metric == "accuracy" and final and all(math.isnan(x) for seeds in final.values() for x in seeds.values()):
+        metric, scale = "loss", 1.0  # a regression task (synthetic data): no accuracy; its test loss, as summary.md
+        final = tables.final(rows, metric, last, scale)
     if not final:
         raise CollectError(f"dir={str(sources[0].path)!r} is invalid: no finished trial with a {metric!r} to read")
     paper = grid.paper if metric == "accuracy" else grid.paper_auc if metric == "auc" else {}

@@ -5,6 +5,7 @@ and the builds that recorded the trials (builds_line). The sweep command writes 
 """
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Any, Sequence
 
@@ -21,8 +22,12 @@ def summarize(rows: list[dict], failures: list[dict], grid: Grid, profile: str, 
     """summary.md text and the same numbers as a dict: final accuracy (%) per row x value (and, for the
     DomainBed grids, the mean of the last 5 rounds, which Auto-weighted FDA reports there)."""
     cells: dict[str, dict[str, Any]] = {}
+    # a regression task (the synthetic data of Auto-weighted FDA App. B) has no accuracy (NaN): its table is the loss
+    regression = bool(rows) and all(isinstance(r.get("accuracy"), float) and math.isnan(r["accuracy"])
+                                    for r in rows if r.get("accuracy") is not None)
+    what = "Final target test loss (MSE, lower is better)" if regression else "Final target test accuracy (%)"
     lines = [f"# Sweep `{grid.name}` ({profile} profile)", "",
-             f"Final target test accuracy (%), ours / paper ({grid.paper_ref or 'no published numbers'}); "
+             f"{what}, ours / paper ({grid.paper_ref or 'no published numbers'}); "
              f"mean ± the 95 % confidence half-width over seeds (Student's t) where n > 1, as `python -m "
              f"fda_ray.collect` and the results pages print it; **!** marks a gap of more than {GAP:g} points.", "",
              *([f"Profile `{profile}`: {grid.profiles[profile].note}", ""] if grid.profiles[profile].note else []),
@@ -31,7 +36,8 @@ def summarize(rows: list[dict], failures: list[dict], grid: Grid, profile: str, 
     tables = [("accuracy", 1)] + ([("auc", 1)] if binary else []) + \
         ([("last5", LAST_ROUNDS)] if grid.variable == "test_env" and not binary else [])
     for name, k in tables:
-        final = final_accuracies(rows, last=k, metric="auc" if name == "auc" else "accuracy")
+        final = final_accuracies(rows, last=k, metric="auc" if name == "auc" else "loss" if regression else
+                                 "accuracy", scale=1.0 if regression else 100.0)
         paper_table = grid.paper_auc if name == "auc" else grid.paper
         if name == "last5":
             lines += ["", f"Mean target test accuracy (%) of the last {k} rounds (Auto-weighted FDA's metric), ours / paper:", ""]
