@@ -302,3 +302,21 @@ def test_a_damaged_manifest_is_one_line_naming_the_file(text, why, tmp_path):
         mf.read(tmp_path)
     assert str(e.value).startswith(f"sweep.json={str(tmp_path / mf.FILE)!r} is invalid: ") and why in str(e.value)
     assert "\n" not in str(e.value)
+
+
+def test_collect_of_a_search_shows_its_reference_rows_and_names_the_oracle(capsys):
+    """The search's summary puts the reference rows (FedDA_Auto, FedGP_Auto) beside the selections; collect left
+    them out, and printed the oracle as 'oracle' alone."""
+    import json
+    from pathlib import Path
+
+    from fda_ray.experiments import collect
+    from fda_ray.experiments.tables import mean_ci
+
+    folder = Path(__file__).resolve().parents[1] / "docs" / "results" / "search-beta"
+    assert collect.main([str(folder)]) == 0
+    out = capsys.readouterr().out
+    refs = json.loads((folder / "selection.json").read_text())["references"]
+    m, half, _ = mean_ci(refs["0.6"]["fedda_auto"])
+    assert f"| fedda_auto @ noise 0.6 | reference | - | {m:.1f} ± {half:.1f} (n=3) |" in out
+    assert "| oracle (reads test labels) |" in out and "| oracle |" not in out

@@ -259,8 +259,25 @@ def search_table(src: Source) -> SearchTable:
                 acc = [r["accuracy"] for r in read_rows(rec)["rows"] if r.get("accuracy") is not None]
                 if acc:
                     reruns.append(100 * acc[-1])
-            table.lines.append({"study": study, "rule": rule, "selected": points.get(key, {}), "trial": key,
-                                "reruns": reruns})
+            table.lines.append({"study": study, "rule": "oracle (reads test labels)" if rule == "oracle" else rule,
+                                "selected": points.get(key, {}), "trial": key, "reruns": reruns})
+    # the reference rows (the auto-weighted rules beside a static-beta search), on the reruns' seeds, labelled as
+    # the search labels its settings (its search.yaml, kept beside the records)
+    definition = None
+    if sel.get("references"):
+        from fda_ray.papers.files import search_file
+        from fda_ray.papers.searches import SEARCHES
+
+        try:  # (a folder from before search.yaml was kept: the built-in search of its name)
+            definition = search_file(str(src.path / "search.yaml")) if (src.path / "search.yaml").is_file() \
+                else SEARCHES.get(src.name)
+        except ValueError:  # a damaged definition: the settings as selection.json keys them
+            definition = None
+    for value, rows in (sel.get("references") or {}).items():
+        setting = definition.value_label(float(value)) if definition is not None else value
+        for row, accs in rows.items():
+            table.lines.append({"study": f"{row} @ {setting}", "rule": "reference", "selected": {},
+                                "trial": None, "reruns": [float(a) for a in accs]})
     return table
 
 
