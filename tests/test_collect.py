@@ -320,3 +320,17 @@ def test_collect_of_a_search_shows_its_reference_rows_and_names_the_oracle(capsy
     m, half, _ = mean_ci(refs["0.6"]["fedda_auto"])
     assert f"| fedda_auto @ noise 0.6 | reference | - | {m:.1f} ± {half:.1f} (n=3) |" in out
     assert "| oracle (reads test labels) |" in out and "| oracle |" not in out
+
+
+@pytest.mark.parametrize("flags,what", [(["--paired", "fedgp_auto"], "paired='fedgp_auto'"),
+                                        (["--figure", "curves"], "figure='curves'")])
+def test_collect_says_a_grid_only_option_does_not_apply_to_a_search(flags, what, capsys):
+    from pathlib import Path
+
+    from fda_ray.experiments import collect
+
+    folder = Path(__file__).resolve().parents[1] / "docs" / "results" / "search-beta"
+    assert collect.main([str(folder), *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {what} is invalid here: it reads a grid's rows, and {folder} is a search")
+    assert err.count("\n") == 1

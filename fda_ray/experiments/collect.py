@@ -644,6 +644,11 @@ def main(argv: list[str] | None = None) -> int:
         if (a.figure_out or a.panels) and not a.figure:
             raise CollectError("figure_out/panels are invalid without --figure curves|heatmap")
         tabs = collect_tables(a.dirs, a.grid, a.metric, a.last, a.scale)
+        if (a.paired is not None or a.figure) and all(isinstance(t, SearchTable) for t in tabs):
+            what = f"paired={a.paired!r}" if a.paired is not None else f"figure={a.figure!r}"
+            where = f"{', '.join(a.dirs)} {'is a search' if len(a.dirs) == 1 else 'are searches'}"
+            raise CollectError(f"{what} is invalid here: it reads a grid's rows, and {where}"
+                               + ("" if a.paired is not None else " (a search draws its trajectory.png itself)"))
         text = {"markdown": lambda: to_markdown(tabs, a.digits, a.average, a.paired), "csv": lambda: to_csv(tabs),
                 "latex": lambda: to_latex(tabs, a.digits, a.average)}[a.format]()
         if a.figure:
