@@ -220,6 +220,11 @@ def test_tiny_search_on_tune_with_asha_selects_by_validation_and_reruns(fmnist_d
     assert "test-set oracle (reads test labels)" in text and "FedGP_Auto" in text
     rows = pq.read_table(out / "results.parquet").to_pylist()
     assert {r["search_phase"] for r in rows} == {"search", "rerun"}
+    for rule, keys in reruns.items():  # each rule's choice and reruns say so (two rules: one trial, both named)
+        for k in [table["selected"][rule], *keys]:
+            assert all(rule in r["selected_by"].split(",") for r in rows if r["trial"] == k)
+    assert all(r["selected_by"] is None for r in rows if r["trial"] not in
+               {k for ks in reruns.values() for k in ks} | set(table["selected"].values()))
     assert all(r["val_accuracy"] is not None and r["accuracy"] is not None for r in rows)
     assert (out / "trajectory.png").stat().st_size > 0
     # resumable: nothing settled runs again

@@ -15,7 +15,8 @@ methods) on the same seeds: the reported number is that rerun's mean test accura
 
 Output in --out (default sweeps/search-<name>-<profile>):
   trials/<key>/          every trial's record (rows.json when finished; stopped.json when ASHA stopped it early)
-  results.parquet        a row per trial and round: the trial's fields, its study, search_phase (search / rerun)
+  results.parquet        a row per trial and round: the trial's fields, its study, search_phase (search / rerun),
+                         selected_by (the rules that chose the trial, comma-joined; None for the others)
   selection.json         per study: the points, each trial's status and final metrics, each rule's choice
   summary.md             the tables; trajectory.{png,pdf}: each study's validation per trial and the best so far
 Resuming (--resume) keeps every finished and stopped trial; ASHA's rungs restart with the trials still to run.
@@ -656,6 +657,7 @@ def report(search: Search, profile: str, out: StoragePath, plan: list[Study], se
     reruns: dict[str, dict[str, list[float]]] = {}
     references: dict[float, dict[str, list[float]]] = {}
     rows: list[dict] = []
+    selected_by: dict[str, list[str]] = {}  # trial key -> the rules that chose it (its search trial and reruns)
     for study in plan:
         name = study.name(search)
         trials = search_by_study.get(name) or (
@@ -672,7 +674,10 @@ def report(search: Search, profile: str, out: StoragePath, plan: list[Study], se
         for rule, key in table["selected"].items():
             if key is None:
                 continue
+            selected_by.setdefault(key, []).append(rule)
             rt = rerun_trials(search, profile, study, by_key[key], search.rerun_seeds, overrides)
+            for t in rt:
+                selected_by.setdefault(t.key, []).append(rule)
             reruns.setdefault(name, {})[rule] = rerun_accuracies(rt, records)
             table.setdefault("reruns", {})[rule] = [t.key for t in rt]
             for t in rt:  # (a configuration two rules selected: its rows once, deduplicated below)
@@ -688,6 +693,8 @@ def report(search: Search, profile: str, out: StoragePath, plan: list[Study], se
                     rows += result_rows(search, t, "rerun", f"reference @ {search.value_label(v)}",
                                         read_rows(records / t.key)["rows"], True)
     rows = list({(r["trial"], r["study"], r["round"], r.get("phase"), r["search_phase"]): r for r in rows}.values())
+    for r in rows:  # which rules chose the trial (a configuration two rules chose is one trial: its rows once)
+        r["selected_by"] = ",".join(selected_by[r["trial"]]) if r["trial"] in selected_by else None
     if rows:
         write_parquet(rows, out / "results.parquet")
     (out / "selection.json").write_text(json.dumps({"search": search.name, "profile": profile, "num_samples": num_samples,
