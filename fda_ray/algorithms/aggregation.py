@@ -28,7 +28,7 @@ plug-in's method (`RULES.add`, docs/plugins.md). Each entry is a pure function w
 
     rule(target (M,), sources (N, M), offsets (L + 1,), *, beta, weights, impl=None, **options) -> (M,)
 
-where options are fedgp's (align, filter, projection, stats, frozen) and target_weight (fedda, fedgp); a rule reads
+where options are fedgp's (align, filter, projection, stats, frozen); a rule reads
 the inputs it needs (source_only does not read target, target_only reads only target). `fedavg` stays the FedAvg
 primitive (McMahan et al.) that families averaging any set of clients call directly; `source_weights` the alpha_i.
 """
@@ -164,15 +164,14 @@ def fedavg(sources: torch.Tensor, *, weights: torch.Tensor, impl: str | None = N
 
 
 def fedda(target: torch.Tensor, sources: torch.Tensor, *, beta: float | torch.Tensor,
-          weights: torch.Tensor, impl: str | None = None, target_weight: float | None = None) -> torch.Tensor:
-    """FedDA: sum_i w_i (beta_i g_i + (1 - beta_i) g_T); target_weight replaces g_T's coefficient
-    sum_i w_i (1 - beta_i) (the authors' DomainBed auto script: 1 - beta of the last source)."""
+          weights: torch.Tensor, impl: str | None = None) -> torch.Tensor:
+    """FedDA: sum_i w_i (beta_i g_i + (1 - beta_i) g_T)."""
     n, m = _check_flat(target, sources)
     b = check_beta(beta, n, target)
     w = check_weights(weights, n, target)
     whole = torch.tensor([0, m], dtype=torch.int64)  # one "layer": FedDA does not look at layers
     scale = (w * b).unsqueeze(1)  # (N, 1) float64
-    t_w = float((w * (1 - b)).sum()) if target_weight is None else float(target_weight)
+    t_w = float((w * (1 - b)).sum())
     out = kernels.layer_combine(target.contiguous(), sources.contiguous(), whole, scale, t_w,
                                 impl=_impl(impl, target, sources))
     return _finite_or_raise(out, target, sources, "fedda")
@@ -195,11 +194,11 @@ def fedgp(target: torch.Tensor, sources: torch.Tensor, offsets: torch.Tensor, *,
           weights: torch.Tensor, align: torch.Tensor | None = None, filter: bool = True,
           projection: str = "cosine", impl: str | None = None,
           stats: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
-          target_weight: float | None = None, frozen: torch.Tensor | None = None) -> torch.Tensor:
+          frozen: torch.Tensor | None = None) -> torch.Tensor:
     """FedGP: sum_i w_i (beta_i s_i + (1 - beta_i) g_T) with the layerwise projections s_i (module docstring).
     stats: layer_stats(target, sources, offsets) when the caller has them already (pass 1 is then skipped).
-    target_weight replaces g_T's coefficient sum_i w_i (1 - beta_i), as fedda's. frozen: (L,) bool, layers the
-    rule leaves at their value (update 0 on both sides: Healthcare FDA's GP on its auxiliary heads)."""
+    frozen: (L,) bool, layers the rule leaves at their value (update 0 on both sides: Healthcare FDA's GP on its
+    auxiliary heads)."""
     n, _ = _check_flat(target, sources)
     b = check_beta(beta, n, target)
     w = check_weights(weights, n, target)
@@ -218,7 +217,7 @@ def fedgp(target: torch.Tensor, sources: torch.Tensor, offsets: torch.Tensor, *,
                          "a diverged client (try a lower learning rate)")
     coef = projection_coefficients(dots, s_sq, t_sq, filter=filter, projection=projection)  # (N, L) float64
     scale = coef * (w * b * a).unsqueeze(1)  # (N, L) float64
-    t_w = float((w * (1 - b)).sum()) if target_weight is None else float(target_weight)
+    t_w = float((w * (1 - b)).sum())
     out = kernels.layer_combine(target, sources, offsets, scale, t_w, impl=impl)  # pass 2
     if not torch.isfinite(out).all():  # finite inputs, but a coefficient overflowed float32 (one pass over M)
         why = "the exact projection <g_T, g_i> / |g_i|^2 of a near-zero source layer" if projection == "exact" \
@@ -253,15 +252,15 @@ def target_only(target: torch.Tensor, sources: torch.Tensor | None = None, offse
 @RULES.register("fedda")
 def fedda_rule(target: torch.Tensor, sources: torch.Tensor, offsets: torch.Tensor | None = None, *,
                beta: float | torch.Tensor, weights: torch.Tensor, impl: str | None = None,
-               target_weight: float | None = None, **options: Any) -> torch.Tensor:
+               **options: Any) -> torch.Tensor:
     """FedDA (FedGP Def. 3.2): layers unread."""
-    return fedda(target, sources, beta=beta, weights=weights, impl=impl, target_weight=target_weight)
+    return fedda(target, sources, beta=beta, weights=weights, impl=impl)
 
 
 @RULES.register("fedgp")
 def fedgp_rule(target: torch.Tensor, sources: torch.Tensor, offsets: torch.Tensor, *,
                beta: float | torch.Tensor, weights: torch.Tensor, impl: str | None = None,
                **options: Any) -> torch.Tensor:
-    """FedGP (FedGP Def. 3.1, layerwise): fedgp's options (align, filter, projection, stats, target_weight, frozen)."""
+    """FedGP (FedGP Def. 3.1, layerwise): fedgp's options (align, filter, projection, stats, frozen)."""
     return fedgp(target, sources, offsets, beta=beta, weights=weights, impl=impl, **options)
 

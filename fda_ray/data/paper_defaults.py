@@ -39,12 +39,13 @@ def _domainbed(model: str, lr: float, batch: int, fraction: float, *, warmup: in
     `warmup` FedAvg rounds, the auto-weighted runs' lr factor (one per held-out environment where the paper
     gives one each) and target batch (Auto-weighted FDA App. C.3), the plain FedGP estimator rule; the authors' DomainBed loaders
     neither shuffle nor drop the last partial batch; DomainBed's augmentation of the source environments.
-    The oracle trains on the target's whole in-split at the sources' lr and batch. The sources are the other
+    The oracle trains on the target's whole in-split at lr / 4 and the sources' batch (the authors'
+    oracle_domain_bed.py trains in its 'target' phase, at hparams["lr"] / 4). The sources are the other
     environments (num_sources is counted from the dataset's environments when a config is resolved)."""
     return dict(model=model, partition="domainbed", lr_source=lr, lr_target=lr / 5, batch_source=batch,
                 batch_target=16, auto_batch_target=auto_batch, auto_lr_factor=auto_lr, target_labelled=None,
                 target_fraction=fraction, auto_beta_rule="fedgp", num_sources=None,
-                oracle_lr_target=lr, warmup_rounds=warmup, shuffle=False, drop_last=False,
+                oracle_lr_target=lr / 4, warmup_rounds=warmup, shuffle=False, drop_last=False,
                 data_augmentation=True, model_weights=weights)
 
 

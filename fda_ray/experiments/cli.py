@@ -294,7 +294,9 @@ def _main(argv: list[str] | None = None) -> int:
             finished.build = recorded_build()
             try:
                 finished.to_parquet(a.parquet)
-            except Exception as e:  # a full disk, a value pyarrow cannot store: the work failed, not the input
+            except OSError:  # a full disk, a read-only file system: said by write_failure as every refused write
+                raise
+            except Exception as e:  # a value pyarrow cannot store: the work failed, not the input
                 raise ParquetNotWritten(f"--parquet {a.parquet} could not be written after round {row['round'] + 1} "
                                         f"({type(e).__name__}: {str(e).splitlines()[0][:300]}); it holds the "
                                         f"{written[0]} rounds before") from e

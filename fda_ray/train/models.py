@@ -240,8 +240,9 @@ def resnet18(input_shape: tuple[int, ...], num_outputs: int, weights_path: str |
     """torchvision ResNet-18; `weights_path` loads an ImageNet state dict from a local file (no hub download).
 
     With pretrained weights the final fc is replaced by a fresh one for `num_outputs`, and BatchNorm layers
-    are frozen as DomainBed's ResNet freezes them (`freeze_bn`: eval mode, so the running statistics stay
-    ImageNet's; their affine weights still train), the backbone of the seeds' DomainBed experiments.
+    are frozen as the Auto-weighted FDA authors' DomainBed copy freezes them, and DomainBed did before its commit
+    3dfdc8e (2024; it has since defaulted to ResNet-50 with freeze_bn off) (`freeze_bn`: eval mode, so the running
+    statistics stay ImageNet's; their affine weights still train), the backbone of the seeds' DomainBed experiments.
     """
     return _resnet("resnet18", input_shape, num_outputs, weights_path, freeze_bn)
 

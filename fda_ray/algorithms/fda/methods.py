@@ -187,19 +187,13 @@ class FDA(Algorithm):
                 metrics.update(round_estimates(stats, self.weights, self.layout.size, steps.shape[0], p.beta))
                 if self.auto_rule is not None:
                     beta = auto_beta(stats, p.auto_beta_rule if self.auto_rule == "fedgp" else "fedda")  # (N,)
-            # The authors' DomainBed auto script adds the target's delta once, after the per-source loop, weighted
-            # by 1 - beta of the last source, where the rule gives sum_i alpha_i (1 - beta_i) (docs/authors-code.md).
-            target_weight = float(1 - beta[-1]) if self.auto_rule is not None and p.faithful_domainbed_auto \
-                else None
             # One pass for the layer statistics: FedGP's projections and the logged cosines share it.
             lstats = layer_stats(tgt, src, offsets, impl=cfg.aggregation_impl) \
                 if src is not None and tgt is not None else None
             # The rule by name from the one table (fda_ray.algorithms.aggregation.RULES); each reads what it needs.
             update = RULES.get(self.rule)(tgt, src, offsets, beta=beta, weights=self.weights,
-                                          impl=cfg.aggregation_impl, target_weight=target_weight, align=self.align,
+                                          impl=cfg.aggregation_impl, align=self.align,
                                           filter=p.filter, projection=p.projection, stats=lstats)
-            if target_weight is not None:
-                metrics["target_weight"] = target_weight
             if lstats is not None:
                 cos = layer_cosines(*lstats)  # (N, L)
                 metrics["cosine_mean_i"] = cos.mean(1).tolist()

@@ -9,7 +9,7 @@ its `Params`, stored in RunConfig.params["fda"] like every family's.
     finetune_epochs           finetune_offline's epochs after FedAvg
     baseline_protocol         how oracle and finetune_offline run (the authors' scripts, or the round loop)
     log_estimates             log the estimators every main round
-    faithful_domainbed_auto   the authors' auto script's DomainBed data split and target weight
+    faithful_domainbed_auto   the authors' auto script's DomainBed data split
 
 The seed papers, every recorded grid and every committed trial name them on their own (beta, not fda.beta), so
 they are RunConfig keywords and flags under those names (`keywords`): RunConfig(beta=0.3) and --beta 0.3 set
@@ -51,8 +51,8 @@ class FDAParams(Params):
     faithful_domainbed_auto: bool | None = param(
         None, "fedda_auto / fedgp_auto on DomainBed datasets as the authors' auto script runs them "
               "(docs/authors-code.md): the target's labelled set drawn first from the environment, its test set "
-              "20 % of the rest, and the target term weighted by 1 - beta of the last source; default on there "
-              "(the published auto rows came from that code), off elsewhere", boolean=True, optional=True)
+              "20 % of the rest; default on there (the published auto rows came from that code), off elsewhere",
+        boolean=True, optional=True)
     auto_lr_factor: float | None = param(None, "auto-weighted methods: both learning rates times this after warm-up; "
                                                "default per dataset (fashion-mnist 0.1)", positive=True, optional=True)
     auto_beta_rule: str | None = param(None, "fedgp_auto's estimated rule: fedgp_thresh (default) or fedgp; "
