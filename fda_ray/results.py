@@ -28,7 +28,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fda_ray.experiments.records import BUILD_COLUMNS, Record, config_columns, finished
+from fda_ray.experiments.records import BUILD_COLUMNS, Record, config_columns, finished, shared_value_row
 
 if TYPE_CHECKING:
     import pandas
@@ -54,16 +54,14 @@ def trial_rows(record: Record, directory: str) -> list[dict]:
                 "seed": trial.seed, "kind": trial.kind}
     columns = config_columns(data, clash=identity)  # the resolved config, then the build
     # A trial shared by several grid values (the noise grid's Source Only, evaluated at every noise level: its
-    # trial.json has value None and the values in "values") gives one set of rows per value, its accuracy there
-    # the round's eval_noise_accuracy entry, as the sweep's own results.parquet does.
+    # trial.json has value None and the values in "values") gives one set of rows per value, its accuracy and loss
+    # there, as the sweep's own results.parquet does (records.shared_value_row).
     shared = trial.value is None and trial.values
     per_value = [(v, i) for i, v in enumerate(trial.values)] if shared else [(identity["value"], None)]
     out = []
     for value, i in per_value:
         for r in data["rows"]:
-            row = {**identity, "value": value, **r}
-            if i is not None:
-                row["accuracy"] = (r.get("eval_noise_accuracy") or [None] * (i + 1))[i]
+            row = {**identity, "value": value, **(r if i is None else shared_value_row(r, i, value, data["config"]))}
             row.update(columns)
             row["trial_seconds"] = data.get("seconds")
             out.append(row)

@@ -11,7 +11,7 @@ import torch
 
 from fda_ray.core.config import RunConfig
 from fda_ray.runtime.engine import run
-from fda_ray.experiments.records import Trial, is_done, read_rows, result_rows, trial_key
+from fda_ray.experiments.records import NOISE_FREE, Trial, is_done, read_rows, result_rows, trial_key
 from fda_ray.experiments.trials import plan, run_trial
 from fda_ray.papers.grids import GRIDS, Grid, Profile, Row
 from fda_ray.papers.paper import TABLE10_FMNIST, TABLE11_FMNIST_LABEL_SHIFT
@@ -209,8 +209,19 @@ def test_shared_source_only_and_finetune_equal_plain_runs(fmnist_dir, tmp_path):
     rows = [r for t in trials for r in result_rows(t, grid, read_rows(tmp_path / t.key))]
     for noise in (0.0, 0.5):
         plain = run(RunConfig(dataset="fashion-mnist", method="source_only", noise=noise, **tiny))
-        got = [r["accuracy"] for r in rows if r["row"] == "source_only" and r["noise"] == noise]
-        assert got == [r["accuracy"] for r in plain.rows]
+        mine = [r for r in rows if r["row"] == "source_only" and r["noise"] == noise]
+        assert [r["accuracy"] for r in mine] == [r["accuracy"] for r in plain.rows]
+        assert [r["loss"] for r in mine] == [r["loss"] for r in plain.rows]  # the loss at that noise, too
+        # what the run computed only at noise 0 (the target's training loss, validation, estimates) is None at 0.5,
+        # not the noise-0 run's numbers under 0.5's label
+        dependent = {k for r in plain.rows for k, x in r.items() if x is not None} - {"accuracy", "loss"} - \
+            set(NOISE_FREE)
+        assert "train_loss_target" in dependent
+        for k in dependent:
+            if noise == 0.0:  # the noise it trained at: every column as logged
+                assert [r.get(k) for r in mine] == [r.get(k) for r in plain.rows], k
+            else:
+                assert all(r.get(k) is None for r in mine), k
         full = run(RunConfig(dataset="fashion-mnist", method="finetune_offline", noise=noise, **tiny))
         got = [r["accuracy"] for r in rows if r["row"] == "finetune_offline" and r["noise"] == noise]
         assert got == [r["accuracy"] for r in full.rows if r["phase"] == "finetune"] and len(got) == 2

@@ -423,17 +423,27 @@ def sweep_figures(rows: list[dict], summary: dict, grid: Grid, row_keys: Sequenc
             lines.append(f"![{grid.row(key).label}: beta_i per round](beta_{key}.png)")
     if estimates_figure(rows, grid, values, out / "estimates"):
         lines.append("![estimated sigma and d per round](estimates.png)")
-    predicted = predicted_rules(rows)
-    if predicted:
-        # The static rule with the smallest estimated Delta error (fda_ray.algorithms.fda.diagnostics), counted over rounds.
-        lines += ["", "## The rule the theory predicts, from each run's own estimates", "",
-                  "Main rounds in which each static rule had the smallest estimated Delta error "
-                  "(Auto-weighted FDA eqs (7), (9), (11); beta as configured).", "",
-                  "| method | " + " | ".join(grid.value_label(v) for v in values) + " |",
-                  "|---|" + "---|" * len(values)]
-        for key in row_keys:
-            if key in predicted:
-                lines.append(f"| {grid.row(key).label} | " + " | ".join(
-                    ", ".join(f"{rule} {k}" for rule, k in sorted(predicted[key].get(v, {}).items(), key=lambda x: -x[1]))
-                    or "-" for v in values) + " |")
+    lines += predicted_table(rows, grid, row_keys, values)
     return "\n".join(lines) + "\n"
+
+
+PREDICTED_HEADER = "## The rule the theory predicts, from each run's own estimates"
+
+
+def predicted_table(rows: list[dict], grid: Grid, row_keys: Sequence[str], values: Sequence[float]) -> list[str]:
+    """summary.md's section on the static rule with the smallest estimated Delta error (fda_ray.algorithms.fda.
+    diagnostics), counted over main rounds; [] when no run logged its estimates."""
+    predicted = predicted_rules(rows)
+    if not predicted:
+        return []
+    lines = ["", PREDICTED_HEADER, "",
+             "Main rounds in which each static rule had the smallest estimated Delta error "
+             "(Auto-weighted FDA eqs (7), (9), (11); beta as configured).", "",
+             "| method | " + " | ".join(grid.value_label(v) for v in values) + " |",
+             "|---|" + "---|" * len(values)]
+    for key in row_keys:
+        if key in predicted:
+            lines.append(f"| {grid.row(key).label} | " + " | ".join(
+                ", ".join(f"{rule} {k}" for rule, k in sorted(predicted[key].get(v, {}).items(), key=lambda x: -x[1]))
+                or "-" for v in values) + " |")
+    return lines

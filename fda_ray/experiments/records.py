@@ -540,12 +540,31 @@ def config_columns(data: dict[str, Any], skip: Any = (), clash: Any = ()) -> dic
     return out
 
 
+# A shared Source Only round's columns that no noise level changes (its timing): kept at every evaluated level
+NOISE_FREE = ("round", "phase", "seconds", "driver_seconds", "client_seconds_max", "client_seconds_sum",
+              "client_seconds_i")
+
+
+def shared_value_row(r: dict[str, Any], i: int, value: float, config: dict[str, Any]) -> dict[str, Any]:
+    """A shared Source Only trial's round (it trains at noise 0 and evaluates at every grid value, eval_noise) as
+    the cell at its i-th value `value` would log it: accuracy and loss at that noise (the loss None in records
+    from before eval_noise_loss was logged); at the noise it trained with every column as logged; elsewhere the
+    columns a noise level changes (validation, the target's training loss and estimates, the cosines) None, since
+    the run never computed them at that noise (they were the noise-0 run's under every value's label)."""
+    trained = math.isclose(float(config.get("noise") or 0.0), float(value))
+    losses = r.get("eval_noise_loss")
+    row = {k: (x if trained or k in NOISE_FREE else None) for k, x in r.items() if not k.startswith("eval_noise_")}
+    row["accuracy"] = (r.get("eval_noise_accuracy") or [None] * (i + 1))[i]
+    row["loss"] = losses[i] if losses else (r.get("loss") if trained else None)
+    return row
+
+
 def result_rows(trial: Trial, grid: Grid, data: dict[str, Any]) -> list[dict[str, Any]]:
     """A finished trial's rows (`data`: its read_rows) with its identity as columns, then the rest of its resolved
     RunConfig (lr_source, batch_target, rounds, ...: what the run used, not only what the grid set) and the build
     that recorded it (build_torch, build_torchvision, build_numpy, build_code, ...; None in records made before
     builds were), as fda_ray.results.load gives them; a shared source_only trial gives one set of rows per grid
-    value it was evaluated at (accuracy = its eval_noise accuracy there)."""
+    value it was evaluated at (shared_value_row: its accuracy and loss there)."""
     ident = {k: v for k, v in trial.params.items() if k != "eval_noise"}
     ident.update(row=trial.row, grid=grid.name, grid_variable=grid.variable, trial=trial.key)
     extra = config_columns(data, skip={*ident, "eval_noise"})
@@ -553,9 +572,7 @@ def result_rows(trial: Trial, grid: Grid, data: dict[str, Any]) -> list[dict[str
     if trial.value is None:
         for i, v in enumerate(trial.values):
             for r in data["rows"]:
-                acc = r.get("eval_noise_accuracy") or []
-                row = {k: x for k, x in r.items() if k not in ("eval_noise_accuracy", "loss")}
-                out.append({**ident, grid.variable: v, "grid_value": v, **row, "accuracy": acc[i]})
+                out.append({**ident, grid.variable: v, "grid_value": v, **shared_value_row(r, i, v, data["config"])})
     else:
         out = [{**ident, "grid_value": trial.value, **r} for r in data["rows"]]
     # the config and build after the round's own columns, never over them

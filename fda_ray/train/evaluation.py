@@ -107,7 +107,8 @@ class Evaluator:
         return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in self._client_state(client).items()}
 
     def target(self, flat: torch.Tensor, round_idx: int, validation: bool = True) -> dict[str, Any]:
-        """{"accuracy", "loss"[, "auc"][, "eval_noise_accuracy"]} of the weights `flat` (M,) on the target's test set,
+        """{"accuracy", "loss"[, "auc"][, "eval_noise_accuracy", "eval_noise_loss"]} of the weights `flat` (M,) on the
+        target's test set,
         and (validation=True, where the setting holds them out) the same model's validation metrics."""
         s, cfg = self.setting, self.cfg
         x, y = s.target_test
@@ -122,8 +123,9 @@ class Evaluator:
                 # The same stream as the main evaluation: a run with noise=std would draw exactly this noise.
                 g = generator(cfg.seed, round_idx, self.target_index, "eval", device=cfg.device)
                 extra.append(evaluate(self.model, self.layout, flat, x, y, noise=float(std), gen=g, task=s.task,
-                                      aux=s.aux_tasks)[0])
-            row["eval_noise_accuracy"] = extra
+                                      aux=s.aux_tasks))
+            row["eval_noise_accuracy"] = [acc for acc, _ in extra]
+            row["eval_noise_loss"] = [loss for _, loss in extra]
         return row
 
     def validation(self, flat: torch.Tensor, round_idx: int) -> dict[str, Any]:

@@ -65,10 +65,27 @@ def refreshed(directory: Path) -> str | None:
             raise ValueError(f"dir={str(directory)!r} is invalid: not a folder of {records.RESULTS}")
         sweep = records.load_sweep(directory.name)
         new, _ = summarize(list(sweep.rows), [], sweep.grid, sweep.profile, sweep.row_keys, sweep.values, command)
+        rest = _predicted_again(rest, sweep)
     kept = _PROFILE.search(head)
     if kept is not None and _PROFILE.search(new) is not None:
         new = _PROFILE.sub(lambda _: kept.group(0), new, count=1)
     return _join(new, rest)
+
+
+def _predicted_again(rest: str, sweep: records.Sweep) -> str:
+    """The kept part's "rule the theory predicts" section rendered again from the records (fda_ray.experiments.
+    figures.predicted_table): it is a table of the records, as the summariser's are (a shared Source Only trial's
+    estimates at noise 0 were once counted under every noise level)."""
+    from fda_ray.experiments.figures import PREDICTED_HEADER, predicted_table
+
+    lines = rest.split("\n")
+    if PREDICTED_HEADER not in lines:
+        return rest
+    header = lines.index(PREDICTED_HEADER)
+    first_row = next(i for i in range(header, len(lines)) if lines[i].startswith("|"))
+    end = next((i for i in range(first_row, len(lines)) if not lines[i].startswith("|")), len(lines))
+    table = predicted_table(list(sweep.rows), sweep.grid, sweep.row_keys, sweep.values)  # (from its blank line)
+    return "\n".join(lines[:header - 1] + table + lines[end:])
 
 
 def _search_tables(directory: Path, name: str, profile: str, command: str) -> str:
