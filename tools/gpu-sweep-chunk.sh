@@ -10,6 +10,8 @@
 # A PREV recorded by another build (fda_ray.core.build: the code version moves with any change to number-changing
 # code, e.g. the committed docs/results folders) is refused by the resume's build check in one line, before the
 # lease trains anything: pass --mix-builds among SWEEP-FLAGS to go on beside it (summary.md names both builds).
+# A PREV whose trials were planned under an earlier default (the DomainBed oracle's lr before 2026-11-29) is refused
+# by the resume's settings check the same way: --new-settings runs today's trials beside them.
 set -uo pipefail
 : "${OUT:?set OUT to a folder for the results}"
 T0=$(date +%s); BUDGET=${BUDGET:-555}; NAME=${NAME:-sweep}
