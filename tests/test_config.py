@@ -23,7 +23,8 @@ from fda_ray.core.seeding import derive_seed
     ("model", "vgg", "known models: simple_cnn"),
     ("device", "tpu", "'cpu', 'cuda' or 'cuda:<index>'"),
     ("device", "cuda:abc", "'cpu', 'cuda' or 'cuda:<index>'"),
-    ("seed", -1, "an integer >= 0"),
+    ("seed", -1, "an integer from 0 to 2^64 - 1"),
+    ("seed", 2**64, "an integer from 0 to 2^64 - 1"),  # (it would draw seed 0's numbers: derive_seed reads 64 bits)
 ])
 def test_invalid_fields_name_field_value_and_allowed(field, value, allowed):
     with pytest.raises(ValueError) as e:

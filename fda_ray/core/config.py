@@ -277,8 +277,8 @@ class RunConfig:
         if self.model_weights is not None and self.model not in (None, *PRETRAINED_MODELS):
             raise _err("model_weights", self.model_weights, f"only models {', '.join(PRETRAINED_MODELS)} load "
                                                             "pretrained weights")
-        if not isinstance(self.seed, int) or self.seed < 0:
-            raise _err("seed", self.seed, "an integer >= 0")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed < 2**64:
+            raise _err("seed", self.seed, "an integer from 0 to 2^64 - 1 (derive_seed reads 64 bits of it)")
         for name in ("noise",):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):

@@ -1,7 +1,9 @@
 """Seeds derived per (trial seed, round, client, purpose), so every random draw is reproducible.
 
 Two draws that differ in any coordinate get independent streams; the same coordinates always give the
-same stream, whichever executor (serial or Ray) or process makes the draw.
+same stream, whichever executor (serial or Ray) or process makes the draw. (numpy's generators use the 63 bits
+derived; torch's CPU generator keeps the low 32, so two coordinates share a torch stream with probability 2^-32 a
+pair: docs/design.md, "Seeding".)
 """
 from __future__ import annotations
 
