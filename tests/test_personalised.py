@@ -11,7 +11,7 @@ import torch
 from conftest import same_state
 
 from fda_ray.algorithms import ALGORITHMS, ClientResult, ClientTask
-from fda_ray.algorithms.personalised.methods import head_mask, interpolate, knn_probs
+from fda_ray.algorithms.personalised.methods import capacity_sizes, head_mask, interpolate, knn_probs
 from fda_ray.train.client import RECIPES, run_task
 from fda_ray.runtime.engine import SerialExecutor, build_experiment, run, run_rounds, start_run
 from fda_ray.experiments.records import resume_misfit
@@ -148,6 +148,31 @@ def test_apfl_alpha_limits(tiny):
         assert not torch.equal(w_new, w0)
 
 
+def test_apfl_keeps_the_personal_models_batchnorm_statistics_apart(tiny):
+    """On a model whose BatchNorm trains (resnet18 without weights), v's forward updates v's own running statistics,
+    as FedTorch's two modules do: at alpha = 0 (v = w) the target's w update equals a plain epoch's, statistics
+    included (the v-step's forward moved w's), and v's statistics move from the round's start (they stayed at
+    round 0's)."""
+    small = dict(model="resnet18", samples_per_client=16, target_labelled=8, test_samples=20, batch_source=8,
+                 batch_target=4)
+    exp, task, w0 = _round0(lambda **kw: tiny(**{**kw, **small}), "apfl", alpha=0.0)
+    t = exp.target_index
+    apfl = run_task(exp.clients[t], task, {"global": w0}).tensors["delta"]
+    plain = build_experiment(personal(lambda **kw: tiny(**{**kw, **small}), "fedavg_all", noise=0.2))
+    task2 = next(x for x in plain.algorithm.plan_round(0, plain.algorithm.init_state(w0)).tasks if x.client == t)
+    want = run_task(plain.clients[t], task2, {"global": w0}).tensors["delta"]
+    stats = torch.zeros_like(w0, dtype=torch.bool)
+    for i, n in enumerate(exp.layout.names):
+        if "running_" in n:
+            stats[exp.layout.bounds[i]:exp.layout.bounds[i + 1]] = True
+    assert stats.any()
+    torch.testing.assert_close(apfl, want, rtol=0, atol=0)
+    exp, task, w0 = _round0(lambda **kw: tiny(**{**kw, **small}), "apfl", alpha=0.5)
+    run_task(exp.clients[t], task, {"global": w0})
+    v = exp.clients[t].state["personal"]
+    assert not torch.equal(v[stats], w0[stats])
+
+
 def test_fedrep_keeps_the_global_head_and_each_client_its_own(tiny):
     cfg = personal(tiny, "fedrep", rounds=2, params={"fedrep": {"head_epochs": 2}})
     exp = build_experiment(cfg)
@@ -160,6 +185,14 @@ def test_fedrep_keeps_the_global_head_and_each_client_its_own(tiny):
     assert not torch.equal(hist.final_weights[~mask], w0[~mask])
     heads = [st["head"] for st in ex.client_states()]
     assert all(h.shape == (int(mask.sum()),) for h in heads) and not torch.equal(heads[0], heads[-1])
+
+
+def test_knn_per_datastore_sizes_are_knn_pers_floor():
+    """knn-per's client.py sizes the datastore int(capacity * n_train_samples) over capacities 0, 0.1, ..., 1: 23
+    entries give 0, 2, 4, 6, 9, 11, 13, 16, 18, 20, 23 (fda-ray rounded: 5 at 0.2, 21 at 0.9)."""
+    assert capacity_sizes(10, 23) == [0, 2, 4, 6, 9, 11, 13, 16, 18, 20, 23]
+    assert capacity_sizes(10, 23) == [int(c * 23) for c in (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)]
+    assert capacity_sizes(20, 100) == list(range(0, 101, 5))
 
 
 def test_knn_per_is_fedavg_all_then_a_knn_row(tiny):

@@ -266,6 +266,10 @@ def apfl_recipe(client: Client, task: ClientTask, inputs: Mapping[str, torch.Ten
     prev = client.state.get("personal")
     v_flat = (w0 if prev is None else prev.to(client.device)).clone()
     v = {n: v_flat[layout.layer_of(n)].view_as(p).clone().requires_grad_(True) for n, p in model.named_parameters()}
+    # v's own buffers (BatchNorm's running statistics): its forward updates them, not w's, as FedTorch's two modules
+    names = set(layout.names)
+    v_bufs = {n: v_flat[layout.layer_of(n)].view_as(b).clone() for n, b in model.named_buffers()
+              if n in names and b.is_floating_point()}
     opt_w = client.optimizer_for(h["lr"])
     opt_v = torch.optim.Adam(list(v.values()), lr=h["lr"])  # fresh every round, as w's
     alpha = float(h["alpha"])
@@ -273,7 +277,7 @@ def apfl_recipe(client: Client, task: ClientTask, inputs: Mapping[str, torch.Ten
     model.train()
     for xb, yb in client.batches(h["batch"], task.round, task.purpose, task.data):
         mixed = {n: alpha * v[n] + (1 - alpha) * p.detach() for n, p in model.named_parameters()}
-        loss_v = loss_fn(client.task, functional_call(model, mixed, (xb,)), yb, client.aux_tasks)
+        loss_v = loss_fn(client.task, functional_call(model, {**mixed, **v_bufs}, (xb,)), yb, client.aux_tasks)
         opt_v.zero_grad(set_to_none=True)
         loss_v.backward()
         opt_v.step()
@@ -286,13 +290,19 @@ def apfl_recipe(client: Client, task: ClientTask, inputs: Mapping[str, torch.Ten
     loss = total / max(steps, 1)
     new = layout.flatten_model(model)  # (M,)
     v_out = v_flat.clone()
-    for n, t in v.items():
+    for n, t in {**v, **v_bufs}.items():
         v_out[layout.layer_of(n)] = t.detach().reshape(-1)
     client.state["personal"] = v_out.cpu()
     return client.finish(task, {"delta": (new - w0).cpu()}, steps, loss)
 
 
 # ---------------------------------------------------------------- kNN-Per
+
+def capacity_sizes(steps: int, n: int) -> list[int]:
+    """The datastore's size at each capacity i / steps (i = 0..steps) of n entries: floor(i n / steps), as knn-per's
+    client.py takes int(capacity * n_train_samples), in integers (capacity * n can land a hair below a whole)."""
+    return [i * n // steps for i in range(steps + 1)]
+
 
 @dataclass(frozen=True)
 class KNNPerParams(Params):
@@ -402,14 +412,14 @@ class KNNPer(_Base):
         return torch.cat(embs), torch.cat(probs)
 
     def grid(self, q_emb, q_base, q_y, store_emb, store_y) -> torch.Tensor:
-        """(len(capacities), len(lambdas)) accuracies; the datastore at capacity c is the first
-        round(c S) entries of a seeded permutation (nested: a larger capacity holds the smaller's entries)."""
+        """(len(capacities), len(lambdas)) accuracies; the datastore at capacity c = i / steps is the first
+        floor(c S) entries (knn-per's client.py: int(capacity * n_train_samples)) of one seeded permutation, so
+        a larger capacity holds the smaller's entries (knn-per draws each capacity's sample afresh)."""
         p, c = self.params, self.setting.num_outputs
         steps = round(1 / p.grid_step)
         values = [i / steps for i in range(steps + 1)]
         acc = torch.zeros(len(values), len(values), dtype=torch.float64)
-        for i, cap in enumerate(values):
-            size = round(cap * len(store_emb))
+        for i, size in enumerate(capacity_sizes(steps, len(store_emb))):
             p_knn = knn_probs(q_emb, store_emb[:size], store_y[:size], p.k, c, p.scale) if size else None
             for j, lam in enumerate(values):
                 probs = q_base if p_knn is None else interpolate(p_knn, q_base, lam)
@@ -437,7 +447,7 @@ class KNNPer(_Base):
         else:
             chosen = best_test
         cap, lam = chosen[0] / steps, chosen[1] / steps
-        size = round(cap * len(store_emb))
+        size = capacity_sizes(steps, len(store_emb))[chosen[0]]
         p_knn = knn_probs(q_emb, store_emb[:size], store_y[:size], p.k, self.setting.num_outputs, p.scale) \
             if size else None
         probs = q_base if p_knn is None else interpolate(p_knn, q_base, lam)
