@@ -11,6 +11,7 @@ import statistics
 from pathlib import Path
 
 import pytest
+from conftest import moved_by_a_documented_default
 
 from fda_ray import results
 from fda_ray.experiments import collect
@@ -291,19 +292,8 @@ def test_every_committed_sweep_has_a_manifest_equal_to_its_command_and_it_plans_
         for t in matched:
             now = trials[(t.row, t.value, t.seed)]
             if t.key != now.key:  # only where a documented default changed (the record keeps its own settings)
-                rows = d / "trials" / t.key / "rows.json"  # what the trial ran with (its params resolve today's)
-                assert rows.is_file(), (d.name, t.key, now.key)
-                was, here = json.loads(rows.read_text())["config"], now.config().resolved().to_dict()
-                moved = {k for k in set(was) & set(here) if was[k] != here[k]}  # (fields added since: not in was)
-                assert (t.row, frozenset(moved)) in MOVED_DEFAULTS.get(m.name, ()), (d.name, t.key, now.key, moved)
+                assert moved_by_a_documented_default(d / "trials" / t.key, now), (d.name, t.key, now.key)
             assert (d / "trials" / t.key).is_dir(), (d.name, t.key)
-
-
-# The committed trials whose planned key moved because a default changed, with the fields that moved: the oracle's
-# learning rate on the DomainBed grids is the authors' lr / 4 since 2026-11-29 (docs/methods.md, DomainBed protocol)
-_ORACLE_LR = {("oracle", frozenset({"lr_target"}))}
-MOVED_DEFAULTS = {g: _ORACLE_LR for g in ("domainbed-colored", "domainbed-colored-fmnist", "domainbed-rotated",
-                                          "domainbed-rotated-fmnist", "domainbed-colored-beta")}
 
 
 @pytest.mark.parametrize("text,why", [("{", "not JSON (Expecting property name"),

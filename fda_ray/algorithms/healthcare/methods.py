@@ -92,9 +92,6 @@ class Healthcare(Algorithm):
         if cfg.warmup_rounds is None:
             fill["warmup_rounds"] = 0  # Healthcare FDA's own warm-up is gp_warmup_rounds, inside the rounds
         p = HealthcareParams.build(cfg.params.get("healthcare", {}))
-        if cls.gp and p.gp_warmup_rounds >= cfg.rounds:  # every round would be FedAvg: a GP row of FedAvg numbers
-            raise ValueError(f"healthcare.gp_warmup_rounds={p.gp_warmup_rounds} is invalid with rounds={cfg.rounds}: "
-                             f"at most {cfg.rounds - 1}, so that GP runs in some round")
         if p.learning_rates == "code":
             if cfg.lr_source is None:
                 fill["lr_source"] = CODE_LEARNING_RATES[0]
@@ -116,6 +113,14 @@ class Healthcare(Algorithm):
         if cfg.warmup_rounds:
             raise ValueError(f"warmup_rounds={cfg.warmup_rounds} is invalid for method {self.name}: Healthcare FDA's "
                              "warm-up is --healthcare-gp-warmup-rounds (FedAvg inside the rounds), not extra rounds")
+        if self.gp and self.params.gp_warmup_rounds >= cfg.rounds:  # every round FedAvg: a GP row of FedAvg numbers
+            import warnings
+
+            from fda_ray.core.notices import RunWarning
+
+            warnings.warn(f"healthcare.gp_warmup_rounds={self.params.gp_warmup_rounds} with rounds={cfg.rounds}: "
+                          f"every round is the warm-up's FedAvg, so {self.name} never projects (at most "
+                          f"{cfg.rounds - 1} warm-up rounds let GP run)", RunWarning, stacklevel=2)
         self._configure_model(cfg, setting, model)
         if cfg.aux_alpha and not setting.aux_tasks:
             raise ValueError(f"aux_alpha={cfg.aux_alpha} is invalid: dataset {cfg.dataset!r} has no auxiliary labels "
