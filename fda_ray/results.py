@@ -87,25 +87,28 @@ def load(*directories: str | os.PathLike) -> "pandas.DataFrame":
 def stopped_complete(trials: Path) -> list[Record]:
     """A search's trials that ASHA stopped at a rung that fell on their last round: every round trained, so finished
     (the search's selection and results.parquet count them so), though their rows are in stopped.json, not rows.json.
-    Their config is the trial's resolved one; their run time was not recorded (None)."""
-    import json
-
+    Their config is the one stopped.json names (for an older one, the trial's resolved today); their run time was not
+    recorded (None)."""
+    from fda_ray.core.storage import storage_path
     from fda_ray.experiments.records import ROWS_FILE, _parsed_trial
-    from fda_ray.experiments.search import STOPPED_FILE
+    from fda_ray.experiments.search import STOPPED_FILE, read_stopped
 
     out = []
     for rec in sorted(trials.iterdir(), key=lambda p: p.name):
         if (rec / ROWS_FILE).is_file() or not (rec / STOPPED_FILE).is_file():
             continue
-        try:
-            stopped = json.loads((rec / STOPPED_FILE).read_text())
-        except (OSError, ValueError):
-            continue
+        stopped, _ = read_stopped(storage_path(rec))  # (a damaged one: left out, as a damaged rows.json is)
         trial, _ = _parsed_trial(rec)
-        if trial is None or not (isinstance(stopped, dict) and stopped.get("complete")):
+        if stopped is None or trial is None or not stopped.get("complete"):
             continue
-        out.append(Record(rec, trial, {"config": trial.config().resolved().to_dict(), "rows": stopped["rows"],
-                                       "seconds": None, "environment": stopped.get("environment")}))
+        config = stopped.get("config")  # what it ran with (stopped.json written before 2026-11-29 lacks it)
+        if config is None:
+            try:
+                config = trial.config().resolved().to_dict()
+            except ValueError:  # (its data needed to resolve, and absent here)
+                config = dict(trial.params)
+        out.append(Record(rec, trial, {"config": config, "rows": stopped["rows"], "seconds": None,
+                                       "environment": stopped.get("environment")}))
     return out
 
 

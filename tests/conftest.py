@@ -236,23 +236,3 @@ def s3_bucket(monkeypatch):
         yield f"s3://{bucket}"
     finally:
         server.stop()
-
-
-# A committed trial's key moves when a default it resolved changes (its trial.json keeps its params, which resolve
-# today's defaults). The moves made on purpose, by row, with the fields that moved: the DomainBed oracle's learning
-# rate is the authors' lr / 4 since 2026-11-29 (docs/methods.md, DomainBed protocol; it was the sources' lr).
-MOVED_DEFAULTS = {("oracle", "domainbed"): frozenset({"lr_target"})}
-
-
-def moved_by_a_documented_default(record, today) -> bool:
-    """Whether the finished record at `record` differs from trial `today` (its plan under today's defaults) only in a
-    documented default change of MOVED_DEFAULTS (its rows.json's config: what it ran with)."""
-    import json
-
-    rows = record / "rows.json"
-    if not rows.is_file():
-        return False
-    was, here = json.loads(rows.read_text())["config"], today.config().resolved().to_dict()
-    moved = {k for k in set(was) & set(here) if was[k] != here[k]}  # (fields added since: absent from was)
-    return MOVED_DEFAULTS.get((today.row, here.get("partition"))) == moved
-

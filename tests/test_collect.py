@@ -11,7 +11,7 @@ import statistics
 from pathlib import Path
 
 import pytest
-from conftest import moved_by_a_documented_default
+from fda_ray.experiments.records import moved_by_a_documented_default
 
 from fda_ray import results
 from fda_ray.experiments import collect

@@ -418,24 +418,6 @@ def test_healthcare_methods_resume_and_count_their_rows(conditions, method, tmp_
     assert_resume_equals_uninterrupted(cfg, after=2)
 
 
-def test_a_gp_warm_up_as_long_as_the_run_says_gp_never_runs(conditions):
-    """With gp_warmup_rounds >= rounds every round is FedAvg: a GP row would hold FedAvg numbers without a word. One
-    warning line when the run is built; the methods without GP ignore the parameter."""
-    from fda_ray.core.notices import RunWarning
-
-    with pytest.warns(RunWarning, match=r"healthcare.gp_warmup_rounds=2 with rounds=2: every round is the warm-up's "
-                                        r"FedAvg, so fedavg_finetune_gp never projects"):
-        build_experiment(conditions(method="fedavg_finetune_gp", rounds=2,
-                                    params={"healthcare": {"gp_warmup_rounds": 2}}))
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", RunWarning)
-        build_experiment(conditions(method="fedavg_finetune", rounds=2, params={"healthcare": {"gp_warmup_rounds": 2}}))
-        build_experiment(conditions(method="fedavg_finetune_gp", rounds=3,
-                                    params={"healthcare": {"gp_warmup_rounds": 2}}))
-
-
 SEED_000_GRIDS = {"noniid-000", "noniid-000-fmnist", "conditions", "aux-alpha", "chexpert-000", "mimic-000",
                   "midrc-000"}
 

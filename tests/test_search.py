@@ -334,20 +334,27 @@ def test_optuna_drawing_a_point_again_reuses_its_trial_instead_of_failing_the_st
     assert table["selected"]["target_val"] in {e["key"] for e in table["trials"]}
 
 
-def test_a_resumed_trial_counts_its_earlier_reports_for_ashas_rungs(tmp_path):
+def test_a_resumed_trial_counts_its_earlier_reports_for_ashas_rungs(fmnist_dir, tmp_path):
     """ASHA's time is the reports a trial made, those before a resume included (training_iteration restarts at 1 in
-    the new process: a resumed trial's round 19 met a new trial's round 9 at a rung); rows without the metric (FedWCA's
-    pre-training) are not reports."""
-    from fda_ray.experiments.tune import REPORTS_DONE, asha, reports_before
+    the new process: a resumed trial's round 19 met a new trial's round 9 at a rung): run_trial hands the trainable
+    the rows it goes on from (after its checks of the state), [] for a trial from round 0."""
+    from fda_ray.experiments.search import search_trials, studies
+    from fda_ray.experiments.tune import REPORTS_DONE, asha
 
-    record = tmp_path / "t"
-    record.mkdir()
-    assert reports_before(record, "val_accuracy") == 0
-    rows = [{"round": 0, "accuracy": 0.1}] + [{"round": r, "accuracy": 0.2, "val_accuracy": 0.3} for r in range(1, 8)]
-    torch.save({"rows": rows, "weights": torch.zeros(3)}, record / "state.pt")
-    assert reports_before(record, "val_accuracy") == 7 and reports_before(record, None) == 8
-    (record / "state.pt").write_bytes(b"damaged")
-    assert reports_before(record, "val_accuracy") == 0
+    search = tiny_search(fixed={"val_share": 0.25, "source_val_share": 0.25, "data_dir": str(fmnist_dir)})
+    trial = search_trials(search, "quick", studies(search)[0], 1)[0]
+    seen: list[list] = []
+
+    def cut(row):
+        if row["round"] == 1:
+            raise KeyboardInterrupt  # cut off after its second round (state.pt holds rounds 0 and 1)
+
+    from fda_ray.runtime.failures import RunInterrupted
+
+    with pytest.raises(RunInterrupted):
+        run_trial(trial, tmp_path, report=cut, on_resume=seen.append)
+    run_trial(trial, tmp_path, on_resume=seen.append)
+    assert [[r["round"] for r in rows] for rows in seen] == [[], [0, 1]]
     assert asha("val_accuracy", 51, 10, 2)._time_attr == REPORTS_DONE
 
 
@@ -491,8 +498,13 @@ def test_results_load_counts_a_trial_asha_stopped_on_its_last_round(tmp_path):
     assert len(again) == len(whole) and list(again.trial.unique()) == keys
     cols = ["trial", "round", "accuracy", "val_accuracy", "beta", "rounds"]
     assert again[cols].equals(whole[cols])
+    config = {**data["config"], "lr_source": 0.123}  # stopped.json names what the trial ran with: read, not resolved
+    (stopped / "stopped.json").write_text(json.dumps({"rows": data["rows"], "complete": True, "config": config}))
+    assert set(fda_ray.results.load(tmp_path).query(f"trial == '{keys[1]}'").lr_source) == {0.123}
     (stopped / "stopped.json").write_text(json.dumps({"rows": data["rows"][:3], "complete": False}))
     assert list(fda_ray.results.load(tmp_path).trial.unique()) == keys[:1]  # cut at a rung: not finished
+    (stopped / "stopped.json").write_text("{damaged")
+    assert list(fda_ray.results.load(tmp_path).trial.unique()) == keys[:1] and (stopped / "stopped.json").is_file()
 
 
 @pytest.mark.parametrize("dim,message", [
@@ -521,3 +533,20 @@ def test_a_dry_run_counts_the_trials_a_choice_space_has(capsys, tmp_path):
                        str(tmp_path / "x")]) == 0
     out = capsys.readouterr().out
     assert "1 studies x 25 trials (its space has 25 points)" in out and out.count(": fedwca @ ") == 25
+
+
+def test_a_search_chunk_is_the_union_of_the_folders_and_this_launchs_studies():
+    """The resume of a search (the command's --resume and the Python search() alike) runs and reports every chunk's
+    methods and values, in the search's order; another profile or other fields are another search (as it is)."""
+    from fda_ray.experiments.arguments import search_chunk
+    from fda_ray.experiments.manifest import Manifest
+
+    beta = SEARCHES["beta"]
+    held = Manifest(kind="search", name="beta", profile="quick", rows=("fedda",), values=(0.6,))
+    new = Manifest(kind="search", name="beta", profile="quick", rows=("fedgp",), values=(0.2,))
+    merged = search_chunk(held, new, beta)
+    assert (merged.rows, merged.values) == (("fedgp", "fedda"), (0.2, 0.6))
+    assert search_chunk(held, dataclasses.replace(new, rows=None), beta).rows is None  # all methods
+    assert search_chunk(held, dataclasses.replace(new, profile="paper"), beta) == \
+        dataclasses.replace(new, profile="paper")
+    assert search_chunk(None, new, beta) == new

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import moved_by_a_documented_default
+from fda_ray.experiments.records import moved_by_a_documented_default
 
 from fda_ray.experiments.records import TRIAL_FILE, Trial, trial_key
 
@@ -86,7 +86,7 @@ def test_committed_trial_keys_unchanged():
         key = trial_key(d["row"], middle[:-len(v)], d["value"], d["seed"], d["params"], d.get("kind", "run"),
                         d.get("weights_from"))
         if path.parent.name != d["key"] or (key != d["key"] and not moved_by_a_documented_default(
-                path.parent, Trial.from_dict(d))):  # (a default changed on purpose: conftest.MOVED_DEFAULTS)
+                path.parent, Trial.from_dict(d))):  # (a default changed on purpose: records.MOVED_DEFAULTS)
             changed.append(f"{path.relative_to(ROOT)}: {key}")
     assert changed == []
 

@@ -15,6 +15,16 @@ from typing import Any
 import torch
 
 
+def config_columns(config: dict[str, Any], rows: list[dict[str, Any]], skip: Any = (), clash: Any = ()
+                   ) -> dict[str, Any]:
+    """A run's config as columns beside its rounds, the fields but those in `skip`: a field named like a column some
+    round logs (FedWCA's beta and alpha, lists per round), or in `clash`, is config_<name> in every row, so that one
+    column never holds the config's number in some rows and the metric in others (pyarrow refuses the mix, and a
+    reader would take one for the other). A run's --parquet and a sweep's results.parquet alike."""
+    renamed = {k for r in rows for k in r} | set(clash)
+    return {(f"config_{k}" if k in renamed else k): v for k, v in config.items() if k not in skip}
+
+
 @dataclass
 class History:
     config: dict[str, Any]
@@ -43,13 +53,10 @@ class History:
         return [r.get(name) for r in self.rows]
 
     def to_records(self) -> list[dict[str, Any]]:
-        """Rows with the config's scalar fields as columns, then the build's as build_<name> when it is known. A
-        field named like a column some round logs (FedWCA's beta and alpha, lists per round) is config_<name> in
-        every row, as in a sweep's results.parquet: one column must not hold the config's number in some rows and
-        the metric in others (pyarrow refuses the mix, and a reader would take one for the other)."""
-        logged = {k for r in self.rows for k in r}
-        cfg = {(f"config_{k}" if k in logged else k): (json.dumps(v) if isinstance(v, (list, tuple, dict)) else v)
-               for k, v in self.config.items()}
+        """Rows with the config's scalar fields as columns (config_columns), then the build's as build_<name> when
+        it is known."""
+        cfg = {k: (json.dumps(v) if isinstance(v, (list, tuple, dict)) else v)
+               for k, v in config_columns(self.config, self.rows).items()}
         cfg.update({f"build_{k}": v for k, v in (self.build or {}).items()})
         return [{**cfg, **row} for row in self.rows]
 

@@ -9,6 +9,7 @@ same parser, never a copy of it. Nothing here runs a trial, starts Ray or writes
 from __future__ import annotations
 
 import dataclasses
+import math
 import shlex
 from pathlib import Path
 from typing import Any
@@ -224,6 +225,22 @@ def chunk_manifest(held: Manifest | None, new: Manifest, grid: Any) -> Manifest:
     seeds = None if all(most[v] == own(v) for v in vals) else max(most.values())
     return dataclasses.replace(new, rows=None if keys == default_rows else tuple(keys),
                                values=None if vals == select_values(grid, prof.values) else tuple(vals), seeds=seeds)
+
+
+def search_chunk(held: Manifest | None, new: Manifest, search: Any) -> Manifest:
+    """The manifest of a search resumed into a folder that holds the same search (profile and fields alike): the
+    union of the folder's and this launch's methods and values, in the search's order (all of them where either
+    named none), so that the launch runs and reports every chunk's studies (--values 0.2, then --values 0.6 --resume:
+    summary.md, selection.json and sweep.json held the last chunk's only); `new` as it is otherwise. The command
+    line's and the Python search()'s resume alike."""
+    if held is None or (held.kind, held.name, held.profile, held.overrides) != \
+            (new.kind, new.name, new.profile, new.overrides) or new.kind != "search":
+        return new
+    methods = None if held.rows is None or new.rows is None else \
+        tuple(m for m in search.methods if m in held.rows or m in new.rows)
+    values = None if held.values is None or new.values is None else \
+        tuple(v for v in search.values if any(math.isclose(v, x) for x in (*held.values, *new.values)))
+    return dataclasses.replace(new, rows=methods, values=values)
 
 
 def manifest_from_command(command: str) -> Manifest:

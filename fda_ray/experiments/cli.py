@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import math
 import sys
@@ -198,12 +199,19 @@ class ParquetNotWritten(RuntimeError):
 
 def recorded_build() -> dict[str, str | None]:
     """The build a run's --parquet names in its build_<name> columns (as a sweep's results.parquet): the libraries,
-    fda-ray's code version and the aggregation kernels that ran in this thread so far."""
+    fda-ray's code version (read once a process: plug-ins' sources are fingerprinted) and the aggregation kernels
+    that ran in this thread so far (each call: known once the run has aggregated)."""
     from fda_ray import kernels
-    from fda_ray.experiments.records import BUILD_COLUMNS, environment
+    from fda_ray.experiments.records import BUILD_COLUMNS
 
-    env = environment(kernels.ran())
-    return {k: env.get(k) for k in BUILD_COLUMNS}
+    return {k: _environment().get(k) for k in BUILD_COLUMNS} | {"aggregation": kernels.ran()}
+
+
+@functools.lru_cache(maxsize=1)
+def _environment() -> dict[str, str | None]:
+    from fda_ray.experiments.records import environment
+
+    return environment()
 
 
 def whole_machine(cfg: RunConfig, argv: list[str], cores: int | None = None) -> RunConfig:

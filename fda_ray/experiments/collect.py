@@ -190,10 +190,9 @@ def grid_table(sources: Sequence[Source], metric: str = "accuracy", last: int = 
             trials.append(rec.trial)
             builds[_build_text(rec.data.get("environment"))] = None
         rows += collect(trials, grid, records)[0]
-    final = tables.final(rows, metric, last, scale)
-    if metric == "accuracy" and final and all(math.isnan(x) for seeds in final.values() for x in seeds.values()):
+    if metric == "accuracy" and tables.is_regression(rows):
         metric, scale = "loss", 1.0  # a regression task (synthetic data): no accuracy; its test loss, as summary.md
-        final = tables.final(rows, metric, last, scale)
+    final = tables.final(rows, metric, last, scale)
     if not final:
         raise CollectError(f"dir={str(sources[0].path)!r} is invalid: no finished trial with a {metric!r} to read")
     paper = grid.paper if metric == "accuracy" else grid.paper_auc if metric == "auc" else {}
@@ -209,7 +208,8 @@ def grid_table(sources: Sequence[Source], metric: str = "accuracy", last: int = 
 def selection_damage(sel: dict[str, Any]) -> str | None:
     """Why a search's selection.json (parsed, a mapping) is not what fda_ray.experiments.search writes, or None: per
     study a mapping with its trials (a list of mappings, each with its key and the point it tried), each rule's
-    selected trial key and each rule's reruns (lists of trial keys)."""
+    selected trial key and each rule's reruns (lists of trial keys); its references, per setting value, the
+    reference rows' lists of test accuracies."""
     studies = sel.get("studies")
     if not isinstance(studies, dict):
         return "it has no 'studies' mapping"
@@ -227,7 +227,22 @@ def selection_damage(sel: dict[str, Any]) -> str | None:
         if not isinstance(reruns, dict) or not all(isinstance(ks, list) and all(isinstance(k, str) for k in ks)
                                                    for ks in reruns.values()):
             return f"study {study!r}'s reruns are not a mapping of rules to lists of trial keys"
+    references = sel.get("references") or {}
+    number = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool)  # noqa: E731
+    if not isinstance(references, dict) or not all(
+            _is_value(v) and isinstance(rows, dict) and all(isinstance(accs, list) and all(map(number, accs))
+                                                           for accs in rows.values())
+            for v, rows in references.items()):
+        return "its references are not a mapping of settings to rows' lists of test accuracies"
     return None
+
+
+def _is_value(text: str) -> bool:
+    try:
+        float(text)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def search_table(src: Source) -> SearchTable:

@@ -437,6 +437,24 @@ def settings_difference(old: Trial, new: Trial) -> str:
         f"another key: {old.key} there, {new.key} here"
 
 
+# A trial's key moves when a default it resolves changes (its trial.json keeps its params, which resolve today's
+# defaults): the moves made on purpose, by (row, partition), with the fields that moved. The DomainBed oracle's
+# learning rate is the authors' lr / 4 since 2026-11-29 (docs/methods.md, DomainBed protocol; it was the sources' lr).
+MOVED_DEFAULTS = {("oracle", "domainbed"): frozenset({"lr_target"})}
+
+
+def moved_by_a_documented_default(record: StoragePath | Path, today: Trial) -> bool:
+    """Whether the finished record at `record` differs from trial `today` (its plan under today's defaults) only by
+    a documented default change (MOVED_DEFAULTS), read from its rows.json's config (what it ran with): such a record
+    is still its cell's (the results pages read it; the committed-key tests allow it)."""
+    rows = storage_path(record) / ROWS_FILE
+    if not rows.is_file():
+        return False
+    was, here = json.loads(rows.read_text())["config"], today.config().resolved().to_dict()
+    moved = {k for k in set(was) & set(here) if was[k] != here[k]}  # (fields added since: absent from was)
+    return MOVED_DEFAULTS.get((today.row, here.get("partition"))) == moved
+
+
 def read_trial(record: StoragePath | Path) -> Trial:
     """What the trial of a record is (its trial.json: written before its first round, so a started trial has it)."""
     return Trial.from_dict(json.loads((storage_path(record) / TRIAL_FILE).read_text()))
@@ -533,9 +551,10 @@ def config_columns(data: dict[str, Any], skip: Any = (), clash: Any = ()) -> dic
     rounds: the fields but those in `skip`, then build_torch, build_torchvision, ... A field named like a column
     some round of the trial logs (FedWCA's beta, alpha), or in `clash`, is config_<name> in every row: a round that
     did not log it must not show the config's number under the metric's name."""
-    renamed = {k for r in data["rows"] for k in r} | set(clash)
+    from fda_ray.core.history import config_columns as columns
+
     env = data.get("environment") or {}
-    out = {(f"config_{k}" if k in renamed else k): v for k, v in (data.get("config") or {}).items() if k not in skip}
+    out = columns(data.get("config") or {}, data["rows"], skip, clash)
     out.update({f"build_{k}": env.get(k) for k in BUILD_COLUMNS})
     return out
 

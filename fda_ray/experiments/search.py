@@ -154,9 +154,13 @@ def changed_search_settings(search: Search, profile: str, plan: Sequence[Study],
 
     from fda_ray.experiments.records import TRIAL_FILE, _parsed_trial, changed_settings, settings_difference
 
+    if search_alg != "optuna":  # (one pass over the records for every study)
+        why = changed_settings([t for study in plan for t in search_trials(search, profile, study, num_samples,
+                                                                          overrides)], records)
+        if why:
+            return why
     for study in plan:
-        theirs, ours = (rf"{re.escape(study.method)}-s\d\d", optuna_row(study)) if search_alg == "optuna" \
-            else (optuna_row(study), rf"{re.escape(study.method)}-s\d\d")
+        theirs = rf"{re.escape(study.method)}-s\d\d" if search_alg == "optuna" else optuna_row(study)
         for f in records.glob(f"{study.method}-*/{TRIAL_FILE}"):
             t, _ = _parsed_trial(f.parent)
             if t is not None and math.isclose(t.value, study.value) and re.fullmatch(theirs, t.row):
@@ -171,11 +175,17 @@ def changed_search_settings(search: Search, profile: str, plan: Sequence[Study],
                 now = point_trial(base, t.row, search.variable, study.value, point_of(search, t.params))
                 if now.key != t.key:
                     return f"trial {t.key} was recorded with other settings ({settings_difference(t, now)})"
-        else:
-            why = changed_settings(search_trials(search, profile, study, num_samples, overrides), records)
-            if why:
-                return why
     return None
+
+
+def recorded_num_samples(out: StoragePath) -> int:
+    """The trials a study that the search in `out` ran asked for (its selection.json's num_samples; 0 without one,
+    or one that cannot be read: the resume's own checks say why)."""
+    try:
+        n = json.loads((storage_path(out) / "selection.json").read_text()).get("num_samples")
+    except (OSError, ValueError, AttributeError):
+        return 0
+    return n if isinstance(n, int) and not isinstance(n, bool) else 0
 
 
 def optuna_row(study: Study) -> str:
@@ -256,8 +266,21 @@ def mark_stopped(record: StoragePath) -> bool:
     cfg = read_trial(record).config().resolved()
     complete = len(rows) >= ALGORITHMS.get(cfg.method).planned_rounds(cfg)
     _save_json({"rows": rows, "stopped_after": rows[-1]["round"] if rows else None, "complete": complete,
-                "environment": environment()}, record / STOPPED_FILE)
+                "config": cfg.to_dict(), "environment": environment()}, record / STOPPED_FILE)
     return complete
+
+
+def read_stopped(record: StoragePath) -> tuple[dict | None, str | None]:
+    """(stopped.json's contents with its rows a list, None), or (None, why it cannot be read); reads only."""
+    from fda_ray.core.user_files import DamagedFileError, read_json
+
+    try:
+        data = read_json(record / STOPPED_FILE, STOPPED_FILE, dict)
+    except DamagedFileError as e:
+        return None, e.why
+    if not isinstance(data.get("rows"), list):
+        return None, "it lacks its rows"
+    return data, None
 
 
 def trial_rows(record: StoragePath) -> tuple[list[dict], bool] | None:
@@ -265,16 +288,12 @@ def trial_rows(record: StoragePath) -> tuple[list[dict], bool] | None:
     if is_done(record):
         return read_rows(record)["rows"], True
     if is_stopped(record):
-        from fda_ray.core.user_files import DamagedFileError, read_json
-
-        try:
-            data = read_json(record / STOPPED_FILE, STOPPED_FILE, dict)
+        data, why = read_stopped(record)
+        if data is not None:
             return list(data["rows"]), bool(data.get("complete"))
-        except (DamagedFileError, KeyError, TypeError) as e:  # kept aside, never deleted: the trial runs again
-            why = e.why if isinstance(e, DamagedFileError) else "it lacks its rows"
-            kept = keep_aside(record / STOPPED_FILE, "damaged")
-            print(f"warning: trial {record.name}: its {STOPPED_FILE} is damaged ({why}); kept as {kept.name}, "
-                  "the trial runs again", file=sys.stderr)
+        kept = keep_aside(record / STOPPED_FILE, "damaged")  # kept aside, never deleted: the trial runs again
+        print(f"warning: trial {record.name}: its {STOPPED_FILE} is damaged ({why}); kept as {kept.name}, "
+              "the trial runs again", file=sys.stderr)
     return None
 
 
@@ -464,10 +483,11 @@ def search(name: str | Search, *, profile: str = "quick", out: str | Path | None
     """
     import dataclasses
 
-    from fda_ray.experiments.arguments import SCHEDULERS, held_by_another
-    from fda_ray.experiments.manifest import Manifest, write as write_manifest
+    from fda_ray.experiments.arguments import SCHEDULERS, held_by_another, search_chunk
+    from fda_ray.experiments.manifest import Manifest, read as read_manifest, write as write_manifest
 
     s = load_search(name) if isinstance(name, str) else name
+    out = storage_path(out or f"sweeps/search-{s.name}-{profile}")
     if profile not in s.profiles:
         raise ValueError(f"profile={profile!r} is invalid: search {s.name!r} has {', '.join(s.profiles)}")
     for field_name, n in (("num_samples", num_samples), ("rerun_seeds", rerun_seeds), ("max_concurrent", max_concurrent)):
@@ -479,20 +499,23 @@ def search(name: str | Search, *, profile: str = "quick", out: str | Path | None
         raise ValueError(f"search_alg={search_alg!r} is invalid: one of random, optuna")
     if rerun_seeds is not None:
         s = dataclasses.replace(s, rerun_seeds=rerun_seeds)
-    plan = studies(s, methods, values)
-    num_samples = num_samples or s.num_samples[profile]
+    studies(s, methods, values)  # (checked)
     overrides = dict(fields)
-    search_trials(s, profile, plan[0], 1, overrides)  # the fields checked as a trial's (one line)
-    out = storage_path(out or f"sweeps/search-{s.name}-{profile}")
-    if (why := held_by_another(out, "search", s.name, s)) or (why := changed_search_settings(
-            s, profile, plan, num_samples, overrides, out / "trials", search_alg)):
+    if why := held_by_another(out, "search", s.name, s):
         raise ValueError(f"out={str(out)!r} is invalid for search {s.name!r}: {why}")
     command = f"fda_ray.search.search({s.name!r}, profile={profile!r}, ...)"
+    # a call again goes on as --resume does: every call's studies (search_chunk), never fewer trials a study
+    manifest = search_chunk(read_manifest(out), Manifest(
+        kind="search", name=s.name, profile=profile, rows=tuple(methods) if methods else None,
+        values=tuple(float(v) for v in values) if values else None, overrides=overrides, command=command), s)
+    methods, values = manifest.rows, manifest.values
+    plan = studies(s, methods, values)
+    num_samples = max(num_samples or s.num_samples[profile], recorded_num_samples(out))
+    search_trials(s, profile, plan[0], 1, overrides)  # the fields checked as a trial's (one line)
+    if why := changed_search_settings(s, profile, plan, num_samples, overrides, out / "trials", search_alg):
+        raise ValueError(f"out={str(out)!r} is invalid for search {s.name!r}: {why}")
     out.mkdir(parents=True, exist_ok=True)
-    write_manifest(out, Manifest(kind="search", name=s.name, profile=profile,
-                                 rows=tuple(methods) if methods else None,
-                                 values=tuple(float(v) for v in values) if values else None,
-                                 overrides=overrides, command=command))  # (collect and a later call read it)
+    write_manifest(out, manifest)  # (collect and a later call read it)
     code = run_search(s, profile=profile, out=out, num_samples=num_samples, backend="tune",
                       workers=None, max_concurrent=max_concurrent, max_failures=max_failures, scheduler=scheduler,
                       search_alg=search_alg, methods=methods, values=values, overrides=overrides,

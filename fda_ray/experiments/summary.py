@@ -5,12 +5,11 @@ and the builds that recorded the trials (builds_line). The sweep command writes 
 """
 from __future__ import annotations
 
-import math
 import statistics
 from typing import Any, Sequence
 
 from fda_ray.core.storage import StoragePath
-from fda_ray.experiments.tables import final_accuracies, mean_ci
+from fda_ray.experiments.tables import final_accuracies, is_regression, mean_ci
 from fda_ray.papers.grids import Grid
 
 LAST_ROUNDS = 5  # Auto-weighted FDA's DomainBed metric: the mean accuracy of the last 5 rounds
@@ -23,8 +22,7 @@ def summarize(rows: list[dict], failures: list[dict], grid: Grid, profile: str, 
     DomainBed grids, the mean of the last 5 rounds, which Auto-weighted FDA reports there)."""
     cells: dict[str, dict[str, Any]] = {}
     # a regression task (the synthetic data of Auto-weighted FDA App. B) has no accuracy (NaN): its table is the loss
-    regression = bool(rows) and all(isinstance(r.get("accuracy"), float) and math.isnan(r["accuracy"])
-                                    for r in rows if r.get("accuracy") is not None)
+    regression = is_regression(rows)
     what = "Final target test loss (MSE, lower is better)" if regression else "Final target test accuracy (%)"
     lines = [f"# Sweep `{grid.name}` ({profile} profile)", "",
              f"{what}, ours / paper ({grid.paper_ref or 'no published numbers'}); "
@@ -40,7 +38,8 @@ def summarize(rows: list[dict], failures: list[dict], grid: Grid, profile: str, 
                                  "accuracy", scale=1.0 if regression else 100.0)
         paper_table = grid.paper_auc if name == "auc" else grid.paper
         if name == "last5":
-            lines += ["", f"Mean target test accuracy (%) of the last {k} rounds (Auto-weighted FDA's metric), ours / paper:", ""]
+            what = "test loss" if regression else "test accuracy (%)"
+            lines += ["", f"Mean target {what} of the last {k} rounds (Auto-weighted FDA's metric), ours / paper:", ""]
         elif name == "auc":
             lines += ["", "Final target test AUC (%), ours / paper:", ""]
         lines += ["| method | " + " | ".join(grid.value_label(v) for v in values) + " |",

@@ -45,7 +45,7 @@ from fda_ray.core.registry import did_you_mean
 from fda_ray.experiments.cli import config_fields
 from fda_ray.experiments.arguments import (RESUME_WORDS, SCHEDULERS, SweepError, _list, check_backend, check_counts,
                                             check_fuse, check_plan_for, chunk_manifest, held_by_another, manifest_from_args,
-                                            parser)
+                                            parser, search_chunk)
 from fda_ray.experiments.manifest import read as read_manifest, write as write_manifest
 from fda_ray.data.base import DatasetNotFound
 from fda_ray.experiments.backends import Progress, failure_advice, run_local, run_tune, write_parquet
@@ -596,7 +596,7 @@ def search_main(a: Any, argv: list[str], error_line: Callable[[Exception], str])
         _tune_defaults(a, overrides)
         studies(search, _list(a.methods, str, "methods"), _list(a.values, float, "values"))  # (checked)
         num_samples = a.num_samples or search.num_samples[a.profile]
-        from fda_ray.experiments.search import changed_search_settings, search_trials
+        from fda_ray.experiments.search import changed_search_settings, recorded_num_samples, search_trials
 
         out = storage_path(a.out or f"sweeps/search-{search.name}-{a.profile}")
         preflight.output_dir("out", out)
@@ -604,7 +604,10 @@ def search_main(a: Any, argv: list[str], error_line: Callable[[Exception], str])
         if a.resume and (why := held_by_another(out, "search", a.search, search)):  # before anything in it changes
             raise SweepError(f"out={str(out)!r} is invalid for --search {a.search}: {why}")
         if a.resume:  # a search run in chunks (--values 0.2, then 0.6): every chunk's studies, run and reported
-            _merge_search_chunks(a, search, _held_manifest(out), manifest_from_args(a, ""))
+            merged = search_chunk(_held_manifest(out), manifest_from_args(a, ""), search)
+            a.methods = ",".join(merged.rows) if merged.rows else None
+            a.values = ",".join(map(repr, merged.values)) if merged.values else None
+            num_samples = max(num_samples, recorded_num_samples(out))  # (a resume never selects over fewer)
         plan = studies(search, _list(a.methods, str, "methods"), _list(a.values, float, "values"))
         first = search_trials(search, a.profile, plan[0], 1, overrides)[0].config().resolved()
         if a.resume and (why := changed_search_settings(search, a.profile, plan, num_samples, overrides,
@@ -663,25 +666,6 @@ def search_main(a: Any, argv: list[str], error_line: Callable[[Exception], str])
         return 2
     _shutdown_ray()
     return code
-
-
-def _merge_search_chunks(a: Any, search: Any, held: Any, new: Any) -> None:
-    """On --resume into a folder that holds the same search (profile and fields alike), `a`'s methods and values
-    become the union of the folder's and this command's (the search's order; all of them where either named none),
-    so the summary, selection.json and sweep.json report every chunk's studies (they held the last chunk's only, its
-    earlier studies left in trials/ and in no output). A larger --num-samples extends every one of them."""
-    if held is None or (held.kind, held.name, held.profile, held.overrides) != \
-            (new.kind, new.name, new.profile, new.overrides):
-        return
-    if held.rows is not None and new.rows is not None:
-        a.methods = ",".join(m for m in search.methods if m in held.rows or m in new.rows)
-    else:
-        a.methods = None
-    if held.values is not None and new.values is not None:
-        a.values = ",".join(f"{v!r}" for v in search.values
-                            if any(math.isclose(v, x) for x in (*held.values, *new.values)))
-    else:
-        a.values = None
 
 
 def _run_search(a: Any, search: Any, out: Any, num_samples: int, overrides: dict, argv: list[str],

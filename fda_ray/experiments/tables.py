@@ -69,6 +69,13 @@ def t975(df: int) -> float:
     return (lo + hi) / 2
 
 
+def is_regression(rows: list[dict]) -> bool:
+    """Whether `rows` are a regression task's (the synthetic data of Auto-weighted FDA App. B): evaluation logs its
+    accuracy as NaN there (fda_ray.train.evaluation), so a table of them is the test loss instead."""
+    accs = [r.get("accuracy") for r in rows if r.get("accuracy") is not None]
+    return bool(accs) and all(isinstance(a, float) and math.isnan(a) for a in accs)
+
+
 def final_accuracies(rows: list[dict], last: int = 1, metric: str = "accuracy", scale: float = 100.0
                      ) -> dict[tuple[str, float], dict[int, float]]:
     """(row key, grid value) -> {seed: accuracy (%)}: each trial's last round at each value, or with last=k

@@ -156,11 +156,12 @@ def plan(grid: Grid, profile: str, *, rows: Sequence[str] | None = None, values:
 
 
 def run_trial(trial: Trial, records: StoragePath | Path | str, report: Callable[[dict], None] | None = None,
-              group: Any = None) -> Any:
+              group: Any = None, on_resume: Callable[[list[dict]], None] | None = None) -> Any:
     """Run `trial` (or go on from its state.pt), keeping its record in records/<key>/ (a local or shared
     directory, or an object store: fda_ray.core.storage); returns its History. report(row) is called after
     every round (Tune reports there). group: the fda_ray.runtime.fusion.TrialGroup it is a member of (its clients
-    then live in this process and train in the group's batches; run_group)."""
+    then live in this process and train in the group's batches; run_group). on_resume(rows): the rows of the state
+    it goes on from, once, before its first round ([] from round 0)."""
     from fda_ray.runtime.engine import finetune_from, run_rounds, start_run
     from fda_ray.runtime.startup import REPORT_KEY
 
@@ -198,6 +199,8 @@ def run_trial(trial: Trial, records: StoragePath | Path | str, report: Callable[
         finished = False
         try:
             resume = load_state(record, fits=lambda st: resume_misfit(st, exp))
+            if on_resume is not None:  # the rows it goes on from ([]: from round 0), before its first report
+                on_resume(list(resume["rows"]) if resume is not None else [])
             # (a fused group's trials; a fusion server's batches are whichever trials' rounds wait: not known here)
             nodes = _note_start(record, resume, executor, started_at,
                                 fused=len(group.members) if hasattr(group, "members") else None)

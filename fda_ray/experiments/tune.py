@@ -152,15 +152,21 @@ def trainable(params: dict[str, Any], served: dict[str, list[str]] | None = None
         metric = run.get("metric")  # a search's study: its scheduler decides on this column
         trial = Trial.from_dict(run["trial"])
         record = storage_path(run[RECORD_KEY]) / trial.key
-        done = [reports_before(record, metric)]  # (a resumed trial's rounds before: ASHA's rungs count them too)
+        done = [0]  # reports so far, a resumed trial's earlier ones included: ASHA's rungs count them too
+
+        def reported(row: dict) -> bool:
+            return metric is None or row.get(metric) is not None  # (FedWCA's source pre-training row has none)
+
+        def resumed(rows: list[dict]) -> None:  # the rows run_trial goes on from (after its checks of the state)
+            done[0] = sum(map(reported, rows))
 
         def report(row: dict) -> None:
-            if metric is None or row.get(metric) is not None:  # (FedWCA's source pre-training row has none)
+            if reported(row):
                 done[0] += 1
                 tune.report({**metrics(row), REPORTS_DONE: done[0]})
 
         if is_done(record):  # Optuna drew a point it had tried: that trial's result, once (no report fails the study)
-            rows = [r for r in read_rows(record)["rows"] if metric is None or r.get(metric) is not None]
+            rows = [r for r in read_rows(record)["rows"] if reported(r)]
             if rows:
                 tune.report({**metrics(rows[-1]), REPORTS_DONE: len(rows)})
             return
@@ -169,7 +175,7 @@ def trainable(params: dict[str, Any], served: dict[str, list[str]] | None = None
             from fda_ray.runtime.fusion_server import served_group
 
             group = served_group(run["served"], trial.key)
-        run_trial(trial, run[RECORD_KEY], report=report, group=group)  # a path or a URI
+        run_trial(trial, run[RECORD_KEY], report=report, group=group, on_resume=resumed)  # a path or a URI
         return
     cfg = config_from_params(params)
     resume = None
@@ -351,21 +357,6 @@ def fusion_servers(cfg_or_params: RunConfig | dict[str, Any]) -> Iterator[dict[s
 
 
 REPORTS_DONE = "reports_done"  # a trial's reports so far, those before a resume included: ASHA's time
-
-
-def reports_before(record: Any, metric: str | None) -> int:
-    """The reports a trial cut off earlier made (its state.pt's rows that carry `metric`), so that its rungs count
-    from its first round after a resume, as training_iteration (which restarts at 1 with the process) does not: a
-    resumed trial's round 19 was compared with a new trial's round 9. 0 without a readable state (run_trial then
-    starts it from round 0)."""
-    path = storage_path(record) / STATE_FILE
-    try:
-        if not path.is_file():
-            return 0
-        state = torch.load(str(path.local), weights_only=True, mmap=True) if path.is_local else path.load_torch()
-        return sum(1 for r in state.get("rows", []) if metric is None or r.get(metric) is not None)
-    except Exception:  # damaged: run_trial sets it aside and starts again
-        return 0
 
 
 def asha(metric: str, max_t: int, grace_period: int, reduction_factor: int) -> Any:

@@ -72,12 +72,12 @@ def load_sweep(name: str) -> Sweep:
 
 def _as_recorded(trials: list, records: Path) -> list:
     """The planned trials, each replaced by the folder's record of the same (row, value, seed, kind) where the plan's
-    key has none: a trial recorded under an earlier default (the DomainBed oracle's learning rate was the sources'
-    before 2026-11-29) is still that cell's record, which the page describes (its build marker says which build).
-    Two such records of one cell are left alone (the plan's own key then reads as not run)."""
-    from fda_ray.experiments.records import ROWS_FILE, finished
+    key has none and the record differs from it only by a documented default change (records.MOVED_DEFAULTS: the
+    DomainBed oracle's learning rate was the sources' before 2026-11-29): still that cell's record, which the page
+    describes (its build marker says which build). Any other difference: the plan's own key, read as not run."""
+    from fda_ray.experiments.records import ROWS_FILE, finished, moved_by_a_documented_default
 
-    missing = [t for t in trials if not (records / t.key / ROWS_FILE).is_file()]
+    missing = {t.key for t in trials if not (records / t.key / ROWS_FILE).is_file()}
     if not missing:
         return trials
     by_cell: dict[tuple, list] = {}
@@ -85,8 +85,9 @@ def _as_recorded(trials: list, records: Path) -> list:
         by_cell.setdefault((rec.trial.row, rec.trial.value, rec.trial.seed, rec.trial.kind), []).append(rec.trial)
     out = []
     for t in trials:
-        found = by_cell.get((t.row, t.value, t.seed, t.kind), [])
-        out.append(found[0] if t in missing and len(found) == 1 else t)
+        found = [r for r in by_cell.get((t.row, t.value, t.seed, t.kind), []) if t.key in missing
+                 and moved_by_a_documented_default(records / r.key, t)]
+        out.append(found[0] if len(found) == 1 else t)
     return out
 
 

@@ -113,14 +113,6 @@ class Healthcare(Algorithm):
         if cfg.warmup_rounds:
             raise ValueError(f"warmup_rounds={cfg.warmup_rounds} is invalid for method {self.name}: Healthcare FDA's "
                              "warm-up is --healthcare-gp-warmup-rounds (FedAvg inside the rounds), not extra rounds")
-        if self.gp and self.params.gp_warmup_rounds >= cfg.rounds:  # every round FedAvg: a GP row of FedAvg numbers
-            import warnings
-
-            from fda_ray.core.notices import RunWarning
-
-            warnings.warn(f"healthcare.gp_warmup_rounds={self.params.gp_warmup_rounds} with rounds={cfg.rounds}: "
-                          f"every round is the warm-up's FedAvg, so {self.name} never projects (at most "
-                          f"{cfg.rounds - 1} warm-up rounds let GP run)", RunWarning, stacklevel=2)
         self._configure_model(cfg, setting, model)
         if cfg.aux_alpha and not setting.aux_tasks:
             raise ValueError(f"aux_alpha={cfg.aux_alpha} is invalid: dataset {cfg.dataset!r} has no auxiliary labels "

@@ -268,8 +268,7 @@ def apfl_recipe(client: Client, task: ClientTask, inputs: Mapping[str, torch.Ten
     v = {n: v_flat[layout.layer_of(n)].view_as(p).clone().requires_grad_(True) for n, p in model.named_parameters()}
     # v's own buffers (BatchNorm's running statistics): its forward updates them, not w's, as FedTorch's two modules
     names = set(layout.names)
-    v_bufs = {n: v_flat[layout.layer_of(n)].view_as(b).clone() for n, b in model.named_buffers()
-              if n in names and b.is_floating_point()}
+    v_bufs = {n: v_flat[layout.layer_of(n)].view_as(b).clone() for n, b in model.named_buffers() if n in names}
     opt_w = client.optimizer_for(h["lr"])
     opt_v = torch.optim.Adam(list(v.values()), lr=h["lr"])  # fresh every round, as w's
     alpha = float(h["alpha"])
