@@ -176,13 +176,15 @@ def test_a_quiet_worker_drops_only_the_systemexit_that_ray_raises_as_it_ends_the
 
 def test_a_trial_stopped_on_its_last_round_is_counted_done():
     """ASHA's rung on a trial's last report stops a trial that trained every round: the line says so and the count
-    is a finished trial's (the selection counts it finished); one cut at a rung says the round, counted from 1."""
+    is a finished trial's (the selection counts it finished); one cut at a rung says how many rounds it trained (the
+    records' rounds 0 to 9 are "10 rounds", not a "round 10" that no file holds)."""
     import io
 
     from fda_ray.experiments.console import Progress, stopped_line
     from fda_ray.experiments.records import Trial
 
-    assert stopped_line({"round": 9}, False) == "stopped early (after round 10)"
+    assert stopped_line({"round": 9}, False) == "stopped early (after 10 rounds)"
+    assert stopped_line({"round": 0}, False) == "stopped early (after 1 round)"
     assert stopped_line({"round": 9}, True) == "done (stopped on its last round)"
     p = Progress(2, "noise", stream=io.StringIO())
     for key, complete in (("a", True), ("b", False)):

@@ -165,6 +165,13 @@ def test_local_backend_equals_plain_runs_and_restricts_the_grid(tiny_grid, fmnis
     planned = plan(tiny_grid, m.profile, rows=list(m.rows), values=None, seeds=m.seeds, overrides=dict(m.overrides))
     assert sorted(t.key for t in planned) == sorted(r.name for r in (out / "trials").iterdir() if r.is_dir())
     assert len(planned) == 2
+    # ... and the second chunk's summary, results.parquet and figures show both chunks' trials (they showed only the
+    # last chunk's, so a chunk run into a results folder wrote over its table)
+    rows = pq.read_table(out / "results.parquet").to_pylist()
+    assert {(r["row"], r["noise"]) for r in rows} == {("target_only", 0.0), ("target_only", 0.8)}
+    text = (out / "summary.md").read_text()
+    assert "| Target Only | " in text and "noise 0 |" in text.replace("noise 0.0", "noise 0") and "0.8" in text
+    assert "the tables also hold the 1 finished trials of this folder's earlier chunks" in text
 
 
 @pytest.mark.parametrize("args,field", [(["--grid", "nope"], "grid='nope'"),

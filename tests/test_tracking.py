@@ -26,7 +26,7 @@ def tensorboard_scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
             pos += 12 + n + 4
             for v in ev.summary.value:
                 out.setdefault(v.tag, []).append((ev.step, v.simple_value))
-    return out
+    return {tag: sorted(points, key=lambda p: p[0]) for tag, points in out.items()}  # (a resume's second file)
 
 
 def wandb_records(path: Path) -> list:
@@ -62,8 +62,8 @@ def _feed(tracking: Tracking) -> None:
         for key, acc in ROUNDS.items():
             tracking.round(key, {"round": r, "accuracy": acc[r], "beta_i": [0.5, 0.25], "phase": "main",
                                  "converged": False})
-    tracking.settled("t1", True)
-    tracking.settled("t2", False)
+    tracking.settled("t1", "done")
+    tracking.settled("t2", "failed")
     tracking.close()
 
 
@@ -121,16 +121,13 @@ def test_a_failing_tracker_is_dropped_with_one_warning_and_the_others_go_on(tmp_
     t = Tracking(["tensorboard"], tmp_path, "g", warn=warnings.append, params_of=lambda key: {})
 
     class Broken:
-        def start(self, key, params):
-            pass
+        def start(self, key, params, run_id):
+            return None
 
         def log(self, key, step, values):
             raise ConnectionError("no server at 127.0.0.1:9\nmore")
 
-        def end(self, key, ok):
-            pass
-
-        def close(self):
+        def end(self, key, outcome):
             pass
 
     t.trackers.append(Broken())
@@ -139,9 +136,10 @@ def test_a_failing_tracker_is_dropped_with_one_warning_and_the_others_go_on(tmp_
     assert tensorboard_scalars(tmp_path / "tensorboard" / "t1")["accuracy"] == [(r, a) for r, a in enumerate(ROUNDS["t1"])]
 
 
-def test_a_resumed_trial_logs_the_round_before_its_first_report_from_its_checkpoint(tmp_path):
-    """A launch cut off between a round's checkpoint and its report left that round out of the trackers; the
-    resumed trial's first report (round 2 here) brings round 1 back from its state.pt, once."""
+def test_a_resumed_trial_logs_the_rounds_before_its_first_report_from_its_checkpoint(tmp_path):
+    """A launch cut off between a round's checkpoint and its report left that round out of the trackers (here a
+    tracker that never saw the trial): the resumed trial's first report (round 2) brings rounds 0 and 1 back from its
+    state.pt, once each."""
     import torch
 
     record = tmp_path / "trials" / "t1"
@@ -151,12 +149,116 @@ def test_a_resumed_trial_logs_the_round_before_its_first_report_from_its_checkpo
     t = Tracking(["tensorboard"], tmp_path, "g", params_of=lambda key: {})
     t.round("t1", {"round": 2, "accuracy": ROUNDS["t1"][2]})
     t.round("t2", {"round": 1, "accuracy": 0.5})  # resumed too, but no checkpoint to read: nothing before it
-    t.settled("t1", True)
-    t.settled("t2", True)
+    t.settled("t1", "done")
+    t.settled("t2", "done")
     t.close()
-    assert tensorboard_scalars(tmp_path / "tensorboard" / "t1")["accuracy"] == [(1, ROUNDS["t1"][1]),
-                                                                               (2, ROUNDS["t1"][2])]
+    assert tensorboard_scalars(tmp_path / "tensorboard" / "t1")["accuracy"] == list(enumerate(ROUNDS["t1"]))
     assert tensorboard_scalars(tmp_path / "tensorboard" / "t2")["accuracy"] == [(1, 0.5)]
+
+
+def _offline(monkeypatch) -> None:
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("WANDB_PROJECT", raising=False)
+
+
+def _mlflow_runs(folder: Path, experiment: str) -> dict:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id])
+    return {r.info.run_name: (r.info.status, r.data.tags.get("fda_ray.outcome"),
+                              sorted((m.step, m.value) for m in client.get_metric_history(r.info.run_id, "accuracy")))
+            for r in runs} | {"count": len(runs)}
+
+
+def _wandb_steps(folder: Path) -> dict[str, list]:
+    """run id -> [(step, accuracy)] over all of its offline files (what `wandb sync` joins), and its exit codes."""
+    out: dict[str, list] = {}
+    for f in sorted(folder.glob("wandb/offline-run-*/run-*.wandb")):
+        recs = wandb_records(f)
+        rid = next(r.run.run_id for r in recs if r.WhichOneof("record_type") == "run")
+        for r in recs:
+            if r.WhichOneof("record_type") == "history":
+                h = {(i.key or "/".join(i.nested_key)): json.loads(i.value_json) for i in r.history.item}
+                out.setdefault(rid, []).append((h["_step"], h["accuracy"]))
+            elif r.WhichOneof("record_type") == "exit":
+                out.setdefault(rid, []).append(("exit", r.exit.exit_code))
+    return out
+
+
+def test_an_interrupted_trial_resumes_into_its_own_runs_with_every_round_once(tmp_path, monkeypatch):
+    """Launch 1 tracks rounds 0-1 of t1 and is cut off (its runs end KILLED / exit 1); its state.pt holds rounds 0-3
+    (rounds 2 and 3 checkpointed, their reports lost). Launch 2 resumes t1 at round 4: each tracker then holds rounds
+    0-4 exactly once, in one MLflow run (FINISHED) and one W&B run id, and TensorBoard's folder."""
+    import torch
+
+    _offline(monkeypatch)
+    acc = [0.125, 0.25, 0.375, 0.5, 0.625]
+    params = lambda key: {"method": "fedgp"}  # noqa: E731
+    t = Tracking(["tensorboard", "mlflow", "wandb"], tmp_path, "g-quick", params_of=params)
+    for r in range(2):
+        t.round("t1", {"round": r, "accuracy": acc[r]})
+    t.close()
+    assert _mlflow_runs(tmp_path, "g-quick")["t1"][:2] == ("KILLED", "interrupted")
+    record = tmp_path / "trials" / "t1"
+    record.mkdir(parents=True)
+    torch.save({"rows": [{"round": r, "accuracy": acc[r]} for r in range(4)], "next_round": 4}, record / "state.pt")
+    t = Tracking(["tensorboard", "mlflow", "wandb"], tmp_path, "g-quick", params_of=params)
+    t.round("t1", {"round": 4, "accuracy": acc[4]})
+    t.round("t1", {"round": 3, "accuracy": acc[3]})  # a retry's report of a round the trackers hold: not again
+    t.settled("t1", "done")
+    t.close()
+    want = list(enumerate(acc))
+    assert tensorboard_scalars(tmp_path / "tensorboard" / "t1")["accuracy"] == want
+    runs = _mlflow_runs(tmp_path, "g-quick")
+    assert runs["count"] == 1 and runs["t1"] == ("FINISHED", "done", want)
+    steps = _wandb_steps(tmp_path)
+    assert len(steps) == 1  # one run id over both launches' files
+    (got,) = steps.values()
+    assert [x for x in got if x[0] != "exit"] == want and [x for x in got if x[0] == "exit"] == [("exit", 1), ("exit", 0)]
+
+
+def test_a_trial_that_finished_during_the_interruption_is_completed_by_the_next_launch(tmp_path, monkeypatch):
+    """t1 reported rounds 0-1, then finished (rows.json: rounds 0-2) while its sweep was being cut off: the trackers
+    closed its runs as interrupted. The next launch (which does not run t1 again) completes them from the record;
+    t2, stopped early by the scheduler, ends FINISHED with the outcome "stopped"; a failed t3 stays FAILED."""
+    _offline(monkeypatch)
+    acc = [0.25, 0.5, 0.75]
+    t = Tracking(["tensorboard", "mlflow"], tmp_path, "g-quick", params_of=lambda key: {})
+    for r in range(2):
+        t.round("t1", {"round": r, "accuracy": acc[r]})
+    t.round("t3", {"round": 0, "accuracy": 0.5})
+    t.settled("t3", "failed")
+    t.close()
+    (tmp_path / "trials" / "t1").mkdir(parents=True)
+    (tmp_path / "trials" / "t1" / "rows.json").write_text(json.dumps(
+        {"rows": [{"round": r, "accuracy": a} for r, a in enumerate(acc)]}))
+    Tracking(["tensorboard", "mlflow"], tmp_path, "g-quick", params_of=lambda key: {}).close()
+    runs = _mlflow_runs(tmp_path, "g-quick")
+    assert runs["t1"] == ("FINISHED", "done", list(enumerate(acc)))
+    assert tensorboard_scalars(tmp_path / "tensorboard" / "t1")["accuracy"] == list(enumerate(acc))
+    assert runs["t3"][:2] == ("FAILED", "failed")
+    t = Tracking(["mlflow"], tmp_path, "g-quick", params_of=lambda key: {})
+    t.round("t2", {"round": 0, "accuracy": 0.5})
+    t.settled("t2", "stopped")
+    t.close()
+    assert _mlflow_runs(tmp_path, "g-quick")["t2"][:2] == ("FINISHED", "stopped")
+
+
+def test_tunes_bookkeeping_is_not_logged_as_metrics():
+    """A Tune report carries Ray's own fields (pid, time_this_iter_s, ...) and the search's report count beside the
+    round's row; the local backend's rows have none of them, and neither do the trackers."""
+    from ray.tune.result import AUTO_RESULT_KEYS
+
+    from fda_ray.experiments.tracking import NOT_METRICS
+    from fda_ray.experiments.tune import REPORTS_DONE
+
+    assert set(AUTO_RESULT_KEYS) <= NOT_METRICS and REPORTS_DONE in NOT_METRICS
+    report = {"round": 3, "accuracy": 0.5, "pid": 9517, "time_this_iter_s": 0.2, "training_iteration": 4,
+              "timestamp": 1700000000, "iterations_since_restore": 4, REPORTS_DONE: 4}
+    assert scalars(report) == {"accuracy": 0.5}
 
 
 def test_bad_track_values_are_one_line(capsys):

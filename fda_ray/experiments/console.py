@@ -98,12 +98,13 @@ def tune_errors_log(out: Any) -> str:
 
 
 def stopped_line(last: Mapping[str, Any] | None, complete: bool) -> str:
-    """What the progress says of a trial the scheduler stopped: "stopped early (after round 10)", rounds counted
-    from 1; "done (stopped on its last round)" when a rung fell on its last report (every round trained)."""
+    """What the progress says of a trial the scheduler stopped: "stopped early (after 10 rounds)", which the records
+    hold as rounds 0-9 (stopped_after 9); "done (stopped on its last round)" when a rung fell on its last report
+    (every round trained)."""
     if complete:
         return "done (stopped on its last round)"
     r = (last or {}).get("round")
-    return f"stopped early (after round {r + 1})" if isinstance(r, int) else "stopped early"
+    return f"stopped early (after {r + 1} round{'s' if r else ''})" if isinstance(r, int) else "stopped early"
 
 
 def fmt_s(s: float) -> str:
@@ -199,8 +200,8 @@ class Progress:
         """A trial settled: `what` is "done" (or "done (...)"), "FAILED" or "stopped early (...)"."""
         entry = self.running.pop(t.key, None)
         done = what == "done" or what.startswith("done ")
-        if entry is not None:
-            self._tell("settled", t.key, done)
+        if entry is not None:  # (the trackers' outcome: fda_ray.experiments.tracking.OUTCOMES)
+            self._tell("settled", t.key, "done" if done else "stopped" if what.startswith("stopped") else "failed")
         if entry is None and self.queued.get(t.row, 0) > 0:  # settled without a start event (not run)
             self.queued[t.row] -= 1
         if done:

@@ -193,7 +193,8 @@ def _execute(a: Any, grid: Grid, trials: list[Trial], out: StoragePath, records:
     records.mkdir(parents=True, exist_ok=True)
     write_definition(grid, out / "grid.yaml")  # what ran, beside its records (collect reads a file grid from it)
     # what the sweep is, for its readers (sweep.json): every chunk's rows, values and seeds so far
-    write_manifest(out, chunk_manifest(_held_manifest(out), manifest_from_args(a, command), grid))
+    merged = chunk_manifest(_held_manifest(out), manifest_from_args(a, command), grid)
+    write_manifest(out, merged)
     t0 = time.time()
     failures: list[dict] = []
     interrupted = False
@@ -217,7 +218,12 @@ def _execute(a: Any, grid: Grid, trials: list[Trial], out: StoragePath, records:
         console.OBSERVERS.clear()
         tracker.close()
     try:
-        return _summarise(a, grid, trials, out, records, command, row_keys, values, pending, failures, interrupted, t0)
+        shown = _with_earlier_chunks(grid, merged, trials, records)
+        if len(shown) > len(trials):  # the summary's table: every chunk's rows and values, in the grid's order
+            row_keys = [r.key for r in grid.rows if any(t.row == r.key for t in shown)]
+            values = [v for v in grid.values if any(t.value == v or v in t.values for t in shown)]
+        return _summarise(a, grid, trials, out, records, command, row_keys, values, pending, failures, interrupted, t0,
+                          shown)
     except OSError as e:  # the disk refused the results table, the summary or a figure: the trials' records stay
         line = write_failure(e)
         if line is None:
@@ -228,11 +234,28 @@ def _execute(a: Any, grid: Grid, trials: list[Trial], out: StoragePath, records:
         return 1
 
 
+def _with_earlier_chunks(grid: Grid, merged: Any, trials: list[Trial], records: StoragePath) -> list[Trial]:
+    """This launch's trials and the finished trials of the folder's earlier chunks of the same sweep (sweep.json's
+    union of every chunk: a chunk of other --methods, --values or --seeds into the same --out), in the plan's order:
+    what the summary, results.parquet and figures show, so that a chunk's summary keeps the chunks before it."""
+    try:
+        planned = plan(grid, merged.profile, rows=list(merged.rows) if merged.rows else None,
+                       values=list(merged.values) if merged.values else None, seeds=merged.seeds,
+                       overrides=dict(merged.overrides))
+    except (ValueError, TypeError, AttributeError):  # (a manifest this grid cannot plan any more: this launch's own)
+        return trials
+    mine = {t.key for t in trials}
+    known = {t.key for t in planned}
+    return [t for t in planned if t.key in mine or is_done(records / t.key)] + [t for t in trials if t.key not in known]
+
+
 def _summarise(a: Any, grid: Grid, trials: list[Trial], out: StoragePath, records: StoragePath, command: str,
                row_keys: list[str], values: list[float], pending: list[Trial], failures: list[dict],
-               interrupted: bool, t0: float) -> int:
-    """The sweep's results table, summary and figures from every trial's record; the exit code."""
-    rows, trial_seconds = collect(trials, grid, records)
+               interrupted: bool, t0: float, shown: list[Trial] | None = None) -> int:
+    """The sweep's results table, summary and figures from every trial's record (`shown`: this launch's trials and
+    the earlier chunks' finished ones; default `trials`); the exit code."""
+    shown = trials if shown is None else shown
+    rows, trial_seconds = collect(shown, grid, records)
     write_parquet(rows, out / "results.parquet")
     text, summary = summarize(rows, failures, grid, a.profile, row_keys, values, command)
     done = sum(1 for t in trials if is_done(records / t.key))
@@ -242,10 +265,12 @@ def _summarise(a: Any, grid: Grid, trials: list[Trial], out: StoragePath, record
         text += (f"\n**Interrupted**: {done} of {len(trials)} trials finished. Continue with "
                  f"`{command} --resume`.\n")
     summary["trial_seconds"] = trial_seconds
-    summary["builds"], builds_text = builds_line(records, {t.key for t in trials})
+    summary["builds"], builds_text = builds_line(records, {t.key for t in shown})
     text += builds_text
     text += (f"\nWall time: {summary['wall_seconds']:.0f} s for {len(pending)} trials"
              + (f" ({len(trials) - len(pending)} more had finished before --resume)" if len(pending) < len(trials) else "")
+             + (f"; the tables also hold the {len(shown) - len(trials)} finished trials of this folder's earlier "
+                "chunks (sweep.json)" if len(shown) > len(trials) else "")
              + f"; the finished trials' own run time adds up to {summary['trial_seconds']:.0f} s.\n")
     if not a.no_figures and rows:
         from fda_ray.experiments.figures import sweep_figures

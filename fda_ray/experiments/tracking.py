@@ -10,27 +10,37 @@ The sweep's process is the one tracker for both backends: it hears each trial st
 a Tune callback's on_trial_result; the local process pool: a queue its workers report to after every round) and
 each trial settle, through the status (fda_ray.experiments.console.Progress), and hands them to the trackers. So
 the same numbers reach the same places whichever backend ran them, and nothing is tracked twice when Tune retries.
-A resumed trial's round before its first report is logged from its checkpoint (the launch before may have been cut
-off between that round's checkpoint and its report).
+Interruptions lose nothing and duplicate nothing: a ledger (<tracking folder>/tracked/<trial key>.json) keeps, per
+tracker, the trial's run id and the last round that tracker holds. A trial resumed in a later launch reopens the same
+run (MLflow's run id, W&B's id with resume="allow", TensorBoard's folder) and first logs the recorded rounds the
+tracker lacks (from its state.pt: a launch cut off between a round's checkpoint and its report); a round the tracker
+holds is never logged again (Tune retrying a trial). A trial that settled after its launch's trackers closed (it
+finished during the Ctrl-C) has its run completed from its record when the next launch starts.
 
 - tensorboard: one event file per trial under <out>/tensorboard/<trial key>/ (tensorboardX, which Ray brings):
   every numeric column of the round's row as a scalar at step = round; a list-valued column (beta_i per source) as
   one scalar per entry. On an object store (--out s3://...) the trackers' files go to ./tracking/<sweep>/ on the
   sweep's machine ($FDA_RAY_TRACKING_DIR/<sweep> when set), which the sweep says in one line.
 - mlflow: one MLflow run per trial in the experiment "<grid>-<profile>", its fields as parameters, its rounds as
-  metric steps, FINISHED or FAILED at the end; the tracking URI is $MLFLOW_TRACKING_URI or a SQLite store in
-  <out>/mlflow.db (`mlflow ui --backend-store-uri sqlite:///<out>/mlflow.db`).
+  metric steps; at the end FINISHED (a trial the scheduler stopped early too, tagged fda_ray.outcome=stopped),
+  FAILED, or KILLED (the sweep was interrupted: its resume reopens the run); the tracking URI is
+  $MLFLOW_TRACKING_URI or a SQLite store in <out>/mlflow.db (`mlflow ui --backend-store-uri sqlite:///<out>/mlflow.db`).
 - wandb: one W&B run per trial in the project "fda-ray-<grid>-<profile>" (or $WANDB_PROJECT), grouped by it, its
-  fields as config, its rounds as steps; W&B's own settings apply ($WANDB_MODE=offline writes under <out>/wandb
-  without a network).
+  fields as config, its rounds as steps, exit code 0 when it finished or was stopped early (summary
+  fda_ray.outcome); W&B's own settings apply ($WANDB_MODE=offline writes under <out>/wandb without a network; a
+  resumed trial's second offline file has the same run id, and `wandb sync` joins them into one run).
+Only the round's own columns are logged: Ray Tune's bookkeeping in a report (pid, time_this_iter_s, ...) and the
+search's report count are not metrics of the trial.
 A tracker that fails (a server that does not answer) says so in one warning line and is dropped; the sweep and its
 records go on.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import sys
+import uuid
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -60,12 +70,26 @@ def parse(text: str | None) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+# What Ray Tune adds to a trial's report (ray.tune.result.AUTO_RESULT_KEYS and the few it sets besides) and the
+# search's count of reports (ASHA's time attribute, fda_ray.experiments.tune.REPORTS_DONE): not the trial's metrics,
+# and absent from the local backend's rows, so not logged (the same numbers reach the trackers on either backend)
+NOT_METRICS = frozenset({
+    "training_iteration", "time_total_s", "episodes_total", "timesteps_total", "node_ip", "hostname", "pid",
+    "time_this_iter_s", "timestamp", "date", "time_since_restore", "timesteps_since_restore",
+    "iterations_since_restore", "config", "checkpoint_dir_name", "done", "trial_id", "experiment_id",
+    "experiment_tag", "should_checkpoint", "reports_done"})
+
+# How a trial's run ends: "done" (every round), "stopped" (the scheduler stopped it early), "failed", or
+# "interrupted" (the sweep was cut off; its resume reopens the run)
+OUTCOMES = ("done", "stopped", "failed", "interrupted")
+
+
 def scalars(row: Mapping[str, Any]) -> dict[str, float]:
-    """The numbers of a round's row worth a curve: finite numbers (not the round itself, not flags), and a list of
-    numbers as one scalar per entry (beta_i/0, beta_i/1, ...)."""
+    """The numbers of a round's row worth a curve: finite numbers (not the round itself, not flags, not Tune's
+    bookkeeping), and a list of numbers as one scalar per entry (beta_i/0, beta_i/1, ...)."""
     out: dict[str, float] = {}
     for k, v in row.items():
-        if k in ("round", "seed") or isinstance(v, bool):
+        if k in ("round", "seed") or k in NOT_METRICS or isinstance(v, bool):
             continue
         if isinstance(v, (int, float)):
             if math.isfinite(v):
@@ -77,13 +101,20 @@ def scalars(row: Mapping[str, Any]) -> dict[str, float]:
 
 
 class TensorBoard:
+    name = "tensorboard"
+
     def __init__(self, logdir: Path) -> None:
         from tensorboardX import SummaryWriter
 
         self.logdir, self.writer_type, self.writers = logdir, SummaryWriter, {}
 
-    def start(self, key: str, params: Mapping[str, Any]) -> None:
-        self.writers.setdefault(key, self.writer_type(str(self.logdir / key), flush_secs=10))
+    def start(self, key: str, params: Mapping[str, Any], run_id: str | None) -> str | None:
+        # a resumed trial writes a second event file into its folder: TensorBoard reads a folder's files as one run
+        # (named apart by more than the second and host that name a file: a resume within the second kept one)
+        if key not in self.writers:
+            self.writers[key] = self.writer_type(str(self.logdir / key), flush_secs=10,
+                                                 filename_suffix=f".{os.getpid()}.{uuid.uuid4().hex[:8]}")
+        return None
 
     def log(self, key: str, step: int, values: Mapping[str, float]) -> None:
         w = self.writers.get(key)
@@ -91,17 +122,16 @@ class TensorBoard:
             for name, v in values.items():
                 w.add_scalar(name, v, step)
 
-    def end(self, key: str, ok: bool) -> None:
+    def end(self, key: str, outcome: str) -> None:
         w = self.writers.pop(key, None)
         if w is not None:
             w.close()
 
-    def close(self) -> None:
-        for key in list(self.writers):
-            self.end(key, False)
-
 
 class MLflow:
+    name = "mlflow"
+    STATUS = {"done": "FINISHED", "stopped": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}
+
     def __init__(self, uri: str, experiment: str) -> None:
         from mlflow.tracking import MlflowClient
 
@@ -118,15 +148,24 @@ class MLflow:
         self.experiment = got.experiment_id if got is not None else self.client.create_experiment(experiment)
         self.runs: dict[str, str] = {}
 
-    def start(self, key: str, params: Mapping[str, Any]) -> None:
+    def start(self, key: str, params: Mapping[str, Any], run_id: str | None) -> str | None:
         if key in self.runs:
-            return
+            return self.runs[key]
+        if run_id is not None:  # the trial's run from a launch before: reopened (unless that store lost it)
+            try:
+                if self.client.get_run(run_id).info.experiment_id == self.experiment:
+                    self.client.update_run(run_id, status="RUNNING")
+                    self.runs[key] = run_id
+                    return run_id
+            except Exception:  # (another tracking URI now, or a deleted run: a new run)
+                pass
         run = self.client.create_run(self.experiment, run_name=key, tags={"fda_ray.trial": key})
         self.runs[key] = run.info.run_id
         from fda_ray.experiments.records import dotted
 
         for k, v in dotted(params).items():
             self.client.log_param(run.info.run_id, k, str(v)[:500])
+        return run.info.run_id
 
     def log(self, key: str, step: int, values: Mapping[str, float]) -> None:
         from mlflow.entities import Metric
@@ -139,43 +178,40 @@ class MLflow:
             # MLflow names take "/" but not every character: beta_i/0 stays, as it does in TensorBoard
             self.client.log_batch(run, metrics=[Metric(k, v, now, step) for k, v in values.items()])
 
-    def end(self, key: str, ok: bool) -> None:
+    def end(self, key: str, outcome: str) -> None:
         run = self.runs.pop(key, None)
         if run is not None:
-            self.client.set_terminated(run, "FINISHED" if ok else "FAILED")
-
-    def close(self) -> None:
-        for key in list(self.runs):
-            self.end(key, False)
+            self.client.set_tag(run, "fda_ray.outcome", outcome)
+            self.client.set_terminated(run, self.STATUS[outcome])
 
 
 class WandB:
+    name = "wandb"
+
     def __init__(self, project: str, group: str, directory: Path) -> None:
         import wandb
 
         self.wandb, self.project, self.group, self.dir, self.runs = wandb, project, group, directory, {}
         directory.mkdir(parents=True, exist_ok=True)
 
-    def start(self, key: str, params: Mapping[str, Any]) -> None:
-        if key in self.runs:
-            return
-        # several trials run at once: each its own run object ("create_new"), none the global one
-        self.runs[key] = self.wandb.init(project=self.project, group=self.group, name=key, config=dict(params),
-                                         dir=str(self.dir), reinit="create_new")
+    def start(self, key: str, params: Mapping[str, Any], run_id: str | None) -> str | None:
+        if key not in self.runs:
+            # several trials run at once: each its own run object ("create_new"), none the global one; a resumed
+            # trial continues its run (its id, resume="allow")
+            self.runs[key] = self.wandb.init(project=self.project, group=self.group, name=key, config=dict(params),
+                                             dir=str(self.dir), reinit="create_new", id=run_id, resume="allow")
+        return self.runs[key].id
 
     def log(self, key: str, step: int, values: Mapping[str, float]) -> None:
         run = self.runs.get(key)
         if run is not None:
             run.log(dict(values), step=step)
 
-    def end(self, key: str, ok: bool) -> None:
+    def end(self, key: str, outcome: str) -> None:
         run = self.runs.pop(key, None)
         if run is not None:
-            run.finish(exit_code=0 if ok else 1)
-
-    def close(self) -> None:
-        for key in list(self.runs):
-            self.end(key, False)
+            run.summary["fda_ray.outcome"] = outcome
+            run.finish(exit_code=0 if outcome in ("done", "stopped") else 1)
 
 
 def record_params(out: Any, key: str) -> dict[str, Any]:
@@ -190,17 +226,60 @@ def record_params(out: Any, key: str) -> dict[str, Any]:
         return {}
 
 
-def checkpointed_row(out: Any, key: str, round_: int) -> Mapping[str, Any] | None:
-    """Round `round_`'s row from a running trial's checkpoint (<out>/trials/<key>/state.pt), read without touching
-    the file (the trial writes it, atomically); None where it cannot be read or holds no such round."""
+def recorded_rows(out: Any, key: str) -> tuple[list[Mapping[str, Any]], str | None]:
+    """(a trial's recorded rows, how it settled: "done", "stopped" or None while it has not), read without touching
+    its files: rows.json (finished), stopped.json (stopped early by the scheduler), else its state.pt (a running or
+    cut-off trial's rounds so far); ([], None) where none can be read."""
     from fda_ray.core.storage import storage_path
-    from fda_ray.experiments.records import STATE_FILE
+    from fda_ray.experiments.records import STATE_FILE, _parsed_rows
+    from fda_ray.experiments.search import STOPPED_FILE, read_stopped
 
+    record = storage_path(out) / "trials" / key
     try:
-        state = (storage_path(out) / "trials" / key / STATE_FILE).load_torch()
-        return next((r for r in state["rows"] if isinstance(r, dict) and r.get("round") == round_), None)
-    except Exception:  # (absent, cut short, another layout: the round is simply not logged twice)
-        return None
+        if (record / "rows.json").is_file():
+            data, _ = _parsed_rows(record)
+            return (list(data["rows"]), "done") if data is not None else ([], None)
+        if (record / STOPPED_FILE).is_file():
+            data, _ = read_stopped(record)
+            if data is not None:
+                return list(data["rows"]), ("done" if data.get("complete") else "stopped")
+            return [], None
+        state = (record / STATE_FILE).load_torch()
+        return list(state["rows"]), None
+    except Exception:  # (absent, cut short, another layout: nothing to log from it)
+        return [], None
+
+
+class Ledger:
+    """Per trial and tracker: the run's id and the last round the tracker holds, in <base>/tracked/<key>.json
+    (written after each round's logging: a crash between the two logs that round once more, never loses it)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder, self.entries = folder, {}
+
+    def get(self, key: str) -> dict[str, dict[str, Any]]:
+        if key not in self.entries:
+            try:
+                got = json.loads((self.folder / f"{key}.json").read_text())
+                self.entries[key] = got if isinstance(got, dict) else {}
+            except (OSError, ValueError):
+                self.entries[key] = {}
+        return self.entries[key]
+
+    def save(self, key: str) -> None:
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            tmp = self.folder / f".{key}.json.tmp"
+            tmp.write_text(json.dumps(self.entries.get(key, {})))
+            tmp.replace(self.folder / f"{key}.json")
+        except OSError:  # (the trackers go on; a resume may then log a round twice)
+            pass
+
+    def unsettled(self) -> list[str]:
+        """The trials some tracker's run of which did not end done or stopped."""
+        keys = sorted(p.stem for p in self.folder.glob("*.json")) if self.folder.is_dir() else []
+        return [k for k in keys if any(e.get("outcome") not in ("done", "stopped") for e in self.get(k).values()
+                                       if isinstance(e, dict))]
 
 
 class Tracking:
@@ -208,9 +287,9 @@ class Tracking:
 
     def __init__(self, names: Sequence[str], out: Any, name: str, params_of: Callable[[str], Mapping[str, Any]] | None = None,
                  warn: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
-                 row_of: Callable[[str, int], Mapping[str, Any] | None] | None = None) -> None:
+                 rows_of: Callable[[str], tuple[list[Mapping[str, Any]], str | None]] | None = None) -> None:
         self.params_of = params_of or (lambda key: record_params(out, key))
-        self.row_of = row_of or (lambda key, r: checkpointed_row(out, key, r))
+        self.rows_of = rows_of or (lambda key: recorded_rows(out, key))
         self.warn, self.trackers, self.opened = warn, [], set()
         # an object-store sweep (--out s3://...) tracks to a local folder (the trackers write files), said once
         if getattr(out, "is_local", True):
@@ -220,6 +299,7 @@ class Tracking:
             if names:
                 warn(f"note: --out is an object store: {', '.join(names)} write to {base}/ on this machine "
                      "($FDA_RAY_TRACKING_DIR moves it; --track none turns tracking off)")
+        self.ledger = Ledger(base / "tracked")
         for n in names:
             try:
                 if n == "tensorboard":
@@ -235,15 +315,62 @@ class Tracking:
             except Exception as e:  # a tracker that cannot start: said once, the sweep goes on
                 self.warn(f"warning: track={n!r} could not start ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
                           "the sweep goes on without it")
+        if self.trackers:
+            self.complete_settled()
 
-    def _each(self, what: str, *args: Any) -> None:
+    def _each(self, what: Callable[[Any], None]) -> None:
         for tr in list(self.trackers):
             try:
-                getattr(tr, what)(*args)
+                what(tr)
             except Exception as e:
                 self.trackers.remove(tr)
                 self.warn(f"warning: tracking to {type(tr).__name__} failed ({type(e).__name__}: "
                           f"{str(e).splitlines()[0][:200]}); the sweep goes on without it")
+
+    def _entry(self, key: str, tracker: Any) -> dict[str, Any]:
+        return self.ledger.get(key).setdefault(getattr(tracker, "name", type(tracker).__name__), {})
+
+    def _open(self, key: str) -> None:
+        self.opened.add(key)
+        params = self.params_of(key)
+
+        def start(tr: Any) -> None:
+            e = self._entry(key, tr)
+            e["id"], e["outcome"] = tr.start(key, params, e.get("id")), None
+            e.setdefault("last", -1)
+        self._each(start)
+        self.ledger.save(key)
+
+    def _log(self, key: str, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Each row's round to each tracker that does not hold it yet."""
+        def log(tr: Any) -> None:
+            e = self._entry(key, tr)
+            for row in rows:
+                r = row.get("round")
+                if isinstance(r, int) and r > e.get("last", -1):
+                    tr.log(key, r, scalars(row))
+                    e["last"] = r
+        self._each(log)
+        self.ledger.save(key)
+
+    def _end(self, key: str, outcome: str) -> None:
+        self.opened.discard(key)
+
+        def end(tr: Any) -> None:
+            tr.end(key, outcome)
+            self._entry(key, tr)["outcome"] = outcome
+        self._each(end)
+        self.ledger.save(key)
+
+    def complete_settled(self) -> None:
+        """Runs a launch before left open or unfinished whose trials have settled since (finished while that launch
+        was being interrupted): reopened, given the recorded rounds they lack, and ended as the trial did."""
+        for key in self.ledger.unsettled():
+            rows, outcome = self.rows_of(key)
+            if outcome is not None:
+                self._open(key)
+                self._log(key, rows)
+                self._end(key, outcome)
 
     # Progress observer events. A trial's run opens at its first round, when its record names its fields (a
     # trial that fails before any round leaves no run behind).
@@ -254,21 +381,22 @@ class Tracking:
         if row.get("round") is None:
             return
         if key not in self.opened:
-            self.opened.add(key)
-            self._each("start", key, self.params_of(key))
-            # A trial resumed from round r: round r - 1 was checkpointed by the launch before, whose report of it
-            # may have been cut off with that launch (Ctrl-C between the checkpoint and the report): logged again
-            # from the checkpoint (the same values at the same step where it had arrived).
+            self._open(key)
+            # A trial resumed from round r: the rounds before it that a tracker lacks (the launch before was cut
+            # off between a round's checkpoint and its report, or this tracker was not on) from its checkpoint
             first = int(row["round"])
-            before = self.row_of(key, first - 1) if first > 0 else None
-            if before is not None:
-                self._each("log", key, first - 1, scalars(before))
-        self._each("log", key, int(row["round"]), scalars(row))
+            self._log(key, [r for r in self.rows_of(key)[0] if isinstance(r.get("round"), int) and r["round"] < first])
+        self._log(key, [row])
 
-    def settled(self, key: str, ok: bool) -> None:
+    def settled(self, key: str, outcome: str) -> None:
+        if outcome in ("done", "stopped"):  # every recorded round (some reports may not have reached the sweep)
+            if key not in self.opened:
+                self._open(key)
+            self._log(key, self.rows_of(key)[0])
         if key in self.opened:
-            self.opened.discard(key)
-            self._each("end", key, ok)
+            self._end(key, outcome)
 
     def close(self) -> None:
-        self._each("close")
+        """The sweep ended: runs still open were interrupted (their trials resume into them)."""
+        for key in list(self.opened):
+            self._end(key, "interrupted")
