@@ -89,9 +89,10 @@ def peak(name: str, row: str, value: str, what: str = "value", digits: str = "1"
 
 
 @GENERATORS.register("tail-range")
-def tail_range(name: str, row: str, value: str, n: str = "10", digits: str = "1", skip: str = "0") -> str:
-    """A one-seed cell's lowest and highest accuracy (%) over its last n rounds: "66.0-68.2" (skip=1: the n rounds
-    before its last one)."""
-    run = _one_run(load_sweep(name), row, value)
+def tail_range(name: str, row: str, value: str, n: str = "10", digits: str = "1", skip: str = "0",
+              seed: str | None = None) -> str:
+    """A one-seed cell's (seed=N: that seed's run's) lowest and highest accuracy (%) over its last n rounds:
+    "66.0-68.2" (skip=1: the n rounds before its last one)."""
+    run = _one_run(load_sweep(name), row, value, seed)
     keys = sorted(run)[:len(run) - int(skip)]
     return tables.span([run[k] for k in keys[-int(n):]], int(digits))
