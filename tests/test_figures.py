@@ -43,6 +43,10 @@ def test_accuracy_figure_png_pdf_series_and_colours(tmp_path):
     drawn = accuracy_figure(summary, GRID, ["fedgp", "fedgp_auto", "target_only"], list(GRID.values), tmp_path / "acc")
     assert sorted(p.name for p in drawn.paths) == ["acc.pdf", "acc.png"]
     assert drawn.series == {"ours": ["FedGP_0.5", "Target Only"], "paper": ["FedGP_0.5"]}  # no cells: no line
+    # one legend names every row drawn, ours or the paper's (it named the paper panel's rows only: a row without a
+    # paper number was an unlabelled line)
+    assert drawn.texts == {"title": "Sweep fig: final target accuracy", "ylabel": "target test accuracy (%)",
+                           "legend": ["FedGP_0.5", "Target Only"]}
     img = mpimg.imread(tmp_path / "acc.png")
     assert 400 < img.shape[0] < 1500 and 1000 < img.shape[1] < 3000  # two panels side by side, 150 dpi
     assert _colour_present(img, "C0") and _colour_present(img, "C2")  # FedGP_0.5 and Target Only's lines
@@ -81,3 +85,11 @@ def test_heatmap_categories_and_values(tmp_path):
     assert drawn.series == {"values": ["MSE"]} and (tmp_path / "v.pdf").read_bytes()[:5] == b"%PDF-"
     with pytest.raises(ValueError, match=r"labels must match values of shape \(2, 2\)"):
         heatmap(codes, ["a"], ["b", "c"], tmp_path / "bad", title="x", categories=["A", "B", "C"])
+
+
+def test_a_regression_sweeps_figure_says_loss(tmp_path):
+    """A regression grid's summary carries its loss (summary["metric"] == "loss"): the figure's axis and title say
+    test loss (they said accuracy (%), under values of 280)."""
+    summary = {"profile": "quick", "metric": "loss", "cells": {"fedgp": {"0": {"mean": 281.8, "ci95": 3.0}}}}
+    drawn = accuracy_figure(summary, GRID, ["fedgp"], [0.0], tmp_path / "loss")
+    assert drawn.texts["ylabel"] == "target test loss (MSE)" and drawn.texts["title"] == "Sweep fig: final target test loss"

@@ -654,7 +654,13 @@ def test_a_regression_grid_reports_its_test_loss_not_an_accuracy_of_nan(tmp_path
     assert sweep.main(["--grid", str(tmp_path / "g.yaml"), "--profile", "quick", "--backend", "local", "--workers", "1",
                        "--out", str(out), "--no-figures"]) == 0
     text = (out / "summary.md").read_text()
-    loss = json.loads((out / "trials" / next(p.name for p in (out / "trials").iterdir()) / "rows.json").read_text())
+    record = (out / "trials" / next(p.name for p in (out / "trials").iterdir()) / "rows.json").read_text()
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"not strict JSON: {constant}")
+    # strict JSON (a bare NaN accuracy in every row was refused by JavaScript's and jq --strict's parsers)
+    loss = json.loads(record, parse_constant=refuse)
+    assert all(r["accuracy"] is None for r in loss["rows"])
     last = loss["rows"][-1]["loss"]
     assert "Final target test loss (MSE, lower is better)" in text and "nan" not in text.lower()
     assert f"| FedGP_Auto | {last:.2f} |" in text

@@ -4,7 +4,8 @@ PNG and a PDF:
   accuracy        final target accuracy against the grid variable, a line per table row, ours beside the
                   paper's numbers (Auto-weighted FDA, Figure 3)
   beta_<row>      the auto-weighted beta_i per round, a panel per grid value, a line per source (Figures 5-10)
-  estimates       the estimated target variance sigma and source distance d per round (Auto-weighted FDA's diagnostics)
+  estimates       sigma (the root of the estimated target variance sigma^2) and the source distance d per round
+                  (Auto-weighted FDA's diagnostics)
   heatmap         a categorical or continuous heat map (the synthetic experiment, Figure 2)
   curves          a metric per round, the mean over seeds, a line per table row and a panel per grid value
                   (FSSDA Fig. 2; python -m fda_ray.collect --figure curves)
@@ -39,7 +40,8 @@ DPI = 150
 AXIS_NAMES = {"noise": "target feature noise (std of the Gaussian)", "eta": "label shift η", "beta": "static β",
               "source_classes": "classes per source k",
               "target_labelled": "labelled target samples"}
-# The noise level is written "noise", not sigma: sigma is the estimated target variance (the estimates figure).
+# The noise level is written "noise", not sigma: sigma is the root of the estimated target variance (the estimates
+# figure).
 VAR_SYMBOLS = {"noise": "noise", "eta": "η", "beta": "β", "target_labelled": "n", "source_classes": "k"}
 BAND = 0.05  # beta_i of all sources within this share of the panel's range: drawn as their mean and min-max band
 COINCIDE = 0.01  # lines closer than this share of the panel's y range (about a line's width) are one to a reader
@@ -54,6 +56,7 @@ class Drawn:
     paths: list[Any] = field(default_factory=list)  # Path, or StoragePath on an object store
     series: dict[str, list[str]] = field(default_factory=dict)
     scales: dict[str, tuple[float, float]] = field(default_factory=dict)  # panel -> its colour scale (vmin, vmax)
+    texts: dict[str, Any] = field(default_factory=dict)  # the figure's words a reader goes by: title, y label, legend
 
 
 def _save(fig: Any, stem: Path | StoragePath, drawn: Drawn) -> Drawn:
@@ -150,8 +153,9 @@ def _value_label(variable: str, v: float) -> str:
 def accuracy_figure(summary: dict[str, Any], grid: Grid, row_keys: Sequence[str], values: Sequence[float],
                     stem: str | Path | StoragePath) -> Drawn:
     """Final target accuracy (mean, error bars the 95 % confidence half-width over seeds, as the tables print)
-    against the grid variable, a line per row;
-    beside it the paper's numbers on the same axes where the grid has them."""
+    against the grid variable, a line per row (a regression task's: its test loss, summary["metric"]);
+    beside it the paper's numbers on the same axes where the grid has them. One legend names every row, drawn in
+    either panel (solid: ours; a row with only the paper's numbers: dashed)."""
     cells = summary["cells"]
     paper_rows = [k for k in row_keys if k in grid.paper]
     panels = 2 if paper_rows else 1
@@ -187,9 +191,16 @@ def accuracy_figure(summary: dict[str, Any], grid: Grid, row_keys: Sequence[str]
         if grid.value_labels:  # columns that are settings (FSSDA's domain pairs): their names
             a.set_xticklabels([grid.value_labels.get(v, f"{v:g}") for v in values], rotation=20, fontsize=8)
         a.grid(alpha=0.3)
-    axes[0, 0].set_ylabel("target test accuracy (%)")
-    axes[0, -1].legend(loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
-    fig.suptitle(f"Sweep {grid.name}: final target accuracy")
+    loss = summary.get("metric") == "loss"
+    axes[0, 0].set_ylabel("target test loss (MSE)" if loss else "target test accuracy (%)")
+    handles: dict[str, Any] = {}
+    for a in axes[0]:  # ours first: a row drawn in both panels is named once, by its solid line
+        for h, label in zip(*a.get_legend_handles_labels()):
+            handles.setdefault(label, h)
+    axes[0, -1].legend(list(handles.values()), list(handles), loc="center left", bbox_to_anchor=(1.02, 0.5),
+                       frameon=False)
+    fig.suptitle(f"Sweep {grid.name}: final target {'test loss' if loss else 'accuracy'}")
+    drawn.texts = {"title": fig._suptitle.get_text(), "ylabel": axes[0, 0].get_ylabel(), "legend": list(handles)}
     fig.tight_layout()  # the panels' titles (the paper's reference wraps) clear the figure's title
     return _save(fig, stem, drawn)
 
@@ -290,7 +301,7 @@ def estimates_figure(rows: list[dict[str, Any]], grid: Grid, values: Sequence[fl
                 ax.set_xlabel("round")
         axes[0, j].set_yscale("log")
         axes[1, j].set_yscale("log")
-    axes[0, 0].set_ylabel(r"target variance $\hat\sigma$")
+    axes[0, 0].set_ylabel(r"target $\hat\sigma = \sqrt{\hat\sigma^2}$")
     axes[1, 0].set_ylabel(r"source distance $\hat d$ (rms)")
     axes[0, -1].legend(loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False, fontsize=8)
     fig.suptitle(f"Estimated σ and d per round, per parameter (seed {seed})")
@@ -416,7 +427,8 @@ def grid_heatmap(panels: dict[str, Any], row_labels: Sequence[str], col_labels: 
 def sweep_figures(rows: list[dict], summary: dict, grid: Grid, row_keys: Sequence[str], values: Sequence[float],
                   out: Path | StoragePath) -> str:
     """Writes a sweep's figures into `out`; returns the summary.md lines that show them."""
-    lines = ["", "![final target accuracy](accuracy.png) ([PDF](accuracy.pdf))"]
+    what = "final target test loss" if summary.get("metric") == "loss" else "final target accuracy"
+    lines = ["", f"![{what}](accuracy.png) ([PDF](accuracy.pdf))"]
     accuracy_figure(summary, grid, row_keys, values, out / "accuracy")
     for key in row_keys:
         if beta_figure(rows, grid, key, values, out / f"beta_{key}"):

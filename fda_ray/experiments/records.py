@@ -128,8 +128,21 @@ def _save_torch(obj: Any, path: StoragePath | Path) -> None:
     storage_path(path).save_torch(obj)  # atomic: a kill mid-write leaves the previous file whole
 
 
+def _finite(obj: Any) -> Any:
+    """`obj` with every NaN or infinity as None: JSON has no such numbers (Python writes a bare NaN, which strict
+    parsers, JavaScript's and jq --strict's among them, refuse); a regression task's accuracy is NaN in every row."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
 def _save_json(obj: Any, path: StoragePath | Path) -> None:
-    storage_path(path).write_text(json.dumps(obj, indent=None, default=str) + "\n")  # atomic
+    """A record's JSON file, strict JSON (non-finite numbers as null), written atomically."""
+    storage_path(path).write_text(json.dumps(_finite(obj), indent=None, default=str, allow_nan=False) + "\n")
 
 
 def environment(aggregation: str | None = None) -> dict[str, str | None]:

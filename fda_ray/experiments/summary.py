@@ -68,7 +68,8 @@ def summarize(rows: list[dict], failures: list[dict], grid: Grid, profile: str, 
         for f in failures:
             at = "all" if f["value"] is None else f"{f['value']:g}"
             lines.append(f"- {f['row']} {grid.variable}={at} seed={f['seed']} ({f['attempts']} attempts): {f['error']}")
-    return "\n".join(lines) + "\n", {"grid": grid.name, "profile": profile, "cells": cells, "failures": failures}
+    return "\n".join(lines) + "\n", {"grid": grid.name, "profile": profile, "cells": cells, "failures": failures,
+                                    "metric": "loss" if regression else "accuracy"}
 
 
 def builds_line(records: StoragePath, keys: set[str] | None = None) -> tuple[list[dict], str]:

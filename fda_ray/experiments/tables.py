@@ -71,9 +71,11 @@ def t975(df: int) -> float:
 
 def is_regression(rows: list[dict]) -> bool:
     """Whether `rows` are a regression task's (the synthetic data of Auto-weighted FDA App. B): evaluation logs its
-    accuracy as NaN there (fda_ray.train.evaluation), so a table of them is the test loss instead."""
-    accs = [r.get("accuracy") for r in rows if r.get("accuracy") is not None]
-    return bool(accs) and all(isinstance(a, float) and math.isnan(a) for a in accs)
+    accuracy as NaN there (fda_ray.train.evaluation; a record's JSON holds it as null), so a table of them is the
+    test loss instead: rows with an accuracy column, none of it a finite number, and a loss."""
+    accs = [r["accuracy"] for r in rows if "accuracy" in r]
+    return bool(accs) and not any(isinstance(a, (int, float)) and math.isfinite(a) for a in accs) and \
+        any(isinstance(r.get("loss"), (int, float)) for r in rows)
 
 
 def final_accuracies(rows: list[dict], last: int = 1, metric: str = "accuracy", scale: float = 100.0
