@@ -18,7 +18,9 @@ order:
   version), `build_python`, `build_ray`, `build_machine` (None in records made before builds were recorded);
 - `trial_seconds`: the trial's own run time.
 A trial shared by several grid values (the noise grid's Source Only, evaluated at every noise level) gives one set
-of rows per value, `accuracy` its accuracy at that value. A trial recorded in several of the directories appears
+of rows per value, `accuracy` and `noise` its accuracy and the noise level at that value, `trained_noise` the noise it
+trained with. A sweep's results.parquet has these columns too (`seed` and `value` included), and the grid's
+(`grid`, `grid_variable`, `grid_value`: the same number as `value`); `directory` is load's own. A trial recorded in several of the directories appears
 once per directory (the `directory` column tells them
 apart). A record that cannot be read (fda_ray.experiments.trials.record_damage) is left out with one warning line.
 """
@@ -61,10 +63,10 @@ def trial_rows(record: Record, directory: str) -> list[dict]:
     out = []
     for value, i in per_value:
         for r in data["rows"]:
-            row = {**identity, "value": value, **(r if i is None else shared_value_row(r, i, value, data["config"]))}
-            row.update(columns)
-            row["trial_seconds"] = data.get("seconds")
-            out.append(row)
+            own = r if i is None else shared_value_row(r, i, value, data["config"])
+            # (a shared row's noise is the level it was evaluated at, over the config's trained noise)
+            out.append({**identity, "value": value, **own, **{k: v for k, v in columns.items() if k not in own},
+                        "trial_seconds": data.get("seconds")})
     return out
 
 

@@ -254,6 +254,42 @@ def test_results_load_gives_a_shared_trial_a_set_of_rows_per_value(capsys):
         for i, v in enumerate(trial["values"]):
             got = shared[(shared.trial == rec.name) & (shared.value == v) & (shared["round"] == last["round"])]
             assert list(got.accuracy) == [last["eval_noise_accuracy"][i]]
+            # its noise column is the level evaluated (it was the trained 0.0 at every level: a filter on noise mixed
+            # the noise-0.4 numbers into noise 0), as the sweep's results.parquet has it
+            assert list(got.noise) == [v] and list(got.trained_noise) == [0.0]
+            assert len(shared[(shared.trial == rec.name) & (shared.noise == v) & (shared["round"] == last["round"])]) == 1
+
+
+def test_results_parquet_and_load_share_their_columns_and_values(tmp_path):
+    """A sweep's results.parquet holds fda_ray.results.load's columns (the docs say so; value, kind and
+    trial_seconds were load's only), with the same values, the shared Source Only trial included; the parquet's
+    own are the grid's (grid, grid_variable, grid_value) and load's own its directory (and config_seed, the config's
+    seed beside the identity's)."""
+    import pyarrow.parquet as pq
+
+    from fda_ray.experiments.records import collect
+    from fda_ray.experiments.trials import plan
+    from fda_ray.papers.grids import GRIDS
+
+    d = RESULTS / "fmnist-noise-quick"
+    m = json.loads((d / "sweep.json").read_text())
+    trials = plan(GRIDS[m["name"]], m["profile"], rows=m["rows"], values=m["values"], seeds=m["seeds"],
+                  overrides=m["overrides"])
+    rows, _ = collect(trials, GRIDS[m["name"]], d / "trials")
+    from fda_ray.experiments.backends import write_parquet
+
+    write_parquet(rows, tmp_path / "r.parquet")
+    pq_df = pq.read_table(tmp_path / "r.parquet").to_pandas()
+    df = results.load(d)
+    assert set(df.columns) - set(pq_df.columns) == {"directory", "config_seed"}
+    assert set(pq_df.columns) - set(df.columns) == {"grid", "grid_variable", "grid_value"}
+    assert (pq_df.value == pq_df.grid_value).all()
+    key = ["trial", "value", "round"]
+    both = df.merge(pq_df, on=key, suffixes=("", "_pq"))
+    assert len(both) == len(df) == len(pq_df)
+    for col in ("accuracy", "loss", "noise", "seed", "kind", "trial_seconds", "lr_source"):
+        a, b = both[col], both[f"{col}_pq"]
+        assert ((a == b) | (a.isna() & b.isna())).all(), col
 
 
 def _committed_manifests():

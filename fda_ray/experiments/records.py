@@ -588,6 +588,9 @@ def shared_value_row(r: dict[str, Any], i: int, value: float, config: dict[str, 
     row = {k: (x if trained or k in NOISE_FREE else None) for k, x in r.items() if not k.startswith("eval_noise_")}
     row["accuracy"] = (r.get("eval_noise_accuracy") or [None] * (i + 1))[i]
     row["loss"] = losses[i] if losses else (r.get("loss") if trained else None)
+    # its noise column is the level it was evaluated at (a filter on noise then finds the cell's numbers only);
+    # the noise it trained with beside it
+    row["noise"], row["trained_noise"] = value, float(config.get("noise") or 0.0)
     return row
 
 
@@ -598,15 +601,19 @@ def result_rows(trial: Trial, grid: Grid, data: dict[str, Any]) -> list[dict[str
     builds were), as fda_ray.results.load gives them; a shared source_only trial gives one set of rows per grid
     value it was evaluated at (shared_value_row: its accuracy and loss there)."""
     ident = {k: v for k, v in trial.params.items() if k != "eval_noise"}
-    ident.update(row=trial.row, grid=grid.name, grid_variable=grid.variable, trial=trial.key)
-    extra = config_columns(data, skip={*ident, "eval_noise"})
+    # fda_ray.results.load's identity columns (value, kind, trial_seconds) beside the grid's (grid, grid_variable,
+    # grid_value: the same number as value)
+    ident.update(row=trial.row, grid=grid.name, grid_variable=grid.variable, trial=trial.key, kind=trial.kind,
+                 trial_seconds=data.get("seconds"))
+    extra = config_columns(data, skip=set(ident))  # (eval_noise among them, from the config: a list or None)
     out = []
     if trial.value is None:
         for i, v in enumerate(trial.values):
             for r in data["rows"]:
-                out.append({**ident, grid.variable: v, "grid_value": v, **shared_value_row(r, i, v, data["config"])})
+                out.append({**ident, grid.variable: v, "value": v, "grid_value": v,
+                            **shared_value_row(r, i, v, data["config"])})
     else:
-        out = [{**ident, "grid_value": trial.value, **r} for r in data["rows"]]
+        out = [{**ident, "value": trial.value, "grid_value": trial.value, **r} for r in data["rows"]]
     # the config and build after the round's own columns, never over them
     return [{**r, **{k: v for k, v in extra.items() if k not in r}} for r in out]
 
