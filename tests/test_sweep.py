@@ -668,3 +668,18 @@ def test_a_regression_grid_reports_its_test_loss_not_an_accuracy_of_nan(tmp_path
     assert collect.main([str(out)]) == 0
     printed = capsys.readouterr().out
     assert "loss, final round" in printed and f"{last:.1f} (n=1)" in printed and "nan" not in printed
+
+
+def test_a_summarys_profile_note_says_what_the_command_changed():
+    """The profile's note says what the profile alone runs ("50 rounds ... 3 seeds"); beside a table of a command
+    that set --rounds, --seeds or --methods it says so (the note alone described another run than the table's)."""
+    from fda_ray.experiments.summary import changed_by, summarize
+
+    command = ("python -m fda_ray.sweep --grid noise --methods fedgp,fedda_auto --values 0.4 --seeds 2 --rounds 4 "
+               "--warmup-rounds 1")
+    assert changed_by(command) == (" The command changed: rounds=4, warmup_rounds=1, seeds=2, "
+                                   "methods=fedgp,fedda_auto (the tables are what ran).")
+    assert changed_by("python -m fda_ray.sweep --grid noise --values 0.4") == "" and changed_by("") == ""
+    text, _ = summarize([], [], GRIDS["noise"], "quick", ["fedgp"], [0.4], command)
+    profile = next(line for line in text.splitlines() if line.startswith("Profile `quick`: "))
+    assert profile.endswith(changed_by(command).strip()) and GRIDS["noise"].profiles["quick"].note in profile

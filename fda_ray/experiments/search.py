@@ -35,7 +35,7 @@ from typing import Any, Sequence
 from fda_ray.core.storage import StoragePath, storage_path
 from fda_ray.papers.selection import RULES, best_so_far, final_value, select
 from fda_ray.experiments.records import ROWS_FILE, Trial, is_done, keep_aside, read_rows, set_aside_damaged
-from fda_ray.experiments.trials import merge_fields, point_trial
+from fda_ray.experiments.trials import MAX_SAMPLES, MAX_SEEDS, merge_fields, point_trial
 from fda_ray.papers.files import write_definition
 from fda_ray.papers.searches import Search
 
@@ -347,11 +347,14 @@ def _cell(values: list[float]) -> str:
 def summarize(search: Search, profile: str, tables: dict[str, dict], reruns: dict[str, dict[str, list[float]]],
               references: dict[float, dict[str, list[float]]], command: str, num_samples: int, scheduler: str,
               search_alg: str) -> str:
+    from fda_ray.experiments.summary import changed_by
+
     lines = [f"# Search `{search.name}` ({profile} profile)", "",
              (f"{search.note[0].upper() + search.note[1:]}. " if search.note else "")  # (a file's note is optional)
              + f"Space: {'; '.join(d.describe() for d in search.space)}; "
              f"{num_samples} trials a study ({search_alg} search, scheduler {scheduler} on the first rule's metric).",
-             "", *([f"Profile `{profile}`: {search.profiles[profile].note}", ""] if search.profiles[profile].note else []),
+             "", *([f"Profile `{profile}`: {search.profiles[profile].note}{changed_by(command)}", ""]
+                   if search.profiles[profile].note else []),
              "Selection rules: " + "; ".join(f"**{r}**: {RULES[r].label} (`{RULES[r].metric}`)" for r in search.rules)
              + ". The oracle reads the target's test labels: an upper bound, not a result.", "",
              f"Per setting: each rule's selected configuration, the search's final value of the rule's validation "
@@ -493,6 +496,9 @@ def search(name: str | Search, *, profile: str = "quick", out: str | Path | None
     for field_name, n in (("num_samples", num_samples), ("rerun_seeds", rerun_seeds), ("max_concurrent", max_concurrent)):
         if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
             raise ValueError(f"{field_name}={n!r} is invalid: an integer >= 1")
+    for field_name, n, most in (("num_samples", num_samples, MAX_SAMPLES), ("rerun_seeds", rerun_seeds, MAX_SEEDS)):
+        if n is not None and n > most:  # (as the command's check_counts)
+            raise ValueError(f"{field_name}={n!r} is invalid: an integer from 1 to {most}")
     if scheduler not in SCHEDULERS:
         raise ValueError(f"scheduler={scheduler!r} is invalid: one of {', '.join(SCHEDULERS)}")
     if search_alg not in ("random", "optuna"):

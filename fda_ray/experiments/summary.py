@@ -28,7 +28,8 @@ def summarize(rows: list[dict], failures: list[dict], grid: Grid, profile: str, 
              f"{what}, ours / paper ({grid.paper_ref or 'no published numbers'}); "
              f"mean ± the 95 % confidence half-width over seeds (Student's t) where n > 1, as `python -m "
              f"fda_ray.collect` and the results pages print it; **!** marks a gap of more than {GAP:g} points.", "",
-             *([f"Profile `{profile}`: {grid.profiles[profile].note}", ""] if grid.profiles[profile].note else []),
+             *([f"Profile `{profile}`: {grid.profiles[profile].note}{changed_by(command)}", ""]
+               if grid.profiles[profile].note else []),
              f"Command: `{command}`", ""]
     binary = any(r.get("auc") is not None for r in rows)  # Healthcare FDA's tasks: AUC beside accuracy
     tables = [("accuracy", 1)] + ([("auc", 1)] if binary else []) + \
@@ -70,6 +71,22 @@ def summarize(rows: list[dict], failures: list[dict], grid: Grid, profile: str, 
             lines.append(f"- {f['row']} {grid.variable}={at} seed={f['seed']} ({f['attempts']} attempts): {f['error']}")
     return "\n".join(lines) + "\n", {"grid": grid.name, "profile": profile, "cells": cells, "failures": failures,
                                     "metric": "loss" if regression else "accuracy"}
+
+
+def changed_by(command: str) -> str:
+    """" The command changed: rounds=4, seeds=2 (the tables are what ran)." where a sweep's or search's command set
+    fields, seeds or rows beside its profile (whose note says what the profile alone runs: "50 rounds ... 3 seeds"
+    beside a table of 4 rounds and 2 seeds misled); "" where it set none, or is not a command line."""
+    from fda_ray.experiments.arguments import manifest_from_command
+
+    try:
+        m = manifest_from_command(command)
+    except Exception:  # (no command: a table redrawn by collect or the pages)
+        return ""
+    parts = [f"{k}={v}" for k, v in sorted(m.overrides.items())]
+    parts += [f"seeds={m.seeds}"] if m.seeds else []
+    parts += [f"methods={','.join(m.rows)}"] if m.rows else []
+    return f" The command changed: {', '.join(parts)} (the tables are what ran)." if parts else ""
 
 
 def builds_line(records: StoragePath, keys: set[str] | None = None) -> tuple[list[dict], str]:
