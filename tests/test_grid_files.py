@@ -5,6 +5,7 @@ allowed (exit code 2 on the command line)."""
 from __future__ import annotations
 
 import json
+import re
 
 import pyarrow.parquet as pq
 import pytest
@@ -60,7 +61,16 @@ BAD = [
     (lambda d: d.pop("rows"), "rows is missing"),
     (lambda d: d["rows"][0].update(method="fedgpp"), "rows[0].method='fedgpp' is invalid: one of"),
     (lambda d: d.update(dataset="imagenet"), "dataset='imagenet' is invalid: one of"),
-    (lambda d: d.update(seeds="three"), "seeds='three' is invalid: an integer >= 1"),
+    (lambda d: d.update(seeds="three"), "seeds='three' is invalid: an integer from 1 to 1000"),
+    # a count that would plan for ever: capped as --seeds is (it hung, filling memory)
+    (lambda d: d.update(seeds=10 ** 23), f"seeds={10 ** 23} is invalid: an integer from 1 to 1000"),
+    (lambda d: d["profiles"]["quick"].update(seeds=10 ** 23), "profiles.quick.seeds="),
+    # a value twice: its trials twice, at once, into one record
+    (lambda d: d.update(values=[0.0, 0.8, 0.8]), "values=[0.0, 0.8, 0.8] is invalid: each value once"),
+    # names that become folders: a key with '/' wrote records outside --out
+    (lambda d: d["rows"][0].update(key="../../x"), "rows[0].key='../../x' is invalid: letters, digits, '_', '-' and"),
+    (lambda d: d.update(name="../evil"), "name='../evil' is invalid: letters, digits"),
+    (lambda d: d["profiles"].update({"..": {}}), "profiles key='..' is invalid: letters, digits"),
     (lambda d: d.update(values=[]), "values=[] is invalid: a list of at least one item"),
     (lambda d: d["profiles"]["quick"].update(values=[0.5]), "profile 'quick' runs noise=0.5, which is not one of"),
     (lambda d: d["profiles"]["quick"]["fields"].update(roundz=3), "field 'roundz' is not a RunConfig field"),
@@ -103,6 +113,26 @@ def test_a_bad_search_file_is_one_line(tmp_path, capsys):
         load_search(str(tmp_path / "absent.yaml"))
     with pytest.raises(DefinitionFileError, match="a grid file .* or one of the known grids"):
         load_grid("no-such-grid")
+
+
+def test_a_search_file_caps_its_counts_and_checks_its_names(tmp_path, capsys):
+    for change, needle in [(lambda d: d["num_samples"].update(quick=10 ** 20),
+                            f"num_samples.quick={10 ** 20} is invalid: an integer from 1 to 10000"),
+                           (lambda d: d.update(rerun_seeds=10 ** 20), "rerun_seeds="),
+                           (lambda d: d.update(name="a/b"), "name='a/b' is invalid: letters, digits"),
+                           (lambda d: d.update(values=[0.2, 0.2]), "values=[0.2, 0.2] is invalid: each value once")]:
+        d = search_to_dict(SEARCHES["beta"])
+        change(d)
+        (tmp_path / "s.yaml").write_text(dump(d))
+        with pytest.raises(DefinitionFileError, match=re.escape(needle)):
+            load_search(str(tmp_path / "s.yaml"))
+
+
+def test_a_grid_file_nested_too_deeply_is_one_line(tmp_path, capsys):
+    (tmp_path / "deep.json").write_text("[" * 100000 + "]" * 100000)
+    assert sweep.main(["--grid", str(tmp_path / "deep.json"), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: grid={str(tmp_path / 'deep.json')!r} is invalid: not JSON (nested too deeply)\n"
 
 
 def test_print_grid_writes_the_built_in_definition(capsys):

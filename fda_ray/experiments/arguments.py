@@ -21,7 +21,7 @@ from fda_ray.core.storage import StoragePath, storage_path
 from fda_ray.experiments import stranded
 from fda_ray.experiments.cli import add_config_arguments, config_fields
 from fda_ray.experiments.manifest import Manifest, read as read_manifest
-from fda_ray.experiments.trials import MAX_SEEDS
+from fda_ray.experiments.trials import MAX_SAMPLES, MAX_SEEDS
 from fda_ray.papers.grids import GRIDS
 from fda_ray.papers.searches import SEARCHES
 
@@ -141,8 +141,10 @@ def check_counts(a: Any) -> None:
         v = getattr(a, name, None)
         if v is not None and v < 1:
             raise SweepError(f"{name}={v} is invalid: an integer >= 1")
-    if a.seeds is not None and a.seeds > MAX_SEEDS:
-        raise SweepError(f"seeds={a.seeds} is invalid: an integer from 1 to {MAX_SEEDS}")
+    for name, most in (("seeds", MAX_SEEDS), ("rerun_seeds", MAX_SEEDS), ("num_samples", MAX_SAMPLES)):
+        v = getattr(a, name, None)
+        if v is not None and v > most:
+            raise SweepError(f"{name}={v} is invalid: an integer from 1 to {most}")
     if a.max_failures < 0:
         raise SweepError(f"max_failures={a.max_failures} is invalid: an integer >= 0")
     stranded.wait_seconds()  # $FDA_RAY_NODE_WAIT_S, read by a Tune launch: checked before any work

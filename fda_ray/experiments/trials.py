@@ -23,6 +23,7 @@ from fda_ray.core.config import RunConfig
 from fda_ray.papers.grids import Grid
 
 MAX_SEEDS = 1000  # seeds per cell: the papers run 3 to 5; a typo of 10**8 would plan for hours before any work
+MAX_SAMPLES = 10000  # a search's trials per study: the searches run 8 to 24; the same typo would plan for ever
 
 
 def _same(a: float, b: float) -> bool:

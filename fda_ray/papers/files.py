@@ -41,6 +41,8 @@ test suite checks every built-in grid and search), so a file made from a built-i
 from __future__ import annotations
 
 import json
+import math
+import re
 from typing import Any, Callable, Mapping
 
 from fda_ray.core.registry import did_you_mean, plugin_hint
@@ -48,6 +50,7 @@ from fda_ray.papers.grids import Grid, Profile, Row
 from fda_ray.papers.searches import Dim, Search
 
 SUFFIXES = (".yaml", ".yml", ".json")
+NAME = re.compile(r"[A-Za-z0-9_.\-]+")  # a row key, a grid's, a search's or a profile's name: a folder name
 
 
 class DefinitionFileError(ValueError):
@@ -202,9 +205,25 @@ class Checker:
             raise self.fail(where, v, "a number")
         return v
 
-    def integer(self, where: str, v: Any, low: int = 1) -> int:
-        if isinstance(v, bool) or not isinstance(v, int) or v < low:
-            raise self.fail(where, v, f"an integer >= {low}")
+    def integer(self, where: str, v: Any, low: int = 1, high: int | None = None) -> int:
+        """`high`: a count that plans that many trials (seeds, trials per study), bounded as the command line's
+        flags are (a typo of 10**20 would plan for ever)."""
+        if isinstance(v, bool) or not isinstance(v, int) or v < low or (high is not None and v > high):
+            raise self.fail(where, v, f"an integer >= {low}" if high is None else f"an integer from {low} to {high}")
+        return v
+
+    def seeds(self, where: str, v: Any) -> int:
+        """Seeds per cell: an integer from 1 to MAX_SEEDS (as --seeds)."""
+        from fda_ray.experiments.trials import MAX_SEEDS
+
+        return self.integer(where, v, high=MAX_SEEDS)
+
+    def name(self, where: str, v: Any) -> str:
+        """A name that becomes a folder's or a file's (a row key in trial folders' names, the grid's name and a
+        profile's in the default --out): refused if it could name a path elsewhere."""
+        v = self.text(where, v)
+        if not NAME.fullmatch(v) or v in (".", ".."):
+            raise self.fail(where, v, "letters, digits, '_', '-' and '.' (it names folders: no '/', not '.' or '..')")
         return v
 
     def mapping(self, where: str, v: Any) -> dict:
@@ -218,8 +237,20 @@ class Checker:
         return v
 
     def by_value(self, where: str, v: Any, item: Callable[[str, Any], Any]) -> dict[float, Any]:
-        """A mapping keyed by grid values (numbers; JSON's text keys read as numbers)."""
-        return {self.number(f"{where} key", k): item(f"{where}[{k}]", x) for k, x in self.mapping(where, v).items()}
+        """A mapping keyed by grid values (numbers; JSON's text keys read as numbers: "0.4" and "0.40" are one)."""
+        out: dict[float, Any] = {}
+        for k, x in self.mapping(where, v).items():
+            number = self.number(f"{where} key", k)
+            if number in out:
+                raise self.fail(f"{where} key", k, f"each value once ({number:g} is given twice)")
+            out[number] = item(f"{where}[{k}]", x)
+        return out
+
+    def distinct(self, where: str, values: tuple[float, ...]) -> tuple[float, ...]:
+        """Values each given once: a value twice would plan its trials twice, run at once into one record."""
+        if any(math.isclose(a, b, rel_tol=0, abs_tol=1e-9) for i, a in enumerate(values) for b in values[:i]):
+            raise self.fail(where, list(values), "each value once")
+        return values
 
 
 def _row(c: Checker, where: str, d: Any) -> Row:
@@ -230,7 +261,7 @@ def _row(c: Checker, where: str, d: Any) -> Row:
     if method not in ALGORITHMS:
         raise c.fail(f"{where}.method", method, f"one of {', '.join(ALGORITHMS.names())}", ALGORITHMS.names(),
                      pluggable=True)
-    key = c.text(f"{where}.key", d["key"])
+    key = c.name(f"{where}.key", d["key"])
     params = c.mapping(f"{where}.params", d.get("params", {}))
     if "method" in params:
         raise c.fail(f"{where}.params.method", params["method"], "set by the row's `method`, not in its params")
@@ -247,7 +278,7 @@ def _profile(c: Checker, where: str, d: Any) -> Profile:
                                                  for i, v in enumerate(c.seq(f"{where}.values", values))),
         rows=None if rows is None else tuple(c.text(f"{where}.rows[{i}]", r)
                                              for i, r in enumerate(c.seq(f"{where}.rows", rows))),
-        seeds=None if d.get("seeds") is None else c.integer(f"{where}.seeds", d["seeds"]),
+        seeds=None if d.get("seeds") is None else c.seeds(f"{where}.seeds", d["seeds"]),
         note=d.get("note", "") if isinstance(d.get("note", ""), str) else c.text(f"{where}.note", d["note"]),
         row_fields={k: c.mapping(f"{where}.row_fields.{k}", v)
                     for k, v in c.mapping(f"{where}.row_fields", d.get("row_fields", {})).items()})
@@ -263,7 +294,7 @@ def _dataset(c: Checker, v: Any) -> str:
 
 
 def _values(c: Checker, d: dict) -> tuple[float, ...]:
-    return tuple(c.number(f"values[{i}]", v) for i, v in enumerate(c.seq("values", d["values"])))
+    return c.distinct("values", tuple(c.number(f"values[{i}]", v) for i, v in enumerate(c.seq("values", d["values"]))))
 
 
 def grid_from_dict(data: Any, path: str = "<mapping>") -> Grid:
@@ -274,9 +305,9 @@ def grid_from_dict(data: Any, path: str = "<mapping>") -> Grid:
                 "value_fields"))
     values = _values(c, d)
     seeds = d.get("seeds", {})
-    seeds = ({v: c.integer("seeds", seeds) for v in values} if not isinstance(seeds, dict)
-             else c.by_value("seeds", seeds, c.integer))
-    profiles = {c.text("profiles key", k): _profile(c, f"profiles.{k}", p)
+    seeds = ({v: c.seeds("seeds", seeds) for v in values} if not isinstance(seeds, dict)
+             else c.by_value("seeds", seeds, c.seeds))
+    profiles = {c.name("profiles key", k): _profile(c, f"profiles.{k}", p)
                 for k, p in c.mapping("profiles", d["profiles"]).items()}
     if not profiles:
         raise c.fail("profiles", d["profiles"], "name at least one profile (the sweep runs --profile quick unless "
@@ -289,7 +320,7 @@ def grid_from_dict(data: Any, path: str = "<mapping>") -> Grid:
         raise c.fail("share_source_only", share, "true or false")
     try:
         grid = Grid(
-            name=c.text("name", d["name"]), dataset=_dataset(c, d["dataset"]), variable=c.text("variable", d["variable"]),
+            name=c.name("name", d["name"]), dataset=_dataset(c, d["dataset"]), variable=c.text("variable", d["variable"]),
             values=values, rows=tuple(_row(c, f"rows[{i}]", r) for i, r in enumerate(c.seq("rows", d["rows"]))),
             seeds=seeds, profiles=profiles, paper=paper,
             paper_ref=d.get("paper_ref", "") if isinstance(d.get("paper_ref", ""), str) else c.text("paper_ref", d["paper_ref"]),
@@ -369,6 +400,7 @@ def _dim(c: Checker, where: str, d: Any) -> Dim:
 def search_from_dict(data: Any, path: str = "<mapping>") -> Search:
     """A Search from a file's mapping, every key and value checked (DefinitionFileError, one line)."""
     from fda_ray.algorithms import ALGORITHMS
+    from fda_ray.experiments.trials import MAX_SAMPLES
 
     c = Checker("search", path)
     d = c.keys("", data, ("name", "dataset", "methods", "space", "variable", "values", "rules", "profiles"),
@@ -379,25 +411,25 @@ def search_from_dict(data: Any, path: str = "<mapping>") -> Search:
         if m not in ALGORITHMS:
             raise c.fail(f"methods[{i}]", m, f"one of {', '.join(ALGORITHMS.names())}", ALGORITHMS.names(),
                          pluggable=True)
-    profiles = {c.text("profiles key", k): _profile(c, f"profiles.{k}", p)
+    profiles = {c.name("profiles key", k): _profile(c, f"profiles.{k}", p)
                 for k, p in c.mapping("profiles", d["profiles"]).items()}
     if not profiles:
         raise c.fail("profiles", d["profiles"], "name at least one profile (quick and paper are the usual)")
-    num = {c.text("num_samples key", k): c.integer(f"num_samples.{k}", v)
+    num = {c.text("num_samples key", k): c.integer(f"num_samples.{k}", v, high=MAX_SAMPLES)
            for k, v in c.mapping("num_samples", d.get("num_samples", {"quick": 8, "paper": 24})).items()}
     missing = [p for p in profiles if p not in num]
     if missing:
         raise c.fail("num_samples", num, f"give the trials per study of every profile ({', '.join(profiles)})")
     try:
         search = Search(
-            name=c.text("name", d["name"]), dataset=_dataset(c, d["dataset"]), methods=methods,
+            name=c.name("name", d["name"]), dataset=_dataset(c, d["dataset"]), methods=methods,
             space=tuple(_dim(c, f"space[{i}]", x) for i, x in enumerate(c.seq("space", d["space"]))),
             variable=c.text("variable", d["variable"]), values=_values(c, d),
             rules=tuple(c.text(f"rules[{i}]", r) for i, r in enumerate(c.seq("rules", d["rules"]))),
             profiles=profiles, fixed=c.mapping("fixed", d.get("fixed", {})),
             references=tuple(_row(c, f"references[{i}]", r)
                              for i, r in enumerate(c.seq("references", d.get("references", []), empty=True))),
-            num_samples=num, rerun_seeds=c.integer("rerun_seeds", d.get("rerun_seeds", 3)),
+            num_samples=num, rerun_seeds=c.seeds("rerun_seeds", d.get("rerun_seeds", 3)),
             grace_period=c.integer("grace_period", d.get("grace_period", 10)),
             reduction_factor=c.integer("reduction_factor", d.get("reduction_factor", 2), low=2),
             value_fields=c.by_value("value_fields", d.get("value_fields", {}), c.mapping),
