@@ -235,3 +235,31 @@ def test_a_value_refused_after_the_parse_names_the_file_and_the_key(tmp_path, ca
     (tmp_path / "sweep.yaml").write_text("beta: 3\n")
     assert sweep.main(["--search", "beta", "--config", str(tmp_path / "sweep.yaml"), "--dry-run"]) == 2
     assert capsys.readouterr().err.strip().endswith(f"(config key 'beta' in {tmp_path / 'sweep.yaml'})")
+
+
+def test_a_file_nested_too_deeply_is_one_line_not_a_recursion_traceback(tmp_path, capsys):
+    (tmp_path / "deep.json").write_text("[" * 100000 + "]" * 100000)
+    (tmp_path / "deep.yaml").write_text("eval_noise: " + "[" * 5000 + "]" * 5000 + "\n")
+    for name, kind in (("deep.json", "JSON"), ("deep.yaml", "YAML")):
+        assert cli.main(["--config", str(tmp_path / name), "--print-config"]) == 2
+        assert capsys.readouterr().err == \
+            f"error: config={str(tmp_path / name)!r} is invalid: not {kind} (nested too deeply)\n"
+
+
+@pytest.mark.parametrize("argv,line", [
+    (["--config", "--print-config"], "error: config is invalid: --config needs a file"),  # (not the next flag)
+    (["--config=", "--print-config"], "error: config='' is invalid: --config needs a file"),  # (not '.')
+    (["--config", "/dev/null"], "error: config='/dev/null' is invalid: not a regular file (a device, a pipe or a "
+                                "socket)"),  # (not "no such file": it is there)
+])
+def test_config_without_a_file_says_so(argv, line, capsys):
+    assert cli.main(argv) == 2
+    assert capsys.readouterr().err == line + "\n"
+
+
+def test_negative_infinity_after_a_flag_is_its_value(capsys):
+    """argparse takes '-inf' for a flag ("expected one argument"): every fda-ray parser reads it as the value."""
+    for argv in (["--noise", "-inf"], ["--lr-source", "-Infinity"], ["--eval-noise", "0.1", "-nan"]):
+        assert cli.main([*argv, "--print-config"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"={argv[-1]!r} is invalid: a finite number" in err, err

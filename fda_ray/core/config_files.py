@@ -49,12 +49,16 @@ def read_mapping(path: str | Path, field: str = "config", mapping: str = "a mapp
             data = yaml.safe_load(text)
         except yaml.YAMLError as e:
             raise ConfigFileError(f"{field}={str(path)!r} is invalid: not YAML ({_yaml_problem(e)})") from None
+        except RecursionError:  # lists in lists thousands deep: the parsers recurse once a level
+            raise ConfigFileError(f"{field}={str(path)!r} is invalid: not YAML (nested too deeply)") from None
     else:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
             raise ConfigFileError(f"{field}={str(path)!r} is invalid: not JSON ({e.msg} at line {e.lineno}); "
                                   "name a YAML file .yaml or .yml") from None
+        except RecursionError:
+            raise ConfigFileError(f"{field}={str(path)!r} is invalid: not JSON (nested too deeply)") from None
     if data is None:
         return {}
     if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
@@ -210,12 +214,14 @@ def expand(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list[str],
     while i < len(argv):
         x = argv[i]
         if x == "--config":
-            if i + 1 >= len(argv):
+            if i + 1 >= len(argv) or argv[i + 1].startswith("--"):  # (the next flag is not the file: --config ./--x)
                 raise ConfigFileError("config is invalid: --config needs a file")
             files.append(argv[i + 1])
             i += 2
             continue
         if x.startswith("--config="):
+            if not x[len("--config="):]:  # (Path('') is '.', which would be named as a directory)
+                raise ConfigFileError("config='' is invalid: --config needs a file")
             files.append(x[len("--config="):])
         else:
             out.append(x)

@@ -7,8 +7,14 @@ import argparse
 import importlib
 import math
 import os
+import re
 import sys
 from typing import Any, Callable, NoReturn
+
+
+# The words argparse reads as a negative number (a value), not a flag: its own pattern knows -1 and -.5 only, so
+# `--noise -inf` (or -nan, -1e-5) was "expected one argument" and the option's own message was never shown.
+NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)(e[-+]?\d+)?$|^-(inf|infinity|nan)$", re.IGNORECASE)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -23,6 +29,7 @@ class OneLineParser(argparse.ArgumentParser):
     def __init__(self, *args: Any, command: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.command = command
+        self._negative_number_matcher = NEGATIVE_NUMBER  # (argparse's attribute: no public way to set it)
 
     def error(self, message: str) -> NoReturn:
         if message.startswith("unrecognized arguments: "):

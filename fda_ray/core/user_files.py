@@ -92,6 +92,8 @@ def read_bytes(path: Any, field: str) -> bytes:
     if p.is_dir():
         raise DamagedFileError(field, path, "a directory, not a file")
     if not p.is_file():
+        if isinstance(p, Path) and p.exists():  # /dev/null, a pipe, a socket: it is there, but holds no file's bytes
+            raise DamagedFileError(field, path, "not a regular file (a device, a pipe or a socket)")
         raise DamagedFileError(field, path, "no such file")
     try:
         return p.read_bytes()
