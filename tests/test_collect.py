@@ -111,11 +111,27 @@ def test_latex_says_how_many_seeds_each_cell_holds(capsys):
     (["/nonexistent/x"], "dir='/nonexistent/x' is invalid: not a folder"),
     (["--last", "0", "docs/results/fmnist-noise"], "last=0 is invalid"),
     (["--format", "xls", "docs/results/fmnist-noise"], "--format: invalid choice: 'xls'"),
+    # outputs checked before the records are read (a table computed, then not written, was lost in a traceback)
+    (["docs/results/fmnist-noise-quick", "--out", "/proc/fda-collect/t.md"],
+     "out='/proc/fda-collect/t.md' is invalid: cannot write in /proc"),
+    (["docs/results/fmnist-noise-quick", "--out", "docs/results"], "out='docs/results' is invalid: it is a directory"),
+    (["docs/results/fmnist-noise-quick", "--figure", "curves", "--figure-out", "/proc/fda_fig"],
+     "figure_out='/proc/fda_fig' is invalid: cannot write in /proc"),
+    (["docs/results/fmnist-noise-quick", "--scale", "1e308"], "scale=1e+308 is invalid: a positive number that keeps"),
+    (["docs/results/fmnist-noise-quick", "--scale", "-inf"], "scale=-inf is invalid"),
+    (["docs/results/fmnist-noise-quick", "--metric", "accuracx"],
+     "metric='accuracx' is invalid: one of accuracy, loss, "),
 ])
 def test_bad_input_is_one_line_and_exit_code_2(args, message, capsys):
     assert collect.main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
+
+
+def test_collect_out_makes_its_folder_as_parquet_does(tmp_path, capsys):
+    out = tmp_path / "new" / "folder" / "t.md"
+    assert collect.main([str(RESULTS / "fmnist-noise-quick"), "--out", str(out)]) == 0
+    assert out.read_text().startswith("## noise (quick profile)") and capsys.readouterr().err == ""
 
 
 def test_a_folder_without_a_summary_needs_grid(tmp_path, capsys):

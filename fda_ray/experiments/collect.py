@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
+from fda_ray.core.registry import did_you_mean
 from fda_ray.experiments import tables
 from fda_ray.experiments.records import ROWS_FILE, finished, read_rows, record_damage
 from fda_ray.papers.grids import Grid
@@ -176,6 +177,7 @@ def grid_table(sources: Sequence[Source], metric: str = "accuracy", last: int = 
     rows: list[dict] = []
     seen: set[str] = set()
     builds: dict[str, None] = {}
+    logged: dict[str, None] = {}  # the round columns with numbers the records log: what --metric can name
     duplicates = 0
     for src in sources:
         records = src.path / "trials"
@@ -189,9 +191,14 @@ def grid_table(sources: Sequence[Source], metric: str = "accuracy", last: int = 
             seen.add(rec.path.name)
             trials.append(rec.trial)
             builds[_build_text(rec.data.get("environment"))] = None
+            logged.update((k, None) for r in rec.data.get("rows") or () for k, v in r.items()
+                          if k != "round" and isinstance(v, (int, float, list)) and not isinstance(v, bool))
         rows += collect(trials, grid, records)[0]
     if metric == "accuracy" and tables.is_regression(rows):
         metric, scale = "loss", 1.0  # a regression task (synthetic data): no accuracy; its test loss, as summary.md
+    if rows and not any(metric in r for r in rows):  # a misspelt metric, not a directory without its numbers
+        raise CollectError(f"metric={metric!r} is invalid: one of {', '.join(logged)} (the columns its records log)"
+                           f"{did_you_mean(metric, list(logged))}")
     final = tables.final(rows, metric, last, scale)
     if not final:
         raise CollectError(f"dir={str(sources[0].path)!r} is invalid: no finished trial with a {metric!r} to read")
@@ -636,8 +643,10 @@ def parser() -> "OneLineParser":
 
 def main(argv: list[str] | None = None) -> int:
     from fda_ray.core import plugins
+    from fda_ray.core.storage import atomic_local
     from fda_ray.core.user_files import DamagedFileError
     from fda_ray.experiments.manifest import ManifestError
+    from fda_ray.runtime import preflight
 
     if (code := plugins.preload(sys.argv[1:] if argv is None else argv)) is not None:  # a file grid's plug-ins
         return code
@@ -658,6 +667,11 @@ def main(argv: list[str] | None = None) -> int:
             raise CollectError(f"paired={a.paired!r} is invalid with --format {a.format}: Markdown only")
         if (a.figure_out or a.panels) and not a.figure:
             raise CollectError("figure_out/panels are invalid without --figure curves|heatmap")
+        # before the records are read: a table (or a figure) computed and then not written would be lost
+        if a.out:
+            preflight.output_file("out", a.out)
+        if a.figure_out:
+            preflight.output_file("figure_out", a.figure_out)
         tabs = collect_tables(a.dirs, a.grid, a.metric, a.last, a.scale)
         if (a.paired is not None or a.figure) and all(isinstance(t, SearchTable) for t in tabs):
             what = f"paired={a.paired!r}" if a.paired is not None else f"figure={a.figure!r}"
@@ -670,11 +684,22 @@ def main(argv: list[str] | None = None) -> int:
             panels = [m for m in (a.panels or a.metric).split(",") if m.strip()]
             for png in draw(tabs, a.figure, a.figure_out, panels):
                 print(f"figure: {png} (and .pdf)", file=sys.stderr)
-    except (CollectError, ManifestError, DamagedFileError, FileNotFoundError) as e:  # (a damaged sweep.json, too)
-        print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
+    except (CollectError, ManifestError, DamagedFileError, FileNotFoundError, preflight.PreflightError) as e:
+        print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)  # (a damaged sweep.json, too)
+        return 2
+    except OverflowError:  # a huge --scale: the metric times it (its mean, its spread) is past the largest float
+        print(f"error: scale={a.scale:g} is invalid: a positive number that keeps the values finite (100 for %, 1 "
+              "as recorded)", file=sys.stderr)
         return 2
     if a.out:
-        Path(a.out).write_text(text)
+        try:
+            with atomic_local(a.out) as tmp:  # (its folder made, as --parquet's; whole or not at all)
+                tmp.write_text(text)
+        except OSError as e:  # checked above, yet refused now (a disk filled meanwhile): the table is not lost
+            print(text, end="" if text.endswith("\n") else "\n")
+            print(f"error: out={a.out!r} could not be written ({e.strerror or type(e).__name__}); the table is on "
+                  "standard output above", file=sys.stderr)
+            return 1
     else:
         print(text, end="" if text.endswith("\n") else "\n")
     return 0
