@@ -466,3 +466,26 @@ def test_registered_dataset_smoke(isolated, name):
         assert 0.0 <= float(s.x_train.min()) and float(s.x_train.max()) <= 1.0
     else:
         assert s.task == "regression" and s.y_train.shape[1] == s.num_classes
+
+
+@pytest.mark.parametrize("name,dataset,what", [("cifar10", "CIFAR10", "CIFAR-10"),
+                                               ("fashion-mnist", "FashionMNIST", "Fashion-MNIST")])
+def test_a_download_that_fails_is_the_not_found_line_and_why(name, dataset, what, tmp_path, monkeypatch):
+    """--download with no network: the usual not-found line (the paths searched, how to get the data) and why the
+    download failed, not urllib's traceback."""
+    import urllib.error
+
+    import torchvision
+
+    from fda_ray.data import load
+    from fda_ray.data.base import DatasetNotFound
+
+    def offline(*a, **k):
+        raise urllib.error.URLError(OSError(-2, "Name or service not known"))
+
+    monkeypatch.setattr(torchvision.datasets, dataset, offline)
+    with pytest.raises(DatasetNotFound) as e:
+        load(name, str(tmp_path / "data"), download=True)
+    line = str(e.value)
+    assert line.startswith(f"{what} not found in data_dir=") and "searched: " in line and "\n" not in line
+    assert line.endswith("; --download failed (Name or service not known)")

@@ -104,6 +104,15 @@ def _not_found(name: str, data_dir: str | None, dirs: list[Path], how: str) -> D
     return DatasetNotFound(f"{name} not found{where}; searched: {', '.join(str(d) for d in dirs)}. {how}")
 
 
+def download_failed(e: BaseException) -> str:
+    """Why --download did not get a dataset, in a few words, for its not-found line (torchvision's URLError holds
+    the reason: no network is 'Name or service not known')."""
+    reason = getattr(e, "reason", None)
+    why = getattr(reason, "strerror", None) or (str(reason) if reason else "") or getattr(e, "strerror", None) \
+        or (str(e).splitlines()[0] if str(e).strip() else type(e).__name__)
+    return f"--download failed ({why[:200]})"
+
+
 def check_labels(path: Path, y: np.ndarray, num_classes: int, n: int) -> None:
     """Labels are one class index per sample, in [0, num_classes)."""
     if y.ndim != 1 or len(y) != n:

@@ -22,7 +22,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from fda_ray.data.base import DATASETS, DatasetDamaged, Split, _candidate_dirs, _not_found, check_labels
+from fda_ray.data.base import DATASETS, DatasetDamaged, Split, _candidate_dirs, _not_found, check_labels, download_failed
 from fda_ray.data.releases import (CIFAR10_ARCHIVE, CIFAR10_URL, FMNIST_SYSTEM_DIR, RELEASES, cifar10_problem,
                                    content_problem, installer, repair_command)
 from fda_ray.data.paper_defaults import PAPER_DEFAULTS
@@ -97,8 +97,11 @@ def load_fashion_mnist(data_dir: str | None = None, download: bool = False) -> S
         import torchvision  # only needed for downloading
 
         root = Path(data_dir or os.environ.get("FDA_DATA_DIR") or "data")
-        torchvision.datasets.FashionMNIST(str(root), train=True, download=True)
-        torchvision.datasets.FashionMNIST(str(root), train=False, download=True)
+        try:
+            torchvision.datasets.FashionMNIST(str(root), train=True, download=True)
+            torchvision.datasets.FashionMNIST(str(root), train=False, download=True)
+        except Exception as e:  # no network, a server that refuses: the usual line, and why the download failed
+            raise _not_found("Fashion-MNIST", data_dir, dirs, f"{FMNIST_HOW}; {download_failed(e)}") from None
         found = _find_idx_dir([root / "FashionMNIST/raw"])
     if found is None:
         raise _not_found("Fashion-MNIST", data_dir, dirs, FMNIST_HOW)
@@ -270,6 +273,10 @@ def cifar10_repair(found: Path) -> str:
             "--download (torchvision's downloader, needs internet)")
 
 
+CIFAR10_HOW = (f"Put torchvision's {CIFAR_DIR}/ folder (from cifar-10-python.tar.gz) under $FDA_DATA_DIR, or pass "
+               "--download (torchvision downloader, needs internet)")
+
+
 @DATASETS.register("cifar10", defaults=PAPER_DEFAULTS["cifar10"])
 def load_cifar10(data_dir: str | None = None, download: bool = False) -> Split:
     """CIFAR-10 from torchvision's layout (<root>/cifar-10-batches-py/data_batch_1..5, test_batch)."""
@@ -282,12 +289,13 @@ def load_cifar10(data_dir: str | None = None, download: bool = False) -> Split:
         import torchvision
 
         root = Path(data_dir or os.environ.get("FDA_DATA_DIR") or "data")
-        torchvision.datasets.CIFAR10(str(root), train=True, download=True)
+        try:
+            torchvision.datasets.CIFAR10(str(root), train=True, download=True)
+        except Exception as e:  # no network, a server that refuses: the usual line, and why the download failed
+            raise _not_found("CIFAR-10", data_dir, dirs, f"{CIFAR10_HOW}; {download_failed(e)}") from None
         found = root / CIFAR_DIR
     if found is None:
-        raise _not_found("CIFAR-10", data_dir, dirs,
-                         f"Put torchvision's {CIFAR_DIR}/ folder (from cifar-10-python.tar.gz) under $FDA_DATA_DIR, "
-                         "or pass --download (torchvision downloader, needs internet)")
+        raise _not_found("CIFAR-10", data_dir, dirs, CIFAR10_HOW)
     try:
         parts = [_read_cifar_batch(found / n) for n in names]
     except ValueError as e:  # one line naming the file, what is wrong and how to get the release again
