@@ -68,6 +68,11 @@ CASES = [
     run_case("seed=", *RUN, "--seed", "-1"),
     run_case("warmup_rounds=", *RUN, "--warmup-rounds", "-1"),
     run_case("num_sources=", *RUN, "--num-sources", "0"),
+    # a count past what any data can give: refused before any list of that size is built (it hung, filling memory)
+    run_case("num_sources=99999999999999999999999999 is invalid: an integer from 1 to", *RUN, "--num-sources",
+             "99999999999999999999999999"),
+    run_case("num_sources=100000 is invalid: at most", *RUN, "--num-sources", "100000"),
+    run_case("noise='-inf' is invalid: a finite number", *RUN, "--noise", "-inf"),  # (not "expected one argument")
     run_case("lr_source=", *RUN, "--lr-source", "0"),
     run_case("lr_target=", *RUN, "--lr-target", "-0.1"),
     run_case("lr_target=", *RUN, "--lr-target", "nan"),
@@ -97,6 +102,9 @@ CASES = [
     run_case("cpus_per_client=", *RUN, "--cpus-per-client", "nan"),
     run_case("gpus_per_client=", *RUN, "--gpus-per-client", "-1"),
     run_case("gpus_per_client=", *RUN, "--gpus-per-client", "1.5"),
+    # below Ray's granularity (0.0001): a share Ray rounds to 0, and an infinite count of clients per CPU
+    run_case("cpus_per_client=1e-320 is invalid: a number of CPUs >= 0.0001", *RUN, "--cpus-per-client", "1e-320"),
+    run_case("gpus_per_client=1e-05 is invalid", *RUN, "--gpus-per-client", "1e-5"),
     run_case("clients_per_actor=", *RUN, "--clients-per-actor", "0"),
     run_case("client_retries=", *RUN, "--client-retries", "-1"),
     # ... the model against the data, the weights file
@@ -142,6 +150,7 @@ CASES = [
     run_case("gpus_per_client=", *RUN, "--executor", "ray", "--gpus-per-client", "0.1", sub=True, seconds=60),
     run_case("ray_address=", *RUN, "--executor", "ray", "--ray-address", "127.0.0.1:1", sub=True),
     run_case("ray_address=", *RUN, "--executor", "ray", "--ray-address", "localhost:port", sub=True),
+    run_case("ray_address='bogus' is invalid: host:port", *RUN, "--executor", "ray", "--ray-address", "bogus", sub=True),
     # python -m fda_ray.sweep
     *[Case("fda_ray.sweep", a, 2, c) for a, c in [
         (("--grid", "nope", "--out", "{tmp}/s"), "grid="),
@@ -168,6 +177,10 @@ CASES = [
         (("--search", "beta", "--out", "{tmp}/s", "--values", "0.4"), "values="),
         (("--search", "beta", "--out", "{tmp}/s", "--resume"), "resume="),
         (("--search", "beta", "--out", "{tmp}/s", "--data-dir", "{tmp}/missing"), "data_dir="),
+        # a count that would plan for ever: capped as --seeds is
+        (("--search", "beta", "--out", "{tmp}/s", "--num-samples", "99999999999999999999"),
+         "num_samples=99999999999999999999 is invalid: an integer from 1 to"),
+        (("--search", "beta", "--out", "{tmp}/s", "--rerun-seeds", "99999999999999999999"), "rerun_seeds="),
     ]],
     Case("fda_ray.sweep", (*SWEEP, "--address", "127.0.0.1:1"), 2, "error: address='127.0.0.1:1'", 30, True),
     Case("fda_ray.sweep", (*SWEEP, "--data-dir", "{fm}", "--gpus-per-client", "0.1"), 2, "gpus_per_client=", 60, True),

@@ -222,6 +222,26 @@ def test_dirichlet_split_assigns_every_sample_once_and_skews_with_small_concentr
         dirichlet_split(labels, 5, 0, np.random.default_rng(0))
 
 
+def test_dirichlet_split_at_extreme_concentrations_is_a_partition_or_one_line_and_never_a_numpy_warning():
+    """1e-320 draws one client a class (its shares one-hot): a draw whose every share falls to clients holding their
+    fair share already is redrawn, not cut at NaN (numpy's RuntimeWarnings on the console, arbitrary shards); 1e308
+    overflows numpy's draws (all zero): refused in one line."""
+    import warnings
+
+    import numpy as np
+
+    from fda_ray.runtime.partitions import dirichlet_split
+
+    labels = np.repeat(np.arange(10), 100)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        parts = dirichlet_split(labels, 5, 1e-320, np.random.default_rng(0))
+        assert np.array_equal(np.sort(np.concatenate(parts)), np.arange(len(labels)))
+        with pytest.raises(ValueError, match=r"^dirichlet_concentration=1e\+308 is invalid: its Dirichlet draws are "
+                                             r"not shares"):
+            dirichlet_split(labels, 5, 1e308, np.random.default_rng(0))
+
+
 def test_corruption_domains_by_hand():
     from fda_ray.data.corruptions import apply_domain, parse_domain, to_rgb
 

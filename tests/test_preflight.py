@@ -42,7 +42,8 @@ def test_ray_address():
         preflight.ray_address(fine)
     for bad, why in (("127.0.0.1:1", "no Ray cluster answers at 127.0.0.1:1 within 2 s"),
                      ("ray://127.0.0.1:1", "no Ray cluster answers at 127.0.0.1:1"),
-                     ("localhost:port", "host:port")):
+                     ("localhost:port", "host:port"),
+                     ("bogus", "host:port, ray://host:port or auto")):  # (not Ray's "Invalid address format")
         with pytest.raises(PreflightError, match=f"^ray_address='{bad}' is invalid: {why}"):
             preflight.ray_address(bad, timeout=2)
 
@@ -137,3 +138,21 @@ def test_an_object_store_out_that_cannot_be_written_is_one_line(s3_bucket):
     assert not any(".fda-ray-probe" in p.name for p in where.iterdir())  # the probe object is gone
     with pytest.raises(PreflightError, match=r"^out='s3://no-such-bucket-fda/x' is invalid: cannot write there \("):
         preflight.output_dir("out", "s3://no-such-bucket-fda/x")
+
+def test_a_missing_dataset_is_said_before_missing_weights_in_one_line(tmp_path, monkeypatch):
+    """Both missing: the dataset's line (the paths searched, how to get it), the weights' after it; one try tells
+    the user both."""
+    from fda_ray.data.base import DatasetNotFound
+
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))  # no cached ImageNet weights
+    cfg = RunConfig(dataset="vlcs", data_dir=str(tmp_path / "data"), executor="serial").resolved()
+    with pytest.raises(DatasetNotFound) as e:
+        preflight.run(cfg)
+    line = str(e.value)
+    assert line.startswith("VLCS (vlcs) not found") and "searched: " in line and "\n" not in line
+    assert "; and model_weights='imagenet' is invalid: torchvision's cache file" in line
+    import fda_ray.data
+
+    monkeypatch.setattr(fda_ray.data, "load", lambda *a, **k: None)  # the dataset there: the weights' own line
+    with pytest.raises(PreflightError, match=r"^model_weights='imagenet' is invalid"):
+        preflight.run(cfg)

@@ -22,7 +22,14 @@ PARTITIONS = ("homo", "label_shift", "classes4", "source_classes", "domains", "d
               "domain_shards", "domain_clients")
 EXECUTORS = ("serial", "ray")
 VECTORISE = ("auto", "on", "off")
+# Ray's resource granularity: it rounds a request to 4 decimals, so a smaller share is 0 (and a client count per
+# CPU over it, fda_ray.runtime.resources, is infinite)
+RESOURCE_STEP = 0.0001
 MAX_THREADS = 1024  # more threads than any machine has cores (torch.set_num_threads(100000) segfaults)
+# Clients a run may ask for: more than any dataset here has samples (DomainNet's 0.6 million). The partitions refuse
+# a count the loaded data cannot give; this bound comes first, before the Ray executor's per-client lists (built while
+# the data loads) grow without limit for a typo's 10**26.
+MAX_CLIENTS = 1_000_000
 # Which seed builds DomainBed's ColoredMNIST / RotatedMNIST environments (fda_ray.data.domainbed): DomainBed's
 # --seed 0 for every trial, or the trial's own seed, as the FedGP authors' scripts ran (--seed s --trial_seed s).
 ENVIRONMENT_SEEDS = ("domainbed", "trial")
@@ -304,6 +311,10 @@ class RunConfig:
                 raise _err(name, v, f"an integer >= {lo}")
         if self.threads > MAX_THREADS:  # torch's thread pools crash the process far above any machine's cores
             raise _err("threads", self.threads, f"an integer from 1 to {MAX_THREADS}")
+        for name in ("num_sources", "clients_per_domain"):  # (the partition checks a count against the data's size)
+            v = getattr(self, name)
+            if v is not None and v > MAX_CLIENTS:
+                raise _err(name, v, f"an integer from 1 to {MAX_CLIENTS} (each client needs at least one sample)")
         if self.environment_seed not in ENVIRONMENT_SEEDS:
             raise _err("environment_seed", self.environment_seed, f"one of {', '.join(ENVIRONMENT_SEEDS)}",
                        ENVIRONMENT_SEEDS)
@@ -341,11 +352,13 @@ class RunConfig:
         if self.executor not in EXECUTORS:
             raise _err("executor", self.executor, f"one of {', '.join(EXECUTORS)}", EXECUTORS)
         if self.cpus_per_client is not None and not (
-                isinstance(self.cpus_per_client, (int, float)) and 0 < self.cpus_per_client <= 1024):
-            raise _err("cpus_per_client", self.cpus_per_client, "a number of CPUs > 0 (fractions allowed)")
+                isinstance(self.cpus_per_client, (int, float)) and RESOURCE_STEP <= self.cpus_per_client <= 1024):
+            raise _err("cpus_per_client", self.cpus_per_client, f"a number of CPUs >= {RESOURCE_STEP:g} (fractions "
+                       "allowed, in Ray's steps of 0.0001)")
         g = self.gpus_per_client
-        if not (isinstance(g, (int, float)) and (0 <= g <= 1 or (g > 1 and float(g).is_integer()))):
-            raise _err("gpus_per_client", g, "a fraction in [0, 1] or a whole number of GPUs")
+        if not (isinstance(g, (int, float)) and (g == 0 or RESOURCE_STEP <= g <= 1
+                                                 or (g > 1 and float(g).is_integer()))):
+            raise _err("gpus_per_client", g, f"0, a fraction in [{RESOURCE_STEP:g}, 1] or a whole number of GPUs")
         if self.clients_per_actor is not None and (not isinstance(self.clients_per_actor, int)
                                                    or isinstance(self.clients_per_actor, bool)
                                                    or self.clients_per_actor < 1):

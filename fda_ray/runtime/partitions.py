@@ -157,13 +157,19 @@ def dirichlet_split(labels: np.ndarray, clients: int, concentration: float, rng:
         for c in np.unique(labels):
             idx = rng.permutation(np.flatnonzero(labels == c))
             p = rng.dirichlet(np.full(clients, float(concentration)))
+            if not (np.isfinite(p).all() and p.sum() > 0):  # numpy's gamma draws overflow (1e308: all zero)
+                raise ValueError(f"dirichlet_concentration={concentration!r} is invalid: its Dirichlet draws are "
+                                 "not shares (they overflow); a smaller number (1e6 is as good as iid)")
             p = np.array([q * (len(part) < n / clients) for q, part in zip(p, parts)])
+            if not p.sum() > 0:  # every share fell to clients that hold their fair share already (a tiny
+                break  # concentration gives a class to one client): no cut to make; this draw fails, redrawn
             p = p / p.sum()
             cuts = (np.cumsum(p) * len(idx)).astype(int)[:-1]
             for part, chunk in zip(parts, np.split(idx, cuts)):
                 part.extend(chunk.tolist())
-        if min(len(part) for part in parts) >= need:
-            return [rng.permutation(np.asarray(part, dtype=np.int64)) for part in parts]
+        else:
+            if min(len(part) for part in parts) >= need:
+                return [rng.permutation(np.asarray(part, dtype=np.int64)) for part in parts]
     raise ValueError(f"dirichlet_concentration={concentration!r} is invalid here: {DIRICHLET_ATTEMPTS} draws never gave "
                      f"each of {clients} clients {need} of the {n} samples; raise it or use fewer clients")
 
@@ -285,6 +291,10 @@ def domain_shards_split(split: Split, cfg: RunConfig) -> tuple[tuple[tuple[Pair,
         if e >= len(envs):
             raise ValueError(f"{field}={e} is invalid: dataset {cfg.dataset!r} has environments {listing}")
     k_dev = cfg.num_sources
+    for e in (*cfg.source_envs, cfg.test_env):  # before the devices' lists are built (a huge count: memory)
+        if len(envs[e][1]) < k_dev:
+            raise ValueError(f"num_sources={k_dev} is invalid: at most {len(envs[e][1])} here (environment {names[e]} "
+                             f"holds {len(envs[e][1])} samples; each device needs at least one)")
 
     def labels_of(e: int) -> np.ndarray:
         return main_labels(envs[e][1], split.aux_tasks).numpy()  # (n_e,) the main task's labels
@@ -395,6 +405,11 @@ def build_setting(split: Split, cfg: RunConfig) -> Setting:
                          f"DomainBed environments ({', '.join(split.env_names)}); use partition 'domainbed' (leave one "
                          "domain out) or 'domain_shards' (domains split over devices, FSSDA)")
     ytr = main_labels(split.y_train, split.aux_tasks).numpy()
+    if cfg.partition in ("homo", "source_classes", "label_shift", "classes4") and n_src + 1 > len(ytr):
+        # before any list of n_src shards is built: a count the data cannot give would otherwise fill the memory
+        raise ValueError(f"num_sources={n_src} is invalid: at most {len(ytr) - 1} for dataset {cfg.dataset!r} (its "
+                         f"{len(ytr)} training samples over the sources and the target; each client needs at least "
+                         "one sample)")
     if cfg.partition in ("homo", "source_classes"):
         shards = homo_shards(len(ytr), n_src + 1, rng)
         if cfg.partition == "homo":

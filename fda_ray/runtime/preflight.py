@@ -212,6 +212,8 @@ def _host_port(address: str, field: str = "ray_address") -> tuple[str, int] | No
     """(host, port) of 'host:port' or 'ray://host:port'; None for 'auto', 'local' or a bare host."""
     rest = address.split("://", 1)[1] if "://" in address else address
     if rest in ("auto", "local") or ":" not in rest:
+        if "://" not in address and rest not in ("auto", "local"):  # a bare host: Ray's own "Invalid address format"
+            raise _err(field, address, "host:port, ray://host:port or auto")
         return None
     host, _, port = rest.rpartition(":")
     try:
@@ -478,6 +480,27 @@ def run_notes(cfg: RunConfig, target_samples: int) -> list[str]:
 def run(cfg: RunConfig) -> None:
     """What one run needs from this machine beyond its config (the data is checked when it is loaded)."""
     device(cfg.device)
-    model_weights(cfg.model_weights, cfg.model or "resnet18")
+    try:
+        model_weights(cfg.model_weights, cfg.model or "resnet18")
+    except PreflightError as e:
+        _dataset_first(cfg, e)
+        raise
     if cfg.executor == "ray":
         ray_address(*address_and_field(cfg.ray_address))
+
+def _dataset_first(cfg: RunConfig, weights: PreflightError) -> None:
+    """Missing weights with a missing dataset: the dataset's line (the paths searched, how to get it) with the
+    weights' appended, as one DatasetNotFound, so that fetching the weights does not end in a second try that only
+    then says the data are missing too. The data are looked for only on this error path (a loader reads a folder's
+    file list), and not where --download would fetch them."""
+    from fda_ray.data import load
+    from fda_ray.data.base import DatasetNotFound
+
+    if cfg.download:
+        return
+    try:
+        load(cfg.dataset, cfg.data_dir)
+    except DatasetNotFound as e:
+        raise DatasetNotFound(f"{str(e).splitlines()[0]}; and {weights}") from None
+    except Exception:  # a dataset there but unreadable is said when the run loads it: the weights' line stands
+        return
