@@ -202,3 +202,18 @@ def test_on_premise_variant_binds_ray_to_the_private_network_and_firewalls_it():
     allowed = re.search(r"for ip in ([0-9. ]+); do sudo ufw allow from \$ip", setup)
     assert allowed and sorted(allowed.group(1).split()) == sorted(ips)
     assert setup.index("ufw --force enable") > setup.index("ufw allow 22/tcp")  # never locks out SSH
+
+
+def test_the_local_variant_turns_token_authentication_on_everywhere_with_one_token():
+    """Ray 2.60 turns token authentication on for `ray start --head` only where a token file exists, and never for
+    a joining node (a head with one refused the workers): every start command of the local variant sets it with the
+    token in the synced repository, the sweep's shell too, and git keeps that file out of the repository."""
+    config = _local()
+    starts = config["head_start_ray_commands"] + config["worker_start_ray_commands"]
+    token = "RAY_AUTH_MODE=token RAY_AUTH_TOKEN=$(cat ~/fda-ray/.ray-token)"
+    assert all(token in c for c in starts if "ray start" in c) and sum("ray start" in c for c in starts) == 2
+    setup = " ".join(config["setup_commands"])
+    assert "test -s ~/fda-ray/.ray-token" in setup and f"echo 'export {token}' >> ~/.bashrc" in setup
+    assert ".ray-token" not in config["rsync_exclude"] and "rsync_filter" not in config
+    ignored = subprocess.run(["git", "check-ignore", "-q", ".ray-token"], cwd=CLUSTER.parent).returncode
+    assert ignored == 0

@@ -304,3 +304,60 @@ def test_a_fusion_server_hides_torchs_no_cuda_notice_when_the_run_is_quiet(monke
         assert logging.getLevelName(logger.level) == level
     finally:
         server.group.close()
+
+
+def test_served_trials_are_stranded_when_no_node_fits_one_beside_its_server():
+    """The stranded-trial watch of served trials places their bundle beside each node's fusion server: after a node
+    loss left only nodes whose servers hold every CPU ({CPU 1} nodes, servers of 1 thread), the launch ends in one
+    line after the wait (it placed against the nodes' totals, found room, and waited for good)."""
+    from fda_ray.experiments.stranded import StrandedWatch
+    from fda_ray.runtime import resources
+
+    lost = resources.Cluster(nodes=({"CPU": 1.0}, {"CPU": 1.0, "GPU": 1.0}))
+    seen = fusion_server.beside_servers(lost, threads=1, cuda=False)
+    assert seen.nodes == ({"CPU": 0.0}, {"CPU": 0.0, "GPU": 1.0})
+    assert fusion_server.beside_servers(resources.Cluster(nodes=({"CPU": 0.5},)), 1, False).nodes == ()  # no server
+    assert fusion_server.beside_servers(resources.Cluster(nodes=({"CPU": 2.0, "GPU": 2.0},)), 1, True).nodes == (
+        {"CPU": 0.0, "GPU": 2.0 - 2 * fusion_server.SERVER_GPU},)  # one server per GPU on cuda
+    now = [0.0]
+    bundles = [{"CPU": 0.5}]
+    plain = StrandedWatch(bundles, wait_s=20, cluster=lambda: lost, clock=lambda: now[0], every_s=0, holders=str)
+    served = StrandedWatch(bundles, wait_s=20, cluster=lambda: seen, clock=lambda: now[0], every_s=0, holders=str)
+    for t in (0.0, 10.0, 25.0):
+        now[0] = t
+        got_plain, got_served = plain.step(["PENDING"]), served.step(["PENDING"])
+    assert got_plain is None and plain.reason is None  # the totals hold {CPU 0.5}: it would wait for good
+    assert got_served is not None and "a trial (it asks {CPU: 0.5}" in got_served
+    kept = fusion_server.beside_servers(resources.Cluster(nodes=({"CPU": 2.0},)), 1, False)
+    assert resources.placeable(bundles, kept)  # a node with room beside its server still holds one
+
+
+def test_a_served_trial_stopped_mid_round_reads_its_rounds_error_on_leaving(monkeypatch):
+    """ASHA stops a served trial while a round of it waits on the server, which ends that round with "left the
+    group": the executor reads it on shutdown (Ray printed the unread error's traceback, three times on a cluster)."""
+    import torch
+
+    class Remote:
+        def __init__(self, name):
+            self.name = name
+
+        def remote(self, *args):
+            return f"{self.name}-ref"
+
+    class Server:
+        run, leave = Remote("run"), Remote("leave")
+
+    read = []
+
+    def get(ref, timeout=None):
+        read.append(ref)
+        if ref == "run-ref":
+            raise RuntimeError("trial t left the group")
+        return {"members": 2, "batches": 1, "served": 1}
+
+    monkeypatch.setattr(fusion_server.ray, "get", get)
+    ex = object.__new__(fusion_server.ServedExecutor)
+    ex.server, ex.key, ex.indices, ex.states, ex.fused, ex.pending = Server(), "t", [], {}, {}, []
+    ex.submit({"global": torch.zeros(2)}, [])
+    ex.shutdown()
+    assert read == ["leave-ref", "run-ref"] and ex.pending == [] and ex.fused["members"] == 2

@@ -397,3 +397,21 @@ def test_a_tune_sweep_fills_a_real_gpu_with_several_trials(fmnist_dir, tmp_path,
         assert memory["process"]["peak_reserved"] >= memory["process"]["peak_allocated"] > 0
         assert len(memory["actors"]) >= 1 and all(a["peak_reserved"] >= a["peak_allocated"] > 0
                                                   for a in memory["actors"])
+
+
+@pytest.mark.slow
+def test_a_gpu_client_actor_on_a_node_whose_gpu_torch_cannot_see_fails_in_one_line(no_ray, tiny):
+    """Ray's GPUs are logical: a node that declares one torch cannot see (`ray start --num-gpus`, a broken driver)
+    gives its GPU client actors one line naming the setting, not torch's "Found no NVIDIA driver" traceback."""
+    import ray
+    import torch
+
+    from fda_ray import run
+
+    if torch.cuda.is_available():
+        pytest.skip("a machine with a CUDA GPU: torch sees the GPU Ray gives")
+    ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
+    with pytest.raises(Exception) as e:
+        run(tiny(executor="ray", gpus_per_client=0.5, num_sources=1, rounds=1, warmup_rounds=0))
+    assert "gpus_per_client > 0 is invalid on node" in str(e.value) and "torch sees no CUDA GPU there" in str(e.value)
+    assert "NVIDIA driver" not in str(e.value)

@@ -48,6 +48,28 @@ def test_ray_address():
             preflight.ray_address(bad, timeout=2)
 
 
+def test_a_runs_check_of_its_cluster_address_names_the_field(monkeypatch):
+    """preflight.run's check of a run's --ray-address (or $RAY_ADDRESS) on a host:port: one line naming what the user
+    set (it passed the field's name as the timeout: every explicit host:port was a TypeError traceback), and a
+    listening address passes."""
+    import socket
+
+    monkeypatch.setattr(preflight, "RAY_CONNECT_TIMEOUT_S", 2.0)
+    monkeypatch.setattr(preflight.ray_address, "__defaults__", (2.0, "ray_address"))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    cfg = RunConfig(executor="ray", ray_address="127.0.0.1:1")
+    with pytest.raises(PreflightError, match=r"^ray_address='127\.0\.0\.1:1' is invalid: no Ray cluster answers"):
+        preflight.run(cfg)
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
+    with pytest.raises(PreflightError, match=r"^\$RAY_ADDRESS='127\.0\.0\.1:1' is invalid: no Ray cluster answers"):
+        preflight.run(RunConfig(executor="ray"))
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        port = listening.getsockname()[1]
+        preflight.run(RunConfig(executor="ray", ray_address=f"127.0.0.1:{port}"))
+
+
 def test_device():
     preflight.device("cpu")
     with pytest.raises(PreflightError, match="'cpu', 'cuda' or 'cuda:<index>'"):
@@ -138,6 +160,28 @@ def test_an_object_store_out_that_cannot_be_written_is_one_line(s3_bucket):
     assert not any(".fda-ray-probe" in p.name for p in where.iterdir())  # the probe object is gone
     with pytest.raises(PreflightError, match=r"^out='s3://no-such-bucket-fda/x' is invalid: cannot write there \("):
         preflight.output_dir("out", "s3://no-such-bucket-fda/x")
+
+
+def test_a_joined_cluster_s_workers_get_the_commands_quiet_console_and_node_wait(monkeypatch):
+    """ensure_ray joining a cluster hands its workers the command's settings through Ray's runtime_env: `ray start`
+    nodes' workers do not inherit the sweep's environment (a quiet sweep printed torch's and the actors' notices)."""
+    import ray
+
+    from fda_ray.core.quiet import QUIET_ENV
+    from fda_ray.runtime import driver
+    from fda_ray.runtime.resources import WAIT_ENV
+
+    seen = {}
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kw: seen.update(kw))
+    monkeypatch.setattr(preflight, "ray_address", lambda *a, **kw: None)
+    monkeypatch.setenv(QUIET_ENV, "1")
+    monkeypatch.setenv(WAIT_ENV, "20")
+    driver.ensure_ray("127.0.0.1:6431")
+    assert seen["address"] == "127.0.0.1:6431"
+    env = seen["runtime_env"]["env_vars"]
+    assert env[QUIET_ENV] == "1" and env[WAIT_ENV] == "20"
+
 
 def test_a_missing_dataset_is_said_before_missing_weights_in_one_line(tmp_path, monkeypatch):
     """Both missing: the dataset's line (the paths searched, how to get it), the weights' after it; one try tells

@@ -598,14 +598,20 @@ def test_resume_auto_starts_a_sweep_then_continues_it(tiny_grid, fmnist_dir, tmp
 
 
 def test_dry_run_checks_the_device_and_the_data_of_this_machine(tmp_path, capsys):
-    """--dry-run plans for this machine, so it checks what the trials need from it (one line, exit code 2);
-    with --plan-for it plans for other nodes and checks nothing here."""
+    """--dry-run plans for this machine, so it checks what the trials need from it as the run does (one line, exit
+    code 2): the local backend's device here; on Ray the nodes hold the devices (a head without a GPU plans a GPU
+    sweep for its --address cluster: its dry run refused it for the head's own device), so the plan refuses a GPU
+    no node has. With --plan-for it plans for other nodes and checks nothing here."""
     import torch
 
     if not torch.cuda.is_available():  # (a GPU machine has the device)
-        assert sweep.main(["--grid", "noise", "--device", "cuda", "--dry-run"]) == 2
+        assert sweep.main(["--grid", "noise", "--device", "cuda", "--dry-run", "--backend", "local"]) == 2
         assert capsys.readouterr().err.strip() == ("error: device='cuda' is invalid: this machine has no CUDA GPU "
                                                    "(torch.cuda.is_available() is False); use --device cpu")
+        assert sweep.main(["--grid", "noise", "--device", "cuda", "--dry-run"]) == 2
+        assert capsys.readouterr().err.strip().splitlines()[-1] == (
+            "error: gpus_per_client=0.0, device='cuda' is invalid: a trial asks driver {CPU: 1, GPU: 0.125}; no node "
+            "has a GPU; use --device cpu")
     assert sweep.main(["--grid", "noise", "--data-dir", str(tmp_path / "none"), "--dry-run"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: Fashion-MNIST not found in data_dir=") and "searched:" in err
@@ -683,3 +689,57 @@ def test_a_summarys_profile_note_says_what_the_command_changed():
     text, _ = summarize([], [], GRIDS["noise"], "quick", ["fedgp"], [0.4], command)
     profile = next(line for line in text.splitlines() if line.startswith("Profile `quick`: "))
     assert profile.endswith(changed_by(command).strip()) and GRIDS["noise"].profiles["quick"].note in profile
+
+
+def test_the_tune_trainable_reads_repeaters_index_as_the_seed():
+    """Ray Tune's Repeater (set_index=True) puts __trial_index__ in each repeat's config, for seeds: the trial's seed
+    is its config's seed plus it (it failed every trial as an unknown field; with set_index=False the repeats were
+    copies of seed 0)."""
+    import fda_ray.experiments.tune as ft
+    from ray.tune.search.repeater import TRIAL_INDEX
+
+    assert ft.TRIAL_INDEX == TRIAL_INDEX
+    assert [ft.config_from_params({"method": "fedgp", TRIAL_INDEX: i}).seed for i in range(3)] == [0, 1, 2]
+    assert ft.config_from_params({"method": "fedgp", "seed": 10, TRIAL_INDEX: 2}).seed == 12
+    with pytest.raises(ValueError, match=r"^__trial_index__=-1 is invalid: a repeat's index"):
+        ft.config_from_params({"method": "fedgp", TRIAL_INDEX: -1})
+
+
+def test_a_tune_checkpoint_of_another_runs_shape_is_refused_in_one_line(tiny, tmp_path, monkeypatch):
+    """A Tuner trial restored from a checkpoint that cannot resume its config (PBT's exploit with a mutated
+    num_sources: the donor's 3 client states were paired with 4 clients, the target's state given to a source) fails
+    in one line naming why, as a sweep's trial sets such a state.pt aside."""
+    import torch
+    from ray import tune
+
+    import fda_ray.experiments.tune as ft
+    from fda_ray.runtime.engine import run_rounds, start_run
+
+    donor = tiny(method="fedgp", num_sources=2, rounds=1, warmup_rounds=0)
+    states = []
+    exp, executor, startup = start_run(donor)
+    run_rounds(exp, executor, checkpoint=states.append, startup=startup)
+    executor.shutdown()
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    torch.save(states[-1], ckpt / ft.STATE_FILE)
+    monkeypatch.setattr(tune, "get_checkpoint", lambda: tune.Checkpoint.from_directory(str(ckpt)))
+    monkeypatch.setattr(tune, "report", lambda *a, **kw: pytest.fail("the misfit checkpoint ran a round"))
+    params = {k: v for k, v in tiny(method="fedgp", num_sources=3, rounds=2, warmup_rounds=0).to_dict().items()}
+    with pytest.raises(ValueError, match=r"^Tune's checkpoint cannot resume this trial's config: its client states "
+                                         r"are not those of this run's 4 clients"):
+        ft.trainable(params)
+
+
+def test_the_tune_apis_resources_refuse_a_trial_no_node_can_hold():
+    """ft.with_resources refuses, in one line, a placement group no node set can ever hold (a Tuner waited for it in
+    silence, PENDING, with Ray's repeated warning only); what fits is returned as before."""
+    import fda_ray.experiments.tune as ft
+    from fda_ray.core.config import RunConfig
+    from fda_ray.runtime.preflight import PreflightError
+
+    huge = RunConfig(executor="ray", clients_per_actor=1, num_sources=2000)  # 2001 actors of a CPU each, packed
+    with pytest.raises(PreflightError, match=r"^gpus_per_client=0\.0, clients_per_actor=1 is invalid: a trial asks "
+                                             r"driver \{CPU: 1\} \+ 2001 x \{CPU: 1\} \(PACK\); no node set of "):
+        ft.with_resources(huge)
+    assert ft.with_resources(RunConfig())._resources.bundles == [{"CPU": 1.0}]

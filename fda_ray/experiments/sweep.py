@@ -138,8 +138,10 @@ def main(argv: list[str] | None = None) -> int:
             damaged.update(rerun)
         check_plan_for(a)
         if a.dry_run:
-            if a.plan_for is None:  # planned for this machine: what its trials need from it, checked now
-                _check_here(grid.dataset, trials[0].config().resolved(), overrides)
+            if a.plan_for is None:  # planned for this machine: what its trials need from it, checked now (as the
+                # run checks it: the device only on the local backend; on Ray the nodes hold the devices, and a
+                # head without a GPU plans a --gpus-per-client sweep for its cluster)
+                _check_here(grid.dataset, trials[0].config().resolved(), overrides, device=a.backend == "local")
             # the groups of the trials a run would train: not the finished ones (a resume groups what is left)
             todo = [t for t in trials if t.key in damaged or not is_done(records / t.key)]
             lines, refusal = dry_run_plan(trials[0].config().resolved(), a, todo)
@@ -647,8 +649,8 @@ def search_main(a: Any, argv: list[str], error_line: Callable[[Exception], str])
             same_build(out / "trials", a.mix_builds, first, here_runs=_runs_here(a))
         check_plan_for(a)
         if a.dry_run:
-            if a.plan_for is None:
-                _check_here(search.dataset, first, overrides)
+            if a.plan_for is None:  # (the device as its run checks it: on the local backend only)
+                _check_here(search.dataset, first, overrides, device=a.backend == "local")
             if a.search_alg == "optuna":
                 print(f"{len(plan)} studies x {num_samples} trials drawn by Optuna as the search goes")
             else:

@@ -85,11 +85,22 @@ def flat_params(params: dict[str, Any]) -> dict[str, Any]:
     return {**params.get("run", {}), **{k: v for k, v in params.items() if k != "run"}}
 
 
+TRIAL_INDEX = "__trial_index__"  # ray.tune.search.Repeater's key: the index of a point's repeat (set_index=True)
+
+
 def config_from_params(params: dict[str, Any]) -> RunConfig:
-    """The trial's RunConfig (validated: a bad value fails the trial with the config's one-line error)."""
+    """The trial's RunConfig (validated: a bad value fails the trial with the config's one-line error). Under Ray
+    Tune's Repeater (set_index=True, its default) each repeat of a point carries its index, made for seeds: the
+    trial's seed is its config's seed (default 0) plus that index, so the repeats are the point's seeds, not copies."""
     params = flat_params(params)
     params.pop(RECORD_KEY, None)
     params.pop("trial", None)
+    index = params.pop(TRIAL_INDEX, None)
+    if index is not None:
+        if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+            raise ValueError(f"{TRIAL_INDEX}={index!r} is invalid: a repeat's index, an integer >= 0 (Ray Tune's "
+                             "Repeater sets it)")
+        params["seed"] = int(params.get("seed", RunConfig.seed)) + index
     search_space(**params)
     return RunConfig(**params).resolved()
 
@@ -105,15 +116,19 @@ def driver_placement(pin: bool = False) -> dict[str, float]:
 
 
 def resources(cfg: RunConfig, driver_extra: dict[str, float] | None = None,
-              cluster: plans.Cluster | None = None) -> tune.PlacementGroupFactory:
+              cluster: plans.Cluster | None = None, check: bool = False) -> tune.PlacementGroupFactory:
     """The trial's placement group (fda_ray.runtime.resources.plan): the driver (plus `driver_extra`, e.g.
     DRIVER_RESOURCE), then one bundle per client actor (executor "ray"), packed on one node when they fit.
-    `cluster`: what to size the actors to (default: the running Ray's nodes, else this machine)."""
+    `cluster`: what to size the actors to (default: the running Ray's nodes, else this machine); `check`: refuse,
+    in one line (a PreflightError), a group no node of that cluster can ever hold (a Tuner would wait in silence;
+    the sweep checks its plan before its launches, and a node lost later is the stranded-trial watch's)."""
     import ray
 
     if cluster is None:
         cluster = plans.from_ray() if ray.is_initialized() else plans.this_machine()
     p = plans.plan(cfg.resolved(), cluster, in_tune=True, driver_extra=driver_extra)
+    if check:
+        plans.check(p, cluster)
     return tune.PlacementGroupFactory(p.bundles, strategy=p.strategy)
 
 
@@ -195,6 +210,16 @@ def trainable(params: dict[str, Any], served: dict[str, list[str]] | None = None
         exp, executor, startup = _start_member(cfg, key, served_group(served, key))
     else:
         exp, executor, startup = start_run(cfg)
+    if resume is not None:  # a checkpoint of another run's shape (PBT's exploit with a mutated num_sources, say)
+        from fda_ray.experiments.records import resume_misfit
+
+        why = resume_misfit(resume, exp)
+        if why is not None:
+            executor.shutdown()
+            raise ValueError(f"Tune's checkpoint cannot resume this trial's config: {why} (a scheduler that restores "
+                             "a trial from a checkpoint, as PBT's exploit does, may change what a round reads, such "
+                             "as beta or the learning rates, not what the run is built of: the clients, the model, "
+                             "the method's state)")
 
     def on_round(state: dict) -> None:
         with tempfile.TemporaryDirectory() as d:
@@ -334,7 +359,7 @@ def with_resources(cfg_or_params: RunConfig | dict[str, Any] | None = None, pin_
             raise ValueError(f"fuse={fuse!r} is invalid: an integer >= 1 (the trials that share a fusion server)")
         return tune.with_resources(tune.with_parameters(trainable, served=served),
                                    served_resources(cfg.resolved(), fuse, driver_placement(pin_drivers)))
-    return tune.with_resources(trainable, resources(cfg.resolved(), driver_placement(pin_drivers)))
+    return tune.with_resources(trainable, resources(cfg.resolved(), driver_placement(pin_drivers), check=True))
 
 
 @contextmanager
@@ -442,7 +467,9 @@ def run_optuna(space: Sequence[Any], base: dict[str, Any], row: str, variable: s
     served = fuse > 1 and fusion.config_fuses(cfg)
     bundles = (served_resources(cfg, fuse, driver_placement(pin_drivers)) if served
                else resources(cfg, driver_placement(pin_drivers)))
-    watch = StrandedWatch(bundles.bundles)
+    from fda_ray.experiments.backends import served_watch
+
+    watch = StrandedWatch(bundles.bundles, **(served_watch(cfg) if served else {}))
     this = Trial.from_dict({"key": row, "row": row, "value": value, "seed": 0, "params": {}})
 
     def on_stranded(reason: str, waiting: list) -> None:

@@ -37,8 +37,11 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None, field: s
     # the command's setting: a joined cluster's workers (a trial's driver judging its lost actors) read it too.
     from fda_ray.runtime.resources import WAIT_ENV
 
-    if WAIT_ENV in os.environ:
-        env_vars = {**env_vars, WAIT_ENV: os.environ[WAIT_ENV]}
+    from fda_ray.core.quiet import QUIET_ENV
+
+    # ... and so is a quiet console (fda_ray.core.quiet): a started Ray's workers inherit it, a joined cluster's
+    # (`ray start` nodes) do not, and printed torch's and the actors' notices under a quiet sweep
+    env_vars = {**env_vars, **{k: os.environ[k] for k in (WAIT_ENV, QUIET_ENV) if k in os.environ}}
     env = {"runtime_env": {"env_vars": env_vars}} if env_vars else {}
     if address:
         preflight.ray_address(address, field=field)  # ray.init would wait for minutes for an address nobody answers at

@@ -144,15 +144,20 @@ class ServedExecutor:
         self.indices = [c.index for c in clients]
         self.states = {c.index: c.snapshot() for c in clients}  # after each client's last finished task
         self.fused: dict[str, int] = {}
+        self.pending: list[Any] = []  # rounds submitted and not collected (a trial stopped in the middle of one)
         ray.get(server.load.remote(key, [ray.put(c) for c in clients],
                                    [ray.put(self.states[i]) for i in self.indices]))
 
     def submit(self, state: ServerState, tasks: Sequence[ClientTask]) -> Any:
         names = input_names(state, tasks)
         arrays = [state[n].detach().cpu().numpy() for n in names]
-        return self.server.run.remote(self.key, list(tasks), list(names), *arrays)
+        ref = self.server.run.remote(self.key, list(tasks), list(names), *arrays)
+        self.pending.append(ref)
+        return ref
 
     def collect(self, pending: Any) -> list[ClientResult]:
+        if pending in self.pending:
+            self.pending.remove(pending)
         try:
             results, states = ray.get(pending)
         except ray.exceptions.RayTaskError as e:  # the server's error, not Ray's wrapper around it
@@ -180,6 +185,14 @@ class ServedExecutor:
             self.fused = ray.get(self.server.leave.remote(self.key), timeout=30)
         except Exception:  # the server is gone (its node lost): nothing of this trial is left on it
             self.fused = {"members": 0, "batches": 0, "served": 1}
+        # a round in flight when the trial stopped (ASHA stops a trial mid-round) ends on the server with "left the
+        # group": read here, or Ray prints that error's traceback as an unhandled one when the reference goes
+        for ref in self.pending:
+            try:
+                ray.get(ref, timeout=30)
+            except Exception:  # (its error is the leave's own doing)
+                pass
+        self.pending.clear()
 
 
 class ServedGroup:
@@ -214,6 +227,23 @@ def servers_on(have: Mapping[str, float], threads: int, cuda: bool) -> int:
     """How many fusion servers a node with resources `have` runs: one per GPU (device cuda), else one when it has
     `threads` CPUs."""
     return int(have.get("GPU", 0.0)) if cuda else int(have.get("CPU", 0.0) >= threads)
+
+
+def beside_servers(cluster: Any, threads: int, cuda: bool) -> Any:
+    """`cluster` (fda_ray.runtime.resources.Cluster) as a served trial sees it: each node's resources less what its
+    fusion servers hold for the whole launch ({CPU threads} each, SERVER_GPU of a GPU each on cuda), a node without
+    a server left out (a served trial trains on its node's server). What the stranded-trial watch places a served
+    trial's bundles on: against the nodes' totals, a node lost mid-launch left the survivors' servers holding every
+    CPU, no trial could be placed, and the watch waited for good instead of ending the launch."""
+    import dataclasses
+
+    def left(n: Mapping[str, float]) -> dict[str, float]:
+        k = servers_on(n, threads, cuda)
+        return {r: v - (k * threads if r == "CPU" else k * SERVER_GPU if r == "GPU" and cuda else 0.0)
+                for r, v in n.items()}
+
+    return dataclasses.replace(cluster, nodes=tuple(left(n) for n in cluster.nodes if servers_on(n, threads, cuda)),
+                               types=tuple(left(t) for t in cluster.types if servers_on(t, threads, cuda)))
 
 
 @contextmanager

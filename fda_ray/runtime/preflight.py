@@ -486,7 +486,9 @@ def run(cfg: RunConfig) -> None:
         _dataset_first(cfg, e)
         raise
     if cfg.executor == "ray":
-        ray_address(*address_and_field(cfg.ray_address))
+        address, field = address_and_field(cfg.ray_address)
+        ray_address(address, field=field)  # (the pair splatted made the field name the timeout: a TypeError)
+
 
 def _dataset_first(cfg: RunConfig, weights: PreflightError) -> None:
     """Missing weights with a missing dataset: the dataset's line (the paths searched, how to get it) with the

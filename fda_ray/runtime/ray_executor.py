@@ -94,6 +94,14 @@ class ClientActor:
         states: list[dict] = ray.get(list(state_refs))
         # Ray sets CUDA_VISIBLE_DEVICES to this actor's GPU, so "cuda" is the GPU it was given.
         device = "cuda" if use_gpu else "cpu"
+        if use_gpu and not torch.cuda.is_available():  # Ray gave it a GPU that torch cannot see (a node that declares
+            # GPUs it lacks, --num-gpus on `ray start`, or a broken driver): one line, not torch's "no NVIDIA driver"
+            from fda_ray.runtime.preflight import PreflightError
+
+            raise PreflightError(f"gpus_per_client > 0 is invalid on node {ray.get_runtime_context().get_node_id()[:8]}"
+                                 f": Ray gave this client actor GPU {ray.get_gpu_ids()} but torch sees no CUDA GPU "
+                                 "there (torch.cuda.is_available() is False): a node that declares GPUs it lacks, or "
+                                 "a broken driver; use --gpus-per-client 0 for CPU clients")
         self.clients = {}  # an actor kept from a sweep's previous trial (KEPT) forgets that trial's clients
         if use_gpu and torch.cuda.is_available():  # gpu_memory's peaks are this trial's, not a kept actor's earlier ones
             torch.cuda.reset_peak_memory_stats()
