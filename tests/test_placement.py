@@ -415,3 +415,14 @@ def test_a_gpu_client_actor_on_a_node_whose_gpu_torch_cannot_see_fails_in_one_li
         run(tiny(executor="ray", gpus_per_client=0.5, num_sources=1, rounds=1, warmup_rounds=0))
     assert "gpus_per_client > 0 is invalid on node" in str(e.value) and "torch sees no CUDA GPU there" in str(e.value)
     assert "NVIDIA driver" not in str(e.value)
+
+
+def test_a_refusal_names_the_node_with_the_most_of_what_is_short():
+    """A trial short of CPUs is refused naming the node with the most CPUs (it named a 1-CPU node with a GPU as the
+    largest, beside 2-CPU nodes), without Ray's own resources (memory, node:<ip>)."""
+    cluster = R.Cluster(nodes=({"CPU": 1.0}, {"CPU": 1.0, "GPU": 1.0, "node:10.0.0.2": 1.0, "memory": 2e10},
+                               {"CPU": 2.0}))
+    assert cluster.largest(by="CPU") == {"CPU": 2.0} and cluster.largest()["GPU"] == 1.0
+    with pytest.raises(PreflightError, match=r"largest node \{CPU: 2\}\); lower --cpus-per-client$"):
+        R.check(R.plan(_cfg(executor="ray", cpus_per_client=4.0), cluster, in_tune=True), cluster)
+    assert R.fmt({"CPU": 1.0, "GPU": 1.0, "node:10.0.0.2": 1.0, "memory": 2e10}, sep=" ") == "{CPU 1, GPU 1}"

@@ -546,9 +546,9 @@ def _served_plan(first: Any, a: Any, fuse: int) -> tuple[list[str], str | None]:
              f"on {cluster.source}",
              "the reruns (no scheduler) run as fused groups, one Tune trial each"]
     if not sum(per_node):
-        largest = ", ".join(f"{k} {v:g}" for k, v in cluster.largest().items())
+        largest = resources.fmt(cluster.largest(by="CPU"), sep=" ")  # (CPU, GPU, custom ones; not Ray's own)
         return lines, (f"error: fuse={fuse} is invalid here: a fusion server asks {server} beside a trial's "
-                       f"{{{ask}}} and the largest node of {cluster.source} has {{{largest}}}")
+                       f"{{{ask}}} and the largest node of {cluster.source} has {largest}")
     return lines, None
 
 

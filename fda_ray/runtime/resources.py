@@ -144,9 +144,11 @@ class Cluster:
         """Of the nodes up now (what pooling sizes a trial to)."""
         return float(sum(n.get(resource, 0.0) for n in self.nodes))
 
-    def largest(self) -> Mapping[str, float]:
-        """The node with the most CPUs (GPUs first), for an error line."""
-        return max(self.shapes, key=lambda s: (s.get("GPU", 0.0), s.get("CPU", 0.0)), default={})
+    def largest(self, by: str | None = None) -> Mapping[str, float]:
+        """The node with the most CPUs (GPUs first), for an error line; `by` a resource: the node with the most of
+        it (a line about too few CPUs names the node with the most CPUs, not a 1-CPU node with a GPU)."""
+        order = (by, "GPU", "CPU") if by else ("GPU", "CPU")
+        return max(self.shapes, key=lambda s: tuple(s.get(r, 0.0) for r in order), default={})
 
 
 def this_machine() -> Cluster:
@@ -553,10 +555,11 @@ def binding(bundles: Sequence[Mapping[str, float]], nodes: Sequence[Mapping[str,
     return "other resources"
 
 
-def fmt(d: Mapping[str, float]) -> str:
+def fmt(d: Mapping[str, float], sep: str = ": ") -> str:
+    """A bundle or node in an error line: CPU, GPU and custom resources, not Ray's own (memory, node:<ip>, ...)."""
     keep = {k: v for k, v in d.items() if k in ("CPU", "GPU") or not (
         k.startswith("node:") or k.endswith("memory") or k.startswith("accelerator_type"))}
-    return "{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(keep.items())) + "}"
+    return "{" + ", ".join(f"{k}{sep}{v:g}" for k, v in sorted(keep.items())) + "}"
 
 
 def _flag(p: TrialPlan, res: str, gpu_nodes: bool = True) -> str:
@@ -588,7 +591,7 @@ def check(p: TrialPlan, cluster: Cluster, *, what: str = "a trial") -> str | Non
     if not bundles or placeable(bundles, cluster):
         return None
     short = _short_of(bundles, cluster)
-    largest = cluster.largest()
+    largest = cluster.largest(by=short)
     asks = _asks(p)
     fields = ", ".join(p.fields) or "the request"
     if not cluster.known:
