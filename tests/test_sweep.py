@@ -743,3 +743,28 @@ def test_the_tune_apis_resources_refuse_a_trial_no_node_can_hold():
                                              r"driver \{CPU: 1\} \+ 2001 x \{CPU: 1\} \(PACK\); no node set of "):
         ft.with_resources(huge)
     assert ft.with_resources(RunConfig())._resources.bundles == [{"CPU": 1.0}]
+
+
+def test_an_out_folder_moved_while_the_sweep_ran_is_not_summarised(tiny_grid, fmnist_dir, tmp_path, capsys,
+                                                                   monkeypatch):
+    """--out moved away mid-sweep (its finished records with it; the workers write the rest into a new folder of
+    that name): one error line and exit 1, no summary over a part of the records (it printed "[6/6] done", a table
+    of smaller n and exit 0)."""
+    import shutil
+
+    from fda_ray.experiments import sweep as sweep_mod
+
+    out = tmp_path / "s"
+
+    def moved(pending, records, *a, **kw):
+        shutil.move(str(out), str(tmp_path / "elsewhere"))
+        records.mkdir(parents=True)  # (a worker's next record makes the folder again)
+        return []
+
+    monkeypatch.setattr(sweep_mod, "run_local", moved)
+    assert sweep.main(_args(fmnist_dir, out, "--backend", "local", "--workers", "1", "--methods", "target_only",
+                            "--values", "0.8", "--rounds", "1")) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: out={str(out)!r} was removed, moved or replaced while the "
+                                               "sweep ran (its lock file is gone)") and err[0].endswith("--resume")
+    assert not (out / "summary.md").exists() and not (out / "results.parquet").exists()

@@ -105,6 +105,16 @@ def acquire(folder: Path, field: str, command: str) -> Path:
                       "starting there?")
 
 
+def still_held(folder: Path | None) -> bool:
+    """Whether `folder`'s lock is still this process's: False once the folder was removed, moved or replaced while
+    its sweep ran (the workers then write the rest of its records into a new folder of that name, and a summary
+    of it would count the trials that stayed in the moved one as never run). True for an object store (no lock)."""
+    if folder is None:
+        return True
+    h = holder(folder / LOCK_FILE)
+    return h is not None and h.get("pid") == os.getpid() and h.get("host") == socket.gethostname()
+
+
 def release(lock: Path) -> None:
     """Remove the lock if it is still this process's."""
     h = holder(lock)

@@ -219,6 +219,13 @@ def _execute(a: Any, grid: Grid, trials: list[Trial], out: StoragePath, records:
     finally:
         console.OBSERVERS.clear()
         tracker.close()
+    if not locks.still_held(out.local):  # --out removed, moved or replaced while the trials ran: not summarised
+        print(f"error: out={str(out)!r} was removed, moved or replaced while the sweep ran (its lock file is gone): "
+              "the records of the trials that finished before are wherever the folder went, the later ones in "
+              f"{records}; no summary is written over a part of them. Put the records back into one folder, then "
+              f"resume with: {command} --resume", file=sys.stderr)
+        _shutdown_ray()
+        return 1
     try:
         shown = _with_earlier_chunks(grid, merged, trials, records)
         if len(shown) > len(trials):  # the summary's table: every chunk's rows and values, in the grid's order
