@@ -46,7 +46,7 @@ import re
 from typing import Any, Callable, Mapping
 
 from fda_ray.core.registry import did_you_mean, plugin_hint
-from fda_ray.papers.grids import Grid, Profile, Row
+from fda_ray.papers.grids import MAX_SAMPLES, MAX_SEEDS, Grid, Profile, Row
 from fda_ray.papers.searches import Dim, Search
 
 SUFFIXES = (".yaml", ".yml", ".json")
@@ -214,8 +214,6 @@ class Checker:
 
     def seeds(self, where: str, v: Any) -> int:
         """Seeds per cell: an integer from 1 to MAX_SEEDS (as --seeds)."""
-        from fda_ray.experiments.trials import MAX_SEEDS
-
         return self.integer(where, v, high=MAX_SEEDS)
 
     def name(self, where: str, v: Any) -> str:
@@ -400,7 +398,6 @@ def _dim(c: Checker, where: str, d: Any) -> Dim:
 def search_from_dict(data: Any, path: str = "<mapping>") -> Search:
     """A Search from a file's mapping, every key and value checked (DefinitionFileError, one line)."""
     from fda_ray.algorithms import ALGORITHMS
-    from fda_ray.experiments.trials import MAX_SAMPLES
 
     c = Checker("search", path)
     d = c.keys("", data, ("name", "dataset", "methods", "space", "variable", "values", "rules", "profiles"),

@@ -22,6 +22,9 @@ from fda_ray.papers.paper import (
     TABLE11_FMNIST_LABEL_SHIFT, TABLE12_FMNIST_SOURCE_CLASSES, TABLE13_14_FMNIST_TARGET_SIZE,
     TABLE13_14_FMNIST_TARGET_SIZE_02, TABLE13_14_FMNIST_TARGET_SIZE_06)
 
+MAX_SEEDS = 1000  # seeds per cell: the papers run 3 to 5; a typo of 10**8 would plan for hours before any work
+MAX_SAMPLES = 10000  # a search's trials per study: the searches run 8 to 24; the same typo would plan for ever
+
 
 @dataclass(frozen=True)
 class Row:
