@@ -31,7 +31,7 @@ def test_print_config_round_trips_and_resolves_the_per_dataset_defaults(tmp_path
     assert cli.main(argv + ["--print-config"]) == 0
     text = capsys.readouterr().out
     printed = yaml.safe_load(text)
-    resolved = config_from_args(_parse(argv)).resolved()
+    resolved = cli.whole_machine(config_from_args(_parse(argv)), argv).resolved()  # (the executor the run picks)
     assert printed["lr_target"] == resolved.lr_target == 0.005 and printed["warmup_rounds"] == resolved.warmup_rounds
     assert printed["filter"] is False and printed["eval_noise"] == [0.2, 0.4]
     (tmp_path / "run.yaml").write_text(text)
@@ -57,7 +57,8 @@ def test_print_config_shows_the_method_familys_parameters(tmp_path, capsys, argv
     assert yaml.safe_load(text)[key] == value
     (tmp_path / "run.yaml").write_text(text)
     again = config_from_args(_parse(["--config", str(tmp_path / "run.yaml")])).resolved()
-    assert again == config_from_args(_parse(argv)).resolved()
+    # (the run's executor, as the command picks it: the printed file names it)
+    assert again == cli.whole_machine(config_from_args(_parse(argv)), argv).resolved()
 
 
 def test_the_command_line_overrides_the_file_and_switches_read_true_and_false(tmp_path):
@@ -263,3 +264,18 @@ def test_negative_infinity_after_a_flag_is_its_value(capsys):
         assert cli.main([*argv, "--print-config"]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and f"={argv[-1]!r} is invalid: a finite number" in err, err
+
+
+def test_print_config_shows_the_executor_the_run_uses(capsys):
+    """Without --executor, `python -m fda_ray` uses the whole machine (whole_machine: ray on 2 or more cores):
+    --print-config shows that executor (it showed serial, and the file fed back kept the run in one process); an
+    --executor given is shown as given."""
+    from fda_ray.core.config import RunConfig
+
+    assert cli.main(["--print-config"]) == 0
+    shown = yaml.safe_load(capsys.readouterr().out)["executor"]
+    assert shown == cli.whole_machine(RunConfig(), []).executor
+    assert cli.whole_machine(RunConfig(), [], cores=4).executor == "ray"
+    assert cli.whole_machine(RunConfig(), ["--executor", "serial"], cores=4).executor == "serial"
+    assert cli.main(["--print-config", "--executor", "serial"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["executor"] == "serial"

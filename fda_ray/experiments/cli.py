@@ -173,11 +173,16 @@ def config_from_args(a: argparse.Namespace) -> RunConfig:
     return RunConfig(**config_fields(a))
 
 
-def resolved_namespace(a: argparse.Namespace) -> argparse.Namespace:
+def resolved_namespace(a: argparse.Namespace, argv: list[str] | None = None) -> argparse.Namespace:
     """`a` with every RunConfig field the run leaves to its dataset and method (None) filled in with the value it
-    resolves to: what --print-config shows. Fed back through --config, it runs the same numbers."""
-    resolved = config_from_args(a).resolved()
+    resolves to: what --print-config shows. Fed back through --config, it runs the same numbers. With the command's
+    `argv`: its executor as whole_machine picks it (ray on 2 or more cores when --executor is not given; the
+    printed serial was not what the run used, and the file fed back kept it in one process)."""
+    cfg = config_from_args(a)
+    resolved = cfg.resolved()
     out = argparse.Namespace(**vars(a))
+    if argv is not None and hasattr(out, "executor"):
+        out.executor = whole_machine(cfg, argv).executor
     for _, f in config_keywords():
         if hasattr(out, f.name) and getattr(out, f.name) is None:
             setattr(out, f.name, getattr(resolved, f.name))
@@ -241,7 +246,7 @@ def parser() -> OneLineParser:
                       epilog="Other commands: python -m fda_ray COMMAND (or fda-ray COMMAND): "
                              f"{', '.join(c for c in COMMANDS if c != 'run')}; python -m fda_ray help lists them.")
     p.with_config_files()
-    p.resolve_for_print = resolved_namespace
+    p.resolve_for_print = lambda ns: resolved_namespace(ns, p.parsed_argv)
     plugins.add_option(p)
     add_config_arguments(p)
     out = p.add_argument_group("output")
