@@ -768,3 +768,16 @@ def test_an_out_folder_moved_while_the_sweep_ran_is_not_summarised(tiny_grid, fm
     assert len(err) == 1 and err[0].startswith(f"error: out={str(out)!r} was removed, moved or replaced while the "
                                                "sweep ran (its lock file is gone)") and err[0].endswith("--resume")
     assert not (out / "summary.md").exists() and not (out / "results.parquet").exists()
+
+
+@pytest.mark.parametrize("flag", [["--scheduler", "asha"], ["--num-samples", "5"], ["--search-alg=optuna"],
+                                  ["--rerun-seeds", "2"]])
+def test_a_searchs_own_flags_on_a_grid_sweep_are_one_line(flag, capsys):
+    """A grid sweep given --scheduler, --num-samples, --search-alg or --rerun-seeds (a search's) says so in one line
+    (it ran every trial and ignored them)."""
+    assert sweep.main(["--grid", "noise", *flag, "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip()
+    name = flag[0].split("=")[0][2:].replace("-", "_")
+    assert len(err.splitlines()) == 1 and err.startswith(f"error: {name}=") and \
+        err.endswith("is invalid with --grid: it is a search's (--search NAME); a grid sweep runs every trial of its "
+                     "plan")

@@ -156,6 +156,19 @@ def check_counts(a: Any) -> None:
         raise SweepError(str(e)) from None
 
 
+SEARCH_ONLY = ("--num-samples", "--scheduler", "--search-alg", "--rerun-seeds")  # a search's flags, not a grid's
+
+
+def check_search_only(argv: list[str]) -> None:
+    """A grid sweep given a search's own flag (it ran every trial and said nothing of it): one line naming it."""
+    for i, x in enumerate(argv):
+        flag = x.split("=", 1)[0]
+        if flag in SEARCH_ONLY:
+            value = x.split("=", 1)[1] if "=" in x else argv[i + 1] if i + 1 < len(argv) else ""
+            raise SweepError(f"{flag[2:].replace('-', '_')}={value!r} is invalid with --grid: it is a search's "
+                             "(--search NAME); a grid sweep runs every trial of its plan")
+
+
 def check_backend(a: Any) -> None:
     """--backend, checked alike for a grid sweep and a search."""
     if a.backend not in BACKENDS:

@@ -426,8 +426,8 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
                 # every trial of a sweep asks the same resources: one placement group, watched for a node loss
                 group = (ft.served_resources(phase[0].config().resolved(), serve, ft.driver_placement(pin_drivers))
                          if servers else ft.resources(phase[0].config().resolved(), ft.driver_placement(pin_drivers)))
-            watch = StrandedWatch(group.bundles, **(served_watch(phase[0].config().resolved()) if servers and not fused
-                                                    else {}))
+            served_cluster = fusion_server.served_watch(phase[0].config().resolved()) if servers and not fused else {}
+            watch = StrandedWatch(group.bundles, **served_cluster)
             watch_callback, watch_stopper = stranded_tune_parts(watch, on_stranded, on_waiting)
             tuner = tune.Tuner(
                 tune.with_resources(ft.trainable, group),
@@ -522,16 +522,6 @@ def failed_name(f: dict) -> str:
     """A failed trial as the progress lines name it: row, value, seed."""
     at = "every value" if f.get("value") is None else f"{f['value']:g}"
     return f"{f.get('row')} at {at}, seed {f.get('seed')}"
-
-
-def served_watch(cfg: Any) -> dict[str, Any]:
-    """StrandedWatch's cluster for served trials (fusion servers): the live nodes less what their servers hold, so a
-    node loss that leaves no node a served trial fits beside its server ends the launch in one line."""
-    from fda_ray.runtime import resources
-    from fda_ray.runtime.fusion_server import beside_servers
-
-    cuda = cfg.device.startswith("cuda")
-    return {"cluster": lambda: beside_servers(resources.from_ray(), cfg.threads, cuda)}
 
 
 def write_parquet(rows: list[dict], path: StoragePath | Path) -> None:

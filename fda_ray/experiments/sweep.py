@@ -44,8 +44,8 @@ from fda_ray.runtime import node_watch, preflight, resources
 from fda_ray.core.registry import did_you_mean
 from fda_ray.experiments.cli import config_fields
 from fda_ray.experiments.arguments import (RESUME_WORDS, SCHEDULERS, SweepError, _list, check_backend, check_counts,
-                                            check_fuse, check_plan_for, chunk_manifest, held_by_another, manifest_from_args,
-                                            parser, search_chunk)
+                                            check_fuse, check_plan_for, check_search_only, chunk_manifest,
+                                            held_by_another, manifest_from_args, parser, search_chunk)
 from fda_ray.experiments.manifest import read as read_manifest, write as write_manifest
 from fda_ray.data.base import DatasetNotFound
 from fda_ray.experiments.backends import Progress, failure_advice, run_local, run_tune, write_parquet
@@ -92,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
                              f"{did_you_mean(a.profile, grid.profiles)}")
         check_backend(a)
         check_counts(a)
+        check_search_only(argv)
         check_fuse(a)
         if a.pin_drivers and a.backend == "local":
             raise SweepError("pin_drivers=True is invalid with --backend local: it places Tune trials on Ray nodes")

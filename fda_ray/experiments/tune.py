@@ -467,9 +467,7 @@ def run_optuna(space: Sequence[Any], base: dict[str, Any], row: str, variable: s
     served = fuse > 1 and fusion.config_fuses(cfg)
     bundles = (served_resources(cfg, fuse, driver_placement(pin_drivers)) if served
                else resources(cfg, driver_placement(pin_drivers)))
-    from fda_ray.experiments.backends import served_watch
-
-    watch = StrandedWatch(bundles.bundles, **(served_watch(cfg) if served else {}))
+    watch = StrandedWatch(bundles.bundles, **(fusion_server.served_watch(cfg) if served else {}))
     this = Trial.from_dict({"key": row, "row": row, "value": value, "seed": 0, "params": {}})
 
     def on_stranded(reason: str, waiting: list) -> None:

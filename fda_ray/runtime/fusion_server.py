@@ -246,6 +246,16 @@ def beside_servers(cluster: Any, threads: int, cuda: bool) -> Any:
                                types=tuple(left(t) for t in cluster.types if servers_on(t, threads, cuda)))
 
 
+def served_watch(cfg: Any) -> dict[str, Any]:
+    """fda_ray.experiments.stranded.StrandedWatch's keywords for served trials of the resolved `cfg`: the live nodes
+    less what their servers hold (beside_servers), so a node loss that leaves no node a served trial fits beside its
+    server ends the launch in one line."""
+    from fda_ray.runtime import resources
+
+    cuda = cfg.device.startswith("cuda")
+    return {"cluster": lambda: beside_servers(resources.from_ray(), cfg.threads, cuda)}
+
+
 @contextmanager
 def serving(cfg: Any | None) -> Iterator[dict[str, list[str]]]:
     """The fusion servers for trials of the resolved `cfg` (its threads and device: start_servers) while a launch
