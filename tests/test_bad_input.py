@@ -103,7 +103,9 @@ CASES = [
     run_case("gpus_per_client=", *RUN, "--gpus-per-client", "-1"),
     run_case("gpus_per_client=", *RUN, "--gpus-per-client", "1.5"),
     # below Ray's granularity (0.0001): a share Ray rounds to 0, and an infinite count of clients per CPU
-    run_case("cpus_per_client=1e-320 is invalid: a number of CPUs >= 0.0001", *RUN, "--cpus-per-client", "1e-320"),
+    run_case("cpus_per_client=1e-320 is invalid: a number of CPUs from 0.0001 to 1024", *RUN, "--cpus-per-client", "1e-320"),
+    run_case("cpus_per_client=4096.0 is invalid: a number of CPUs from 0.0001 to 1024", *RUN, "--cpus-per-client",
+             "4096"),
     run_case("gpus_per_client=1e-05 is invalid", *RUN, "--gpus-per-client", "1e-5"),
     run_case("clients_per_actor=", *RUN, "--clients-per-actor", "0"),
     run_case("client_retries=", *RUN, "--client-retries", "-1"),

@@ -279,3 +279,16 @@ def test_auto_weighting_runs_on_a_target_that_gives_two_steps_and_refuses_one(fm
     assert capsys.readouterr().err == ("error: batch_target=4 is invalid: auto-weighting needs >= 2 target steps a "
                                        "round, and the target's 4 labelled training samples give 1; a batch_target "
                                        "below 4, or more labelled target samples\n")
+
+
+@pytest.mark.slow  # a run in a subprocess, on Ray actors (the whole-machine default on 2 or more cores)
+def test_a_runs_console_is_quiet_unless_verbose(fmnist_dir):
+    """A run's stderr holds fda-ray's own lines, not Ray's INFO and WARNING lines or torch's no-CUDA notice from the
+    driver and its client actors (a sweep hid them; a run printed them); --verbose shows Ray's."""
+    argv = [sys.executable, "-m", "fda_ray", *TINY, "--data-dir", str(fmnist_dir), "--executor", "ray"]
+    quiet = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=fmnist_dir.parent)
+    assert quiet.returncode == 0, quiet.stderr[-2000:]
+    noise = ("Started a local Ray instance", "No CUDA runtime is found", "INFO worker.py", "WARNING ")
+    assert not any(n in quiet.stderr for n in noise), quiet.stderr
+    loud = subprocess.run(argv + ["--verbose"], capture_output=True, text=True, timeout=600, cwd=fmnist_dir.parent)
+    assert loud.returncode == 0 and "Started a local Ray instance" in loud.stderr

@@ -353,8 +353,8 @@ class RunConfig:
             raise _err("executor", self.executor, f"one of {', '.join(EXECUTORS)}", EXECUTORS)
         if self.cpus_per_client is not None and not (
                 isinstance(self.cpus_per_client, (int, float)) and RESOURCE_STEP <= self.cpus_per_client <= 1024):
-            raise _err("cpus_per_client", self.cpus_per_client, f"a number of CPUs >= {RESOURCE_STEP:g} (fractions "
-                       "allowed, in Ray's steps of 0.0001)")
+            raise _err("cpus_per_client", self.cpus_per_client, f"a number of CPUs from {RESOURCE_STEP:g} to 1024 "
+                       "(fractions allowed, in Ray's steps of 0.0001)")
         g = self.gpus_per_client
         if not (isinstance(g, (int, float)) and (g == 0 or RESOURCE_STEP <= g <= 1
                                                  or (g > 1 and float(g).is_integer()))):

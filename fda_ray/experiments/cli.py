@@ -252,6 +252,8 @@ def parser() -> OneLineParser:
     out = p.add_argument_group("output")
     out.add_argument("--parquet", default=None, help="write the per-round history to this Parquet file (after every round, atomically: a stopped run keeps its finished rounds)")
     out.add_argument("--json", action="store_true", help="print one JSON object (config and per-round metrics)")
+    out.add_argument("--verbose", action="store_true", help="show Ray's own INFO and WARNING lines and torch's "
+                     "notices (hidden by default, as in a sweep)")
     return p
 
 
@@ -285,6 +287,9 @@ def _main(argv: list[str] | None = None) -> int:
     a = p.parse_or_exit_code(argv)
     if isinstance(a, int):
         return a
+    from fda_ray.experiments.console import quiet
+
+    quiet(a.verbose)  # before Ray starts: its INFO and WARNING lines, torch's no-CUDA notice (a sweep's console too)
     try:
         cfg = whole_machine(config_from_args(a), p.parsed_argv)  # a --config file's executor counts too
         resolved = cfg.resolved()

@@ -108,6 +108,9 @@ def cuda_home(found: str | None) -> str | None:
 
 def build(kind: str, *, verbose: bool = False) -> None:
     """Compile (or load from the cache) the `kind` ("cpu" or "cuda") library into this process; raises on failure."""
+    from fda_ray.core.quiet import quiet_worker
+
+    quiet_worker()  # (any process of a quiet run, a client actor's too: torch's no-CUDA notice as cpp_extension loads)
     from torch.utils import cpp_extension
 
     if kind not in LIB_NAMES:
