@@ -394,3 +394,16 @@ def test_collect_says_a_grid_only_option_does_not_apply_to_a_search(flags, what,
     err = capsys.readouterr().err
     assert err.startswith(f"error: {what} is invalid here: it reads a grid's rows, and {folder} is a search")
     assert err.count("\n") == 1
+
+
+def test_collects_build_line_names_what_the_summary_names(capsys):
+    """collect's Build line names a record's build as summary.md does: the libraries, the code, the aggregation
+    kernels and the CPU capability (it left out the last two)."""
+    from fda_ray.experiments import collect
+
+    d = RESULTS / "fmnist-ablation-seeds"
+    recorded = next(line for line in (d / "summary.md").read_text().splitlines() if line.startswith("Recorded by "))
+    named = recorded[len("Recorded by "):recorded.rindex(" (")]
+    assert collect.main([str(d)]) == 0
+    (build,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("Build: ")]
+    assert build == f"Build: {named}." and "aggregation cpp" in build and "cpu " in build

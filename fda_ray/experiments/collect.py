@@ -142,10 +142,13 @@ def describe(path: Path, grid: str | None = None) -> Source:
 
 
 def _build_text(env: dict | None) -> str:
+    """A record's build as summary.md names it (fda_ray.core.build.FIELDS: the libraries, the code, the
+    aggregation kernels' implementation, the CPU capability, the plug-ins), each field the record has."""
+    from fda_ray.core.build import FIELDS
+
     if not env or all(env.get(k) is None for k in ("torch", "numpy", "code")):
         return "an unknown build (recorded before builds were)"
-    return f"torch {env.get('torch')}, torchvision {env.get('torchvision')}, numpy {env.get('numpy')}, " \
-           f"code {env.get('code')}" + (f", plugins {env['plugins']}" if env.get("plugins") else "")
+    return ", ".join(f"{k} {env[k]}" for k in FIELDS if env.get(k) is not None)
 
 
 def grid_of(src: Source) -> Grid:
