@@ -226,6 +226,9 @@ def test_tiny_search_on_tune_with_asha_selects_by_validation_and_reruns(fmnist_d
     assert all(r["selected_by"] is None for r in rows if r["trial"] not in
                {k for ks in reruns.values() for k in ks} | set(table["selected"].values()))
     assert all(r["val_accuracy"] is not None and r["accuracy"] is not None for r in rows)
+    # every trial's resolved config and build, stopped ones too (from stopped.json), as a grid sweep's parquet has
+    assert all(r["build_torch"] == torch.__version__ and r["lr_source"] is not None and r["rounds"] is not None
+               for r in rows)
     assert (out / "trajectory.png").stat().st_size > 0
     # resumable: nothing settled runs again
     capsys.readouterr()

@@ -456,13 +456,35 @@ def trajectory_figure(search: Search, tables: dict[str, dict], stem: StoragePath
     return _save(fig, stem, drawn)
 
 
-def result_rows(search: Search, trial: Trial, phase: str, study: str, rows: list[dict], finished: bool) -> list[dict]:
+def result_rows(search: Search, trial: Trial, phase: str, study: str, rows: list[dict], finished: bool,
+                record: StoragePath | None = None) -> list[dict]:
+    """A settled trial's rows for results.parquet: its identity in the search, its rounds, then (from its `record`'s
+    rows.json or stopped.json) the rest of its resolved RunConfig and the build that recorded it, as a grid sweep's
+    results.parquet and fda_ray.results.load carry them."""
     ident = {k: v for k, v in trial.params.items() if k != "params"}
     ident["params"] = json.dumps(trial.params.get("params", {}), sort_keys=True) if trial.params.get("params") else None
     ident.update(search=search.name, study=study, search_phase=phase, trial=trial.key, row=trial.row,
                  setting_variable=search.variable, setting_value=trial.value, finished=finished,
                  **{f"point.{k}": v for k, v in point_of(search, trial.params).items()})
-    return [{**ident, **r} for r in rows]
+    out = [{**ident, **r} for r in rows]
+    data = _record_data(record) if record is not None else None
+    if data and isinstance(data.get("config"), dict):
+        from fda_ray.experiments.records import config_columns
+
+        extra = config_columns({**data, "rows": rows}, skip=set(ident))
+        out = [{**r, **{k: v for k, v in extra.items() if k not in r}} for r in out]
+    return out
+
+
+def _record_data(record: StoragePath) -> dict | None:
+    """A settled trial's rows.json, else its stopped.json (both name its config and build); None where neither reads."""
+    try:
+        if is_done(record):
+            return read_rows(record)
+        data, _ = read_stopped(record)
+        return data
+    except (OSError, ValueError):
+        return None
 
 
 # ---------------------------------------------------------------- running
@@ -698,7 +720,7 @@ def report(search: Search, profile: str, out: StoragePath, plan: list[Study], se
         for t in trials:
             got = trial_rows(records / t.key)
             if got is not None:
-                rows += result_rows(search, t, "search", name, got[0], got[1])
+                rows += result_rows(search, t, "search", name, got[0], got[1], records / t.key)
         by_key = {t.key: t for t in trials}
         for rule, key in table["selected"].items():
             if key is None:
@@ -711,7 +733,8 @@ def report(search: Search, profile: str, out: StoragePath, plan: list[Study], se
             table.setdefault("reruns", {})[rule] = [t.key for t in rt]
             for t in rt:  # (a configuration two rules selected: its rows once, deduplicated below)
                 if is_done(records / t.key):
-                    rows += result_rows(search, t, "rerun", name, read_rows(records / t.key)["rows"], True)
+                    rows += result_rows(search, t, "rerun", name, read_rows(records / t.key)["rows"], True,
+                                        records / t.key)
     for v in dict.fromkeys(s.value for s in plan):
         refs = reference_trials(search, profile, v, search.rerun_seeds, overrides)
         for ref in search.references:
@@ -720,7 +743,7 @@ def report(search: Search, profile: str, out: StoragePath, plan: list[Study], se
             for t in mine:
                 if is_done(records / t.key):
                     rows += result_rows(search, t, "rerun", f"reference @ {search.value_label(v)}",
-                                        read_rows(records / t.key)["rows"], True)
+                                        read_rows(records / t.key)["rows"], True, records / t.key)
     rows = list({(r["trial"], r["study"], r["round"], r.get("phase"), r["search_phase"]): r for r in rows}.values())
     for r in rows:  # which rules chose the trial (a configuration two rules chose is one trial: its rows once)
         r["selected_by"] = ",".join(selected_by[r["trial"]]) if r["trial"] in selected_by else None
