@@ -195,9 +195,13 @@ def test_trials_no_live_node_holds_after_a_node_loss_fail_in_one_line_and_resume
         assert ended - lost["at"] < 3 + 120  # Ray's noticing of the loss, the wait, and the launch's end: bounded
         summary = _summary(printed.out)
         not_run = summary["failures"]
-        assert not_run and all(f["error"].startswith(f"not run: {why}") for f in not_run)
+        assert not_run and all(f["error"].startswith("not run") and f": {why}" in f["error"] for f in not_run)
         assert summary["trials_done"] + len(not_run) == summary["trials"] == 4
         assert lost["trial"] in {f["trial"] for f in not_run}
+        # the trial that ran when its node went says how often it ran, and that its rounds are kept ("0 attempts")
+        (cut,) = [f for f in not_run if f["trial"] == lost["trial"]]
+        assert cut["attempts"] >= 1 and cut["error"].startswith(
+            f"not run again ({cut['attempts']} attempt(s) before; its finished rounds are kept): ")
         assert (out / "trials" / lost["trial"] / "state.pt").is_file()  # its finished rounds are kept
         if ray.is_initialized():
             ray.shutdown()
@@ -308,6 +312,8 @@ def test_an_out_directory_the_other_nodes_cannot_see_is_refused_in_one_line(no_r
         assert code == 2
         assert len(err) == 1 and err[0].startswith(f"error: out='{out}' is invalid: the cluster's other nodes "
                                                    "cannot use it: the probe file written there is not found from node")
+        assert err[0].endswith("put --out on a filesystem every node mounts at this path, or on an object store "
+                               "(s3://bucket/prefix)")
         assert not (out / "trials").exists()  # nothing ran
         # a directory every node sees passes the same probe
         from fda_ray.runtime import preflight

@@ -200,3 +200,13 @@ def test_a_missing_dataset_is_said_before_missing_weights_in_one_line(tmp_path, 
     monkeypatch.setattr(fda_ray.data, "load", lambda *a, **k: None)  # the dataset there: the weights' own line
     with pytest.raises(PreflightError, match=r"^model_weights='imagenet' is invalid"):
         preflight.run(cfg)
+
+
+def test_other_nodes_that_cannot_use_out_get_the_advice_for_its_kind():
+    """A local --out other nodes cannot see: put it on shared storage; an s3:// --out they cannot use: their
+    credentials or endpoint (it told them to use an object store, which --out already was)."""
+    from fda_ray.core.storage import storage_path
+
+    assert preflight._shared_storage_fix(storage_path("/tmp/x")).startswith("put --out on a filesystem every node")
+    assert preflight._shared_storage_fix(storage_path("s3://bucket/sweeps/x")).startswith(
+        "give every node the store's credentials and endpoint")

@@ -375,8 +375,16 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
     stranded_reason: str | None = None  # set when a node loss left no live node that holds a trial
 
     def not_run(t: Trial, reason: str) -> None:
-        failures.append({"trial": t.key, "row": t.row, "value": t.value, "seed": t.seed, "attempts": 0,
-                         "error": f"not run: {reason}", "stranded": True})
+        # a trial that ran before its node was lost keeps its attempts (nodes.json) and its finished rounds: said so
+        # (it was "0 attempts", "not run", beside a record of 5 rounds)
+        from fda_ray.experiments.records import NODES_FILE, _attempts
+
+        path = records / t.key / NODES_FILE
+        attempts = (_attempts(path) or []) if path.is_file() else []
+        kept = f"not run again ({len(attempts)} attempt(s) before; its finished rounds are kept)" if attempts \
+            else "not run"
+        failures.append({"trial": t.key, "row": t.row, "value": t.value, "seed": t.seed, "attempts": len(attempts),
+                         "error": f"{kept}: {reason}", "stranded": True})
         progress.line(t, "FAILED (not run: no live node holds it)")
 
     def waiting_names(waiting: list) -> list[str]:

@@ -353,6 +353,15 @@ def _probe_from_node(where: str, token: str, node: str) -> str | None:
     return None
 
 
+def _shared_storage_fix(where: StoragePath) -> str:
+    """What to do when other nodes cannot use `where`: a local path, another place for it; an object store every
+    node reaches by its URI, that node's credentials or endpoint (the advice to use an object store was wrong there)."""
+    if where.is_local:
+        return "put --out on a filesystem every node mounts at this path, or on an object store (s3://bucket/prefix)"
+    return ("give every node the store's credentials and endpoint (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ... in its "
+            "environment, or its instance role)")
+
+
 def shared_storage(field: str, where: str | os.PathLike | StoragePath, *, timeout: float = PROBE_TIMEOUT_S) -> int:
     """On a multi-node Ray cluster (Ray initialised), every other alive node must see and write `where`, the
     directory trials write their records into: a probe file written here is read back, and answered, by a task
@@ -389,8 +398,7 @@ def shared_storage(field: str, where: str | os.PathLike | StoragePath, *, timeou
             if why is not None:
                 n = refs[ref]
                 raise _err(field, str(where), f"the cluster's other nodes cannot use it: {why} (address "
-                                              f"{n['NodeManagerAddress']}); put --out on a filesystem every node "
-                                              "mounts at this path, or on an object store (s3://bucket/prefix)")
+                                              f"{n['NodeManagerAddress']}); {_shared_storage_fix(where)}")
     finally:
         for f in [probe] + [where / f".fda-ray-probe-{token}-{n['NodeID'][:12]}" for n in others]:
             try:
