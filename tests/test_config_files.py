@@ -279,3 +279,11 @@ def test_print_config_shows_the_executor_the_run_uses(capsys):
     assert cli.whole_machine(RunConfig(), ["--executor", "serial"], cores=4).executor == "serial"
     assert cli.main(["--print-config", "--executor", "serial"]) == 0
     assert yaml.safe_load(capsys.readouterr().out)["executor"] == "serial"
+
+
+def test_a_config_value_that_starts_with_a_dash_is_the_keys_value(tmp_path):
+    """A file's value that looks like a flag (data_dir: "-x") is its key's value (argparse took it for a flag:
+    "argument --data-dir: expected one argument", without the file's key)."""
+    (tmp_path / "run.yaml").write_text('data_dir: "-x"\nnoise: -0.0\n')
+    a = _parse(["--config", str(tmp_path / "run.yaml")])
+    assert a.data_dir == "-x" and a.noise == 0.0

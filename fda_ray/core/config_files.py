@@ -175,7 +175,10 @@ def to_argv(parser: argparse.ArgumentParser, mapping: dict[str, Any], source: st
             else:
                 texts = [_text(value)]
             _check_values(action, raw, source, texts)
-            argv += [flag, *texts]
+            if len(texts) == 1 and texts[0].startswith("-"):  # a value argparse would take for a flag: joined to
+                argv.append(f"{flag}={texts[0]}")             # its option (data_dir: "-x" was "expected one argument")
+            else:
+                argv += [flag, *texts]
     return argv
 
 
