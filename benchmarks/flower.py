@@ -16,7 +16,6 @@ Ray actors, one CPU each. A round's time is from one evaluation's end to the nex
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -150,14 +149,25 @@ def run_flower(cfg: Any, num_cpus: int) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import importlib.util
     import os
 
     from fda_ray.core.config import RunConfig
+    from fda_ray.core.parsing import OneLineParser, typed
 
-    p = argparse.ArgumentParser(prog="python -m benchmarks.flower")
-    p.add_argument("--rounds", type=int, default=5)
+    # (an unknown flag is refused in one line: it was ignored, and the run went on without what it asked for)
+    p = OneLineParser(prog="python -m benchmarks.flower", description=__doc__.splitlines()[0])
+    p.add_argument("--rounds", type=typed("rounds", int, "an integer"), default=5)
     p.add_argument("--data-dir", default=None)
-    a, _ = p.parse_known_args(argv)
+    a = p.parse_or_exit_code(argv)
+    if isinstance(a, int):
+        return a
+    if importlib.util.find_spec("flwr") is None:  # before any work: one line, not run_flower's import traceback
+        print(f"error: benchmarks.flower needs Flower (flwr), which {sys.executable} does not have: run it under a "
+              "virtual environment made with --system-site-packages and `pip install \"flwr[simulation]==1.42.0\"` "
+              "(python -m benchmarks.engine --settings flower --flower-python VENV/bin/python; "
+              "docs/ray-and-clusters.md)", file=sys.stderr)
+        return 2
     cfg = RunConfig(dataset="fashion-mnist", method="fedgp", rounds=a.rounds, warmup_rounds=0, data_dir=a.data_dir,
                     threads=1)
     rows = run_flower(cfg, num_cpus=len(os.sched_getaffinity(0)))

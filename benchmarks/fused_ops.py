@@ -129,12 +129,17 @@ def table(r: dict[str, Any]) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    """The command line of `python -m benchmarks.fused_ops` (tests/test_lease_scripts.py parses the GPU lease's)."""
-    p = argparse.ArgumentParser(prog="python -m benchmarks.fused_ops", description=__doc__.splitlines()[0])
-    p.add_argument("--trials", type=int, default=8, help="trials fused (the grid's FDA rows, in plan order)")
-    p.add_argument("--samples", type=int, default=6000, help="samples per client (the main job's: 6000, 93 steps a "
-                                                              "round; a round's own operators spread over its steps)")
-    p.add_argument("--repeats", type=int, default=3)
+    """The command line of `python -m benchmarks.fused_ops` (tests/test_lease_scripts.py parses the GPU lease's);
+    a bad value or an unknown flag is one line, exit 2 (fda_ray.core.parsing, as the other benchmarks)."""
+    from fda_ray.core.parsing import OneLineParser, typed
+
+    p = OneLineParser(prog="python -m benchmarks.fused_ops", description=__doc__.splitlines()[0])
+    p.add_argument("--trials", type=typed("trials", int, "an integer"), default=8,
+                   help="trials fused (the grid's FDA rows, in plan order)")
+    p.add_argument("--samples", type=typed("samples", int, "an integer"), default=6000,
+                   help="samples per client (the main job's: 6000, 93 steps a round; a round's own operators spread "
+                        "over its steps)")
+    p.add_argument("--repeats", type=typed("repeats", int, "an integer"), default=3)
     p.add_argument("--data-dir", default=None)
     p.add_argument("--device", default="cpu", help="cpu, or cuda: the trials' device")
     p.add_argument("--json", default=None)
@@ -143,8 +148,9 @@ def parser() -> argparse.ArgumentParser:
 
 def invalid(a: argparse.Namespace) -> str | None:
     """The error line for parsed arguments main refuses before it measures anything (None: none)."""
-    if a.trials < 1 or a.samples < 64 or a.repeats < 1:
-        return "error: trials >= 1, samples >= 64 and repeats >= 1"
+    for field, least in (("trials", 1), ("samples", 64), ("repeats", 1)):
+        if getattr(a, field) < least:
+            return f"error: {field}={getattr(a, field)!r} is invalid: an integer >= {least}"
     return None
 
 

@@ -16,7 +16,6 @@ than --memory-gib allows (the reference holds float64 copies of the inputs).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -141,15 +140,22 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.kernel", description=__doc__.splitlines()[0])
+    from fda_ray.core.parsing import OneLineParser, typed
+
+    # (one line, exit 2, for a bad value or an unknown flag, as the other benchmarks)
+    p = OneLineParser(prog="python -m benchmarks.kernel", description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cpu")
     p.add_argument("--layouts", default=",".join(LAYOUTS))
     p.add_argument("--sources", default="4,9,16")
     p.add_argument("--impls", default=",".join(IMPLS))
-    p.add_argument("--memory-gib", type=float, default=16.0, help="skip an implementation that would need more")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (CPU); default: torch's")
+    p.add_argument("--memory-gib", type=typed("memory_gib", float, "a number of GiB"), default=16.0,
+                   help="skip an implementation that would need more")
+    p.add_argument("--threads", type=typed("threads", int, "an integer"), default=None,
+                   help="torch threads (CPU); default: torch's")
     p.add_argument("--json", action="store_true")
-    a = p.parse_args(argv)
+    a = p.parse_or_exit_code(argv)
+    if isinstance(a, int):
+        return a
     layouts = [s for s in a.layouts.split(",") if s]
     impls = tuple(s for s in a.impls.split(",") if s)
     try:

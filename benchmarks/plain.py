@@ -84,3 +84,11 @@ def run_plain(cfg, on_round: Callable[[dict], None] | None = None) -> list[dict]
         if on_round:
             on_round(rows[-1])
     return rows
+
+
+if __name__ == "__main__":  # a library module run as a program (it defined names and exited 0 having done nothing)
+    import sys
+
+    print("error: benchmarks.plain is the engine benchmark's plain loop (import benchmarks.plain: run_plain), not a "
+          "program; the command is `python -m benchmarks.engine --settings plain`", file=sys.stderr)
+    sys.exit(2)

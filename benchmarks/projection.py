@@ -867,12 +867,17 @@ def report(p: Projection, markdown: bool = False) -> str:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.projection", description=__doc__.split("\n\n")[0])
+    """A bad value or an unknown flag is one line, exit 2 (fda_ray.core.parsing, as the other benchmarks)."""
+    from fda_ray.core.parsing import OneLineParser, typed
+
+    p = OneLineParser(prog="python -m benchmarks.projection", description=__doc__.split("\n\n")[0])
     p.add_argument("--gpus", default="1,8,32", help="GPU counts to project (comma-separated)")
-    p.add_argument("--trials-per-gpu", type=int, default=MEASURED_TRIALS_PER_GPU,
+    p.add_argument("--trials-per-gpu", type=typed("trials_per_gpu", int, "an integer"),
+                   default=MEASURED_TRIALS_PER_GPU,
                    help=f"trials at once on one GPU (default {MEASURED_TRIALS_PER_GPU}: the GPU records' setting)")
     p.add_argument("--cluster-json", default=None, help="python -m benchmarks.cluster --json's output")
-    p.add_argument("--measured-noise-column-s", type=float, default=None,
+    p.add_argument("--measured-noise-column-s", type=typed("measured_noise_column_s", float, "a number of seconds"),
+                   default=None,
                    help="a measured wall time of the noise grid's 0.4 column (9 trials, seed 0) on one GPU at "
                         "--trials-per-gpu: prints its ratio to the projection")
     p.add_argument("--records", default=str(RESULTS), help="the records' directory (default docs/results)")
@@ -881,8 +886,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def arguments(argv: Sequence[str] | None = None) -> tuple[dict[str, Any], bool]:
-    """A command line as compute()'s keyword arguments, and whether it asks for --markdown (argparse's exit on a
-    bad one)."""
+    """A command line as compute()'s keyword arguments, and whether it asks for --markdown (a bad one: its one
+    error line and SystemExit(2), as argparse's)."""
     p = parser()
     a = p.parse_args(argv)
     try:
@@ -898,7 +903,10 @@ def arguments(argv: Sequence[str] | None = None) -> tuple[dict[str, Any], bool]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    kwargs, markdown = arguments(argv)
+    try:
+        kwargs, markdown = arguments(argv)
+    except SystemExit as e:  # its line is printed; the exit code returned, as the other benchmarks' main
+        return int(e.code or 0)
     try:
         projection = compute(**kwargs)
     except ValueError as e:  # a damaged --cluster-json, --records or record: one line, as the other benchmarks

@@ -301,6 +301,12 @@ def invalid(a: argparse.Namespace) -> str | None:
         return f"error: backends={a.backends!r} is invalid: comma-separated names from {', '.join(BACKENDS)}"
     if a.device not in ("cpu", "cuda"):
         return f"error: device={a.device!r} is invalid: cpu or cuda"
+    from fda_ray.runtime.fusion import parse_fuse
+
+    try:  # fda-ray sweep's own check: a bad --fuse was found only when the fused backend's sweep started
+        parse_fuse(a.fuse)
+    except ValueError as e:
+        return f"error: {e}"
     return None
 
 

@@ -1,14 +1,68 @@
 """The preparation scripts' CSV inputs (prepare_chexpert.py, prepare_mimic.py), read with one-line errors: a release's
 table that is missing, a folder, binary, not UTF-8, empty, cut short, gzipped (read as it is) or without the columns
-a script reads. Standard library only, as the scripts are (they run before fda-ray is installed)."""
+a script reads; and the command lines of the scripts here (prepare_mnist.py too), whose bad flags are one line.
+Standard library only, as the scripts are (they run before fda-ray is installed).
+
+A helper, not a program: `python -m datasets.csv_inputs` says so and names the programs, exit 2."""
 from __future__ import annotations
 
+import argparse
 import csv
+import difflib
 import gzip
 import io
+import math
+import sys
 import zlib
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, NoReturn, Sequence
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line, `error: ...`, exit code 2 (no usage dump): the form of fda-ray's
+    programs (fda_ray.core.parsing.OneLineParser, which the scripts cannot import before fda-ray is installed); an
+    unknown flag names the script's closest one."""
+
+    def error(self, message: str) -> NoReturn:
+        if message.startswith("unrecognized arguments: "):
+            flags = [a.split("=")[0] for a in message.removeprefix("unrecognized arguments: ").split()
+                     if a.startswith("--")]
+            known = [o for action in self._actions for o in action.option_strings]
+            close = difflib.get_close_matches(flags[0], known, n=1, cutoff=0.8) if flags else []
+            message += f"; did you mean {close[0]!r}?" if close else ""
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+    def parse_or_exit_code(self, argv: Sequence[str] | None) -> argparse.Namespace | int:
+        """The parsed namespace, or the exit code (--help: 0, bad input: 2) for a script's `main` to return."""
+        try:
+            return self.parse_args(argv)
+        except SystemExit as e:
+            return int(e.code or 0)
+
+
+def typed(field: str, kind: type, allowed: str) -> Callable[[str], Any]:
+    """A flag's type whose error names the field, the value and what is allowed (`per_class='x' is invalid: ...`)."""
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{field}={text!r} is invalid: {allowed}") from None
+        if kind is float and not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{field}={text!r} is invalid: {allowed}")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def out_of_range(per_class: int, test_share: float) -> str | None:
+    """The error line for --per-class or --test-share out of range (None: both fine)."""
+    if per_class < 1:
+        return f"error: per_class={per_class!r} is invalid: an integer >= 1"
+    if not 0 < test_share < 1:
+        return f"error: test_share={test_share!r} is invalid: a number in (0, 1)"
+    return None
 
 
 class InputError(ValueError):
@@ -87,3 +141,10 @@ def writable_output(path: str) -> str | None:
     except OSError as e:  # under a file, a read-only folder, a full disk
         return e.strerror or type(e).__name__
     return None
+
+
+if __name__ == "__main__":  # a helper run as a program: it defined names and exited 0 having done nothing
+    print("error: datasets/csv_inputs.py is the preparation scripts' helper, not a program; the programs are "
+          "`python datasets/prepare_chexpert.py` and `python datasets/prepare_mimic.py` (datasets/README.md)",
+          file=sys.stderr)
+    sys.exit(2)

@@ -22,7 +22,6 @@ Standard library only.
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import random
 import re
@@ -30,7 +29,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # (run as a script or loaded by path: its folder's helper)
-from csv_inputs import InputError, read_table, writable_output  # noqa: E402
+from csv_inputs import (InputError, OneLineParser, out_of_range, read_table, typed,  # noqa: E402
+                        writable_output)
 
 DOMAINS = {"Edema": "Edema", "LungLesion": "Lung Lesion", "Pneumonia": "Pneumonia", "Atelectasis": "Atelectasis",
            "Consolidation": "Consolidation"}  # fda-ray's domain name -> the release's column
@@ -43,19 +43,24 @@ def patient_of(path: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    # (a bad value or an unknown flag is one line, exit 2, as fda-ray's programs)
+    p = OneLineParser(prog="python datasets/prepare_chexpert.py", description=__doc__.splitlines()[0])
     p.add_argument("train_csv", help="CheXpert-v1.0(-small)/train.csv")
     p.add_argument("out", help="the generic table to write")
-    p.add_argument("--per-class", type=int, default=2000, help="positives (and negatives) per domain (paper: 2000)")
-    p.add_argument("--test-share", type=float, default=0.2, help="share of each class in the test split (0.2)")
+    p.add_argument("--per-class", type=typed("per_class", int, "an integer >= 1"), default=2000,
+                   help="positives (and negatives) per domain (paper: 2000)")
+    p.add_argument("--test-share", type=typed("test_share", float, "a number in (0, 1)"), default=0.2,
+                   help="share of each class in the test split (0.2)")
     p.add_argument("--negatives", choices=("blank", "explicit"), default="blank",
                    help="blank: condition not mentioned (the authors' code); explicit: labelled 0.0")
     p.add_argument("--image-root", default="", help="folder the release's Path column is relative to")
     p.add_argument("--keep-shared-patients", action="store_true", help="let a patient's images enter several domains")
-    p.add_argument("--seed", type=int, default=0)
-    a = p.parse_args(argv)
-    if a.per_class < 1 or not 0 < a.test_share < 1:
-        print("--per-class must be >= 1 and --test-share in (0, 1)", file=sys.stderr)
+    p.add_argument("--seed", type=typed("seed", int, "an integer"), default=0)
+    a = p.parse_or_exit_code(argv)
+    if isinstance(a, int):
+        return a
+    if (bad := out_of_range(a.per_class, a.test_share)) is not None:
+        print(bad, file=sys.stderr)
         return 2
     try:
         rows = read_table(a.train_csv, "train_csv", "CheXpert's train.csv",

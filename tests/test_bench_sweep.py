@@ -94,6 +94,21 @@ def test_bad_arguments_are_one_line(capsys):
         assert err.count("\n") == 0 and err.startswith(f"error: {field}=")
 
 
+def test_a_bad_fuse_is_refused_in_one_line_before_any_backend_runs(monkeypatch, capsys):
+    """--fuse abc started the benchmark (its fused sweeps would refuse it only when they ran); it is fda-ray sweep's
+    own one line (fda_ray.runtime.fusion.parse_fuse), exit 2, and nothing runs."""
+    def run_backend(*args):  # noqa: ANN002
+        raise AssertionError("a backend ran")
+
+    monkeypatch.setattr(bench, "run_backend", run_backend)
+    monkeypatch.setattr(bench, "machine", lambda: {})
+    assert bench.main(["--backends", "local-fused", "--fuse", "abc"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: fuse='abc' is invalid: off, auto, or a whole number of trials a group holds (>= 1)"]
+    assert bench.invalid(bench.parser().parse_args(["--fuse", "8"])) is None  # the good values as before
+    assert bench.invalid(bench.parser().parse_args(["--fuse", "auto"])) is None
+
+
 @pytest.mark.slow
 def test_both_backends_run_a_tiny_column(fmnist_dir, tmp_path, capsys):
     out = tmp_path / "bench.json"

@@ -507,6 +507,39 @@ def test_the_preparation_scripts_exit_2_with_one_line_and_no_traceback(tmp_path,
     assert p.stderr.startswith("error: ") and f"={str(binary)!r} is invalid: a binary file, not " in p.stderr
 
 
+MIMIC_ARGS = ["--chexpert", "c", "--metadata", "m", "--patients", "p", "--admissions", "a", "--out", "o"]
+
+
+@pytest.mark.parametrize("script,argv,line", [
+    ("prepare_chexpert", ["t.csv", "o.csv", "--test-share", "-1"],
+     "error: test_share=-1.0 is invalid: a number in (0, 1)"),
+    ("prepare_chexpert", ["t.csv", "o.csv", "--per-class", "0"], "error: per_class=0 is invalid: an integer >= 1"),
+    ("prepare_chexpert", ["t.csv", "o.csv", "--per-class", "abc"],
+     "error: argument --per-class: per_class='abc' is invalid: an integer >= 1"),
+    ("prepare_chexpert", ["t.csv", "o.csv", "--test-share", "nan"],
+     "error: argument --test-share: test_share='nan' is invalid: a number in (0, 1)"),
+    ("prepare_chexpert", ["t.csv", "o.csv", "--negatives", "abc"],
+     "error: argument --negatives: invalid choice: 'abc' (choose from 'blank', 'explicit')"),
+    ("prepare_chexpert", ["t.csv", "o.csv", "--bogus"], "error: unrecognized arguments: --bogus"),
+    ("prepare_mimic", [*MIMIC_ARGS, "--seed", "abc"], "error: argument --seed: seed='abc' is invalid: an integer"),
+    ("prepare_mimic", [*MIMIC_ARGS, "--test-share", "abc"],
+     "error: argument --test-share: test_share='abc' is invalid: a number"),
+    ("prepare_mimic", [*MIMIC_ARGS, "--seeds", "1"],
+     "error: unrecognized arguments: --seeds 1; did you mean '--seed'?"),
+    ("prepare_mnist", ["w.whl", "--bogus"], "error: unrecognized arguments: --bogus"),
+    ("prepare_mnist", ["w.whl", "--force=1"], "error: argument --force: ignored explicit argument '1'"),
+])
+def test_the_preparation_scripts_refuse_a_bad_flag_in_one_line(script, argv, line, tmp_path, monkeypatch, capsys):
+    """A bad value or an unknown flag is one line naming the option, the value and what is allowed, exit 2, no usage
+    dump (argparse printed its usage; an out-of-range --test-share said "--per-class must be >= 1 and --test-share
+    in (0, 1)", without `error:` or the value), before any file is read."""
+    monkeypatch.chdir(tmp_path)
+    assert _script(script).main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.splitlines() == [line]
+    assert list(tmp_path.iterdir()) == []
+
+
 # ---------------------------------------------------------------- the repair command of MNIST / Fashion-MNIST
 
 def _full_size_labels(d: Path) -> Path:

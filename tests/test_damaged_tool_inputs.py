@@ -246,3 +246,69 @@ def test_a_sound_bootstrap_config_warns_nothing(tmp_path, monkeypatch, recwarn):
         "  gpu: {max_workers: 2, resources: {CPU: 48, GPU: 4}}\n  auto: {max_workers: 1}\n")
     assert autoscaler_node_types() == [{"CPU": 8.0}, {"CPU": 48.0, "GPU": 4.0}, {}]
     assert not [w for w in recwarn if issubclass(w.category, RunWarning)]
+
+
+# ---------------------------------------------------------------- the auxiliary scripts' flags
+
+def _aux(name: str):  # type: ignore[no-untyped-def]
+    """An auxiliary script's module (imported here, so a test of its flags runs nothing of it)."""
+    import importlib
+
+    return importlib.import_module(name)
+
+
+@pytest.mark.parametrize("module,argv,line", [
+    ("benchmarks.fused_ops", ["--trials", "abc"], "error: argument --trials: trials='abc' is invalid: an integer"),
+    ("benchmarks.fused_ops", ["--trials", "0"], "error: trials=0 is invalid: an integer >= 1"),
+    ("benchmarks.fused_ops", ["--trals", "3"], "error: unrecognized arguments: --trals 3; did you mean '--trials'?"),
+    ("benchmarks.kernel", ["--threads", "abc"], "error: argument --threads: threads='abc' is invalid: an integer"),
+    ("benchmarks.kernel", ["--memory-gib", "lots"],
+     "error: argument --memory-gib: memory_gib='lots' is invalid: a number of GiB"),
+    ("benchmarks.kernel", ["--bogus"], "error: unrecognized arguments: --bogus"),
+    ("benchmarks.projection", ["--trials-per-gpu", "abc"],
+     "error: argument --trials-per-gpu: trials_per_gpu='abc' is invalid: an integer"),
+    ("benchmarks.projection", ["--measured-noise-column-s", "abc"],
+     "error: argument --measured-noise-column-s: measured_noise_column_s='abc' is invalid: a number of seconds"),
+    ("benchmarks.projection", ["--gpus", "x"], "error: --gpus='x' is invalid: comma-separated integers >= 1"),
+    ("benchmarks.projection", ["--bogus"], "error: unrecognized arguments: --bogus"),
+    ("benchmarks.flower", ["--rounds", "abc"], "error: argument --rounds: rounds='abc' is invalid: an integer"),
+    ("benchmarks.flower", ["--bogus-flag"], "error: unrecognized arguments: --bogus-flag"),  # (was ignored)
+    ("tools.pages", ["--bogus"], "error: unrecognized arguments: --bogus"),
+    ("tools.pages", ["--check=1"], "error: argument --check: ignored explicit argument '1'"),
+    ("tools.gpu_memory_probe", ["fashion-mnist", "fedgp", "--rounds", "abc"],
+     "error: argument --rounds: rounds='abc' is invalid: an integer"),
+    ("tools.gpu_memory_probe", ["fashion-mnist", "fedgp", "--stall", "abc"],
+     "error: argument --stall: stall='abc' is invalid: a number of seconds"),
+    ("tools.gpu_memory_probe", ["fashion-mnist", "fedgp", "--concurrent", "abc"],
+     "error: argument --concurrent: invalid choice: 'abc' (choose from '0', '1')"),
+    ("tools.authors_fedgp", ["--repo", "r", "--out", "o", "--iter", "i", "--bogus"],
+     "error: unrecognized arguments: --bogus"),  # (main_noniid.py's own flags go after --)
+    ("tools.authors_fedgp", ["--iter", "abc"], "error: the following arguments are required: --repo, --out"),
+    ("tools.imports", ["--bogus"], "error: unrecognized arguments: --bogus"),  # (was ignored, exit 0)
+])
+def test_an_auxiliary_scripts_bad_flag_is_one_line_exit_2(module, argv, line, capsys):
+    """The benchmarks and tools beside fda-ray refuse a bad value or an unknown flag as its programs do
+    (fda_ray.core.parsing.OneLineParser): one line naming the option, the value and what is allowed, exit 2, no
+    usage dump (argparse printed its usage, 2 to 7 lines, and a message without the rule)."""
+    assert _aux(module).main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and _one_error_line(captured.err) == line
+
+
+def test_flower_without_flwr_names_it_and_how_to_install_it(monkeypatch, capsys):
+    """benchmarks.flower runs under Flower's own virtual environment: elsewhere it is one line naming the missing
+    package and its install command, exit 2, before any work (was a ModuleNotFoundError traceback, exit 1)."""
+    import sys as _sys
+
+    monkeypatch.setitem(_sys.modules, "flwr", None)  # (importlib.util.find_spec: None, as where it is not installed)
+    assert _aux("benchmarks.flower").main(["--rounds", "1"]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert line.startswith("error: benchmarks.flower needs Flower (flwr), which ") and \
+        'pip install "flwr[simulation]==1.42.0"' in line and "--flower-python" in line, line
+
+
+def test_tools_imports_has_a_help_text(capsys):
+    """`python tools/imports.py --help` printed the whole import report (it read no argument); now its usage."""
+    assert _aux("tools.imports").main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: python tools/imports.py [-h]") and "every circle (exit 1 if any)" in out

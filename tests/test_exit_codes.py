@@ -85,3 +85,24 @@ def test_a_python_api_module_run_as_a_program_names_the_program_meant(module, me
     assert p.stderr.strip().splitlines() == [
         f"error: fda_ray.{module} is fda-ray's Python API (import fda_ray.{module}), not a program; the command is "
         f"`{meant}` (every program: `python -m fda_ray help`)"]
+
+
+@pytest.mark.parametrize("module,line", [
+    ("benchmarks.plain", "error: benchmarks.plain is the engine benchmark's plain loop (import benchmarks.plain: "
+                         "run_plain), not a program; the command is `python -m benchmarks.engine --settings plain`"),
+    ("datasets.csv_inputs", "error: datasets/csv_inputs.py is the preparation scripts' helper, not a program; the "
+                            "programs are `python datasets/prepare_chexpert.py` and `python datasets/prepare_mimic.py` "
+                            "(datasets/README.md)"),
+])
+def test_a_helper_module_beside_fda_ray_run_as_a_program_names_the_program_meant(module, line):
+    """`python -m benchmarks.plain` and `python -m datasets.csv_inputs --bogus` defined names and exited 0 having
+    done nothing; each is one line naming the program to run, exit 2. (A subprocess: the guard is the module's
+    __main__ branch; the checkout's folders are found from its root.)"""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    p = subprocess.run([sys.executable, "-m", module, "--bogus"], capture_output=True, text=True,
+                       cwd=Path(__file__).resolve().parents[1], timeout=120)
+    assert p.returncode == 2 and p.stdout == "" and "Traceback" not in p.stderr, p.stderr
+    assert p.stderr.strip().splitlines() == [line]

@@ -32,7 +32,6 @@ command). `python -m tools.pages` reads them (the `authors-run` block).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -147,13 +146,18 @@ def _arg(args: list[str], name: str, default: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ours, theirs = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from fda_ray.core.parsing import OneLineParser
+
+    # (a bad or unknown flag is one line, exit 2, as fda-ray's programs; main_noniid.py's own flags go after --)
+    p = OneLineParser(prog="python tools/authors_fedgp.py", description=__doc__.splitlines()[0])
     p.add_argument("--repo", required=True, type=Path, help="a checkout of jackyzyb/AutoFedGP")
     p.add_argument("--out", required=True, type=Path, help="where the run's records are copied")
     p.add_argument("--iter", required=True, help="the run's name (main_noniid.py's --iter_idx)")
     p.add_argument("--data", type=Path, default=DEBIAN_FASHION, help="folder of the four Fashion-MNIST idx files")
     p.add_argument("--work", type=Path, default=Path("/tmp/authors-fedgp"), help="scratch folder")
-    a = p.parse_args(ours)
+    a = p.parse_or_exit_code(ours)
+    if isinstance(a, int):
+        return a
     if not (a.repo / "main_noniid.py").exists():
         print(f"error: repo={str(a.repo)!r} has no main_noniid.py (a checkout of jackyzyb/AutoFedGP)",
               file=sys.stderr)

@@ -7,7 +7,6 @@ lease that finds a hang brings back where it was.
 """
 from __future__ import annotations
 
-import argparse
 import faulthandler
 import json
 import os
@@ -15,15 +14,21 @@ import sys
 import time
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    from fda_ray.core.parsing import OneLineParser, typed
+
+    # (a bad value or an unknown flag is one line, exit 2, as fda-ray's programs)
+    p = OneLineParser(prog="python tools/gpu_memory_probe.py", description=__doc__.splitlines()[0])
     p.add_argument("dataset")
     p.add_argument("method")
     p.add_argument("--concurrent", choices=("0", "1"), default="1")
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--stall", type=float, default=50.0, help="seconds before the stacks are printed and it exits")
+    p.add_argument("--rounds", type=typed("rounds", int, "an integer"), default=3)
+    p.add_argument("--stall", type=typed("stall", float, "a number of seconds"), default=50.0,
+                   help="seconds before the stacks are printed and it exits")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=JSON", help="another RunConfig field")
-    a = p.parse_args()
+    a = p.parse_or_exit_code(argv)
+    if isinstance(a, int):
+        return a
     os.environ["FDA_RAY_CONCURRENT_CLIENTS"] = a.concurrent  # read once a round: set before the run starts
     faulthandler.dump_traceback_later(a.stall, exit=True)
     import torch

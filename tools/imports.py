@@ -156,7 +156,18 @@ def floors(pkg_edges: dict[str, set[str]]) -> dict[str, int]:
     return memo
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    from fda_ray.core.parsing import OneLineParser
+
+    # It takes no arguments: --help prints the docstring's usage, anything else is refused in one line, exit 2 (an
+    # argument was ignored, and the whole report printed with exit 0 as if it had been understood).
+    p = OneLineParser(prog="python tools/imports.py", description=__doc__,
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    a = p.parse_or_exit_code(argv)
+    if isinstance(a, int):
+        return a
     mods = modules()
     edges = graph(mods)
     pkg = package_graph(edges)

@@ -3,13 +3,13 @@ spec with the generator GENERATORS names, and rewrite or check the pages (main: 
 generators register themselves in GENERATORS from the package's other modules."""
 from __future__ import annotations
 
-import argparse
 import re
 import shlex
 import sys
 from pathlib import Path
 from typing import Callable
 
+from fda_ray.core.parsing import OneLineParser
 from fda_ray.core.registry import Registry
 from fda_ray.core.user_files import DamagedFileError, read_text
 from tools.pages.records import ROOT
@@ -62,10 +62,13 @@ def pages(root: Path = ROOT) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     import tools.pages as package  # its docstring is the command's description
 
-    p = argparse.ArgumentParser(prog="python -m tools.pages", description=package.__doc__.splitlines()[0])
+    # (a bad or unknown flag is one line, exit 2, as fda-ray's programs)
+    p = OneLineParser(prog="python -m tools.pages", description=package.__doc__.splitlines()[0])
     p.add_argument("pages", nargs="*", help="pages to regenerate (default: README.md, docs/*.md and docs/results/*.md)")
     p.add_argument("--check", action="store_true", help="change nothing; list the blocks that differ, exit 1 if any")
-    a = p.parse_args(argv)
+    a = p.parse_or_exit_code(argv)
+    if isinstance(a, int):
+        return a
     # Every page is read before any is rewritten: a page named by mistake (a binary file, a folder, a missing path)
     # is one line naming it, exit 2, before any page has changed.
     texts: list[tuple[Path, str]] = []
