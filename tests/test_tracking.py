@@ -122,7 +122,7 @@ def test_a_failing_tracker_is_dropped_with_one_warning_and_the_others_go_on(tmp_
 
     class Broken:
         def start(self, key, params, run_id):
-            return None
+            return None, False
 
         def log(self, key, step, values):
             raise ConnectionError("no server at 127.0.0.1:9\nmore")
@@ -327,3 +327,61 @@ def test_mlflows_store_keeps_the_quiet_console_quiet(tmp_path, monkeypatch, capf
     logging.getLogger("mlflow").setLevel(logging.INFO)  # (as MLflow's import sets it)
     MLflow(f"sqlite:///{tmp_path / 'verbose.db'}", "x")
     assert "INFO mlflow.store.db.utils: Creating initial MLflow database tables" in capfd.readouterr().err
+
+
+def test_a_run_the_tracker_cannot_reopen_gets_every_round_and_a_rerun_from_scratch_a_new_run(tmp_path, monkeypatch):
+    """The ledger counts what a tracker's run holds: a run that cannot be reopened (another MLflow store now) is a
+    new run given every recorded round (it got the rounds after the count only); a trial run again from round 0 (its
+    record set aside) opens a new run with the new numbers (they went nowhere: the old run was 'done')."""
+    import torch
+
+    _offline(monkeypatch)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'old.db'}")
+    t = Tracking(["mlflow"], tmp_path, "g-quick", params_of=lambda key: {})
+    for r in range(3):
+        t.round("t1", {"round": r, "accuracy": 0.1})
+    t.close()
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")  # the next launches track to <out>/mlflow.db
+    record = tmp_path / "trials" / "t1"
+    record.mkdir(parents=True)
+    torch.save({"rows": [{"round": r, "accuracy": 0.1} for r in range(4)], "next_round": 4}, record / "state.pt")
+    t = Tracking(["mlflow"], tmp_path, "g-quick", params_of=lambda key: {})
+    t.round("t1", {"round": 4, "accuracy": 0.1})
+    t.settled("t1", "done")
+    t.close()
+    assert _mlflow_runs(tmp_path, "g-quick")["t1"] == ("FINISHED", "done", [(r, 0.1) for r in range(5)])
+    (record / "state.pt").unlink()  # set aside: the trial runs again from round 0, with other numbers
+    t = Tracking(["mlflow"], tmp_path, "g-quick", params_of=lambda key: {})
+    for r in range(2):
+        t.round("t1", {"round": r, "accuracy": 0.9})
+    t.settled("t1", "done")
+    t.close()
+    runs = _mlflow_runs(tmp_path, "g-quick")
+    assert runs["count"] == 2  # the earlier run kept as it was, beside the new one
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    got = sorted(sorted((m.step, m.value) for m in client.get_metric_history(r.info.run_id, "accuracy"))
+                 for r in client.search_runs([client.get_experiment_by_name("g-quick").experiment_id]))
+    assert got == [[(r, 0.1) for r in range(5)], [(0, 0.9), (1, 0.9)]]
+
+
+def test_no_tracker_no_ledger_and_an_object_stores_ledger_is_its_outs(tmp_path, monkeypatch):
+    """--track none writes nothing (it wrote an empty ledger file per trial, every round); two object-store sweeps
+    of one grid into two prefixes keep apart ledgers (the second logged nothing: the first's counts said done)."""
+    from fda_ray.core.storage import storage_path
+
+    t = Tracking([], tmp_path, "g", params_of=lambda key: {})
+    t.round("t1", {"round": 0, "accuracy": 0.5})
+    t.settled("t1", "done")
+    t.close()
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setenv("FDA_RAY_TRACKING_DIR", str(tmp_path / "tr"))
+    for prefix in ("a", "b"):
+        t = Tracking(["tensorboard"], storage_path(f"s3://bucket/{prefix}"), "g-quick", warn=lambda s: None,
+                     params_of=lambda key: {})
+        t.round("t1", {"round": 0, "accuracy": 0.5})
+        t.settled("t1", "done")
+        t.close()
+    ledgers = sorted(p.parent.name for p in (tmp_path / "tr" / "g-quick" / "tracked").glob("*/t1.json"))
+    assert len(ledgers) == 2

@@ -108,13 +108,14 @@ class TensorBoard:
 
         self.logdir, self.writer_type, self.writers = logdir, SummaryWriter, {}
 
-    def start(self, key: str, params: Mapping[str, Any], run_id: str | None) -> str | None:
+    def start(self, key: str, params: Mapping[str, Any], run_id: str | None) -> tuple[str | None, bool]:
         # a resumed trial writes a second event file into its folder: TensorBoard reads a folder's files as one run
         # (named apart by more than the second and host that name a file: a resume within the second kept one)
+        reopened = any((self.logdir / key).glob("events.out.tfevents.*"))
         if key not in self.writers:
             self.writers[key] = self.writer_type(str(self.logdir / key), flush_secs=10,
                                                  filename_suffix=f".{os.getpid()}.{uuid.uuid4().hex[:8]}")
-        return None
+        return None, reopened
 
     def log(self, key: str, step: int, values: Mapping[str, float]) -> None:
         w = self.writers.get(key)
@@ -148,16 +149,16 @@ class MLflow:
         self.experiment = got.experiment_id if got is not None else self.client.create_experiment(experiment)
         self.runs: dict[str, str] = {}
 
-    def start(self, key: str, params: Mapping[str, Any], run_id: str | None) -> str | None:
+    def start(self, key: str, params: Mapping[str, Any], run_id: str | None) -> tuple[str | None, bool]:
         if key in self.runs:
-            return self.runs[key]
+            return self.runs[key], True
         if run_id is not None:  # the trial's run from a launch before: reopened (unless that store lost it)
             try:
                 if self.client.get_run(run_id).info.experiment_id == self.experiment:
                     self.client.update_run(run_id, status="RUNNING")
                     self.runs[key] = run_id
-                    return run_id
-            except Exception:  # (another tracking URI now, or a deleted run: a new run)
+                    return run_id, True
+            except Exception:  # (another tracking URI now, or a deleted run: a new run, given every round)
                 pass
         run = self.client.create_run(self.experiment, run_name=key, tags={"fda_ray.trial": key})
         self.runs[key] = run.info.run_id
@@ -165,7 +166,7 @@ class MLflow:
 
         for k, v in dotted(params).items():
             self.client.log_param(run.info.run_id, k, str(v)[:500])
-        return run.info.run_id
+        return run.info.run_id, False
 
     def log(self, key: str, step: int, values: Mapping[str, float]) -> None:
         from mlflow.entities import Metric
@@ -194,13 +195,14 @@ class WandB:
         self.wandb, self.project, self.group, self.dir, self.runs = wandb, project, group, directory, {}
         directory.mkdir(parents=True, exist_ok=True)
 
-    def start(self, key: str, params: Mapping[str, Any], run_id: str | None) -> str | None:
+    def start(self, key: str, params: Mapping[str, Any], run_id: str | None) -> tuple[str | None, bool]:
         if key not in self.runs:
             # several trials run at once: each its own run object ("create_new"), none the global one; a resumed
-            # trial continues its run (its id, resume="allow")
+            # trial continues its run (its id, resume="allow"; offline, a second file of that id, which `wandb
+            # sync` joins: whether the project holds it cannot be asked here, so an id given counts as reopened)
             self.runs[key] = self.wandb.init(project=self.project, group=self.group, name=key, config=dict(params),
                                              dir=str(self.dir), reinit="create_new", id=run_id, resume="allow")
-        return self.runs[key].id
+        return self.runs[key].id, run_id is not None
 
     def log(self, key: str, step: int, values: Mapping[str, float]) -> None:
         run = self.runs.get(key)
@@ -299,7 +301,12 @@ class Tracking:
             if names:
                 warn(f"note: --out is an object store: {', '.join(names)} write to {base}/ on this machine "
                      "($FDA_RAY_TRACKING_DIR moves it; --track none turns tracking off)")
-        self.ledger = Ledger(base / "tracked")
+        # the ledger beside the trackers' files; an object store's sweeps share ./tracking/<grid>-<profile>, so theirs
+        # is per --out (two sweeps of one grid into two prefixes have the same trial keys)
+        import hashlib
+
+        self.ledger = Ledger(base / "tracked" if getattr(out, "is_local", True) else
+                             base / "tracked" / hashlib.sha1(str(out).encode()).hexdigest()[:12])
         for n in names:
             try:
                 if n == "tensorboard":
@@ -330,19 +337,33 @@ class Tracking:
     def _entry(self, key: str, tracker: Any) -> dict[str, Any]:
         return self.ledger.get(key).setdefault(getattr(tracker, "name", type(tracker).__name__), {})
 
-    def _open(self, key: str) -> None:
+    def _open(self, key: str, fresh: bool = False) -> None:
+        """Open (or reopen) the trial's run in each tracker. A run the tracker could not reopen (another MLflow
+        store, a removed folder) holds none of the rounds the ledger counted: its count starts again, so every
+        recorded round goes to it. `fresh`: the trial starts again from round 0 (its record was set aside or removed,
+        and run anew): a new run, not the old run's numbers under the new ones."""
         self.opened.add(key)
+        if not self.trackers:  # (--track none: no ledger either)
+            return
         params = self.params_of(key)
 
         def start(tr: Any) -> None:
             e = self._entry(key, tr)
-            e["id"], e["outcome"] = tr.start(key, params, e.get("id")), None
+            if fresh and e.get("last", -1) >= 0:
+                e.clear()
+            e["id"], reopened = tr.start(key, params, e.get("id"))
+            e["outcome"] = None
+            if not reopened:
+                e["last"] = -1
             e.setdefault("last", -1)
         self._each(start)
         self.ledger.save(key)
 
     def _log(self, key: str, rows: Sequence[Mapping[str, Any]]) -> None:
         """Each row's round to each tracker that does not hold it yet."""
+        if not self.trackers:
+            return
+
         def log(tr: Any) -> None:
             e = self._entry(key, tr)
             for row in rows:
@@ -355,6 +376,8 @@ class Tracking:
 
     def _end(self, key: str, outcome: str) -> None:
         self.opened.discard(key)
+        if not self.trackers:
+            return
 
         def end(tr: Any) -> None:
             tr.end(key, outcome)
@@ -381,10 +404,10 @@ class Tracking:
         if row.get("round") is None:
             return
         if key not in self.opened:
-            self._open(key)
+            first = int(row["round"])
+            self._open(key, fresh=first == 0)  # (round 0: the trial runs from its start, whatever ran before)
             # A trial resumed from round r: the rounds before it that a tracker lacks (the launch before was cut
             # off between a round's checkpoint and its report, or this tracker was not on) from its checkpoint
-            first = int(row["round"])
             self._log(key, [r for r in self.rows_of(key)[0] if isinstance(r.get("round"), int) and r["round"] < first])
         self._log(key, [row])
 
