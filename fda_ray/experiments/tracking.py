@@ -14,8 +14,11 @@ Interruptions lose nothing and duplicate nothing: a ledger (<tracking folder>/tr
 tracker, the trial's run id and the last round that tracker holds. A trial resumed in a later launch reopens the same
 run (MLflow's run id, W&B's id with resume="allow", TensorBoard's folder) and first logs the recorded rounds the
 tracker lacks (from its state.pt: a launch cut off between a round's checkpoint and its report); a round the tracker
-holds is never logged again (Tune retrying a trial). A trial that settled after its launch's trackers closed (it
-finished during the Ctrl-C) has its run completed from its record when the next launch starts.
+holds is never logged again (Tune retrying a trial). A run the tracker cannot reopen (another MLflow store now, a
+removed folder) is a new run given every recorded round; a trial that starts again from round 0 (its record set
+aside or removed) gets a new run. A trial that settled after its launch's trackers closed (it finished during the
+Ctrl-C) has its run completed from its record when the next launch starts. --track none writes nothing; an object
+store's sweeps keep a ledger per --out (tracked/<hash of the URI>/).
 
 - tensorboard: one event file per trial under <out>/tensorboard/<trial key>/ (tensorboardX, which Ray brings):
   every numeric column of the round's row as a scalar at step = round; a list-valued column (beta_i per source) as
