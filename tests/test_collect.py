@@ -407,3 +407,24 @@ def test_collects_build_line_names_what_the_summary_names(capsys):
     assert collect.main([str(d)]) == 0
     (build,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("Build: ")]
     assert build == f"Build: {named}." and "aggregation cpp" in build and "cpu " in build
+
+
+def test_a_records_non_finite_numbers_are_strict_json_and_read_back_as_numbers(tmp_path):
+    """A record is strict JSON (a NaN or an infinity as a string) and reads back with the numbers: a final round
+    whose loss overflowed stays inf (written as null, it fell back to the round before's finite loss), and a null
+    ("not computed") stays None."""
+    import math
+
+    from fda_ray.experiments.records import _save_json, read_rows
+    from fda_ray.experiments.tables import final_accuracies
+
+    rows = [{"row": "r", "grid_value": 0.0, "seed": 0, "trial": "t", "round": i, "loss": x, "accuracy": math.nan,
+             "val": None}
+            for i, x in enumerate((3.0, 2.0, math.inf))]
+    (tmp_path / "t").mkdir()
+    _save_json({"rows": rows}, tmp_path / "t" / "rows.json")
+    text = (tmp_path / "t" / "rows.json").read_text()
+    json.loads(text, parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))
+    back = read_rows(tmp_path / "t")["rows"]
+    assert back[2]["loss"] == math.inf and math.isnan(back[0]["accuracy"]) and back[0]["val"] is None
+    assert final_accuracies(back, metric="loss", scale=1.0) == {("r", 0.0): {0: math.inf}}

@@ -128,11 +128,18 @@ def _save_torch(obj: Any, path: StoragePath | Path) -> None:
     storage_path(path).save_torch(obj)  # atomic: a kill mid-write leaves the previous file whole
 
 
+# JSON has no NaN or infinity (Python writes bare NaN / Infinity tokens, which strict parsers, JavaScript's and jq
+# --strict's among them, refuse): a record writes them as these strings and its readers read them back as numbers.
+# Not as null: null is "not computed" (a shared trial's noise-dependent columns), and a final round's non-finite
+# loss must stay non-finite, not fall back to an earlier round's number. A regression task's accuracy is NaN in
+# every row.
+NONFINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
 def _finite(obj: Any) -> Any:
-    """`obj` with every NaN or infinity as None: JSON has no such numbers (Python writes a bare NaN, which strict
-    parsers, JavaScript's and jq --strict's among them, refuse); a regression task's accuracy is NaN in every row."""
+    """`obj` with every NaN or infinity as its NONFINITE string, for strict JSON."""
     if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
+        return obj if math.isfinite(obj) else "NaN" if math.isnan(obj) else "Infinity" if obj > 0 else "-Infinity"
     if isinstance(obj, dict):
         return {k: _finite(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -140,8 +147,19 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
+def nonfinite_back(obj: Any) -> Any:
+    """A record's JSON as read, with its NONFINITE strings (and a bare NaN of a record written before) as floats."""
+    if isinstance(obj, str):
+        return NONFINITE.get(obj, obj)
+    if isinstance(obj, dict):
+        return {k: nonfinite_back(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [nonfinite_back(v) for v in obj]
+    return obj
+
+
 def _save_json(obj: Any, path: StoragePath | Path) -> None:
-    """A record's JSON file, strict JSON (non-finite numbers as null), written atomically."""
+    """A record's JSON file, strict JSON (non-finite numbers as NONFINITE strings), written atomically."""
     storage_path(path).write_text(json.dumps(_finite(obj), indent=None, default=str, allow_nan=False) + "\n")
 
 
@@ -286,7 +304,7 @@ def is_done(record: StoragePath | Path) -> bool:
 def _parsed_rows(record: StoragePath | Path) -> tuple[dict[str, Any] | None, str | None]:
     """(rows.json's contents, None), or (None, why it cannot be read as the record)."""
     try:
-        data = json.loads((storage_path(record) / ROWS_FILE).read_text())
+        data = nonfinite_back(json.loads((storage_path(record) / ROWS_FILE).read_text()))
     except json.JSONDecodeError as e:
         return None, f"not JSON: {e.msg} at character {e.pos}"
     except UnicodeDecodeError:
@@ -476,7 +494,7 @@ def read_trial(record: StoragePath | Path) -> Trial:
 def read_rows(record: StoragePath | Path) -> dict[str, Any]:
     """{"config", "rows", "seconds", "environment", "nodes"} of a finished trial (records written before the
     environment and the nodes were recorded lack them)."""
-    return json.loads((storage_path(record) / ROWS_FILE).read_text())
+    return nonfinite_back(json.loads((storage_path(record) / ROWS_FILE).read_text()))
 
 
 def where_running() -> dict[str, Any]:

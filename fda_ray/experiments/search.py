@@ -34,7 +34,8 @@ from typing import Any, Sequence
 
 from fda_ray.core.storage import StoragePath, storage_path
 from fda_ray.papers.selection import RULES, best_so_far, final_value, select
-from fda_ray.experiments.records import ROWS_FILE, Trial, is_done, keep_aside, read_rows, set_aside_damaged
+from fda_ray.experiments.records import (ROWS_FILE, Trial, is_done, keep_aside, nonfinite_back, read_rows,
+                                         set_aside_damaged)
 from fda_ray.experiments.trials import MAX_SAMPLES, MAX_SEEDS, merge_fields, point_trial
 from fda_ray.papers.files import write_definition
 from fda_ray.papers.searches import Search
@@ -275,7 +276,7 @@ def read_stopped(record: StoragePath) -> tuple[dict | None, str | None]:
     from fda_ray.core.user_files import DamagedFileError, read_json
 
     try:
-        data = read_json(record / STOPPED_FILE, STOPPED_FILE, dict)
+        data = nonfinite_back(read_json(record / STOPPED_FILE, STOPPED_FILE, dict))
     except DamagedFileError as e:
         return None, e.why
     if not isinstance(data.get("rows"), list):
