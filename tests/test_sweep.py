@@ -726,19 +726,25 @@ def test_a_tune_checkpoint_of_another_runs_shape_is_refused_in_one_line(tiny, tm
     monkeypatch.setattr(tune, "get_checkpoint", lambda: tune.Checkpoint.from_directory(str(ckpt)))
     monkeypatch.setattr(tune, "report", lambda *a, **kw: pytest.fail("the misfit checkpoint ran a round"))
     params = {k: v for k, v in tiny(method="fedgp", num_sources=3, rounds=2, warmup_rounds=0).to_dict().items()}
-    with pytest.raises(ValueError, match=r"^Tune's checkpoint cannot resume this trial's config: its client states "
-                                         r"are not those of this run's 4 clients"):
+    with pytest.raises(ValueError, match=r"^checkpoint='.*ckpt' is invalid for this trial's config: its client "
+                                         r"states are not those of this run's 4 clients"):
         ft.trainable(params)
 
 
-def test_the_tune_apis_resources_refuse_a_trial_no_node_can_hold():
-    """ft.with_resources refuses, in one line, a placement group no node set can ever hold (a Tuner waited for it in
-    silence, PENDING, with Ray's repeated warning only); what fits is returned as before."""
+def test_the_tune_apis_resources_refuse_a_trial_no_node_can_hold(no_ray):
+    """ft.with_resources refuses, in one line, a placement group no node of the running Ray can ever hold (a Tuner
+    waited for it in silence, PENDING, with Ray's repeated warning only); what fits is returned as before; before
+    ray.init nothing is judged (the Tuner may join a cluster: pin_drivers' fda_driver is never on this machine)."""
+    import ray
+
     import fda_ray.experiments.tune as ft
     from fda_ray.core.config import RunConfig
     from fda_ray.runtime.preflight import PreflightError
 
     huge = RunConfig(executor="ray", clients_per_actor=1, num_sources=2000)  # 2001 actors of a CPU each, packed
+    assert len(ft.with_resources(huge)._resources.bundles) == 2002  # (not judged before ray.init)
+    assert ft.with_resources(RunConfig(), pin_drivers=True)._resources.bundles[0]["fda_driver"] == 1.0
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     with pytest.raises(PreflightError, match=r"^gpus_per_client=0\.0, clients_per_actor=1 is invalid: a trial asks "
                                              r"driver \{CPU: 1\} \+ 2001 x \{CPU: 1\} \(PACK\); no node set of "):
         ft.with_resources(huge)
@@ -771,13 +777,14 @@ def test_an_out_folder_moved_while_the_sweep_ran_is_not_summarised(tiny_grid, fm
 
 
 @pytest.mark.parametrize("flag", [["--scheduler", "asha"], ["--num-samples", "5"], ["--search-alg=optuna"],
-                                  ["--rerun-seeds", "2"]])
+                                  ["--rerun-seeds", "2"], ["--sched", "asha"], ["--num-sampl=3"]])
 def test_a_searchs_own_flags_on_a_grid_sweep_are_one_line(flag, capsys):
     """A grid sweep given --scheduler, --num-samples, --search-alg or --rerun-seeds (a search's) says so in one line
     (it ran every trial and ignored them)."""
     assert sweep.main(["--grid", "noise", *flag, "--dry-run"]) == 2
     err = capsys.readouterr().err.strip()
-    name = flag[0].split("=")[0][2:].replace("-", "_")
+    name = {"--sched": "scheduler", "--num-sampl": "num_samples"}.get(flag[0].split("=")[0],
+                                                                      flag[0].split("=")[0][2:].replace("-", "_"))
     assert len(err.splitlines()) == 1 and err.startswith(f"error: {name}=") and \
         err.endswith("is invalid with --grid: it is a search's (--search NAME); a grid sweep runs every trial of its "
                      "plan")

@@ -12,7 +12,7 @@ import dataclasses
 import math
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from fda_ray.core import plugins
 from fda_ray.core.parsing import OneLineParser
@@ -159,10 +159,15 @@ def check_counts(a: Any) -> None:
 SEARCH_ONLY = ("--num-samples", "--scheduler", "--search-alg", "--rerun-seeds")  # a search's flags, not a grid's
 
 
-def check_search_only(argv: list[str]) -> None:
-    """A grid sweep given a search's own flag (it ran every trial and said nothing of it): one line naming it."""
+def check_search_only(argv: list[str], options: Sequence[str] = SEARCH_ONLY) -> None:
+    """A grid sweep given a search's own flag (it ran every trial and said nothing of it): one line naming it.
+    `options`: every option string of the parser, to read a flag abbreviated as argparse reads it (--sched: the one
+    option it begins)."""
     for i, x in enumerate(argv):
         flag = x.split("=", 1)[0]
+        if flag.startswith("--") and flag not in options:
+            begun = [o for o in options if o.startswith(flag)]
+            flag = begun[0] if len(begun) == 1 else flag
         if flag in SEARCH_ONLY:
             value = x.split("=", 1)[1] if "=" in x else argv[i + 1] if i + 1 < len(argv) else ""
             raise SweepError(f"{flag[2:].replace('-', '_')}={value!r} is invalid with --grid: it is a search's "

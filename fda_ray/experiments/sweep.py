@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
                              f"{did_you_mean(a.profile, grid.profiles)}")
         check_backend(a)
         check_counts(a)
-        check_search_only(argv)
+        check_search_only(argv, [o for action in p._actions for o in action.option_strings])
         check_fuse(a)
         if a.pin_drivers and a.backend == "local":
             raise SweepError("pin_drivers=True is invalid with --backend local: it places Tune trials on Ray nodes")

@@ -216,10 +216,10 @@ def trainable(params: dict[str, Any], served: dict[str, list[str]] | None = None
         why = resume_misfit(resume, exp)
         if why is not None:
             executor.shutdown()
-            raise ValueError(f"Tune's checkpoint cannot resume this trial's config: {why} (a scheduler that restores "
-                             "a trial from a checkpoint, as PBT's exploit does, may change what a round reads, such "
-                             "as beta or the learning rates, not what the run is built of: the clients, the model, "
-                             "the method's state)")
+            raise ValueError(f"checkpoint={ckpt.path!r} is invalid for this trial's config: {why} (a scheduler "
+                             "that restores a trial from a checkpoint, as PBT's exploit does, may change what a round "
+                             "reads, such as beta or the learning rates, not what the run is built of: the clients, "
+                             "the model, the method's state)")
 
     def on_round(state: dict) -> None:
         with tempfile.TemporaryDirectory() as d:
@@ -359,7 +359,12 @@ def with_resources(cfg_or_params: RunConfig | dict[str, Any] | None = None, pin_
             raise ValueError(f"fuse={fuse!r} is invalid: an integer >= 1 (the trials that share a fusion server)")
         return tune.with_resources(tune.with_parameters(trainable, served=served),
                                    served_resources(cfg.resolved(), fuse, driver_placement(pin_drivers)))
-    return tune.with_resources(trainable, resources(cfg.resolved(), driver_placement(pin_drivers), check=True))
+    import ray
+
+    # checked against the running Ray's nodes; before ray.init the Tuner may yet join a cluster ($RAY_ADDRESS, one
+    # whose nodes declare fda_driver for pin_drivers): this machine's size says nothing of it
+    return tune.with_resources(trainable, resources(cfg.resolved(), driver_placement(pin_drivers),
+                                                    check=ray.is_initialized()))
 
 
 @contextmanager

@@ -239,8 +239,8 @@ def beside_servers(cluster: Any, threads: int, cuda: bool) -> Any:
 
     def left(n: Mapping[str, float]) -> dict[str, float]:
         k = servers_on(n, threads, cuda)
-        return {r: v - (k * threads if r == "CPU" else k * SERVER_GPU if r == "GPU" and cuda else 0.0)
-                for r, v in n.items()}
+        return {r: max(0.0, v - (k * threads if r == "CPU" else k * SERVER_GPU if r == "GPU" and cuda else 0.0))
+                for r, v in n.items()}  # (a GPU node of fewer CPUs than its servers' threads: none left, not < 0)
 
     return dataclasses.replace(cluster, nodes=tuple(left(n) for n in cluster.nodes if servers_on(n, threads, cuda)),
                                types=tuple(left(t) for t in cluster.types if servers_on(t, threads, cuda)))
