@@ -553,3 +553,35 @@ def test_a_search_chunk_is_the_union_of_the_folders_and_this_launchs_studies():
     assert search_chunk(held, dataclasses.replace(new, profile="paper"), beta) == \
         dataclasses.replace(new, profile="paper")
     assert search_chunk(None, new, beta) == new
+
+
+def test_a_search_whose_out_was_moved_while_it_ran_selects_nothing(fmnist_dir, tmp_path, monkeypatch, capsys):
+    """As a grid sweep: --out moved away mid-search ends in one error line and exit 1, no selection.json or summary
+    over part of its trials (the Python search(), which takes no lock, is not judged by one)."""
+    import shutil
+
+    from fda_ray.core import locks
+    from fda_ray.experiments import search as search_mod
+
+    out = tmp_path / "s"
+    seen = []
+
+    def moved(*a, **kw):
+        seen.append(1)
+        shutil.move(str(out), str(tmp_path / "elsewhere"))
+        (out / "trials").mkdir(parents=True)
+        return []
+
+    monkeypatch.setattr("fda_ray.experiments.backends.run_local", moved)
+    with locks.held(out, "out", "test"):
+        from fda_ray.papers.searches import SEARCHES
+
+        code = search_mod.run_search(SEARCHES["beta"], profile="quick", out=out, num_samples=1,
+                                     backend="local", workers=1, max_concurrent=None, max_failures=0,
+                                     scheduler="none", search_alg="random", methods=["fedgp"], values=[0.6],
+                                     overrides={"data_dir": str(fmnist_dir), "rounds": 1}, address=None,
+                                     command="python -m fda_ray.sweep --search beta", no_figures=True)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert seen and code == 1 and err[-1].startswith(f"error: out={str(out)!r} was removed, moved or replaced while "
+                                                     "the search ran")
+    assert not (out / "selection.json").exists()

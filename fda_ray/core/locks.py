@@ -111,8 +111,12 @@ def still_held(folder: Path | None) -> bool:
     of it would count the trials that stayed in the moved one as never run). True for an object store (no lock)."""
     if folder is None:
         return True
-    h = holder(folder / LOCK_FILE)
-    return h is not None and h.get("pid") == os.getpid() and h.get("host") == socket.gethostname()
+    for attempt in range(2):  # (a read that failed for a moment, on NFS say, is tried once more)
+        h = holder(folder / LOCK_FILE)
+        if h is not None:
+            return h.get("pid") == os.getpid() and h.get("host") == socket.gethostname()
+        time.sleep(0.5 * (attempt == 0))
+    return False
 
 
 def release(lock: Path) -> None:

@@ -565,9 +565,11 @@ def run_search(search: Search, *, profile: str, out: StoragePath, num_samples: i
     reruns); a study under ASHA or Optuna keeps each trial a Tune trial of its own, its clients' training fused
     with the other trials' on a fusion server (fda_ray.runtime.fusion_server) shared by up to `serve` trials
     (default `fuse`; 1: not served)."""
+    from fda_ray.core import locks
     from fda_ray.experiments.backends import Progress, run_local, run_tune
 
     out = storage_path(out)
+    locked = out.is_local and locks.still_held(out.local)  # (the command's lock; the Python search() takes none)
     records = out / "trials"
     records.mkdir(parents=True, exist_ok=True)
     write_definition(search, out / "search.yaml")  # what ran, beside its records
@@ -635,6 +637,12 @@ def run_search(search: Search, *, profile: str, out: StoragePath, num_samples: i
                     raise KeyboardInterrupt
     except KeyboardInterrupt:
         interrupted = True
+    if locked and not locks.still_held(out.local):  # --out moved mid-search: no selection over part of it
+        print(f"error: out={str(out)!r} was removed, moved or replaced while the search ran (its lock file is gone): "
+              "the records of the trials that finished before are wherever the folder went, the later ones in "
+              f"{records}; no selection is made over a part of them. Put the records back into one folder, then "
+              f"resume with: {command} --resume", file=sys.stderr)
+        return 1
     return report(search, profile, out, plan, search_by_study, num_samples, scheduler, search_alg, overrides,
                   command, failures, interrupted, time.time() - t0, no_figures)
 
