@@ -80,9 +80,9 @@ def measure(k: int, steps: int, threads: int, device: str, repeats: int = 3) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from fda_ray.core.parsing import OneLineParser, typed
+    from fda_ray.core.parsing import OneLineParser, first_paragraph, typed
 
-    p = OneLineParser(prog="python -m benchmarks.cohort", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="python -m benchmarks.cohort", description=first_paragraph(__doc__))
     p.add_argument("--clients", type=typed("clients", int, "an integer"), default=9)
     p.add_argument("--steps", type=typed("steps", int, "an integer"), default=40)
     p.add_argument("--threads", default="1,2")

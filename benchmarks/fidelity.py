@@ -13,6 +13,8 @@ hold their own copies of the same formulas and assert what this table prints.
 """
 from __future__ import annotations
 
+from fda_ray.core.parsing import first_paragraph
+
 import argparse
 
 import numpy as np
@@ -106,7 +108,7 @@ def _table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argparse.ArgumentParser(prog="python -m benchmarks.fidelity", description=__doc__.split("\n")[0]).parse_args(argv)
+    argparse.ArgumentParser(prog="python -m benchmarks.fidelity", description=first_paragraph(__doc__)).parse_args(argv)
     from benchmarks import fidelity_fedwca, fidelity_healthcare
 
     for title, rows in (("FSSDA", rows_fssda()), ("FedWCA", fidelity_fedwca.rows()),

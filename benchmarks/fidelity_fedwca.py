@@ -31,6 +31,8 @@ The input data are synthetic (seeded); the sizes say how far apart the readings 
 """
 from __future__ import annotations
 
+from fda_ray.core.parsing import first_paragraph
+
 import argparse
 import json
 from typing import Any
@@ -250,7 +252,7 @@ def markdown(table: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.fidelity_fedwca", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.fidelity_fedwca", description=first_paragraph(__doc__))
     p.add_argument("--json", action="store_true", help="print the rows as JSON instead of a Markdown table")
     a = p.parse_args(argv)
     torch.set_num_threads(1)

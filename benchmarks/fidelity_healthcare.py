@@ -18,6 +18,8 @@ tests/test_models.py hold their own copies of the formulas and assert what this 
 """
 from __future__ import annotations
 
+from fda_ray.core.parsing import first_paragraph
+
 import argparse
 import copy
 
@@ -193,7 +195,7 @@ def table(rs: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argparse.ArgumentParser(prog="python -m benchmarks.fidelity_healthcare",
-                            description=__doc__.split("\n")[0]).parse_args(argv)
+                            description=first_paragraph(__doc__)).parse_args(argv)
     torch.set_num_threads(1)
     print(table(rows()))
     return 0

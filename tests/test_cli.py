@@ -292,3 +292,17 @@ def test_a_runs_console_is_quiet_unless_verbose(fmnist_dir):
     assert not any(n in quiet.stderr for n in noise), quiet.stderr
     loud = subprocess.run(argv + ["--verbose"], capture_output=True, text=True, timeout=600, cwd=fmnist_dir.parent)
     assert loud.returncode == 0 and "Started a local Ray instance" in loud.stderr
+
+
+def test_every_commands_help_reads_whole():
+    """Each `fda-ray` command's --help opens with whole sentences and explains every option (a description cut at
+    the docstring's first line stopped mid-sentence; synthetic-grid's options had no text)."""
+    import importlib
+
+    from fda_ray.experiments.commands import COMMANDS
+
+    for name, (module, _, _) in COMMANDS.items():
+        p = importlib.import_module(module).parser()
+        assert (p.description or "").rstrip()[-1:] in (".", "?", ")"), (name, p.description)
+        bare = [a.option_strings[0] for a in p._actions if a.option_strings and not a.help]
+        assert not bare, (name, bare)

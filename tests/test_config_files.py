@@ -105,15 +105,35 @@ def test_a_flag_of_its_own_that_starts_with_no_has_a_key(tmp_path, capsys):
 
 
 def test_a_sweeps_printed_config_reads_back_as_the_same_parse(tmp_path, capsys):
-    """--print-config of a sweep (resume: false among its keys), fed back through --config, parses the same."""
+    """--print-config of a grid sweep (resume: false among its keys), fed back through --config, parses the same,
+    with the output folder and seeds the sweep uses written out, and the sweep takes it: a search's keys (scheduler:
+    asha, the default) are not in it (a grid sweep refused its own printed file)."""
     argv = ["--grid", "noise", "--fuse", "auto", "--vectorise", "on", "--values", "0.4"]
     assert sweep.main(argv + ["--print-config"]) == 0
-    (tmp_path / "s.yaml").write_text(capsys.readouterr().out)
+    printed = capsys.readouterr().out
+    assert not {"scheduler", "search_alg", "num_samples", "rerun_seeds", "search"} & set(yaml.safe_load(printed))
+    (tmp_path / "s.yaml").write_text(printed)
     again = sweep.parser().parse_or_exit_code(["--config", str(tmp_path / "s.yaml")])
     first = sweep.parser().parse_or_exit_code(argv)
     assert not isinstance(again, int) and not isinstance(first, int)
-    assert {k: v for k, v in vars(again).items() if k != "config"} == {k: v for k, v in vars(first).items()
-                                                                        if k != "config"}
+    assert (again.out, again.seeds, first.out, first.seeds) == ("sweeps/noise-quick", 3, None, None)
+    assert {k: v for k, v in vars(again).items() if k not in ("config", "out", "seeds")} == {
+        k: v for k, v in vars(first).items() if k not in ("config", "out", "seeds")}
+    assert sweep.main(["--config", str(tmp_path / "s.yaml"), "--dry-run", "--out", str(tmp_path / "o")]) == 0
+    assert "24 trials\n" in capsys.readouterr().out  # noise 0.4's column: 8 rows x 3 seeds, as argv plans
+
+
+def test_a_grid_whose_columns_run_different_seeds_keeps_the_default_in_its_printed_config(capsys):
+    """The paper noise grid runs more seeds in some columns: one number in the file would change the plan."""
+    from fda_ray.papers.grids import GRIDS
+
+    prof = GRIDS["noise"].profiles["paper"]
+    assert prof.seeds is None and len({GRIDS["noise"].seeds_for(v) for v in GRIDS["noise"].values}) > 1
+    assert sweep.main(["--grid", "noise", "--profile", "paper", "--print-config", "json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["seeds"] is None and printed["out"] == "sweeps/noise-paper"
+    assert sweep.main(["--grid", "noise", "--profile", "nope", "--print-config"]) == 2
+    assert "profile='nope' is invalid for grid 'noise'" in capsys.readouterr().err
 
 
 def test_a_run_from_a_file_gives_the_numbers_of_the_same_flags(fmnist_dir, tmp_path, capsys):

@@ -146,10 +146,10 @@ def _arg(args: list[str], name: str, default: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ours, theirs = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
-    from fda_ray.core.parsing import OneLineParser
+    from fda_ray.core.parsing import OneLineParser, first_paragraph
 
     # (a bad or unknown flag is one line, exit 2, as fda-ray's programs; main_noniid.py's own flags go after --)
-    p = OneLineParser(prog="python tools/authors_fedgp.py", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="python tools/authors_fedgp.py", description=first_paragraph(__doc__))
     p.add_argument("--repo", required=True, type=Path, help="a checkout of jackyzyb/AutoFedGP")
     p.add_argument("--out", required=True, type=Path, help="where the run's records are copied")
     p.add_argument("--iter", required=True, help="the run's name (main_noniid.py's --iter_idx)")

@@ -15,10 +15,10 @@ import time
 
 
 def main(argv: list[str] | None = None) -> int:
-    from fda_ray.core.parsing import OneLineParser, typed
+    from fda_ray.core.parsing import OneLineParser, first_paragraph, typed
 
     # (a bad value or an unknown flag is one line, exit 2, as fda-ray's programs)
-    p = OneLineParser(prog="python tools/gpu_memory_probe.py", description=__doc__.splitlines()[0])
+    p = OneLineParser(prog="python tools/gpu_memory_probe.py", description=first_paragraph(__doc__))
     p.add_argument("dataset")
     p.add_argument("method")
     p.add_argument("--concurrent", choices=("0", "1"), default="1")

@@ -104,6 +104,12 @@ class OneLineParser(argparse.ArgumentParser):
         return f"error: {blamed(str(e).splitlines()[0], self.file_keys)}"
 
 
+def first_paragraph(doc: str | None) -> str:
+    """A module docstring's first paragraph as one line: a --help description (its first line alone stopped
+    mid-sentence where the sentence wraps)."""
+    return " ".join((doc or "").strip().split("\n\n")[0].split())
+
+
 def typed(field: str, kind: type, allowed: str) -> Callable[[str], Any]:
     def parse(text: str) -> Any:
         try:

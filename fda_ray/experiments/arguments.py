@@ -105,7 +105,35 @@ def parser() -> OneLineParser:
     for action in p._actions:  # a config file's list fills these joined by commas (fda_ray.core.config_files)
         if action.dest in ("methods", "values", "track"):  # (not --plan-for: its nodes are joined by "+")
             action.comma_list = True
+    p.resolve_for_print = grid_for_print
     return p
+
+
+def grid_for_print(ns: Any) -> Any:
+    """--print-config of a grid sweep: the file a `--config` reads back as the same sweep. A search's own keys are
+    left out (a grid sweep refuses them: check_search_only), and the output folder and the seeds a cell runs are
+    the ones the sweep would use (seeds only where every planned value runs as many; a grid with more seeds for
+    some columns keeps its default). A search's file is printed as it was parsed."""
+    if ns.search is not None or ns.grid is None:
+        return ns
+    from fda_ray.experiments.trials import load_grid, select_values
+
+    grid = load_grid(ns.grid)
+    if ns.profile not in grid.profiles:
+        raise SweepError(f"profile={ns.profile!r} is invalid for grid {ns.grid!r}: one of {', '.join(grid.profiles)}"
+                         f"{did_you_mean(ns.profile, grid.profiles)}")
+    shown = dataclasses.replace(ns) if dataclasses.is_dataclass(ns) else type(ns)(**vars(ns))
+    for dest in ("search", *(o[2:].replace("-", "_") for o in SEARCH_ONLY)):
+        delattr(shown, dest)
+    if shown.out is None:
+        shown.out = f"sweeps/{grid.name}-{shown.profile}"  # main()'s default, which is a path and stays one
+    prof = grid.profiles[shown.profile]
+    if shown.seeds is None:
+        values = select_values(grid, _list(shown.values, float, "values") or prof.values)
+        counts = {prof.seeds if prof.seeds is not None else grid.seeds_for(v) for v in values}
+        if len(counts) == 1:
+            shown.seeds = counts.pop()
+    return shown
 
 
 RESUME_WORDS = {"auto": "auto", "true": True, "yes": True, "false": False, "no": False}

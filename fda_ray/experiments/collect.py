@@ -613,9 +613,9 @@ def write_missing_manifests(dirs: list[str]) -> int:
 def parser() -> "OneLineParser":
     """The command line of `python -m fda_ray.collect`."""
     from fda_ray.core import plugins
-    from fda_ray.core.parsing import OneLineParser
+    from fda_ray.core.parsing import OneLineParser, first_paragraph
 
-    p = OneLineParser(prog="python -m fda_ray.collect", description=__doc__.splitlines()[0], command="collect")
+    p = OneLineParser(prog="python -m fda_ray.collect", description=first_paragraph(__doc__), command="collect")
     plugins.add_option(p)
     p.add_argument("dirs", nargs="*", help="sweep or search directories (each with its summary.md and trials/)")
     p.add_argument("--format", default="markdown", choices=FORMATS, help="markdown (default), csv or latex")

@@ -292,21 +292,28 @@ def _ints(field_name: str, s: str) -> tuple[int, ...]:
 
 def parser() -> "OneLineParser":
     """The command line of `python -m fda_ray.synthetic_grid`."""
-    from fda_ray.core.parsing import OneLineParser, typed
+    from fda_ray.core.parsing import OneLineParser, first_paragraph, typed
 
-    p = OneLineParser(prog="python -m fda_ray.synthetic_grid", description=__doc__.splitlines()[0],
+    p = OneLineParser(prog="python -m fda_ray.synthetic_grid", description=first_paragraph(__doc__),
                       command="synthetic-grid")
-    p.add_argument("--sources", default="1,2,3,4,5,6,7,8,9", help="source domains D_i, 1..9")
-    p.add_argument("--sizes", default="2000,1000,500,200,100,50,20,10,5", help="target subsample sizes")
-    p.add_argument("--trials", type=typed("trials", int, "an integer"), default=3)
-    p.add_argument("--rounds", type=typed("rounds", int, "an integer"), default=100)
-    p.add_argument("--lr", type=typed("lr", float, "a number"), default=0.5)
-    p.add_argument("--beta", type=typed("beta", float, "a number"), default=0.5)
+    p.add_argument("--sources", default="1,2,3,4,5,6,7,8,9", help="comma-separated source domains D_i, each 1..9 "
+                   "(D_1 is the target domain itself; the shift grows with i) (default: all nine)")
+    p.add_argument("--sizes", default="2000,1000,500,200,100,50,20,10,5", help="comma-separated target subsample sizes n_j (default: %(default)s)")
+    p.add_argument("--trials", type=typed("trials", int, "an integer"), default=3,
+                   help="trials per cell, each with its own seed (default: %(default)s)")
+    p.add_argument("--rounds", type=typed("rounds", int, "an integer"), default=100,
+                   help="full-batch gradient steps, one a round (default: %(default)s)")
+    p.add_argument("--lr", type=typed("lr", float, "a number"), default=0.5,
+                   help="the step size of every round (default: %(default)s)")
+    p.add_argument("--beta", type=typed("beta", float, "a number"), default=0.5,
+                   help="the static rules' source weight (Figure 2b) (default: %(default)s)")
     p.add_argument("--parts", type=typed("parts", int, "an integer"), default=16,
-                   help="B target parts for the auto-weighted estimates")
-    p.add_argument("--seed", type=typed("seed", int, "an integer"), default=0)
-    p.add_argument("--out", default="runs/synthetic-grid")
-    p.add_argument("--json", action="store_true")
+                   help="B target parts for the auto-weighted estimates (default: %(default)s)")
+    p.add_argument("--seed", type=typed("seed", int, "an integer"), default=0,
+                   help="the base seed; each (trial, purpose) derives its own, the same in every cell (default: %(default)s)")
+    p.add_argument("--out", default="runs/synthetic-grid",
+                   help="folder for grid.json, summary.md and the heat maps (default: %(default)s)")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.add_argument("--replot", action="store_true", help="only redraw the heat maps from --out's grid.json")
     return p
 

@@ -25,12 +25,14 @@ def parser() -> "OneLineParser":
     """The command line of `python -m fda_ray.kernels`."""
     from fda_ray.core.parsing import OneLineParser
 
-    p = OneLineParser(prog="python -m fda_ray.kernels", description=__doc__.splitlines()[0], command="kernels")
+    p = OneLineParser(prog="python -m fda_ray.kernels", command="kernels",
+                      description="Build (or load from the cache) fda-ray's aggregation kernels for this machine, and "
+                                  "say which implementation each device uses, and why.")
     p.add_argument("--build", action="store_true", help="compile the kernels now (first use would, otherwise)")
     p.add_argument("--check", action="store_true", help="print which implementation each device uses")
     p.add_argument("--cuda", action="store_true", help="with --build: compile the CUDA kernel even without a GPU")
     p.add_argument("--verbose", action="store_true", help="show the compiler's output")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     return p
 
 
