@@ -7,9 +7,12 @@ Five domains, one per lung condition (Healthcare FDA section 5.1): Edema (the pa
 Atelectasis, Consolidation. A domain's positives are the images labelled 1.0 for its condition; its negatives,
 as many, are the images where the condition is blank (not mentioned: the authors' preprocessing,
 enyijiang/MIDRC preprocess/chexpert_meta_data_preprocess.py) or, with --negatives explicit, labelled 0.0.
-Uncertain labels (-1.0) are dropped. Each domain takes at most --per-class positives and as many negatives
-(the paper: 2 000 / 2 000 per source domain), in a seeded random order, and puts --test-share of each class
-in its test split. A patient's images go to one domain only (the first, in the order above, that draws one of
+Uncertain labels (-1.0) are dropped. Each domain takes at most --per-class positives and as many negatives, in a
+seeded random order, and puts --test-share of each class in its test split (the default 2 500 and 0.2 leave the
+paper's 2 000 positive and 2 000 negative training images a source); its rows are written in a seeded random
+order (a loader that reads a table's first n rows gets both classes). The paper says negatives are labelled 0
+for the condition; the authors' preprocessing takes the blank cells, and so does this script by default, since
+it rebuilds the tables Table 2 was computed on (--negatives explicit: the paper's reading). A patient's images go to one domain only (the first, in the order above, that draws one of
 them) unless --keep-shared-patients (an image can be positive for several conditions: without this the
 domains overlap, as in the paper); an image two domains draw has one split in both (the first draw's), so no
 test image is another domain's training image (fda-ray refuses a table where one is). Auxiliary labels: sex,
@@ -47,12 +50,14 @@ def main(argv: list[str] | None = None) -> int:
     p = OneLineParser(prog="python datasets/prepare_chexpert.py", description=__doc__.splitlines()[0])
     p.add_argument("train_csv", help="CheXpert-v1.0(-small)/train.csv")
     p.add_argument("out", help="the generic table to write")
-    p.add_argument("--per-class", type=typed("per_class", int, "an integer >= 1"), default=2000,
-                   help="positives (and negatives) per domain (paper: 2000)")
+    p.add_argument("--per-class", type=typed("per_class", int, "an integer >= 1"), default=2500,
+                   help="positives (and negatives) per domain, test split included (2500: the paper's 2000 training "
+                        "images of each class at --test-share 0.2)")
     p.add_argument("--test-share", type=typed("test_share", float, "a number in (0, 1)"), default=0.2,
                    help="share of each class in the test split (0.2)")
     p.add_argument("--negatives", choices=("blank", "explicit"), default="blank",
-                   help="blank: condition not mentioned (the authors' code); explicit: labelled 0.0")
+                   help="blank: condition not mentioned (the authors' preprocessing); explicit: labelled 0.0 (the paper's "
+                        "text)")
     p.add_argument("--image-root", default="", help="folder the release's Path column is relative to")
     p.add_argument("--keep-shared-patients", action="store_true", help="let a patient's images enter several domains")
     p.add_argument("--seed", type=typed("seed", int, "an integer"), default=0)
@@ -83,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         rng.shuffle(pos)
         rng.shuffle(neg)
         k = min(a.per_class, len(pos), len(neg))
+        rows_of_domain = []
         for label, chosen in (("1", pos[:k]), ("0", neg[:k])):
             n_test = max(1, round(a.test_share * k)) if k > 1 else 0
             # (--keep-shared-patients) an image another domain drew keeps its split; the new ones fill the rest
@@ -92,8 +98,13 @@ def main(argv: list[str] | None = None) -> int:
                     split_of[r["Path"]] = "test" if n_test > 0 else "train"
                     n_test -= split_of[r["Path"]] == "test"
                 path = str(Path(a.image_root) / r["Path"]) if a.image_root else r["Path"]
-                out.append([path, label, domain, split_of[r["Path"]], r["Sex"], r["Age"], r["Frontal/Lateral"]])
+                rows_of_domain.append([path, label, domain, split_of[r["Path"]], r["Sex"], r["Age"],
+                                       r["Frontal/Lateral"]])
                 used.add(patient_of(r["Path"]))
+        # in a seeded random order, as the authors' tables: a loader that takes a table's first n rows
+        # (--samples-per-client) must not read one class only
+        rng.shuffle(rows_of_domain)
+        out += rows_of_domain
         print(f"{domain}: {k} positives, {k} negatives", file=sys.stderr)
     try:
         with open(a.out, "w", newline="") as f:

@@ -11,7 +11,8 @@ subject's first admission (admission_type, race; `ethnicity` in MIMIC-IV 1.0) an
 anchor_age); images with an uncertain (-1) label for any condition dropped; domains by race: White, Black,
 Asian, Hispanic (the race text contains WHITE, BLACK, ASIAN or HISPANIC; others dropped); label 1 when the study
 has a finding ("No Finding" = 0), 0 when "No Finding" = 1. Each domain takes at most --per-class images of
-each label in a seeded random order (the authors: 4 000) and puts --test-share of each in its test split.
+each label in a seeded random order (the authors: 4 000) and puts --test-share of each in its test split; its
+rows are written in a seeded random order (a loader that reads a table's first n rows gets both labels).
 Paths follow MIMIC-CXR-JPG's layout files/pXX/pSUBJECT/sSTUDY/DICOM.jpg under --image-root. Writes
 path,label,domain,split,aux_sex,aux_age. An input that is not the release's file (no such file, a folder, a
 binary or non-UTF-8 file, an empty one, a missing column, a row cut short, a label that is not a number) is one
@@ -121,12 +122,17 @@ def main(argv: list[str] | None = None) -> int:
     rng = random.Random(a.seed)
     out = []
     for race, by_label in groups.items():
+        rows_of_domain = []
         for label, items in by_label.items():
             rng.shuffle(items)
             chosen = items[: a.per_class]
             n_test = round(a.test_share * len(chosen))
             for i, (path, sex, age) in enumerate(chosen):
-                out.append([path, label, race, "test" if i < n_test else "train", sex, age])
+                rows_of_domain.append([path, label, race, "test" if i < n_test else "train", sex, age])
+        # in a seeded random order, as the authors' tables: a loader that takes a table's first n rows
+        # (--samples-per-client 500, the paper's sources) must not read one class only
+        rng.shuffle(rows_of_domain)
+        out += rows_of_domain
         print(f"{race}: {min(len(by_label['1']), a.per_class)} with findings, "
               f"{min(len(by_label['0']), a.per_class)} without", file=sys.stderr)
     try:

@@ -301,3 +301,80 @@ def test_command_line_names_a_missing_table_in_one_line(tmp_path, capsys):
     assert main(["--dataset", "medical-csv", "--data-dir", str(tmp_path / "nowhere")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: medical-csv: no table at ") and err.count("\n") == 1
+
+
+def _labels_in_file_order(path: Path) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for row in csv.DictReader(open(path, newline="")):
+        out.setdefault(row["domain"], []).append(row["label"])
+    return out
+
+
+def test_the_preparation_scripts_write_each_domain_in_a_random_order(tmp_path):
+    """A cap (--samples-per-client, --test-samples) keeps a table's first rows: the prepared tables list a domain's
+    rows shuffled, not its positives then its negatives (a capped source trained on positives only)."""
+    src = _chexpert_release(tmp_path)
+    out = tmp_path / "table.csv"
+    r = subprocess.run([sys.executable, str(REPO / "datasets" / "prepare_chexpert.py"), str(src), str(out),
+                        "--per-class", "10"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    for domain, labels in _labels_in_file_order(out).items():
+        assert len(labels) >= 8 and len(set(labels[: len(labels) // 2])) == 2, (domain, labels)
+    rng = np.random.default_rng(2)
+    chex, meta, pats, adms = [], [], [], []
+    for s in range(80):
+        subject, study = 10000000 + s, 50000000 + s
+        chex.append([subject, study, rng.choice(["1.0", "0.0"]), "0.0"])
+        meta.append([f"d{s}", subject, study, "PA"])
+        pats.append([subject, ["M", "F"][s % 2], 30 + s])
+        adms.append([subject, "URGENT", ["WHITE", "ASIAN"][s % 2]])
+    for name, header, rows in (("chexpert", ["subject_id", "study_id", "No Finding", "Edema"], chex),
+                               ("metadata", ["dicom_id", "subject_id", "study_id", "ViewPosition"], meta),
+                               ("patients", ["subject_id", "gender", "anchor_age"], pats),
+                               ("admissions", ["subject_id", "admission_type", "race"], adms)):
+        _write(tmp_path / f"{name}.csv", header, rows)
+    out = tmp_path / "mimic.csv"
+    r = subprocess.run([sys.executable, str(REPO / "datasets" / "prepare_mimic.py"),
+                        *(x for n in ("chexpert", "metadata", "patients", "admissions")
+                          for x in (f"--{n}", str(tmp_path / f"{n}.csv"))), "--out", str(out)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    for domain, labels in _labels_in_file_order(out).items():
+        assert len(set(labels[: len(labels) // 2])) == 2, (domain, labels)
+
+
+def test_a_cap_that_would_keep_one_class_of_a_sorted_table_is_one_line(tmp_path):
+    """A table listed class by class (a user's own, or one prepared before the scripts shuffled): the cap names the
+    field, the domain and the fix instead of training a one-class source."""
+    from fda_ray.runtime.engine import run
+
+    rows = []
+    for domain in ("a", "b", "c"):
+        for split, n in (("train", 8), ("test", 4)):
+            for i in range(n):  # positives first, then negatives
+                img = _png(tmp_path / "img" / f"{domain}{split}{i}.png", 7 * i)
+                rows.append([img, "1" if i < n // 2 else "0", domain, split, "Male", "40"])
+    _write(tmp_path / "table.csv", ["path", "label", "domain", "split", "aux_sex", "aux_age"], rows)
+    base = dict(dataset="medical-csv", data_dir=str(tmp_path), method="fedavg_finetune", model="multitask_cnn",
+                test_env=0, rounds=1, target_labelled=2, batch_source=2, batch_target=2, threads=TEST_THREADS)
+    with pytest.raises(ValueError, match=r"^samples_per_client=3 is invalid for domain b: its table's first 3 rows "
+                                         r"are all of class 1 \(of the 2"):
+        run(RunConfig(**base, samples_per_client=3))
+    with pytest.raises(ValueError, match=r"^test_samples=2 is invalid for domain a: .* sorted by label"):
+        run(RunConfig(**base, test_samples=2))
+    assert run(RunConfig(**base, samples_per_client=5, test_samples=3)).rows  # both classes kept: runs
+
+
+def test_the_table2_grids_train_the_papers_source_sizes_and_midrc_without_augmentation():
+    """Healthcare FDA App. A.3: CheXpert 4 000 per source, MIMIC 500, MIDRC all; the authors' MIDRC script has the
+    crop and flip commented out."""
+    from fda_ray.experiments.trials import plan
+    from fda_ray.papers.grids import GRIDS
+
+    for grid, size in (("chexpert-000", 4000), ("mimic-000", 500), ("midrc-000", None)):
+        for profile in ("paper", "code"):
+            for t in plan(GRIDS[grid], profile, seeds=1):
+                assert t.params.get("samples_per_client") == size, (grid, profile, t.key)
+    assert not RunConfig(dataset="midrc").resolved().data_augmentation
+    assert RunConfig(dataset="chexpert").resolved().data_augmentation
+    assert RunConfig(dataset="mimic-cxr").resolved().data_augmentation

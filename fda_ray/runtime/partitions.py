@@ -91,6 +91,23 @@ def _cap(idx: np.ndarray, cap: int | None) -> np.ndarray:
     return idx if cap is None else idx[:cap]
 
 
+def _cap_both_classes(y: torch.Tensor, idx: np.ndarray, cap: int | None, field: str, domain: str) -> np.ndarray:
+    """_cap over a domain's table in its own order (Healthcare FDA's tables: the authors' are written shuffled), or a
+    one-line ValueError where the cap would keep one class of the several the rows hold: a table listed class by
+    class (each positive, then each negative) would train a source on one label and test on a skewed set."""
+    kept = _cap(idx, cap)
+    main = y if y.ndim == 1 else y[:, 0]  # (n,) or the main task's column of (n, 1 + aux tasks)
+    held = torch.unique(main[torch.as_tensor(idx, dtype=torch.long)])
+    if len(kept) < len(idx) and len(held) > 1:
+        first = torch.unique(main[torch.as_tensor(kept, dtype=torch.long)])
+        if len(first) == 1:
+            raise ValueError(f"{field}={cap} is invalid for domain {domain}: its table's first {cap} rows are all of "
+                             f"class {int(first[0])} (of the {len(held)} its rows hold): the table lists its rows "
+                             "sorted by label; write them in a random order (datasets/prepare_chexpert.py and "
+                             f"prepare_mimic.py do) or leave {field} unset")
+    return kept
+
+
 def homo_shards(n: int, clients: int, rng: np.random.Generator) -> list[np.ndarray]:
     """Equal random shards of range(n) (the remainder n mod clients is left out, like NIID-Bench)."""
     perm = rng.permutation(n)
@@ -252,13 +269,15 @@ def heldout_domain_split(split: Split, cfg: RunConfig) -> tuple[tuple[Pair, ...]
     (Healthcare FDA Sec. 5.1): domain cfg.test_env is the target, every other domain (in index order) one source holding
     its training table; the target's labelled set is the first target_labelled (or target_fraction of its pool)
     samples of a seeded permutation of its training table, its test set its test table, or, for a domain
-    without one, the rest of its training table (the authors' MIMIC script: the unlabelled remainder)."""
+    without one, the rest of its training table (as an earlier version of the authors' MIMIC script, up to b323012,
+    did: the unlabelled remainder). --samples-per-client and --test-samples keep a table's first rows, which must not
+    be one class (_cap_both_classes)."""
     envs, tests, names = split.environments, split.env_tests, split.env_names
     _check_held_out(split, cfg, "domains")
     sources: list[Pair] = []
     for e, (x, y) in enumerate(envs):
         if e != cfg.test_env:
-            idx = _cap(np.arange(len(y)), cfg.samples_per_client)
+            idx = _cap_both_classes(y, np.arange(len(y)), cfg.samples_per_client, "samples_per_client", names[e])
             sources.append((take(with_augmentation(x, bool(cfg.data_augmentation)), idx), y[idx]))
     x, y = envs[cfg.test_env]
     perm = np_rng(cfg.seed, purpose="heldout/labelled").permutation(len(y))
@@ -270,7 +289,7 @@ def heldout_domain_split(split: Split, cfg: RunConfig) -> tuple[tuple[Pair, ...]
     pool = _cap(np.arange(len(y)), cfg.samples_per_client)
     if tests[cfg.test_env] is not None:
         tx, ty = tests[cfg.test_env]
-        t_idx = _cap(np.arange(len(ty)), cfg.test_samples)
+        t_idx = _cap_both_classes(ty, np.arange(len(ty)), cfg.test_samples, "test_samples", names[cfg.test_env])
         test = (take(tx, t_idx), ty[t_idx])
     else:
         t_idx = _cap(perm[k:], cfg.test_samples)
