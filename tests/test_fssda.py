@@ -75,6 +75,31 @@ def test_domain_shards_split_the_domains_over_the_devices(fmnist5, fmnist_dir):
     assert len(set(sizes_dir)) > 1 and sum(sizes_dir) == len(split.environments[1][1])  # unequal, all held
 
 
+def test_a_domain_cap_keeps_the_non_iid_devices_unequal_and_a_device_cap_makes_them_equal(fmnist5, fmnist_dir):
+    """FSSDA's non-iid devices differ in size (Sec. IV-B). --samples-per-client caps each device's shard after the
+    Dirichlet split by default (every device the same size: label skew only); --shard-cap domain caps the domain at
+    samples_per_client x devices before it, so the split keeps its unequal sizes within the same total."""
+    split = load("fmnist-5", str(fmnist_dir))
+    cfg = fmnist5(source_envs=(1,), samples_per_client=60, dirichlet_concentration=0.1)  # 300 images a domain
+    k = cfg.resolved().num_sources
+    whole = [len(parts[0][1]) for parts in build_setting(split, cfg.replace(samples_per_client=None).resolved()
+                                                         ).source_parts]
+    by_device = build_setting(split, cfg.resolved())
+    assert [len(parts[0][1]) for parts in by_device.source_parts] == [min(n, 60) for n in whole]
+    assert min(whole) > 60  # (so the device cap evens them out here)
+    by_domain = build_setting(split, cfg.replace(shard_cap="domain").resolved())
+    sizes = [len(parts[0][1]) for parts in by_domain.source_parts]
+    assert len(set(sizes)) > 1 and sum(sizes) == 60 * k, sizes
+    t_sizes = [len(y) for _, y in by_domain.target_parts]
+    assert len(set(t_sizes)) > 1 and sum(t_sizes) == 60 * k
+    again = build_setting(split, cfg.replace(shard_cap="domain").resolved())  # seeded: the same twice
+    assert all(torch.equal(a[0][1], b[0][1]) for a, b in zip(by_domain.source_parts, again.source_parts))
+    iid = build_setting(split, cfg.replace(shard_cap="domain", dirichlet_concentration=None).resolved())
+    assert {len(parts[0][1]) for parts in iid.source_parts} == {60}  # iid: equal either way
+    with pytest.raises(ValueError, match=r"^shard_cap='nope' is invalid: one of device, domain"):
+        cfg.replace(shard_cap="nope").resolved()
+
+
 def test_every_layout_and_method_sees_the_same_samples(fmnist5):
     a = build_experiment(fmnist5(method="fssda"))
     b = build_experiment(fmnist5(method="fedgp"))

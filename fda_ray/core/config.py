@@ -104,6 +104,9 @@ def _err(field: str, value: Any, allowed: str, names: Any = (), pluggable: bool 
     return ValueError(f"{field}={value!r} is invalid: {allowed}{hint}")
 
 
+SHARD_CAPS = ("device", "domain")  # RunConfig.shard_cap (fda_ray.runtime.partitions.domain_shards_split)
+
+
 def _f(default: Any, help: str, choices: tuple[str, ...] | None = None, group: str = "run",
        numbers: bool = True) -> Any:
     """A RunConfig field with its documentation: the CLIs (fda_ray.experiments.cli) are generated from these.
@@ -153,6 +156,11 @@ class RunConfig:
                                                      "devices by NIID-Bench's Dirichlet label skew with this "
                                                      "concentration (FSSDA's non-iid: 0.1; the paper's letter "
                                                      "beta); default iid equal shards")
+    shard_cap: str = _f("device", "partition domain_shards: where --samples-per-client caps, device (each device's "
+                                  "shard after the split: every device the same size) or domain (a seeded random "
+                                  "samples_per_client x devices of the domain before the split: a Dirichlet split "
+                                  "keeps its devices' unequal sizes, as FSSDA's non-iid devices)", SHARD_CAPS,
+                        group="data")
     target_labelled_per_class: int | None = _f(None, "partition domain_shards: labelled target samples per class, "
                                                      "drawn from the whole target domain (each stays on the device "
                                                      "holding it); default 3 (FSSDA)")
@@ -347,6 +355,8 @@ class RunConfig:
         self._check_params()
         if not (isinstance(self.device, str) and re.fullmatch(r"cpu|cuda(:\d+)?", self.device)):
             raise _err("device", self.device, "'cpu', 'cuda' or 'cuda:<index>'")
+        if self.shard_cap not in SHARD_CAPS:
+            raise _err("shard_cap", self.shard_cap, f"one of {', '.join(SHARD_CAPS)}")
         if self.aggregation_impl not in ("kernel", "reference"):
             raise _err("aggregation_impl", self.aggregation_impl, "one of kernel, reference")
         if self.executor not in EXECUTORS:

@@ -91,7 +91,8 @@ ADDED_LATER: dict[str, Any] = {"vectorise": "off", "source_classes": 4, "test_en
                                "drop_last": True, "data_augmentation": False, "faithful_domainbed_auto": False,
                                "aux_alpha": 0.0, "source_envs": None, "dirichlet_concentration": None,
                                "target_labelled_per_class": None, "clients_per_domain": None,
-                               "val_share": None, "source_val_share": None, "environment_seed": "domainbed"}
+                               "val_share": None, "source_val_share": None, "environment_seed": "domainbed",
+                               "shard_cap": "device"}
 
 
 # The same for the method families' parameters (RunConfig.params[family][name]): a parameter added at the value that

@@ -319,14 +319,22 @@ def domain_shards_split(split: Split, cfg: RunConfig) -> tuple[tuple[tuple[Pair,
         return main_labels(envs[e][1], split.aux_tasks).numpy()  # (n_e,) the main task's labels
 
     def shards(e: int) -> list[np.ndarray]:
-        y = labels_of(e)
+        y = labels_of(e)  # (n_e,)
+        within = np.arange(len(y))  # the domain's samples the split shares out
+        if cfg.shard_cap == "domain" and cfg.samples_per_client is not None:
+            # the domain's cap before the split (its own seeded draw: the split's generator is the same as with
+            # shard_cap device), so the Dirichlet shares keep their sizes: FSSDA's non-iid devices differ in size
+            cap_rng = np_rng(cfg.seed, purpose=f"domain_shards/{e}/cap")
+            within = np.sort(cap_rng.permutation(len(y))[: cfg.samples_per_client * k_dev])
         rng = np_rng(cfg.seed, purpose=f"domain_shards/{e}")
         if cfg.dirichlet_concentration is None:
-            if len(y) < k_dev:
+            if len(within) < k_dev:
                 raise ValueError(f"num_sources={k_dev} is invalid: environment {names[e]} holds {len(y)} samples")
-            parts = homo_shards(len(y), k_dev, rng)
+            parts = homo_shards(len(within), k_dev, rng)
         else:
-            parts = dirichlet_split(y, k_dev, cfg.dirichlet_concentration, rng)
+            parts = dirichlet_split(y[within], k_dev, cfg.dirichlet_concentration, rng)
+        if cfg.shard_cap == "domain":
+            return [within[p] for p in parts]
         return [_cap(p, cfg.samples_per_client) for p in parts]
 
     source_parts = [[] for _ in range(k_dev)]
