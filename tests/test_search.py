@@ -285,6 +285,34 @@ def test_optuna_search_draws_in_the_space_selects_by_validation_and_resumes(fmni
     assert [e["key"] for e in again[:3]] == [e["key"] for e in table["trials"]] and len(again) == 4
 
 
+def test_a_python_search_calls_summary_says_what_the_call_changed(tmp_path, monkeypatch):
+    """search() from Python has no command line to read: its summary names the call with its arguments, says what
+    the call changed beside the profile (from its sweep.json: it said only "50 rounds as in the paper"), and how to
+    go on after an interruption (not `search(...) --resume`)."""
+    from fda_ray.experiments import search as search_module
+    from fda_ray.experiments.manifest import read as read_manifest
+    from fda_ray.papers.searches import SEARCHES
+
+    seen = {}
+
+    def ran(search, **kw):  # the launch itself is tested elsewhere: here what the call hands over
+        seen.update(kw)
+        return 130
+
+    monkeypatch.setattr(search_module, "run_search", ran)
+    with pytest.raises(KeyboardInterrupt):
+        search_module.search("beta", out=tmp_path / "s", methods=["fedgp"], rounds=2, samples_per_client=200)
+    command = seen["command"]
+    assert command == ("fda_ray.search.search('beta', profile='quick', methods=['fedgp'], rounds=2, "
+                       "samples_per_client=200)")
+    text = search_module.summarize(SEARCHES["beta"], "quick", {}, {}, {}, command, 4, "asha", "random",
+                                   read_manifest(tmp_path / "s"))
+    assert "The command changed: rounds=2, samples_per_client=200, methods=fedgp (the tables are what ran)." in text
+    assert search_module.resume_hint(command) == f"`{command}` again with the same out (settled trials are kept)"
+    assert search_module.resume_hint("python -m fda_ray.sweep --search beta") == \
+        "`python -m fda_ray.sweep --search beta --resume`"
+
+
 def test_a_search_without_a_note_summarises():
     """`note` is optional in a search file: the summary opens with the space (it failed on note[0] once every trial
     had run)."""

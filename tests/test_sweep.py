@@ -788,3 +788,18 @@ def test_a_searchs_own_flags_on_a_grid_sweep_are_one_line(flag, capsys):
     assert len(err.splitlines()) == 1 and err.startswith(f"error: {name}=") and \
         err.endswith("is invalid with --grid: it is a search's (--search NAME); a grid sweep runs every trial of its "
                      "plan")
+
+
+def test_a_method_name_selects_the_rows_its_profile_runs_and_a_row_key_its_row():
+    """--methods fedgp on the quick noise grid, whose profile leaves FedGP_1 out (its summary says "no FedGP_1"),
+    ran FedGP_1 too; the row key fedgp_beta1 still names it, and the paper profile runs both rows of fedgp."""
+    from fda_ray.experiments.trials import plan
+    from fda_ray.papers.grids import GRIDS
+
+    def rows(profile: str, methods: list[str]) -> set[str]:
+        return {t.row for t in plan(GRIDS["noise"], profile, rows=methods, values=[0.4], seeds=1)}
+
+    assert rows("quick", ["fedgp"]) == {"fedgp"}
+    assert rows("quick", ["fedgp_beta1"]) == {"fedgp_beta1"}
+    assert rows("quick", ["fedgp", "fedgp_beta1"]) == {"fedgp", "fedgp_beta1"}
+    assert rows("paper", ["fedgp"]) == {"fedgp", "fedgp_beta1"}

@@ -256,7 +256,7 @@ def chunk_manifest(held: Manifest | None, new: Manifest, grid: Any) -> Manifest:
     # the rows a chunk ran: its --methods (keys or method names), else the profile's (keys: as plan picks them)
     default_rows = [r.key for r in grid.rows if prof.rows is None or r.key in prof.rows]
     try:
-        rows = [select_rows(grid, m.rows) if m.rows else default_rows for m in (held, new)]
+        rows = [select_rows(grid, m.rows, prof.rows) if m.rows else default_rows for m in (held, new)]
         values = [select_values(grid, m.values or prof.values) for m in (held, new)]
     except ValueError:  # an earlier chunk's rows or values this grid no longer has: the new chunk's own
         return new

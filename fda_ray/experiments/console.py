@@ -33,6 +33,11 @@ from fda_ray.runtime.startup import from_report, slow_phases
 OBSERVERS: list[Any] = []
 
 
+
+def counted(n: int, noun: str) -> str:
+    """"1 trial", "66 trials": a count as a reader says it (a sweep of one trial said "1 trials")."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
 def quiet(verbose: bool) -> None:
     """Before Ray starts: quiet unless `verbose` (see the module docstring)."""
     if verbose:

@@ -30,7 +30,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from fda_ray.core.storage import StoragePath, storage_path
 from fda_ray.papers.selection import RULES, best_so_far, final_value, select
@@ -39,6 +39,9 @@ from fda_ray.experiments.records import (ROWS_FILE, Trial, is_done, keep_aside, 
 from fda_ray.experiments.trials import MAX_SAMPLES, MAX_SEEDS, merge_fields, point_trial
 from fda_ray.papers.files import write_definition
 from fda_ray.papers.searches import Search
+
+if TYPE_CHECKING:
+    from fda_ray.experiments.manifest import Manifest
 
 STOPPED_FILE = "stopped.json"
 RERUN_SEED0 = 1  # the reruns' first seed (the search's trials run seed 0)
@@ -345,16 +348,24 @@ def _cell(values: list[float]) -> str:
     return f"{m:.2f} ± {half:.2f} (n={len(values)})"  # the 95 % confidence half-width, as collect prints it
 
 
+def resume_hint(command: str) -> str:
+    """How to go on with an interrupted search: its command with --resume, or (a Python search() call) the call."""
+    if command.startswith("fda_ray.search.search("):
+        return f"`{command}` again with the same out (settled trials are kept)"
+    return f"`{command} --resume`"
+
+
 def summarize(search: Search, profile: str, tables: dict[str, dict], reruns: dict[str, dict[str, list[float]]],
               references: dict[float, dict[str, list[float]]], command: str, num_samples: int, scheduler: str,
-              search_alg: str) -> str:
+              search_alg: str, ran: Manifest | None = None) -> str:
+    """summary.md of a search; `ran`: its sweep.json (what the command or the search() call changed)."""
     from fda_ray.experiments.summary import changed_by
 
     lines = [f"# Search `{search.name}` ({profile} profile)", "",
              (f"{search.note[0].upper() + search.note[1:]}. " if search.note else "")  # (a file's note is optional)
              + f"Space: {'; '.join(d.describe() for d in search.space)}; "
              f"{num_samples} trials a study ({search_alg} search, scheduler {scheduler} on the first rule's metric).",
-             "", *([f"Profile `{profile}`: {search.profiles[profile].note}{changed_by(command)}", ""]
+             "", *([f"Profile `{profile}`: {search.profiles[profile].note}{changed_by(command, ran)}", ""]
                    if search.profiles[profile].note else []),
              "Selection rules: " + "; ".join(f"**{r}**: {RULES[r].label} (`{RULES[r].metric}`)" for r in search.rules)
              + ". The oracle reads the target's test labels: an upper bound, not a result.", "",
@@ -532,7 +543,12 @@ def search(name: str | Search, *, profile: str = "quick", out: str | Path | None
     overrides = dict(fields)
     if why := held_by_another(out, "search", s.name, s):
         raise ValueError(f"out={str(out)!r} is invalid for search {s.name!r}: {why}")
-    command = f"fda_ray.search.search({s.name!r}, profile={profile!r}, ...)"
+    # the call as written (its summary's Command: line; what it changed is read from its sweep.json)
+    given = {"profile": profile, "methods": list(methods) if methods else None,
+             "values": list(values) if values else None, "num_samples": num_samples, "rerun_seeds": rerun_seeds,
+             **fields}
+    command = f"fda_ray.search.search({s.name!r}, " + ", ".join(f"{k}={v!r}" for k, v in given.items()
+                                                              if v is not None) + ")"
     # a call again goes on as --resume does: every call's studies (search_chunk), never fewer trials a study
     manifest = search_chunk(read_manifest(out), Manifest(
         kind="search", name=s.name, profile=profile, rows=tuple(methods) if methods else None,
@@ -762,12 +778,15 @@ def report(search: Search, profile: str, out: StoragePath, plan: list[Study], se
                                "scheduler": scheduler, "search_alg": search_alg, "studies": tables,
                                "reruns": reruns, "references": {f"{k:g}": v for k, v in references.items()},
                                "failures": failures}, indent=1, default=str) + "\n")
-    text = summarize(search, profile, tables, reruns, references, command, num_samples, scheduler, search_alg)
+    from fda_ray.experiments.manifest import read as read_manifest
+
+    text = summarize(search, profile, tables, reruns, references, command, num_samples, scheduler, search_alg,
+                     read_manifest(out))
     if failures:
         text += f"\n## Failed trials ({len(failures)})\n\n" + "\n".join(
             f"- {f['trial']} ({f['attempts']} attempts): {f['error']}" for f in failures) + "\n"
     if interrupted:
-        text += f"\n**Interrupted**: continue with `{command} --resume`.\n"
+        text += f"\n**Interrupted**: continue with {resume_hint(command)}.\n"
     text += f"\nWall time of this launch: {wall:.0f} s.\n"
     if not no_figures and any(e["status"] != "to run" for t in tables.values() for e in t["trials"]):
         trajectory_figure(search, tables, out / "trajectory")

@@ -6,11 +6,14 @@ and the builds that recorded the trials (builds_line). The sweep command writes 
 from __future__ import annotations
 
 import statistics
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from fda_ray.core.storage import StoragePath
 from fda_ray.experiments.tables import final_accuracies, is_regression, mean_ci
 from fda_ray.papers.grids import Grid
+
+if TYPE_CHECKING:
+    from fda_ray.experiments.manifest import Manifest
 
 LAST_ROUNDS = 5  # Auto-weighted FDA's DomainBed metric: the mean accuracy of the last 5 rounds
 GAP = 3.0  # points: a gap to the paper above this is marked and must be explained (docs/results)
@@ -73,16 +76,19 @@ def summarize(rows: list[dict], failures: list[dict], grid: Grid, profile: str, 
                                     "metric": "loss" if regression else "accuracy"}
 
 
-def changed_by(command: str) -> str:
+def changed_by(command: str, manifest: Manifest | None = None) -> str:
     """" The command changed: rounds=4, seeds=2 (the tables are what ran)." where a sweep's or search's command set
     fields, seeds or rows beside its profile (whose note says what the profile alone runs: "50 rounds ... 3 seeds"
-    beside a table of 4 rounds and 2 seeds misled); "" where it set none, or is not a command line."""
+    beside a table of 4 rounds and 2 seeds misled); "" where it set none. From `manifest` (what the directory's
+    sweep.json says ran: a Python search() call has no command line to read) or else the command line."""
     from fda_ray.experiments.arguments import manifest_from_command
 
-    try:
-        m = manifest_from_command(command)
-    except Exception:  # (no command: a table redrawn by collect or the pages)
-        return ""
+    m = manifest
+    if m is None:
+        try:
+            m = manifest_from_command(command)
+        except Exception:  # (no command: a table redrawn by collect or the pages)
+            return ""
     parts = [f"{k}={v}" for k, v in sorted(m.overrides.items())]
     parts += [f"seeds={m.seeds}"] if m.seeds else []
     parts += [f"methods={','.join(m.rows)}"] if m.rows else []

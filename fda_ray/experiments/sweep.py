@@ -50,7 +50,7 @@ from fda_ray.experiments.manifest import read as read_manifest, write as write_m
 from fda_ray.data.base import DatasetNotFound
 from fda_ray.experiments.backends import Progress, failure_advice, run_local, run_tune, write_parquet
 from fda_ray.experiments import console, tracking
-from fda_ray.experiments.console import quiet
+from fda_ray.experiments.console import counted, quiet
 from fda_ray.experiments.tracking import Tracking
 from fda_ray.experiments.records import (ROWS_FILE, Trial, changed_settings, collect, is_done, rerun_for_weights,
                                          set_aside_damaged)
@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
                 extra = f" (from {t.weights_from})" if t.weights_from else ""
                 print(f"{t.key}: {grid.row(t.row).label}, {t.params.get('method')}"
                       f"{' beta ' + str(t.params['beta']) if 'beta' in t.params else ''}{extra} [{state}]")
-            print(f"{len(trials)} trials")
+            print(counted(len(trials), "trial"))
             print("\n".join(lines))
             if refusal:
                 print(refusal, file=sys.stderr)
@@ -191,7 +191,7 @@ def _execute(a: Any, grid: Grid, trials: list[Trial], out: StoragePath, records:
              row_keys: list[str], values: list[float], track: Any) -> int:
     """Run a checked sweep's pending trials, then collect and summarise every trial's record."""
     pending = [t for t in trials if not is_done(records / t.key)]
-    print(f"sweep {grid.name} ({a.profile}, backend {a.backend}): {len(trials)} trials -> {out}"
+    print(f"sweep {grid.name} ({a.profile}, backend {a.backend}): {counted(len(trials), 'trial')} -> {out}"
           + (f"; resuming, {len(trials) - len(pending)} finished before" if a.resume else ""), flush=True)
     records.mkdir(parents=True, exist_ok=True)
     write_definition(grid, out / "grid.yaml")  # what ran, beside its records (collect reads a file grid from it)
@@ -277,7 +277,7 @@ def _summarise(a: Any, grid: Grid, trials: list[Trial], out: StoragePath, record
     summary["trial_seconds"] = trial_seconds
     summary["builds"], builds_text = builds_line(records, {t.key for t in shown})
     text += builds_text
-    text += (f"\nWall time: {summary['wall_seconds']:.0f} s for {len(pending)} trials"
+    text += (f"\nWall time: {summary['wall_seconds']:.0f} s for {counted(len(pending), 'trial')}"
              + (f" ({len(trials) - len(pending)} more had finished before --resume)" if len(pending) < len(trials) else "")
              + (f"; the tables also hold the {len(shown) - len(trials)} finished trials of this folder's earlier "
                 "chunks (sweep.json)" if len(shown) > len(trials) else "")

@@ -42,13 +42,18 @@ def merge_fields(*layers: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def select_rows(grid: Grid, rows: Sequence[str] | None) -> list[str]:
-    """Row keys chosen by name: a row key (fedgp_beta1) or a method (fedgp: all of its rows)."""
+def select_rows(grid: Grid, rows: Sequence[str] | None, within: Sequence[str] | None = None) -> list[str]:
+    """Row keys chosen by name: a row key (fedgp_beta1) or a method (fedgp: all of its rows; with `within`, a
+    profile's rows, those of them the profile runs, so `--methods fedgp` on the quick noise grid leaves out
+    FedGP_1 as the profile does, while `--methods fedgp_beta1` names it and runs it)."""
     if not rows:
         return [r.key for r in grid.rows]
     keys: list[str] = []
     for name in rows:
-        hit = [r.key for r in grid.rows if name in (r.key, r.method)]
+        by_method = [r.key for r in grid.rows if r.method == name]
+        if within is not None:  # (a method the profile leaves out entirely: all its rows)
+            by_method = [k for k in by_method if k in within] or by_method
+        hit = [r.key for r in grid.rows if r.key == name or r.key in by_method]
         if not hit:
             from fda_ray.core.registry import did_you_mean
 
@@ -87,7 +92,7 @@ def plan(grid: Grid, profile: str, *, rows: Sequence[str] | None = None, values:
     overrides = dict(overrides or {})
     prof = grid.profiles[profile]
     # the profile's rows are keys, not names (the name fedgp would also take fedgp_beta1)
-    chosen = select_rows(grid, rows) if rows or prof.rows is None else [r.key for r in grid.rows if r.key in prof.rows]
+    chosen = select_rows(grid, rows, prof.rows) if rows or prof.rows is None else [r.key for r in grid.rows if r.key in prof.rows]
     vals = select_values(grid, values or prof.values)
     if grid.variable in overrides:
         raise ValueError(f"{grid.variable}={overrides[grid.variable]!r} is invalid here: it is the grid's variable "
