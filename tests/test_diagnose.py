@@ -116,3 +116,14 @@ def test_bad_target_is_one_line_without_the_runs_note_before_it(fmnist_dir, caps
         assert dgn.main(args + ["--target-labelled", "8", "--pool-samples", "16", "--json"]) == 0
         err = capsys.readouterr().err
         assert "warning: the target holds 8 training samples, fewer than batch_target=16" in err
+
+
+def test_diagnose_refuses_a_runs_parquet_flag_in_one_line(capsys):
+    """diagnose takes a run's flags, but writes no rounds: --parquet was accepted and nothing written."""
+    from fda_ray.experiments.diagnose import main, parser
+
+    assert main(["--parquet", "d.parquet"]) == 2
+    assert capsys.readouterr().err.strip() == ("error: parquet='d.parquet' is invalid for diagnose: it writes no "
+                                               "rounds (--json prints its result as one JSON object)")
+    json_help = next(a.help for a in parser()._actions if a.dest == "json")
+    assert "per-round" not in json_help and "diagnosis" in json_help

@@ -803,3 +803,10 @@ def test_a_method_name_selects_the_rows_its_profile_runs_and_a_row_key_its_row()
     assert rows("quick", ["fedgp_beta1"]) == {"fedgp_beta1"}
     assert rows("quick", ["fedgp", "fedgp_beta1"]) == {"fedgp", "fedgp_beta1"}
     assert rows("paper", ["fedgp"]) == {"fedgp", "fedgp_beta1"}
+
+
+def test_a_profile_note_without_a_full_stop_ends_its_sentence():
+    from fda_ray.experiments.summary import sentence
+
+    assert sentence("a first look") == "a first look." and sentence("done.") == "done." and sentence("") == ""
+    assert sentence("why? ") == "why?"

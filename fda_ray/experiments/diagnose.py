@@ -212,6 +212,11 @@ def parser() -> "OneLineParser":
     p.prog = "python -m fda_ray.diagnose"
     p.description = __doc__.splitlines()[0]
     p.command = "diagnose"
+    for action in p._actions:  # (the run's own words for its outputs: a diagnosis has no rounds)
+        if action.dest == "json":
+            action.help = "print the diagnosis as one JSON object (the config, the point pi, the estimated and the true quantities)"
+        elif action.dest == "parquet":
+            action.help = "a run's flag: a diagnosis writes no rounds (refused here)"
     p.add_argument("--at", default="warmup", help=f"pi: one of {', '.join(POINTS)} (default warmup)")
     p.add_argument("--pool-samples", type=int, default=None,
                    help="true values from this many of the target's training samples (default: all)")
@@ -234,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(a, int):
         return a
     try:
+        if a.parquet is not None:
+            raise ValueError(f"parquet={a.parquet!r} is invalid for diagnose: it writes no rounds (--json prints its "
+                             "result as one JSON object)")
         cfg = config_from_args(a)
         if cfg.executor != "serial":
             raise ValueError(f"executor={cfg.executor!r} is invalid for diagnose: it runs in this process (serial)")

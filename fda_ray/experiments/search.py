@@ -359,13 +359,13 @@ def summarize(search: Search, profile: str, tables: dict[str, dict], reruns: dic
               references: dict[float, dict[str, list[float]]], command: str, num_samples: int, scheduler: str,
               search_alg: str, ran: Manifest | None = None) -> str:
     """summary.md of a search; `ran`: its sweep.json (what the command or the search() call changed)."""
-    from fda_ray.experiments.summary import changed_by
+    from fda_ray.experiments.summary import changed_by, sentence
 
     lines = [f"# Search `{search.name}` ({profile} profile)", "",
              (f"{search.note[0].upper() + search.note[1:]}. " if search.note else "")  # (a file's note is optional)
              + f"Space: {'; '.join(d.describe() for d in search.space)}; "
              f"{num_samples} trials a study ({search_alg} search, scheduler {scheduler} on the first rule's metric).",
-             "", *([f"Profile `{profile}`: {search.profiles[profile].note}{changed_by(command, ran)}", ""]
+             "", *([f"Profile `{profile}`: {sentence(search.profiles[profile].note)}{changed_by(command, ran)}", ""]
                    if search.profiles[profile].note else []),
              "Selection rules: " + "; ".join(f"**{r}**: {RULES[r].label} (`{RULES[r].metric}`)" for r in search.rules)
              + ". The oracle reads the target's test labels: an upper bound, not a result.", "",

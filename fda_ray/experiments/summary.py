@@ -31,7 +31,7 @@ def summarize(rows: list[dict], failures: list[dict], grid: Grid, profile: str, 
              f"{what}, ours / paper ({grid.paper_ref or 'no published numbers'}); "
              f"mean ± the 95 % confidence half-width over seeds (Student's t) where n > 1, as `python -m "
              f"fda_ray.collect` and the results pages print it; **!** marks a gap of more than {GAP:g} points.", "",
-             *([f"Profile `{profile}`: {grid.profiles[profile].note}{changed_by(command)}", ""]
+             *([f"Profile `{profile}`: {sentence(grid.profiles[profile].note)}{changed_by(command)}", ""]
                if grid.profiles[profile].note else []),
              f"Command: `{command}`", ""]
     binary = any(r.get("auc") is not None for r in rows)  # Healthcare FDA's tasks: AUC beside accuracy
@@ -74,6 +74,13 @@ def summarize(rows: list[dict], failures: list[dict], grid: Grid, profile: str, 
             lines.append(f"- {f['row']} {grid.variable}={at} seed={f['seed']} ({f['attempts']} attempts): {f['error']}")
     return "\n".join(lines) + "\n", {"grid": grid.name, "profile": profile, "cells": cells, "failures": failures,
                                     "metric": "loss" if regression else "accuracy"}
+
+
+def sentence(text: str) -> str:
+    """A note as a sentence: a grid file's note without a full stop ran into the next one ("a first look The
+    command changed")."""
+    text = text.rstrip()
+    return text if not text or text[-1] in ".!?" else text + "."
 
 
 def changed_by(command: str, manifest: Manifest | None = None) -> str:
