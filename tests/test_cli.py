@@ -306,3 +306,21 @@ def test_every_commands_help_reads_whole():
         assert (p.description or "").rstrip()[-1:] in (".", "?", ")"), (name, p.description)
         bare = [a.option_strings[0] for a in p._actions if a.option_strings and not a.help]
         assert not bare, (name, bare)
+
+
+def test_the_kernels_check_hides_torchs_no_cuda_notice_unless_verbose(capsys):
+    """`python -m fda_ray.kernels --check` on a CPU-only machine opened with torch's "No CUDA runtime is found"
+    warning, which its own report already says (device cuda: none)."""
+    import logging
+
+    from fda_ray.kernels.__main__ import main
+
+    log = logging.getLogger("torch.utils.cpp_extension")
+    before = log.level
+    try:
+        log.setLevel(logging.NOTSET)
+        assert main(["--check", "--verbose"]) == 0 and log.level == logging.NOTSET
+        assert main(["--check"]) == 0 and log.level == logging.ERROR
+        assert "device cpu: implementation=" in capsys.readouterr().out
+    finally:
+        log.setLevel(before)

@@ -31,7 +31,7 @@ def parser() -> "OneLineParser":
     p.add_argument("--build", action="store_true", help="compile the kernels now (first use would, otherwise)")
     p.add_argument("--check", action="store_true", help="print which implementation each device uses")
     p.add_argument("--cuda", action="store_true", help="with --build: compile the CUDA kernel even without a GPU")
-    p.add_argument("--verbose", action="store_true", help="show the compiler's output")
+    p.add_argument("--verbose", action="store_true", help="show the compiler's output and torch's notices")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     return p
 
@@ -42,6 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_or_exit_code(argv)
     if isinstance(a, int):
         return a
+    if not a.verbose:  # torch's notice that no CUDA runtime was found (a CPU-only machine): the report says it
+        import logging
+
+        logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
     report: dict[str, dict] = {}
     failed = False
     if a.build:
