@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # (run as a script or loaded by path: its folder's helper)
-from csv_inputs import InputError, OneLineParser, read_table, typed, writable_output  # noqa: E402
+from csv_inputs import InputError, OneLineParser, out_of_range, read_table, typed, writable_output  # noqa: E402
 
 RACES = (("WHITE", "White"), ("BLACK", "Black"), ("ASIAN", "Asian"), ("HISPANIC", "Hispanic"))
 # Each input: (what it should be, the columns read from it). The admissions' race column is `race` in MIMIC-IV 2.x
@@ -76,14 +76,18 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("chexpert", "metadata", "patients", "admissions"):
         p.add_argument(f"--{name}", required=True)
     p.add_argument("--out", required=True)
-    p.add_argument("--per-class", type=typed("per_class", int, "an integer"), default=4000,
+    p.add_argument("--per-class", type=typed("per_class", int, "an integer >= 1"), default=4000,
                    help="images per label and domain (the authors: 4000)")
-    p.add_argument("--test-share", type=typed("test_share", float, "a number"), default=0.2)
+    p.add_argument("--test-share", type=typed("test_share", float, "a number in (0, 1)"), default=0.2,
+                   help="share of each label in the test split (0.2)")
     p.add_argument("--image-root", default="")
     p.add_argument("--seed", type=typed("seed", int, "an integer"), default=0)
     a = p.parse_or_exit_code(argv)
     if isinstance(a, int):
         return a
+    if (bad := out_of_range(a.per_class, a.test_share)) is not None:
+        print(bad, file=sys.stderr)
+        return 2
     try:  # every input read and checked before any work: one line naming the first that cannot be used
         chexpert = _read(a, "chexpert")
         conditions = [c for c in chexpert[0] if c not in ("subject_id", "study_id")]
