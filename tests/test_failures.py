@@ -200,6 +200,27 @@ def test_a_target_name_near_the_limit_still_gets_a_temporary_file(tmp_path):
     assert p.read_bytes() == b"x"
 
 
+def test_a_full_disk_names_the_file_that_could_not_be_written(tmp_path):
+    """A full disk's write (torch.save or a JSON dump into the temporary file) raises an OSError with no file name:
+    atomic_local names the file it was writing, so that the trial's note and the sweep's last line say where (before:
+    'OSError: [Errno 28] No space left on device', no file). Another file's error stays as it was."""
+    target = tmp_path / "trials" / "k" / "state.pt"
+    with pytest.raises(OSError) as e:
+        with atomic_local(target):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    assert e.value.errno == errno.ENOSPC and e.value.filename == str(target)
+    assert interrupts.write_failure(e.value) == f"could not write {target}: No space left on device (errno ENOSPC)"
+    with pytest.raises(PermissionError) as e:  # (the errno keeps its subclass)
+        with atomic_local(target):
+            raise PermissionError(errno.EACCES, "Permission denied")
+    assert e.value.filename == str(target)
+    with pytest.raises(FileNotFoundError) as e:
+        with atomic_local(target):
+            open(tmp_path / "missing")
+    assert e.value.filename == str(tmp_path / "missing")
+    assert list(target.parent.iterdir()) == []  # no temporary file left behind
+
+
 @pytest.mark.parametrize("err", [errno.ENOSPC, errno.EDQUOT, errno.EROFS])
 def test_a_refused_write_is_one_line_and_keeps_what_was_written(err, tmp_path, fmnist_dir, monkeypatch, capsys):
     """A run whose --parquet write is refused mid-run (a faked OSError at the third round's write): one line naming
@@ -340,6 +361,43 @@ def test_one_writer_per_out(case, holder, taken, tmp_path, capsys):
     finally:
         proc.kill()
         proc.wait()
+
+
+def _take(folder: str, barrier: Any, out: Any) -> None:
+    """A forked taker: waits for the other, then tries the lock; says whether it got it and still holds it."""
+    barrier.wait()
+    try:
+        locks.acquire(Path(folder), "out", f"taker {os.getpid()}")
+    except locks.LockedError:
+        out.send("refused")
+        return
+    time.sleep(0.1)  # the other taker is done by now
+    out.send("held" if locks.still_held(Path(folder)) else "lost")
+
+
+def test_a_stale_lock_is_taken_over_by_one_of_two_resumes_at_once(tmp_path, monkeypatch):
+    """Two --resume runs after a crash judge the same stale lock at once: one takes it over, the other is refused
+    (before: the slower one deleted the lock the faster one had just made, and both ran the same trials). Judging
+    a holder is made slow (20 ms) so that both judge the stale lock before either replaces it."""
+    import multiprocessing as mp
+
+    alive = locks._alive
+    monkeypatch.setattr(locks, "_alive", lambda pid, started: time.sleep(0.02) or alive(pid, started))
+    ctx = mp.get_context("fork")  # (the patch travels with the fork)
+    for i in range(15):
+        folder = tmp_path / f"out{i}"
+        folder.mkdir()
+        (folder / locks.LOCK_FILE).write_text(json.dumps({"pid": _dead_pid(), "host": socket.gethostname(),
+                                                          "started": None, "time": 0, "command": "crashed"}))
+        barrier = ctx.Barrier(2)
+        pipes = [ctx.Pipe(duplex=False) for _ in range(2)]
+        procs = [ctx.Process(target=_take, args=(str(folder), barrier, w)) for _, w in pipes]
+        for p in procs:
+            p.start()
+        said = sorted(r.recv() if r.poll(30) else "silent" for r, _ in pipes)
+        for p in procs:
+            p.join(10)
+        assert said == ["held", "refused"], (i, said)
 
 
 def _dead_pid() -> int:

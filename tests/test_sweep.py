@@ -512,6 +512,89 @@ def test_pool_workers_die_with_a_killed_sweep(tmp_path):
         pytest.fail("the pool worker outlived the killed sweep")
 
 
+def _pool_workers(parent: int) -> list[int]:
+    """The local backend's pool processes under `parent` (spawn children; not the resource tracker)."""
+    found = []
+    for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == parent and b"spawn_main" in cmd:
+            found.append(pid)
+    return found
+
+
+@pytest.mark.slow  # the local backend's worker processes, one of them killed
+def test_a_killed_pool_worker_is_replaced_and_its_trial_runs_again(tiny_grid, fmnist_dir, tmp_path, capsys, no_ray):
+    """kill -9 of a local-backend pool worker mid-trial (the OOM killer's way): its trial fails one attempt, with a
+    note saying the process died, and runs again in a new pool from its last round; the sweep ends as an
+    uninterrupted one (before: the retry went to the broken pool, a BrokenProcessPool traceback, exit 1, no
+    summary). The sweep's only spawned processes are its workers: no multiprocessing Manager (a ~0.5 GB process
+    that outlived a sweep killed with kill -9)."""
+    import threading
+
+    out = tmp_path / "k"
+    seen: dict = {}
+
+    def killer() -> None:
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            workers = _pool_workers(os.getpid())
+            if workers and any((out / "trials").glob("*/state.pt")):  # a round saved, the trial goes on
+                seen["workers"] = len(workers)
+                os.kill(workers[0], signal.SIGKILL)
+                return
+            time.sleep(0.05)
+
+    watch = threading.Thread(target=killer, daemon=True)
+    watch.start()
+    code = sweep.main(_args(fmnist_dir, out, "--backend", "local", "--workers", "1", "--methods", "target_only",
+                            "--values", "0.8", "--rounds", "8", "--no-figures"))
+    watch.join(10)
+    err = capsys.readouterr().err
+    assert seen.get("workers") == 1, seen  # one worker, and nothing else spawned
+    assert code == 0 and "Traceback" not in err and "BrokenProcessPool" not in err, err[-3000:]
+    notes = [x for x in err.splitlines() if x.startswith("note: ")]
+    assert len(notes) == 1 and "failed: its worker process died" in notes[0] and "(attempt 2 of 3)" in notes[0], notes
+    rows = sorted(pq.read_table(out / "results.parquet").to_pylist(), key=lambda r: r["round"])
+    assert [r["round"] for r in rows] == list(range(9))
+    assert [r["accuracy"] for r in rows] == [r["accuracy"] for r in _plain(fmnist_dir, "target_only", 0.8, rounds=8).rows]
+    assert _pool_workers(os.getpid()) == []
+
+
+@pytest.mark.slow  # the local backend's worker processes
+def test_a_refused_record_write_is_not_retried_and_stops_new_trials(tiny_grid, fmnist_dir, tmp_path, capsys, no_ray):
+    """A trial that cannot write its record (the disk full, a quota, a file-size limit: here RLIMIT_FSIZE, which the
+    pool workers inherit, refuses the checkpoint) fails at once, with a note naming the file: a retry only fails
+    again (before: every trial started and retried 3 times, and the lines named no file). The trials not started are
+    not started; the sweep ends with one line saying to free the space and resume (exit 1)."""
+    import resource
+
+    out = tmp_path / "full"
+    limits = resource.getrlimit(resource.RLIMIT_FSIZE)
+    sigxfsz = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # (ignored: the write fails with EFBIG instead)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (32 * 1024, limits[1]))  # a model's state.pt is larger
+    try:
+        code = sweep.main(_args(fmnist_dir, out, "--backend", "local", "--workers", "1", "--methods", "target_only",
+                                "--rounds", "2", "--no-figures"))
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+        signal.signal(signal.SIGXFSZ, sigxfsz)
+    err = capsys.readouterr().err
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert code == 1 and "Traceback" not in err, err[-3000:]
+    assert not [x for x in lines if x.startswith("note: ")], lines  # no retry
+    (last,) = [x for x in lines if x.startswith("error: ")]
+    assert last.startswith("error: 2 trial(s) could not write their records (File too large, under ") and \
+        "free the space, then resume with: " in last and last.endswith(" --resume"), last
+    failed = (out / "summary.md").read_text().split("## Failed trials (2)")[1]
+    assert "File too large: '" + str(out / "trials") in failed and "state.pt'" in failed, failed  # the file named
+    assert "not run: a trial before it could not write its record" in failed, failed
+    assert len(list((out / "trials").glob("*/nodes.json"))) <= 1  # (the second trial never started)
+
+
 def test_parquet_takes_a_metric_that_is_a_number_in_one_trial_and_a_list_in_another(tmp_path):
     """FSSDA's source loss: one number with one source domain, a list with two; Parquet's columns hold one
     type, so such a column is written as JSON text (readable back to the same values)."""

@@ -5,8 +5,8 @@ pending until they finish) and write one summary over the other's. `held(folder)
 exclusively (O_CREAT | O_EXCL, atomic on local filesystems and on NFS v3+) naming its holder: the host, the process
 id, when that process started and the command. A second writer is refused in one line naming the holder. A lock
 whose holder is gone (same host, and no such process, or another process that reuses its id: its start time differs)
-is stale: it is taken over with one warning line. A holder on another host cannot be checked from here: the line
-says which host, and that deleting the file releases it.
+is stale: it is taken over with one warning line, by one sweep only when several try at once (`_remove_stale`). A
+holder on another host cannot be checked from here: the line says which host, and that deleting the file releases it.
 
 Object stores have no exclusive create: a URI's folder is not locked.
 """
@@ -68,6 +68,43 @@ def _describe(h: dict) -> str:
     return f"pid {h.get('pid')} on {h.get('host')}, since {when}: `{h.get('command', '?')}`"
 
 
+STARTING_S = 10.0  # an unreadable lock younger than this is being written by a writer starting now
+
+
+def _age(lock: Path) -> float:
+    """Seconds since the lock file was written (0 if it is gone)."""
+    try:
+        return time.time() - lock.stat().st_mtime
+    except FileNotFoundError:
+        return 0.0
+
+
+def _remove_stale(lock: Path, judged: dict | None) -> bool:
+    """Delete `lock` if it still holds what was judged stale (`judged`: its holder, None: unreadable). Two sweeps
+    resumed at once after a crash both judge the same lock stale: without this check the slower one deleted the lock
+    the faster one had just created in its place, and both ran. The check and the delete happen under an exclusive
+    flock of a takeover file beside the lock (never deleted, so every taker locks the same file), so takers go one
+    at a time; a writer that only creates the lock (O_EXCL) needs no flock, as it cannot replace an existing file.
+    Returns whether this process removed it."""
+    try:
+        import fcntl
+    except ImportError:  # (no flock: Windows) the takeover is as racy as before
+        fcntl = None  # type: ignore[assignment]
+    guard = os.open(lock.with_name(lock.name + ".takeover"), os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        if fcntl is not None:
+            fcntl.flock(guard, fcntl.LOCK_EX)  # released when the descriptor closes
+        if holder(lock) != judged:
+            return False  # another taker got there first: the lock now is theirs (or gone)
+        if judged is None and _age(lock) < STARTING_S:  # (unreadable: gone, or another writer's, being written)
+            return False
+        with contextlib.suppress(FileNotFoundError):
+            lock.unlink()
+        return True
+    finally:
+        os.close(guard)
+
+
 def acquire(folder: Path, field: str, command: str) -> Path:
     """Take `folder`'s lock (module docstring); raises LockedError. Returns the lock file."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -83,8 +120,7 @@ def acquire(folder: Path, field: str, command: str) -> Path:
                                   "remove it (rmdir) or choose another --out") from None
             h = holder(lock)
             if h is None:
-                age = time.time() - lock.stat().st_mtime if lock.exists() else 0.0
-                if age < 10:  # being written right now
+                if _age(lock) < STARTING_S:  # being written right now
                     raise LockedError(f"{field}={str(folder)!r} is invalid: another process is starting to write "
                                       "there; wait for it or choose another --out") from None
             elif h.get("host") != me["host"]:
@@ -93,11 +129,10 @@ def acquire(folder: Path, field: str, command: str) -> Path:
             elif _alive(h["pid"], h.get("started")):
                 raise LockedError(f"{field}={str(folder)!r} is invalid: another sweep writes there now "
                                   f"({_describe(h)}); wait for it to end or choose another --out") from None
-            print(f"warning: {lock}: the sweep that held it is gone ({_describe(h) if h else 'unreadable'}); "
-                  "taken over", file=sys.stderr)
-            with contextlib.suppress(FileNotFoundError):
-                lock.unlink()
-            continue
+            if _remove_stale(lock, h):
+                print(f"warning: {lock}: the sweep that held it is gone ({_describe(h) if h else 'unreadable'}); "
+                      "taken over", file=sys.stderr)
+            continue  # create it again (exclusively: a sweep that took it first is then found alive)
         with os.fdopen(fd, "w") as f:
             json.dump(me, f)
         return lock

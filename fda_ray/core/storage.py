@@ -300,10 +300,18 @@ def atomic_local(where: str | os.PathLike) -> Iterator[Path]:
     if path.is_symlink():
         path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)  # as an object store: the parents need not exist
-    fd, tmp = tempfile.mkstemp(prefix=".fda-tmp-", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".fda-tmp-", dir=path.parent)
+    except OSError as e:  # (it names the temporary file, which a user never sees)
+        raise _naming(e, path) from e
     os.close(fd)
     try:
-        yield Path(tmp)
+        try:
+            yield Path(tmp)
+        except OSError as e:
+            if e.filename not in (None, tmp):  # another file's error: as it is
+                raise
+            raise _naming(e, path) from e
         if os.path.exists(path):  # the file's mode stays (mkstemp creates 0600)
             os.chmod(tmp, os.stat(path).st_mode & 0o7777)
         else:
@@ -315,6 +323,13 @@ def atomic_local(where: str | os.PathLike) -> Iterator[Path]:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _naming(e: OSError, path: Path) -> OSError:
+    """`e` naming the file that could not be written: a full disk's write (a torch.save, a JSON dump into the
+    temporary file) raises an OSError with no file name, and the error lines read "No space left on device" without
+    saying where. The same errno, so the same subclass (OSError's constructor picks it)."""
+    return OSError(e.errno, e.strerror or str(e), str(path))
 
 
 def storage_path(where: Union[str, os.PathLike, StoragePath]) -> StoragePath:

@@ -57,31 +57,47 @@ def die_with_parent() -> bool:
         return False
 
 
-def _worker_init() -> None:
+# In a pool worker: the queue each trial's rounds go to, for the status (set by _worker_init; None: not reported).
+_ROUNDS: Any = None
+
+
+def _worker_init(rounds: Any = None) -> None:
     """Pool workers leave Ctrl-C and SIGTERM to the sweep, which stops them (a worker dying mid-job would look
-    like a failed trial: a batch system's SIGTERM reaches the whole process group), and die with the sweep."""
+    like a failed trial: a batch system's SIGTERM reaches the whole process group), and die with the sweep.
+    `rounds`: the pool's status queue (a multiprocessing queue, which reaches a process only at its start)."""
     import signal
 
+    global _ROUNDS
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     die_with_parent()
     warnings.simplefilter("ignore", preflight.RunWarning)  # the sweep printed the options its trials ignore, once
     quiet_worker()
+    _ROUNDS = rounds
 
 
-def _local_job(trial: dict[str, Any], records: str, rounds: Any = None) -> None:
-    """One trial in a pool worker; `rounds` (a queue) hears (key, the round's row) after every round, for the
-    status and the trackers."""
+def _say(item: tuple) -> None:
+    """Tell the sweep (key, a round's metrics) or (key, None: a fused member finished). Only the status display
+    hears it: a queue that fails never fails the trial, whose record is what counts."""
+    if _ROUNDS is None:
+        return
+    try:
+        _ROUNDS.put(item)
+    except Exception:  # (ValueError: closed; OSError: its pipe gone) the trial goes on unreported
+        pass
+
+
+def _local_job(trial: dict[str, Any], records: str) -> None:
+    """One trial in a pool worker, telling the sweep after every round (the status and the trackers)."""
     from fda_ray.core import plugins
     from fda_ray.experiments.records import round_metrics
 
     plugins.load_in_worker("local worker process")  # the sweep's plug-ins: this process inherited $FDA_RAY_IMPORTS
     t = Trial.from_dict(trial)
-    report = None if rounds is None else (lambda row: rounds.put((t.key, round_metrics(row))))
-    run_trial(t, storage_path(records), report=report)
+    run_trial(t, storage_path(records), report=lambda row: _say((t.key, round_metrics(row))))
 
 
-def _local_group_job(trials: list[dict[str, Any]], records: str, rounds: Any = None) -> dict[str, str | None]:
+def _local_group_job(trials: list[dict[str, Any]], records: str) -> dict[str, str | None]:
     """One fused group (fda_ray.runtime.fusion) in a pool worker: each member's outcome (None, or its error's line)."""
     from fda_ray.core import plugins
     from fda_ray.experiments.records import round_metrics
@@ -89,10 +105,9 @@ def _local_group_job(trials: list[dict[str, Any]], records: str, rounds: Any = N
 
     plugins.load_in_worker("local worker process")
     members = [Trial.from_dict(t) for t in trials]
-    report = None if rounds is None else (lambda key, row: rounds.put((key, round_metrics(row))))
     # (key, None): a member finished, said at once (the status would show it running until its group ends)
-    finished = None if rounds is None else (lambda key: rounds.put((key, None)))
-    outcome = run_group(members, storage_path(records), report=report, finished=finished)
+    outcome = run_group(members, storage_path(records), report=lambda key, row: _say((key, round_metrics(row))),
+                        finished=lambda key: _say((key, None)))
     return {k: None if e is None else failure_line(e) for k, e in outcome.items()}
 
 
@@ -105,14 +120,35 @@ def failure_line(e: BaseException) -> str:
     return (line.strip().splitlines() or [type(e).__name__])[0][:300]
 
 
+# A trial whose pool process died under it (kill -9, the OOM killer, a crash in native code): its note's error.
+POOL_DIED = ("its worker process died (killed by a signal: the out-of-memory killer, kill -9, or a crash); a new "
+             "process pool takes over")
+
+
+def _kill_workers(pool: Any) -> None:
+    """Kill a pool's processes (SIGKILL: they ignore SIGTERM, which is all a broken pool sends them): a worker left
+    running would go on writing a trial record that the sweep runs again or has stopped."""
+    for p in list((getattr(pool, "_processes", None) or {}).values()):
+        try:
+            p.kill()
+        except (OSError, ValueError, AttributeError):  # (gone already, or closed)
+            pass
+
+
 def run_local(pending: list[Trial], records: StoragePath, workers: int, max_failures: int, progress: Progress,
               fuse: int = 1) -> list[dict]:
     """A process pool of serial runs (no Ray): each trial in a fresh process, `workers` at once. Returns the
     failures (a trial is retried max_failures times). KeyboardInterrupt propagates after the pool stops.
     fuse > 1: a worker runs up to `fuse` trials of one fusion key as one group (fda_ray.runtime.fusion), each keeping
-    its record; a member that fails is retried like a trial of its own (in a later group, from its last round)."""
+    its record; a member that fails is retried like a trial of its own (in a later group, from its last round).
+    A pool whose worker was killed (kill -9, the OOM killer) is broken for good: its running trials count a failed
+    attempt and run again in a new pool, from their records' last rounds. A trial that could not write its record
+    (a full disk, a quota, a read-only filesystem: no retry mends those) fails at once, and the trials not started
+    are not started: the sweep ends with the resume command."""
     import multiprocessing as mp
+    import queue
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures.process import BrokenProcessPool
 
     from fda_ray.core import plugins
 
@@ -121,20 +157,25 @@ def run_local(pending: list[Trial], records: StoragePath, workers: int, max_fail
     todo = list(pending)
     failed: set[str] = set()
     ctx = mp.get_context("spawn")
-    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_init)
-    manager = ctx.Manager()  # a queue the workers can reach: each trial's rounds, for the status
-    rounds = manager.Queue()
+
+    def start() -> tuple[Any, Any]:
+        # The status queue is a plain queue of this context, handed to each worker at its start: no Manager, whose
+        # server process (a spawn child: torch re-imported, ~0.5 GB) outlived a sweep killed with kill -9, and whose
+        # loss failed every trial. A new pool gets a new queue (a worker killed mid-put may hold the old one's lock).
+        rounds = ctx.Queue()
+        return ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_init, initargs=(rounds,)), rounds
+
+    pool, rounds = start()
     progress.expect(pending)
 
     settled_early: set[str] = set()  # fused members that finished while their group went on
+    unwritable: list[str] = []  # the first trial error that was the disk's (no retry, no new trial started)
 
     def drain() -> None:
-        import queue
-
         while True:
             try:
                 key, r = rounds.get_nowait()
-            except (queue.Empty, OSError, EOFError):
+            except (queue.Empty, OSError, EOFError, ValueError):
                 return
             if r is None:  # a fused member finished (its record whole): done now, not when its group ends
                 t = next((t for g in running.values() for t in g if t.key == key), None)
@@ -159,21 +200,65 @@ def run_local(pending: list[Trial], records: StoragePath, workers: int, max_fail
                 ready.remove(t)
         return group
 
+    def fail(t: Trial, error: str, tries: int) -> None:
+        failed.add(t.key)
+        failures.append({"trial": t.key, "row": t.row, "value": t.value, "seed": t.seed, "attempts": tries,
+                         "error": error})
+        progress.line(t, "FAILED")
+
     def settle(t: Trial, error: str | None, size: int = 1) -> None:
         if error is None:
             progress.line(t, "done")
             return
         attempts[t.key] = attempts.get(t.key, 0) + 1
+        if any(why in error for why in WRITE_REFUSALS):  # the disk, not the trial: retrying only fails again
+            unwritable.append(error)
+            fail(t, error, attempts[t.key])
+            return
         if attempts[t.key] <= max_failures:
             todo.insert(0, t)
             where = f" (in a fused group of {size})" if size > 1 else ""  # as the Tune backend's note says it
             progress.note(f"note: {trial_name(t, progress.variable)}{where} failed: {error}; it runs again (attempt "
                           f"{attempts[t.key] + 1} of {max_failures + 1})", stream=sys.stderr)
             return
-        failed.add(t.key)
-        failures.append({"trial": t.key, "row": t.row, "value": t.value, "seed": t.seed,
-                         "attempts": attempts[t.key], "error": error})
-        progress.line(t, "FAILED")
+        fail(t, error, attempts[t.key])
+
+    def outcome(f: Any, group: list[Trial]) -> bool:
+        """Settle a finished future's trials; True if it says the pool is broken."""
+        broken = False
+        try:
+            out = f.result()
+        except plugins.WorkerImportError:  # a worker without the plug-ins: no retry mends it (one line, exit 1)
+            raise
+        except BrokenProcessPool:
+            broken = True
+            out = {t.key: POOL_DIED for t in group}
+        except Exception as e:  # a failing trial (or its group's process): retried, the others go on
+            line = failure_line(e)
+            out = {t.key: line for t in group}
+        for t in group:
+            if t.key not in settled_early:
+                settle(t, out.get(t.key) if isinstance(out, dict) else None, len(group))
+        return broken
+
+    def renew() -> None:
+        """A broken pool: kill what is left of it, settle its trials (each one attempt; they run again from their
+        records' last rounds), and go on in a new pool."""
+        nonlocal pool, rounds
+        _kill_workers(pool)
+        # the pool marks all its futures failed at once; a result that came in first is still a result
+        wait(list(running), timeout=30)
+        for f, group in list(running.items()):
+            del running[f]
+            if f.done():
+                outcome(f, group)
+            else:  # (never seen: the broken pool failed every future it held)
+                for t in group:
+                    settle(t, POOL_DIED, len(group))
+        drain()
+        pool.shutdown(wait=False, cancel_futures=True)
+        rounds.close()
+        pool, rounds = start()
 
     running: dict = {}
     try:
@@ -181,21 +266,32 @@ def run_local(pending: list[Trial], records: StoragePath, workers: int, max_fail
             # a trial starts once the trial it starts from is done (or never, if that one failed)
             for t in [t for t in todo if t.weights_from in failed]:
                 todo.remove(t)
-                failures.append({"trial": t.key, "row": t.row, "value": t.value, "seed": t.seed, "attempts": 0,
-                                 "error": f"not run: trial {t.weights_from} it starts from failed"})
-                progress.line(t, "FAILED")
+                fail(t, f"not run: trial {t.weights_from} it starts from failed", 0)
+            if unwritable:  # the disk refused a record: the trials not started stay so (resumed once it has room)
+                for t in list(todo):
+                    todo.remove(t)
+                    fail(t, f"not run: a trial before it could not write its record ({unwritable[0]})", 0)
             ready = [t for t in todo if (t.weights_from is None or is_done(records / t.weights_from))
                      and t.key not in in_group]  # a group's later members start with its first
+            broken = False
             while ready and len(running) < workers:
                 group = take(ready)
                 for t in group:
                     todo.remove(t)
-                if len(group) == 1:
-                    running[pool.submit(_local_job, group[0].to_dict(), str(records), rounds)] = group
-                else:
-                    running[pool.submit(_local_group_job, [t.to_dict() for t in group], str(records), rounds)] = group
+                try:
+                    if len(group) == 1:
+                        running[pool.submit(_local_job, group[0].to_dict(), str(records))] = group
+                    else:
+                        running[pool.submit(_local_group_job, [t.to_dict() for t in group], str(records))] = group
+                except BrokenProcessPool:  # broke before a future said so: this group never started
+                    todo[0:0] = group
+                    broken = True
+                    break
                 for t in group:
                     progress.started(t, rounds_of(t))
+            if broken:
+                renew()
+                continue
             if not running:
                 break
             finished, _ = wait(running, timeout=1.0, return_when=FIRST_COMPLETED)
@@ -203,26 +299,17 @@ def run_local(pending: list[Trial], records: StoragePath, workers: int, max_fail
             if not finished:
                 progress.draw()  # the clock moves on
             for f in finished:
-                group = running.pop(f)
-                try:
-                    out = f.result()
-                except plugins.WorkerImportError:  # a worker without the plug-ins: no retry mends it (one line, exit 1)
-                    raise
-                except Exception as e:  # a failing trial (or its group's process): retried, the others go on
-                    line = failure_line(e)
-                    out = {t.key: line for t in group}
-                for t in group:
-                    if t.key not in settled_early:
-                        settle(t, out.get(t.key) if isinstance(out, dict) else None, len(group))
+                broken = outcome(f, running.pop(f)) or broken
+            if broken:
+                renew()
     except (KeyboardInterrupt, plugins.WorkerImportError):
-        for p in list(getattr(pool, "_processes", {}).values()):
-            p.kill()  # (they ignore SIGTERM) the trials' records keep their last finished round
+        _kill_workers(pool)  # the trials' records keep their last finished round
         pool.shutdown(wait=False, cancel_futures=True)
-        manager.shutdown()
+        rounds.close()
         progress.close()
         raise
     pool.shutdown()
-    manager.shutdown()
+    rounds.close()
     progress.close()
     return failures
 
