@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -451,3 +452,271 @@ def test_a_local_worker_process_that_cannot_import_a_plugin_stops_the_sweep_in_o
     _one_error_line(p, "plug_child", "local worker process", "my_worker_only_dep")
     assert "runs again" not in p.stderr and "FAILED" not in p.stdout, p.stderr[-3000:]
     _no_trial_trained(tmp_path / "sweeps" / "l")
+
+
+# ---------------------------------------------------------------- a plug-in's mistakes, each one line (probe report)
+
+def _blobs(n: int = 40, m: int = 10, d: int = 16, k: int = 4) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(0)
+    return (torch.randn(n, d, generator=g), torch.randint(0, k, (n,), generator=g),
+            torch.randn(m, d, generator=g), torch.randint(0, k, (m,), generator=g))
+
+
+@pytest.mark.parametrize("make, expected", [
+    (lambda a, b, c, d: _split(a, b, c, d, num_classes=3), "y_train holds the label 3, and num_classes=3 allows 0..2"),
+    (lambda a, b, c, d: _split(a, b - 1, c, d), "y_train holds the label -1: class indices are 0..3"),
+    (lambda a, b, c, d: _split(a, b * 0 + 0.5, c, d), "y_train holds the float label 0.5: class indices are whole"),
+    (lambda a, b, c, d: _split(a, b[:, None].repeat(1, 2), c, d), "y_train has shape (40, 2): (n,) class indices"),
+    (lambda a, b, c, d: _split((a * 10).clamp(0, 255).to(torch.uint8), b, c, d),
+     "x_train holds uint8 values: features are float32"),
+    (lambda a, b, c, d: _split(a, b, c[:, :8], d), "x_test has samples of shape (8,), x_train's are (16,)"),
+    (lambda a, b, c, d: _split(a, b[:-5], c, d), "y_train holds 35 labels for 40 samples: one label per sample"),
+    (lambda a, b, c, d: (a, b, c, d), "its loader's result is a tuple, not a fda_ray.data.Split"),
+    (lambda a, b, c, d: _split(a, b, c, d, num_classes=0), "num_classes is 0: a whole number of classes"),
+])
+def test_a_plugin_split_that_breaks_the_contract_is_one_line(make, expected):
+    from fda_ray.data.base import SplitInvalid, check_split
+
+    with pytest.raises(SplitInvalid) as e:
+        check_split("plug-blobs", make(*_blobs()))
+    assert str(e.value).startswith(f"dataset 'plug-blobs' is invalid: {expected}") and "\n" not in str(e.value)
+
+
+def _split(*tensors, num_classes=4):
+    from fda_ray.data import Split
+
+    return Split(*tensors, num_classes=num_classes)
+
+
+def test_a_plugin_split_that_converts_without_loss_is_converted():
+    """int32 labels (docs/plugins.md's own loader on an .npz saved with them), whole-number float labels, (n, 1)
+    labels, numpy arrays, float64 features and a numpy class count become the contract's types, with the same
+    values as the plain int64 / float32 Split."""
+    from fda_ray.data.base import check_split
+
+    a, b, c, d = _blobs()
+    plain = check_split("plug-blobs", _split(a, b, c, d))
+    assert plain.y_train is b and plain.x_train is a  # nothing converted: the loader's own tensors
+    for variant in (_split(a, b.int(), c, d.int()), _split(a, b.float(), c, d.float()),
+                    _split(a, b[:, None], c, d[:, None]), _split(a.numpy(), b.numpy(), c.numpy(), d.numpy()),
+                    _split(a.double(), b, c.double(), d, num_classes=np.int64(4))):
+        got = check_split("plug-blobs", variant)
+        assert got.y_train.dtype == got.y_test.dtype == torch.int64 and got.x_train.dtype == torch.float32
+        assert torch.equal(got.y_train, plain.y_train) and torch.equal(got.y_test, plain.y_test)
+        assert torch.equal(got.x_train, plain.x_train) and type(got.num_classes) is int
+
+
+def test_a_plugin_loader_that_cannot_find_its_file_is_a_missing_dataset(clean_plugins, capsys):
+    """A naive loader's np.load of a missing file is a missing dataset (exit 2, the path named), never a refused
+    write ("free the space"); an environment count that differs from the registered one blames the registration."""
+    from fda_ray.data import DATASETS, DatasetNotFound, Split, load
+    from fda_ray.experiments import cli
+
+    def missing(data_dir=None, download=False):
+        return np.load("/nonexistent/plug-blobs.npz")
+
+    defaults = DATASETS.get("fashion-mnist").defaults
+    DATASETS.add("plug-missing", missing, defaults=defaults)
+    with pytest.raises(DatasetNotFound, match=r"^dataset 'plug-missing' could not be read: "
+                                              r"/nonexistent/plug-blobs.npz: No such file or directory; searched: "):
+        load("plug-missing")
+    assert cli.main(["--dataset", "plug-missing", "--rounds", "1", "--executor", "serial"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "could not be read" in err and "free the space" not in err
+
+    a, b, c, d = _blobs()
+    envs = tuple((a[i::3], b[i::3]) for i in range(3))
+    DATASETS.add("plug-envs", lambda data_dir=None, download=False: Split(
+        a[:0], b[:0], c[:0], d[:0], 4, environments=envs, env_names=("e0", "e1", "e2")), defaults=defaults,
+        environments=4)
+    with pytest.raises(ValueError, match=r"^dataset 'plug-envs' is invalid: it is registered with environments=4 "
+                                         r"and its loader returned 3 \(e0, e1, e2\)"):
+        load("plug-envs")
+
+
+class _Tuple(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.fc(x), x
+
+
+class _Dict(_Tuple):
+    def forward(self, x):
+        return {"logits": self.fc(x)}
+
+
+class _TwoArgs(_Tuple):
+    def forward(self, x, mask):
+        return self.fc(x)
+
+
+class _Squeezed(_Tuple):
+    def forward(self, x):
+        return self.fc(x)[:, 0]
+
+
+@pytest.mark.parametrize("model, expected", [
+    (_Tuple(), "its forward returns a tuple, not a tensor: return the (n, 4) outputs alone"),
+    (_Dict(), "its forward returns a dict, not a tensor"),
+    (_TwoArgs(), "it cannot take its inputs of shape (16,) as its forward's one argument (TypeError: "),
+    (torch.nn.Flatten(), "it has no parameters to train"),
+    (None, "its builder returned NoneType, not a torch.nn.Module"),
+    (_Squeezed(), "it gives outputs of shape (n,) (one number per sample), the data needs (4,)"),
+])
+def test_a_plugin_model_mistake_is_one_line(model, expected):
+    from types import SimpleNamespace
+
+    from fda_ray.runtime.experiment import check_model_fits
+
+    a, b, _, _ = _blobs()
+    setting = SimpleNamespace(target_train=(a, b), num_outputs=4, aux_tasks=(), input_shape=(16,))
+    with pytest.raises(ValueError) as e:
+        check_model_fits(model, "plug_model", setting, "plug-blobs")
+    assert str(e.value).startswith(f"model='plug_model' is invalid for dataset 'plug-blobs': {expected}")
+    check_model_fits(torch.nn.Linear(16, 4), "plug_model", setting, "plug-blobs")  # the fitting one passes
+
+
+def test_a_logged_zero_d_tensor_is_stored_as_its_number():
+    from fda_ray.runtime.loop import logged
+
+    t = torch.tensor([3.0, 4.0]).norm()
+    got = logged("plug_m", {"delta_norm": t, "each": [torch.tensor(1.5), 2.0], "plain": 0.25})
+    assert got == {"delta_norm": float(t), "each": [1.5, 2.0], "plain": 0.25}
+    assert type(got["delta_norm"]) is float and json.dumps(got)
+    with pytest.raises(ValueError, match=r"^method 'plug_m' logged norms= a tensor of shape \(2,\)"):
+        logged("plug_m", {"norms": torch.ones(2)})
+
+
+def _family(name: str, fam: str, fields: dict[str, float], base: type | None = None):
+    """An Algorithm class `name` of family `fam` whose Params has `fields` (a float each)."""
+    from dataclasses import make_dataclass
+
+    from fda_ray.algorithms import Algorithm, Params
+    from fda_ray.algorithms.base import param
+
+    params = make_dataclass(f"{name}Params", [(k, float, param(v, "a field", low=0.0, high=10.0))
+                                              for k, v in fields.items()],
+                            bases=(base or Params,), frozen=True, namespace={"family": fam})
+    return type(name, (Algorithm,), {"name": name, "family": fam, "Params": params})
+
+
+def test_a_family_flag_that_clashes_is_one_line(clean_plugins, capsys):
+    """Family `lr`'s field `source` would be --lr-source, the built-in flag; two families' fields can give one flag
+    (my_fam.x and my.fam_x). Each is one line naming both (exit 2), --help included, not argparse's traceback."""
+    from fda_ray.algorithms import ALGORITHMS
+    from fda_ray.experiments import cli
+
+    ALGORITHMS.add("plug_lr", _family("plug_lr", "lr", {"source": 0.5}))
+    with pytest.raises(plugins.PluginError, match=r"^lr.source is invalid: its flag --lr-source \(.*\) is already "
+                                                  r"the built-in flag --lr-source \(lr_source\): rename"):
+        cli.parser()
+    assert cli.main(["--help"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith("error: lr.source is invalid: its flag")
+    del ALGORITHMS._items["plug_lr"]
+    ALGORITHMS.add("plug_a", _family("plug_a", "my_fam", {"x": 1.0}))
+    ALGORITHMS.add("plug_b", _family("plug_b", "my", {"fam_x": 1.0}))
+    with pytest.raises(plugins.PluginError, match=r"^my.fam_x is invalid: its flag --my-fam-x \(.*\) is already "
+                                                  r"family 'my_fam' parameter 'x''s flag"):
+        cli.parser()
+
+
+def test_a_second_params_class_under_a_family_is_refused(clean_plugins):
+    """A family's parameters are one Params class's: a second one under the name (a subclass extending FDAParams,
+    another class under 'fedprox') is refused as it is registered, not dropped silently; reusing the class is fine."""
+    from fda_ray.algorithms import ALGORITHMS
+    from fda_ray.algorithms.fda import FDA
+    from fda_ray.algorithms.fda.params import FDAParams
+
+    first = _family("plug_one", "plug_fam", {"mu": 1.0})
+    ALGORITHMS.add("plug_one", first)
+    ALGORITHMS.add("plug_same", type("plug_same", (first,), {"name": "plug_same"}))  # the same Params: fine
+    with pytest.raises(ValueError, match=r"^method 'plug_two' is invalid: its family 'plug_fam' already has the "
+                                         r"parameters of .*plug_oneParams \(method 'plug_one'\)"):
+        ALGORITHMS.add("plug_two", _family("plug_two", "plug_fam", {"nu": 1.0}))
+    extended = _family("plug_ext", "fda", {"gamma": 0.5}, base=FDAParams)
+    with pytest.raises(ValueError, match=r"^method 'plug_ext' is invalid: its family 'fda' already has"):
+        ALGORITHMS.add("plug_ext", type("plug_ext", (FDA,), {"name": "plug_ext", "Params": extended.Params}))
+    assert "plug_two" not in ALGORITHMS.names() and "plug_ext" not in ALGORITHMS.names()
+
+
+def test_a_dataset_with_partial_defaults_names_what_they_lack(clean_plugins):
+    from fda_ray.core.config import DATASET_DEFAULT_KEYS, RunConfig
+    from fda_ray.data import DATASETS
+
+    for name in DATASETS.names():  # every built-in gives every key the config reads
+        assert set(DATASETS.get(name).defaults) >= set(DATASET_DEFAULT_KEYS), name
+    DATASETS.add("plug-partial", lambda data_dir=None, download=False: None, defaults={"model": "simple_cnn"})
+    with pytest.raises(ValueError, match=r"^dataset='plug-partial' is invalid: its registered defaults lack "
+                                         r"model_weights, partition, .*oracle_lr_target: start from"):
+        RunConfig(dataset="plug-partial")
+
+
+def test_an_entry_point_function_that_raises_is_one_line_and_remembered(tmp_path, monkeypatch, clean_plugins):
+    (tmp_path / "plug_ep_fn.py").write_text(
+        "from fda_ray.train.models import MODELS\n\ndef setup():\n    MODELS.add('simple_cnn', None)\n")
+    dist = tmp_path / "plug_ep_fn-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: plug-ep-fn\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[fda_ray.plugins]\nfn = plug_ep_fn:setup\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    expected = (r"^entry point fda_ray.plugins:fn='plug_ep_fn:setup' is invalid: calling it failed: ValueError: "
+                r"model 'simple_cnn' is registered twice \(first by fda_ray.train.models\): pick another name for this "
+                r"model \(plug_ep_fn.py:4\)$")
+    with pytest.raises(plugins.PluginError, match=expected):
+        plugins.load_pending()
+    with pytest.raises(plugins.PluginError, match=expected):  # a later lookup raises it again
+        plugins.load_pending()
+
+
+def test_an_abbreviated_import_flag_is_loaded():
+    assert plugins.from_argv(["--imp", "a", "--i=b", "--impo=c,d", "--im"]) == ["a", "b", "c", "d"]
+    assert plugins.from_argv(["--in", "a", "--", "--imp", "b"]) == []
+
+
+def test_a_name_clash_and_a_syntax_error_point_at_the_plugins_line(tmp_path, monkeypatch, clean_plugins):
+    (tmp_path / "plug_clash.py").write_text("from fda_ray.algorithms import ALGORITHMS\n\n\n"
+                                            "ALGORITHMS.add('fedgp', object)\n")
+    (tmp_path / "plug_syntax.py").write_text("x = 1\ndef f(:\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(plugins.PluginError, match=r"^import='plug_clash' is invalid: importing it failed: ValueError: "
+                                                  r"method 'fedgp' is registered twice \(first by fda_ray\..*\): pick "
+                                                  r"another name for this method \(plug_clash.py:4\)$"):
+        plugins.load(["plug_clash"])
+    with pytest.raises(plugins.PluginError, match=r"^import='plug_syntax' is invalid: importing it failed: "
+                                                  r"SyntaxError: .* \(plug_syntax.py:2\)$"):
+        plugins.load(["plug_syntax"])
+
+
+def test_the_console_script_finds_a_plugin_in_the_current_folder(tmp_path, monkeypatch, clean_plugins):
+    """`fda-ray` starts with its bin folder as sys.path[0], not the working directory that `python -m` puts there:
+    preload puts it there as `python -m` does, so the same --import works from both."""
+    (tmp_path / "plug_here.py").write_text("HERE = True\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path), os.getcwd())])
+    with pytest.raises(plugins.PluginError):  # what `fda-ray` did: not found
+        plugins.load(["plug_here"])
+    assert plugins.preload(["--import", "plug_here", "--method", "fedgp"]) is None
+    assert sys.modules["plug_here"].HERE and sys.path[0] == str(tmp_path)
+    del sys.modules["plug_here"]
+
+
+def test_a_name_registered_in_main_is_told_in_a_worker_without_retries(monkeypatch, clean_plugins):
+    """A recipe registered by a script's __main__ (of a function from an importable module, even): another process
+    imports the module, not the registration; its lookup there raises WorkerImportError (no retry mends it) saying
+    to move the registration into a module, not "unknown recipe ... --import MODULE"."""
+    from fda_ray.train.client import RECIPES
+
+    monkeypatch.delenv(plugins.MAIN_ENV, raising=False)
+    exec(compile("RECIPES.add('plug_main_recipe', len)\n", "script.py", "exec"),
+         {"__name__": "__main__", "RECIPES": RECIPES})
+    assert json.loads(os.environ[plugins.MAIN_ENV]) == ["recipe plug_main_recipe"]
+    assert plugins.ray_env()[plugins.MAIN_ENV] == os.environ[plugins.MAIN_ENV]
+    del RECIPES._items["plug_main_recipe"]  # as in a worker: the name is not registered there
+    with pytest.raises(plugins.WorkerImportError, match=r"recipe 'plug_main_recipe' is registered in the command's "
+                                                        r"__main__ .*; move its registration into a module"):
+        RECIPES.get("plug_main_recipe")
+    with pytest.raises(ValueError, match="unknown recipe 'plug_other'"):  # an unknown name stays one
+        RECIPES.get("plug_other")

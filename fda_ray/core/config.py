@@ -70,6 +70,13 @@ def keyword_names() -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(kw)) if kw is not None else ()
 
 
+# The settings a dataset's registered defaults give (DATASETS.add(..., defaults=)): what resolving a config reads
+# from them, the method families' (the FDA family's auto_* and oracle_lr_target) included. Every built-in dataset
+# gives all of them (tests/test_plugins.py); a plug-in's that lacks one is told which, before any work.
+DATASET_DEFAULT_KEYS = ("model", "model_weights", "partition", "num_sources", "lr_source", "lr_target",
+                        "batch_source", "batch_target", "warmup_rounds", "shuffle", "drop_last", "data_augmentation",
+                        "target_labelled", "target_fraction", "auto_batch_target", "auto_beta_rule", "auto_lr_factor",
+                        "oracle_lr_target")
 _DEFAULTS: dict[str, Any] = {}  # the keyword family's defaults, once read (cfg.beta reads them every call)
 
 
@@ -249,9 +256,15 @@ class RunConfig:
         if self.dataset not in DATASETS:
             raise _err("dataset", self.dataset, f"known datasets: {', '.join(DATASETS.names())}", DATASETS.names(),
                        pluggable=True)
-        if DATASETS.get(self.dataset).defaults is None:  # a plug-in's dataset without its settings (docs/plugins.md)
+        defaults = DATASETS.get(self.dataset).defaults
+        if defaults is None:  # a plug-in's dataset without its settings (docs/plugins.md)
             raise _err("dataset", self.dataset, "it is registered without default settings: register it with "
                        f"DATASETS.add({self.dataset!r}, loader, defaults={{...}}) (docs/plugins.md)")
+        lacking = [k for k in DATASET_DEFAULT_KEYS if k not in defaults]
+        if lacking:  # (resolving reads each of them: a KeyError traceback otherwise)
+            raise _err("dataset", self.dataset, f"its registered defaults lack {', '.join(lacking)}: start from a "
+                       f"built-in dataset's, defaults={{**DATASETS.get('fashion-mnist').defaults, 'model': ...}} "
+                       "(docs/plugins.md)")
         if self.method not in ALGORITHMS:
             raise _err("method", self.method, f"known methods: {', '.join(ALGORITHMS.names())}", ALGORITHMS.names(),
                        pluggable=True)

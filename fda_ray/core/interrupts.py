@@ -119,10 +119,18 @@ def rearm() -> None:
         signal.signal(signal.SIGTERM, _on_sigterm)
 
 
-def error_line(e: BaseException) -> str:
+def error_line(e: BaseException, outside: str | None = None) -> str:
     """'ValueError: message (file.py:12)': an exception in one line, at the innermost frame it was raised from (a
-    plug-in's own code, say), so that a user finds it without a traceback."""
-    frames = traceback.extract_tb(e.__traceback__)
+    plug-in's own code, say), so that a user finds it without a traceback. With `outside` (a folder: fda-ray's
+    package), the innermost frame outside it, where there is one: a plug-in's import that fda-ray refused (a name
+    registered twice) is located at the plug-in's line that asked, not at fda-ray's check. importlib's own frames
+    (`<frozen ...>`) are never the place; a SyntaxError's place is the line it names."""
+    if isinstance(e, SyntaxError) and e.filename:  # (its traceback is importlib's; its own fields say where)
+        return f"{type(e).__name__}: {e.msg} ({Path(e.filename).name}:{e.lineno})"
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if not f.filename.startswith("<frozen")] \
+        or traceback.extract_tb(e.__traceback__)
+    if outside is not None:
+        frames = [f for f in frames if not f.filename.startswith(outside)] or frames
     at = f" ({Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
     return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}{at}"
 

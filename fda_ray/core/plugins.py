@@ -42,9 +42,12 @@ from typing import Iterable, Sequence
 
 from fda_ray.core.interrupts import error_line
 
+PACKAGE = str(Path(__file__).parent.parent) + os.sep  # fda-ray's own files: an error's place is the plug-in's, not these
 GROUP = "fda_ray.plugins"  # the entry-point group of installed plug-ins
 ENV = "FDA_RAY_IMPORTS"  # the plug-ins this process loaded: a JSON list of [module, sys.path folder or null]
 FLAG = "--import"
+MAIN_ENV = "FDA_RAY_MAIN_NAMES"  # names registered in the command's __main__ (a JSON list of "kind name"): no other
+#                                  process can import them, and its lookup there says so (main_only) at once
 
 _loaded: dict[str, str | None] = {}  # module -> the sys.path folder it was imported from (None: an installed one)
 _pending_done = False
@@ -105,7 +108,7 @@ def _failed(message: str, name: str, root: str | None, e: BaseException | None) 
     if err.missing and (name == err.missing or name.startswith(err.missing + ".")):
         err.error = f"ModuleNotFoundError: {e}"  # (not found at all: no line of it ran, importlib's is no help)
     else:
-        err.error = None if e is None else error_line(e)
+        err.error = None if e is None else error_line(e, PACKAGE)
     return err
 
 
@@ -136,9 +139,11 @@ def _import(name: str, root: str | None = None, field: str = "import") -> Module
             raise _failed(f"{field}={name!r} is invalid: no module {e.name!r} in {where}sys.path or the installed "
                           "packages (a module file or package folder on sys.path, or pip install it)",
                           name, root, e) from None
-        raise _failed(f"{field}={name!r} is invalid: importing it failed: {error_line(e)}", name, root, e) from None
-    except Exception as e:  # the plug-in's own error: one line, with where it happened
-        raise _failed(f"{field}={name!r} is invalid: importing it failed: {error_line(e)}", name, root, e) from None
+        raise _failed(f"{field}={name!r} is invalid: importing it failed: {error_line(e, PACKAGE)}", name, root,
+                      e) from None
+    except Exception as e:  # the plug-in's own error: one line, at the plug-in's line (not fda-ray's check it hit)
+        raise _failed(f"{field}={name!r} is invalid: importing it failed: {error_line(e, PACKAGE)}", name, root,
+                      e) from None
 
 
 def _export() -> None:
@@ -235,9 +240,14 @@ def worker_import_error(e: BaseException | None) -> WorkerImportError | None:
     return None
 
 
-def explain(e: BaseException) -> bool:
+def explain(e: BaseException) -> bool | int:
     """For an exception escaping a command (fda_ray.core.interrupts.CRASH_EXPLAINERS): a worker that could not
-    import a plug-in is told in one line (exit 1), not as a traceback."""
+    import a plug-in is told in one line (exit 1), not as a traceback; so is a plug-in that the command's own
+    process refused after `preload` (a family's flag that clashes with another flag, as its parser is built: bad
+    input, exit 2)."""
+    if isinstance(e, PluginError):
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     w = worker_import_error(e)
     if w is None:
         return False
@@ -300,17 +310,40 @@ def _entry_points() -> list[str]:
             obj = ep.load()
         except Exception as e:
             raise PluginError(f"entry point {GROUP}:{ep.name}={ep.value!r} is invalid: importing it failed: "
-                              f"{error_line(e)}") from None
+                              f"{error_line(e, PACKAGE)}") from None
         if callable(obj) and not isinstance(obj, ModuleType):
-            obj()
+            try:  # (its registrations run here: a name registered twice is the package's error, in one line)
+                obj()
+            except Exception as e:
+                raise PluginError(f"entry point {GROUP}:{ep.name}={ep.value!r} is invalid: calling it failed: "
+                                  f"{error_line(e, PACKAGE)}") from None
         out.append(ep.module)
     return out
 
 
-def note(obj: object) -> None:
+def _registrar() -> str | None:
+    """The module whose code called the registry (the first frame outside fda-ray's files: `python -m fda_ray`'s
+    own __main__ is fda-ray's), or None."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        module = frame.f_globals.get("__name__")
+        if isinstance(module, str) and not frame.f_code.co_filename.startswith(PACKAGE):
+            return module
+        frame = frame.f_back
+    return None
+
+
+def note(obj: object, kind: str | None = None, entry: str | None = None) -> None:
     """A registry entry's defining module, if it is outside fda-ray and importable by another process: loaded
-    there too (the Python API's plug-ins need no flag)."""
+    there too (the Python API's plug-ins need no flag). An entry (`kind` `entry`, e.g. recipe 'main_prox')
+    defined or registered in a script's own __main__ is exported by name as well ($FDA_RAY_MAIN_NAMES): another
+    process imports the object's module but not the registration, so its lookup fails at once with what to do
+    (main_only), not as an unknown name retried."""
     name = getattr(obj, "__module__", None)
+    if kind and entry and (name in ("__main__", "__mp_main__") or _registrar() in ("__main__", "__mp_main__")):
+        names = _main_names()
+        if f"{kind} {entry}" not in names:
+            os.environ[MAIN_ENV] = json.dumps([*names, f"{kind} {entry}"])
     if not isinstance(name, str) or name in _loaded or name.split(".")[0] in ("fda_ray", "__main__",
                                                                               "__mp_main__", "builtins"):
         return
@@ -321,6 +354,25 @@ def note(obj: object) -> None:
     _export()
 
 
+def _main_names() -> list[str]:
+    try:
+        names = json.loads(os.environ.get(MAIN_ENV, "[]"))
+    except ValueError:
+        return []
+    return [str(n) for n in names] if isinstance(names, list) else []
+
+
+def main_only(kind: str, entry: str) -> WorkerImportError | None:
+    """For a name this process lacks: the error to raise when the command registered it in its __main__ (note),
+    which this process cannot import and no retry mends; else None."""
+    if f"{kind} {entry}" not in _main_names() or sys.modules.get("__main__") is None:
+        return None
+    return WorkerImportError("__main__", "worker process", _host(),
+                             f"{kind} {entry!r} is registered in the command's __main__ (a script run as python "
+                             "script.py), which another process cannot import",
+                             "move its registration into a module of yours and import that module (docs/plugins.md)")
+
+
 def loaded() -> tuple[str, ...]:
     return tuple(_loaded)
 
@@ -328,23 +380,35 @@ def loaded() -> tuple[str, ...]:
 def ray_env() -> dict[str, str]:
     """Environment variables for a Ray job's workers (ray.init's runtime_env), so that the workers of a joined
     cluster load the plug-ins too (a Ray this process starts inherits its environment anyway)."""
-    return {ENV: os.environ[ENV]} if _loaded and ENV in os.environ else {}
+    out = {ENV: os.environ[ENV]} if _loaded and ENV in os.environ else {}
+    if MAIN_ENV in os.environ:  # (so that a worker's lookup of a __main__ name says why it is missing)
+        out[MAIN_ENV] = os.environ[MAIN_ENV]
+    return out
+
+
+def _is_flag(word: str) -> bool:
+    """Whether `word` is `--import` as argparse reads it: the flag itself or an abbreviation of it (`--imp`), which
+    argparse takes for the flag (the commands have no other option starting with `--i`), so that the module it
+    names is loaded too and not left to an "unknown name" later."""
+    return len(word) >= 3 and FLAG.startswith(word)
 
 
 def from_argv(argv: Sequence[str]) -> list[str]:
-    """The modules a command line names with `--import MODULE` or `--import=MODULE` (repeatable; commas allowed),
-    read before its parser is built: a plug-in's families add flags of their own."""
+    """The modules a command line names with `--import MODULE` or `--import=MODULE` (repeatable; commas allowed;
+    the flag abbreviated as argparse allows, `--imp`), read before its parser is built: a plug-in's families add
+    flags of their own."""
     out: list[str] = []
     it = iter(range(len(argv)))
     for i in it:
         a = argv[i]
         if a == "--":
             break
-        if a == FLAG and i + 1 < len(argv):
+        flag, eq, value = a.partition("=")
+        if _is_flag(flag) and eq:
+            out += value.split(",")
+        elif _is_flag(a) and i + 1 < len(argv):
             out += argv[i + 1].split(",")
             next(it, None)
-        elif a.startswith(FLAG + "="):
-            out += a[len(FLAG) + 1:].split(",")
     return [m.strip() for m in out if m.strip()]
 
 
@@ -365,11 +429,25 @@ def _config_imports(argv: Sequence[str]) -> list[str]:
     return [m.strip() for n in names for m in str(n).split(",") if m.strip()]
 
 
+def cwd_on_path() -> None:
+    """Put the working directory on sys.path as `python -m` does (first, and not with -P / $PYTHONSAFEPATH): a
+    console script (`fda-ray`) starts with its bin folder there instead, so a plug-in in the current folder would be
+    found by `python -m fda_ray --import my_fda` and not by `fda-ray --import my_fda`."""
+    if sys.flags.safe_path:
+        return
+    here = os.getcwd()
+    if "" not in sys.path and here not in sys.path:
+        sys.path.insert(0, here)
+
+
 def preload(argv: Sequence[str]) -> int | None:
-    """A command's first step: import the modules its `--import` flags (and its --config file's `import`) name.
-    None, or 2 after one line on stderr."""
+    """A command's first step: import the modules its `--import` flags (and its --config file's `import`) name,
+    from the working directory too (cwd_on_path). None, or 2 after one line on stderr."""
     try:
-        load(_config_imports(argv) + from_argv(argv))
+        names = _config_imports(argv) + from_argv(argv)
+        if names:
+            cwd_on_path()
+        load(names)
     except PluginError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

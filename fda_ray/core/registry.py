@@ -67,10 +67,14 @@ class Registry(Generic[T]):
     def add(self, name: str, obj: T) -> None:
         self._load_home()  # the built-in entries first, whoever adds first
         if name in self._items:
-            raise ValueError(f"{self.kind} {name!r} is registered twice")
+            # (a plug-in's import that hits this is located at its own line: plugins' error_line skips fda-ray's)
+            first = getattr(self._items[name], "load", self._items[name])  # (a Dataset: its loader's module)
+            owner = getattr(first, "__module__", None)
+            by = f" (first by {owner})" if isinstance(owner, str) else ""
+            raise ValueError(f"{self.kind} {name!r} is registered twice{by}: pick another name for this {self.kind}")
         self._items[name] = obj
         if self.pluggable:
-            plugins.note(obj)
+            plugins.note(obj, self.kind, name)
 
     def _find(self, name: object) -> bool:
         """Whether `name` is registered, once the pending plug-ins are imported if it was not."""
@@ -83,6 +87,8 @@ class Registry(Generic[T]):
     def get(self, name: str) -> T:
         if self._find(name):
             return self._items[name]
+        if self.pluggable and (elsewhere := plugins.main_only(self.kind, str(name))) is not None:
+            raise elsewhere  # (registered in the command's script: not an unknown name, and not worth a retry)
         known = ", ".join(self._items)
         hint = did_you_mean(name, self._items) or (plugin_hint() if self.pluggable else "")
         raise ValueError(f"unknown {self.kind} {name!r}; known: {known}{hint}")
@@ -125,7 +131,7 @@ class DatasetRegistry(Registry[Dataset]):
         entry = obj if isinstance(obj, Dataset) else Dataset(obj, None if defaults is None else dict(defaults),
                                                              environments)
         super().add(name, entry)
-        plugins.note(entry.load)  # a plug-in's dataset is its loader's module's (fda_ray.core.plugins)
+        plugins.note(entry.load, self.kind, name)  # a plug-in's dataset is its loader's module's (fda_ray.core.plugins)
 
     def register(self, name: str, *, defaults: Mapping[str, Any] | None = None,  # type: ignore[override]
                  environments: int | Callable[[str | None], int] | None = None
@@ -156,9 +162,31 @@ def count_environments(dataset: str, data_dir: str | None) -> int:
 MODELS: Registry[Callable[..., Any]] = Registry("model", pluggable=True, home="fda_ray.train.models")
 
 
+class AlgorithmRegistry(Registry[type]):
+    """The methods by name. A family's parameters (RunConfig.params[family], its flags --<family>-<field>) are one
+    `Params` class's: a method whose Params has fields and whose family already belongs to another Params class
+    with fields is refused in one line, since one of the two classes would be dropped without a word (its flags
+    unknown, its fields judged against the other's). A method that reuses a family reuses its Params class as is
+    (HalfHalf in docs/plugins.md); one with parameters of its own names a family of its own."""
+
+    def add(self, name: str, obj: type) -> None:
+        params = getattr(obj, "Params", None)
+        family = getattr(obj, "family", None)
+        if params is not None and dataclasses.is_dataclass(params) and dataclasses.fields(params):
+            for other in self.names():
+                cls = self._items[other]
+                if cls.family == family and cls.Params is not params and dataclasses.fields(cls.Params):
+                    raise ValueError(
+                        f"method {name!r} is invalid: its family {family!r} already has the parameters of "
+                        f"{cls.Params.__module__}.{cls.Params.__qualname__} (method {other!r}), and a family has "
+                        f"one Params class: give {obj.__qualname__} a family of its own (family = 'my_family' on "
+                        f"it and on {params.__qualname__}), or use {cls.Params.__qualname__} as it is")
+        super().add(name, obj)
+
+
 # Every method by name (RunConfig.method -> its Algorithm class, fda_ray.algorithms.base). Defined here, filled by
 # its home: the config checks a method's name without importing the families (which type their config as RunConfig).
-ALGORITHMS: Registry[type] = Registry("method", pluggable=True, home="fda_ray.algorithms")
+ALGORITHMS: AlgorithmRegistry = AlgorithmRegistry("method", pluggable=True, home="fda_ray.algorithms")
 
 
 def family_params() -> dict[str, type]:

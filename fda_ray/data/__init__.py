@@ -16,9 +16,12 @@ fda_ray.runtime.partitions.
 """
 from __future__ import annotations
 
+import errno
+import os
+
 from fda_ray.data import conditions as _conditions  # noqa: F401  (registers fmnist-conditions)
 from fda_ray.core.registry import count_environments
-from fda_ray.data.base import DATASETS, UNLABELLED, Dataset, DatasetNotFound, Pair, Split, add_noise
+from fda_ray.data.base import DATASETS, UNLABELLED, Dataset, DatasetNotFound, Pair, Split, add_noise, check_split
 from fda_ray.data.domainbed import load_pool
 from fda_ray.data import fmnist_domains as _fmnist_domains  # noqa: F401  (registers fmnist-5)
 from fda_ray.data.images import ImageFiles, concat, take
@@ -30,8 +33,41 @@ from fda_ray.data.synthetic import synthetic_domains
 
 def load(name: str, data_dir: str | None = None, download: bool = False, **options) -> Split:
     """The dataset registered as `name` (DATASETS), read from `data_dir` or the standard places; `options` go to
-    its loader (construction_seed: the seed that builds a DomainBed construction, fda_ray.data.domainbed)."""
-    return DATASETS.get(name)(data_dir=data_dir, download=download, **options)
+    its loader (construction_seed: the seed that builds a DomainBed construction, fda_ray.data.domainbed).
+
+    What the loader returns is checked once here (check_split: a plug-in's mistake is one line before any work),
+    and so is its environment count against the registered one. A loader that is not downloading only reads, so
+    the OSError of a file it could not open (a plug-in's plain np.load of a missing file) is a missing dataset,
+    DatasetNotFound naming the path, never a refused write ("free the space": fda_ray.core.interrupts)."""
+    entry = DATASETS.get(name)
+    try:
+        split = entry(data_dir=data_dir, download=download, **options)
+    except DatasetNotFound:
+        raise
+    except OSError as e:
+        if download or e.errno not in _READ_ERRNOS:
+            raise
+        path = e.filename or "its file"
+        why = e.strerror or os.strerror(e.errno)
+        owner = getattr(entry.load, "__module__", "its loader")
+        raise DatasetNotFound(f"dataset {name!r} could not be read: {path}: {why}; searched: {path} (the path its "
+                              f"loader, {owner}, opened). Get the data as {owner} documents, put it there or pass "
+                              "--data-dir; a loader that looks in several places raises fda_ray.data.DatasetNotFound "
+                              "naming them (docs/plugins.md)") from None
+    split = check_split(name, split)
+    if split.environments:
+        registered = entry.count_environments(data_dir)
+        if registered is not None and registered != len(split.environments):
+            names = ", ".join(split.env_names) or f"{len(split.environments)} unnamed"
+            raise ValueError(f"dataset {name!r} is invalid: it is registered with environments={registered} and "
+                             f"its loader returned {len(split.environments)} ({names}): register "
+                             f"DATASETS.add({name!r}, ..., environments={len(split.environments)}) (or a function "
+                             "of data_dir that counts them)")
+    return split
+
+
+# The errors of opening a file that is not there or not readable (a read: the loader is not downloading).
+_READ_ERRNOS = {errno.ENOENT, errno.EACCES, errno.EPERM, errno.EISDIR, errno.ENOTDIR, errno.ENAMETOOLONG}
 
 
 __all__ = ["DATASETS", "Dataset", "DatasetNotFound", "ImageFiles", "Pair", "Setting", "Split", "UNLABELLED", "add_noise", "concat",

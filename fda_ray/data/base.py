@@ -5,6 +5,7 @@ a damaged one (`DatasetDamaged`: the file, what is wrong, the command that repai
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +64,109 @@ class Split:
     @property
     def input_shape(self) -> tuple[int, ...]:
         return tuple(self.x_train.shape[1:])
+
+
+class SplitInvalid(ValueError):
+    """A loader's Split that breaks the contract above (checked once, when the dataset is loaded: check_split)."""
+
+
+def check_split(name: str, split: object) -> Split:
+    """`split`, the Split dataset `name`'s loader returned, checked against the contract (x float32, y (n,) int64
+    class indices in [0, num_classes), as many labels as samples, the same feature shape in train and test) before
+    any work, so that a plug-in's mistake is one line naming the dataset, the field, the value and what is allowed,
+    not a torch error in round 0 (or one blamed on the model). What converts without loss is converted: numpy arrays
+    to tensors, integer labels of another dtype (int32 from an .npz), whole-number float labels and (n, 1) labels
+    to (n,) int64, float64 / float16 features to float32 (the models' dtype). Labels are judged for a classification
+    task without auxiliary labels; a binary, regression or multi-task Split is checked for its types, lengths and
+    shapes only. Returns the Split, converted where needed."""
+    def bad(field: str, what: str) -> SplitInvalid:
+        return SplitInvalid(f"dataset {name!r} is invalid: {field} {what} (the contract: fda_ray.data.Split's "
+                            "docstring, docs/plugins.md)")
+
+    if not isinstance(split, Split):
+        kind = type(split).__name__
+        raise bad("its loader's result", f"is a {kind}, not a fda_ray.data.Split: return Split(x_train, y_train, "
+                  "x_test, y_test, num_classes=...)")
+    k = split.num_classes
+    if isinstance(k, (np.integer, torch.Tensor)) and not isinstance(k, bool) and getattr(k, "ndim", 0) == 0 \
+            and float(k) == int(k):
+        k = int(k)  # (np.int64(4), tensor(4): a count computed with numpy or torch)
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise bad("num_classes", f"is {split.num_classes!r}: a whole number of classes (outputs), at least 1")
+    labels = split.task == "classification" and not split.aux_tasks
+
+    def tensor(field: str, v: Any) -> Any:
+        if isinstance(v, np.ndarray):
+            if v.dtype == object:
+                raise bad(field, "is a numpy array of Python objects: a tensor of numbers")
+            return torch.from_numpy(np.ascontiguousarray(v))  # (unambiguous: the same numbers, as a tensor)
+        return v
+
+    def features(field: str, x: Any) -> Any:
+        x = tensor(field, x)
+        if not isinstance(x, torch.Tensor):
+            return x  # (images read on demand: ImageFiles, which makes float32 images itself)
+        if x.dtype in (torch.float64, torch.float16, torch.bfloat16):
+            return x.float()  # the models' dtype (numpy's default float64 is a common, harmless source)
+        if x.dtype != torch.float32:
+            raise bad(field, f"holds {str(x.dtype).replace('torch.', '')} values: features are float32 (images "
+                      "scaled to [0, 1]: x.float() / 255)")
+        if x.ndim < 2:
+            raise bad(field, f"has shape {tuple(x.shape)}: (n, d) vectors or (n, C, H, W) images")
+        return x
+
+    def targets(field: str, y: Any, n: int | None) -> torch.Tensor:
+        y = tensor(field, y)
+        if not isinstance(y, torch.Tensor):
+            raise bad(field, f"is a {type(y).__name__}: a tensor of labels")
+        if n is not None and len(y) != n:
+            raise bad(field, f"holds {len(y)} labels for {n} samples: one label per sample")
+        if not labels:
+            return y
+        if y.ndim == 2 and y.shape[1] == 1:
+            y = y.reshape(-1)  # (n, 1) -> (n,): the same labels
+        if y.ndim != 1:
+            raise bad(field, f"has shape {tuple(y.shape)}: (n,) class indices")
+        if y.is_floating_point():
+            if len(y) and not bool(torch.all(torch.isfinite(y) & (y == y.round()))):
+                bad_value = y[~(torch.isfinite(y) & (y == y.round()))][0].item()
+                raise bad(field, f"holds the float label {bad_value!r}: class indices are whole numbers "
+                          f"0..{k - 1}")
+        elif y.dtype.is_complex:
+            raise bad(field, f"holds {str(y.dtype).replace('torch.', '')} values: class indices, int64")
+        if y.dtype != torch.int64:
+            y = y.to(torch.int64)  # (int32 from an .npz, uint8, whole-number floats, bool: the same labels)
+        if len(y):
+            lo, hi = int(y.min()), int(y.max())
+            if lo < 0:
+                raise bad(field, f"holds the label {lo}: class indices are 0..{k - 1} (num_classes={k})")
+            if hi >= k:
+                raise bad(field, f"holds the label {hi}, and num_classes={k} allows 0..{k - 1}: register "
+                          f"num_classes={hi + 1} (or more) or fix the labels")
+        return y
+
+    def pair(field: str, xy: Any) -> tuple[Any, torch.Tensor]:
+        if not isinstance(xy, (tuple, list)) or len(xy) != 2:
+            raise bad(field, f"is a {type(xy).__name__}: an (x, y) pair")
+        x = features(f"{field}'s x", xy[0])
+        return x, targets(f"{field}'s y", xy[1], len(x) if hasattr(x, "__len__") else None)
+
+    x_train, x_test = features("x_train", split.x_train), features("x_test", split.x_test)
+    for field, x in (("x_train", x_train), ("x_test", x_test)):
+        if not isinstance(x, torch.Tensor):
+            raise bad(field, f"is a {type(x).__name__}: a tensor, (n, d) or (n, C, H, W)")
+    if x_test.shape[1:] != x_train.shape[1:]:
+        raise bad("x_test", f"has samples of shape {tuple(x_test.shape[1:])}, x_train's are "
+                  f"{tuple(x_train.shape[1:])}: the same feature shape")
+    changes: dict[str, Any] = {
+        "x_train": x_train, "x_test": x_test, "num_classes": k,
+        "y_train": targets("y_train", split.y_train, len(x_train)),
+        "y_test": targets("y_test", split.y_test, len(x_test)),
+        "domains": tuple(pair(f"domains[{i}]", d) for i, d in enumerate(split.domains)),
+        "environments": tuple(pair(f"environments[{i}]", e) for i, e in enumerate(split.environments)),
+        "env_tests": tuple(None if e is None else pair(f"env_tests[{i}]", e) for i, e in enumerate(split.env_tests)),
+    }
+    return dataclasses.replace(split, **changes)  # (the same tensors where nothing was converted)
 
 
 

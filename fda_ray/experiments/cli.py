@@ -127,6 +127,7 @@ def add_params_arguments(p: argparse.ArgumentParser) -> None:
         for f in dataclasses.fields(cls):
             meta, kind = f.metadata, hints[f.name]
             flag = f"--{fam}-{f.name}".replace("_", "-")
+            _check_flag_free(p, flag, fam, f.name, cls)
             help_text = meta.get("help", "").replace("%", "%%")
             if meta.get("choices"):
                 help_text += f" [{', '.join(meta['choices'])}]"
@@ -142,6 +143,22 @@ def add_params_arguments(p: argparse.ArgumentParser) -> None:
                 group.add_argument(flag, type=typed(name, int, "an integer"), metavar="N", **kw)
             else:
                 group.add_argument(flag, type=typed(name, float, "a number"), metavar="X", **kw)
+
+
+def _check_flag_free(p: argparse.ArgumentParser, flag: str, fam: str, field: str, cls: type) -> None:
+    """A family parameter's flag that another option already has (a built-in `--lr-source` for family `lr`'s
+    field `source`, or another family's: `my_fam.x` and `my.fam_x` are both --my-fam-x) is one line naming both
+    and what to rename (a PluginError: the command prints it, exit 2), not argparse's conflict traceback on every
+    command, --help included."""
+    taken = p._option_string_actions.get(flag)
+    if taken is None:
+        return
+    dest = str(taken.dest)
+    owner = (f"family {dest[len(PARAM_DEST):].split(':')[0]!r} parameter {dest.split(':')[-1]!r}'s flag"
+             if dest.startswith(PARAM_DEST) else f"the built-in flag {flag} ({dest})")
+    where = f" ({cls.__module__}.{cls.__qualname__})"
+    raise plugins.PluginError(f"{fam}.{field} is invalid: its flag {flag}{where} is already {owner}: rename the "
+                              f"family (family = ...) or the parameter")
 
 
 def _truth(name: str) -> Callable[[str], bool]:

@@ -44,19 +44,33 @@ class Experiment:
 
 
 def check_model_fits(model: torch.nn.Module, name: str, setting: Setting, dataset: str) -> None:
-    """One forward pass on two training samples: a model that cannot take the data's inputs, or gives the
-    wrong number of outputs, is an error before any round (not a traceback in the middle of one)."""
+    """One forward pass on two training samples: a model that is not a torch module, has nothing to train,
+    cannot take the data's inputs as its one argument, or gives anything but one (n, width) tensor of outputs, is
+    an error in one line before any round (not a traceback in the middle of one)."""
+    def invalid(why: str) -> ValueError:
+        return ValueError(f"model={name!r} is invalid for dataset {dataset!r}: {why}")
+
+    if not isinstance(model, torch.nn.Module):  # (a builder that forgot its `return`)
+        raise invalid(f"its builder returned {type(model).__name__}, not a torch.nn.Module: a function of "
+                      "(input_shape, num_outputs) that returns the model")
+    first = next(iter(model.parameters()), None)
+    if first is None:
+        raise invalid("it has no parameters to train: the methods average and update its weights")
     x = setting.target_train[0][:2]
     width = setting.num_outputs + sum(c for _, c in setting.aux_tasks)  # the main head, then each auxiliary head
     try:
         with torch.no_grad():
-            out = model(x.to(next(model.parameters()).device))
-    except (RuntimeError, ValueError, IndexError) as e:
-        raise ValueError(f"model={name!r} is invalid for dataset {dataset!r}: it cannot take its inputs of shape "
-                         f"{tuple(setting.input_shape)} ({str(e).splitlines()[0][:160]})") from None
+            out = model(x.to(first.device))
+    except (RuntimeError, ValueError, IndexError, TypeError) as e:  # (TypeError: a forward of more arguments)
+        raise invalid(f"it cannot take its inputs of shape {tuple(setting.input_shape)} as its forward's one "
+                      f"argument ({type(e).__name__}: {str(e).splitlines()[0][:160]})") from None
+    if not isinstance(out, torch.Tensor):  # (a (logits, features) tuple, a dict: the methods read one tensor)
+        raise invalid(f"its forward returns a {type(out).__name__}, not a tensor: return the (n, {width}) "
+                      "outputs alone")
     if tuple(out.shape) != (len(x), width):
-        raise ValueError(f"model={name!r} is invalid for dataset {dataset!r}: it gives outputs of shape "
-                         f"{tuple(out.shape)[1:]}, the data needs ({width},)")
+        got = {0: "() (one number for the whole batch)", 1: "(n,) (one number per sample)"}.get(
+            out.ndim, f"{tuple(out.shape)[1:]}")
+        raise invalid(f"it gives outputs of shape {got}, the data needs ({width},)")
 
 
 def build_experiment(cfg: RunConfig) -> Experiment:
@@ -77,7 +91,9 @@ def build_experiment(cfg: RunConfig) -> Experiment:
                          f"({', '.join(n for n, _ in setting.aux_tasks)}) need a multi-head model: "
                          f"{', '.join(MULTI_HEAD_MODELS)}")
     try:
-        model = build_model(cfg.model, setting.input_shape, setting.num_outputs, **options).to(cfg.device)
+        model = build_model(cfg.model, setting.input_shape, setting.num_outputs, **options)
+        if isinstance(model, torch.nn.Module):  # (anything else is check_model_fits' line)
+            model = model.to(cfg.device)
     except (RuntimeError, ValueError, TypeError) as e:  # e.g. an image model on (n, d) vectors, a wrong state dict
         raise ValueError(f"model={cfg.model!r} is invalid for dataset {cfg.dataset!r} (inputs "
                          f"{tuple(setting.input_shape)}): {str(e).splitlines()[0][:200]}") from None

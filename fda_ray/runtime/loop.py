@@ -59,6 +59,26 @@ def plain(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
+def logged(method: str, metrics: dict[str, Any]) -> dict[str, Any]:
+    """A round's logged numbers as `aggregate` returned them, with a 0-d tensor (`t.norm()` without float()) as
+    its Python number, in lists too: left a tensor it would be stored as the string "tensor(0.73)" in a sweep's
+    records, or fail --json and --parquet after the run. A tensor of more numbers is refused in one line naming the
+    method and the key (ValueError: the round stops, as for the server step's other refusals)."""
+    def number(key: str, v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            if v.ndim == 0:
+                return v.item()
+            raise ValueError(f"method {method!r} logged {key}= a tensor of shape {tuple(v.shape)}: the logged values "
+                             "of aggregate are numbers (float(t) of a 0-d tensor), or lists of them")
+        if isinstance(v, list):
+            return [number(key, x) for x in v]
+        if isinstance(v, tuple):
+            return tuple(number(key, x) for x in v)
+        return v
+
+    return {k: number(k, v) for k, v in metrics.items()}
+
+
 def run_rounds(exp: Experiment, executor: Executor, progress: Callable[[dict], None] | None = None,
                resume: dict | None = None, checkpoint: Callable[[dict], None] | None = None,
                startup: Startup | None = None) -> History:
@@ -173,6 +193,7 @@ def _rounds(exp: Experiment, executor: Executor, hist: History, progress: Callab
         t_collected = time.perf_counter()
         try:  # the rules and estimators refuse non-finite deltas or estimates (a diverged client)
             state, metrics = algo.aggregate(r, state, results)
+            metrics = logged(exp.cfg.method, metrics)
         except ValueError as e:
             raise stop(_refusal(e)) from e
         # Later steps of the same round, each needing the state the step before it made (Healthcare FDA's online
@@ -188,6 +209,7 @@ def _rounds(exp: Experiment, executor: Executor, hist: History, progress: Callab
             t_collected += time.perf_counter() - t_wait  # waiting for clients is not the driver's own work
             try:
                 state, extra = algo.aggregate_step(r, step, state, more)
+                extra = logged(exp.cfg.method, extra)
             except ValueError as e:
                 raise stop(_refusal(e)) from e
             metrics.update(extra)

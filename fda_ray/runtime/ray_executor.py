@@ -127,6 +127,8 @@ class ClientActor:
             state = {name: torch.from_numpy(a) for name, a in zip(names, arrays)}  # (M,) each
         try:
             results = run_tasks(self.clients, tasks, lambda t: {n: state[n] for n in t.inputs}, self.vectorise)
+        except plugins.WorkerImportError:  # (a name only the driver's __main__ has: as it is, so that none retries)
+            raise
         except Exception as e:
             raise ActorTaskError([t.client for t in tasks], error_line(e)) from e
         return (*results, *[self.clients[t.client].snapshot() for t in tasks])
