@@ -428,3 +428,63 @@ def test_a_records_non_finite_numbers_are_strict_json_and_read_back_as_numbers(t
     back = read_rows(tmp_path / "t")["rows"]
     assert back[2]["loss"] == math.inf and math.isnan(back[0]["accuracy"]) and back[0]["val"] is None
     assert final_accuracies(back, metric="loss", scale=1.0) == {("r", 0.0): {0: math.inf}}
+
+
+@pytest.mark.parametrize("figure", ["curves", "sweep"])
+def test_a_figure_into_a_read_only_results_folder_is_refused_in_one_line(figure, tmp_path, monkeypatch, capsys):
+    """The figure's default place (the table's first directory) is checked before any work, as --figure-out is
+    (before: an OSError traceback from the figure's write, exit 1). A read-only mount: every file made there is
+    refused with EROFS (root passes os.access, so the probe writes)."""
+    import errno
+    import os
+    import tempfile
+
+    d = tmp_path / "ro"
+    shutil.copytree(RESULTS / "fmnist-noise-quick", d)
+    real = tempfile.mkstemp
+
+    def read_only(*a, **k):
+        if str(k.get("dir", "")).startswith(str(d)):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(k["dir"]))
+        return real(*a, **k)
+
+    monkeypatch.setattr(tempfile, "mkstemp", read_only)
+    assert collect.main([str(d), "--figure", figure]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    name = "accuracy" if figure == "sweep" else figure
+    assert len(err) == 1 and err[0].startswith(f"error: figure={str(d / name) + '.png'!r} is invalid: cannot write in "
+                                               f"{d} (Read-only file system); the figure goes to the table's first "
+                                               "directory"), err
+    assert captured.out == "" and "Traceback" not in captured.err
+    assert collect.main([str(d)]) == 0  # the table alone reads a read-only folder
+
+
+def test_average_on_a_table_of_one_column_says_why_it_has_no_avg_column(capsys):
+    """--average on one column (before: silently no Avg. column): one line under the table says it is left out."""
+    d = RESULTS / "fmnist-noise-seeds-0.6"
+    assert collect.main([str(d), "--average"]) == 0
+    md = capsys.readouterr().out
+    assert "| Avg. |" not in md and md.count(collect.ONE_COLUMN) == 1
+    assert collect.main([str(d), "--average", "--format", "latex"]) == 0
+    assert f"% {collect.ONE_COLUMN}" in capsys.readouterr().out
+    assert collect.main([str(d)]) == 0 and collect.ONE_COLUMN not in capsys.readouterr().out  # not asked: not said
+
+
+def test_a_metric_that_is_not_a_fraction_is_shown_as_recorded_by_default(capsys):
+    """--metric loss (before: the loss x100 under a "(%)" header): a loss, or a metric with a number outside [0, 1],
+    is shown as recorded; a fraction stays in %; --scale still decides when given."""
+    d = RESULTS / "fmnist-noise-quick"
+    raw = _last_round(d, "loss")
+    (key, value), seeds = next(iter(raw.items()))
+    mean = statistics.fmean(seeds.values())
+    line = next(r for r in _csv([d], capsys, "--metric", "loss") if r["row"] == key and float(r["value"]) == value)
+    assert float(line["mean"]) == pytest.approx(mean, rel=1e-12)
+    assert collect.main([str(d), "--metric", "loss"]) == 0
+    md = capsys.readouterr().out
+    assert "loss, final round: mean" in md and "(%)" not in md
+    assert collect.main([str(d), "--metric", "loss", "--scale", "100"]) == 0  # an explicit scale wins
+    assert "loss, final round (%): mean" in capsys.readouterr().out
+    assert collect.main([str(d)]) == 0 and "accuracy, final round (%): mean" in capsys.readouterr().out
+    assert not collect.is_fraction([{"m": 0.5}, {"m": [0.2, 3.0]}], "m")
+    assert collect.is_fraction([{"m": 0.5}, {"m": "[0.2, 1.0]"}, {"m": None}], "m")

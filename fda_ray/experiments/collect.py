@@ -171,9 +171,28 @@ def grid_of(src: Source) -> Grid:
     raise CollectError(f"grid={src.name!r} is invalid: a grid file (.yaml, .yml, .json) or one of {', '.join(GRIDS)}")
 
 
-def grid_table(sources: Sequence[Source], metric: str = "accuracy", last: int = 1, scale: float = 100.0
+def is_fraction(rows: Sequence[dict], metric: str) -> bool:
+    """Whether a round column reads as a fraction, shown in % (an accuracy, an AUC, a weight): not a loss, and every
+    recorded number (a list's entries too) in [0, 1]. A loss of 0.8 shown as "80.0" under "(%)" misled."""
+    if "loss" in metric.lower():
+        return False
+    for r in rows:
+        v = r.get(metric)
+        if isinstance(v, str):  # (a list kept as JSON text)
+            try:
+                v = json.loads(v)
+            except ValueError:
+                continue
+        for x in v if isinstance(v, (list, tuple)) else [v]:
+            if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and not 0 <= x <= 1:
+                return False
+    return True
+
+
+def grid_table(sources: Sequence[Source], metric: str = "accuracy", last: int = 1, scale: float | None = None
                ) -> GridTable:
-    """One grid's table over directories of the same group (Source.group)."""
+    """One grid's table over directories of the same group (Source.group). scale: 100 shows a fraction in %, 1 a
+    number as recorded; None: 100 for a fraction, else 1 (is_fraction)."""
     from fda_ray.experiments.records import collect
 
     grid = grid_of(sources[0])
@@ -202,6 +221,8 @@ def grid_table(sources: Sequence[Source], metric: str = "accuracy", last: int = 
     if rows and not any(metric in r for r in rows):  # a misspelt metric, not a directory without its numbers
         raise CollectError(f"metric={metric!r} is invalid: one of {', '.join(logged)} (the columns its records log)"
                            f"{did_you_mean(metric, list(logged))}")
+    if scale is None:
+        scale = 100.0 if is_fraction(rows, metric) else 1.0
     final = tables.final(rows, metric, last, scale)
     if not final:
         raise CollectError(f"dir={str(sources[0].path)!r} is invalid: no finished trial with a {metric!r} to read")
@@ -307,7 +328,7 @@ def search_table(src: Source) -> SearchTable:
 
 
 def collect_tables(dirs: Sequence[str | Path], grid: str | None = None, metric: str = "accuracy",
-                   last: int = 1, scale: float = 100.0) -> list[GridTable | SearchTable]:
+                   last: int = 1, scale: float | None = None) -> list[GridTable | SearchTable]:
     """The tables of the directories: one per group of grid directories (in the order first named), one per
     search directory."""
     if not dirs:
@@ -380,6 +401,10 @@ def _paired_lines(t: GridTable, a: str, digits: int) -> list[str]:
     return out + [""]
 
 
+# --average on a table of one column: no Avg. column, and this line says why.
+ONE_COLUMN = "Avg.: left out, the table has one column (its Avg. would repeat that column)."
+
+
 def to_markdown(tabs: Sequence[GridTable | SearchTable], digits: int = 1, average: bool = False,
                 paired: str | None = None) -> str:
     out = []
@@ -405,6 +430,8 @@ def to_markdown(tabs: Sequence[GridTable | SearchTable], digits: int = 1, averag
         out.append("")
         if avg:
             out += ["Avg.: the mean of the columns' means, where every column has one.", ""]
+        elif average:  # (said, not silent: the Avg. of one column would repeat it)
+            out += [ONE_COLUMN, ""]
         if paired:
             out += _paired_lines(t, paired, digits)
         out.append("Build: " + "; ".join(t.builds) + ("" if len(t.builds) == 1 else " (mixed)") + ".")
@@ -486,7 +513,7 @@ def to_latex(tabs: Sequence[GridTable | SearchTable], digits: int = 1, average: 
                 cells.append(_num(t.average(k), digits).replace("-", "--") if t.average(k) is None
                              else _num(t.average(k), digits))
             out.append(f"{_tex(label)} & " + " & ".join(cells) + r" \\")
-        out += [r"\bottomrule", r"\end{tabular}", ""]
+        out += [r"\bottomrule", r"\end{tabular}"] + ([f"% {ONE_COLUMN}"] if average and not avg else []) + [""]
     return "\n".join(out)
 
 
@@ -626,8 +653,9 @@ def parser() -> "OneLineParser":
     p.add_argument("--digits", type=int, default=1, help="decimals in Markdown and LaTeX")
     p.add_argument("--grid", default=None, help="read directories without a summary.md as this grid's trials")
     p.add_argument("--out", default=None, help="write to this file instead of standard output")
-    p.add_argument("--scale", type=float, default=100.0, help="100 (default): the metric is a fraction, shown in %%; "
-                                                              "1: shown as recorded (a lambda, a count)")
+    p.add_argument("--scale", type=float, default=None, help="100: the metric is a fraction, shown in %%; 1: shown as "
+                   "recorded (a lambda, a count). Default: 100 for a metric whose numbers are all in [0, 1] and that "
+                   "is not a loss, else 1")
     p.add_argument("--average", action="store_true", help="an Avg. column: the mean of the columns' means")
     p.add_argument("--paired", default=None, help="a row key: that row minus each other row, paired by (column, "
                                                   "seed), with a 95 %% interval")
@@ -664,7 +692,7 @@ def main(argv: list[str] | None = None) -> int:
             raise CollectError(f"last={a.last} is invalid: an integer >= 1")
         if not 0 <= a.digits <= 6:
             raise CollectError(f"digits={a.digits} is invalid: an integer from 0 to 6")
-        if not math.isfinite(a.scale) or a.scale <= 0:
+        if a.scale is not None and (not math.isfinite(a.scale) or a.scale <= 0):
             raise CollectError(f"scale={a.scale:g} is invalid: a positive number (100 for %, 1 as recorded)")
         if a.paired is not None and a.format != "markdown":
             raise CollectError(f"paired={a.paired!r} is invalid with --format {a.format}: Markdown only")
@@ -681,17 +709,36 @@ def main(argv: list[str] | None = None) -> int:
             where = f"{', '.join(a.dirs)} {'is a search' if len(a.dirs) == 1 else 'are searches'}"
             raise CollectError(f"{what} is invalid here: it reads a grid's rows, and {where}"
                                + ("" if a.paired is not None else " (a search draws its trajectory.png itself)"))
+        if a.figure and not a.figure_out:  # its default place, each grid table's first directory, checked as
+            for t in tabs:                     # --figure-out is (a read-only results folder: a traceback after work)
+                if isinstance(t, GridTable):
+                    default = Path(t.directories[0]) / ("accuracy" if a.figure == "sweep" else a.figure)
+                    try:
+                        preflight.output_file("figure", default.with_suffix(".png"))
+                    except preflight.PreflightError as e:
+                        raise CollectError(f"{e}; the figure goes to the table's first directory"
+                                           + ("" if a.figure == "sweep" else ": --figure-out FILE puts it elsewhere")
+                                           ) from None
         text = {"markdown": lambda: to_markdown(tabs, a.digits, a.average, a.paired), "csv": lambda: to_csv(tabs),
                 "latex": lambda: to_latex(tabs, a.digits, a.average)}[a.format]()
         if a.figure:
             panels = [m for m in (a.panels or a.metric).split(",") if m.strip()]
-            for png in draw(tabs, a.figure, a.figure_out, panels):
-                print(f"figure: {png} (and .pdf)", file=sys.stderr)
+            try:
+                for png in draw(tabs, a.figure, a.figure_out, panels):
+                    print(f"figure: {png} (and .pdf)", file=sys.stderr)
+            except OSError as e:  # checked above, yet refused now (a disk filled meanwhile): the table is not lost
+                if isinstance(e, FileNotFoundError):  # (a record gone: said below, as a missing input)
+                    raise
+                print(text, end="" if text.endswith("\n") else "\n")
+                where = f" {e.filename}" if e.filename else ""
+                print(f"error: figure={a.figure!r} could not be written{where} ({e.strerror or type(e).__name__}); "
+                      "the table is on standard output above", file=sys.stderr)
+                return 1
     except (CollectError, ManifestError, DamagedFileError, FileNotFoundError, preflight.PreflightError) as e:
         print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)  # (a damaged sweep.json, too)
         return 2
     except OverflowError:  # a huge --scale: the metric times it (its mean, its spread) is past the largest float
-        print(f"error: scale={a.scale:g} is invalid: a positive number that keeps the values finite (100 for %, 1 "
+        print(f"error: scale={a.scale or 100:g} is invalid: a positive number that keeps the values finite (100 for %, 1 "
               "as recorded)", file=sys.stderr)
         return 2
     if a.out:
