@@ -38,7 +38,7 @@ def _independent(trials: list) -> list:
 def _record(out, key: str, environment: dict | None) -> None:
     d = out / "trials" / key
     d.mkdir(parents=True)
-    (d / "rows.json").write_text(json.dumps({"config": {}, "rows": [], "seconds": 0.0,
+    (d / "rows.json").write_text(json.dumps({"config": {}, "rows": [{"round": 0}], "seconds": 0.0,
                                              **({"environment": environment} if environment else {})}))
 
 

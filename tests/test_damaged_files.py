@@ -537,3 +537,36 @@ def test_a_directory_where_a_record_file_goes_is_set_aside_before_any_work(name,
     lines = set_aside_damaged(d / "trials")
     assert any(f"its {name} is a directory, not a file; kept as {name}.damaged" in x for x in lines.values())
     assert (rec / f"{name}.damaged" / "inside").is_dir() and not (rec / name).exists()  # kept, not deleted
+
+
+@pytest.mark.parametrize("case", ["another trial's", "no rows"])
+def test_a_rows_json_of_another_trial_or_without_rows_is_a_damaged_record(case, tmp_path, capsys):
+    """A rows.json copied from another trial's folder (its config's method differs from this folder's trial.json),
+    or one whose row list is empty (before: both counted as finished; collect showed the other trial's number, or
+    dropped the cell, in silence, and --resume never ran the trial): one warning, left out by collect, and kept
+    aside as rows.json.damaged by a resume, so that the trial runs again."""
+    from fda_ray.experiments import collect
+    from fda_ray.experiments.records import record_damage, set_aside_damaged
+
+    d = make_sweep_dir(tmp_path)
+    rec = sorted((d / "trials").iterdir())[0]
+    if case == "no rows":
+        text, why = json.dumps({"config": {"method": "target_only"}, "rows": [], "seconds": 1}), "an empty list of rows"
+    else:
+        other = {"config": {"method": "fedgp", "seed": 0, "noise": 0.0}, "rows": [{"round": 0, "accuracy": 0.9}]}
+        text, why = json.dumps(other), "another trial's rows (method 'fedgp' there, 'target_only' in its trial.json)"
+    (rec / "rows.json").write_text(text)
+    assert record_damage(rec) == why
+    assert collect.main([str(d)]) == 0
+    captured = capsys.readouterr()
+    (warning,) = captured.err.strip().splitlines()
+    assert warning.startswith(f"warning: trial {rec.name} in {d}: its rows.json is damaged ({why}); left out"), warning
+    assert "90.0" not in captured.out and "(n=1)" in captured.out  # the other seed's cell alone
+    lines = set_aside_damaged(d / "trials")
+    assert list(lines) == [rec.name] and (rec / "rows.json.damaged").read_text() == text
+    assert not (rec / "rows.json").exists()  # pending again: a resume runs it
+    # a record whose config matches its trial.json stays whole (numbers compared as numbers, fields it lacks skipped)
+    other = sorted((d / "trials").iterdir())[1]
+    (other / "rows.json").write_text(json.dumps({"config": {"method": "target_only", "seed": 1, "noise": 0.0,
+                                                            "rounds": 1.0, "unknown": [1]}, "rows": [{"round": 0}]}))
+    assert record_damage(other) is None

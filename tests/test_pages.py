@@ -110,7 +110,7 @@ def test_the_build_note_names_each_directorys_build_or_says_it_is_unknown(tmp_pa
     for name, env in (("x", {**build(), "python": "3.11.7"}), ("y", None), ("z", None)):
         d = tmp_path / name / "trials" / f"{name}-trial"
         d.mkdir(parents=True)
-        (d / "rows.json").write_text(json.dumps({"config": {}, "rows": [], "seconds": 0.0,
+        (d / "rows.json").write_text(json.dumps({"config": {}, "rows": [{"round": 0}], "seconds": 0.0,
                                                  **({"environment": env} if env else {})}))
     here = ", ".join(f"{k} {build()[k]}" for k in FIELDS if build()[k] is not None)  # (no aggregation here)
     assert pages.render("build x y z") == (f"Build. `x`: {here} (1 trials); `y`, `z`: an unknown build (their records "

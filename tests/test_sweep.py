@@ -644,7 +644,7 @@ def test_set_aside_damaged_keeps_every_damaged_copy_and_leaves_whole_records(tmp
     from fda_ray.experiments.records import is_done, record_damage, set_aside_damaged
 
     records = tmp_path / "trials"
-    texts = {"good": json.dumps({"config": {}, "rows": []}), "cut": '{"config": {}, "ro',
+    texts = {"good": json.dumps({"config": {}, "rows": [{"round": 0}]}), "cut": '{"config": {}, "ro',
              "odd": json.dumps({"config": {}}), "bytes": b"\xff\xfe"}
     for key, text in texts.items():
         (records / key).mkdir(parents=True)

@@ -316,7 +316,33 @@ def _parsed_rows(record: StoragePath | Path) -> tuple[dict[str, Any] | None, str
         return None, "no list of rows"
     if not all(isinstance(r, dict) for r in data["rows"]):
         return None, "a row that is not a mapping of metrics"
-    return (data, None) if (why := _rows_field_damage(data)) is None else (None, why)
+    if not data["rows"]:  # (every trial records at least its first round: an edit, not a result)
+        return None, "an empty list of rows"
+    if (why := _rows_field_damage(data)) is not None or (why := _other_trials_rows(record, data)) is not None:
+        return None, why
+    return data, None
+
+
+def _other_trials_rows(record: StoragePath | Path, data: dict[str, Any]) -> str | None:
+    """Why rows.json is another trial's (copied from another folder: its config's method, seed, beta, ... differ
+    from this folder's trial.json), or None. Such a record was counted as this trial's, with the other's numbers.
+    Only single values are compared, and only fields the config holds; no trial.json, or one that cannot be read:
+    nothing to compare with (left to its own check)."""
+    config = data.get("config")
+    if not isinstance(config, dict) or not (storage_path(record) / TRIAL_FILE).is_file():
+        return None
+    trial, _ = _parsed_trial(record)
+    if trial is None:
+        return None
+    for name, want in trial.params.items():
+        got = config.get(name)
+        if name not in config or not all(isinstance(x, (str, int, float, bool, type(None))) for x in (want, got)):
+            continue
+        same = math.isclose(got, want, rel_tol=1e-12) if all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) for x in (want, got)) else got == want
+        if not same:
+            return f"another trial's rows ({name} {got!r} there, {want!r} in its {TRIAL_FILE})"
+    return None
 
 
 # What the readers of a record (collect, the summary, the build check, fda_ray.results) take from its fields: JSON
