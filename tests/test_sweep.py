@@ -893,3 +893,28 @@ def test_a_profile_note_without_a_full_stop_ends_its_sentence():
 
     assert sentence("a first look") == "a first look." and sentence("done.") == "done." and sentence("") == ""
     assert sentence("why? ") == "why?"
+
+
+@pytest.mark.parametrize("name,value,allowed", [
+    ("FDA_RAY_CONV_LAYOUT", "bogus", "one of grouped, per_model"),
+    ("FDA_RAY_KERNELS", "refrence", "kernel or reference (or unset: kernel)"),
+])
+def test_a_bad_trial_environment_variable_is_refused_before_any_work(name, value, allowed, tmp_path, monkeypatch,
+                                                                     capsys):
+    """A variable the trials read (the fused convolutions' layout, the aggregation kernels) with a bad value: one
+    line naming it, exit 2, before any work (before: every trial failed in round 0 and was retried, exit 1; a typo
+    in $FDA_RAY_KERNELS ran the kernel in silence)."""
+    monkeypatch.setenv(name, value)
+    assert sweep.main(["--grid", "noise", "--values", "0", "--methods", "target_only", "--backend", "local",
+                       "--out", str(tmp_path / "o"), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: {name}={value!r} is invalid: {allowed}"], err
+    assert not (tmp_path / "o").exists()
+    from fda_ray import kernels
+
+    monkeypatch.setenv("FDA_RAY_KERNELS", "Reference")
+    assert kernels.default_impl() == "reference"
+    monkeypatch.setenv("FDA_RAY_KERNELS", "off")
+    assert kernels.default_impl() == "reference"
+    monkeypatch.delenv("FDA_RAY_KERNELS")
+    assert kernels.default_impl() == "kernel"

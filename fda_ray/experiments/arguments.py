@@ -180,8 +180,23 @@ def check_counts(a: Any) -> None:
 
     try:
         window_seconds()  # $FDA_RAY_FUSION_WINDOW_S, read by a launch that starts fusion servers
+        check_trial_environment()
     except ValueError as e:
         raise SweepError(str(e)) from None
+
+
+def check_trial_environment() -> None:
+    """The variables the trials read once they run, checked before any work: a bad value failed every trial in its
+    first round, each retried --max-failures times, then a failed-trials summary (exit 1), not one line (exit 2)."""
+    import os
+
+    from fda_ray.kernels import env_impl
+    from fda_ray.train.models import CONV_LAYOUTS
+
+    env_impl()  # $FDA_RAY_KERNELS
+    layout = os.environ.get("FDA_RAY_CONV_LAYOUT", "")
+    if layout and layout not in CONV_LAYOUTS:  # (the message fda_ray.train.models.conv_layout gives)
+        raise ValueError(f"FDA_RAY_CONV_LAYOUT={layout!r} is invalid: one of {', '.join(CONV_LAYOUTS)}")
 
 
 SEARCH_ONLY = ("--num-samples", "--scheduler", "--search-alg", "--rerun-seeds")  # a search's flags, not a grid's

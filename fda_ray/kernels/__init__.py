@@ -50,11 +50,26 @@ def forget_ran() -> None:
     _ran().clear()
 
 
+# $FDA_RAY_KERNELS's values: "reference" (or an off switch) runs the reference, "kernel" (or on, or unset) the kernel.
+KERNELS_ENV = {**dict.fromkeys(("reference", "0", "off", "false", "no"), "reference"),
+               **dict.fromkeys(("kernel", "", "1", "on", "true", "yes"), "kernel")}
+
+
+def env_impl() -> str:
+    """$FDA_RAY_KERNELS read: "kernel" or "reference"; another value (a typo: `refrence`) is a one-line ValueError
+    naming the variable (it was taken as "kernel" in silence: a comparison against the reference that compared
+    nothing)."""
+    env = os.environ.get("FDA_RAY_KERNELS", "kernel").strip().lower()
+    if env not in KERNELS_ENV:
+        raise ValueError(f"FDA_RAY_KERNELS={os.environ['FDA_RAY_KERNELS']!r} is invalid: kernel or reference (or "
+                         "unset: kernel)")
+    return KERNELS_ENV[env]
+
+
 def default_impl() -> str:
     if _default:
         return _default[0]
-    env = os.environ.get("FDA_RAY_KERNELS", "kernel").strip().lower()
-    return "reference" if env in ("reference", "0", "off", "false", "no") else "kernel"
+    return env_impl()
 
 
 def set_default_impl(impl: str | None) -> None:
