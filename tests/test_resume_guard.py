@@ -147,8 +147,9 @@ def _chunk(rows=None, values=None, seeds=None, profile="quick", overrides=None, 
     (_chunk(), _chunk(rows=("fedgp_beta1",)),
      ((("source_only", "finetune_offline", "fedda", "fedgp", "fedgp_beta1", "fedda_auto", "fedgp_auto",
         "target_only", "oracle"), None, None), "python -m fda_ray.sweep")),
-    # rows by method name and by key: keys, in the grid's order; back to the profile's whole list: None
-    (_chunk(rows=("target_only",)), _chunk(rows=("fedgp",)), ((("fedgp", "fedgp_beta1", "target_only"), None, None),
+    # rows by method name (the rows of it the quick profile runs: not FedGP_1) and by key: keys, in the grid's
+    # order; back to the profile's whole list: None
+    (_chunk(rows=("target_only",)), _chunk(rows=("fedgp",)), ((("fedgp", "target_only"), None, None),
                                                                "python -m fda_ray.sweep")),
     # seeds: 1 then the profile's 3 is the profile's (None); 5 then the profile's is 5
     (_chunk(seeds=1), _chunk(), ((None, None, None), "python -m fda_ray.sweep")),

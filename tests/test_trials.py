@@ -148,7 +148,10 @@ def test_a_profile_sets_fields_and_the_rows_and_values_run_by_default():
     short = plan(grid, "short")
     # the profile's rows (by key: fedgp is not also fedgp_beta1 here) and values, in the grid's order of work
     assert [(t.row, t.value) for t in short] == [("fedgp", 0.0), ("fedgp", 0.8)]
-    assert {t.row for t in plan(grid, "short", rows=["fedgp"])} == {"fedgp", "fedgp_beta1"}  # --methods: names
+    # --methods: a method names its rows the profile runs (the profile leaves FedGP_1 out), a row key its row
+    assert {t.row for t in plan(grid, "short", rows=["fedgp"])} == {"fedgp"}
+    assert {t.row for t in plan(grid, "short", rows=["fedgp", "fedgp_beta1"])} == {"fedgp", "fedgp_beta1"}
+    assert {t.row for t in plan(grid, "paper", rows=["fedgp"])} == {"fedgp", "fedgp_beta1"}
     assert all(t.config().rounds == 3 and t.config().num_sources == 2 for t in short)
     assert [t.value for t in plan(grid, "short", values=[0.4])] == [0.4]  # --values still picks any grid value
     assert isinstance(grid.profiles["paper"], Profile) and grid.profiles["paper"].values is None

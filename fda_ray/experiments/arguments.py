@@ -59,7 +59,7 @@ def parser() -> OneLineParser:
     s.add_argument("--profile", default="quick", help="quick (a laptop, minutes), paper (the seeds' settings), or another profile "
                                                        "the grid defines (code: the authors' code's settings)")
     s.add_argument("--methods", default=None, help="comma-separated table rows (e.g. fedgp_beta1) or methods "
-                                                   "(fedgp: all its rows); default all")
+                                                   "(fedgp: its rows the profile runs); default the profile's")
     s.add_argument("--values", default=None, help="comma-separated values of the grid variable; default all")
     s.add_argument("--seeds", type=int, default=None, help="seeds per cell (default: quick 1, paper the grid's)")
     s.add_argument("--backend", default="tune", help="tune (Ray Tune: a laptop or a cluster) or local (a "
