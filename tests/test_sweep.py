@@ -918,3 +918,20 @@ def test_a_bad_trial_environment_variable_is_refused_before_any_work(name, value
     assert kernels.default_impl() == "reference"
     monkeypatch.delenv("FDA_RAY_KERNELS")
     assert kernels.default_impl() == "kernel"
+
+
+def test_more_workers_than_cores_is_planned_as_the_trials_and_warned(tmp_path, capsys):
+    """--workers 100000 on a 4-trial grid said "100000 trial(s) at once" and nothing of the cores it shares."""
+    from fda_ray.runtime import resources
+
+    cpus = int(resources.this_machine().total("CPU"))
+    argv = ["--grid", "noise", "--methods", "fedgp", "--values", "0.4,0.8", "--seeds", "2", "--dry-run",
+            "--backend", "local", "--out", str(tmp_path / "o")]
+    assert sweep.main(argv + ["--workers", "100000"]) == 0
+    out = capsys.readouterr().out
+    assert "plan: 4 trial(s) at once (backend local" in out
+    assert (f"warning: workers=100000 asks 100000 CPUs (1 thread(s) a trial) of the {cpus} this machine has: the "
+            "trials share cores and each runs slower") in out
+    assert sweep.main(argv + ["--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "plan: 1 trial(s) at once" in out and "warning" not in out

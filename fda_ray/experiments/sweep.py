@@ -210,6 +210,8 @@ def _execute(a: Any, grid: Grid, trials: list[Trial], out: StoragePath, records:
         first = trials[0].config().resolved()
         fuse = group_size(a.fuse, first.device)
         if pending and a.backend == "local":
+            if (note := oversubscribed(a.workers, first)) is not None:
+                print(note, file=sys.stderr)
             workers = a.workers or local_workers(first, fuse=fuse)
             failures = run_local(pending, records, workers, a.max_failures, progress, fuse=fuse)
         elif pending:
@@ -442,6 +444,18 @@ def fused_lines(trials: list[Trial], size: int, workers: int | None, what: str) 
     return lines
 
 
+def oversubscribed(workers: int | None, first: Any, node: Any = None) -> str | None:
+    """A warning line where --workers asks for more CPUs (workers x threads) than the machine has: the trials then
+    share cores, each runs slower, and the sweep as a whole is no faster (the default is one trial a core)."""
+    node = node or resources.this_machine()
+    cpus = node.total("CPU")
+    if workers is None or first.device.startswith("cuda") or workers * first.threads <= cpus:
+        return None
+    return (f"warning: workers={workers} asks {workers * first.threads:g} CPUs ({first.threads} thread(s) a trial) of "
+            f"the {cpus:g} {node.source} has: the trials share cores and each runs slower (default: "
+            f"{local_workers(first, node)})")
+
+
 def dry_run_plan(first: Any, a: Any, trials: list[Trial] | None = None) -> tuple[list[str], str | None]:
     """The resource plan --dry-run prints, and the one-line refusal when the trials can never be placed."""
     fuse = group_size(getattr(a, "fuse", "off"), first.device)
@@ -452,11 +466,15 @@ def dry_run_plan(first: Any, a: Any, trials: list[Trial] | None = None) -> tuple
             from fda_ray.runtime.fusion import plan_groups
 
             workers = min(workers, len(plan_groups(trials, fuse)))
+        elif trials:  # (--workers 100000 for 4 trials: 4 at once)
+            workers = min(workers, len(trials))
         line = [f"plan: {workers} {'group(s)' if fuse > 1 else 'trial(s)'} at once (backend local: worker processes, "
                 f"each {'group' if fuse > 1 else 'trial'} serially in one of them; {first.threads} thread(s), device "
                 f"{first.device})"]
         line += fused_lines(trials or [], fuse, workers, f"a worker process, {first.threads} thread(s), "
                                                           f"device {first.device}")
+        if (note := oversubscribed(a.workers, first, node)) is not None:
+            line.append(note)
         if first.device.startswith("cuda") and a.plan_for is not None and node.total("GPU") < 1:
             return line, f"error: device={first.device!r} is invalid: {node.source} has no GPU; use --device cpu"
         return line, None
