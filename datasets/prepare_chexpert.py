@@ -77,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: out={a.out!r} cannot be written ({why})", file=sys.stderr)
         return 1
     rng = random.Random(a.seed)
+    order = random.Random(f"{a.seed}/order")  # the rows' order: its own generator, so the images drawn
+    # with --seed are those drawn before the rows were shuffled (rng's draws unchanged)
     used: set[str] = set()
     split_of: dict[str, str] = {}  # image -> its split, once decided: a test image is never another domain's training one
     out = []
@@ -103,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
                 used.add(patient_of(r["Path"]))
         # in a seeded random order, as the authors' tables: a loader that takes a table's first n rows
         # (--samples-per-client) must not read one class only
-        rng.shuffle(rows_of_domain)
+        order.shuffle(rows_of_domain)
         out += rows_of_domain
         print(f"{domain}: {k} positives, {k} negatives", file=sys.stderr)
     try:

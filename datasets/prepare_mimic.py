@@ -124,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
         path = str(Path(a.image_root) / path) if a.image_root else path
         groups[race]["1" if no_finding == 0.0 else "0"].append([path, pat["gender"], pat["anchor_age"]])
     rng = random.Random(a.seed)
+    order = random.Random(f"{a.seed}/order")  # the rows' order: its own generator, so the images drawn
+    # with --seed are those drawn before the rows were shuffled (rng's draws unchanged)
     out = []
     for race, by_label in groups.items():
         rows_of_domain = []
@@ -134,8 +136,8 @@ def main(argv: list[str] | None = None) -> int:
             for i, (path, sex, age) in enumerate(chosen):
                 rows_of_domain.append([path, label, race, "test" if i < n_test else "train", sex, age])
         # in a seeded random order, as the authors' tables: a loader that takes a table's first n rows
-        # (--samples-per-client 500, the paper's sources) must not read one class only
-        rng.shuffle(rows_of_domain)
+        # (--samples-per-client) must not read one class only
+        order.shuffle(rows_of_domain)
         out += rows_of_domain
         print(f"{race}: {min(len(by_label['1']), a.per_class)} with findings, "
               f"{min(len(by_label['0']), a.per_class)} without", file=sys.stderr)

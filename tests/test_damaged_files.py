@@ -570,3 +570,11 @@ def test_a_rows_json_of_another_trial_or_without_rows_is_a_damaged_record(case, 
     (other / "rows.json").write_text(json.dumps({"config": {"method": "target_only", "seed": 1, "noise": 0.0,
                                                             "rounds": 1.0, "unknown": [1]}, "rows": [{"round": 0}]}))
     assert record_damage(other) is None
+    # a setting the run resolves (vectorise auto, recorded as off; a null filled in) is not another trial's rows: a
+    # good record was left out and run again by every --resume
+    trial = json.loads((other / "trial.json").read_text())
+    trial["params"].update(vectorise="auto", num_sources=None)
+    (other / "trial.json").write_text(json.dumps(trial))
+    (other / "rows.json").write_text(json.dumps({"config": {"method": "target_only", "seed": 1, "vectorise": "off",
+                                                            "num_sources": 2}, "rows": [{"round": 0}]}))
+    assert record_damage(other) is None

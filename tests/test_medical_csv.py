@@ -365,16 +365,15 @@ def test_a_cap_that_would_keep_one_class_of_a_sorted_table_is_one_line(tmp_path)
     assert run(RunConfig(**base, samples_per_client=5, test_samples=3)).rows  # both classes kept: runs
 
 
-def test_the_table2_grids_train_the_papers_source_sizes_and_midrc_without_augmentation():
-    """Healthcare FDA App. A.3: CheXpert 4 000 per source, MIMIC 500, MIDRC all; the authors' MIDRC script has the
-    crop and flip commented out."""
+def test_midrc_trains_without_augmentation_and_the_table2_grids_cap_no_client():
+    """The authors' MIDRC script has the crop and flip commented out; the grids train on every row of the table (a
+    cap would cap the target's pool, the Oracle's training set, too)."""
     from fda_ray.experiments.trials import plan
     from fda_ray.papers.grids import GRIDS
 
-    for grid, size in (("chexpert-000", 4000), ("mimic-000", 500), ("midrc-000", None)):
+    for grid in ("chexpert-000", "mimic-000", "midrc-000"):
         for profile in ("paper", "code"):
-            for t in plan(GRIDS[grid], profile, seeds=1):
-                assert t.params.get("samples_per_client") == size, (grid, profile, t.key)
+            assert all("samples_per_client" not in t.params for t in plan(GRIDS[grid], profile, seeds=1))
     assert not RunConfig(dataset="midrc").resolved().data_augmentation
     assert RunConfig(dataset="chexpert").resolved().data_augmentation
     assert RunConfig(dataset="mimic-cxr").resolved().data_augmentation

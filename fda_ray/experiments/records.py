@@ -326,8 +326,11 @@ def _parsed_rows(record: StoragePath | Path) -> tuple[dict[str, Any] | None, str
 def _other_trials_rows(record: StoragePath | Path, data: dict[str, Any]) -> str | None:
     """Why rows.json is another trial's (copied from another folder: its config's method, seed, beta, ... differ
     from this folder's trial.json), or None. Such a record was counted as this trial's, with the other's numbers.
-    Only single values are compared, and only fields the config holds; no trial.json, or one that cannot be read:
-    nothing to compare with (left to its own check)."""
+    Only what a run never rewrites is compared: numbers (noise, beta, seed, a learning rate, ...) and the method and
+    dataset names, as the trial set them and the config holds them. A setting the run fills in or resolves (None, or
+    a word such as vectorise "auto", recorded as what it became) is not: a good record read as another's is left
+    out and run again by every --resume. No trial.json, or one that cannot be read: nothing to compare with (left
+    to its own check)."""
     config = data.get("config")
     if not isinstance(config, dict) or not (storage_path(record) / TRIAL_FILE).is_file():
         return None
@@ -336,11 +339,11 @@ def _other_trials_rows(record: StoragePath | Path, data: dict[str, Any]) -> str 
         return None
     for name, want in trial.params.items():
         got = config.get(name)
-        if name not in config or not all(isinstance(x, (str, int, float, bool, type(None))) for x in (want, got)):
+        numbers = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (want, got))
+        names = name in ("method", "dataset") and all(isinstance(x, str) for x in (want, got))
+        if name not in config or not (numbers or names):
             continue
-        same = math.isclose(got, want, rel_tol=1e-12) if all(
-            isinstance(x, (int, float)) and not isinstance(x, bool) for x in (want, got)) else got == want
-        if not same:
+        if not (math.isclose(got, want, rel_tol=1e-12) if numbers else got == want):
             return f"another trial's rows ({name} {got!r} there, {want!r} in its {TRIAL_FILE})"
     return None
 

@@ -286,7 +286,7 @@ def heldout_domain_split(split: Split, cfg: RunConfig) -> tuple[tuple[Pair, ...]
         raise ValueError(f"target_labelled={k} is invalid: domain {names[cfg.test_env]} holds {len(y)} samples and "
                          "no test table, so nothing would be left to test on")
     labelled = perm[:k]
-    pool = _cap(np.arange(len(y)), cfg.samples_per_client)
+    pool = _cap_both_classes(y, np.arange(len(y)), cfg.samples_per_client, "samples_per_client", names[cfg.test_env])
     if tests[cfg.test_env] is not None:
         tx, ty = tests[cfg.test_env]
         t_idx = _cap_both_classes(ty, np.arange(len(ty)), cfg.test_samples, "test_samples", names[cfg.test_env])
