@@ -208,7 +208,7 @@ def _execute(a: Any, grid: Grid, trials: list[Trial], out: StoragePath, records:
                         f"and the others' last rounds are in {records}; resume with: {command} --resume")
     try:
         first = trials[0].config().resolved()
-        fuse = group_size(a.fuse, first.device)
+        fuse = group_size(a.fuse, first.device, model=first.model)
         if pending and a.backend == "local":
             if (note := oversubscribed(a.workers, first)) is not None:
                 print(note, file=sys.stderr)
@@ -458,7 +458,7 @@ def oversubscribed(workers: int | None, first: Any, node: Any = None) -> str | N
 
 def dry_run_plan(first: Any, a: Any, trials: list[Trial] | None = None) -> tuple[list[str], str | None]:
     """The resource plan --dry-run prints, and the one-line refusal when the trials can never be placed."""
-    fuse = group_size(getattr(a, "fuse", "off"), first.device)
+    fuse = group_size(getattr(a, "fuse", "off"), first.device, model=first.model)
     if a.backend == "local":
         node = resources.parse_nodes(a.plan_for) if a.plan_for is not None else resources.this_machine()
         workers = a.workers or local_workers(first, node, fuse)
@@ -479,7 +479,7 @@ def dry_run_plan(first: Any, a: Any, trials: list[Trial] | None = None) -> tuple
             return line, f"error: device={first.device!r} is invalid: {node.source} has no GPU; use --device cpu"
         return line, None
     fused_head: list[str] = []
-    serve = group_size(getattr(a, "fuse", "off"), first.device, served=True)
+    serve = group_size(getattr(a, "fuse", "off"), first.device, served=True, model=first.model)
     if fuse > 1 and _served(a, first):
         if serve > 1:
             return _served_plan(first, a, serve)
@@ -730,7 +730,8 @@ def _run_search(a: Any, search: Any, out: Any, num_samples: int, overrides: dict
                       scheduler=a.scheduler, search_alg=a.search_alg, methods=_list(a.methods, str, "methods"),
                       values=_list(a.values, float, "values"), overrides=overrides, address=a.address,
                       command=_command(argv), no_figures=a.no_figures, pin_drivers=a.pin_drivers,
-                      fuse=group_size(a.fuse, first.device), serve=group_size(a.fuse, first.device, served=True))
+                      fuse=group_size(a.fuse, first.device, model=first.model),
+                      serve=group_size(a.fuse, first.device, served=True, model=first.model))
 
 
 if __name__ == "__main__":

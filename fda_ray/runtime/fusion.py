@@ -43,6 +43,12 @@ FUSE_CHOICES = ("off", "auto")  # or a whole number >= 1: the most trials a grou
 # CPUs: 8 trials a group measured faster than one after another (benchmarks/fused_ops.py, 2 cores); a GPU: 32, not yet
 # measured (tools/gpu-sweep-check.sh measures it; docs/ray-and-clusters.md, "Fused trials").
 AUTO_GROUP = {"cpu": 8, "cuda": 32}
+# The models `--fuse auto` fuses on CPUs: those with a per-row `forward_stacked` (fda_ray.train.models), measured faster
+# fused there and equal to the trial alone bit for bit. The others go through torch.func.vmap, whose batched
+# convolution sums a weight's gradient in another order as the rows change (DomainBed's MNIST CNN: float tolerance
+# only, which training amplifies to a 1e-2 relative weight gap in 2 rounds) and measured 1.4-1.6x slower fused on 2
+# cores: on CPUs they run alone unless --fuse names a group size.
+AUTO_CPU_MODELS = ("simple_cnn",)
 
 # A fusion server's batching window (fda_ray.runtime.fusion_server): how long a waiting round waits for the trials
 # still out; a round's driver work (aggregation, evaluation) is shorter.
@@ -84,13 +90,17 @@ def parse_fuse(value: str | int | None) -> int | str:
 AUTO_SERVED = {"cpu": 1, "cuda": 32}
 
 
-def group_size(fuse: int | str, device: str, served: bool = False) -> int:
+def group_size(fuse: int | str, device: str, served: bool = False, model: str | None = None) -> int:
     """The most trials a group holds for --fuse `fuse` on `device` (1: no fusing); `served`: the trials that share
-    a fusion server's share of a device (fda_ray.runtime.fusion_server)."""
+    a fusion server's share of a device (fda_ray.runtime.fusion_server); `model`: the trials' model (auto on CPUs
+    fuses AUTO_CPU_MODELS only)."""
     if fuse == "off":
         return 1
     if fuse == "auto":
-        return (AUTO_SERVED if served else AUTO_GROUP)["cuda" if str(device).startswith("cuda") else "cpu"]
+        cuda = str(device).startswith("cuda")
+        if not cuda and model is not None and model not in AUTO_CPU_MODELS:
+            return 1
+        return (AUTO_SERVED if served else AUTO_GROUP)["cuda" if cuda else "cpu"]
     return int(fuse)
 
 
