@@ -324,3 +324,17 @@ def test_the_kernels_check_hides_torchs_no_cuda_notice_unless_verbose(capsys):
         assert "device cpu: implementation=" in capsys.readouterr().out
     finally:
         log.setLevel(before)
+
+
+def test_a_typo_in_the_kernels_variable_is_one_line_naming_it(monkeypatch, capsys, tiny):
+    """$FDA_RAY_KERNELS=bogus: a single run blamed the model (its fit check runs the forward, which reads the
+    variable) and `kernels --check` printed a traceback."""
+    from fda_ray.kernels.__main__ import main as kernels_main
+    from fda_ray.runtime.engine import run
+
+    monkeypatch.setenv("FDA_RAY_KERNELS", "bogus")
+    line = "FDA_RAY_KERNELS='bogus' is invalid: kernel or reference (or unset: kernel)"
+    assert kernels_main(["--check"]) == 2 and capsys.readouterr().err.strip() == f"error: {line}"
+    with pytest.raises(ValueError) as e:
+        run(tiny(method="source_only", rounds=1))
+    assert str(e.value) == line

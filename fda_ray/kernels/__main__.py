@@ -42,6 +42,11 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_or_exit_code(argv)
     if isinstance(a, int):
         return a
+    try:
+        kernels.env_impl()  # $FDA_RAY_KERNELS with a typo: one line, exit 2 (a traceback from the check below)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if not a.verbose:  # torch's notice that no CUDA runtime was found (a CPU-only machine): the report says it
         import logging
 

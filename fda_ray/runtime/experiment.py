@@ -76,6 +76,13 @@ def check_model_fits(model: torch.nn.Module, name: str, setting: Setting, datase
 def build_experiment(cfg: RunConfig) -> Experiment:
     cfg = cfg.resolved()  # a no-op for the resolved config of engine.run, run_trial and the Tune trainable
     preflight.run(cfg)  # device, weights file, cluster address: before the data is loaded
+    # the environment's switches, read in the model's forward: one line naming the variable (a typo there was
+    # blamed on the model, whose fit check runs the forward)
+    from fda_ray.kernels import env_impl
+    from fda_ray.train.models import conv_layout
+
+    env_impl()
+    conv_layout(cfg.device)
     # The driver aggregates and evaluates with the clients' thread count (the serial executor trains here too).
     torch.set_num_threads(cfg.threads)
     # (environment_seed "trial": the trial's seed builds ColoredMNIST / RotatedMNIST, as the FedGP authors ran it)
