@@ -1210,3 +1210,21 @@ def test_failures_get_one_line_each_kind_with_what_to_do():
     (line,) = failure_advice(many, 0, "/x/trials", "cmd")
     assert line.startswith("error: 6 trial(s) failed: fedda at every value, seed 0; fedda at every value, seed 1; ")
     assert "seed 3; and 2 more (first: RuntimeError: p); each one's error is in summary.md; the 0 finished" in line
+
+
+def test_an_oserror_without_an_errno_keeps_its_kind_and_words(tmp_path):
+    """atomic_local names the file a system error could not write; an OSError raised by hand (no errno) stays as it
+    was (it became "[Errno None] ..." and lost its subclass)."""
+    from fda_ray.core.storage import atomic_local
+
+    class Refused(OSError):
+        pass
+
+    with pytest.raises(Refused) as e:
+        with atomic_local(tmp_path / "f.json"):
+            raise Refused("no room in the quota")
+    assert str(e.value) == "no room in the quota" and not list(tmp_path.iterdir())
+    with pytest.raises(OSError) as e:
+        with atomic_local(tmp_path / "g.json"):
+            raise OSError(28, "No space left on device")
+    assert e.value.errno == 28 and e.value.filename == str(tmp_path / "g.json")

@@ -303,15 +303,17 @@ def atomic_local(where: str | os.PathLike) -> Iterator[Path]:
     try:
         fd, tmp = tempfile.mkstemp(prefix=".fda-tmp-", dir=path.parent)
     except OSError as e:  # (it names the temporary file, which a user never sees)
-        raise _naming(e, path) from e
+        if (named := _naming(e, path)) is e:
+            raise
+        raise named from e
     os.close(fd)
     try:
         try:
             yield Path(tmp)
         except OSError as e:
-            if e.filename not in (None, tmp):  # another file's error: as it is
+            if e.filename not in (None, tmp) or (named := _naming(e, path)) is e:  # another file's, or no errno
                 raise
-            raise _naming(e, path) from e
+            raise named from e
         if os.path.exists(path):  # the file's mode stays (mkstemp creates 0600)
             os.chmod(tmp, os.stat(path).st_mode & 0o7777)
         else:
@@ -328,7 +330,10 @@ def atomic_local(where: str | os.PathLike) -> Iterator[Path]:
 def _naming(e: OSError, path: Path) -> OSError:
     """`e` naming the file that could not be written: a full disk's write (a torch.save, a JSON dump into the
     temporary file) raises an OSError with no file name, and the error lines read "No space left on device" without
-    saying where. The same errno, so the same subclass (OSError's constructor picks it)."""
+    saying where. The same errno, so the same subclass (OSError's constructor picks it); an OSError without an errno
+    (raised by hand, not by the system) is left as it is ("[Errno None] ..." otherwise, its subclass lost)."""
+    if e.errno is None:
+        return e
     return OSError(e.errno, e.strerror or str(e), str(path))
 
 

@@ -210,7 +210,7 @@ def _execute(a: Any, grid: Grid, trials: list[Trial], out: StoragePath, records:
         first = trials[0].config().resolved()
         fuse = group_size(a.fuse, first.device, model=first.model)
         if pending and a.backend == "local":
-            if (note := oversubscribed(a.workers, first)) is not None:
+            if (note := oversubscribed(a.workers, min(a.workers or 1, len(pending)), first)) is not None:
                 print(note, file=sys.stderr)
             workers = a.workers or local_workers(first, fuse=fuse)
             failures = run_local(pending, records, workers, a.max_failures, progress, fuse=fuse)
@@ -444,16 +444,17 @@ def fused_lines(trials: list[Trial], size: int, workers: int | None, what: str) 
     return lines
 
 
-def oversubscribed(workers: int | None, first: Any, node: Any = None) -> str | None:
-    """A warning line where --workers asks for more CPUs (workers x threads) than the machine has: the trials then
-    share cores, each runs slower, and the sweep as a whole is no faster (the default is one trial a core)."""
+def oversubscribed(given: int | None, running: int, first: Any, node: Any = None) -> str | None:
+    """A warning line where --workers (`given`) runs more trials at once (`running`: no more than there are) than
+    the machine has CPUs for (each `threads`): the trials then share cores, each runs slower, and the sweep as a
+    whole is no faster (the default is one trial a core)."""
     node = node or resources.this_machine()
     cpus = node.total("CPU")
-    if workers is None or first.device.startswith("cuda") or workers * first.threads <= cpus:
+    if given is None or first.device.startswith("cuda") or running * first.threads <= cpus:
         return None
-    return (f"warning: workers={workers} asks {workers * first.threads:g} CPUs ({first.threads} thread(s) a trial) of "
-            f"the {cpus:g} {node.source} has: the trials share cores and each runs slower (default: "
-            f"{local_workers(first, node)})")
+    return (f"warning: workers={given} runs {running} trials at once, {running * first.threads:g} CPUs "
+            f"({first.threads} thread(s) a trial) of the {cpus:g} {node.source} has: the trials share cores and each "
+            f"runs slower (default: {local_workers(first, node)})")
 
 
 def dry_run_plan(first: Any, a: Any, trials: list[Trial] | None = None) -> tuple[list[str], str | None]:
@@ -473,7 +474,7 @@ def dry_run_plan(first: Any, a: Any, trials: list[Trial] | None = None) -> tuple
                 f"{first.device})"]
         line += fused_lines(trials or [], fuse, workers, f"a worker process, {first.threads} thread(s), "
                                                           f"device {first.device}")
-        if (note := oversubscribed(a.workers, first, node)) is not None:
+        if (note := oversubscribed(a.workers, workers, first, node)) is not None:
             line.append(note)
         if first.device.startswith("cuda") and a.plan_for is not None and node.total("GPU") < 1:
             return line, f"error: device={first.device!r} is invalid: {node.source} has no GPU; use --device cpu"
