@@ -326,8 +326,8 @@ def _parsed_rows(record: StoragePath | Path) -> tuple[dict[str, Any] | None, str
 def _other_trials_rows(record: StoragePath | Path, data: dict[str, Any]) -> str | None:
     """Why rows.json is another trial's (copied from another folder: its config's method, seed, beta, ... differ
     from this folder's trial.json), or None. Such a record was counted as this trial's, with the other's numbers.
-    Only what a run never rewrites is compared: numbers (noise, beta, seed, a learning rate, ...) and the method and
-    dataset names, as the trial set them and the config holds them. A setting the run fills in or resolves (None, or
+    Only what a run never rewrites is compared: numbers (noise, beta, seed, a learning rate, ...) and the method's
+    name, as the trial set them and the config holds them (a dataset's name may be an alias the run resolves). A setting the run fills in or resolves (None, or
     a word such as vectorise "auto", recorded as what it became) is not: a good record read as another's is left
     out and run again by every --resume. No trial.json, or one that cannot be read: nothing to compare with (left
     to its own check)."""
@@ -340,7 +340,7 @@ def _other_trials_rows(record: StoragePath | Path, data: dict[str, Any]) -> str 
     for name, want in trial.params.items():
         got = config.get(name)
         numbers = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (want, got))
-        names = name in ("method", "dataset") and all(isinstance(x, str) for x in (want, got))
+        names = name == "method" and all(isinstance(x, str) for x in (want, got))
         if name not in config or not (numbers or names):
             continue
         if not (math.isclose(got, want, rel_tol=1e-12) if numbers else got == want):
