@@ -87,7 +87,7 @@ def test_a_fused_groups_failing_members_are_each_named_with_their_own_error(tmp_
     its own note ('(in a fused group of 2) failed: run stopped in round 0: ...'), the summary lists each with its own
     error, and the sweep ends with one error line and the resume command, exit 1."""
     p = _python(["-m", "fda_ray.sweep", "--grid", "noise", "--profile", "quick", "--values", "0.4", "--methods",
-                 "fedgp,fedda", "--seeds", "1", "--fuse", "2", "--backend", "tune", "--lr-source", "1e12",
+                 "fedgp,fedgp_beta1,fedda", "--seeds", "1", "--fuse", "2", "--backend", "tune", "--lr-source", "1e12",
                  "--rounds", "2", "--out", "fz", "--no-figures", "--max-failures", "1"], tmp_path)
     assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr[-3000:]
     err = p.stderr.splitlines()
