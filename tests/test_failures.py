@@ -905,6 +905,35 @@ def test_a_runs_waiting_actors_are_noted_only_when_another_job_holds_what_they_a
         assert err == []
 
 
+@pytest.mark.parametrize("reserved", [True, False], ids=["a Tune trial's reserved bundles", "a single run"])
+def test_client_actors_with_reserved_bundles_get_the_whole_start_time(reserved, monkeypatch):
+    """A Tune trial's client actors have their placement group's bundles: their start is only loading (torch, the
+    shards), which on a loaded node outlasts $FDA_RAY_NODE_WAIT_S; they wait the whole PLACEMENT_TIMEOUT_S (they
+    failed after the 3 s wait of a test before). A single run's actors wait $FDA_RAY_NODE_WAIT_S, note, then the
+    rest."""
+    import ray
+
+    from fda_ray.runtime import ray_executor
+
+    monkeypatch.setenv(stranded.WAIT_ENV, "3")
+    waits: list[float] = []
+
+    def wait(refs, num_returns, timeout):
+        waits.append(timeout)
+        return ([], refs) if len(waits) == 1 and not reserved else (refs, [])
+
+    monkeypatch.setattr(ray, "wait", wait)
+    monkeypatch.setattr(ray, "get", lambda refs: [None for _ in refs])
+    executor = object.__new__(ray_executor.RayExecutor)
+    executor.placement_group = object() if reserved else None
+    monkeypatch.setattr(executor, "_note_waiting", lambda *a: None, raising=False)
+    executor._wait_ready(["ref"])
+    if reserved:
+        assert waits == [ray_executor.PLACEMENT_TIMEOUT_S]
+    else:
+        assert waits[0] == 3.0 and len(waits) == 2 and 290.0 < waits[1] <= ray_executor.PLACEMENT_TIMEOUT_S  # the rest
+
+
 def test_a_stranded_launch_ends_only_when_its_running_trials_have_finished():
     watch, clock, _ = _watch(lambda t: [SMALL], wait_s=2.0)
     for step in range(60):

@@ -403,8 +403,8 @@ def test_a_running_trial_whose_client_actors_no_live_node_holds_says_so_within_t
         ended = time.time()
         stdout.close()
         reader.join(timeout=10)
-        assert lost, "no trial ran long enough to lose its actors' node under it"
         err = [x for _, x in lines]
+        assert lost, "no trial ran long enough to lose its actors' node under it:\n" + "\n".join(err[-30:])
         notes = [(t, x) for t, x in lines if x.startswith("note: ") and " cannot go on: " in x]
         errors = [x for x in err if x.startswith("error:")]
         assert p.returncode == 1 and len(notes) == 1 and len(errors) == 1, "\n".join(err[-30:])

@@ -293,9 +293,12 @@ class RayExecutor:
 
     def _wait_ready(self, refs: list[ray.ObjectRef]) -> None:
         started = time.monotonic()
-        wait_s = min(resources.wait_seconds(), PLACEMENT_TIMEOUT_S)
+        # A Tune trial's actors have their bundles reserved: nothing to note, they only load (import torch, take
+        # their shards) and get the whole start time (a loaded node can take longer than $FDA_RAY_NODE_WAIT_S).
+        reserved = self.placement_group is not None
+        wait_s = PLACEMENT_TIMEOUT_S if reserved else min(resources.wait_seconds(), PLACEMENT_TIMEOUT_S)
         done, pending = ray.wait(refs, num_returns=len(refs), timeout=wait_s)
-        if pending and self.placement_group is None:  # (a Tune trial's actors have their bundles reserved)
+        if pending and not reserved:
             self._note_waiting(len(pending), len(refs), time.monotonic() - started)
             done, pending = ray.wait(refs, num_returns=len(refs),
                                      timeout=max(0.0, PLACEMENT_TIMEOUT_S - (time.monotonic() - started)))
