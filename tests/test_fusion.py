@@ -433,7 +433,8 @@ def short_and_long_grid(monkeypatch):
     return grid
 
 
-@pytest.mark.parametrize("backend", ["local", pytest.param("tune", marks=pytest.mark.slow)])
+@pytest.mark.slow  # a sweep on either backend (the fast tier's 8 minutes)
+@pytest.mark.parametrize("backend", ["local", "tune"])
 def test_a_fused_member_that_finishes_first_is_done_at_once(short_and_long_grid, fmnist_dir, tmp_path, capsys,
                                                             monkeypatch, backend):
     """A member that ends while its group goes on is said done when it ends (the status showed it running, and its

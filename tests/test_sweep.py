@@ -126,6 +126,7 @@ def test_a_sweeps_next_trial_reuses_the_client_actors_and_gives_the_same_numbers
     assert startup["actors_spawn"] < 0.5  # no process was started
 
 
+@pytest.mark.slow  # a sweep (the fast tier's 8 minutes)
 def test_local_backend_equals_plain_runs_and_restricts_the_grid(tiny_grid, fmnist_dir, tmp_path, capsys, no_ray):
     """--backend local (a process pool, no Ray) with --methods/--values/--rounds: only those trials, and each
     equals a plain run of its config."""
@@ -608,6 +609,7 @@ def test_parquet_takes_a_metric_that_is_a_number_in_one_trial_and_a_list_in_anot
     assert [r["acc"] for r in back] == [[0.1], [0.2, 0.3], None]  # lists only: a list column
 
 
+@pytest.mark.slow  # a sweep (the fast tier's 8 minutes)
 def test_a_damaged_record_makes_its_trial_pending_again_and_is_kept(tiny_grid, fmnist_dir, tmp_path, capsys, no_ray):
     """A rows.json cut short (a crash, a full disk): --resume sets it aside as rows.json.damaged with one warning
     line naming the trial, runs that trial again and summarises the others; --dry-run only says so."""

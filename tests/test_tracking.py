@@ -299,6 +299,7 @@ def test_a_local_sweep_tracks_what_its_records_hold(fmnist_dir, tmp_path, capsys
         assert runs[rec.name].data.params["method"] == json.loads((rec / "trial.json").read_text())["params"]["method"]
 
 
+@pytest.mark.slow  # a sweep (the fast tier's 8 minutes)
 def test_an_object_store_sweep_tracks_to_a_local_folder_and_says_where(tmp_path, monkeypatch):
     from fda_ray.core.storage import storage_path
 
@@ -366,6 +367,7 @@ def test_a_run_the_tracker_cannot_reopen_gets_every_round_and_a_rerun_from_scrat
     assert got == [[(r, 0.1) for r in range(5)], [(0, 0.9), (1, 0.9)]]
 
 
+@pytest.mark.slow  # a sweep (the fast tier's 8 minutes)
 def test_no_tracker_no_ledger_and_an_object_stores_ledger_is_its_outs(tmp_path, monkeypatch):
     """--track none writes nothing (it wrote an empty ledger file per trial, every round); two object-store sweeps
     of one grid into two prefixes keep apart ledgers (the second logged nothing: the first's counts said done)."""

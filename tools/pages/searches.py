@@ -3,20 +3,35 @@ trials; the reference rows' trials lie beside them)."""
 from __future__ import annotations
 
 import json
+from functools import lru_cache
+from pathlib import Path
 
 from tools.pages import records
 from tools.pages.engine import GENERATORS
 from tools.pages.records import _paired_text, _with_ci
 
 
+def _finished(name: str) -> tuple:
+    """The finished trials of docs/results/<name>/trials."""
+    return _finished_in(records.RESULTS / name / "trials")
+
+
+@lru_cache(maxsize=None)
+def _finished_in(folder: Path) -> tuple:
+    """A folder's finished trials, read once per process: a page names a search's cells dozens of times, and the
+    records do not change while the pages are written."""
+    from fda_ray.experiments.records import finished
+
+    return tuple(finished(folder))
+
+
 def _search_finals(name: str, keys: list[str]) -> dict[int, float]:
     """{seed: final test accuracy (%)} of the finished trials `keys` of docs/results/<name>/trials."""
-    from fda_ray.experiments.records import finished
     from fda_ray.papers.selection import final_value
 
     wanted = set(keys)
     out = {}
-    for rec in finished(records.RESULTS / name / "trials"):
+    for rec in _finished(name):
         if rec.path.name in wanted:
             v = final_value(rec.data["rows"], "accuracy")
             if v is not None:
@@ -37,9 +52,7 @@ def _search_cell(name: str, study_or_value: str, rule_or_row: str) -> dict[int, 
             raise ValueError(f"{name!r}: study {study_or_value!r} has no rerun of rule {rule_or_row!r}")
     else:
         value = float(study_or_value)
-        from fda_ray.experiments.records import finished
-
-        keys = [rec.path.name for rec in finished(records.RESULTS / name / "trials")
+        keys = [rec.path.name for rec in _finished(name)
                 if rec.trial.row == rule_or_row and rec.trial.value is not None and float(rec.trial.value) == value]
     got = _search_finals(name, keys)
     if not got:
