@@ -20,7 +20,20 @@ from fda_ray.papers.searches import SEARCHES
 
 
 def _reload(text: str, fmt: str):
-    return yaml.safe_load(text) if fmt == "yaml" else json.loads(text)
+    from fda_ray.core.config_files import yaml_load
+
+    return yaml_load(text) if fmt == "yaml" else json.loads(text)
+
+
+def test_a_grid_files_exponent_without_a_dot_or_sign_is_a_number(tmp_path):
+    """YAML 1.1 (PyYAML) reads `1e-3` and `1.0e12` as strings: a profile's `lr_source: 1e-3` was refused as
+    "'1e-3' is invalid: a finite number > 0". Grid files read floats as YAML 1.2 (and JSON) do."""
+    text = dump(grid_to_dict(GRIDS["noise"])).replace("vectorise: 'on'", "vectorise: 'on', lr_source: 1e-3, "
+                                                                         "lr_target: 2.5E-4")
+    assert "lr_source: 1e-3" in text and yaml.safe_load(text)["profiles"]["quick"]["fields"]["lr_source"] == "1e-3"
+    (tmp_path / "g.yaml").write_text(text)
+    trials = plan(load_grid(str(tmp_path / "g.yaml")), "quick")
+    assert trials and {(t.config().lr_source, t.config().lr_target) for t in trials} == {(1e-3, 2.5e-4)}
 
 
 @pytest.mark.parametrize("fmt", ["yaml", "json"])

@@ -426,3 +426,9 @@ def test_a_refusal_names_the_node_with_the_most_of_what_is_short():
     with pytest.raises(PreflightError, match=r"largest node \{CPU: 2\}\); lower --cpus-per-client$"):
         R.check(R.plan(_cfg(executor="ray", cpus_per_client=4.0), cluster, in_tune=True), cluster)
     assert R.fmt({"CPU": 1.0, "GPU": 1.0, "node:10.0.0.2": 1.0, "memory": 2e10}, sep=" ") == "{CPU 1, GPU 1}"
+    # a placement group's own names (a Tune trial's reserved bundles) are Ray's bookkeeping: a waiting note listed
+    # a dozen of them beside the CPUs they count again
+    pg = "fa83650f3db3f8bc353fb081b73501000000"
+    assert R.fmt({"CPU": 0.0, f"CPU_group_0_{pg}": 0.0, f"CPU_group_{pg}": 2.0, f"bundle_group_1_{pg}": 1000.0,
+                  "fda_driver": 1.0, f"fda_driver_group_0_{pg}": 1.0, "my_group_x": 1.0}) == \
+        "{CPU: 0, fda_driver: 1, my_group_x: 1}"

@@ -46,7 +46,7 @@ def read_mapping(path: str | Path, field: str = "config", mapping: str = "a mapp
         import yaml
 
         try:
-            data = yaml.safe_load(text)
+            data = yaml_load(text)
         except yaml.YAMLError as e:
             raise ConfigFileError(f"{field}={str(path)!r} is invalid: not YAML ({_yaml_problem(e)})") from None
         except RecursionError:  # lists in lists thousands deep: the parsers recurse once a level
@@ -65,6 +65,31 @@ def read_mapping(path: str | Path, field: str = "config", mapping: str = "a mapp
         held = f"; it holds a {type(data).__name__}" if not isinstance(data, dict) else "; a key is not a name"
         raise ConfigFileError(f"{field}={str(path)!r} is invalid: {mapping}{held}")
     return data
+
+
+_FLOAT_12 = r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+
+    |[-+]?\.[0-9][0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$"""
+
+
+def yaml_load(text: str) -> Any:
+    """YAML as a researcher writes it: PyYAML's safe loader with YAML 1.2's floats. PyYAML follows YAML 1.1, where
+    `1e-3` (no dot) and `1.0e12` (no sign) are strings: `lr_source: 1e-3` was refused as "'1e-3' is invalid: a
+    finite number > 0". Everything else reads as safe_load reads it."""
+    import re
+
+    import yaml
+
+    class Loader(yaml.SafeLoader):  # (a subclass: SafeLoader's own resolvers stay as they are for everyone else)
+        pass
+
+    Loader.yaml_implicit_resolvers = {k: [r for r in v if r[0] != "tag:yaml.org,2002:float"]
+                                      for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+    Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(_FLOAT_12, re.X), list("-+0123456789."))
+    return yaml.load(text, Loader=Loader)  # noqa: S506 (a SafeLoader)
 
 
 def _yaml_problem(e: Exception) -> str:

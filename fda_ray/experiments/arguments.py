@@ -393,6 +393,7 @@ def held_by_another(out: StoragePath, kind: str, name: str, definition: Any) -> 
 def _other(out: StoragePath, held: Manifest, kind: str, name: str, definition: Any) -> str | None:
     import yaml
 
+    from fda_ray.core.config_files import yaml_load
     from fda_ray.papers.files import DefinitionFileError, grid_from_dict, is_file_ref, search_from_dict
 
     what = f"{held.kind} {held.name!r}"
@@ -403,7 +404,7 @@ def _other(out: StoragePath, held: Manifest, kind: str, name: str, definition: A
         if not kept.is_file():
             return None if held.name == name else f"it holds the records of {what}, not of {name!r}"
         try:  # (read as text: `out` may be on an object store)
-            data = yaml.safe_load(kept.read_text())
+            data = yaml_load(kept.read_text())
             diff = _definitions_differ((grid_from_dict if kind == "grid" else search_from_dict)(data, str(kept)),
                                        definition, kind)
         except (DefinitionFileError, yaml.YAMLError, UnicodeDecodeError) as e:

@@ -555,10 +555,15 @@ def binding(bundles: Sequence[Mapping[str, float]], nodes: Sequence[Mapping[str,
     return "other resources"
 
 
+# Ray's names for what a placement group reserved (CPU_group_<pg id>, CPU_group_<bundle>_<pg id>, bundle_group_...):
+# its own bookkeeping, already counted in the plain CPU/GPU a user asked for.
+_PLACEMENT = re.compile(r"_group_(?:\d+_)?[0-9a-f]{28,}$")
+
+
 def fmt(d: Mapping[str, float], sep: str = ": ") -> str:
     """A bundle or node in an error line: CPU, GPU and custom resources, not Ray's own (memory, node:<ip>, ...)."""
     keep = {k: v for k, v in d.items() if k in ("CPU", "GPU") or not (
-        k.startswith("node:") or k.endswith("memory") or k.startswith("accelerator_type"))}
+        k.startswith("node:") or k.endswith("memory") or k.startswith("accelerator_type") or _PLACEMENT.search(k))}
     return "{" + ", ".join(f"{k}{sep}{v:g}" for k, v in sorted(keep.items())) + "}"
 
 
