@@ -68,17 +68,24 @@ def test_a_fused_group_gives_each_trial_its_numbers_alone(fmnist_dir, tmp_path):
     for t in trials:
         run_trial(t, alone)
     seen: dict[str, list[int]] = {}
+    phases: dict[str, dict] = {}
     lock = threading.Lock()
 
     def report(key: str, row: dict) -> None:
         with lock:
             seen.setdefault(key, []).append(row["round"])
+            if "startup" in row:
+                phases[key] = row["startup"]
 
     outcome = run_group(trials, fused, report=report)
     assert outcome == {t.key: None for t in trials}
     for t in trials:
         assert is_done(fused / t.key)
         assert seen[t.key] == [r["round"] for r in read_rows(alone / t.key)["rows"]]  # its own reports
+        # its first report's phases leave out its first round's collect (the group's builds and first batch: the
+        # status noted every member as a slow start-up); its record keeps every phase
+        assert "first_evaluation" in phases[t.key] and "first_collect" not in phases[t.key]
+        assert "first_collect" in read_rows(fused / t.key)["startup"]
         # its record names the build and the kernels its own aggregation ran (the members aggregate in threads)
         assert read_rows(fused / t.key)["environment"] == read_rows(alone / t.key)["environment"]
         assert read_rows(fused / t.key)["fused"]["members"] == len(trials)

@@ -62,6 +62,25 @@ def test_a_failing_trial_on_the_local_backend_is_the_same_lines(tmp_path):
     assert "traceback" not in " ".join(lines)  # no log to name: the workers' errors come back as exceptions
 
 
+def test_a_failures_line_keeps_a_missing_datasets_hint_whole():
+    """A failure's line in the notes and summaries was cut at 300 characters: a missing dataset's hint (the paths
+    searched, then the command that gets it) ended mid-command. Lines up to interrupts.LINE_MAX stay whole, a
+    longer one says it was cut."""
+    from fda_ray.core.interrupts import LINE_MAX, cut_line
+    from fda_ray.experiments.backends import failure_line
+    from fda_ray.experiments.tune import last_error_line
+
+    hint = ("DatasetNotFound: Fashion-MNIST is not in /data/fmnist (searched /data/fmnist, /data/fmnist/raw, "
+            "/usr/share/datasets/fashion-mnist, /root/.cache/fda_ray/FashionMNIST/raw); get it with `bash "
+            "/home/researcher/checkouts/fda-ray/datasets/fashion-mnist.sh` (Debian's dataset-fashion-mnist) or pass "
+            "--data-dir the folder that holds its four IDX files, gzipped or not: train-images-idx3-ubyte ...")
+    assert 300 < len(hint) < LINE_MAX
+    assert failure_line(FileNotFoundError(hint.split(": ", 1)[1])) == "FileNotFoundError: " + hint.split(": ", 1)[1]
+    assert last_error_line(f"Traceback ...\n  File x\nfda_ray.data.base.{hint}\n") == hint
+    long = "ValueError: " + "x" * 2 * LINE_MAX
+    assert len(cut_line(long)) == LINE_MAX and cut_line(long).endswith(" ...") and cut_line(hint) == hint
+
+
 def test_a_fused_groups_error_names_each_failed_member_with_its_own_line():
     """A fused group is one Tune trial: its error carries each failed member's own line (JSON on the exception's
     line, read back from Tune's trace), so that the notes and the summary name trials with their own errors, not

@@ -119,6 +119,15 @@ def rearm() -> None:
         signal.signal(signal.SIGTERM, _on_sigterm)
 
 
+LINE_MAX = 1000  # a failure's line in notes, summaries and errors: a missing dataset's hint (its paths and the
+# command that gets it) runs to 500 characters, and a cut at 300 ended it mid-command ("Get it with `bash /wo")
+
+
+def cut_line(line: str, most: int = LINE_MAX) -> str:
+    """`line` whole, or its first `most` characters ending in " ..." (said, so a cut is never read as the end)."""
+    return line if len(line) <= most else line[:most - 4].rstrip() + " ..."
+
+
 def error_line(e: BaseException, outside: str | None = None) -> str:
     """'ValueError: message (file.py:12)': an exception in one line, at the innermost frame it was raised from (a
     plug-in's own code, say), so that a user finds it without a traceback. With `outside` (a folder: fda-ray's

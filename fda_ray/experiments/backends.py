@@ -113,11 +113,12 @@ def _local_group_job(trials: list[dict[str, Any]], records: str) -> dict[str, st
 
 def failure_line(e: BaseException) -> str:
     """A failed trial's error in one line: a run's failure says what it is (RunFailed: the round, the error, where it
-    was raised); another exception with its class name. Cut to 300 characters."""
+    was raised); another exception with its class name. Cut at interrupts.LINE_MAX characters."""
+    from fda_ray.core.interrupts import cut_line
     from fda_ray.runtime.failures import RunFailed
 
     line = str(e) if isinstance(e, RunFailed) else f"{type(e).__name__}: {e}"
-    return (line.strip().splitlines() or [type(e).__name__])[0][:300]
+    return cut_line((line.strip().splitlines() or [type(e).__name__])[0])
 
 
 # A trial whose pool process died under it (kill -9, the OOM killer, a crash in native code): its note's error.

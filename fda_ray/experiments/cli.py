@@ -24,7 +24,7 @@ from fda_ray.core.parsing import OneLineParser, typed
 from fda_ray.experiments.commands import COMMANDS
 from fda_ray.runtime import node_watch
 from fda_ray.core.config import RunConfig, config_keywords
-from fda_ray.core.interrupts import cli_main, printing
+from fda_ray.core.interrupts import cli_main, cut_line, printing
 
 
 def one_line_warnings() -> None:
@@ -333,7 +333,7 @@ def _main(argv: list[str] | None = None) -> int:
                 raise
             except Exception as e:  # a value pyarrow cannot store: the work failed, not the input
                 raise ParquetNotWritten(f"--parquet {a.parquet} could not be written after round {row['round'] + 1} "
-                                        f"({type(e).__name__}: {str(e).splitlines()[0][:300]}); it holds the "
+                                        f"({type(e).__name__}: {cut_line(str(e).splitlines()[0])}); it holds the "
                                         f"{written[0]} rounds before") from e
             written[0] = len(finished.rows)
             node_watch.changed()

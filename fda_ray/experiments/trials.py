@@ -196,7 +196,10 @@ def run_trial(trial: Trial, records: StoragePath | Path | str, report: Callable[
             _save_torch({**state, "trial": trial.key}, record / STATE_FILE)  # named: a wrong one is refused
             if report:  # the first report carries the start-up's phases (the status names a slow one)
                 row = state["rows"][-1]
-                report(row if reported else {**row, REPORT_KEY: dict(startup.seconds)})
+                # A fused or served member's first round waits for its group's builds and first batch: not its own
+                # slow start-up (every member was noted for the group's), so that phase is not reported for it.
+                phases = {k: v for k, v in startup.seconds.items() if group is None or k != "first_collect"}
+                report(row if reported else {**row, REPORT_KEY: phases})
                 reported.append(True)
 
         finished = False

@@ -533,14 +533,16 @@ def resume_state(path: Path) -> dict | None:
 
 def last_error_line(text: str | None) -> str:
     """The line of a Tune error trace that says what went wrong (its last non-empty one: "RuntimeError: ..."),
-    cut to 300 characters; "an error" where Tune kept no trace."""
+    cut at interrupts.LINE_MAX characters; "an error" where Tune kept no trace."""
     lines = [x.strip() for x in (text or "").splitlines() if x.strip()]
     if not lines:
         return "an error"
     # "fda_ray.runtime.failures.RunFailed: run stopped in round 1: ..." -> "run stopped in round 1: ...": a run's
     # failure says what it is; another exception keeps its class name, without its module path
     line = re.sub(r"^(?:\w+\.)+(\w+): ", r"\1: ", lines[-1]).removeprefix("RunFailed: ")
-    return line[:300]
+    from fda_ray.core.interrupts import cut_line
+
+    return cut_line(line)
 
 
 def error_text(trial: Any) -> str | None:
