@@ -300,7 +300,10 @@ def test_the_error_line_of_a_tune_trace_is_its_last():
             "RuntimeError: Expected all tensors to be on the same device\n\n"
     assert last_error_line(trace) == "RuntimeError: Expected all tensors to be on the same device"
     assert last_error_line(None) == last_error_line("  \n") == "an error"
-    assert len(last_error_line("x" * 1000)) == 300
+    from fda_ray.core.interrupts import LINE_MAX
+
+    assert last_error_line("x" * LINE_MAX) == "x" * LINE_MAX
+    assert len(last_error_line("x" * (LINE_MAX + 1))) == LINE_MAX and last_error_line("x" * 2000).endswith(" ...")
 
 
 @pytest.mark.slow
