@@ -108,15 +108,22 @@ def test_a_malformed_environment_list_is_named(monkeypatch, clean_plugins):
         plugins.load_pending()
 
 
+def _installed(tmp_path, monkeypatch, module: str, source: str, entry_point: str) -> None:
+    """`module` with `source` installed as pip would (a dist-info folder on sys.path) with one `fda_ray.plugins`
+    entry point line `name = module:function`."""
+    (tmp_path / f"{module}.py").write_text(source)
+    name = module.replace("_", "-")
+    dist = tmp_path / f"{module}-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(f"[fda_ray.plugins]\n{entry_point}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+
 def test_an_installed_entry_point_is_loaded_and_its_function_called(tmp_path, monkeypatch, clean_plugins):
     """A package's `fda_ray.plugins` entry point (here a dist-info folder on sys.path, as pip writes one)."""
-    (tmp_path / "plug_installed.py").write_text(
-        "CALLED = []\n\ndef register():\n    CALLED.append(1)\n")
-    dist = tmp_path / "plug_installed-1.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: plug-installed\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text("[fda_ray.plugins]\nplug = plug_installed:register\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
+    _installed(tmp_path, monkeypatch, "plug_installed", "CALLED = []\n\ndef register():\n    CALLED.append(1)\n",
+               "plug = plug_installed:register")
     assert "plug_installed" in plugins.load_pending()
     assert sys.modules["plug_installed"].CALLED == [1]
     assert plugins.load_pending() == ("plug_installed",) and sys.modules["plug_installed"].CALLED == [1]  # once
@@ -655,13 +662,9 @@ def test_a_dataset_with_partial_defaults_names_what_they_lack(clean_plugins):
 
 
 def test_an_entry_point_function_that_raises_is_one_line_and_remembered(tmp_path, monkeypatch, clean_plugins):
-    (tmp_path / "plug_ep_fn.py").write_text(
-        "from fda_ray.train.models import MODELS\n\ndef setup():\n    MODELS.add('simple_cnn', None)\n")
-    dist = tmp_path / "plug_ep_fn-1.0.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: plug-ep-fn\nVersion: 1.0\n")
-    (dist / "entry_points.txt").write_text("[fda_ray.plugins]\nfn = plug_ep_fn:setup\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
+    _installed(tmp_path, monkeypatch, "plug_ep_fn",
+               "from fda_ray.train.models import MODELS\n\ndef setup():\n    MODELS.add('simple_cnn', None)\n",
+               "fn = plug_ep_fn:setup")
     expected = (r"^entry point fda_ray.plugins:fn='plug_ep_fn:setup' is invalid: calling it failed: ValueError: "
                 r"model 'simple_cnn' is registered twice \(first by fda_ray.train.models\): pick another name for this "
                 r"model \(plug_ep_fn.py:4\)$")
