@@ -187,6 +187,22 @@ def test_fedrep_keeps_the_global_head_and_each_client_its_own(tiny):
     assert all(h.shape == (int(mask.sum()),) for h in heads) and not torch.equal(heads[0], heads[-1])
 
 
+@pytest.mark.parametrize("model", ["simple_cnn", "mnist_cnn", "shot_lenet"])
+def test_the_head_is_the_layer_that_gives_the_output(model):
+    """FedRep's head and kNN-Per's embedding point: the output layer's tensors, exactly (on the SHOT models, whose
+    classifier is weight-normalised, it was the bottleneck's Linear in the middle of the body)."""
+    from fda_ray.core.layout import ParamLayout
+    from fda_ray.train.models import MODELS
+
+    net = MODELS.get(model)((1, 28, 28) if model != "shot_lenet" else (3, 28, 28), 10)
+    layout = ParamLayout.from_model(net)
+    mask = head_mask(net, layout)
+    names = [n for i, n in enumerate(layout.names) if mask[int(layout.offsets[i])]]
+    last = list(net.named_modules())[-1][0]  # (each model's output layer is its last module)
+    assert names and all(n.rsplit(".", 1)[0] == last for n in names), names
+    assert int(mask.sum()) == sum(p.numel() for n, p in net.named_parameters() if n.rsplit(".", 1)[0] == last)
+
+
 def test_knn_per_datastore_sizes_are_knn_pers_floor():
     """knn-per's client.py sizes the datastore int(capacity * n_train_samples) over capacities 0, 0.1, ..., 1: 23
     entries give 0, 2, 4, 6, 9, 11, 13, 16, 18, 20, 23 (fda-ray rounded: 5 at 0.2, 21 at 0.9)."""

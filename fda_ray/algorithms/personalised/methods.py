@@ -49,8 +49,12 @@ from fda_ray.data.base import Pair, add_noise
 
 
 def last_linear(model: nn.Module) -> str:
-    """The module name of the model's last nn.Linear (FedRep's head; kNN-Per embeds its input)."""
-    names = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
+    """The module name of the model's last linear layer (FedRep's head; kNN-Per embeds its input): an nn.Linear or
+    a weight-normalised one (the SHOT models' classifier, WeightNormLinear: not an nn.Linear, so their head was the
+    bottleneck's Linear inside the body, and kNN-Per embedded the backbone's output)."""
+    from fda_ray.train.models import WeightNormLinear
+
+    names = [n for n, m in model.named_modules() if isinstance(m, (nn.Linear, WeightNormLinear))]
     if not names:
         raise ValueError(f"model {type(model).__name__} has no linear layer: FedRep and kNN-Per need a linear head")
     return names[-1]
