@@ -173,6 +173,27 @@ def test_apfl_keeps_the_personal_models_batchnorm_statistics_apart(tiny):
     assert not torch.equal(v[stats], w0[stats])
 
 
+def test_ditto_and_apfl_keep_fedavg_alls_global_model_and_report_their_personal_one(tiny):
+    """Their global model w is FedAvg over every client, untouched by the personal model v (the same code path as
+    fedavg_all, so equal to the bit); Ditto's row evaluates v, APFL's the mixture alpha v + (1 - alpha) w; APFL at
+    alpha 0 is fedavg_all's model."""
+    from fda_ray.train.evaluation import Evaluator
+
+    kw = dict(noise=0.2, rounds=2)
+    avg = run(personal(tiny, "fedavg_all", **kw))
+    for method, params in (("ditto", {"lam": 1.0}), ("apfl", {"alpha": 0.5}), ("apfl", {"alpha": 0.0})):
+        exp = build_experiment(personal(tiny, method, params={method: params}, **kw))
+        ex = SerialExecutor(exp.clients)
+        hist = run_rounds(exp, ex)
+        assert torch.equal(hist.final_weights, avg.final_weights), method
+        v = ex.client_states()[exp.target_index]["personal"]
+        a = params.get("alpha", 1.0)  # (Ditto: v alone)
+        evaluated = Evaluator(exp).target(a * v + (1 - a) * hist.final_weights, kw["rounds"] - 1)
+        assert hist.rows[-1]["accuracy"] == evaluated["accuracy"], (method, params)
+        if a == 0.0:
+            assert hist.rows[-1]["accuracy"] == avg.rows[-1]["accuracy"]
+
+
 def test_fedrep_keeps_the_global_head_and_each_client_its_own(tiny):
     cfg = personal(tiny, "fedrep", rounds=2, params={"fedrep": {"head_epochs": 2}})
     exp = build_experiment(cfg)
