@@ -375,6 +375,9 @@ MISSPELT = [
     (["-m", "fda_ray", "--method", "fedgpp"], "; did you mean 'fedgp'?"),
     (["-m", "fda_ray", "--dataset", "fashion-mnst"], "; did you mean 'fashion-mnist'?"),
     (["-m", "fda_ray", "--partition", "labelshift"], "; did you mean 'label_shift'?"),
+    # DomainBed's class names, as its users type them (difflib alone finds nothing close to 'PACS')
+    (["-m", "fda_ray", "--dataset", "PACS"], "; did you mean 'pacs'?"),
+    (["-m", "fda_ray", "--dataset", "ColoredMNIST"], "; did you mean 'colored-mnist'?"),
 ]
 
 

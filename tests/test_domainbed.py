@@ -268,6 +268,48 @@ def test_generic_imagefolder(tmp_path):
         load("imagefolder", None)
 
 
+def test_a_relative_data_dir_gives_absolute_image_paths(tmp_path, monkeypatch):
+    """Images are read where a batch is drawn: an actor on another node, whose working directory is not the
+    command's. A relative --data-dir's files are named absolutely, as the command meant them."""
+    _folder_tree(tmp_path / "mine", ["winter", "autumn"], ["a", "b"], per=1)
+    _folder_tree(tmp_path / "VLCS", ["Caltech101", "LabelMe", "SUN09", "VOC2007"], ["bird", "car"], per=1)
+    monkeypatch.chdir(tmp_path)
+    for name, data_dir in (("imagefolder", "mine"), ("vlcs", "."), ("vlcs", "VLCS")):
+        paths = [p for x, _ in load(name, data_dir).environments for p in x.paths]
+        assert paths and all(Path(p).is_absolute() and Path(p).is_file() for p in paths), (name, data_dir)
+
+
+def test_hidden_files_and_folders_are_no_domain_class_or_image(tmp_path):
+    """A copy unzipped from a Mac holds __MACOSX/ and a ._name AppleDouble file beside each image (not images: a
+    batch that drew one stopped the run); a notebook leaves .ipynb_checkpoints/ anywhere. None is a domain, a class
+    or an image; the images and their labels are those of the clean tree."""
+    clean = _folder_tree(tmp_path / "clean", ["winter", "autumn"], ["a", "b"], per=2)
+    mac = _folder_tree(tmp_path / "mac", ["winter", "autumn"], ["a", "b"], per=2)
+    (mac / "__MACOSX" / "winter").mkdir(parents=True)
+    (mac / ".ipynb_checkpoints").mkdir()
+    (mac / "autumn" / ".ipynb_checkpoints").mkdir()
+    (mac / "autumn" / "a" / ".thumbs").mkdir()
+    _png(mac / "autumn" / "a" / ".thumbs" / "x.png", (1, 2, 3))
+    for img in list(mac.glob("*/*/img*.png")):
+        (img.parent / f"._{img.name}").write_bytes(b"\x00\x05\x16\x07")  # AppleDouble's magic, not an image
+    want, got = load("imagefolder", str(clean)), load("imagefolder", str(mac))
+    assert got.env_names == want.env_names == ("autumn", "winter") and got.num_classes == 2
+    for (x, y), (wx, wy) in zip(got.environments, want.environments):
+        assert [p.replace("/mac/", "/clean/") for p in x.paths] == list(wx.paths) and torch.equal(y, wy)
+    assert RunConfig(dataset="imagefolder", data_dir=str(mac), model="simple_cnn").resolved().num_sources == 1
+
+
+@pytest.mark.parametrize("domains", [0, 1])
+def test_an_imagefolder_of_fewer_than_two_domains_is_the_loaders_line_not_a_source_count(tmp_path, domains):
+    """Its config counts the sources as the domains less one: "num_sources=-1 is invalid" named neither the dataset
+    nor the folder."""
+    root = _folder_tree(tmp_path / "one", ["photo"][:domains], ["a", "b"], per=1)
+    root.mkdir(exist_ok=True)
+    with pytest.raises(DatasetNotFound, match=rf"^imagefolder: .*one holds {domains} domain folder\(s\) "
+                                              r"\((photo|none)\); leave-one-domain-out needs at least 2"):
+        RunConfig(dataset="imagefolder", data_dir=str(root), model="simple_cnn").resolved()
+
+
 # ---------------------------------------------------------------- the protocol
 
 @pytest.fixture

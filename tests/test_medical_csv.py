@@ -77,6 +77,23 @@ def test_sidecar_mapping_sets_domain_order_buckets_and_values(tmp_path):
     assert y[:, 1].tolist() == [0, 1] * 4 and y[:, 2].tolist() == [min((17 + 11 * i) // 10, 9) for i in range(8)]
 
 
+def test_a_sidecar_that_leaves_out_a_domain_or_lists_one_is_refused(tmp_path):
+    """The sidecar's `domains` sets the order of the table's domains: one it leaves out vanished from the run without
+    a word (a source fewer); one domain alone read as "num_sources=0 is invalid" from the config."""
+    from fda_ray.core.config import RunConfig
+
+    generic_table(tmp_path)
+    (tmp_path / "table.json").write_text(json.dumps({"domains": ["site_c", "site_a"]}))
+    with pytest.raises(TableError, match=r"table.json: domains=\['site_c', 'site_a'\] is invalid: it lacks "
+                                         r"'site_b', a domain of table.csv; list every domain"):
+        DATASETS.get("medical-csv")(data_dir=str(tmp_path))
+    _write(tmp_path / "table.csv", ["path", "label", "domain"], [[f"img/site_a/train{i}.png", ["No", "Yes"][i % 2],
+                                                                  "site_a"] for i in range(4)])
+    (tmp_path / "table.json").write_text(json.dumps({"domains": ["site_a"]}))
+    with pytest.raises(TableError, match=r"table.csv: column 'domain' holds one domain \('site_a'\); a federated"):
+        RunConfig(dataset="medical-csv", data_dir=str(tmp_path), model="multitask_cnn").resolved()
+
+
 def test_generic_table_errors_name_the_file_line_and_value(tmp_path):
     path = generic_table(tmp_path)
     lines = path.read_text().splitlines()

@@ -31,8 +31,19 @@ def did_you_mean(value: object, names: Iterable[str], cutoff: float = 0.6) -> st
     `cutoff`), or "" when none is close or `value` is not a string."""
     if not isinstance(value, str):
         return ""
-    close = difflib.get_close_matches(value, [str(n) for n in names], n=1, cutoff=cutoff)
+    names = [str(n) for n in names]
+    # compared without case and separators first: DomainBed's class names (PACS, ColoredMNIST, OfficeHome) are what
+    # its users type, and difflib's ratio of "PACS" to "pacs" is 0
+    folded = {_fold(n): n for n in names}
+    if _fold(value) in folded:
+        return f"; did you mean {folded[_fold(value)]!r}?"
+    close = difflib.get_close_matches(value, names, n=1, cutoff=cutoff) or \
+        [folded[c] for c in difflib.get_close_matches(_fold(value), list(folded), n=1, cutoff=cutoff)]
     return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _fold(name: str) -> str:
+    return "".join(ch for ch in name.casefold() if ch not in "-_ ")
 
 
 def plugin_hint() -> str:

@@ -174,8 +174,10 @@ def check_split(name: str, split: object) -> Split:
 def _candidate_dirs(data_dir: str | None, subdirs: list[str], system_dirs: list[str]) -> list[Path]:
     """Where to look. A named data_dir is the only place searched (a typo never falls back to another copy
     silently); without one: $FDA_DATA_DIR, ./data, ~/.cache/fda_ray, then the system's copy."""
+    # Absolute: image files are read where a batch is drawn, which may be an actor on another node whose working
+    # directory is not the command's (a relative --data-dir named files there that are not these).
     if data_dir:
-        root = Path(data_dir).expanduser()
+        root = Path(data_dir).expanduser().absolute()
         if root.exists() and not root.is_dir():
             raise DatasetNotFound(f"data_dir={data_dir!r} is invalid: it is a file, not a directory")
         if root.is_dir() and not os.access(root, os.R_OK | os.X_OK):
@@ -192,7 +194,7 @@ def _candidate_dirs(data_dir: str | None, subdirs: list[str], system_dirs: list[
     for root in (env, "data", os.path.expanduser("~/.cache/fda_ray")):
         if root:
             roots.append(Path(root))
-    dirs = [r / s if s else r for r in roots for s in subdirs]
+    dirs = [r.absolute() / s if s else r.absolute() for r in roots for s in subdirs]
     dirs += [Path(p) for p in system_dirs]
     seen, out = set(), []
     for d in dirs:

@@ -104,12 +104,27 @@ FOLDER_DATASETS: dict[str, FolderLayout] = {
 }
 
 
+def _hidden(name: str) -> bool:
+    """A file or folder no dataset means: a dot name (.ipynb_checkpoints, .git, macOS's ._photo.jpg AppleDouble
+    files, which every archive made on a Mac holds beside each image: not images, they stopped a run when a batch
+    drew one) or a Mac archive's __MACOSX folder."""
+    return name.startswith(".") or name == "__MACOSX"
+
+
+def _subfolders(d: Path) -> list[str]:
+    """The sorted names of `d`'s folders that are not hidden (domains, classes)."""
+    return sorted(p.name for p in d.iterdir() if p.is_dir() and not _hidden(p.name))
+
+
 def _image_files(d: Path) -> list[str]:
-    """torchvision ImageFolder's order: sorted os.walk, sorted file names, known extensions only."""
+    """torchvision ImageFolder's order: sorted os.walk, sorted file names, known extensions only; hidden files and
+    folders left out (torchvision keeps them: a ._x.jpg is drawn as an image, and fails)."""
     out = []
     for root, _, names in sorted(os.walk(d, followlinks=True)):
+        if any(_hidden(part) for part in Path(os.path.relpath(root, d)).parts):  # in a hidden folder
+            continue
         for name in sorted(names):
-            if name.lower().endswith(IMG_EXTENSIONS):
+            if name.lower().endswith(IMG_EXTENSIONS) and not _hidden(name):
                 out.append(os.path.join(root, name))
     return out
 
@@ -123,13 +138,13 @@ def read_environments(root: Path, envs: Sequence[str], dataset: str, size: int =
     out: list[Pair] = []
     for env in envs:
         d = root / env
-        if (d / "images").is_dir() and [p.name for p in d.iterdir() if p.is_dir()] == ["images"]:
+        if (d / "images").is_dir() and _subfolders(d) == ["images"]:
             d = d / "images"  # Office-31's archive: <domain>/images/<class>/
         if not d.is_dir():
-            found = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+            found = _subfolders(root) if root.is_dir() else []
             raise DatasetNotFound(f"{dataset}: environment folder {env!r} is missing in {root} (found: "
                                   f"{', '.join(found) or 'no folders'})")
-        env_classes = sorted(p.name for p in d.iterdir() if p.is_dir())
+        env_classes = _subfolders(d)
         if not env_classes:
             raise DatasetNotFound(f"{dataset}: environment {env!r} ({d}) has no class folders; expected "
                                   f"{d}/<class>/<image files>")
@@ -185,12 +200,21 @@ for _name in FOLDER_DATASETS:
 
 
 def _imagefolder_domains(data_dir: str | None) -> tuple[Path, list[str]]:
-    """An imagefolder tree's root and its domains (the sorted subfolders), without reading the images."""
-    root = Path(data_dir).expanduser() if data_dir else None
-    if root is None or not root.is_dir():
+    """An imagefolder tree's root and its domains (the sorted subfolders, hidden ones left out), without reading
+    the images; fewer than 2 is refused here, where a config counts its sources (it read as "num_sources=-1 is
+    invalid", naming neither the dataset nor the folder)."""
+    if not data_dir:
+        raise DatasetNotFound("imagefolder needs --data-dir: a folder holding <domain>/<class>/<image files>")
+    root = Path(data_dir).expanduser().absolute()  # (its images are read on other nodes too: fda_ray.data.base)
+    if not root.is_dir():
         raise DatasetNotFound(f"imagefolder: data_dir={data_dir!r} is not a directory; expected "
                               "<data_dir>/<domain>/<class>/<image files>")
-    return root, sorted(p.name for p in root.iterdir() if p.is_dir())
+    domains = _subfolders(root)
+    if len(domains) < 2:
+        raise DatasetNotFound(f"imagefolder: {root} holds {len(domains)} domain folder(s) "
+                              f"({', '.join(domains) or 'none'}); leave-one-domain-out needs at least 2, each "
+                              "<domain>/<class>/<image files>")
+    return root, domains
 
 
 @DATASETS.register("imagefolder", defaults=PAPER_DEFAULTS["imagefolder"],
@@ -198,12 +222,7 @@ def _imagefolder_domains(data_dir: str | None) -> tuple[Path, list[str]]:
 def load_imagefolder(data_dir: str | None = None, download: bool = False) -> Split:
     """Any `<data_dir>/<domain>/<class>/*.{jpg,png,...}` tree: domains = the sorted subfolders, classes the same
     in every domain."""
-    if not data_dir:
-        raise DatasetNotFound("imagefolder needs --data-dir: a folder holding <domain>/<class>/<image files>")
     root, domains = _imagefolder_domains(data_dir)
-    if len(domains) < 2:
-        raise DatasetNotFound(f"imagefolder: {root} holds {len(domains)} domain folder(s) ({', '.join(domains)}); "
-                              "leave-one-domain-out needs at least 2")
     envs, classes = read_environments(root, domains, "imagefolder")
     return _env_split(envs, domains, len(classes))
 

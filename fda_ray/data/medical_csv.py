@@ -311,7 +311,7 @@ def generic_table_path(data_dir: str | None) -> Path:
     if not data_dir:
         raise DatasetNotFound(f"medical-csv: give --data-dir, the table (a CSV with columns path,label,domain"
                               f"[,split][,aux_<name>...]) or a folder holding {GENERIC_FILE}")
-    p = Path(data_dir).expanduser()
+    p = Path(data_dir).expanduser().absolute()  # (relative image paths are under it: read on other nodes too)
     if p.is_file():
         return p
     if (p / GENERIC_FILE).is_file():
@@ -448,12 +448,19 @@ def read_generic(path: Path, domains: Sequence[str] | None = None
         t.paths.append(_resolve(r["path"], root))
         t.labels.append([parse_label(r["label"], where)] + [a.parse(r[c], where) for c, a in zip(aux_cols, aux)])
         t.sources.append(where)
-    domains = list(domains or mapping.get("domains") or sorted(set(trains) | set(tests)))
+    in_table = sorted(set(trains) | set(tests))
+    if not domains and mapping.get("domains"):  # the sidecar sets the order of every domain: one it leaves out
+        left = [d for d in in_table if d not in mapping["domains"]]  # would vanish from the run without a word
+        if left:
+            raise TableError(f"{side}: domains={mapping['domains']!r} is invalid: it lacks "
+                             f"{', '.join(map(repr, left))}, a domain of {path.name}; list every domain of the table "
+                             "(the list sets their order), or drop the domain's rows from the table")
+    domains = list(domains or mapping.get("domains") or in_table)
     for d in domains:
         if d not in trains:
             raise TableError(f"{path}: domain {d!r} has no training rows (domains in the table: "
-                             f"{', '.join(sorted(set(trains) | set(tests)))})")
-    if len(set(trains) | set(tests)) < 2:
+                             f"{', '.join(in_table)})")
+    if len(domains) < 2:
         raise TableError(f"{path}: column 'domain' holds one domain ({domains[0]!r}); a federated domain adaptation "
                          "run needs a target domain and at least one source domain")
     _check_leaks(trains, tests)
