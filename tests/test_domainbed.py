@@ -252,6 +252,9 @@ def test_folder_loaders_name_what_is_missing(tmp_path):
     with pytest.raises(DatasetNotFound, match=r"Put the digit_five/ folder") as e:  # not one of DomainBed's
         load("digit-five", str(tmp_path))
     assert "DomainBed" not in str(e.value)
+    (tmp_path / "mnist" / "raw").mkdir(parents=True)  # MNIST's own folder is not Digit-Five's root
+    with pytest.raises(DatasetNotFound, match=r"digit_five \(digit-five\) not found"):
+        load("digit-five", str(tmp_path))
     # Office-Home's "Real World" folder has a space
     _folder_tree(tmp_path / "office_home", ["Art", "Clipart", "Product", "Real World"], ["Alarm_Clock", "Bike"], per=1)
     s = load("office-home", str(tmp_path))

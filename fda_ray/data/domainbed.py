@@ -181,8 +181,10 @@ def _folder_loader(name: str):
 
     def load(data_dir: str | None = None, download: bool = False) -> Split:
         dirs = _candidate_dirs(data_dir, [lay.folder, ""], [])
+        # the dataset's folder, or a root that holds its environments' folders itself: two at least (one alone is
+        # a neighbour's: an MNIST folder `mnist/` beside the data was taken for Digit-Five's root)
         found = next((d for d in dirs if d.is_dir() and d.name == lay.folder), None) or \
-            next((d for d in dirs if d.is_dir() and any((d / e).is_dir() for e in lay.environments)), None)
+            next((d for d in dirs if d.is_dir() and sum((d / e).is_dir() for e in lay.environments) >= 2), None)
         if found is None:
             raise _not_found(f"{lay.folder} ({name})", data_dir, dirs,
                              f"Put {whose} {lay.folder}/ folder ({'/'.join(lay.environments)}, each with one "
