@@ -302,6 +302,18 @@ def test_hidden_files_and_folders_are_no_domain_class_or_image(tmp_path):
     assert RunConfig(dataset="imagefolder", data_dir=str(mac), model="simple_cnn").resolved().num_sources == 1
 
 
+def test_a_link_that_loops_back_is_not_followed_and_linked_folders_are(tmp_path):
+    """A class folder holding `up -> ..` (a loop) read every other class's images as its own; a link to a folder
+    elsewhere (a class kept on another disk) is read as torchvision reads it."""
+    root = _folder_tree(tmp_path / "t", ["winter", "autumn"], ["a", "b"], per=2)
+    (root / "autumn" / "a" / "up").symlink_to("..")
+    elsewhere = _folder_tree(tmp_path / "disk2", ["x"], ["more"], per=1) / "x" / "more"
+    (root / "winter" / "b" / "more").symlink_to(elsewhere)
+    (x_autumn, y_autumn), (x_winter, y_winter) = load("imagefolder", str(root)).environments
+    assert len(x_autumn) == 4 and y_autumn.tolist() == [0, 0, 1, 1]
+    assert len(x_winter) == 5 and x_winter.paths[-1].endswith("/winter/b/more/img0.png")
+
+
 @pytest.mark.parametrize("domains", [0, 1])
 def test_an_imagefolder_of_fewer_than_two_domains_is_the_loaders_line_not_a_source_count(tmp_path, domains):
     """Its config counts the sources as the domains less one: "num_sources=-1 is invalid" named neither the dataset

@@ -119,13 +119,22 @@ def _subfolders(d: Path) -> list[str]:
 def _image_files(d: Path) -> list[str]:
     """torchvision ImageFolder's order: sorted os.walk, sorted file names, known extensions only; hidden files and
     folders left out (torchvision keeps them: a ._x.jpg is drawn as an image, and fails)."""
-    out = []
-    for root, _, names in sorted(os.walk(d, followlinks=True)):
-        if any(_hidden(part) for part in Path(os.path.relpath(root, d)).parts):  # in a hidden folder
+    top = os.path.realpath(d)
+    seen: set[str] = set()
+    walked = []
+    for root, dirs, names in os.walk(d, followlinks=True):
+        real = os.path.realpath(root)
+        # a link back to a folder already walked, or up to the class folder or above it (`up -> ..`): a loop, whose
+        # walk read the other classes' images under this class (torchvision's does); not followed
+        if real in seen or (root != str(d) and (top == real or top.startswith(real.rstrip(os.sep) + os.sep))):
+            dirs[:] = []
             continue
-        for name in sorted(names):
-            if name.lower().endswith(IMG_EXTENSIONS) and not _hidden(name):
-                out.append(os.path.join(root, name))
+        seen.add(real)
+        dirs[:] = [x for x in dirs if not _hidden(x)]
+        walked.append((root, names))
+    out = []
+    for root, names in sorted(walked):  # (torchvision: sorted(os.walk(...)), roots then names in order)
+        out += [os.path.join(root, n) for n in sorted(names) if n.lower().endswith(IMG_EXTENSIONS) and not _hidden(n)]
     return out
 
 
