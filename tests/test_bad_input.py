@@ -408,5 +408,6 @@ def test_no_suggestion_for_a_name_close_to_nothing():
     from fda_ray.core.registry import did_you_mean
 
     assert did_you_mean("zzzzzz", ["fedgp", "fedda"]) == "" and did_you_mean(3, ["fedgp"]) == ""
-    assert did_you_mean("FedGP", ["fedgp", "fedda"]) == ""  # (difflib is case-sensitive: 0.4)
+    assert did_you_mean("FedGP", ["fedgp", "fedda"]) == "; did you mean 'fedgp'?"  # case and separators folded
+    assert did_you_mean("Fed_GQ", ["fedgp", "fedda"]) == "; did you mean 'fedgp'?"  # (difflib alone: 0.36)
     assert did_you_mean("fedpg", ["fedgp", "fedda"]) == "; did you mean 'fedgp'?"

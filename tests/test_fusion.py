@@ -200,8 +200,16 @@ def test_ctrl_c_stops_every_member_and_keeps_their_last_rounds(fmnist_dir, tmp_p
         return out
 
     monkeypatch.setattr(fusion.GroupMember, "collect", collect)
-    with pytest.raises(KeyboardInterrupt):
-        run_group(trials, tmp_path)
+    # Ctrl-C as Python's default handler answers it: a shell without job control starts a background command
+    # (`pytest &` in a script) with SIGINT ignored, and then interrupt_main does nothing
+    import signal
+
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_group(trials, tmp_path)
+    finally:
+        signal.signal(signal.SIGINT, before)
     for t in trials:  # round 0 kept; round 1 collected but stopped before it was kept, or kept: not round 2
         assert not is_done(tmp_path / t.key) and load_state(tmp_path / t.key)["next_round"] in (1, 2)
 
