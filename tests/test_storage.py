@@ -120,3 +120,35 @@ def test_parquet_and_json_land_in_the_bucket_as_objects(s3_bucket):
     assert keys == ["sweeps/p/results.parquet"]  # one object, no temporary object left behind
     table = pq.read_table(io.BytesIO((out / "results.parquet").read_bytes())).to_pylist()
     assert table == [{"row": "fedgp", "accuracy": 0.5}, {"row": "fedda", "accuracy": 0.25}]
+
+
+def test_a_stores_client_gives_up_in_seconds_not_minutes():
+    """pyarrow's defaults: GCS retried for about 15 minutes (a gs:// --out without Google credentials said nothing
+    for 16 minutes, Ctrl-C unheard), S3 waited about 100 s on an endpoint that never answers. The clients get time
+    limits (a URI's own options, the region here, are kept)."""
+    import datetime
+
+    from fda_ray.core import storage
+
+    s3 = storage._cached_filesystem("s3://bucket/p?region=eu-west-1", None, None).__reduce__()[1][0]
+    assert (s3["connect_timeout"], s3["request_timeout"], s3["region"]) == (
+        storage.S3_CONNECT_TIMEOUT_S, storage.S3_REQUEST_TIMEOUT_S, "eu-west-1")
+    gcs = storage._cached_filesystem("gs://bucket/p", None, None).__reduce__()[1][0]
+    assert gcs["retry_time_limit"] == datetime.timedelta(seconds=storage.GCS_RETRY_S)
+
+
+@pytest.mark.parametrize("out,why", [
+    ("s3://", "it names no bucket; s3://BUCKET/PREFIX"),
+    ("S3://bucket/x", "write the scheme in lower case: s3://bucket/x"),
+    ("s3://bucket/my sweep", "' ' in a URI's path"),
+    ("s3://bucket/h#x", "'#' in a URI's path"),
+    ("gs://bucket/ñ", "'ñ' in a URI's path"),
+])
+def test_an_out_uri_a_store_or_tune_cannot_take_is_refused_before_any_work(out, why):
+    """`s3://` wrote to a local folder ./s3:; `S3://` was refused with credentials advice; a space or a non-ASCII
+    letter passed, then Tune could not parse the URI after the sweep began; a '#' sent Tune's state elsewhere."""
+    from fda_ray.runtime.preflight import PreflightError, output_dir
+
+    with pytest.raises(PreflightError) as e:
+        output_dir("out", out)
+    assert str(e.value).startswith(f"out={out!r} is invalid: ") and why in str(e.value), str(e.value)

@@ -45,11 +45,31 @@ def _filesystem(root: str) -> Any:
     return _cached_filesystem(root, os.environ.get("AWS_ENDPOINT_URL"), os.environ.get("AWS_ENDPOINT_URL_S3"))
 
 
+# How long a store's client waits before it gives up on an operation. pyarrow's defaults: GCS retries for about 15
+# minutes (a gs:// --out without Google credentials said nothing for 16 minutes, Ctrl-C unheard inside the C++ call);
+# S3 waited about 100 s on an endpoint that accepts connections and never answers.
+S3_CONNECT_TIMEOUT_S = 5.0
+S3_REQUEST_TIMEOUT_S = 15.0
+GCS_RETRY_S = 20.0
+
+
 @functools.lru_cache(maxsize=16)
 def _cached_filesystem(root: str, endpoint: str | None, s3_endpoint: str | None) -> Any:
+    import datetime
+
     import pyarrow.fs as pafs
 
-    fs, _ = pafs.FileSystem.from_uri(root)
+    fs, _ = pafs.FileSystem.from_uri(root)  # (the URI's own options: region, endpoint_override, ...)
+    rebuild, (options,) = fs.__reduce__()  # the same client, with time limits where the URI set none
+    if isinstance(fs, pafs.S3FileSystem):
+        if options.get("connect_timeout", -1) < 0:
+            options["connect_timeout"] = S3_CONNECT_TIMEOUT_S
+        if options.get("request_timeout", -1) < 0:
+            options["request_timeout"] = S3_REQUEST_TIMEOUT_S
+        return rebuild(options)
+    if isinstance(fs, pafs.GcsFileSystem) and options.get("retry_time_limit") is None:
+        options["retry_time_limit"] = datetime.timedelta(seconds=GCS_RETRY_S)
+        return rebuild(options)
     return fs
 
 

@@ -128,15 +128,28 @@ def output_dir(field: str, value: str | os.PathLike | StoragePath, below: str = 
     names, and the longest relative path `below` it that will be written, fit the filesystem's limits, and `need`
     bytes are free."""
     if isinstance(value, StoragePath) and not value.is_local or is_uri(value):
+        text = value.uri if isinstance(value, StoragePath) else str(value)
+        scheme, _, rest = text.partition("://")
+        if not rest.strip("/"):  # `s3://`: it was written to a local folder ./s3:
+            raise _err(field, text, f"it names no bucket; {scheme}://BUCKET/PREFIX")
+        if scheme != scheme.lower():  # pyarrow knows s3, not S3: it refused with credentials advice
+            raise _err(field, text, f"write the scheme in lower case: {scheme.lower()}://{rest}")
+        if (odd := sorted(set(re.sub(r"[A-Za-z0-9._~/=+@,:-]", "", rest)))):
+            # (a space or a non-ASCII letter: Tune cannot parse the URI after the sweep has started; a '#' cut the
+            # path there, and Tune's state went to another prefix than the records)
+            raise _err(field, text, f"{''.join(odd)!r} in a URI's path; use letters, digits and . _ ~ - / = + @ , :")
         where = storage_path(value)
         probe = where / f".fda-ray-probe-{uuid.uuid4().hex[:12]}"
         try:
             probe.write_bytes(b"fda-ray")
             probe.unlink()
         except Exception as e:  # pyarrow raises OSError subclasses with the store's own message
+            from fda_ray.core.interrupts import cut_line
+
             why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise _err(field, str(value), f"cannot write there ({why[:200]}); check the bucket, the credentials "
-                                          "and $AWS_ENDPOINT_URL") from None
+            advice = "the credentials and $AWS_ENDPOINT_URL" if scheme.lower() == "s3" else "the credentials"
+            raise _err(field, str(value), f"cannot write there ({cut_line(why, 400)}); check the bucket, "
+                                          f"{advice}") from None
         return where
     p = Path(value).expanduser().absolute()
     anc = _existing_ancestor(p)
