@@ -18,6 +18,7 @@ json), and exits: feeding it back through --config gives the same parse.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -79,17 +80,26 @@ def yaml_load(text: str) -> Any:
     """YAML as a researcher writes it: PyYAML's safe loader with YAML 1.2's floats. PyYAML follows YAML 1.1, where
     `1e-3` (no dot) and `1.0e12` (no sign) are strings: `lr_source: 1e-3` was refused as "'1e-3' is invalid: a
     finite number > 0". Everything else reads as safe_load reads it."""
+    import yaml
+
+    return yaml.load(text, Loader=_loader())  # noqa: S506 (a SafeLoader)
+
+
+@functools.lru_cache(maxsize=1)
+def _loader() -> type:
+    """PyYAML's SafeLoader with _FLOAT_12 as its float resolver, built once (a subclass: SafeLoader's own resolvers
+    stay as they are for everyone else)."""
     import re
 
     import yaml
 
-    class Loader(yaml.SafeLoader):  # (a subclass: SafeLoader's own resolvers stay as they are for everyone else)
+    class Loader(yaml.SafeLoader):
         pass
 
     Loader.yaml_implicit_resolvers = {k: [r for r in v if r[0] != "tag:yaml.org,2002:float"]
                                       for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
     Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(_FLOAT_12, re.X), list("-+0123456789."))
-    return yaml.load(text, Loader=Loader)  # noqa: S506 (a SafeLoader)
+    return Loader
 
 
 def _yaml_problem(e: Exception) -> str:

@@ -159,13 +159,6 @@ def nonfinite_back(obj: Any) -> Any:
     return obj
 
 
-def loads(text: str) -> Any:
-    """A record file's text as `nonfinite_back` of its JSON. Most records hold no non-finite number: their text
-    has neither word, and the walk over every value (most of a page check's time) is skipped."""
-    data = json.loads(text)
-    return nonfinite_back(data) if "NaN" in text or "Infinity" in text else data
-
-
 def _save_json(obj: Any, path: StoragePath | Path) -> None:
     """A record's JSON file, strict JSON (non-finite numbers as NONFINITE strings), written atomically."""
     storage_path(path).write_text(json.dumps(_finite(obj), indent=None, default=str, allow_nan=False) + "\n")
@@ -312,7 +305,7 @@ def is_done(record: StoragePath | Path) -> bool:
 def _parsed_rows(record: StoragePath | Path) -> tuple[dict[str, Any] | None, str | None]:
     """(rows.json's contents, None), or (None, why it cannot be read as the record)."""
     try:
-        data = loads((storage_path(record) / ROWS_FILE).read_text())
+        data = nonfinite_back(json.loads((storage_path(record) / ROWS_FILE).read_text()))
     except json.JSONDecodeError as e:
         return None, f"not JSON: {e.msg} at character {e.pos}"
     except UnicodeDecodeError:
@@ -531,7 +524,7 @@ def read_trial(record: StoragePath | Path) -> Trial:
 def read_rows(record: StoragePath | Path) -> dict[str, Any]:
     """{"config", "rows", "seconds", "environment", "nodes"} of a finished trial (records written before the
     environment and the nodes were recorded lack them)."""
-    return loads((storage_path(record) / ROWS_FILE).read_text())
+    return nonfinite_back(json.loads((storage_path(record) / ROWS_FILE).read_text()))
 
 
 def where_running() -> dict[str, Any]:
