@@ -11,7 +11,7 @@ import boto3
 import pytest
 import torch
 
-from fda_ray.core.storage import StoragePath, is_uri, storage_path
+from fda_ray.core.storage import StoragePath, StoreError, asking, is_uri, storage_path
 from fda_ray.experiments.backends import write_parquet
 
 
@@ -152,3 +152,52 @@ def test_an_out_uri_a_store_or_tune_cannot_take_is_refused_before_any_work(out, 
     with pytest.raises(PreflightError) as e:
         output_dir("out", out)
     assert str(e.value).startswith(f"out={out!r} is invalid: ") and why in str(e.value), str(e.value)
+
+
+def _refused_endpoint(monkeypatch) -> None:
+    """The store's endpoint taken down: a loopback port nobody listens on (clients are cached per endpoint)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+
+
+def test_a_store_that_stops_answering_is_a_store_error_naming_the_uri(s3_bucket, monkeypatch):
+    """pyarrow raises a bare OSError (no errno) for a store that does not answer, which a sweep could not tell
+    from a bug: it ended in a traceback. Every call names the object and keeps the store's own reason, the error
+    survives pickling (a worker's error crosses to the sweep; a class with its own __init__ broke the process pool,
+    read as the worker dying), and a missing object is still FileNotFoundError (the store answered)."""
+    rec = StoragePath(s3_bucket + "/sweeps/x/rows.json")
+    rec.write_text("{}")
+    with pytest.raises(FileNotFoundError):
+        (rec.parent / "absent.json").read_text()
+    _refused_endpoint(monkeypatch)
+    calls = {"look up": rec.exists, "read": rec.read_text, "write": lambda: rec.write_text("{}"),
+             "list": lambda: list(rec.parent.iterdir())}
+    for action, call in calls.items():
+        with pytest.raises(StoreError) as e:
+            call()
+        where = rec.parent if action == "list" else rec
+        assert (e.value.uri, e.value.action) == (where.uri, action)
+        assert str(e.value).startswith(f"the store could not {action} {where.uri} (") and e.value.reason, str(e.value)
+        back = pickle.loads(pickle.dumps(e.value))
+        assert (type(back), str(back), back.uri, back.action, back.reason) == (
+            StoreError, str(e.value), e.value.uri, action, e.value.reason)
+    rec.unlink(missing_ok=True)  # (missing_ok: nothing to say)
+
+
+def test_asking_names_a_bare_oserror_as_the_stores_and_lets_the_rest_through():
+    """How Tune's own calls on the store (its state under tune/) are named: a bare OSError becomes a StoreError with
+    the message's first line; a missing file and other exceptions pass unchanged."""
+    with pytest.raises(StoreError) as e:
+        with asking("s3://b/tune", "keep Tune's state in"):
+            raise OSError("When listing objects under key 'tune/': NETWORK_CONNECTION\nsecond line")
+    assert str(e.value) == "the store could not keep Tune's state in s3://b/tune (When listing objects under key " \
+                           "'tune/': NETWORK_CONNECTION)"
+    for passing in (FileNotFoundError("x"), ValueError("y")):
+        with pytest.raises(type(passing)) as e:
+            with asking("s3://b/x", "read"):
+                raise passing
+        assert e.value is passing

@@ -54,6 +54,27 @@ def _plain(fmnist_dir, method, noise, **kw):
                          **{**TINY, **kw}))
 
 
+def test_a_store_that_stops_answering_mid_sweep_ends_in_one_line_with_the_resume_command(
+        tiny_grid, fmnist_dir, s3_bucket, monkeypatch, capsys):
+    """The store went down while the trials ran (here: as the backend returns): the sweep ended in pyarrow's
+    traceback. It ends in one line naming the store and the resume command, exit 1."""
+    def trials_run_then_the_store_goes_down(*a, **kw):
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{s.getsockname()[1]}")
+        return []
+
+    monkeypatch.setattr(sweep, "run_local", trials_run_then_the_store_goes_down)
+    out = s3_bucket + "/sweeps/down"
+    assert sweep.main(_args(fmnist_dir, out, "--backend", "local", "--workers", "1", "--no-figures",
+                            "--track", "none")) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: the store could not look up {out}/trials/"), err
+    assert err[0].endswith(f"--out {out} --backend local --workers 1 --no-figures --track none --resume"), err
+
+
 @pytest.mark.slow
 def test_sweep_end_to_end_and_resume(tiny_grid, fmnist_dir, tmp_path, capsys, no_ray):
     out = tmp_path / "sweep"

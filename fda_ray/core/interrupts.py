@@ -182,6 +182,12 @@ def cli_main(main: Callable[..., int]) -> Callable[..., int]:
                   file=sys.stderr)
             code = EXIT_INTERRUPTED
         except OSError as e:
+            from fda_ray.core.storage import StoreError
+
+            if isinstance(e, StoreError):  # an object store down or refusing: what it holds stays there
+                print(f"error: {e}; what finished before is kept there (a sweep's trials): once the store answers, "
+                      "run the same command again (a sweep with --resume)", file=sys.stderr)
+                return EXIT_WRITE
             line = write_failure(e)
             if line is None:
                 if code := _explained(e):

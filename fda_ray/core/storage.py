@@ -73,6 +73,32 @@ def _cached_filesystem(root: str, endpoint: str | None, s3_endpoint: str | None)
     return fs
 
 
+class StoreError(OSError):
+    """An object store that did not answer, or refused, an operation on `uri` (pyarrow raises a bare OSError with
+    no errno, indistinguishable from a program error): the URI, what was asked and the store's own first line, so
+    that a sweep whose store goes down mid-run ends in one line that says so and how to resume."""
+
+    def __init__(self, uri: str, action: str, reason: str) -> None:
+        super().__init__(f"the store could not {action} {uri} ({reason})")
+        self.uri, self.action, self.reason = uri, action, reason
+
+    def __reduce__(self) -> tuple:  # (a worker's error crosses to the sweep's process: pickled by its own fields)
+        return (StoreError, (self.uri, self.action, self.reason))
+
+
+@contextlib.contextmanager
+def asking(uri: str, action: str) -> Iterator[None]:
+    """A store call whose failure (not a missing object) becomes a StoreError naming `uri`."""
+    try:
+        yield
+    except (FileNotFoundError, StoreError):
+        raise
+    except OSError as e:
+        text = str(e).strip()
+        reason = text.splitlines()[0] if text else type(e).__name__
+        raise StoreError(uri, action, reason[:400] + (" ..." if len(reason) > 400 else "")) from e
+
+
 class StoragePath:
     """A local path or a URI, with the pathlib.Path methods a sweep uses (module docstring)."""
 
@@ -166,7 +192,8 @@ class StoragePath:
 
     def _info(self) -> Any:
         fs, path = self._remote()
-        return fs.get_file_info(path)
+        with asking(self.uri, "look up"):
+            return fs.get_file_info(path)
 
     def exists(self) -> bool:
         if self.is_local:
@@ -208,7 +235,8 @@ class StoragePath:
         import pyarrow.fs as pafs
 
         fs, path = self._remote()
-        infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True, recursive=False))
+        with asking(self.uri, "list"):
+            infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True, recursive=False))
         for info in sorted(infos, key=lambda i: i.path):
             yield self / info.path.rstrip("/").rsplit("/", 1)[-1]
 
@@ -245,7 +273,8 @@ class StoragePath:
                 raise
             if "not found" in str(e).lower() or "does not exist" in str(e).lower():
                 raise FileNotFoundError(f"{self.uri}: no such object") from None
-            raise
+            with asking(self.uri, "read"):
+                raise
 
     def read_text(self, encoding: str = "utf-8", errors: str = "strict") -> str:
         return self.read_bytes().decode(encoding, errors)
@@ -267,7 +296,7 @@ class StoragePath:
                     os.fsync(f.fileno())  # on disk before the rename makes it the file: a power cut keeps one whole
             return
         fs, path = self._remote()
-        with fs.open_output_stream(path) as f:
+        with asking(self.uri, "write"), fs.open_output_stream(path) as f:
             f.write(data)
 
     def write_text(self, text: str, encoding: str = "utf-8") -> None:
@@ -288,8 +317,9 @@ class StoragePath:
             return
         fs, path = self._remote()
         try:
-            fs.delete_file(path)
-        except (FileNotFoundError, OSError):
+            with asking(self.uri, "delete"):
+                fs.delete_file(path)
+        except OSError:  # (FileNotFoundError, or the store's refusal)
             if not missing_ok:
                 raise
 

@@ -5,6 +5,7 @@ and settles; and `write_parquet`, the results table both front ends write.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from fda_ray.core import interrupts
-from fda_ray.core.storage import StoragePath, storage_path
+from fda_ray.core.storage import StoragePath, StoreError, asking, storage_path
 from fda_ray.runtime import preflight
 from fda_ray.experiments.console import (Progress, quiet_worker, stopped_line, trial_name, tune_errors_log,
                                          tune_errors_to)
@@ -375,6 +376,14 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
     errors_log = tune_errors_log(out)
     settled_early: set[str] = set()  # fused members said done while their group went on
 
+    def done(key: str) -> bool:
+        """Whether a trial's record is finished; False while its object store does not answer (an exception in a
+        Tune callback would end the launch in Tune's tracebacks: the sweep names the store in one line after it)."""
+        try:
+            return is_done(records / key)
+        except StoreError:
+            return False
+
     class Callback(tune.Callback):
         def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
             for key in _member_keys(trial):  # (a group run again: its members said done stay done)
@@ -386,7 +395,7 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
             if "group" in trial.config["run"]:
                 for key, row in (result.get("members") or {}).items():
                     if row.get(ft.MEMBER_FINISHED):  # done now, not when its group ends
-                        if key not in settled_early and is_done(records / key):
+                        if key not in settled_early and done(key):
                             settled_early.add(key)
                             progress.line(by_key[key], "done")
                         continue
@@ -398,7 +407,7 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
             if "group" in trial.config["run"]:
                 for key in _member_keys(trial):
                     if key not in settled_early:
-                        progress.line(by_key[key], "done" if is_done(records / key) else "FAILED")
+                        progress.line(by_key[key], "done" if done(key) else "FAILED")
                 return
             key = trial.config["run"]["trial"]["key"]
             if on_stopped is not None and not is_done(records / key):
@@ -437,7 +446,7 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
                 self.settles_launch(trial, by_key[trial.config["run"]["trial"]["key"]])
             for key in _member_keys(trial):
                 if key not in settled_early:
-                    progress.line(by_key[key], "done" if is_done(records / key) else "FAILED")
+                    progress.line(by_key[key], "done" if done(key) else "FAILED")
 
         def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
             # Tune runs a failing trial again (--max-failures) and says so only in its own traceback dump: one
@@ -536,8 +545,11 @@ def run_tune(pending: list[Trial], records: StoragePath, out: StoragePath, addre
                 run_config=tune.RunConfig(name=launch, storage_path=str(out / "tune"), verbose=0,
                                           failure_config=tune.FailureConfig(max_failures=max_failures),
                                           callbacks=[Callback(), watch_callback], stop=watch_stopper))
-            with interrupts.graceful(), tune_errors_to(errors_log):  # SIGTERM stops the launch as Tune's Ctrl-C does
-                grid = tuner.fit()
+            # (Tune reads and writes its state on the store itself: a store that stops answering ends the fit in
+            # pyarrow's bare OSError, named here as the store's, which the sweep turns into one line)
+            with interrupts.graceful(), tune_errors_to(errors_log), \
+                    contextlib.nullcontext() if out.is_local else asking(str(out / "tune"), "keep Tune's state in"):
+                grid = tuner.fit()  # SIGTERM stops the launch as Tune's Ctrl-C does
             for result in grid:
                 if result.error is not None:
                     grouped = "group" in result.config["run"]

@@ -39,7 +39,7 @@ import time
 from typing import Any, Callable
 
 from fda_ray.core import locks, plugins
-from fda_ray.core.storage import StoragePath, storage_path
+from fda_ray.core.storage import StoragePath, StoreError, storage_path
 from fda_ray.runtime import node_watch, preflight, resources
 from fda_ray.core.registry import did_you_mean
 from fda_ray.experiments.cli import config_fields
@@ -219,6 +219,9 @@ def _execute(a: Any, grid: Grid, trials: list[Trial], out: StoragePath, records:
                                              progress, pin_drivers=a.pin_drivers, fuse=fuse)
     except KeyboardInterrupt:
         interrupted = True
+    except StoreError as e:
+        _shutdown_ray()
+        return _store_down(e, records, command)
     finally:
         console.OBSERVERS.clear()
         tracker.close()
@@ -236,6 +239,9 @@ def _execute(a: Any, grid: Grid, trials: list[Trial], out: StoragePath, records:
             values = [v for v in grid.values if any(t.value == v or v in t.values for t in shown)]
         return _summarise(a, grid, trials, out, records, command, row_keys, values, pending, failures, interrupted, t0,
                           shown)
+    except StoreError as e:
+        _shutdown_ray()
+        return _store_down(e, records, command)
     except OSError as e:  # the disk refused the results table, the summary or a figure: the trials' records stay
         line = write_failure(e)
         if line is None:
@@ -244,6 +250,13 @@ def _execute(a: Any, grid: Grid, trials: list[Trial], out: StoragePath, records:
         print(f"error: {line}; the {done} finished trials' records are kept in {records}; free the space (or fix the "
               f"path), then resume with: {command} --resume", file=sys.stderr)
         return 1
+
+
+def _store_down(e: StoreError, records: StoragePath, command: str) -> int:
+    """One line for an object store that stopped answering mid-sweep (exit 1): the records written before stay."""
+    print(f"error: {e}; the finished trials' records stay in {records}, and a trial cut off keeps its last round: "
+          f"once the store answers, resume with: {command} --resume", file=sys.stderr)
+    return 1
 
 
 def _with_earlier_chunks(grid: Grid, merged: Any, trials: list[Trial], records: StoragePath) -> list[Trial]:

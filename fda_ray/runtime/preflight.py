@@ -146,7 +146,7 @@ def output_dir(field: str, value: str | os.PathLike | StoragePath, below: str = 
         except Exception as e:  # pyarrow raises OSError subclasses with the store's own message
             from fda_ray.core.interrupts import cut_line
 
-            why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            why = getattr(e, "reason", None) or (str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
             advice = "the credentials and $AWS_ENDPOINT_URL" if scheme.lower() == "s3" else "the credentials"
             raise _err(field, str(value), f"cannot write there ({cut_line(why, 400)}); check the bucket, "
                                           f"{advice}") from None
