@@ -208,6 +208,29 @@ def test_fedrep_keeps_the_global_head_and_each_client_its_own(tiny):
     assert all(h.shape == (int(mask.sum()),) for h in heads) and not torch.equal(heads[0], heads[-1])
 
 
+def test_fedreps_body_epochs_train_the_body_that_many_epochs_and_one_is_the_recorded_default(tiny):
+    """lgcollins/FedRep's scripts run 5 body epochs (--local_rep_ep), Auto-weighted FDA's setting one: a flag.
+    One epoch is the default, with the trial keys recorded before the flag existed; two epochs take twice the
+    body's steps and move the body elsewhere."""
+    from fda_ray.experiments.records import trial_key
+
+    done = {}
+    for body_epochs in (1, 2):
+        cfg = personal(tiny, "fedrep", rounds=1, params={"fedrep": {"head_epochs": 1, "body_epochs": body_epochs}})
+        exp = build_experiment(cfg)
+        ex = SerialExecutor(exp.clients)
+        hist = run_rounds(exp, ex)
+        body = ~head_mask(exp.model, exp.layout)
+        done[body_epochs] = ([st["steps_total"] for st in ex.client_states()], hist.final_weights[body])
+    (steps1, body1), (steps2, body2) = done[1], done[2]
+    assert all(n > 0 for n in steps1) and steps2 == [2 * n for n in steps1], (steps1, steps2)
+    assert not torch.equal(body1, body2)
+    base = {k: v for k, v in cfg.to_dict().items() if k != "params"}
+    key = lambda fedrep: trial_key("fedrep", "noise", 0.0, 0, {**base, "params": {"fedrep": fedrep}})  # noqa: E731
+    assert key({"head_epochs": 1, "body_epochs": 1}) == key({"head_epochs": 1})
+    assert key({"head_epochs": 1, "body_epochs": 2}) != key({"head_epochs": 1})
+
+
 @pytest.mark.parametrize("model", ["simple_cnn", "mnist_cnn", "shot_lenet"])
 def test_the_head_is_the_layer_that_gives_the_output(model):
     """FedRep's head and kNN-Per's embedding point: the output layer's tensors, exactly (on the SHOT models, whose

@@ -99,7 +99,8 @@ ADDED_LATER: dict[str, Any] = {"vectorise": "off", "source_classes": 4, "test_en
 # computes what the family computed before it. A changed default is not listed: its trials are other trials.
 PARAMS_ADDED_LATER: dict[str, dict[str, Any]] = {"fssda": {"sgd_momentum": 0.9},
                                                  "fedwca": {"cross_cluster_norm": "columns", "labelset": False},
-                                                 "healthcare": {"head_activation": "linear", "binary_loss": "logit"}}
+                                                 "healthcare": {"head_activation": "linear", "binary_loss": "logit"},
+                                                 "fedrep": {"body_epochs": 1}}
 
 
 def trial_key(row: str, variable: str, value: float | None, seed: int, params: dict[str, Any], kind: str = "run",

@@ -179,8 +179,11 @@ def ditto_recipe(client: Client, task: ClientTask, inputs: Mapping[str, torch.Te
 @dataclass(frozen=True)
 class FedRepParams(Params):
     family = "fedrep"
-    head_epochs: int = param(10, "epochs of the head (body frozen) before the body's epoch; knn-per's "
+    head_epochs: int = param(10, "epochs of the head (body frozen) before the body's epochs; knn-per's "
                                  "LOCAL_HEAD_UPDATES = 10", low=1, integer=True)
+    body_epochs: int = param(1, "epochs of the body (head frozen) after the head's; 1 is Auto-weighted FDA's one "
+                                "local epoch, lgcollins/FedRep's scripts mostly run 5 (--local_rep_ep)",
+                             low=1, integer=True)
 
 
 class FedRep(_Base):
@@ -192,7 +195,8 @@ class FedRep(_Base):
         self.head = head_mask(model, layout)  # (M,) bool
 
     def hparams(self, client: int) -> dict[str, Any]:
-        return {**super().hparams(client), "head_epochs": self.params.head_epochs}
+        return {**super().hparams(client), "head_epochs": self.params.head_epochs,
+                "body_epochs": self.params.body_epochs}
 
     def evaluate(self, r: int, state: ServerState, evaluator: Evaluator) -> dict[str, Any]:
         w = state["global"].clone()
@@ -203,7 +207,9 @@ class FedRep(_Base):
 @RECIPES.register("fedrep")
 def fedrep_recipe(client: Client, task: ClientTask, inputs: Mapping[str, torch.Tensor]) -> ClientResult:
     """The client's head (its own, or the received one at first) for head_epochs epochs with the body frozen,
-    then the body one epoch with the head frozen; sends the body's delta (the head's coordinates 0)."""
+    then the body body_epochs epochs with the head frozen (one optimiser over them, as one loop of lgcollins/FedRep's
+    local update); sends the body's delta (the head's coordinates 0). The steps are the body's; the loss its last
+    epoch's."""
     h = task.hparams
     model, layout = client.model, client.layout
     mask = head_mask(model, layout).to(client.device)  # (M,)
@@ -226,7 +232,11 @@ def fedrep_recipe(client: Client, task: ClientTask, inputs: Mapping[str, torch.T
             client.epoch(opt, h["batch"], task.round, f"head{e}", False, task.data)
         train_only(head_part=False)
         opt = client.optimizer_for(h["lr"])
-        steps, loss, _ = client.epoch(opt, h["batch"], task.round, task.purpose, False, task.data)
+        steps = 0
+        for e in range(int(h.get("body_epochs", 1))):  # (the first epoch's purpose as before: the same data order)
+            n, loss, _ = client.epoch(opt, h["batch"], task.round, task.purpose if e == 0 else f"body{e}", False,
+                                      task.data)
+            steps += n
     finally:
         for p in params.values():
             p.requires_grad_(True)
