@@ -326,3 +326,54 @@ def test_diagnostics_aggregate_is_the_table_rule_on_the_whole_vector():
     torch.testing.assert_close(dg.aggregate("source_only", None, s, w, 0.5), fedavg(s, weights=w), rtol=0, atol=0)
     with pytest.raises(ValueError, match="rule='fedavg' is invalid"):
         dg.aggregate("fedavg", t, s, w, 0.5)
+
+
+@pytest.mark.parametrize("scale", ["both", "target"])
+def test_the_auto_estimators_scale_the_sources_as_estimate_scale_says(tiny, scale):
+    """The authors' two auto scripts differ: the Fashion-MNIST one scales the sources' per-step deltas by lr_T /
+    lr_S as well as the target's, the DomainBed one only the target's (FedDA_Auto's beta_i moves with it; FedGP's
+    plain rule reads only the sources' directions). The round's beta_i are those of the estimators on the scaled
+    inputs, and the two scales give FedDA_Auto different beta_i."""
+    from fda_ray.algorithms.fda.estimators import auto_beta, estimate
+    from fda_ray.core.contract import ClientResult
+    from fda_ray.runtime.engine import build_experiment
+
+    exp = build_experiment(tiny(method="fedda_auto", estimate_scale=scale, lr_source=0.01, lr_target=0.002, rounds=3))
+    algo, n, m = exp.algorithm, exp.cfg.num_sources, exp.layout.size
+    assert algo.lr_ratio == pytest.approx(0.2)
+    g = torch.Generator().manual_seed(1)
+    steps = torch.randn(6, m, generator=g) * 1e-3  # (B, M) the target's per-step deltas
+    sources = torch.randn(n, m, generator=g) * 1e-2  # (N, M) the sources' round deltas
+    results = {i: ClientResult(client=i, tensors={"delta": sources[i]}, scalars={"loss": 0.0}) for i in range(n)}
+    results[algo.target] = ClientResult(client=algo.target, tensors={"delta": steps.sum(0), "step_deltas": steps},
+                                        scalars={"loss": 0.0})
+    _, metrics = algo.aggregate(algo.warmup, {"global": torch.zeros(m)}, results)
+    per_step = sources / algo.src_steps.unsqueeze(1)  # (N, M)
+    src_scale = algo.lr_ratio if scale == "both" else 1.0
+    want = auto_beta(estimate(steps * algo.lr_ratio, per_step * src_scale), "fedda")
+    torch.testing.assert_close(torch.tensor(metrics["beta_i"], dtype=torch.float64), want, rtol=1e-6, atol=0)
+    other = auto_beta(estimate(steps * algo.lr_ratio, per_step * (1.0 if scale == "both" else algo.lr_ratio)), "fedda")
+    assert not torch.allclose(want, other, rtol=1e-3)
+
+
+def test_the_authors_auto_settings_by_dataset_and_partition(fmnist_dir):
+    """FedDA_Auto scales only the target's deltas on DomainBed datasets (the DomainBed auto script), both sides
+    elsewhere; FedGP_Auto keeps both (its beta is the same either way). The auto rows train the target at batch 4
+    under covariate shift and at 16 under label shift (the script's noise loop alone passes --target_batch_size 4)."""
+    from fda_ray.core.config import RunConfig
+
+    def resolved(**kw):
+        return RunConfig(data_dir=str(fmnist_dir), **kw).resolved()
+
+    assert resolved(dataset="colored-mnist", method="fedda_auto").estimate_scale == "target"
+    assert resolved(dataset="rotated-fmnist", method="fedda_auto").estimate_scale == "target"
+    assert resolved(dataset="colored-mnist", method="fedgp_auto").estimate_scale == "both"
+    assert resolved(dataset="fashion-mnist", method="fedda_auto").estimate_scale == "both"
+    assert resolved(dataset="colored-mnist", method="fedda_auto", estimate_scale="both").estimate_scale == "both"
+    for method in ("fedda_auto", "fedgp_auto"):
+        assert resolved(dataset="fashion-mnist", method=method).batch_target == 4
+        assert resolved(dataset="fashion-mnist", method=method, partition="label_shift").batch_target == 16
+        assert resolved(dataset="fashion-mnist", method=method, partition="label_shift", batch_target=4).batch_target == 4
+    assert resolved(dataset="fashion-mnist", method="fedda", partition="label_shift").batch_target == 16
+    with pytest.raises(ValueError, match="estimate_scale='source' is invalid"):
+        RunConfig(method="fedda_auto", estimate_scale="source")

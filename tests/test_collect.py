@@ -488,3 +488,26 @@ def test_a_metric_that_is_not_a_fraction_is_shown_as_recorded_by_default(capsys)
     assert collect.main([str(d)]) == 0 and "accuracy, final round (%): mean" in capsys.readouterr().out
     assert not collect.is_fraction([{"m": 0.5}, {"m": [0.2, 3.0]}], "m")
     assert collect.is_fraction([{"m": 0.5}, {"m": "[0.2, 1.0]"}, {"m": None}], "m")
+
+
+def test_a_resume_over_records_of_a_moved_default_says_which_default_moved(tmp_path):
+    """A resume whose planned trial's key moved because fda-ray's default changed (here the label-shift auto rows'
+    target batch, 4 in the committed records, 16 since) named only two keys ("another key: ... there, ... here"):
+    it names the field, the record's value and today's."""
+    import shutil
+
+    from fda_ray.experiments import manifest as mf
+    from fda_ray.experiments.records import changed_settings
+    from fda_ray.experiments.trials import plan
+    from fda_ray.papers.grids import GRIDS
+
+    d = RESULTS / "fmnist-label-shift"
+    m = mf.read(d)
+    cell = next(t for t in plan(GRIDS[m.name], m.profile, seeds=m.seeds, overrides=dict(m.overrides))
+                if t.row == "fedda_auto" and t.value == 0.3)
+    old = next(r for r in (d / "trials").iterdir() if r.name.startswith("fedda_auto-eta0.3-seed0-"))
+    assert old.name != cell.key  # (the key moved)
+    shutil.copytree(old, tmp_path / old.name)
+    why = changed_settings([cell], tmp_path)
+    assert why == "trial fedda_auto at 0.3, seed 0 was recorded before fda-ray's default changed (batch_target 4 " \
+                  "there, 16 here: docs/methods.md)", why

@@ -92,7 +92,7 @@ ADDED_LATER: dict[str, Any] = {"vectorise": "off", "source_classes": 4, "test_en
                                "aux_alpha": 0.0, "source_envs": None, "dirichlet_concentration": None,
                                "target_labelled_per_class": None, "clients_per_domain": None,
                                "val_share": None, "source_val_share": None, "environment_seed": "domainbed",
-                               "shard_cap": "device"}
+                               "shard_cap": "device", "estimate_scale": "both"}
 
 
 # The same for the method families' parameters (RunConfig.params[family][name]): a parameter added at the value that
@@ -480,8 +480,11 @@ def changed_settings(trials: Sequence[Trial], records: StoragePath | Path) -> st
         old = recorded.get((t.row, t.value, t.seed, t.kind))
         if old is None or old.key == t.key or (records / t.key / TRIAL_FILE).is_file():
             continue
-        return f"trial {t.row} at {t.value if t.value is not None else 'every value'}, seed {t.seed} was recorded " \
-               f"with other settings ({settings_difference(old, t)})"
+        cell = f"trial {t.row} at {t.value if t.value is not None else 'every value'}, seed {t.seed}"
+        if (moves := documented_moves(records / old.key, t)) is not None:  # fda-ray's default moved, not the user's
+            said = "; ".join(f"{k} {a!r} there, {b!r} here" for k, (a, b) in moves.items())
+            return f"{cell} was recorded before fda-ray's default changed ({said}: docs/methods.md)"
+        return f"{cell} was recorded with other settings ({settings_difference(old, t)})"
     return None
 
 
@@ -502,19 +505,37 @@ def settings_difference(old: Trial, new: Trial) -> str:
 # A trial's key moves when a default it resolves changes (its trial.json keeps its params, which resolve today's
 # defaults): the moves made on purpose, by (row, partition), with the fields that moved. The DomainBed oracle's
 # learning rate is the authors' lr / 4 since 2026-11-29 (docs/methods.md, DomainBed protocol; it was the sources' lr).
-MOVED_DEFAULTS = {("oracle", "domainbed"): frozenset({"lr_target"})}
+# Since 2026-11-30 (docs/authors-code.md), as the authors' scripts: FedDA_Auto on DomainBed scales only the target's
+# per-step deltas for its estimators (estimate_scale, a field added then: "both" before), and the auto-weighted rows
+# of the label-shift grid train the target at batch 16 (4 before, the noise grid's).
+MOVED_DEFAULTS = {("oracle", "domainbed"): frozenset({"lr_target"}),
+                  ("fedda_auto", "domainbed"): frozenset({"estimate_scale"}),
+                  ("fedda_auto", "label_shift"): frozenset({"batch_target"}),
+                  ("fedgp_auto", "label_shift"): frozenset({"batch_target"})}
 
 
 def moved_by_a_documented_default(record: StoragePath | Path, today: Trial) -> bool:
     """Whether the finished record at `record` differs from trial `today` (its plan under today's defaults) only by
     a documented default change (MOVED_DEFAULTS), read from its rows.json's config (what it ran with): such a record
     is still its cell's (the results pages read it; the committed-key tests allow it)."""
+    return documented_moves(record, today) is not None
+
+
+def documented_moves(record: StoragePath | Path, today: Trial) -> dict[str, tuple[Any, Any]] | None:
+    """{field: (the record's value, today's)} where the record differs from `today` only by a documented default
+    change (moved_by_a_documented_default), else None."""
     rows = storage_path(record) / ROWS_FILE
     if not rows.is_file():
-        return False
+        return None
     was, here = json.loads(rows.read_text())["config"], today.config().resolved().to_dict()
-    moved = {k for k in set(was) & set(here) if was[k] != here[k]}  # (fields added since: absent from was)
-    return MOVED_DEFAULTS.get((today.row, here.get("partition"))) == moved
+    expected = MOVED_DEFAULTS.get((today.row, here.get("partition")))
+    if expected is None:
+        return None
+    # (the fields that change numbers: where a run executed, clients_per_actor say, is no move; a field added
+    # since is absent from was, and ran at the value it was added at)
+    was = {**{k: ADDED_LATER[k] for k in expected if k not in was and k in ADDED_LATER}, **was}
+    moved = {k for k in set(was) & set(here) & set(numbers_fields()) if was[k] != here[k]}
+    return {k: (was[k], here[k]) for k in sorted(moved)} if moved == expected else None
 
 
 def read_trial(record: StoragePath | Path) -> Trial:

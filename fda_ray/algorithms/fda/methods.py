@@ -16,8 +16,9 @@
   oracle            target_only trained on all of the target's training-domain data (its "pool" view)
 
 The family's hyper-parameters are its Params (fda_ray.algorithms.fda.params.FDAParams: beta, projection, filter,
-auto_beta_rule, auto_lr_factor, finetune_epochs, baseline_protocol, log_estimates, faithful_domainbed_auto), which
-are RunConfig keywords under their own names; the learning rates, batches and warmup_rounds are the run config's.
+auto_beta_rule, auto_lr_factor, finetune_epochs, baseline_protocol, log_estimates, faithful_domainbed_auto,
+estimate_scale), which are RunConfig keywords under their own names; the learning rates, batches and warmup_rounds
+are the run config's.
 The estimates of every main round are logged (log_estimates): the side a method does not use trains too, on its
 own seeds, for the estimates only.
 """
@@ -74,7 +75,10 @@ class FDA(Algorithm):
             if cfg.batch_target is None:
                 fill["batch_target"] = cfg.batch_source or defaults["batch_source"]
         if cls.auto_rule is not None and cfg.batch_target is None and "batch_target" not in fill:
-            fill["batch_target"] = defaults["auto_batch_target"]
+            # The authors' Fashion-MNIST auto script passes --target_batch_size 4 in its covariate-shift loop only:
+            # its label-shift runs keep the default batch (16; records.MOVED_DEFAULTS: 4 before 2026-11-30).
+            label_shift = (cfg.partition or defaults["partition"]) == "label_shift"
+            fill["batch_target"] = defaults["batch_target"] if label_shift else defaults["auto_batch_target"]
         # The authors' static DomainBed script warms up only when the sources take part (proj_w > 0): target only
         # trains from the initial model.
         if _domainbed(cfg) and cls.rule == "target_only" and not cls.oracle and cfg.warmup_rounds is None:
@@ -85,7 +89,10 @@ class FDA(Algorithm):
     def param_defaults(cls, cfg) -> dict[str, Any]:
         # The estimates are logged wherever the sources train; the authors' auto script's DomainBed split is the
         # default of the auto-weighted methods there (the published auto rows came from it).
-        return {"log_estimates": cls.train_sources, "faithful_domainbed_auto": _domainbed(cfg) and cls.auto_rule is not None}
+        # FedDA_Auto on DomainBed: the authors' DomainBed auto script scales only the target's per-step deltas
+        # (FedGP_Auto's beta is the same either way: its estimates keep the other script's convention).
+        return {"log_estimates": cls.train_sources, "faithful_domainbed_auto": _domainbed(cfg) and cls.auto_rule is not None,
+                "estimate_scale": "target" if _domainbed(cfg) and cls.auto_rule == "fedda" else "both"}
 
     @classmethod
     def uses(cls, cfg) -> dict[str, bool]:
@@ -94,7 +101,8 @@ class FDA(Algorithm):
                 "filter": cls.rule == "fedgp", "auto_lr_factor": cls.auto_rule is not None,
                 "auto_beta_rule": cls.auto_rule == "fedgp", "finetune_epochs": cls.finetune,
                 "baseline_protocol": cls.finetune or cls.oracle, "lr_source": sources, "batch_source": sources,
-                "log_estimates": True, "faithful_domainbed_auto": cls.auto_rule is not None, "aux_alpha": sources}
+                "log_estimates": True, "faithful_domainbed_auto": cls.auto_rule is not None, "aux_alpha": sources,
+                "estimate_scale": cls.auto_rule is not None or sources}
 
     @classmethod
     def planned_rounds(cls, cfg) -> int:
@@ -180,9 +188,11 @@ class FDA(Algorithm):
             steps = tres.tensors.get("step_deltas") if tres is not None else None  # (B, M)
             if self.auto_rule is not None or (p.log_estimates and src is not None and steps is not None
                                               and steps.shape[0] >= 2):
-                # Per-step deltas of both sides, both scaled by lr_T / lr_S as in the authors' code
-                # (docs/authors-code.md): the factor cancels in beta; the logged estimates carry it.
-                aligned = src / self.src_steps.to(src.device).unsqueeze(1) * self.lr_ratio  # (N, M)
+                # Per-step deltas (a source's: its round delta over its steps), the target's scaled by lr_T / lr_S,
+                # the sources' too unless estimate_scale is "target" (the two authors' scripts differ:
+                # docs/authors-code.md); with both scaled the factor cancels in beta and the logged estimates carry it.
+                src_scale = self.lr_ratio if p.estimate_scale == "both" else 1.0
+                aligned = src / self.src_steps.to(src.device).unsqueeze(1) * src_scale  # (N, M)
                 stats = estimate(steps * self.lr_ratio, aligned, impl=cfg.aggregation_impl)
                 metrics.update(round_estimates(stats, self.weights, self.layout.size, steps.shape[0], p.beta))
                 if self.auto_rule is not None:

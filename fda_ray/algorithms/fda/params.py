@@ -9,6 +9,8 @@ its `Params`, stored in RunConfig.params["fda"] like every family's.
     finetune_epochs           finetune_offline's epochs after FedAvg
     baseline_protocol         how oracle and finetune_offline run (the authors' scripts, or the round loop)
     log_estimates             log the estimators every main round
+    estimate_scale            which side's per-step deltas the estimators scale by lr_T / lr_S (the authors' scripts
+                              differ: both in the Fashion-MNIST/CIFAR-10 one, the target's only in the DomainBed one)
     faithful_domainbed_auto   the authors' auto script's DomainBed data split
 
 The seed papers, every recorded grid and every committed trial name them on their own (beta, not fda.beta), so
@@ -35,6 +37,8 @@ if TYPE_CHECKING:
 
 # How the oracle and finetune_offline baselines run (docs/authors-code.md, "Oracle and Finetune_Offline").
 BASELINE_PROTOCOLS = ("authors", "loop")
+# Which per-step deltas the auto-weighted estimators scale by lr_T / lr_S (docs/authors-code.md, "The estimators' scale").
+ESTIMATE_SCALES = ("both", "target")
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,13 @@ class FDAParams(Params):
                                              "Delta^2 each main round; default on for methods that train sources",
                                        boolean=True, optional=True)
 
+    estimate_scale: str | None = param(
+        None, "which per-step deltas the estimators scale by lr_T / lr_S: both (the authors' Fashion-MNIST/CIFAR-10 "
+              "auto script) or target (their DomainBed auto script, whose sources' deltas enter unscaled); it moves "
+              "fedda_auto's beta_i (fedgp_auto's depends only on the sources' directions) and the logged estimates; "
+              "default target for fedda_auto on DomainBed datasets, both elsewhere", choices=ESTIMATE_SCALES,
+        optional=True)
+
     @classmethod
     def resolved(cls, cfg: "RunConfig", defaults: Mapping[str, Any], method: Mapping[str, Any]) -> "FDAParams":
         """Every field filled: the config's own values, then `method` (an FDA method's per-config settings,
@@ -81,5 +92,6 @@ class FDAParams(Params):
         if isinstance(factor, tuple):  # one per held-out environment (ColoredMNIST, Auto-weighted FDA App. C.3)
             factor = factor[min(cfg.test_env, len(factor) - 1)]
         fill = {"auto_lr_factor": factor, "auto_beta_rule": defaults["auto_beta_rule"],
-                "finetune_epochs": cfg.rounds, "log_estimates": False, "faithful_domainbed_auto": False}
+                "finetune_epochs": cfg.rounds, "log_estimates": False, "faithful_domainbed_auto": False,
+                "estimate_scale": "both"}
         return cls.build({**fill, **{k: v for k, v in method.items() if v is not None}, **given})
