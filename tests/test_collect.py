@@ -511,3 +511,80 @@ def test_a_resume_over_records_of_a_moved_default_says_which_default_moved(tmp_p
     why = changed_settings([cell], tmp_path)
     assert why == "trial fedda_auto at 0.3, seed 0 was recorded before fda-ray's default changed (batch_target 4 " \
                   "there, 16 here: docs/methods.md)", why
+
+
+def _copy(tmp_path, name: str) -> Path:
+    import shutil
+
+    shutil.copytree(RESULTS / name, tmp_path / name)
+    return tmp_path / name
+
+
+def _set_last(record: Path, **fields) -> None:
+    data = json.loads((record / "rows.json").read_text())
+    data["rows"][-1].update(fields)
+    (record / "rows.json").write_text(json.dumps(data))
+
+
+def test_a_cell_recorded_with_two_settings_reads_the_one_sweep_json_plans(tmp_path, capsys):
+    """A resume with --new-settings keeps the old records beside the new: collect kept whichever key sorted last,
+    without a word, under a title naming the new settings. It reads the record the folder's sweep.json plans and
+    says which it left out."""
+    d = _copy(tmp_path, "fmnist-noise-seeds-0.6")
+    before = _csv([d], capsys)
+    planned = d / "trials" / "fedda-noise0.6-seed0-bfd409c0"
+    other = d / "trials" / "fedda-noise0.6-seed0-ffffffff"  # (sorts last: the one the table used to read)
+    import shutil
+
+    shutil.copytree(planned, other)
+    trial = json.loads((other / "trial.json").read_text())
+    (other / "trial.json").write_text(json.dumps({**trial, "key": other.name}))
+    _set_last(other, accuracy=0.01)
+    assert _csv([d], capsys) == before
+    assert collect.main([str(d)]) == 0
+    err = capsys.readouterr().err
+    assert "1 record(s) left out, recorded with other settings than its sweep.json plans" in err and other.name in err
+
+
+def test_grid_names_only_a_folder_without_a_sweep_json_and_reads_only_that_grids_records(tmp_path, capsys):
+    """--grid relabelled a noise sweep as Table 11's eta columns beside Table 11's numbers; a folder of FedWCA
+    records read with --grid noise showed as Table 10's Source Only."""
+    assert collect.main([str(RESULTS / "fmnist-noise"), "--grid", "label-shift"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: grid='label-shift' is invalid for dir={str(RESULTS / 'fmnist-noise')!r}: its sweep.json says it ran "
+        "grid 'noise'; --grid names the grid of a folder of records without one")
+    import shutil
+
+    found = tmp_path / "found"
+    shutil.copytree(RESULTS / "fedwca-fmnist" / "trials", found / "trials")
+    assert collect.main([str(found), "--grid", "noise"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith(f"warning: {found}: ") and "not of grid 'noise''s rows, methods and dataset" in err[0]
+    assert err[-1] == f"error: dir={str(found)!r} is invalid: no finished trial with a 'accuracy' to read"
+    shutil.copytree(RESULTS / "fmnist-noise-seeds-0.6" / "trials", found / "trials", dirs_exist_ok=True)
+    rows = _csv([found], capsys, "--grid", "noise")  # the noise grid's own records among them: read
+    assert {r["label"] for r in rows} == {"FedDA_0.5", "FedGP_0.5", "FedGP_1"}
+
+
+def test_a_diverged_seed_is_a_nan_cell_not_a_traceback(tmp_path, capsys):
+    """A final round's NaN (kept as NaN by the records, on purpose) crashed collect and the sweep's summary in
+    statistics.stdev; the cell's mean is NaN and it has no spread."""
+    from fda_ray.experiments.tables import mean_ci
+
+    m, half, sd = mean_ci([1.0, float("nan"), 2.0])
+    assert math.isnan(m) and math.isnan(half) and math.isnan(sd)
+    m, half, _ = mean_ci([1.0, float("inf")])
+    assert m == float("inf") and math.isnan(half)
+    d = _copy(tmp_path, "fmnist-noise-seeds-0.6")
+    _set_last(d / "trials" / "fedda-noise0.6-seed0-bfd409c0", accuracy="NaN")
+    assert collect.main([str(d)]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("| FedDA_0.5 |"))
+    assert line.startswith("| FedDA_0.5 | nan ± nan (n=3)"), line
+
+
+@pytest.mark.parametrize("metric", ["predicted_rule", "phase", "seed", "noise"])
+def test_metric_names_a_number_each_round_logs_not_text_or_a_setting(metric, capsys):
+    """A text column (predicted_rule, phase) was a traceback; a setting (seed, noise) printed "1.0 ± 2.5"."""
+    assert collect.main([str(RESULTS / "fmnist-noise-seeds-0.6"), "--metric", metric]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: metric={metric!r} is invalid: one of accuracy, loss, ") and "\n" not in err, err

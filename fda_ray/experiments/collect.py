@@ -136,9 +136,12 @@ def describe(path: Path, grid: str | None = None) -> Source:
                                "'Command:' line; pass --grid NAME to read its trials as a grid's")
         return Source(path, "grid", grid, "found")
     options = tuple(sorted((k, str(v)) for k, v in m.overrides.items()))
+    if grid is not None and grid != m.name:  # (it relabelled a noise sweep as Table 11's eta columns, with gaps)
+        raise CollectError(f"grid={grid!r} is invalid for dir={str(path)!r}: its sweep.json says it ran {m.kind} "
+                           f"{m.name!r}; --grid names the grid of a folder of records without one")
     if m.kind == "search":
         return Source(path, "search", m.name, m.profile, options)
-    return Source(path, "grid", grid or m.name, m.profile, options)
+    return Source(path, "grid", m.name, m.profile, options)
 
 
 def _build_text(env: dict | None) -> str:
@@ -197,7 +200,7 @@ def grid_table(sources: Sequence[Source], metric: str = "accuracy", last: int = 
 
     grid = grid_of(sources[0])
     rows: list[dict] = []
-    seen: set[str] = set()
+    seen: set[tuple] = set()  # (row, value, seed, kind): a cell's record comes from the first directory named
     builds: dict[str, None] = {}
     logged: dict[str, None] = {}  # the round columns with numbers the records log: what --metric can name
     duplicates = 0
@@ -206,21 +209,22 @@ def grid_table(sources: Sequence[Source], metric: str = "accuracy", last: int = 
         if not records.is_dir():
             raise CollectError(f"dir={str(src.path)!r} is invalid: it has no trials/ folder of records")
         trials = []
-        for rec in finished(records, where=str(src.path)):  # a damaged record: left out with a warning line
-            if rec.path.name in seen:
+        for rec in one_record_a_cell(src, grid, list(finished(records, where=str(src.path)))):
+            cell = (rec.trial.row, rec.trial.value, rec.trial.seed, rec.trial.kind)
+            if cell in seen:
                 duplicates += 1
                 continue
-            seen.add(rec.path.name)
+            seen.add(cell)
             trials.append(rec.trial)
             builds[_build_text(rec.data.get("environment"))] = None
             logged.update((k, None) for r in rec.data.get("rows") or () for k, v in r.items()
-                          if k != "round" and isinstance(v, (int, float, list)) and not isinstance(v, bool))
+                          if k != "round" and _numeric(v))
         rows += collect(trials, grid, records)[0]
     if metric == "accuracy" and tables.is_regression(rows):
         metric, scale = "loss", 1.0  # a regression task (synthetic data): no accuracy; its test loss, as summary.md
-    if rows and not any(metric in r for r in rows):  # a misspelt metric, not a directory without its numbers
-        raise CollectError(f"metric={metric!r} is invalid: one of {', '.join(logged)} (the columns its records log)"
-                           f"{did_you_mean(metric, list(logged))}")
+    if rows and metric not in logged:  # a misspelt metric, a text column or a setting, not a round's number
+        raise CollectError(f"metric={metric!r} is invalid: one of {', '.join(logged)} (the numbers its records log "
+                           f"each round){did_you_mean(metric, list(logged))}")
     if scale is None:
         scale = 100.0 if is_fraction(rows, metric) else 1.0
     final = tables.final(rows, metric, last, scale)
@@ -234,6 +238,80 @@ def grid_table(sources: Sequence[Source], metric: str = "accuracy", last: int = 
     source = sources[0] if sources[0].name == grid.name else replace(sources[0], name=grid.name)  # a file's path
     return GridTable(source, [str(s.path) for s in sources], metric, last, row_labels, value_labels, cells,
                      list(builds), duplicates, grid.paper_ref, scale, rows)
+
+
+def _numeric(v: Any) -> bool:
+    """A round column --metric can read: a number, or a list of numbers (averaged), not text or a list of lists."""
+    if isinstance(v, list):
+        return bool(v) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def one_record_a_cell(src: Source, grid: Grid, found: list) -> list:
+    """The records of `found` (finished records of src's trials/) a table reads: one a (row, value, seed, kind),
+    of the settings the folder's sweep.json plans. A record of a planned cell with other settings (a resume with
+    --new-settings keeps the old records beside the new) is left out, unless it differs only by a documented
+    default (records.MOVED_DEFAULTS) and the plan's own record is missing; of several records of a cell the plan
+    does not hold, the last written is read. Each left out is said in one warning line (the table read whichever
+    key sorted last, under a title naming the other settings). A folder without a sweep.json (--grid) keeps only the
+    records of the grid's rows, methods and dataset, likewise said."""
+    from fda_ray.experiments.records import moved_by_a_documented_default
+
+    by_cell: dict[tuple, list] = {}
+    foreign: list[str] = []
+    for rec in found:
+        t = rec.trial
+        if src.profile == "found":  # (no manifest: the records could be any grid's)
+            row = next((r for r in grid.rows if r.key == t.row), None)
+            method, dataset = t.params.get("method"), t.params.get("dataset", grid.dataset)
+            if row is None or (method is not None and method != row.method) or dataset != grid.dataset:
+                foreign.append(rec.path.name)
+                continue
+        by_cell.setdefault((t.row, t.value, t.seed, t.kind), []).append(rec)
+    if foreign:
+        print(f"warning: {src.path}: {len(foreign)} record(s) left out, not of grid {grid.name!r}'s rows, methods and "
+              f"dataset: {', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''}", file=sys.stderr)
+    planned = _planned(src, grid)
+    out, aside = [], []
+    for cell, recs in by_cell.items():
+        want = planned.get(cell)
+        if want is not None:
+            pick = ([r for r in recs if r.path.name == want.key]
+                    or [r for r in recs if moved_by_a_documented_default(r.path, want)])[:1]
+        else:  # (a cell of an earlier chunk: of the settings the folder's options name, as its title says)
+            recs = [r for r in recs if _of_options(r, src.options)]
+            pick = [max(recs, key=lambda r: (r.path / ROWS_FILE).mtime())] if len(recs) > 1 else recs
+        aside += [r.path.name for r in by_cell[cell] if r not in pick]
+        out += pick
+    if aside:
+        print(f"warning: {src.path}: {len(aside)} record(s) left out, recorded with other settings than its sweep.json "
+              f"plans (a resume with --new-settings keeps them beside): {', '.join(aside[:3])}"
+              f"{' ...' if len(aside) > 3 else ''}", file=sys.stderr)
+    return out
+
+
+def _of_options(rec: Any, options: tuple[tuple[str, str], ...]) -> bool:
+    """Whether a record ran with the settings a folder's sweep.json names (Source.options: --rounds 3, ...),
+    read from its rows.json's config (a field it lacks: not compared)."""
+    config = rec.data.get("config") or {}
+    return all(k not in config or str(config[k]) == v for k, v in options)
+
+
+def _planned(src: Source, grid: Grid) -> dict[tuple, Any]:
+    """(row, value, seed, kind) -> the trial the folder's sweep.json plans ({} without one, or one that no longer
+    plans)."""
+    from fda_ray.experiments.arguments import manifest_of
+    from fda_ray.experiments.trials import plan
+
+    m = manifest_of(src.path)
+    if m is None or m.kind != "grid":
+        return {}
+    try:
+        trials = plan(grid, m.profile, rows=list(m.rows) if m.rows else None,
+                      values=list(m.values) if m.values else None, seeds=m.seeds, overrides=dict(m.overrides))
+    except (ValueError, TypeError, AttributeError):
+        return {}
+    return {(t.row, t.value, t.seed, t.kind): t for t in trials}
 
 
 def selection_damage(sel: dict[str, Any]) -> str | None:
@@ -738,8 +816,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)  # (a damaged sweep.json, too)
         return 2
     except OverflowError:  # a huge --scale: the metric times it (its mean, its spread) is past the largest float
-        print(f"error: scale={a.scale or 100:g} is invalid: a positive number that keeps the values finite (100 for %, 1 "
-              "as recorded)", file=sys.stderr)
+        said = f"scale={a.scale:g} is invalid" if a.scale else "the values are too large to average"
+        print(f"error: {said}: a positive number that keeps the values finite (100 for %, 1 as recorded; --scale 1 "
+              "shows a number as recorded)", file=sys.stderr)
         return 2
     if a.out:
         try:

@@ -121,6 +121,8 @@ def mean_ci(values: list[float]) -> tuple[float, float, float]:
     """(mean, the 95 % confidence half-width t_{0.975, n-1} s / sqrt(n), s) of n >= 2 values."""
     if len(values) < 2:
         raise ValueError(f"values={values!r} is invalid: a confidence interval needs 2 or more")
+    if not all(math.isfinite(v) for v in values):  # a diverged seed (NaN, inf): its mean says so, no spread
+        return statistics.fmean(values), math.nan, math.nan  # (statistics.stdev raises on them)
     mean, sd = statistics.fmean(values), statistics.stdev(values)
     return mean, t975(len(values) - 1) * sd / math.sqrt(len(values)), sd
 
