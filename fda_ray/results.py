@@ -2,7 +2,9 @@
 
     import fda_ray.results
     df = fda_ray.results.load("docs/results/fmnist-noise", "docs/results/fmnist-noise-seeds-0.6")
-    df[(df.row == "fedgp") & (df["round"] == df["round"].max())].groupby("value").accuracy.mean()
+    last = df[df["round"] == df.groupby("trial")["round"].transform("max")]  # each trial's final round
+    last = last.drop_duplicates(["trial", "value"])  # (a trial in both folders: once)
+    last[last.row == "fedgp"].groupby("value").accuracy.mean()
 
 One row per (trial, round), read from each directory's `trials/<key>/trial.json` (what the trial is) and
 `rows.json` (its resolved config, its rounds, the build that recorded it); a search's trial that ASHA stopped on

@@ -588,3 +588,26 @@ def test_metric_names_a_number_each_round_logs_not_text_or_a_setting(metric, cap
     assert collect.main([str(RESULTS / "fmnist-noise-seeds-0.6"), "--metric", metric]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"error: metric={metric!r} is invalid: one of accuracy, loss, ") and "\n" not in err, err
+
+
+def test_trials_not_finished_are_said_and_nothing_is_written_over_an_inputs_records(tmp_path, capsys):
+    """A mid-sweep table's n fell from 3 to 2 without a word; --out DIR/trials/<key>/rows.json replaced that
+    record with the table; --figure sweep over two folders drew the pooled seeds over the first one's figures."""
+    d = _copy(tmp_path, "fmnist-noise-seeds-0.6")
+    running = d / "trials" / "fedda-noise0.6-seed0-bfd409c0"
+    (running / "rows.json").unlink()
+    rows = _csv([d], capsys)
+    assert next(r for r in rows if r["row"] == "fedda")["n"] == "2"
+    assert collect.main([str(d)]) == 0
+    assert capsys.readouterr().err.strip() == (f"warning: {d}: 1 trial(s) not finished (running, or cut off: no "
+                                               f"rows.json) left out: {running.name}")
+    record = d / "trials" / "fedda-noise0.6-seed1-8cb91969" / "rows.json"
+    before = record.read_bytes()
+    for out in (record, d / "sweep.json"):
+        assert collect.main([str(d), "--format", "csv", "--out", str(out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"error: out={str(out)!r} is invalid: it would write over {d}'s records ("), err
+    assert record.read_bytes() == before
+    e = _copy(tmp_path, "fmnist-noise")
+    assert collect.main([str(d), str(e), "--figure", "sweep"]) == 2
+    assert "figure='sweep' is invalid with 2 directories of one grid" in capsys.readouterr().err

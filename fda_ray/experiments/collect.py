@@ -208,6 +208,7 @@ def grid_table(sources: Sequence[Source], metric: str = "accuracy", last: int = 
         records = src.path / "trials"
         if not records.is_dir():
             raise CollectError(f"dir={str(src.path)!r} is invalid: it has no trials/ folder of records")
+        _unfinished(src.path, records)
         trials = []
         for rec in one_record_a_cell(src, grid, list(finished(records, where=str(src.path)))):
             cell = (rec.trial.row, rec.trial.value, rec.trial.seed, rec.trial.kind)
@@ -288,6 +289,20 @@ def one_record_a_cell(src: Source, grid: Grid, found: list) -> list:
               f"plans (a resume with --new-settings keeps them beside): {', '.join(aside[:3])}"
               f"{' ...' if len(aside) > 3 else ''}", file=sys.stderr)
     return out
+
+
+def _unfinished(where: Path, records: Path) -> None:
+    """One warning line for the trial folders a table leaves out because they have not finished (no rows.json: a
+    trial running, or one cut off) or lack their trial.json: a mid-sweep table's n is then not the planned one."""
+    from fda_ray.experiments.records import TRIAL_FILE
+
+    running = sorted(r.name for r in records.iterdir() if r.is_dir() and not (r / ROWS_FILE).is_file())
+    nameless = sorted(r.name for r in records.iterdir() if (r / ROWS_FILE).is_file() and not (r / TRIAL_FILE).is_file())
+    for names, why in ((running, "not finished (running, or cut off: no rows.json)"),
+                       (nameless, "without their trial.json")):
+        if names:
+            print(f"warning: {where}: {len(names)} trial(s) {why} left out: {', '.join(names[:3])}"
+                  f"{' ...' if len(names) > 3 else ''}", file=sys.stderr)
 
 
 def _of_options(rec: Any, options: tuple[tuple[str, str], ...]) -> bool:
@@ -642,6 +657,9 @@ def draw(tabs: Sequence[GridTable | SearchTable], figure: str, stem: str | Path 
 
             if stem is not None:
                 raise CollectError("figure_out is invalid with --figure sweep: its figures go to the directory")
+            if len(t.directories) > 1:  # (it drew the pooled seeds over the first folder's own figures)
+                raise CollectError(f"figure='sweep' is invalid with {len(t.directories)} directories of one grid: it "
+                                   "redraws one sweep's own figures into its folder; name one directory")
             grid = grid_of(t.source)
             keys, values = list(t.row_labels), list(t.value_labels)
             _, summary = summarize(t.rows, [], grid, t.source.profile, keys, values, "")
@@ -750,6 +768,20 @@ def parser() -> "OneLineParser":
     return p
 
 
+RECORD_FILES = ("sweep.json", "summary.md", "grid.yaml", "results.parquet", "selection.json")
+
+
+def _over_records(target: Path, dirs: Sequence[str]) -> str | None:
+    """The input folder's record `target` would write over (a file under its trials/, or one of RECORD_FILES at
+    its top: `--out DIR/trials/<key>/rows.json` replaced a trial's record with the table), or None."""
+    target = target.expanduser().resolve()
+    for d in dirs:
+        d_ = Path(d).expanduser().resolve()
+        if target.is_relative_to(d_ / "trials") or (target.parent == d_ and target.name in RECORD_FILES):
+            return f"{d}'s records ({target.relative_to(d_)})"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     from fda_ray.core import plugins
     from fda_ray.core.storage import atomic_local
@@ -776,6 +808,10 @@ def main(argv: list[str] | None = None) -> int:
             raise CollectError(f"paired={a.paired!r} is invalid with --format {a.format}: Markdown only")
         if (a.figure_out or a.panels) and not a.figure:
             raise CollectError("figure_out/panels are invalid without --figure curves|heatmap")
+        for flag, where in (("out", a.out), ("figure_out", a.figure_out)):  # never over an input's records
+            if where and (inside := _over_records(Path(where), a.dirs)) is not None:
+                raise CollectError(f"{flag}={where!r} is invalid: it would write over {inside}; choose a file "
+                                   "outside the folders' trials/ and their sweep.json, summary.md, grid.yaml")
         # before the records are read: a table (or a figure) computed and then not written would be lost
         if a.out:
             preflight.output_file("out", a.out)
@@ -808,7 +844,8 @@ def main(argv: list[str] | None = None) -> int:
                 if isinstance(e, FileNotFoundError):  # (a record gone: said below, as a missing input)
                     raise
                 print(text, end="" if text.endswith("\n") else "\n")
-                where = f" {e.filename}" if e.filename else ""
+                named = e.filename and not Path(str(e.filename)).name.startswith(".fda-tmp-")  # (not its temporary)
+                where = f" {e.filename}" if named else ""
                 print(f"error: figure={a.figure!r} could not be written{where} ({e.strerror or type(e).__name__}); "
                       "the table is on standard output above", file=sys.stderr)
                 return 1
