@@ -589,6 +589,47 @@ def test_a_killed_pool_worker_is_replaced_and_its_trial_runs_again(tiny_grid, fm
     assert _pool_workers(os.getpid()) == []
 
 
+@pytest.mark.slow  # the local backend's worker processes, one of them killed
+def test_only_the_killed_workers_trial_is_charged_an_attempt(tiny_grid, fmnist_dir, tmp_path, capsys, no_ray):
+    """The pool breaks for every trial when one worker dies: the trial of the worker still alive was charged a
+    failed attempt too (a pool of W workers that lost one W times over failed every trial). It goes on in the new
+    pool from its last round with no attempt counted; both end with a plain run's numbers."""
+    import threading
+
+    out = tmp_path / "k2"
+    seen: dict = {}
+
+    def killer() -> None:
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            workers = _pool_workers(os.getpid())
+            if len(workers) == 2 and len(list((out / "trials").glob("*/state.pt"))) == 2:  # both trials mid-run
+                seen["workers"] = len(workers)
+                os.kill(workers[0], signal.SIGKILL)
+                return
+            time.sleep(0.05)
+
+    watch = threading.Thread(target=killer, daemon=True)
+    watch.start()
+    code = sweep.main(_args(fmnist_dir, out, "--backend", "local", "--workers", "2", "--methods", "target_only",
+                            "--rounds", "40", "--no-figures"))
+    watch.join(10)
+    err = capsys.readouterr().err
+    assert seen.get("workers") == 2, seen
+    assert code == 0 and "Traceback" not in err, err[-3000:]
+    notes = [x for x in err.splitlines() if x.startswith("note: ")]
+    died = [x for x in notes if "failed: its worker process died" in x]
+    spared = [x for x in notes if "stopped: another worker of the pool died" in x]
+    assert len(died) == 1 and "(attempt 2 of 3)" in died[0], notes
+    assert len(spared) == 1 and spared[0].endswith("(no attempt counted)") and len(notes) == 2, notes
+    rows = pq.read_table(out / "results.parquet").to_pylist()
+    for value in (0.0, 0.8):
+        mine = sorted((r for r in rows if r["value"] == value), key=lambda r: r["round"])
+        plain = _plain(fmnist_dir, "target_only", value, rounds=40).rows
+        assert [r["accuracy"] for r in mine] == [r["accuracy"] for r in plain], value
+    assert _pool_workers(os.getpid()) == []
+
+
 @pytest.mark.slow  # the local backend's worker processes
 def test_a_refused_record_write_is_not_retried_and_stops_new_trials(tiny_grid, fmnist_dir, tmp_path, capsys, no_ray):
     """A trial that cannot write its record (the disk full, a quota, a file-size limit: here RLIMIT_FSIZE, which the

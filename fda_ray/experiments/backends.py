@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -95,6 +96,7 @@ def _local_job(trial: dict[str, Any], records: str) -> None:
 
     plugins.load_in_worker("local worker process")  # the sweep's plug-ins: this process inherited $FDA_RAY_IMPORTS
     t = Trial.from_dict(trial)
+    _say((t.key, {WORKER_PID: os.getpid()}))  # (a worker killed under it: the sweep charges its trial only)
     run_trial(t, storage_path(records), report=lambda row: _say((t.key, round_metrics(row))))
 
 
@@ -106,6 +108,8 @@ def _local_group_job(trials: list[dict[str, Any]], records: str) -> dict[str, st
 
     plugins.load_in_worker("local worker process")
     members = [Trial.from_dict(t) for t in trials]
+    for t in members:
+        _say((t.key, {WORKER_PID: os.getpid()}))
     # (key, None): a member finished, said at once (the status would show it running until its group ends)
     outcome = run_group(members, storage_path(records), report=lambda key, row: _say((key, round_metrics(row))),
                         finished=lambda key: _say((key, None)))
@@ -125,6 +129,11 @@ def failure_line(e: BaseException) -> str:
 # A trial whose pool process died under it (kill -9, the OOM killer, a crash in native code): its note's error.
 POOL_DIED = ("its worker process died (killed by a signal: the out-of-memory killer, kill -9, or a crash); a new "
              "process pool takes over")
+# A trial whose own worker was alive when another worker died: the broken pool stops it too, through no fault of its
+# own, so it goes on in the new pool without an attempt counted (it was charged one, and a pool of W workers that
+# lost one W times over failed every trial).
+POOL_BYSTANDER = "another worker of the pool died"
+WORKER_PID = "__worker_pid__"  # (key, {WORKER_PID: pid}): the worker that runs a trial, said when it starts
 
 
 def _kill_workers(pool: Any) -> None:
@@ -143,8 +152,8 @@ def run_local(pending: list[Trial], records: StoragePath, workers: int, max_fail
     failures (a trial is retried max_failures times). KeyboardInterrupt propagates after the pool stops.
     fuse > 1: a worker runs up to `fuse` trials of one fusion key as one group (fda_ray.runtime.fusion), each keeping
     its record; a member that fails is retried like a trial of its own (in a later group, from its last round).
-    A pool whose worker was killed (kill -9, the OOM killer) is broken for good: its running trials count a failed
-    attempt and run again in a new pool, from their records' last rounds. A trial that could not write its record
+    A pool whose worker was killed (kill -9, the OOM killer) is broken for good: that worker's trial counts a failed
+    attempt, and every running trial runs again in a new pool from its record's last round. A trial that could not write its record
     (a full disk, a quota, a read-only filesystem: no retry mends those) fails at once, and the trials not started
     are not started: the sweep ends with the resume command."""
     import multiprocessing as mp
@@ -172,6 +181,7 @@ def run_local(pending: list[Trial], records: StoragePath, workers: int, max_fail
 
     settled_early: set[str] = set()  # fused members that finished while their group went on
     unwritable: list[str] = []  # the first trial error that was the disk's (no retry, no new trial started)
+    worker_of: dict[str, int] = {}  # trial key -> the pid of the worker running it (said by the worker)
 
     def drain() -> None:
         while True:
@@ -179,6 +189,9 @@ def run_local(pending: list[Trial], records: StoragePath, workers: int, max_fail
                 key, r = rounds.get_nowait()
             except (queue.Empty, OSError, EOFError, ValueError):
                 return
+            if isinstance(r, dict) and WORKER_PID in r:
+                worker_of[key] = r[WORKER_PID]
+                continue
             if r is None:  # a fused member finished (its record whole): done now, not when its group ends
                 t = next((t for g in running.values() for t in g if t.key == key), None)
                 if t is not None and key not in settled_early and is_done(records / key):
@@ -212,6 +225,11 @@ def run_local(pending: list[Trial], records: StoragePath, workers: int, max_fail
         if error is None:
             progress.line(t, "done")
             return
+        if error == POOL_BYSTANDER:
+            todo.insert(0, t)
+            progress.note(f"note: {trial_name(t, progress.variable)} stopped: {error}; it goes on in the new pool from "
+                          "its last round (no attempt counted)", stream=sys.stderr)
+            return
         attempts[t.key] = attempts.get(t.key, 0) + 1
         if any(why in error for why in WRITE_REFUSALS):  # the disk, not the trial: retrying only fails again
             unwritable.append(error)
@@ -234,7 +252,11 @@ def run_local(pending: list[Trial], records: StoragePath, workers: int, max_fail
             raise
         except BrokenProcessPool:
             broken = True
-            out = {t.key: POOL_DIED for t in group}
+            # the trials whose worker is known and alive did not die: only the dead worker's trial is charged
+            pid = worker_of.get(group[0].key)
+            proc = (getattr(pool, "_processes", None) or {}).get(pid) if pid is not None else None
+            alive = proc is not None and proc.exitcode is None
+            out = {t.key: POOL_BYSTANDER if alive else POOL_DIED for t in group}
         except Exception as e:  # a failing trial (or its group's process): retried, the others go on
             line = failure_line(e)
             out = {t.key: line for t in group}
@@ -244,12 +266,18 @@ def run_local(pending: list[Trial], records: StoragePath, workers: int, max_fail
         return broken
 
     def renew() -> None:
-        """A broken pool: kill what is left of it, settle its trials (each one attempt; they run again from their
-        records' last rounds), and go on in a new pool."""
+        """A broken pool: settle its trials (the dead worker's one attempt; those of workers still alive none), kill
+        what is left of it, and go on in a new pool (each trial from its record's last round)."""
         nonlocal pool, rounds
-        _kill_workers(pool)
-        # the pool marks all its futures failed at once; a result that came in first is still a result
+        drain()  # (which worker runs which trial: said when each started)
+        # the pool marks all its futures failed at once; a result that came in first is still a result. Which
+        # workers are alive is read before they are killed (a trial of a live worker is not charged an attempt).
         wait(list(running), timeout=30)
+        for f, group in list(running.items()):
+            if f.done():
+                del running[f]
+                outcome(f, group)
+        _kill_workers(pool)
         for f, group in list(running.items()):
             del running[f]
             if f.done():
