@@ -77,16 +77,23 @@ class FolderLayout:
     domainbed: bool = True  # one of DomainBed's datasets (Office-31 and Digit-Five are not: the messages say so)
 
 
+# DomainBed's download script, as one runnable line (it downloads every DomainBed dataset into --data_dir; on a
+# machine without internet run it elsewhere and copy the folder over).
+DOMAINBED_DOWNLOAD = ("DomainBed's download script writes it: git clone https://github.com/facebookresearch/DomainBed "
+                      "&& cd DomainBed && python -m domainbed.scripts.download --data_dir=DATA_ROOT (every DomainBed "
+                      "dataset; without internet here, run it elsewhere and copy DATA_ROOT/{folder} over)")
+
 FOLDER_DATASETS: dict[str, FolderLayout] = {
     "vlcs": FolderLayout("VLCS", ("Caltech101", "LabelMe", "SUN09", "VOC2007"), ("C", "L", "S", "V"),
-                         "DomainBed's download script (python -m domainbed.scripts.download) writes it"),
+                         DOMAINBED_DOWNLOAD.format(folder="VLCS")),
     "pacs": FolderLayout("PACS", ("art_painting", "cartoon", "photo", "sketch"), ("A", "C", "P", "S"),
-                         "DomainBed's download script writes it"),
+                         DOMAINBED_DOWNLOAD.format(folder="PACS")),
     "office-home": FolderLayout("office_home", ("Art", "Clipart", "Product", "Real World"), ("A", "C", "P", "R"),
-                                "DomainBed's download script writes it (note the space in 'Real World')"),
+                                DOMAINBED_DOWNLOAD.format(folder="office_home") + "; note the space in 'Real World'"),
     "terra-incognita": FolderLayout("terra_incognita", ("location_100", "location_38", "location_43", "location_46"),
                                     ("L100", "L38", "L43", "L46"),
-                                    "DomainBed's download script builds it from the Caltech Camera Traps release"),
+                                    DOMAINBED_DOWNLOAD.format(folder="terra_incognita") + "; it builds it from the "
+                                    "Caltech Camera Traps release"),
     # FSSDA's Office-31 (not a DomainBed dataset; the same layout, docs/datasets.md): the original archive
     # puts an images/ folder between each domain and its classes, which read_environments steps into.
     "office31": FolderLayout("office31", ("amazon", "dslr", "webcam"), ("A", "D", "W"),
@@ -100,7 +107,7 @@ FOLDER_DATASETS: dict[str, FolderLayout] = {
                                size=32, recipe="digits", domainbed=False),
     "domain-net": FolderLayout("domain_net", ("clipart", "infograph", "painting", "quickdraw", "real", "sketch"),
                                ("clip", "info", "paint", "quick", "real", "sketch"),
-                               "DomainBed's download script writes it"),
+                               DOMAINBED_DOWNLOAD.format(folder="domain_net")),
 }
 
 
