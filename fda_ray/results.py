@@ -43,6 +43,10 @@ BUILD = BUILD_COLUMNS
 
 def trials_dir(directory: str | os.PathLike) -> Path:
     """DIR/trials, or DIR itself when it is the trials folder."""
+    from fda_ray.core.storage import is_uri, sync_hint
+
+    if is_uri(str(directory)):  # (Path would fold s3://b/x into s3:/b/x)
+        raise FileNotFoundError(f"dir={str(directory)!r} is invalid: not a folder{sync_hint(directory)}")
     d = Path(directory)
     trials = d / "trials" if (d / "trials").is_dir() else d
     if not trials.is_dir():

@@ -611,3 +611,15 @@ def test_trials_not_finished_are_said_and_nothing_is_written_over_an_inputs_reco
     e = _copy(tmp_path, "fmnist-noise")
     assert collect.main([str(d), str(e), "--figure", "sweep"]) == 2
     assert "figure='sweep' is invalid with 2 directories of one grid" in capsys.readouterr().err
+
+
+def test_a_uri_given_to_the_readers_says_how_to_bring_the_sweep_here(capsys):
+    """collect and results.load read local folders; a sweep written to s3:// or gs:// was 'not a folder'."""
+    from fda_ray import results as res
+
+    assert collect.main(["s3://bucket/sweeps/noise"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: dir='s3://bucket/sweeps/noise' is invalid: not a folder; it reads local folders: bring the sweep here "
+        "first (aws s3 sync s3://bucket/sweeps/noise ./LOCAL), then name ./LOCAL")
+    with pytest.raises(FileNotFoundError, match=r"gsutil -m rsync -r gs://b/x \./LOCAL"):
+        res.load("gs://b/x")

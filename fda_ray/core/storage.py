@@ -38,6 +38,16 @@ def is_uri(where: Any) -> bool:
     return bool(m) and m.group(1).lower() != "file"
 
 
+def sync_hint(where: Any) -> str:
+    """For a reader of local folders handed a URI: how to bring it here ("" for a local path)."""
+    if not is_uri(str(where)):
+        return ""
+    scheme = str(where).split("://", 1)[0].lower()
+    tool = {"s3": f"aws s3 sync {where} ./LOCAL", "gs": f"gsutil -m rsync -r {where} ./LOCAL"}.get(
+        scheme, f"copy {where} to a local folder")
+    return f"; it reads local folders: bring the sweep here first ({tool}), then name ./LOCAL"
+
+
 def _filesystem(root: str) -> Any:
     """One pyarrow filesystem client per (scheme, bucket, endpoint) and process: S3 resolves a bucket's region
     once. The endpoint ($AWS_ENDPOINT_URL: MinIO, Ceph, a test server) is read from the environment, as pyarrow

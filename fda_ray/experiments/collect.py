@@ -431,7 +431,9 @@ def collect_tables(dirs: Sequence[str | Path], grid: str | None = None, metric: 
     for d in dirs:
         path = Path(d)
         if not path.is_dir():
-            raise CollectError(f"dir={str(d)!r} is invalid: not a folder")
+            from fda_ray.core.storage import sync_hint
+
+            raise CollectError(f"dir={str(d)!r} is invalid: not a folder{sync_hint(d)}")
         src = describe(path, grid)
         if src.kind == "search":
             order.append(src)
