@@ -4,6 +4,8 @@ oracle reads a test label."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import time
 from pathlib import Path
 import json
 import re
@@ -613,3 +615,77 @@ def test_a_search_whose_out_was_moved_while_it_ran_selects_nothing(fmnist_dir, t
     assert seen and code == 1 and err[-1].startswith(f"error: out={str(out)!r} was removed, moved or replaced while "
                                                      "the search ran")
     assert not (out / "selection.json").exists()
+
+
+@pytest.mark.slow
+def test_an_optuna_study_cut_off_by_ctrl_c_says_so_and_its_resume_continues_the_cut_off_trials(fmnist_dir, tmp_path,
+                                                                                                capsys, no_ray):
+    """Ctrl-C of an Optuna study ended in a traceback (a result Optuna had drawn but Tune never started has no
+    config), exit 1, no summary; its --resume drew new points while the cut-off trials' records stayed 'to run', and
+    kept the first num_samples records by mtime, which left finished trials out of the selection for good. Now:
+    exit 130 with the resume line; the resume continues each cut-off trial from its last round and the study is its
+    num_samples trials, every one finished."""
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import sigint_as_in_a_terminal
+
+    spec = tmp_path / "cut.yaml"
+    spec.write_text(
+        "name: optuna-cut\ndataset: fashion-mnist\nmethods: [fedgp]\n"
+        "space:\n- {name: beta, kind: choice, values: [0.25, 0.5, 0.75]}\n"
+        "- {name: lr_target, kind: loguniform, low: 1e-4, high: 1e-2}\n"
+        "variable: noise\nvalues: [0.6]\nrules: [target_val]\n"
+        "profiles:\n  quick:\n    fields: {num_sources: 2, rounds: 40, warmup_rounds: 1, samples_per_client: 128, "
+        "test_samples: 100, target_labelled: 32}\n"
+        "fixed: {val_share: 0.25}\nnum_samples: {quick: 4}\nrerun_seeds: 1\ngrace_period: 100\n")
+    out = tmp_path / "cut"
+    args = ["--search", str(spec), "--search-alg", "optuna", "--scheduler", "none", "--max-concurrent", "2",
+            "--data-dir", str(fmnist_dir), "--out", str(out)]
+    proc = subprocess.Popen([sys.executable, "-m", "fda_ray.sweep", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            cwd=str(Path(__file__).parents[1]), preexec_fn=sigint_as_in_a_terminal)
+    deadline = time.time() + 400
+
+    def cut_now() -> bool:
+        recs = list((out / "trials").glob("*-optuna-*")) if (out / "trials").is_dir() else []
+        done = [r for r in recs if (r / "rows.json").is_file()]
+        running = [r for r in recs if (r / "state.pt").is_file() and not (r / "rows.json").is_file()]
+        return bool(done) and bool(running)
+
+    while time.time() < deadline and proc.poll() is None and not cut_now():
+        time.sleep(0.05)
+    assert proc.poll() is None, "the study ended before it could be cut off"
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+    _, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 130, stderr[-3000:]
+    assert "Traceback" not in stderr and stderr.strip().splitlines()[-1].endswith("--resume"), stderr[-2000:]
+    cut_off = {r.name for r in (out / "trials").glob("*-optuna-*") if not (r / "rows.json").is_file()}
+    assert cut_off
+    assert sweep.main(args + ["--resume"]) == 0
+    capsys.readouterr()
+    for name in cut_off:  # each went on from its last round, not from round 0 (nor left behind)
+        attempts = json.loads((out / "trials" / name / "nodes.json").read_text())
+        assert len(attempts) == 2 and attempts[1]["from_round"] >= 1 and (out / "trials" / name / "rows.json").is_file()
+    study = json.loads((out / "selection.json").read_text())["studies"]["fedgp @ noise 0.6"]["trials"]
+    finished = {r.name for r in (out / "trials").glob("*-optuna-*") if (r / "rows.json").is_file()}
+    assert [e["status"] for e in study] == ["finished"] * 4 and {e["key"] for e in study} == finished
+
+
+def test_an_optuna_studys_order_is_its_records_own_not_the_files_mtimes(tmp_path):
+    """Ties between points go to the earlier trial: the order came from trial.json's mtime, which a copy of the
+    folder (cp -r, rsync, an object store) changes, and with it the selection. It is the first attempt's started_at
+    that nodes.json records; mtime only for a record without it."""
+    from fda_ray.core.storage import StoragePath
+    from fda_ray.experiments.search import _started_at
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d, started in ((a, 100.0), (b, 200.0)):
+        d.mkdir()
+        (d / "trial.json").write_text("{}")
+        (d / "nodes.json").write_text(json.dumps([{"started_at": started, "from_round": 0}]))
+    os.utime(a / "trial.json", (1e9, 3e9))  # (a copy: a's file newer than b's)
+    assert _started_at(StoragePath(a)) == 100.0 < _started_at(StoragePath(b)) == 200.0
+    (b / "nodes.json").unlink()
+    assert _started_at(StoragePath(b)) == (b / "trial.json").stat().st_mtime

@@ -213,8 +213,20 @@ def optuna_trials(search: Search, profile: str, study: Study, records: StoragePa
         if t.row != optuna_row(study) or t.value is None or not math.isclose(t.value, study.value):
             continue
         if point_trial(base, t.row, search.variable, study.value, point_of(search, t.params)).key == t.key:
-            found.append((f.mtime(), t))
-    return [t for _, t in sorted(found, key=lambda x: x[0])]
+            found.append((_started_at(f.parent), t.key, t))
+    return [t for *_, t in sorted(found, key=lambda x: x[:2])]
+
+
+def _started_at(record: StoragePath) -> float:
+    """When a trial first started, as its record says (nodes.json's first attempt): the study's order, which ties
+    between points follow. A file's mtime changes when a folder is copied (cp -r, rsync, a store), and with it the
+    selection; it is the fallback only for a record without that note."""
+    from fda_ray.experiments.records import NODES_FILE, TRIAL_FILE
+
+    try:
+        return float(json.loads((record / NODES_FILE).read_text())[0]["started_at"])
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return (record / TRIAL_FILE).mtime()
 
 
 def point_of(search: Search, params: dict[str, Any]) -> dict[str, Any]:
@@ -672,7 +684,9 @@ def _optuna_study(search: Search, profile: str, study: Study, num_samples: int, 
     from fda_ray.experiments.backends import Progress
     from fda_ray.experiments.tune import run_optuna
 
-    before = [t for t in optuna_trials(search, profile, study, records, overrides) if is_settled(records / t.key)]
+    recorded = optuna_trials(search, profile, study, records, overrides)
+    before = [t for t in recorded if is_settled(records / t.key)]
+    cut_off = [t for t in recorded if not is_settled(records / t.key)]  # (an interrupted launch's: to go on)
     points, rewards = [], []
     for t in before:
         rows, _ = trial_rows(records / t.key)
@@ -691,8 +705,12 @@ def _optuna_study(search: Search, profile: str, study: Study, num_samples: int, 
             search.space, base, optuna_row(study), search.variable, study.value, todo, metric, records, out,
             address, max_concurrent, max_failures, Progress(todo, search.variable),
             scheduler_for(search, scheduler, metric, probe), mark_stopped, points, rewards,
-            seed=len(before), pin_drivers=pin_drivers, fuse=fuse)
-    return optuna_trials(search, profile, study, records, overrides)[:num_samples], failures, interrupted
+            seed=len(before), pin_drivers=pin_drivers, fuse=fuse,
+            again=[point_of(search, t.params) for t in cut_off[:todo]])
+    # the study's trials: the settled ones first (a trial cut off and never continued took a finished one's place)
+    recorded = optuna_trials(search, profile, study, records, overrides)
+    settled = [t for t in recorded if is_settled(records / t.key)]
+    return (settled + [t for t in recorded if t not in settled])[:num_samples], failures, interrupted
 
 
 def corner_trials(search: Search, profile: str, study: Study, overrides: dict[str, Any] | None = None,

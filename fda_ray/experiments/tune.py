@@ -175,15 +175,21 @@ def trainable(params: dict[str, Any], served: dict[str, list[str]] | None = None
         def resumed(rows: list[dict]) -> None:  # the rows run_trial goes on from (after its checks of the state)
             done[0] = sum(map(reported, rows))
 
+        said = [False]  # (whether this call reported a round)
+
         def report(row: dict) -> None:
             if reported(row):
                 done[0] += 1
+                said[0] = True
                 tune.report({**metrics(row), REPORTS_DONE: done[0]})
 
-        if is_done(record):  # Optuna drew a point it had tried: that trial's result, once (no report fails the study)
+        def report_record() -> None:  # the finished record's last reported row, once (no report fails a study)
             rows = [r for r in read_rows(record)["rows"] if reported(r)]
             if rows:
                 tune.report({**metrics(rows[-1]), REPORTS_DONE: len(rows)})
+
+        if is_done(record):  # Optuna drew a point it had tried: that trial's result
+            report_record()
             return
         group = None
         if run.get("served"):  # its clients' training on its node's fusion server (fda_ray.runtime.fusion_server)
@@ -191,6 +197,8 @@ def trainable(params: dict[str, Any], served: dict[str, list[str]] | None = None
 
             group = served_group(run["served"], trial.key)
         run_trial(trial, run[RECORD_KEY], report=report, group=group, on_resume=resumed)  # a path or a URI
+        if not said[0] and is_done(record):  # cut off after its last round, before its rows.json: nothing left
+            report_record()  # to run, so nothing reported (an Optuna study's Tune refuses a result without its metric)
         return
     cfg = config_from_params(params)
     resume = None
@@ -413,10 +421,11 @@ def _domain(dim: Any) -> Any:
 def run_optuna(space: Sequence[Any], base: dict[str, Any], row: str, variable: str, value: float, num_samples: int,
                metric: str, records: Any, out: Any, address: str | None, max_concurrent: int | None,
                max_failures: int, progress: Any, scheduler: Any, on_stopped: Any, points: list[dict],
-               rewards: list[float], seed: int = 0, pin_drivers: bool = False, fuse: int = 1
-               ) -> tuple[list[dict], bool]:
+               rewards: list[float], seed: int = 0, pin_drivers: bool = False, fuse: int = 1,
+               again: Sequence[dict] = ()) -> tuple[list[dict], bool]:
     """One study searched by Optuna's TPE sampler (seeded) through Tune's OptunaSearch: num_samples new trials,
-    the points settled before told to it as evaluated. Returns (failures, interrupted). fuse > 1: each trial sends
+    the points settled before told to it as evaluated, the points of `again` (trials cut off before: each goes on
+    from its record's last round) its first suggestions. Returns (failures, interrupted). fuse > 1: each trial sends
     its clients' training to a fusion server on its node (fda_ray.runtime.fusion_server), which fuses the rounds of
     the trials running there; a trial asks its driver's 1/fuse share."""
     try:
@@ -433,10 +442,19 @@ def run_optuna(space: Sequence[Any], base: dict[str, Any], row: str, variable: s
     keep_working_directory()
     ensure_ray(address, num_cpus=None)
     plugins.check_ray_workers("Tune trial process")  # a node whose workers cannot import a plug-in: before any trial
+    # (Tune flattens the space: a point names its knobs by their path)
+    flat = [{f"point/{_safe(k)}": v for k, v in p.items()} for p in points]
+    # The cut-off trials' points queued first in the study (OptunaSearch takes points either all evaluated or all to
+    # run): Optuna drew new points instead, and the cut-off trials were never continued.
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # ("A new study created in memory": a quiet console)
+    storage = optuna.storages.InMemoryStorage()
+    if again:
+        queued = optuna.create_study(storage=storage, study_name="fda-ray", direction="maximize")
+        for p in again:
+            queued.enqueue_trial({f"point/{_safe(k)}": v for k, v in p.items()})
     searcher = OptunaSearch(metric=metric, mode="max", sampler=optuna.samplers.TPESampler(seed=seed),
-                            # (Tune flattens the space: a point names its knobs by their path)
-                            points_to_evaluate=[{f"point/{_safe(k)}": v for k, v in p.items()} for p in points] or None,
-                            evaluated_rewards=rewards or None)
+                            study_name="fda-ray", storage=storage,
+                            points_to_evaluate=flat or None, evaluated_rewards=rewards or None)
     if max_concurrent:
         searcher = ConcurrencyLimiter(searcher, max_concurrent=max_concurrent)
     stopped: set[str] = set()
@@ -511,8 +529,9 @@ def run_optuna(space: Sequence[Any], base: dict[str, Any], row: str, variable: s
         return failures, False
     # Tune stops on SIGINT and returns: a trial neither done, stopped nor failed (or fewer trials than asked for)
     # means the study was interrupted
-    unsettled = [r for r in grid if r.error is None and not is_done(records / key_of(r.config))
-                 and key_of(r.config) not in stopped]
+    # (a trial Optuna had drawn but Tune never started has no config: unsettled too)
+    unsettled = [r for r in grid if r.error is None and (not r.config or "run" not in r.config or (
+                 not is_done(records / key_of(r.config)) and key_of(r.config) not in stopped))]
     return failures, bool(unsettled) or len(grid) < num_samples
 
 
