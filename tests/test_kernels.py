@@ -83,6 +83,30 @@ def test_every_number_of_sources(device, n):
         _close(a, b, rtol=1e-10, atol=1e-8)
 
 
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_the_cpu_combine_rounds_every_product_and_sum_as_ieee_float32_does(n):
+    """No fused multiply-adds in the C++ layer_combine: with -mfma the compiler contracted acc += c s into FMAs,
+    which round once where the reference rounds twice (25-80 % of the elements an ulp away, and another number from
+    a build for a CPU without FMA). Each product and each sum rounded on its own, in order (source 0, 1, ..., then
+    the target's term), is IEEE float32 arithmetic, the same on every x86-64 CPU: numpy's elementwise float32 gives
+    it exactly."""
+    np = pytest.importorskip("numpy")
+    g = torch.Generator().manual_seed(7 + n)
+    m = 50_000
+    target, sources = torch.randn(m, generator=g) * 1e-3, torch.randn(n, m, generator=g) * 1e-3
+    off = torch.tensor([0, 1234, m])
+    scale = torch.rand(n, 2, dtype=torch.float64, generator=g)
+    out = kernels.layer_combine(target, sources, off, scale, 0.37, impl="kernel").numpy()
+    sc, s, t = scale.float().numpy(), sources.numpy(), target.numpy()
+    want = np.empty(m, dtype=np.float32)
+    for lo, hi, layer in ((0, 1234, 0), (1234, m, 1)):
+        acc = np.zeros(hi - lo, dtype=np.float32)
+        for i in range(n):
+            acc = acc + sc[i, layer] * s[i, lo:hi]  # (float32: the product rounded, then the sum)
+        want[lo:hi] = acc + np.float32(0.37) * t[lo:hi]
+    assert np.array_equal(out, want), int((out != want).sum())
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("b,n,m", [(1, 1, 1), (2, 3, 0), (7, 9, 50_001), (33, 4, 4097)])
 def test_gram_equals_reference(device, b, n, m):
@@ -299,3 +323,19 @@ def test_cli_rejects_a_bad_aggregation_impl(capsys):
     assert main(["--aggregation-impl", "fast"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("error: aggregation_impl='fast'")
+
+
+def test_a_finished_build_loads_without_a_compiler():
+    """A machine (or a container) that has the cached library but no C++ compiler fell back to the reference:
+    cpp_extension needs a compiler to check a build. The library of these sources and flags is loaded as it is."""
+    import subprocess
+    import sys
+
+    assert kernels.implementation("cpu", "kernel") == "cpp", loader.status()  # (built in this cache by now)
+    code = ("import logging; logging.basicConfig(level=logging.WARNING)\n"
+            "from fda_ray.kernels import loader\n"
+            "print(loader.ensure('cpu'), loader.status()['cpu'])")
+    env = {**os.environ, "CXX": "no-such-compiler-here"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.split() == ["True", "ok"], (done.stdout, done.stderr[-2000:])
+    assert "not available" not in done.stderr, done.stderr[-2000:]

@@ -116,9 +116,18 @@ def build(kind: str, *, verbose: bool = False) -> None:
     if kind not in LIB_NAMES:
         raise ValueError(f"kind={kind!r} is invalid: 'cpu' or 'cuda'")
     directory = cache_dir(kind)
+    built = directory / f"{LIB_NAMES[kind]}.so"
+    compiler = shutil.which(os.environ.get("CXX", "c++")) is not None
+    if built.is_file() and (not compiler or not os.access(directory, os.W_OK)):
+        # A finished build of these sources and flags (the folder's name is their digest), where cpp_extension could
+        # not check it (it needs a compiler, and writes its lock file into the folder: a cache shared read-only, a
+        # machine with the library but no compiler): loaded as it is.
+        torch.ops.load_library(str(built))
+        _status[kind] = "ok"
+        return
     directory.mkdir(parents=True, exist_ok=True)
     if kind == "cpu":
-        if shutil.which(os.environ.get("CXX", "c++")) is None:
+        if not compiler:
             raise RuntimeError(f"no C++ compiler ({os.environ.get('CXX', 'c++')}) on PATH")
         sources, include = _staged_sources("cpu", directory)
         cpp_extension.load(name=LIB_NAMES["cpu"], sources=sources,

@@ -105,6 +105,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_stats_cpu(const at::Tensor&
   return {dots, s_sq, t_sq};
 }
 
+// No fused multiply-adds in layer_combine: with -mfma the compiler contracts acc += cf * s (and acc + tc * t) into
+// FMAs, which round once where the reference rounds twice, and the kernel moved 25-80 % of the elements by one ulp
+// from the reference (and from a build for a CPU without FMA). Contraction off here, the CPU kernel gives the
+// reference's numbers bit for bit, as the CUDA kernel does (__fmul_rn / __fadd_rn). layer_stats and gram keep their
+// FMAs: their float64 sums are compared to the reference with a tolerance, and they are compute-bound.
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
 at::Tensor layer_combine_cpu(const at::Tensor& target, const at::Tensor& sources, const at::Tensor& offsets,
                              const at::Tensor& scale, double target_coef) {
   const at::Tensor o = check_layer_inputs("layer_combine", target, sources, offsets);
@@ -143,6 +150,7 @@ at::Tensor layer_combine_cpu(const at::Tensor& target, const at::Tensor& sources
   });
   return out;
 }
+#pragma GCC pop_options
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> gram_cpu(const at::Tensor& target_steps, const at::Tensor& sources) {
   check_gram_inputs("gram", target_steps, sources);
