@@ -410,6 +410,12 @@ def test_ashas_max_t_fits_the_longest_trial_a_searched_knob_plans(tmp_path):
     (dict(fixed={}), "rules[0]='target_val' is invalid: it reads val_accuracy, which a trial reports only with "
                      "held-out target samples (val_share > 0"),
     (dict(fixed={"val_share": 0.25}), "rules[1]='source_val' is invalid: it reads source_val_accuracy"),
+    # a fixed field's or the profile's own error, as it is (it was blamed on the first knob's bound: "space[0].low=0.0
+    # is invalid: beta takes a finite number > 0")
+    (dict(fixed={"val_share": 0.25, "source_val_share": 0.25, "lr_target": -1.0}),
+     "profile 'quick': lr_target=-1.0 is invalid: a finite number > 0"),
+    (dict(profiles={"quick": Profile({**TINY, "samples_per_client": -5})}),
+     "profile 'quick': samples_per_client=-5 is invalid: a positive integer"),
 ])
 def test_a_search_file_that_could_fail_mid_search_is_one_line_before_any_trial(edit, message, tmp_path):
     """What a draw or a report would fail on in the middle of a search (a bound outside its field's range, a rule
@@ -689,3 +695,60 @@ def test_an_optuna_studys_order_is_its_records_own_not_the_files_mtimes(tmp_path
     assert _started_at(StoragePath(a)) == 100.0 < _started_at(StoragePath(b)) == 200.0
     (b / "nodes.json").unlink()
     assert _started_at(StoragePath(b)) == (b / "trial.json").stat().st_mtime
+
+
+def test_search_from_python_checks_its_arguments_as_the_command_does(tmp_path):
+    """A string for methods was read letter by letter ("methods='f' is invalid"); a number for values, an unknown
+    field or a file as out raised Python's own errors; max_failures=-1 (Tune: retry for ever) was taken."""
+    from fda_ray.experiments.search import search as run_from_python
+
+    (tmp_path / "file").write_text("x")
+    for kw, line in ((dict(methods="fedgp"), "methods='fedgp' is invalid: a list of names (methods=['fedgp'])"),
+                     (dict(values=0.6), "values=0.6 is invalid: a list of numbers (values=[0.6])"),
+                     (dict(values=["0.6"]), "values=['0.6'] is invalid: a list of numbers (values=[0.6])"),
+                     (dict(betta=0.5), "betta=0.5 is invalid: not a RunConfig field; did you mean 'beta'?"),
+                     (dict(max_failures=-1), "max_failures=-1 is invalid: an integer >= 0"),
+                     (dict(out=tmp_path / "file"), f"out={str(tmp_path / 'file')!r} is invalid: it is a file, not a "
+                                                   "directory")):
+        with pytest.raises(ValueError) as e:
+            run_from_python("beta", **kw)
+        assert str(e.value) == line
+
+
+def test_search_from_python_puts_gpu_clients_in_actors_as_the_command_does(tmp_path, monkeypatch):
+    """search(gpus_per_client=0.5) trained its clients on the CPU in the trial's process: the command's defaults
+    (client actors, the driver on the GPU) were not applied. A field the user set stays as set."""
+    from fda_ray.experiments import search as search_module
+
+    seen = []
+    monkeypatch.setattr(search_module, "run_search", lambda search, **kw: seen.append(kw["overrides"]) or 130)
+    for i, (given, want) in enumerate((({"gpus_per_client": 0.5}, {"executor": "ray", "device": "cuda"}),
+                                       ({"gpus_per_client": 0.5, "executor": "serial"}, {"executor": "serial", "device": "cuda"}),
+                                       ({"rounds": 2}, {}))):
+        with pytest.raises(KeyboardInterrupt):
+            search_module.search("beta", out=tmp_path / f"s{i}", methods=["fedgp"], **given)
+        assert seen[-1] == {**given, **want}, seen[-1]
+
+
+def test_an_optuna_study_of_a_finite_space_holds_at_most_its_points():
+    """Optuna drew points again in a space of choices: "[4/4] done" for a study of 2 trials, and every resume
+    launched Tune again. The study is capped at the space's points, as the random search's grid is."""
+    from fda_ray.experiments.search import space_points
+
+    assert space_points(tiny_search(space=(Dim("beta", "choice", values=(0.25, 0.75)),
+                                           Dim("lr_target", "choice", values=(1e-3, 1e-2, 1e-1))))) == 6
+    assert space_points(tiny_search()) is None  # (a range: no end of points)
+
+
+def test_an_optuna_study_of_its_whole_space_runs_every_point_once_cut_off_trials_first():
+    """A study as large as its space of choices runs each point once (TPE's random start drew points twice: a study
+    of 3 trials ended with 2); the trials an interruption cut off come first, to go on from their last rounds."""
+    from fda_ray.experiments.search import _first_points, point_trial, studies, study_base
+
+    search = tiny_search(space=(Dim("beta", "choice", values=(0.25, 0.5, 0.75)),))
+    study = studies(search)[0]
+    base = study_base(search, "quick", study)
+    t = {b: point_trial(base, "fedgp-optuna", "noise", study.value, {"beta": b}) for b in (0.25, 0.5, 0.75)}
+    assert _first_points(search, [t[0.5]], [t[0.5], t[0.75]], 2, True) == [{"beta": 0.5}, {"beta": 0.25}]
+    assert _first_points(search, [], [], 3, True) == [{"beta": 0.25}, {"beta": 0.5}, {"beta": 0.75}]
+    assert _first_points(search, [t[0.5]], [t[0.5]], 3, False) == [{"beta": 0.5}]  # (a range: Optuna draws the rest)

@@ -35,6 +35,20 @@ class SweepError(ValueError):
     """Bad sweep arguments: the message is the one line the CLI prints."""
 
 
+def tune_defaults(overrides: dict[str, Any], address: str | None) -> None:
+    """Tune on GPU shares or a cluster: clients as Ray actors, where they have somewhere to go (else each trial
+    trains its clients in its own process: a laptop), and with GPU clients a driver that aggregates and evaluates on
+    its node's GPU. The actors' sizes and requests are fda_ray.runtime.resources' plan. Fields the user set stay as
+    set. (The command on Tune, and search() from Python.)"""
+    import os
+
+    if not ((overrides.get("gpus_per_client") or 0) > 0 or address or os.environ.get("RAY_ADDRESS")):
+        return
+    overrides.setdefault("executor", "ray")
+    if (overrides.get("gpus_per_client") or 0) > 0:
+        overrides.setdefault("device", "cuda")
+
+
 def parser() -> OneLineParser:
     p = OneLineParser(prog="python -m fda_ray.sweep", description=DESCRIPTION, command="sweep",
                       epilog="Any RunConfig field below overrides it in every trial of the sweep.")

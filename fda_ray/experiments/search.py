@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
+from fda_ray.core.registry import did_you_mean
 from fda_ray.core.storage import StoragePath, storage_path
 from fda_ray.papers.selection import RULES, best_so_far, final_value, select
 from fda_ray.experiments.records import (ROWS_FILE, Trial, is_done, keep_aside, nonfinite_back, read_rows,
@@ -122,6 +123,9 @@ def _check_bounds(search: Search, profile: str, study: Study) -> None:
     defaults): else `space[i].high=1.3 is invalid: beta takes a number in [0, 1]`, before any trial runs (a draw
     near the bound failed in the middle of the search)."""
     base = study_base(search, profile, study)
+    # the study's own fields first (fixed, the profile's): their errors as they are (they were blamed on a knob's
+    # bound: fixed lr_target -1 read "space[0].low=0.0 is invalid: beta takes a finite number > 0")
+    point_trial(base, study.method, search.variable, study.value, {})
     for i, d in enumerate(search.space):
         ends = [(f"values[{j}]", v) for j, v in enumerate(d.values)] if d.kind == "choice" \
             else [("low", d.low), ("high", d.high)]
@@ -190,6 +194,14 @@ def recorded_num_samples(out: StoragePath) -> int:
     except (OSError, ValueError, AttributeError):
         return 0
     return n if isinstance(n, int) and not isinstance(n, bool) else 0
+
+
+def space_points(search: Search) -> int | None:
+    """How many points a space of choices alone has (None: a range makes it infinite): the most trials a study
+    of distinct points can hold (the random search's grid caps itself so; Optuna's TPE would draw points again)."""
+    if any(d.kind != "choice" for d in search.space):
+        return None
+    return math.prod(len(d.values) for d in search.space)
 
 
 def optuna_row(study: Study) -> str:
@@ -535,7 +547,27 @@ def search(name: str | Search, *, profile: str = "quick", out: str | Path | None
     from fda_ray.experiments.arguments import SCHEDULERS, held_by_another, search_chunk
     from fda_ray.experiments.manifest import Manifest, read as read_manifest, write as write_manifest
 
+    from fda_ray.core.config import config_names
+    from fda_ray.experiments.arguments import tune_defaults
+
     s = load_search(name) if isinstance(name, str) else name
+    # the arguments checked as the command checks its flags, each in one line (a string was read letter by letter,
+    # an unknown field or a number for a list raised Python's own TypeError)
+    for field_name, given, kind in (("methods", methods, str), ("values", values, (int, float))):
+        if given is not None and (isinstance(given, (str, bytes)) or not isinstance(given, Sequence) or not all(
+                isinstance(x, kind) and not isinstance(x, bool) for x in given)):
+            example = "['fedgp']" if field_name == "methods" else "[0.6]"
+            raise ValueError(f"{field_name}={given!r} is invalid: a list of {'names' if field_name == 'methods' else 'numbers'} "
+                             f"({field_name}={example})")
+    if not isinstance(max_failures, int) or isinstance(max_failures, bool) or max_failures < 0:
+        raise ValueError(f"max_failures={max_failures!r} is invalid: an integer >= 0")
+    known = set(config_names())
+    for field_name in fields:
+        if field_name not in known:
+            raise ValueError(f"{field_name}={fields[field_name]!r} is invalid: not a RunConfig field"
+                             f"{did_you_mean(field_name, sorted(known))}")
+    if out is not None and not storage_path(out).is_dir() and storage_path(out).exists():
+        raise ValueError(f"out={str(out)!r} is invalid: it is a file, not a directory")
     out = storage_path(out or f"sweeps/search-{s.name}-{profile}")
     if profile not in s.profiles:
         raise ValueError(f"profile={profile!r} is invalid: search {s.name!r} has {', '.join(s.profiles)}")
@@ -553,6 +585,7 @@ def search(name: str | Search, *, profile: str = "quick", out: str | Path | None
         s = dataclasses.replace(s, rerun_seeds=rerun_seeds)
     studies(s, methods, values)  # (checked)
     overrides = dict(fields)
+    tune_defaults(overrides, address)  # GPU clients or a cluster: client actors, as the command (they trained on CPU)
     if why := held_by_another(out, "search", s.name, s):
         raise ValueError(f"out={str(out)!r} is invalid for search {s.name!r}: {why}")
     # the call as written (its summary's Command: line; what it changed is read from its sweep.json)
@@ -694,8 +727,13 @@ def _optuna_study(search: Search, profile: str, study: Study, num_samples: int, 
         if v is not None:
             points.append(point_of(search, t.params))
             rewards.append(v)
+    points_in_space = space_points(search)
+    if points_in_space is not None and num_samples > points_in_space:  # (Optuna drew points again: trials
+        num_samples = points_in_space  # "done" that the study did not hold, and a resume launched Tune again)
     todo = max(0, num_samples - len(before))
-    print(f"study {study.name(search)}: {num_samples} trials (Optuna), {len(before)} settled before", flush=True)
+    print(f"study {study.name(search)}: {num_samples} trials (Optuna"
+          f"{f'; its space has {points_in_space} points' if points_in_space == num_samples else ''}), "
+          f"{len(before)} settled before", flush=True)
     failures: list[dict] = []
     interrupted = False
     if todo:
@@ -706,11 +744,24 @@ def _optuna_study(search: Search, profile: str, study: Study, num_samples: int, 
             address, max_concurrent, max_failures, Progress(todo, search.variable),
             scheduler_for(search, scheduler, metric, probe), mark_stopped, points, rewards,
             seed=len(before), pin_drivers=pin_drivers, fuse=fuse,
-            again=[point_of(search, t.params) for t in cut_off[:todo]])
+            again=_first_points(search, cut_off, recorded, todo, num_samples == points_in_space))
     # the study's trials: the settled ones first (a trial cut off and never continued took a finished one's place)
     recorded = optuna_trials(search, profile, study, records, overrides)
     settled = [t for t in recorded if is_settled(records / t.key)]
     return (settled + [t for t in recorded if t not in settled])[:num_samples], failures, interrupted
+
+
+def _first_points(search: Search, cut_off: list[Trial], recorded: list[Trial], todo: int, whole: bool) -> list[dict]:
+    """The points an Optuna launch runs first: the trials an interruption cut off (each goes on from its last
+    round), then, where the study is its whole space of choices (`whole`), every point not yet tried (TPE's random
+    start could draw a point twice, and the study would end short of its space)."""
+    first = [point_of(search, t.params) for t in cut_off]
+    if whole:
+        tried = [point_of(search, t.params) for t in recorded]
+        names = [d.name for d in search.space]
+        first += [p for p in (dict(zip(names, c)) for c in itertools.product(*[d.values for d in search.space]))
+                  if p not in tried]
+    return first[:todo]
 
 
 def corner_trials(search: Search, profile: str, study: Study, overrides: dict[str, Any] | None = None,

@@ -317,11 +317,10 @@ def _tune_defaults(a: Any, overrides: dict[str, Any]) -> None:
     trains its clients in its own process: a laptop), and with GPU clients a driver that aggregates and
     evaluates on its node's GPU. The actors' sizes and requests are fda_ray.runtime.resources' plan. Fields the
     user set stay as set."""
-    if a.backend != "tune" or not (overrides.get("gpus_per_client", 0) > 0 or a.address or os.environ.get("RAY_ADDRESS")):
-        return
-    overrides.setdefault("executor", "ray")
-    if overrides.get("gpus_per_client", 0) > 0:
-        overrides.setdefault("device", "cuda")
+    from fda_ray.experiments.arguments import tune_defaults
+
+    if a.backend == "tune":
+        tune_defaults(overrides, a.address)
 
 
 def _runs_here(a: Any) -> bool:
