@@ -754,3 +754,24 @@ def test_an_optuna_study_of_its_whole_space_runs_every_point_once_cut_off_trials
     assert _first_points(search, [t[0.5]], [t[0.5], t[0.75]], 2, True) == [{"beta": 0.5}, {"beta": 0.25}]
     assert _first_points(search, [], [], 3, True) == [{"beta": 0.25}, {"beta": 0.5}, {"beta": 0.75}]
     assert _first_points(search, [t[0.5]], [t[0.5]], 3, False) == [{"beta": 0.5}]  # (a range: Optuna draws the rest)
+
+
+def test_a_resume_keeps_the_folders_rerun_seeds_and_num_samples(tmp_path, capsys):
+    """--rerun-seeds was not remembered: a plain --resume after --rerun-seeds 2 reported one seed's rerun (23.50 ±
+    57.18, n=2 became 28.00, n=1), and a smaller --num-samples was raised without a word."""
+    from fda_ray.core.storage import StoragePath
+    from fda_ray.experiments.search import kept_counts
+
+    search = tiny_search()  # (rerun_seeds 1)
+    (tmp_path / "selection.json").write_text(json.dumps({"num_samples": 6, "rerun_seeds": 2}))
+    kept, n = kept_counts(search, StoragePath(tmp_path), 3, {"num_samples": None, "rerun_seeds": None})
+    assert (kept.rerun_seeds, n) == (2, 6) and capsys.readouterr().err == ""
+    kept, n = kept_counts(search, StoragePath(tmp_path), 2, {"num_samples": 2, "rerun_seeds": None})
+    assert (kept.rerun_seeds, n) == (2, 6)
+    assert capsys.readouterr().err.strip() == ("note: num_samples=2 is below the 6 this folder's search ran; it keeps 6 "
+                                               "(a resume never reports over fewer)")
+    more = dataclasses.replace(search, rerun_seeds=3)
+    kept, n = kept_counts(more, StoragePath(tmp_path), 8, {"num_samples": 8, "rerun_seeds": 3})
+    assert (kept.rerun_seeds, n) == (3, 8)
+    kept, n = kept_counts(search, StoragePath(tmp_path / "none"), 4, {})
+    assert (kept.rerun_seeds, n) == (1, 4)  # (a folder without a selection: today's)

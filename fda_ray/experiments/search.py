@@ -186,14 +186,32 @@ def changed_search_settings(search: Search, profile: str, plan: Sequence[Study],
     return None
 
 
-def recorded_num_samples(out: StoragePath) -> int:
-    """The trials a study that the search in `out` ran asked for (its selection.json's num_samples; 0 without one,
-    or one that cannot be read: the resume's own checks say why)."""
+def recorded_num_samples(out: StoragePath, key: str = "num_samples") -> int:
+    """The trials a study that the search in `out` ran asked for (its selection.json's num_samples; key
+    "rerun_seeds": the seeds it reran its selections on); 0 without one, or one that cannot be read: the resume's
+    own checks say why."""
     try:
-        n = json.loads((storage_path(out) / "selection.json").read_text()).get("num_samples")
+        n = json.loads((storage_path(out) / "selection.json").read_text()).get(key)
     except (OSError, ValueError, AttributeError):
         return 0
     return n if isinstance(n, int) and not isinstance(n, bool) else 0
+
+
+def kept_counts(search: Search, out: StoragePath, num_samples: int, given: dict[str, int | None]) -> tuple[Search, int]:
+    """A resume never selects over fewer trials, nor reports fewer reruns, than the folder's search did (a plain
+    --resume after --rerun-seeds 2 reported one seed's rerun, without a word): (the search with its rerun_seeds,
+    num_samples), each the larger of today's and the recorded; one note where a value given today is raised."""
+    import dataclasses
+
+    counts = {"num_samples": num_samples, "rerun_seeds": search.rerun_seeds}
+    for key in counts:
+        was = recorded_num_samples(out, key)
+        if was > counts[key]:
+            if given.get(key) is not None:
+                print(f"note: {key}={given[key]} is below the {was} this folder's search ran; it keeps {was} (a resume "
+                      "never reports over fewer)", file=sys.stderr)
+            counts[key] = was
+    return dataclasses.replace(search, rerun_seeds=counts["rerun_seeds"]), counts["num_samples"]
 
 
 def space_points(search: Search) -> int | None:
@@ -600,7 +618,8 @@ def search(name: str | Search, *, profile: str = "quick", out: str | Path | None
         values=tuple(float(v) for v in values) if values else None, overrides=overrides, command=command), s)
     methods, values = manifest.rows, manifest.values
     plan = studies(s, methods, values)
-    num_samples = max(num_samples or s.num_samples[profile], recorded_num_samples(out))
+    s, num_samples = kept_counts(s, out, num_samples or s.num_samples[profile],
+                                 {"num_samples": num_samples, "rerun_seeds": rerun_seeds})
     search_trials(s, profile, plan[0], 1, overrides)  # the fields checked as a trial's (one line)
     if why := changed_search_settings(s, profile, plan, num_samples, overrides, out / "trials", search_alg):
         raise ValueError(f"out={str(out)!r} is invalid for search {s.name!r}: {why}")
@@ -844,6 +863,7 @@ def report(search: Search, profile: str, out: StoragePath, plan: list[Study], se
     if rows:
         write_parquet(rows, out / "results.parquet")
     (out / "selection.json").write_text(json.dumps({"search": search.name, "profile": profile, "num_samples": num_samples,
+                               "rerun_seeds": search.rerun_seeds,
                                "scheduler": scheduler, "search_alg": search_alg, "studies": tables,
                                "reruns": reruns, "references": {f"{k:g}": v for k, v in references.items()},
                                "failures": failures}, indent=1, default=str) + "\n")

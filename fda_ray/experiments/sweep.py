@@ -662,7 +662,7 @@ def search_main(a: Any, argv: list[str], error_line: Callable[[Exception], str])
         _tune_defaults(a, overrides)
         studies(search, _list(a.methods, str, "methods"), _list(a.values, float, "values"))  # (checked)
         num_samples = a.num_samples or search.num_samples[a.profile]
-        from fda_ray.experiments.search import changed_search_settings, recorded_num_samples, search_trials
+        from fda_ray.experiments.search import changed_search_settings, kept_counts, search_trials
 
         out = storage_path(a.out or f"sweeps/search-{search.name}-{a.profile}")
         preflight.output_dir("out", out)
@@ -673,7 +673,8 @@ def search_main(a: Any, argv: list[str], error_line: Callable[[Exception], str])
             merged = search_chunk(_held_manifest(out), manifest_from_args(a, ""), search)
             a.methods = ",".join(merged.rows) if merged.rows else None
             a.values = ",".join(map(repr, merged.values)) if merged.values else None
-            num_samples = max(num_samples, recorded_num_samples(out))  # (a resume never selects over fewer)
+            search, num_samples = kept_counts(search, out, num_samples, {"num_samples": a.num_samples,
+                                                                        "rerun_seeds": a.rerun_seeds})
         plan = studies(search, _list(a.methods, str, "methods"), _list(a.values, float, "values"))
         first = search_trials(search, a.profile, plan[0], 1, overrides)[0].config().resolved()
         if a.resume and (why := changed_search_settings(search, a.profile, plan, num_samples, overrides,
