@@ -623,3 +623,16 @@ def test_a_uri_given_to_the_readers_says_how_to_bring_the_sweep_here(capsys):
         "first (aws s3 sync s3://bucket/sweeps/noise ./LOCAL), then name ./LOCAL")
     with pytest.raises(FileNotFoundError, match=r"gsutil -m rsync -r gs://b/x \./LOCAL"):
         res.load("gs://b/x")
+
+
+def test_a_search_directory_refuses_the_grid_tables_options(capsys):
+    """--metric (even one no record logs), --last, --average and --scale were ignored on a search folder, whose
+    table is its reruns' test accuracy."""
+    folder = str(RESULTS / "search-beta")
+    assert collect.main([folder, "--metric", "nonexistent", "--last", "3"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: metric='nonexistent', last=3 are invalid here: a search directory's table is its selections' reruns' "
+        "test accuracy (selection.json); they read a grid's rounds")
+    assert collect.main([folder, str(RESULTS / "fmnist-noise-seeds-0.6"), "--last", "2"]) == 0
+    assert capsys.readouterr().err.strip() == ("note: last=2 is for the grid tables; a search directory's table is "
+                                               "its selections' reruns' test accuracy")

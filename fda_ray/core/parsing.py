@@ -124,9 +124,9 @@ def typed(field: str, kind: type, allowed: str) -> Callable[[str], Any]:
     return parse
 
 
-def env_seconds(name: str, default: float) -> float:
-    """A number of seconds from the environment variable `name` (unset: `default`); a ValueError naming the variable,
-    its value and what is allowed otherwise."""
+def env_seconds(name: str, default: float, most: float = float("inf")) -> float:
+    """A number of seconds from the environment variable `name` (unset: `default`), at most `most`; a ValueError
+    naming the variable, its value and what is allowed otherwise."""
     raw = os.environ.get(name)
     if raw is None:
         return default
@@ -134,6 +134,7 @@ def env_seconds(name: str, default: float) -> float:
         value = float(raw)
     except ValueError:
         value = -1.0
-    if not (0.0 <= value < float("inf")):
-        raise ValueError(f"${name}={raw!r} is invalid: seconds, a finite number >= 0")
+    if not (0.0 <= value < float("inf")) or value > most:
+        limit = f"from 0 to {most:g}" if most < float("inf") else "a finite number >= 0"
+        raise ValueError(f"${name}={raw!r} is invalid: seconds, {limit}")
     return value

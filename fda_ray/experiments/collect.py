@@ -820,6 +820,16 @@ def main(argv: list[str] | None = None) -> int:
         if a.figure_out:
             preflight.output_file("figure_out", a.figure_out)
         tabs = collect_tables(a.dirs, a.grid, a.metric, a.last, a.scale)
+        grid_only = [f"{k}={v!r}" for k, v, default in (("metric", a.metric, "accuracy"), ("last", a.last, 1),
+                                                          ("average", a.average, False), ("scale", a.scale, None))
+                     if v != default]
+        if grid_only and any(isinstance(t, SearchTable) for t in tabs):  # (they were ignored there without a word)
+            said = f"{', '.join(grid_only)} {'is' if len(grid_only) == 1 else 'are'}"
+            if all(isinstance(t, SearchTable) for t in tabs):
+                raise CollectError(f"{said} invalid here: a search directory's table is its selections' reruns' test "
+                                   "accuracy (selection.json); they read a grid's rounds")
+            print(f"note: {said} for the grid tables; a search directory's table is its selections' reruns' test "
+                  "accuracy", file=sys.stderr)
         if (a.paired is not None or a.figure) and all(isinstance(t, SearchTable) for t in tabs):
             what = f"paired={a.paired!r}" if a.paired is not None else f"figure={a.figure!r}"
             where = f"{', '.join(a.dirs)} {'is a search' if len(a.dirs) == 1 else 'are searches'}"

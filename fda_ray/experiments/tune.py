@@ -3,8 +3,8 @@ federated run.
 
     from ray import tune
     import fda_ray.tune as ft
-    tuner = tune.Tuner(ft.with_resources(space), param_space=ft.search_space(method=tune.grid_search(["fedgp", "fedda"]),
-                                                                             noise=tune.grid_search([0.2, 0.8])),
+    space = ft.search_space(method=tune.grid_search(["fedgp", "fedda"]), noise=tune.grid_search([0.2, 0.8]))
+    tuner = tune.Tuner(ft.with_resources(space), param_space=space,
                        run_config=tune.RunConfig(checkpoint_config=tune.CheckpointConfig(num_to_keep=1)))
     results = tuner.fit()
 

@@ -60,7 +60,8 @@ def window_seconds() -> float:
     """$FDA_RAY_FUSION_WINDOW_S, else WINDOW_S; one-line error naming the variable."""
     from fda_ray.core.parsing import env_seconds
 
-    return env_seconds(WINDOW_ENV, WINDOW_S)
+    # (at most a minute: a served trial whose process ended without leaving holds its server's rounds that long)
+    return env_seconds(WINDOW_ENV, WINDOW_S, most=60.0)
 
 
 # One member builds its experiment at a time: building seeds torch's global generator per trial (the initial model),
