@@ -551,23 +551,18 @@ def _pool_workers(parent: int) -> list[int]:
     return found
 
 
-@pytest.mark.slow  # the local backend's worker processes, one of them killed
-def test_a_killed_pool_worker_is_replaced_and_its_trial_runs_again(tiny_grid, fmnist_dir, tmp_path, capsys, no_ray):
-    """kill -9 of a local-backend pool worker mid-trial (the OOM killer's way): its trial fails one attempt, with a
-    note saying the process died, and runs again in a new pool from its last round; the sweep ends as an
-    uninterrupted one (before: the retry went to the broken pool, a BrokenProcessPool traceback, exit 1, no
-    summary). The sweep's only spawned processes are its workers: no multiprocessing Manager (a ~0.5 GB process
-    that outlived a sweep killed with kill -9)."""
+def _kill_a_worker(when) -> tuple:
+    """A thread that SIGKILLs this process's first pool worker once when(workers) holds (the OOM killer's way):
+    (the thread, started; {"workers": how many there were})."""
     import threading
 
-    out = tmp_path / "k"
     seen: dict = {}
 
     def killer() -> None:
         deadline = time.time() + 300
         while time.time() < deadline:
             workers = _pool_workers(os.getpid())
-            if workers and any((out / "trials").glob("*/state.pt")):  # a round saved, the trial goes on
+            if when(workers):
                 seen["workers"] = len(workers)
                 os.kill(workers[0], signal.SIGKILL)
                 return
@@ -575,6 +570,19 @@ def test_a_killed_pool_worker_is_replaced_and_its_trial_runs_again(tiny_grid, fm
 
     watch = threading.Thread(target=killer, daemon=True)
     watch.start()
+    return watch, seen
+
+
+@pytest.mark.slow  # the local backend's worker processes, one of them killed
+def test_a_killed_pool_worker_is_replaced_and_its_trial_runs_again(tiny_grid, fmnist_dir, tmp_path, capsys, no_ray):
+    """kill -9 of a local-backend pool worker mid-trial (the OOM killer's way): its trial fails one attempt, with a
+    note saying the process died, and runs again in a new pool from its last round; the sweep ends as an
+    uninterrupted one (before: the retry went to the broken pool, a BrokenProcessPool traceback, exit 1, no
+    summary). The sweep's only spawned processes are its workers: no multiprocessing Manager (a ~0.5 GB process
+    that outlived a sweep killed with kill -9)."""
+    out = tmp_path / "k"
+    # (kill once a round is saved: the trial goes on)
+    watch, seen = _kill_a_worker(lambda workers: workers and any((out / "trials").glob("*/state.pt")))
     code = sweep.main(_args(fmnist_dir, out, "--backend", "local", "--workers", "1", "--methods", "target_only",
                             "--values", "0.8", "--rounds", "8", "--no-figures"))
     watch.join(10)
@@ -594,23 +602,9 @@ def test_only_the_killed_workers_trial_is_charged_an_attempt(tiny_grid, fmnist_d
     """The pool breaks for every trial when one worker dies: the trial of the worker still alive was charged a
     failed attempt too (a pool of W workers that lost one W times over failed every trial). It goes on in the new
     pool from its last round with no attempt counted; both end with a plain run's numbers."""
-    import threading
-
     out = tmp_path / "k2"
-    seen: dict = {}
-
-    def killer() -> None:
-        deadline = time.time() + 300
-        while time.time() < deadline:
-            workers = _pool_workers(os.getpid())
-            if len(workers) == 2 and len(list((out / "trials").glob("*/state.pt"))) == 2:  # both trials mid-run
-                seen["workers"] = len(workers)
-                os.kill(workers[0], signal.SIGKILL)
-                return
-            time.sleep(0.05)
-
-    watch = threading.Thread(target=killer, daemon=True)
-    watch.start()
+    # (kill once both trials are mid-run)
+    watch, seen = _kill_a_worker(lambda workers: len(workers) == 2 and len(list((out / "trials").glob("*/state.pt"))) == 2)
     code = sweep.main(_args(fmnist_dir, out, "--backend", "local", "--workers", "2", "--methods", "target_only",
                             "--rounds", "40", "--no-figures"))
     watch.join(10)
