@@ -377,3 +377,20 @@ def test_the_authors_auto_settings_by_dataset_and_partition(fmnist_dir):
     assert resolved(dataset="fashion-mnist", method="fedda", partition="label_shift").batch_target == 16
     with pytest.raises(ValueError, match="estimate_scale='source' is invalid"):
         RunConfig(method="fedda_auto", estimate_scale="source")
+
+
+def test_fedgps_frozen_mask_and_stats_are_checked_in_one_line():
+    """A short frozen mask zeroed other layers than meant without a word (a long one: an IndexError); stats of the
+    wrong shape failed in an error about `scale`, which the caller never passed."""
+    t, s, off = case()
+    w = torch.tensor([0.5, 0.5])
+    for kw, line in ((dict(frozen=torch.tensor([True])), "frozen=bool (1,) is invalid: a bool tensor of shape (2,), "
+                                                         "one per layer"),
+                     (dict(frozen=torch.tensor([1, 0])), "frozen=int64 (2,) is invalid"),
+                     (dict(stats=(torch.zeros(2, 3), torch.zeros(2, 2), torch.zeros(2))),
+                      "stats=['float32 (2, 3)', 'float32 (2, 2)', 'float32 (2,)'] is invalid: layer_stats' (dots (2, 2)")):
+        with pytest.raises(ValueError) as e:
+            fedgp(t, s, off, beta=0.5, weights=w, **kw)
+        assert str(e.value).startswith(line), str(e.value)
+    kept = fedgp(t, s, off, beta=0.5, weights=w, frozen=torch.tensor([False, True]))
+    assert torch.equal(kept[2:], torch.zeros(2)) and torch.equal(kept[:2], fedgp(t, s, off, beta=0.5, weights=w)[:2])

@@ -190,6 +190,11 @@ def zero_layers(update: torch.Tensor, offsets: torch.Tensor, frozen: torch.Tenso
     return update
 
 
+def _shape_of(x: Any) -> str:
+    """A tensor as its dtype and shape, for an error line (anything else as its type)."""
+    return f"{str(x.dtype).replace('torch.', '')} {tuple(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__
+
+
 def fedgp(target: torch.Tensor, sources: torch.Tensor, offsets: torch.Tensor, *, beta: float | torch.Tensor,
           weights: torch.Tensor, align: torch.Tensor | None = None, filter: bool = True,
           projection: str = "cosine", impl: str | None = None,
@@ -210,6 +215,14 @@ def fedgp(target: torch.Tensor, sources: torch.Tensor, offsets: torch.Tensor, *,
         a = torch.ones_like(a)
     impl = _impl(impl, target, sources)
     target, sources = target.contiguous(), sources.contiguous()
+    num_layers = int(torch.as_tensor(offsets).numel()) - 1
+    if frozen is not None and (not isinstance(frozen, torch.Tensor) or frozen.dtype != torch.bool
+                               or tuple(frozen.shape) != (num_layers,)):
+        # (a short mask zeroed other layers than meant, without a word; a long one failed with an IndexError)
+        raise ValueError(f"frozen={_shape_of(frozen)} is invalid: a bool tensor of shape ({num_layers},), one per layer")
+    if stats is not None and (len(stats) != 3 or [tuple(x.shape) for x in stats] != [(n, num_layers)] * 2 + [(num_layers,)]):
+        raise ValueError(f"stats={[_shape_of(x) for x in stats]} is invalid: layer_stats' (dots ({n}, {num_layers}), "
+                         f"s_sq ({n}, {num_layers}), t_sq ({num_layers},)) of these inputs")
     dots, s_sq, t_sq = stats if stats is not None else kernels.layer_stats(target, sources, offsets, impl=impl)  # pass 1
     # the per-layer sums of squares are finite iff every input is: a check that costs nothing more
     if not (torch.isfinite(s_sq).all() and torch.isfinite(t_sq).all()):
