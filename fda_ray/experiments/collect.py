@@ -250,10 +250,10 @@ def _numeric(v: Any) -> bool:
 
 def one_record_a_cell(src: Source, grid: Grid, found: list) -> list:
     """The records of `found` (finished records of src's trials/) a table reads: one a (row, value, seed, kind),
-    of the settings the folder's sweep.json plans. A record of a planned cell with other settings (a resume with
-    --new-settings keeps the old records beside the new) is left out, unless it differs only by a documented
-    default (records.MOVED_DEFAULTS) and the plan's own record is missing; of several records of a cell the plan
-    does not hold, the last written is read. Each left out is said in one warning line (the table read whichever
+    of the settings the folder's sweep.json plans. Of a planned cell's records (a resume with --new-settings keeps
+    the old records beside the new), the plan's own, else one that differs from it only by a documented default
+    (records.MOVED_DEFAULTS), else the last written (records of an older fda-ray's defaults); of a cell the plan does
+    not hold (an earlier chunk's), the records of the folder's options, the last written. Each left out is said in one warning line (the table read whichever
     key sorted last, under a title naming the other settings). A folder without a sweep.json (--grid) keeps only the
     records of the grid's rows, methods and dataset, likewise said."""
     from fda_ray.experiments.records import moved_by_a_documented_default
@@ -276,9 +276,10 @@ def one_record_a_cell(src: Source, grid: Grid, found: list) -> list:
     out, aside = [], []
     for cell, recs in by_cell.items():
         want = planned.get(cell)
-        if want is not None:
+        if want is not None:  # (none of the plan's settings, as records of an older fda-ray: the last written)
             pick = ([r for r in recs if r.path.name == want.key]
-                    or [r for r in recs if moved_by_a_documented_default(r.path, want)])[:1]
+                    or [r for r in recs if moved_by_a_documented_default(r.path, want)]
+                    or [max(recs, key=lambda r: (r.path / ROWS_FILE).mtime())])[:1]
         else:  # (a cell of an earlier chunk: of the settings the folder's options name, as its title says)
             recs = [r for r in recs if _of_options(r, src.options)]
             pick = [max(recs, key=lambda r: (r.path / ROWS_FILE).mtime())] if len(recs) > 1 else recs
