@@ -109,6 +109,15 @@ def test_rsync_with_rays_own_arguments_leaves_docs_results_out(tmp_path):
     assert "fda_ray/__init__.py" in out and "cluster.yaml" in out
     assert not any(f.startswith("docs/results") or f == ".git" or f.startswith(".git/") for f in out)
     assert any(f.startswith("docs/") for f in out)  # only the records are left out of docs/
+    # what a checkout holds beside its sources (a README install's .venv is gigabytes) stays behind too
+    src = tmp_path / "checkout"
+    for rel in (".venv/lib/torch.so", "data/MNIST/x", ".gpucache/a", "build/b", "tracking/t", "fda_ray/x.py"):
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_text("x")
+    out = subprocess.run(["rsync", "-an", "--out-format=%n", *args, f"{src}/", f"{tmp_path / 'copy'}/"],
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    assert "fda_ray/x.py" in out and not any(f.split("/")[0] in (".venv", "data", ".gpucache", "build", "tracking")
+                                              for f in out), out
 
 
 def test_pinned_ray_matches_the_installed_one():

@@ -70,7 +70,7 @@ if name == "scontrol":
 elif name == "srun":
     if "hostname" in args:
         print("127.0.1.1 10.0.0.1 fe80::1")
-    elif "ray" in args:
+    elif any(os.path.basename(a) == "ray" for a in args):  # (PATH's ray, or the one beside $PYTHON)
         if os.environ.get("FAKE_RAY_FAILS"):
             sys.exit(1)
         time.sleep(60)  # `ray start --block` runs until the job stops it
@@ -81,7 +81,7 @@ elif name in ("python", "python3"):
         # a node is alive once its `ray start` has been called, and at most FAKE_ALIVE are
         started = os.path.join(os.environ["STUB_LOG"], "srun.jsonl")
         with open(started) as f:
-            n = sum(1 for ln in f if '"start"' in ln and '"ray"' in ln)
+            n = sum(1 for ln in f if '"start"' in ln and ('"ray"' in ln or '/ray"' in ln))
         print(min(n, int(os.environ["FAKE_ALIVE"])))
     elif args[0] == "-c" and "pyarrow" in args[1]:
         sys.exit(int(os.environ["FAKE_RECORDS"]))
@@ -125,7 +125,7 @@ def slurm(tmp_path):
 
 
 def _ray_starts(calls) -> tuple[dict, list[dict]]:
-    starts = [c for c in calls("srun") if "ray" in c["argv"]]
+    starts = [c for c in calls("srun") if any(Path(a).name == "ray" for a in c["argv"])]
     heads = [c for c in starts if "--head" in c["argv"]]
     assert len(heads) == 1, starts
     return heads[0], [c for c in starts if "--head" not in c["argv"]]
@@ -373,3 +373,20 @@ def test_docs_manual_recipe_parses_as_shell_and_its_sweep_as_a_sweep():
     sweep = shlex.split(next(ln for ln in text.splitlines() if "fda_ray.sweep" in ln), comments=True)
     a = parser().parse_args(sweep[sweep.index("fda_ray.sweep") + 1:])
     assert a.address and a.address.endswith(":6379") and a.out
+
+
+def test_sbatch_names_out_after_its_grid_and_runs_the_ray_beside_python(slurm, tmp_path):
+    """OUT defaulted to $HOME/sweeps/noise-paper whatever the grid (a label-shift job resumed into a noise folder's
+    name); `ray start` came from PATH while Python came from $PYTHON (another Ray, or none)."""
+    beside = tmp_path / "bin" / "ray"
+    beside.write_text("#!/bin/sh\nexit 0\n")
+    beside.chmod(0o755)
+    p, calls = slurm("--grid", "label-shift", "--profile", "paper", OUT="")
+    assert p.returncode == 0, p.stderr
+    sweeps = [c for c in calls("python") if c["argv"][:2] == ["-m", "fda_ray.sweep"]]
+    assert sweeps[0]["argv"][4:6] == ["--out", str(tmp_path / "sweeps" / "label-shift-paper")]
+    head, workers = _ray_starts(calls)
+    assert all(str(beside) in c["argv"] for c in (head, *workers))
+    p, calls = slurm("--search=my/searches/beta-wide.yaml", OUT="")
+    sweeps = [c for c in calls("python") if c["argv"][:2] == ["-m", "fda_ray.sweep"]]
+    assert sweeps[0]["argv"][4:6] == ["--out", str(tmp_path / "sweeps" / "beta-wide-quick")]

@@ -544,3 +544,24 @@ def test_a_sweep_that_joins_a_ray_start_cluster_says_so_and_why_its_trials_wait(
         assert f": {Path(sys.executable).name} {tmp_path / 'hog.py'}): 1 actor(s); they start once it is free" in waited, \
             waited
         assert (tmp_path / "sweep" / "results.parquet").is_file()
+
+
+@pytest.mark.slow  # a Ray cluster of two nodes
+def test_a_dry_run_under_ray_address_plans_on_that_cluster(no_ray, grid6, fmnist_dir, tmp_path, capsys, monkeypatch):
+    """`ray job submit` and KubeRay's RayJob set $RAY_ADDRESS, not --address: the dry run planned on the machine it
+    ran on (a CPU head: "no node has a GPU", exit 2), while the run itself joins the cluster."""
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
+    c.add_node(num_cpus=2, num_gpus=1)  # (a logical GPU: Ray plans with it)
+    c.wait_for_nodes()
+    try:
+        monkeypatch.setenv("RAY_ADDRESS", c.address)
+        code = sweep.main(_args(fmnist_dir, tmp_path / "plan", "--gpus-per-client", "0.5", "--methods", "target_only",
+                                "--values", "0.8", "--dry-run"))
+        printed = capsys.readouterr()
+        assert code == 0, printed.err[-2000:]
+        plan = [x for x in printed.out.splitlines() if x.startswith("plan: ") and "at once" in x]
+        assert plan and "(the Ray cluster" in plan[-1], printed.out[-2000:]
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        c.shutdown()

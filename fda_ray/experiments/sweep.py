@@ -403,6 +403,12 @@ def _check_here(dataset: str, first: Any, overrides: dict[str, Any], device: boo
         preflight.device(first.device)
 
 
+def _joined(a: Any) -> str | None:
+    """The cluster a dry run plans on: --address, else $RAY_ADDRESS (a `ray job submit` job, KubeRay's RayJob: the
+    run joins it, and the plan was this machine's: "no node has a GPU" on a CPU head), else None."""
+    return getattr(a, "address", None) or os.environ.get("RAY_ADDRESS") or None
+
+
 def trial_plan(first: Any, address: str | None, pin_drivers: bool, plan_for: str | None = None
                ) -> tuple[resources.TrialPlan, resources.Cluster]:
     """A Tune trial's plan (every trial of a sweep asks the same) on the cluster it will run on: the nodes
@@ -505,10 +511,10 @@ def dry_run_plan(first: Any, a: Any, trials: list[Trial] | None = None) -> tuple
 
         if a.plan_for is not None:
             cluster = resources.parse_nodes(a.plan_for)
-        elif a.address:  # the cluster the groups would run on
+        elif _joined(a):  # the cluster the groups would run on
             from fda_ray.runtime.driver import ensure_ray
 
-            ensure_ray(a.address, num_cpus=None, field="address")
+            ensure_ray(a.address, num_cpus=None, field="address")  # (or $RAY_ADDRESS, named so)
             cluster = resources.from_ray(True)
         else:
             cluster = resources.this_machine()
@@ -533,11 +539,11 @@ def dry_run_plan(first: Any, a: Any, trials: list[Trial] | None = None) -> tuple
             return fused_head, None
         first = alone[0].config().resolved()  # the trials that run alone: planned as before
         fused_head.append("the trials that run alone:")
-    if a.address and a.plan_for is None:
+    if _joined(a) and a.plan_for is None:
         from fda_ray.runtime.driver import ensure_ray
 
-        ensure_ray(a.address, num_cpus=None, field="address")
-    p, cluster = trial_plan(first, a.address, a.pin_drivers, a.plan_for)
+        ensure_ray(a.address, num_cpus=None, field="address")  # (or $RAY_ADDRESS, named so)
+    p, cluster = trial_plan(first, _joined(a), a.pin_drivers, a.plan_for)
     lines = fused_head + resources.plan_lines(p, cluster)
     try:
         resources.check(p, cluster)
@@ -562,10 +568,10 @@ def _served_plan(first: Any, a: Any, fuse: int) -> tuple[list[str], str | None]:
 
     if a.plan_for is not None:
         cluster = resources.parse_nodes(a.plan_for)
-    elif a.address:
+    elif _joined(a):
         from fda_ray.runtime.driver import ensure_ray
 
-        ensure_ray(a.address, num_cpus=None, field="address")
+        ensure_ray(a.address, num_cpus=None, field="address")  # (or $RAY_ADDRESS, named so)
         cluster = resources.from_ray(True)
     else:
         cluster = resources.this_machine()
