@@ -219,8 +219,10 @@ def fedgp(target: torch.Tensor, sources: torch.Tensor, offsets: torch.Tensor, *,
     if frozen is not None and (not isinstance(frozen, torch.Tensor) or frozen.dtype != torch.bool
                                or tuple(frozen.shape) != (num_layers,)):
         # (a short mask zeroed other layers than meant, without a word; a long one failed with an IndexError)
-        raise ValueError(f"frozen={_shape_of(frozen)} is invalid: a bool tensor of shape ({num_layers},), one per layer")
-    if stats is not None and (len(stats) != 3 or [tuple(x.shape) for x in stats] != [(n, num_layers)] * 2 + [(num_layers,)]):
+        raise ValueError(f"frozen={_shape_of(frozen)} is invalid: a bool tensor of shape ({num_layers},), one per "
+                         "layer")
+    want = [(n, num_layers), (n, num_layers), (num_layers,)]  # layer_stats': dots, s_sq, t_sq
+    if stats is not None and (len(stats) != 3 or [tuple(x.shape) for x in stats] != want):
         raise ValueError(f"stats={[_shape_of(x) for x in stats]} is invalid: layer_stats' (dots ({n}, {num_layers}), "
                          f"s_sq ({n}, {num_layers}), t_sq ({num_layers},)) of these inputs")
     dots, s_sq, t_sq = stats if stats is not None else kernels.layer_stats(target, sources, offsets, impl=impl)  # pass 1

@@ -153,7 +153,8 @@ def run_local(pending: list[Trial], records: StoragePath, workers: int, max_fail
     fuse > 1: a worker runs up to `fuse` trials of one fusion key as one group (fda_ray.runtime.fusion), each keeping
     its record; a member that fails is retried like a trial of its own (in a later group, from its last round).
     A pool whose worker was killed (kill -9, the OOM killer) is broken for good: that worker's trial counts a failed
-    attempt, and every running trial runs again in a new pool from its record's last round. A trial that could not write its record
+    attempt, and every running trial runs again in a new pool from its record's last round. A trial that could not
+    write its record
     (a full disk, a quota, a read-only filesystem: no retry mends those) fails at once, and the trials not started
     are not started: the sweep ends with the resume command."""
     import multiprocessing as mp

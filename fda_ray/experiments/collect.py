@@ -253,8 +253,8 @@ def one_record_a_cell(src: Source, grid: Grid, found: list) -> list:
     of the settings the folder's sweep.json plans. Of a planned cell's records (a resume with --new-settings keeps
     the old records beside the new), the plan's own, else one that differs from it only by a documented default
     (records.MOVED_DEFAULTS), else the last written (records of an older fda-ray's defaults); of a cell the plan does
-    not hold (an earlier chunk's), the records of the folder's options, the last written. Each left out is said in one warning line (the table read whichever
-    key sorted last, under a title naming the other settings). A folder without a sweep.json (--grid) keeps only the
+    not hold (an earlier chunk's), the records of the folder's options, the last written. Each left out is said in
+    one warning line (the table read whichever key sorted last, under a title naming the other settings). A folder without a sweep.json (--grid) keeps only the
     records of the grid's rows, methods and dataset, likewise said."""
     from fda_ray.experiments.records import moved_by_a_documented_default
 
@@ -273,16 +273,18 @@ def one_record_a_cell(src: Source, grid: Grid, found: list) -> list:
         print(f"warning: {src.path}: {len(foreign)} record(s) left out, not of grid {grid.name!r}'s rows, methods and "
               f"dataset: {', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''}", file=sys.stderr)
     planned = _planned(src, grid)
+
+    def newest(recs: list) -> list:  # the last written of a cell's records, as a list (none: [])
+        return [max(recs, key=lambda r: (r.path / ROWS_FILE).mtime())] if recs else []
+
     out, aside = [], []
     for cell, recs in by_cell.items():
         want = planned.get(cell)
         if want is not None:  # (none of the plan's settings, as records of an older fda-ray: the last written)
             pick = ([r for r in recs if r.path.name == want.key]
-                    or [r for r in recs if moved_by_a_documented_default(r.path, want)]
-                    or [max(recs, key=lambda r: (r.path / ROWS_FILE).mtime())])[:1]
+                    or [r for r in recs if moved_by_a_documented_default(r.path, want)] or newest(recs))[:1]
         else:  # (a cell of an earlier chunk: of the settings the folder's options name, as its title says)
-            recs = [r for r in recs if _of_options(r, src.options)]
-            pick = [max(recs, key=lambda r: (r.path / ROWS_FILE).mtime())] if len(recs) > 1 else recs
+            pick = newest([r for r in recs if _of_options(r, src.options)])
         aside += [r.path.name for r in by_cell[cell] if r not in pick]
         out += pick
     if aside:
@@ -317,14 +319,13 @@ def _planned(src: Source, grid: Grid) -> dict[tuple, Any]:
     """(row, value, seed, kind) -> the trial the folder's sweep.json plans ({} without one, or one that no longer
     plans)."""
     from fda_ray.experiments.arguments import manifest_of
-    from fda_ray.experiments.trials import plan
+    from fda_ray.experiments.trials import plan_manifest
 
     m = manifest_of(src.path)
     if m is None or m.kind != "grid":
         return {}
     try:
-        trials = plan(grid, m.profile, rows=list(m.rows) if m.rows else None,
-                      values=list(m.values) if m.values else None, seeds=m.seeds, overrides=dict(m.overrides))
+        trials = plan_manifest(grid, m)
     except (ValueError, TypeError, AttributeError):
         return {}
     return {(t.row, t.value, t.seed, t.kind): t for t in trials}

@@ -186,9 +186,9 @@ def changed_search_settings(search: Search, profile: str, plan: Sequence[Study],
     return None
 
 
-def recorded_num_samples(out: StoragePath, key: str = "num_samples") -> int:
-    """The trials a study that the search in `out` ran asked for (its selection.json's num_samples; key
-    "rerun_seeds": the seeds it reran its selections on); 0 without one, or one that cannot be read: the resume's
+def recorded_count(out: StoragePath, key: str) -> int:
+    """A count the search in `out` ran with, from its selection.json: "num_samples" (the trials a study asked for) or
+    "rerun_seeds" (the seeds it reran its selections on); 0 without one, or one that cannot be read: the resume's
     own checks say why."""
     try:
         n = json.loads((storage_path(out) / "selection.json").read_text()).get(key)
@@ -205,7 +205,7 @@ def kept_counts(search: Search, out: StoragePath, num_samples: int, given: dict[
 
     counts = {"num_samples": num_samples, "rerun_seeds": search.rerun_seeds}
     for key in counts:
-        was = recorded_num_samples(out, key)
+        was = recorded_count(out, key)
         if was > counts[key]:
             if given.get(key) is not None:
                 print(f"note: {key}={given[key]} is below the {was} this folder's search ran; it keeps {was} (a resume "
@@ -575,8 +575,8 @@ def search(name: str | Search, *, profile: str = "quick", out: str | Path | None
         if given is not None and (isinstance(given, (str, bytes)) or not isinstance(given, Sequence) or not all(
                 isinstance(x, kind) and not isinstance(x, bool) for x in given)):
             example = "['fedgp']" if field_name == "methods" else "[0.6]"
-            raise ValueError(f"{field_name}={given!r} is invalid: a list of {'names' if field_name == 'methods' else 'numbers'} "
-                             f"({field_name}={example})")
+            what = "names" if field_name == "methods" else "numbers"
+            raise ValueError(f"{field_name}={given!r} is invalid: a list of {what} ({field_name}={example})")
     if not isinstance(max_failures, int) or isinstance(max_failures, bool) or max_failures < 0:
         raise ValueError(f"max_failures={max_failures!r} is invalid: an integer >= 0")
     known = set(config_names())

@@ -55,7 +55,7 @@ from fda_ray.experiments.tracking import Tracking
 from fda_ray.experiments.records import (ROWS_FILE, Trial, changed_settings, collect, is_done, rerun_for_weights,
                                          set_aside_damaged)
 from fda_ray.experiments.summary import builds_line, summarize
-from fda_ray.experiments.trials import load_grid, plan
+from fda_ray.experiments.trials import load_grid, plan, plan_manifest
 from fda_ray.papers.grids import GRIDS, Grid
 from fda_ray.papers.files import dump as dump_definition, grid_to_dict, search_to_dict, write_definition
 from fda_ray.papers.searches import SEARCHES
@@ -264,9 +264,7 @@ def _with_earlier_chunks(grid: Grid, merged: Any, trials: list[Trial], records: 
     union of every chunk: a chunk of other --methods, --values or --seeds into the same --out), in the plan's order:
     what the summary, results.parquet and figures show, so that a chunk's summary keeps the chunks before it."""
     try:
-        planned = plan(grid, merged.profile, rows=list(merged.rows) if merged.rows else None,
-                       values=list(merged.values) if merged.values else None, seeds=merged.seeds,
-                       overrides=dict(merged.overrides))
+        planned = plan_manifest(grid, merged)
     except (ValueError, TypeError, AttributeError):  # (a manifest this grid cannot plan any more: this launch's own)
         return trials
     mine = {t.key for t in trials}

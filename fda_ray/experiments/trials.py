@@ -158,6 +158,12 @@ def plan(grid: Grid, profile: str, *, rows: Sequence[str] | None = None, values:
     return out
 
 
+
+def plan_manifest(grid: Grid, m: Any) -> list[Trial]:
+    """The trials a grid sweep's manifest (sweep.json: its profile, rows, values, seeds and overrides) plans."""
+    return plan(grid, m.profile, rows=list(m.rows) if m.rows else None, values=list(m.values) if m.values else None,
+                seeds=m.seeds, overrides=dict(m.overrides))
+
 def run_trial(trial: Trial, records: StoragePath | Path | str, report: Callable[[dict], None] | None = None,
               group: Any = None, on_resume: Callable[[list[dict]], None] | None = None) -> Any:
     """Run `trial` (or go on from its state.pt), keeping its record in records/<key>/ (a local or shared

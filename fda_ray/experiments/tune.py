@@ -442,8 +442,9 @@ def run_optuna(space: Sequence[Any], base: dict[str, Any], row: str, variable: s
     keep_working_directory()
     ensure_ray(address, num_cpus=None)
     plugins.check_ray_workers("Tune trial process")  # a node whose workers cannot import a plug-in: before any trial
-    # (Tune flattens the space: a point names its knobs by their path)
-    flat = [{f"point/{_safe(k)}": v for k, v in p.items()} for p in points]
+    def flat(point: dict) -> dict:  # (Tune flattens the space: a point names its knobs by their path)
+        return {f"point/{_safe(k)}": v for k, v in point.items()}
+
     # The cut-off trials' points queued first in the study (OptunaSearch takes points either all evaluated or all to
     # run): Optuna drew new points instead, and the cut-off trials were never continued.
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # ("A new study created in memory": a quiet console)
@@ -451,10 +452,10 @@ def run_optuna(space: Sequence[Any], base: dict[str, Any], row: str, variable: s
     if again:
         queued = optuna.create_study(storage=storage, study_name="fda-ray", direction="maximize")
         for p in again:
-            queued.enqueue_trial({f"point/{_safe(k)}": v for k, v in p.items()})
+            queued.enqueue_trial(flat(p))
     searcher = OptunaSearch(metric=metric, mode="max", sampler=optuna.samplers.TPESampler(seed=seed),
                             study_name="fda-ray", storage=storage,
-                            points_to_evaluate=flat or None, evaluated_rewards=rewards or None)
+                            points_to_evaluate=[flat(p) for p in points] or None, evaluated_rewards=rewards or None)
     if max_concurrent:
         searcher = ConcurrencyLimiter(searcher, max_concurrent=max_concurrent)
     stopped: set[str] = set()

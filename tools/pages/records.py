@@ -52,7 +52,7 @@ def _manifest(directory: Path):
 def load_sweep(name: str) -> Sweep:
     """docs/results/<name>: the trials its sweep.json planned (with that sweep's rows and values), their rows."""
     from fda_ray.experiments.records import collect
-    from fda_ray.experiments.trials import plan
+    from fda_ray.experiments.trials import plan_manifest
     from fda_ray.papers.grids import GRIDS
 
     directory = RESULTS / name
@@ -60,8 +60,7 @@ def load_sweep(name: str) -> Sweep:
     if m.kind != "grid":
         raise ValueError(f"dir={name!r} is invalid: it holds a search, not a grid sweep")
     grid = GRIDS[m.name]
-    trials = plan(grid, m.profile, rows=list(m.rows) if m.rows else None,
-                  values=list(m.values) if m.values else None, seeds=m.seeds, overrides=dict(m.overrides))
+    trials = plan_manifest(grid, m)
     trials = _as_recorded(trials, directory / "trials")
     planned = {t.row for t in trials}
     row_keys = tuple(r.key for r in grid.rows if r.key in planned)

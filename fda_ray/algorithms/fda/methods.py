@@ -91,7 +91,8 @@ class FDA(Algorithm):
         # default of the auto-weighted methods there (the published auto rows came from it).
         # FedDA_Auto on DomainBed: the authors' DomainBed auto script scales only the target's per-step deltas
         # (FedGP_Auto's beta is the same either way: its estimates keep the other script's convention).
-        return {"log_estimates": cls.train_sources, "faithful_domainbed_auto": _domainbed(cfg) and cls.auto_rule is not None,
+        return {"log_estimates": cls.train_sources,
+                "faithful_domainbed_auto": _domainbed(cfg) and cls.auto_rule is not None,
                 "estimate_scale": "target" if _domainbed(cfg) and cls.auto_rule == "fedda" else "both"}
 
     @classmethod

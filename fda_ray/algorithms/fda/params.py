@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 
 # How the oracle and finetune_offline baselines run (docs/authors-code.md, "Oracle and Finetune_Offline").
 BASELINE_PROTOCOLS = ("authors", "loop")
-# Which per-step deltas the auto-weighted estimators scale by lr_T / lr_S (docs/authors-code.md, "The estimators' scale").
+# Which per-step deltas the auto-weighted estimators scale by lr_T / lr_S (docs/authors-code.md, "The estimators'
+# scale").
 ESTIMATE_SCALES = ("both", "target")
 
 
