@@ -183,3 +183,20 @@ def test_every_method_resolves_the_fda_params():
     assert set(ditto.params) == {"ditto", "fda"} and ditto.beta == 0.2 and ditto.log_estimates is False
     hc = RunConfig(dataset="fmnist-conditions", method="fedavg_finetune_gp", beta=0.25, projection="exact").resolved()
     assert (hc.beta, hc.projection, hc.filter) == (0.25, "exact", True)
+
+
+def test_a_boolean_is_refused_by_every_field_that_is_not_a_switch():
+    """Python's True is the integer 1, and YAML 1.1 reads an unquoted `yes` as True: `rounds: yes` ran 1 round and
+    `data_dir: yes` read a folder named True. Only the fields typed bool take one; the others name the field."""
+    import dataclasses
+
+    from fda_ray.core.config import RunConfig
+
+    for f in dataclasses.fields(RunConfig):
+        switch = "bool" in str(f.type)
+        for value in (True, False):
+            if switch:
+                RunConfig(**{f.name: value})
+                continue
+            with pytest.raises(ValueError, match=f"^{f.name}={value!r} is invalid: "):
+                RunConfig(**{f.name: value})

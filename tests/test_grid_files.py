@@ -36,6 +36,29 @@ def test_a_grid_files_exponent_without_a_dot_or_sign_is_a_number(tmp_path):
     assert trials and {(t.config().lr_source, t.config().lr_target) for t in trials} == {(1e-3, 2.5e-4)}
 
 
+def test_a_definition_files_unquoted_on_off_is_the_fields_word_and_num_samples_may_be_one_number(tmp_path):
+    """YAML 1.1 reads an unquoted off/on (no/yes) as a boolean: `vectorise: off` in a grid's fields and a choice's
+    `values: [on, off]` were refused ("vectorise=False is invalid", "values[0]=True is invalid"). For a field that
+    takes words they are its words; a bare `num_samples: 3` is that count for every profile."""
+    text = dump(grid_to_dict(GRIDS["noise"])).replace("vectorise: 'on'", "vectorise: off")
+    assert "vectorise: off" in text
+    (tmp_path / "g.yaml").write_text(text)
+    assert {t.config().vectorise for t in plan(load_grid(str(tmp_path / "g.yaml")), "quick")} == {"off"}
+    d = search_to_dict(SEARCHES["beta"])
+    d["num_samples"] = 3
+    text = dump(d).replace("space:\n", "space:\n- {name: vectorise, kind: choice, values: [on, off]}\n")
+    assert "values: [on, off]" in text and "num_samples: 3\n" in text
+    (tmp_path / "s.yaml").write_text(text)
+    s = load_search(str(tmp_path / "s.yaml"))
+    assert s.space[0].values == ("on", "off") and s.num_samples == {p: 3 for p in s.profiles}
+    # a field that takes a number still refuses a boolean, naming it
+    d = search_to_dict(SEARCHES["beta"])
+    d["fixed"] = {"rounds": True}
+    (tmp_path / "b.yaml").write_text(dump(d))
+    with pytest.raises(DefinitionFileError, match="rounds=True is invalid"):
+        load_search(str(tmp_path / "b.yaml"))
+
+
 @pytest.mark.parametrize("fmt", ["yaml", "json"])
 @pytest.mark.parametrize("name", list(GRIDS))
 def test_every_built_in_grid_written_as_a_file_plans_the_same_trials(name, fmt):

@@ -102,6 +102,22 @@ def config_keywords() -> list[tuple[type, dataclasses.Field]]:
     return out + ([(kw, f) for f in dataclasses.fields(kw)] if kw is not None else [])
 
 
+def boolean_word(name: str, value: Any) -> Any:
+    """`value` for keyword `name` as a definition file means it: YAML 1.1 reads an unquoted on/off (yes/no) as a
+    boolean, so `vectorise: off` arrives as False; for a keyword whose choices are words that is the word ("off",
+    or "false" where the words are true/false). Any other value comes back as it is (the field's check refuses it)."""
+    if not isinstance(value, bool):
+        return value
+    for owner, f in config_keywords():
+        if f.name == name:
+            words = f.metadata.get("choices") or ()
+            for word in (("on" if value else "off"), ("true" if value else "false")):
+                if word in words:
+                    return word
+            break
+    return value
+
+
 def _err(field: str, value: Any, allowed: str, names: Any = (), pluggable: bool = False) -> ValueError:
     """The one-line error; `names`: the known names, the closest of which a misspelt value is told of;
     pluggable: a registry's names, which a plug-in may add to (fda_ray.core.plugins)."""
@@ -302,6 +318,9 @@ class RunConfig:
         for name in ("data_augmentation", "shuffle", "drop_last"):
             if getattr(self, name) not in (None, True, False):
                 raise _err(name, getattr(self, name), "true or false (or unset: the dataset's default)")
+        for name in ("model_weights", "data_dir", "ray_address"):  # (a YAML `yes` would become a path "True")
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
+                raise _err(name, getattr(self, name), "a text (a path or an address)")
         if self.model_weights is not None and self.model not in (None, *PRETRAINED_MODELS):
             raise _err("model_weights", self.model_weights, f"only models {', '.join(PRETRAINED_MODELS)} load "
                                                             "pretrained weights")
@@ -309,9 +328,9 @@ class RunConfig:
             raise _err("seed", self.seed, "an integer from 0 to 2^64 - 1 (derive_seed reads 64 bits of it)")
         for name in ("noise",):
             v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+            if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0):
                 raise _err(name, v, "a finite number >= 0")
-        if not (0.0 <= self.eta <= 0.5):
+        if not (isinstance(self.eta, (int, float)) and not isinstance(self.eta, bool) and 0.0 <= self.eta <= 0.5):
             raise _err("eta", self.eta, "a share in [0, 0.5]")
         if isinstance(self.source_classes, float) and self.source_classes.is_integer():  # a grid's value (9.0)
             object.__setattr__(self, "source_classes", int(self.source_classes))
@@ -328,7 +347,7 @@ class RunConfig:
             v = getattr(self, name)
             if v is None and name in ("num_sources", "warmup_rounds"):
                 continue
-            if not isinstance(v, int) or v < lo:
+            if not isinstance(v, int) or isinstance(v, bool) or v < lo:  # (a YAML `yes` is True, an int)
                 raise _err(name, v, f"an integer >= {lo}")
         if self.threads > MAX_THREADS:  # torch's thread pools crash the process far above any machine's cores
             raise _err("threads", self.threads, f"an integer from 1 to {MAX_THREADS}")
@@ -346,14 +365,16 @@ class RunConfig:
             raise _err("partition", self.partition, f"one of {', '.join(PARTITIONS)}", PARTITIONS)
         for name in ("lr_source", "lr_target"):
             v = getattr(self, name)
-            if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+            if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                                      and v > 0):
                 raise _err(name, v, "a finite number > 0")
         for name in ("batch_source", "batch_target", "target_labelled", "samples_per_client",
                      "test_samples"):
             v = getattr(self, name)
-            if v is not None and (not isinstance(v, int) or v < 1):
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
                 raise _err(name, v, "a positive integer")
-        if self.target_fraction is not None and not (0.0 < self.target_fraction <= 1.0):
+        if self.target_fraction is not None and not (isinstance(self.target_fraction, (int, float)) and not isinstance(
+                self.target_fraction, bool) and 0.0 < self.target_fraction <= 1.0):
             raise _err("target_fraction", self.target_fraction, "a share in (0, 1]")
         if self.target_labelled is not None and self.target_fraction is not None:
             raise _err("target_labelled", self.target_labelled, "give target_labelled or target_fraction, not both")
@@ -363,7 +384,7 @@ class RunConfig:
             except TypeError:
                 raise _err("eval_noise", self.eval_noise, "a sequence of noise levels") from None
         for v in self.eval_noise:
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+            if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0):
                 raise _err("eval_noise", self.eval_noise, "finite noise levels >= 0")
         self._check_params()
         if not (isinstance(self.device, str) and re.fullmatch(r"cpu|cuda(:\d+)?", self.device)):
@@ -375,11 +396,12 @@ class RunConfig:
         if self.executor not in EXECUTORS:
             raise _err("executor", self.executor, f"one of {', '.join(EXECUTORS)}", EXECUTORS)
         if self.cpus_per_client is not None and not (
-                isinstance(self.cpus_per_client, (int, float)) and RESOURCE_STEP <= self.cpus_per_client <= 1024):
+                isinstance(self.cpus_per_client, (int, float)) and not isinstance(self.cpus_per_client, bool)
+                and RESOURCE_STEP <= self.cpus_per_client <= 1024):
             raise _err("cpus_per_client", self.cpus_per_client, f"a number of CPUs from {RESOURCE_STEP:g} to 1024 "
                        "(fractions allowed, in Ray's steps of 0.0001)")
         g = self.gpus_per_client
-        if not (isinstance(g, (int, float)) and (g == 0 or RESOURCE_STEP <= g <= 1
+        if not (isinstance(g, (int, float)) and not isinstance(g, bool) and (g == 0 or RESOURCE_STEP <= g <= 1
                                                  or (g > 1 and float(g).is_integer()))):
             raise _err("gpus_per_client", g, f"0, a fraction in [{RESOURCE_STEP:g}, 1] or a whole number of GPUs")
         if self.clients_per_actor is not None and (not isinstance(self.clients_per_actor, int)
@@ -388,7 +410,7 @@ class RunConfig:
             raise _err("clients_per_actor", self.clients_per_actor, "an integer >= 1 (or unset: pooled to the machine)")
         if self.vectorise not in VECTORISE:
             raise _err("vectorise", self.vectorise, f"one of {', '.join(VECTORISE)}", VECTORISE)
-        if not isinstance(self.client_retries, int) or self.client_retries < 0:
+        if not isinstance(self.client_retries, int) or isinstance(self.client_retries, bool) or self.client_retries < 0:
             raise _err("client_retries", self.client_retries, "an integer >= 0")
 
     def _check_params(self) -> None:

@@ -229,6 +229,13 @@ class Checker:
             raise self.fail(where, v, "a mapping")
         return v
 
+    def fields(self, where: str, v: Any) -> dict:
+        """A mapping of RunConfig fields, a YAML boolean given for a field of words read as its word
+        (`vectorise: off`; fda_ray.core.config.boolean_word)."""
+        from fda_ray.core.config import boolean_word
+
+        return {k: boolean_word(k, x) for k, x in self.mapping(where, v).items()}
+
     def seq(self, where: str, v: Any, *, empty: bool = False) -> list:
         if not isinstance(v, list) or (not empty and not v):
             raise self.fail(where, v, "a list" + ("" if empty else " of at least one item"))
@@ -260,7 +267,7 @@ def _row(c: Checker, where: str, d: Any) -> Row:
         raise c.fail(f"{where}.method", method, f"one of {', '.join(ALGORITHMS.names())}", ALGORITHMS.names(),
                      pluggable=True)
     key = c.name(f"{where}.key", d["key"])
-    params = c.mapping(f"{where}.params", d.get("params", {}))
+    params = c.fields(f"{where}.params", d.get("params", {}))
     if "method" in params:
         raise c.fail(f"{where}.params.method", params["method"], "set by the row's `method`, not in its params")
     return Row(key, c.text(f"{where}.label", d.get("label", key)), method, params)
@@ -271,14 +278,14 @@ def _profile(c: Checker, where: str, d: Any) -> Profile:
     values = d.get("values")
     rows = d.get("rows")
     return Profile(
-        fields=c.mapping(f"{where}.fields", d.get("fields", {})),
+        fields=c.fields(f"{where}.fields", d.get("fields", {})),
         values=None if values is None else tuple(c.number(f"{where}.values[{i}]", v)
                                                  for i, v in enumerate(c.seq(f"{where}.values", values))),
         rows=None if rows is None else tuple(c.text(f"{where}.rows[{i}]", r)
                                              for i, r in enumerate(c.seq(f"{where}.rows", rows))),
         seeds=None if d.get("seeds") is None else c.seeds(f"{where}.seeds", d["seeds"]),
         note=d.get("note", "") if isinstance(d.get("note", ""), str) else c.text(f"{where}.note", d["note"]),
-        row_fields={k: c.mapping(f"{where}.row_fields.{k}", v)
+        row_fields={k: c.fields(f"{where}.row_fields.{k}", v)
                     for k, v in c.mapping(f"{where}.row_fields", d.get("row_fields", {})).items()})
 
 
@@ -322,9 +329,9 @@ def grid_from_dict(data: Any, path: str = "<mapping>") -> Grid:
             values=values, rows=tuple(_row(c, f"rows[{i}]", r) for i, r in enumerate(c.seq("rows", d["rows"]))),
             seeds=seeds, profiles=profiles, paper=paper,
             paper_ref=d.get("paper_ref", "") if isinstance(d.get("paper_ref", ""), str) else c.text("paper_ref", d["paper_ref"]),
-            fixed=c.mapping("fixed", d.get("fixed", {})), share_source_only=share,
+            fixed=c.fields("fixed", d.get("fixed", {})), share_source_only=share,
             value_labels=c.by_value("value_labels", d.get("value_labels", {}), c.text), paper_auc=paper_auc,
-            value_fields=c.by_value("value_fields", d.get("value_fields", {}), c.mapping))
+            value_fields=c.by_value("value_fields", d.get("value_fields", {}), c.fields))
     except DefinitionFileError:
         raise
     except ValueError as e:  # Grid's own checks (a profile naming a value or row the grid lacks, ...)
@@ -377,6 +384,8 @@ def check_config(c: Checker, where: str, params: Mapping[str, Any]) -> None:
 
 
 def _dim(c: Checker, where: str, d: Any) -> Dim:
+    from fda_ray.core.config import boolean_word
+
     d = c.keys(where, d, ("name", "kind"), ("low", "high", "values"))
     kind = c.text(f"{where}.kind", d["kind"])
     unused = ("low", "high") if kind == "choice" else ("values",) if kind in ("uniform", "loguniform") else ()
@@ -388,7 +397,7 @@ def _dim(c: Checker, where: str, d: Any) -> Dim:
         return Dim(c.text(f"{where}.name", d["name"]), kind,
                    None if d.get("low") is None else c.number(f"{where}.low", d["low"]),
                    None if d.get("high") is None else c.number(f"{where}.high", d["high"]),
-                   tuple(c.seq(f"{where}.values", d.get("values", []), empty=True)))
+                   tuple(boolean_word(d["name"], v) for v in c.seq(f"{where}.values", d.get("values", []), empty=True)))
     except DefinitionFileError:  # (the checker's own line names the file and the key already)
         raise
     except ValueError as e:
@@ -412,8 +421,11 @@ def search_from_dict(data: Any, path: str = "<mapping>") -> Search:
                 for k, p in c.mapping("profiles", d["profiles"]).items()}
     if not profiles:
         raise c.fail("profiles", d["profiles"], "name at least one profile (quick and paper are the usual)")
+    num = d.get("num_samples", {"quick": 8, "paper": 24})
+    if not isinstance(num, dict):  # one count for every profile, as a grid's `seeds: 3` is one for every value
+        num = {p: num for p in profiles}
     num = {c.text("num_samples key", k): c.integer(f"num_samples.{k}", v, high=MAX_SAMPLES)
-           for k, v in c.mapping("num_samples", d.get("num_samples", {"quick": 8, "paper": 24})).items()}
+           for k, v in c.mapping("num_samples", num).items()}
     missing = [p for p in profiles if p not in num]
     if missing:
         raise c.fail("num_samples", num, f"give the trials per study of every profile ({', '.join(profiles)})")
@@ -423,13 +435,13 @@ def search_from_dict(data: Any, path: str = "<mapping>") -> Search:
             space=tuple(_dim(c, f"space[{i}]", x) for i, x in enumerate(c.seq("space", d["space"]))),
             variable=c.text("variable", d["variable"]), values=_values(c, d),
             rules=tuple(c.text(f"rules[{i}]", r) for i, r in enumerate(c.seq("rules", d["rules"]))),
-            profiles=profiles, fixed=c.mapping("fixed", d.get("fixed", {})),
+            profiles=profiles, fixed=c.fields("fixed", d.get("fixed", {})),
             references=tuple(_row(c, f"references[{i}]", r)
                              for i, r in enumerate(c.seq("references", d.get("references", []), empty=True))),
             num_samples=num, rerun_seeds=c.seeds("rerun_seeds", d.get("rerun_seeds", 3)),
             grace_period=c.integer("grace_period", d.get("grace_period", 10)),
             reduction_factor=c.integer("reduction_factor", d.get("reduction_factor", 2), low=2),
-            value_fields=c.by_value("value_fields", d.get("value_fields", {}), c.mapping),
+            value_fields=c.by_value("value_fields", d.get("value_fields", {}), c.fields),
             value_labels=c.by_value("value_labels", d.get("value_labels", {}), c.text),
             note=d.get("note", "") if isinstance(d.get("note", ""), str) else c.text("note", d["note"]))
     except DefinitionFileError:
