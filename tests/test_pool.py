@@ -95,6 +95,40 @@ def test_forward_and_backward_equal_the_reference_bit_for_bit(name, op):
 
 
 @needs_kernel
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:FutureWarning")  # (torch's forward AD imports)
+@pytest.mark.parametrize("op", list(OPS))
+@pytest.mark.parametrize("name", ["simple-cnn-second", "odd", "wide-odd"])
+def test_double_backward_forward_mode_and_channels_last_equal_the_reference(name, op):
+    """A backward with create_graph=True (a gradient penalty, MAML) was refused ("marked with @once_differentiable"),
+    forward-mode AD too ("You must implement the jvp function"), and a channels-last map came back NCHW. Each now
+    equals PyTorch's own ops bit for bit: the double backward and the tangent gather the routed elements."""
+    import torch.autograd.forward_ad as fwAD
+
+    kernel, spec = OPS[op]
+    shape = SHAPES[name]
+    x = _map(shape, seed=7).requires_grad_()
+    rng = torch.Generator().manual_seed(3)
+    g = torch.randn(shape[0], shape[1], shape[2] // 2, shape[3] // 2, generator=rng).requires_grad_()
+    v = torch.randn(*shape, generator=rng)
+    v[0, 0, 0, 0] = float("nan")  # a NaN where a route may be nowhere: dropped, as PyTorch's where drops it
+    got = []
+    for f in (kernel, spec):
+        out = f(x)
+        (gx,) = torch.autograd.grad(out, x, g, create_graph=True)
+        (gg,) = torch.autograd.grad(gx, g, v)  # d<gx, v>/dg
+        with fwAD.dual_level():
+            primal, tangent = fwAD.unpack_dual(f(fwAD.make_dual(x.detach(), v)))
+        got.append((out.detach(), gx.detach(), gg, primal, tangent))
+    assert type(kernel(x).grad_fn).__name__ == "_Pool2x2Backward"  # the kernel ran
+    for a, b in zip(*got):
+        _identical(a, b)
+    xc = x.detach().contiguous(memory_format=torch.channels_last)
+    out, ref = kernel(xc), spec(xc)
+    _identical(out, ref)
+    assert out.stride() == ref.stride()
+
+
+@needs_kernel
 def test_threads_split_the_maps_without_changing_a_bit():
     x = _map((64, 6, 24, 24), seed=5).requires_grad_()
     g = torch.randn(64, 6, 12, 12, generator=torch.Generator().manual_seed(2))

@@ -39,6 +39,35 @@ def reference_max_pool(x: torch.Tensor) -> torch.Tensor:
     return F.max_pool2d(x, 2)
 
 
+def routed(grad_x: torch.Tensor, route: torch.Tensor) -> torch.Tensor:
+    """The adjoint of the backward, in PyTorch's ops: each window's routed element of grad_x (N, C, H, W), 0 where the
+    route is nowhere (4) -> (N, C, H // 2, W // 2). It is the double backward (the gradient of the backward with
+    respect to its incoming gradient, as max-pool's and ReLU's own double backward give) and the forward-mode
+    derivative (a tangent of x taken where the gradient would go)."""
+    n, c, h, w = route.shape
+    # (N, C, 2h, 2w) -> (N, C, h, w, 4), a window's corners in the route's order 2 * dy + dx
+    win = grad_x[..., : 2 * h, : 2 * w].reshape(n, c, h, 2, w, 2).permute(0, 1, 2, 4, 3, 5).reshape(n, c, h, w, 4)
+    q = route.long()
+    picked = win.gather(-1, q.clamp_max(3).unsqueeze(-1)).squeeze(-1)  # (N, C, h, w)
+    return torch.where(q < 4, picked, torch.zeros_like(picked))
+
+
+class _Unroute(torch.autograd.Function):
+    """The pooling's backward as a function of its incoming gradient (linear in it), for a backward that builds a
+    graph (create_graph=True: a gradient penalty, MAML): its own backward is `routed`. The route is piecewise
+    constant in x, so the second derivative with respect to x is 0, as PyTorch's."""
+
+    @staticmethod
+    def forward(ctx, grad: torch.Tensor, route: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:  # type: ignore[override]
+        ctx.save_for_backward(route)
+        return torch.ops.fda_ray.relu_max_pool2x2_backward(grad.contiguous(), route, *size)
+
+    @staticmethod
+    def backward(ctx, grad_grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:  # type: ignore[override]
+        (route,) = ctx.saved_tensors
+        return routed(grad_grad, route), None, None
+
+
 class _Pool2x2(torch.autograd.Function):
     """Either op (`relu`: with the ReLU first); both record where each window's gradient goes, and one backward
     routes it."""
@@ -48,15 +77,24 @@ class _Pool2x2(torch.autograd.Function):
         op = torch.ops.fda_ray.relu_max_pool2x2 if relu else torch.ops.fda_ray.max_pool2x2
         out, route = op(x.contiguous())  # (N, C, h, w) float32, uint8
         ctx.save_for_backward(route)
+        ctx.save_for_forward(route)
         ctx.size = tuple(x.shape[-2:])
         ctx.mark_non_differentiable(route)
+        if x.dim() == 4 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last):
+            out = out.contiguous(memory_format=torch.channels_last)  # the input's layout, as PyTorch's pooling keeps
         return out
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
         (route,) = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph=True: a backward that is itself differentiated
+            return _Unroute.apply(grad, route, ctx.size), None
         return torch.ops.fda_ray.relu_max_pool2x2_backward(grad.contiguous(), route, *ctx.size), None
+
+    @staticmethod
+    def jvp(ctx, x_tangent: torch.Tensor, _relu: None) -> torch.Tensor:  # type: ignore[override]
+        (route,) = ctx.saved_tensors
+        return routed(x_tangent, route)
 
 
 def _transformed() -> bool:
@@ -102,4 +140,4 @@ class MaxPool2x2(torch.nn.MaxPool2d):
         return max_pool2x2(x)
 
 
-__all__ = ["MaxPool2x2", "max_pool2x2", "reference", "reference_max_pool", "relu_max_pool2x2", "uses_kernel"]
+__all__ = ["MaxPool2x2", "max_pool2x2", "reference", "reference_max_pool", "relu_max_pool2x2", "routed", "uses_kernel"]
