@@ -154,6 +154,24 @@ def test_unknown_node_types_make_a_request_no_node_holds_a_warning_not_a_refusal
     assert resources.nodes_known(joined=True, types=({"CPU": 48.0, "GPU": 4.0},), kuberay=True)
 
 
+def test_a_gpu_node_with_too_few_cpus_is_named_with_the_cpu_fix():
+    """A trial whose actors each need a GPU and a CPU, on a cluster whose GPU node has 1 CPU (and a CPU node has
+    many): giving GPUs freely lets it fit on the CPU node, so the refusal said "lower --gpus-per-client"; what stops
+    it is the GPU node's CPUs."""
+    from fda_ray.runtime import resources
+    from fda_ray.runtime.preflight import PreflightError
+
+    cluster = resources.Cluster(({"CPU": 1.0, "GPU": 1.0}, {"CPU": 16.0}), source="the Ray cluster")
+    cfg = RunConfig(executor="ray", gpus_per_client=0.25, clients_per_actor=1, num_sources=3).resolved()
+    p = resources.plan(cfg, cluster)
+    with pytest.raises(PreflightError, match=r"the nodes with a GPU have too few CPUs for it \(largest \{CPU: 1, "
+                                             r"GPU: 1\}\); lower --cpus-per-client"):
+        resources.check(p, cluster)
+    # no GPU node at all: still said as that
+    with pytest.raises(PreflightError, match="no node has a GPU"):
+        resources.check(p, resources.Cluster(({"CPU": 16.0},)))
+
+
 def test_an_object_store_out_that_cannot_be_written_is_one_line(s3_bucket):
     where = preflight.output_dir("out", s3_bucket + "/sweeps/x")  # writable: a probe object written and deleted
     assert str(where) == s3_bucket + "/sweeps/x"

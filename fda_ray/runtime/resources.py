@@ -607,12 +607,26 @@ def check(p: TrialPlan, cluster: Cluster, *, what: str = "a trial") -> str | Non
                 "KubeRay), so trials wait for an autoscaler to add such a node")
         warnings.warn(line, RunWarning, stacklevel=2)
         return line
-    if short == "GPU" and not any(s.get("GPU", 0) > 0 for s in cluster.shapes):
+    gpu_nodes = any(s.get("GPU", 0) > 0 for s in cluster.shapes)
+    if short == "GPU" and not gpu_nodes:
         why = "no node has a GPU"
+    elif short == "GPU" and placeable(bundles, _more_cpus_on_gpu_nodes(cluster)):
+        # GPUs given freely let it fit only on the CPU nodes; what stops it on the GPU nodes is their CPUs
+        short = "CPU"
+        gpu_largest = max((s for s in cluster.shapes if s.get("GPU", 0) > 0), key=lambda s: s.get("CPU", 0.0))
+        why = f"the nodes with a GPU have too few CPUs for it (largest {fmt(gpu_largest)})"
+        raise PreflightError(f"{fields} is invalid: {what} asks {asks}; {why}; lower --cpus-per-client (fractions "
+                             "of a CPU are allowed) or --threads, or use GPU nodes with more CPUs")
     else:
         why = f"no node set of {cluster.source} can ever hold it (largest node {fmt(largest)})"
-    gpu_nodes = any(s.get("GPU", 0) > 0 for s in cluster.shapes)
     raise PreflightError(f"{fields} is invalid: {what} asks {asks}; {why}; {_flag(p, short, gpu_nodes)}")
+
+
+def _more_cpus_on_gpu_nodes(cluster: Cluster) -> Cluster:
+    def more(shapes: Sequence[Mapping[str, float]]) -> tuple[Mapping[str, float], ...]:
+        return tuple({**s, "CPU": s.get("CPU", 0.0) + 1024.0} if s.get("GPU", 0) > 0 else s for s in shapes)
+
+    return Cluster(more(cluster.nodes), more(cluster.types), cluster.known, cluster.source)
 
 
 def _asks(p: TrialPlan) -> str:
