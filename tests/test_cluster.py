@@ -128,6 +128,15 @@ def test_pinned_ray_matches_the_installed_one():
     assert pins["ray[default,tune]"] == ray.__version__
 
 
+def test_the_heads_boto3_is_pinned_and_outlives_rays_defaults():
+    """The autoscaler launches workers through boto3, which Ray's AWS defaults install unpinned in their
+    head_setup_commands (replaced by any of one's own): cluster.yaml states it, pinned, and it survives
+    prepare_config (what `ray up` merges)."""
+    commands = prepare_config(copy.deepcopy(_aws()))["head_setup_commands"]
+    assert len([c for c in commands if re.search(r'pip install -q "boto3==[0-9]+\.[0-9]+\.[0-9]+"', c)]) == 1
+    assert not any("boto3>=" in c for c in commands)
+
+
 def test_a_broken_config_is_rejected():
     # The validation is real: a config without a provider type fails it.
     config = _aws()
