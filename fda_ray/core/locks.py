@@ -8,7 +8,8 @@ whose holder is gone (same host, and no such process, or another process that re
 is stale: it is taken over with one warning line, by one sweep only when several try at once (`_remove_stale`). A
 holder on another host cannot be checked from here: the line says which host, and that deleting the file releases it.
 
-Object stores have no exclusive create: a URI's folder is not locked.
+An object store's prefix (s3://, gs://) has no exclusive create of a file and no process to check: it takes a lease
+instead (fda_ray.core.store_locks), the same one-line refusal.
 """
 from __future__ import annotations
 
@@ -20,6 +21,9 @@ import sys
 import time
 from pathlib import Path
 from typing import Iterator
+
+from fda_ray.core import store_locks
+from fda_ray.core.storage import StoragePath
 
 LOCK_FILE = ".fda-ray.lock"
 
@@ -140,10 +144,14 @@ def acquire(folder: Path, field: str, command: str) -> Path:
                       "starting there?")
 
 
-def still_held(folder: Path | None) -> bool:
+def still_held(folder: "Path | StoragePath | None") -> bool:
     """Whether `folder`'s lock is still this process's: False once the folder was removed, moved or replaced while
     its sweep ran (the workers then write the rest of its records into a new folder of that name, and a summary
-    of it would count the trials that stayed in the moved one as never run). True for an object store (no lock)."""
+    of it would count the trials that stayed in the moved one as never run). An object store: False once another
+    sweep took the lease over. True where this process took no lock (None, the Python search())."""
+    folder = _local(folder)
+    if isinstance(folder, StoragePath):
+        return store_locks.still_held(folder.uri)
     if folder is None:
         return True
     for attempt in range(2):  # (a read that failed for a moment, on NFS say, is tried once more)
@@ -162,9 +170,28 @@ def release(lock: Path) -> None:
             lock.unlink()
 
 
+def _local(folder: "Path | StoragePath | None") -> "Path | StoragePath | None":
+    """A local StoragePath as its Path; an object store's stays a StoragePath."""
+    if isinstance(folder, StoragePath) and folder.is_local:
+        return folder.local
+    return folder
+
+
 @contextlib.contextmanager
-def held(folder: Path | None, field: str, command: str) -> Iterator[None]:
-    """acquire ... release around a block; `folder` None (an object store) locks nothing."""
+def held(folder: "Path | StoragePath | None", field: str, command: str) -> Iterator[None]:
+    """acquire ... release around a block; an object store's prefix (a StoragePath URI) takes a lease
+    (fda_ray.core.store_locks); None locks nothing."""
+    folder = _local(folder)
+    if isinstance(folder, StoragePath):
+        try:
+            lease = store_locks.take(folder.uri, field, command)
+        except store_locks.LeaseRefused as e:
+            raise LockedError(str(e)) from None
+        try:
+            yield
+        finally:
+            store_locks.give_back(lease)
+        return
     if folder is None:
         yield
         return

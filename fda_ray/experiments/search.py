@@ -645,11 +645,12 @@ def run_search(search: Search, *, profile: str, out: StoragePath, num_samples: i
     reruns); a study under ASHA or Optuna keeps each trial a Tune trial of its own, its clients' training fused
     with the other trials' on a fusion server (fda_ray.runtime.fusion_server) shared by up to `serve` trials
     (default `fuse`; 1: not served)."""
-    from fda_ray.core import locks
+    from fda_ray.core import locks, store_locks
     from fda_ray.experiments.backends import Progress, run_local, run_tune
 
     out = storage_path(out)
-    locked = out.is_local and locks.still_held(out.local)  # (the command's lock; the Python search() takes none)
+    # (the command's lock or lease; the Python search() takes none)
+    locked = locks.still_held(out) if out.is_local else store_locks.holding(out.uri)
     records = out / "trials"
     records.mkdir(parents=True, exist_ok=True)
     write_definition(search, out / "search.yaml")  # what ran, beside its records
@@ -717,7 +718,12 @@ def run_search(search: Search, *, profile: str, out: StoragePath, num_samples: i
                     raise KeyboardInterrupt
     except KeyboardInterrupt:
         interrupted = True
-    if locked and not locks.still_held(out.local):  # --out moved mid-search: no selection over part of it
+    if locked and not out.is_local and not locks.still_held(out):  # a store's lease taken over mid-search
+        print(f"error: out={str(out)!r} was taken over by another search while this one ran (this one was not heard "
+              "from for minutes): its trials' records are kept there; no selection is made over the other's. When "
+              f"it has ended, resume with: {command} --resume", file=sys.stderr)
+        return 1
+    if locked and not locks.still_held(out):  # --out moved mid-search: no selection over part of it
         print(f"error: out={str(out)!r} was removed, moved or replaced while the search ran (its lock file is gone): "
               "the records of the trials that finished before are wherever the folder went, the later ones in "
               f"{records}; no selection is made over a part of them. Put the records back into one folder, then "

@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
 
     command = _command(argv)
     try:
-        with locks.held(out.local, "out", command):  # one writer per --out (an object store: not locked)
+        with locks.held(out, "out", command):  # one writer per --out (an object store's prefix: a lease)
             return _execute(a, grid, trials, out, records, command, row_keys, values, track)
     except locks.LockedError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -225,7 +225,13 @@ def _execute(a: Any, grid: Grid, trials: list[Trial], out: StoragePath, records:
     finally:
         console.OBSERVERS.clear()
         tracker.close()
-    if not locks.still_held(out.local):  # --out removed, moved or replaced while the trials ran: not summarised
+    if not locks.still_held(out):  # --out removed, moved or replaced (a store's lease taken over): not summarised
+        if not out.is_local:
+            print(f"error: out={str(out)!r} was taken over by another sweep while this one ran (this one was not "
+                  f"heard from for minutes): its trials' records are kept there; no summary is written over the "
+                  f"other sweep's. When it has ended, resume with: {command} --resume", file=sys.stderr)
+            _shutdown_ray()
+            return 1
         print(f"error: out={str(out)!r} was removed, moved or replaced while the sweep ran (its lock file is gone): "
               "the records of the trials that finished before are wherever the folder went, the later ones in "
               f"{records}; no summary is written over a part of them. Put the records back into one folder, then "
@@ -722,7 +728,7 @@ def search_main(a: Any, argv: list[str], error_line: Callable[[Exception], str])
         print(f"error: {e}", file=sys.stderr)
         return 2
     try:
-        with locks.held(out.local, "out", _command(argv)):  # one writer per --out, as for a grid sweep
+        with locks.held(out, "out", _command(argv)):  # one writer per --out, as for a grid sweep
             out.mkdir(parents=True, exist_ok=True)
             write_manifest(out, manifest_from_args(a, _command(argv)))  # what the search is (sweep.json)
             tracker = Tracking(track, out, f"search-{search.name}-{a.profile}")
