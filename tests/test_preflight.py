@@ -176,6 +176,10 @@ def test_an_object_store_out_that_cannot_be_written_is_one_line(s3_bucket):
     where = preflight.output_dir("out", s3_bucket + "/sweeps/x")  # writable: a probe object written and deleted
     assert str(where) == s3_bucket + "/sweeps/x"
     assert not any(".fda-ray-probe" in p.name for p in where.iterdir())  # the probe object is gone
+    import boto3  # ... and left no directory marker (`sweeps/x/`, pyarrow's delete of a prefix's last object)
+
+    bucket = s3_bucket[len("s3://"):]
+    assert boto3.client("s3").list_objects_v2(Bucket=bucket).get("Contents", []) == []
     with pytest.raises(PreflightError, match=r"^out='s3://no-such-bucket-fda/x' is invalid: cannot write there \("):
         preflight.output_dir("out", "s3://no-such-bucket-fda/x")
 

@@ -321,10 +321,25 @@ class StoragePath:
             self.unlink()
         return target
 
-    def unlink(self, missing_ok: bool = False) -> None:
+    def unlink(self, missing_ok: bool = False, *, marker: bool = True) -> None:
+        """marker=False: on S3 with boto3 installed, delete the object alone (pyarrow's delete leaves a directory
+        marker object, `prefix/`, where the object was the prefix's last: a probe then left a trace)."""
         if self.is_local:
             Path(self.uri).unlink(missing_ok=missing_ok)
             return
+        if not marker and self.uri.lower().startswith("s3://") and "?" not in self.uri:
+            try:
+                import boto3
+            except ImportError:
+                pass
+            else:
+                bucket, _, key = self.uri.split("://", 1)[1].partition("/")
+                with asking(self.uri, "delete"):
+                    try:
+                        boto3.client("s3").delete_object(Bucket=bucket, Key=key)  # (absent: no error, as S3's)
+                    except Exception as e:  # noqa: BLE001 (botocore's errors: said as the store's)
+                        raise OSError(str(e)) from e
+                return
         fs, path = self._remote()
         try:
             with asking(self.uri, "delete"):

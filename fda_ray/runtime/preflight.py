@@ -142,7 +142,7 @@ def output_dir(field: str, value: str | os.PathLike | StoragePath, below: str = 
         probe = where / f".fda-ray-probe-{uuid.uuid4().hex[:12]}"
         try:
             probe.write_bytes(b"fda-ray")
-            probe.unlink()
+            probe.unlink(marker=False)  # (a dry run leaves no trace)
         except Exception as e:  # pyarrow raises OSError subclasses with the store's own message
             from fda_ray.core.interrupts import cut_line
 
