@@ -77,6 +77,20 @@ def test_resume_into_another_sweeps_folder_refuses_in_one_line_and_changes_nothi
     assert _tree(out) == before  # nothing moved, replaced or added
 
 
+def test_a_grid_file_edited_since_its_sweep_is_said_as_that(tmp_path, capsys, fmnist_dir):
+    """The same file, edited: the line said "whose rows differ from 'g.yaml''s", the file compared with itself."""
+    from fda_ray.papers.files import grid_file
+
+    out, path = tmp_path / "out", tmp_path / "g.yaml"
+    _tiny_file(path, ["target_only", "fedgp_auto"])
+    _held(out, "grid", str(path), grid_file(str(path)))
+    _tiny_file(path, ["target_only", "fedda"])
+    assert sweep.main(["--grid", str(path), "--out", str(out), "--resume", "--data-dir", str(fmnist_dir),
+                       "--backend", "local"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"it holds the records of grid {str(path)!r}, whose rows differ from the file's now (edited since)" in line
+
+
 def test_a_search_resumed_into_a_grids_folder_refuses(tmp_path, capsys, fmnist_dir):
     out = _held(tmp_path / "out", "grid", "noise", GRIDS["noise"])
     before = _tree(out)
@@ -131,7 +145,7 @@ def test_the_launchers_resume_auto_refuses_a_folder_of_another_grid_file(tmp_pat
                            env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 2 and "Traceback" not in again.stderr
     (line,) = again.stderr.strip().splitlines()
-    assert f"it holds the records of grid {str(first)!r}, whose rows differ from {str(other)!r}'s" in line
+    assert f"it holds the records of grid {str(first)!r}, whose rows differ from those of {str(other)!r}" in line
     assert _tree(tmp_path / "out") == before
 
 

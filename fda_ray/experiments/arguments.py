@@ -424,8 +424,9 @@ def _other(out: StoragePath, held: Manifest, kind: str, name: str, definition: A
         except (DefinitionFileError, yaml.YAMLError, UnicodeDecodeError) as e:
             return f"the {kind} kept beside its records, {str(kept)!r}, cannot be read ({str(e).splitlines()[0]})"
         if diff:
-            return (f"it holds the records of {what}, whose {', '.join(diff)} "
-                    f"{'differs' if len(diff) == 1 and not diff[0].endswith('s') else 'differ'} from {name!r}'s")
+            verb = 'differs' if len(diff) == 1 and not diff[0].endswith('s') else 'differ'
+            other = "the file's now (edited since)" if held.name == name else f"those of {name!r}"
+            return f"it holds the records of {what}, whose {', '.join(diff)} {verb} from {other}"
         return None
     if held.name != name:
         return f"it holds the records of {what}, not of {kind} {name!r}"
