@@ -302,8 +302,16 @@ def test_a_python_search_calls_summary_says_what_the_call_changed(tmp_path, monk
         return 130
 
     monkeypatch.setattr(search_module, "run_search", ran)
+    from fda_ray.core.quiet import QUIET_ENV
+
+    monkeypatch.setenv(QUIET_ENV, "0")
+    monkeypatch.delenv("RAY_AIR_NEW_OUTPUT", raising=False)
     with pytest.raises(KeyboardInterrupt):
         search_module.search("beta", out=tmp_path / "s", methods=["fedgp"], rounds=2, samples_per_client=200)
+    # quiet as the command is, before Tune starts (its configuration boxes and hints printed from Python)
+    assert os.environ[QUIET_ENV] == "1" and os.environ["RAY_AIR_NEW_OUTPUT"] == "0"
+    with pytest.raises(ValueError, match="^verbose='yes' is invalid: True or False$"):
+        search_module.search("beta", out=tmp_path / "s", methods=["fedgp"], verbose="yes")
     command = seen["command"]
     assert command == ("fda_ray.search.search('beta', profile='quick', methods=['fedgp'], rounds=2, "
                        "samples_per_client=200)")

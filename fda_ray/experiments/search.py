@@ -550,9 +550,11 @@ def search(name: str | Search, *, profile: str = "quick", out: str | Path | None
            num_samples: int | None = None, scheduler: str = "asha", search_alg: str = "random",
            methods: Sequence[str] | None = None, values: Sequence[float] | None = None,
            max_concurrent: int | None = None, max_failures: int = 2, address: str | None = None,
-           rerun_seeds: int | None = None, **fields: Any) -> dict[str, Any]:
+           rerun_seeds: int | None = None, verbose: bool = False, **fields: Any) -> dict[str, Any]:
     """The same as `python -m fda_ray.sweep --search NAME` from Python (on Ray Tune), with its checks: `fields` are
-    RunConfig fields over every trial's (data_dir="...", rounds=10); rerun_seeds as --rerun-seeds. A call again
+    RunConfig fields over every trial's (data_dir="...", rounds=10); rerun_seeds as --rerun-seeds; quiet as the
+    command is (fda-ray's progress lines, not Tune's tables and hints; verbose=True: Ray's and Tune's own output,
+    as --verbose). A call again
     with the same `out` goes on (settled trials are kept), as --resume does; a folder holding another search, or this
     one's trials under other settings, is a one-line ValueError. Returns selection.json's contents.
 
@@ -567,6 +569,7 @@ def search(name: str | Search, *, profile: str = "quick", out: str | Path | None
 
     from fda_ray.core.config import config_names
     from fda_ray.experiments.arguments import tune_defaults
+    from fda_ray.experiments.console import quiet
 
     s = load_search(name) if isinstance(name, str) else name
     # the arguments checked as the command checks its flags, each in one line (a string was read letter by letter,
@@ -623,6 +626,9 @@ def search(name: str | Search, *, profile: str = "quick", out: str | Path | None
     search_trials(s, profile, plan[0], 1, overrides)  # the fields checked as a trial's (one line)
     if why := changed_search_settings(s, profile, plan, num_samples, overrides, out / "trials", search_alg):
         raise ValueError(f"out={str(out)!r} is invalid for search {s.name!r}: {why}")
+    if not isinstance(verbose, bool):
+        raise ValueError(f"verbose={verbose!r} is invalid: True or False")
+    quiet(verbose)  # (Tune printed its configuration boxes and hints from Python, where the command prints none)
     out.mkdir(parents=True, exist_ok=True)
     write_manifest(out, manifest)  # (collect and a later call read it)
     code = run_search(s, profile=profile, out=out, num_samples=num_samples, backend="tune",
