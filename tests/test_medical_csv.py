@@ -114,6 +114,19 @@ def test_generic_table_errors_name_the_file_line_and_value(tmp_path):
     _write(tmp_path / "bad.csv", ["file", "label", "domain"], [["a.png", "1", "x"]])
     with pytest.raises(TableError, match=r"column 'path' is missing"):
         DATASETS.get("medical-csv")(data_dir=str(tmp_path / "bad.csv"))
+    # a row listed twice in one domain's split (it was counted twice), and a row with no domain (named no line)
+    generic_table(tmp_path)
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines + [lines[1]]) + "\n")
+    with pytest.raises(TableError, match=rf"table.csv:{len(lines) + 1}: column 'path': image .* is listed before in "
+                                         r"domain '.*'s (train|test) rows \(.*table.csv:2\); list each image once"):
+        DATASETS.get("medical-csv")(data_dir=str(tmp_path))
+    cells = lines[3].split(",")
+    header = lines[0].split(",")
+    cells[header.index("domain")] = ""
+    path.write_text("\n".join(lines[:3] + [",".join(cells)] + lines[4:]) + "\n")
+    with pytest.raises(TableError, match=r"table.csv:4: column 'domain' is empty; every row names its domain"):
+        DATASETS.get("medical-csv")(data_dir=str(tmp_path))
 
 
 def _authors_tables(root: Path, name: str) -> None:

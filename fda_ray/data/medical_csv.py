@@ -438,14 +438,24 @@ def read_generic(path: Path, domains: Sequence[str] | None = None
     root = path.parent / Path(mapping["image_root"]).expanduser() if "image_root" in mapping else path.parent
     trains: dict[str, Table] = {}
     tests: dict[str, Table] = {}
+    listed: dict[tuple[str, str, str], str] = {}  # (domain, split, image) -> its row
     for line, r in rows:
         where = f"{path}:{line}"
         domain = r["domain"].strip()
+        if not domain:
+            raise TableError(f"{where}: column 'domain' is empty; every row names its domain")
         split = r.get("split", "").strip().lower() or "train"
         if split not in ("train", "test"):
             raise TableError(f"{where}: split {r['split']!r} is invalid: train or test")
+        image = _resolve(r["path"], root)
+        # an image twice in one domain's split would be counted twice (trained on twice as often); in two domains
+        # it may be (an image positive for two conditions, as the authors' tables have it)
+        if (domain, split, image) in listed:
+            raise TableError(f"{where}: column 'path': image {r['path']!r} is listed before in domain {domain!r}'s "
+                             f"{split} rows ({listed[domain, split, image]}); list each image once a domain and split")
+        listed[domain, split, image] = where
         t = (trains if split == "train" else tests).setdefault(domain, Table())
-        t.paths.append(_resolve(r["path"], root))
+        t.paths.append(image)
         t.labels.append([parse_label(r["label"], where)] + [a.parse(r[c], where) for c, a in zip(aux_cols, aux)])
         t.sources.append(where)
     in_table = sorted(set(trains) | set(tests))
