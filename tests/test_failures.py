@@ -790,7 +790,7 @@ class _Clock:
         return self.t
 
 
-def _watch(nodes_over_time, wait_s=10.0, known=True, types=()):
+def _watch(nodes_over_time, wait_s=10.0, known=True, types=(), others=lambda: True):
     """A watch over a scripted cluster: nodes_over_time(t) -> the live nodes at clock t."""
     from fda_ray.runtime.resources import Cluster
 
@@ -803,7 +803,7 @@ def _watch(nodes_over_time, wait_s=10.0, known=True, types=()):
 
     return StrandedWatch(ASK, wait_s=wait_s, cluster=cluster, clock=clock, every_s=1.0,
                          holders=lambda: "{CPU: 0} of {CPU: 3}; held by job 02000000 (pid 7 on 10.0.0.1: hog.py): "
-                                         "1 actor(s)"), clock, calls
+                                         "1 actor(s)", others=others), clock, calls
 
 
 @pytest.mark.parametrize("case,nodes,known,types,statuses,expect_reason_at", [
@@ -858,6 +858,23 @@ def test_trials_that_fit_yet_wait_with_none_running_get_one_note_after_the_wait(
         assert seen == [pytest.approx(noted_at)] and watch.reason is None
         assert watch.waited == ("have waited 10 s for resources: each asks {CPU: 2}; free now {CPU: 0} of {CPU: 3}; "
                                 "held by job 02000000 (pid 7 on 10.0.0.1: hog.py): 1 actor(s)")
+
+
+def test_trials_that_wait_only_on_this_commands_own_are_not_noted():
+    """A fused group's members (or Tune's trial processes) starting slowly hold the CPUs the next trials ask, with
+    none yet RUNNING in Tune's eyes: the note said "8 trial(s) have waited 61 s for resources ... held by this
+    command", a queue the plan made. Only another job's holding is worth it; Ray's tables are read once a wait."""
+    looked = []
+
+    def others():
+        looked.append(clock.t)
+        return False
+
+    watch, clock, _ = _watch(lambda t: [BIG, SMALL], others=others)
+    for step in range(300):
+        clock.t = step / 10
+        assert watch.step(["PENDING"]) is None
+    assert watch.waited is None and looked == [pytest.approx(10.0), pytest.approx(20.0)]
 
 
 def test_what_holds_a_cluster_is_read_from_rays_tables():

@@ -36,7 +36,7 @@ class StrandedWatch:
     def __init__(self, bundles: Sequence[Mapping[str, float]], wait_s: float | None = None,
                  cluster: Callable[[], resources.Cluster] = resources.from_ray,
                  clock: Callable[[], float] = time.monotonic, every_s: float = CHECK_EVERY_S,
-                 holders: Callable[[], str] | None = None) -> None:
+                 holders: Callable[[], str] | None = None, others: Callable[[], bool] | None = None) -> None:
         self.bundles = [dict(b) for b in bundles]
         self.wait_s = wait_seconds() if wait_s is None else wait_s
         self.cluster, self.clock, self.every_s = cluster, clock, every_s
@@ -48,6 +48,9 @@ class StrandedWatch:
         self.queued: float | None = None  # since when trials wait with none of the launch's running (placeable)
         self.waited: str | None = None  # set once: what the trials ask, what is free, what holds it
         self.holders = holders or (lambda: f"{resources.free_line()}; held by {resources.holders()}")
+        # whether another job holds resources: a wait owed only to this command's own trials (a fused group's
+        # slow start, Tune's trial processes starting) is the planned queue, not worth a note
+        self.others = others or resources.others_hold
 
     def step(self, statuses: Sequence[str]) -> str | None:
         """One look from the controller's loop. Returns the reason the first time the trials are found stranded."""
@@ -86,6 +89,9 @@ class StrandedWatch:
         if self.queued is None:
             self.queued = now
         if self.waited is None and now - self.queued >= self.wait_s:
+            if not self.others():
+                self.queued = now  # (looked at again after another wait: Ray's tables are not read every step)
+                return
             asks = " + ".join(resources.fmt(b) for b in self.bundles)
             self.waited = f"have waited {now - self.queued:.0f} s for resources: each asks {asks}; free now {self.holders()}"
 
