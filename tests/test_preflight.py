@@ -4,6 +4,7 @@ run gives (a target smaller than its batch trains one partial batch)."""
 from __future__ import annotations
 
 import pickle
+import re
 import warnings
 
 import pytest
@@ -46,6 +47,49 @@ def test_ray_address():
                      ("bogus", "host:port, ray://host:port or auto")):  # (not Ray's "Invalid address format")
         with pytest.raises(PreflightError, match=f"^ray_address='{bad}' is invalid: {why}"):
             preflight.ray_address(bad, timeout=2)
+
+
+@pytest.mark.parametrize("refuse,token,why", [
+    (True, False, "the cluster there requires Ray's token authentication and this shell has no token: export "
+                  "RAY_AUTH_MODE=token RAY_AUTH_TOKEN="),
+    (True, True, "the cluster there refuses this shell's token"),
+    (False, False, None),
+], ids=["no token", "another token", "no authentication"])
+def test_a_cluster_with_token_authentication_that_refuses_this_shell_is_one_line(refuse, token, why, monkeypatch):
+    """A GCS (Ray's cluster head) with token authentication on: ray.init printed a C++ log line a second for about
+    20 s, then "Failed to connect to Ray cluster", no word of the token. One gRPC call (GetClusterId, ray.init's
+    first) finds it at once. Here a GCS of our own answers it: UNAUTHENTICATED, or the cluster's id."""
+    from concurrent import futures
+
+    import grpc
+    from ray._private.authentication import grpc_authentication_client_interceptor as interceptor
+    from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+
+    seen = []
+
+    class GCS(gcs_service_pb2_grpc.NodeInfoGcsServiceServicer):
+        def GetClusterId(self, request, context):
+            seen.append(dict(context.invocation_metadata()).get("authorization"))
+            if refuse:
+                context.abort(grpc.StatusCode.UNAUTHENTICATED, "InvalidAuthToken: Authentication token is missing "
+                                                                "or incorrect")
+            return gcs_service_pb2.GetClusterIdReply()
+
+    sent = (("authorization", "Bearer " + "b" * 64),) if token else ()
+    monkeypatch.setattr(interceptor, "_get_authentication_metadata_tuple", lambda: sent)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    gcs_service_pb2_grpc.add_NodeInfoGcsServiceServicer_to_server(GCS(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        if why is None:
+            preflight.ray_address(f"127.0.0.1:{port}", timeout=5)
+        else:
+            with pytest.raises(PreflightError, match=f"^ray_address='127.0.0.1:{port}' is invalid: {re.escape(why)}"):
+                preflight.ray_address(f"127.0.0.1:{port}", timeout=5)
+    finally:
+        server.stop(None)
+    assert seen == ["Bearer " + "b" * 64 if token else None]  # the shell's own token, as ray.init sends it
 
 
 def test_a_runs_check_of_its_cluster_address_names_the_field(monkeypatch):

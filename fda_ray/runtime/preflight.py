@@ -280,6 +280,39 @@ def ray_address(address: str | None, timeout: float = RAY_CONNECT_TIMEOUT_S, fie
         raise _err(field, address, f"no Ray cluster answers at {hp[0]}:{hp[1]} within {timeout:g} s "
                                    f"({e.strerror or type(e).__name__}); start one with `ray start --head` or "
                                    "`ray up cluster.yaml`, or leave it out for a local Ray") from None
+    why = _token_refused(hp, timeout)
+    if why:
+        raise _err(field, address, why)
+
+
+def _token_refused(hp: tuple[str, int], timeout: float) -> str | None:
+    """Why a cluster with Ray's token authentication on refuses this process (no token, or another one), asked of
+    its GCS in one call (GetClusterId, as ray.init's first); None where it answers or is not a Ray GCS. ray.init
+    itself printed a C++ log line a second for about 20 s, then blamed the connection."""
+    try:
+        import grpc
+        from ray._private.authentication.grpc_authentication_client_interceptor import (
+            _get_authentication_metadata_tuple)
+        from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+    except ImportError:  # (another Ray: its own errors then)
+        return None
+    try:
+        sent = _get_authentication_metadata_tuple()
+        with grpc.insecure_channel(f"{hp[0]}:{hp[1]}") as channel:
+            gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel).GetClusterId(
+                gcs_service_pb2.GetClusterIdRequest(), timeout=timeout, metadata=sent)
+    except grpc.RpcError as e:
+        if e.code() != grpc.StatusCode.UNAUTHENTICATED:
+            return None  # (not a GCS, or busy: ray.init says what it finds)
+        if not sent:
+            return ("the cluster there requires Ray's token authentication and this shell has no token: export "
+                    "RAY_AUTH_MODE=token RAY_AUTH_TOKEN=<the cluster's token> (or RAY_AUTH_TOKEN_PATH=<its file>), as "
+                    "on the cluster's nodes")
+        return ("the cluster there refuses this shell's token (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or "
+                "~/.ray/auth_token): use the token the cluster's nodes were started with")
+    except Exception:  # noqa: BLE001 (a probe: whatever else happens, ray.init goes on and says it)
+        return None
+    return None
 
 
 def _node_types_damage(conf: Any) -> str | None:
