@@ -73,6 +73,8 @@ def test_json_and_text_reports(tiny, fmnist_dir, capsys):
     (["--at", "end"], "at='end' is invalid: one of warmup, init, path"),
     (["--executor", "ray"], "executor='ray' is invalid for diagnose"),
     (["--pool-samples", "1"], "pool_samples=1 is invalid"),
+    # no more than the labelled ones: the true values were dropped without a word (exit 0)
+    (["--pool-samples", "16"], "pool_samples=16 is invalid: more than the 16 labelled target samples"),
     (["--target-labelled", "1"], "target_labelled=1 is invalid for diagnose"),
 ])
 def test_bad_input_one_line_exit_2(fmnist_dir, capsys, extra, needle):

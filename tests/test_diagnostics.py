@@ -59,6 +59,25 @@ def test_estimators_are_unbiased_for_the_true_quantities():
     torch.testing.assert_close(mean.tau2d2, q.tau2d2, rtol=0.05, atol=0.0)
 
 
+def test_a_subsample_of_the_domain_estimates_its_sigma_when_told_the_domains_size():
+    """diagnose --pool-samples measures the target domain on P of its samples: taken as the whole domain, the
+    finite-population factor (P - n)/(P - 1) shrank sigma^2 towards 0 as P approached n. Told the domain's size,
+    the subsample's sigma^2 is unbiased for the domain's; given the whole domain, it is the domain's exactly."""
+    domain, src, gen = _setting()
+    n, sub = 100, 120
+    q = dg.true_quantities(domain, src, n)
+    assert dg.true_quantities(domain, src, n, population=P).sigma2 == q.sigma2  # the same code path, all of it
+    told, untold = [], []
+    for _ in range(300):
+        pick = domain[torch.randperm(P, generator=gen)[:sub]]
+        told.append(dg.true_quantities(pick, src, n, population=P).sigma2)
+        untold.append(dg.true_quantities(pick, src, n).sigma2)
+    assert sum(told) / len(told) == pytest.approx(q.sigma2, rel=0.03)
+    assert sum(untold) / len(untold) < 0.2 * q.sigma2  # (what the old reading gave: (120 - 100) / 119 of it)
+    with pytest.raises(ValueError, match=r"^population=50 is invalid: at least the 120 samples given$"):
+        dg.true_quantities(domain[:sub], src, n, population=50)
+
+
 def test_several_sources_bound_and_fedavg():
     domain, src, gen = _setting(sources=3)
     q = dg.true_quantities(domain, src, N_T)

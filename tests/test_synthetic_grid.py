@@ -31,11 +31,28 @@ def test_small_grid_end_to_end(tmp_path):
         assert (tmp_path / f"{name}.pdf").read_bytes()[:5] == b"%PDF-"
     assert json.loads((tmp_path / "grid.json").read_text())["agreement_static"] == result["agreement_static"]
     assert "2 x 2 grid" in text and "%" in text
+    # the static beta the run used, in the titles and the summary (they said 0.5 whatever --beta was)
+    result["config"]["beta"] = 0.9
+    text = sg.write_outputs(result, tmp_path, 1.0, "test")
+    assert "beta 0.5" not in text and "![actual, beta 0.9]" in text and "actual (beta 0.9)" in text
+    titles = []
+    from fda_ray.experiments import figures
+
+    real = figures.heatmap
+    try:
+        figures.heatmap = lambda *a, **k: (titles.append(k["title"]), real(*a, **k))[1]
+        sg.draw_heatmaps(result, tmp_path)
+    finally:
+        figures.heatmap = real
+    assert titles[:2] == ["(a) smallest Δ error at init (β = 0.9)", "(b) best target test MSE, β = 0.9"]
 
 
 @pytest.mark.parametrize("args,field", [(["--sources", "0,3"], "sources=(0, 3)"), (["--sizes", "1"], "sizes=(1,)"),
                                         (["--sizes", "a,b"], "sizes='a,b'"), (["--trials", "0"], "trials=0"),
-                                        (["--beta", "2"], "beta=2.0")])
+                                        (["--beta", "2"], "beta=2.0"),
+                                        # each once and in the heat maps' order (a cell twice counted twice)
+                                        (["--sources", "2,2"], "sources=(2, 2)"), (["--sources", "9,1"], "sources=(9, 1)"),
+                                        (["--sizes", "10,2000"], "sizes=(10, 2000)")])
 def test_bad_arguments_give_one_line(args, field, capsys):
     assert sg.main(args) == 2
     err = capsys.readouterr().err.strip()

@@ -84,8 +84,9 @@ def parameter_points(exp: Any, at: str, progress: Callable[[str], None] | None =
 
 
 def _at_point(exp: Any, model: torch.nn.Module, flat: torch.Tensor, k: int, pool: tuple | None,
-              labelled: tuple) -> tuple[dg.Quantities | None, dg.Quantities]:
-    """True (None without a pool beyond the labelled samples) and estimated quantities at one point."""
+              labelled: tuple, population: int | None = None) -> tuple[dg.Quantities | None, dg.Quantities]:
+    """True (None without a pool beyond the labelled samples) and estimated quantities at one point; `population`:
+    the target domain's size when `pool` is a subsample of it (--pool-samples)."""
     s = exp.setting
     exp.layout.load_into(model, flat)
     model.eval()  # gradients of the model as evaluated: BatchNorm on running statistics, no dropout
@@ -103,7 +104,7 @@ def _at_point(exp: Any, model: torch.nn.Module, flat: torch.Tensor, k: int, pool
     if pool is not None:
         gen = generator(exp.cfg.seed, k, t_idx, "diagnose/pool")
         mom = dg.gradient_moments(model, lf, add_noise(pool[0], s.noise, gen), pool[1])
-        true = dg.true_quantities(mom, sources, labelled[0].shape[0])
+        true = dg.true_quantities(mom, sources, labelled[0].shape[0], population=population)
     return true, est
 
 
@@ -135,6 +136,10 @@ def diagnose(cfg: RunConfig, at: str = "warmup", pool_samples: int | None = None
     s = exp.setting
     labelled = s.target_train
     pool = s.target_pool
+    population = pool[0].shape[0]  # the whole target domain, whichever of it is measured
+    if pool_samples is not None and pool_samples <= s.target_train[0].shape[0] < population:
+        raise ValueError(f"pool_samples={pool_samples} is invalid: more than the {s.target_train[0].shape[0]} "
+                         "labelled target samples (the true values measure the domain beyond them)")
     if pool_samples is not None and pool_samples < pool[0].shape[0]:
         pick = torch.randperm(pool[0].shape[0], generator=generator(cfg.seed, 0, exp.target_index, "diagnose/pool-pick"))
         pool = (pool[0][pick[:pool_samples]], pool[1][pick[:pool_samples]])
@@ -149,7 +154,7 @@ def diagnose(cfg: RunConfig, at: str = "warmup", pool_samples: int | None = None
     model = copy.deepcopy(exp.model)
     trues, ests = [], []
     for k, flat in enumerate(points):
-        t, e = _at_point(exp, model, flat, k, pool if has_pool else None, labelled)
+        t, e = _at_point(exp, model, flat, k, pool if has_pool else None, labelled, population)
         ests.append(e)
         if t is not None:
             trues.append(t)

@@ -10,7 +10,7 @@ cell. For each cell and trial:
   predicted  the rule with the smallest closed-form Delta error (fda_ray.algorithms.fda.diagnostics) at the initial
              parameters (pi = point mass at initialisation, as in the paper), from the true quantities: the
              whole target domain is known here;
-  actual     the rule with the lowest target test MSE after training each rule, static beta 0.5
+  actual     the rule with the lowest target test MSE after training each rule, static beta (--beta, 0.5)
              (Figure 2b) and auto-weighted beta (Figure 2c).
 Rules: target only, source only, FedDA, FedGP. Outputs: d_pi and sigma_pi per cell, three heat maps
 (predicted, actual static, actual auto) as PNG, a summary.md with the share of cells where the predicted
@@ -76,6 +76,11 @@ class GridConfig:
             raise ValueError(f"sources={self.sources} is invalid: domain indices in 1..9")
         if not self.sizes or any(not 2 <= n <= self.pool for n in self.sizes):
             raise ValueError(f"sizes={self.sizes} is invalid: subsample sizes in 2..{self.pool}")
+        # each once (a cell twice counted twice in the agreement), sizes decreasing (the heat maps' axis says so)
+        if len(set(self.sources)) < len(self.sources) or list(self.sources) != sorted(self.sources):
+            raise ValueError(f"sources={self.sources} is invalid: each domain once, in increasing order (1,5,9)")
+        if len(set(self.sizes)) < len(self.sizes) or list(self.sizes) != sorted(self.sizes, reverse=True):
+            raise ValueError(f"sizes={self.sizes} is invalid: each size once, in decreasing order (2000,500,...)")
         for name in ("trials", "rounds", "hidden"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} is invalid: an integer >= 1")
@@ -204,8 +209,9 @@ def draw_heatmaps(result: dict, out: Path) -> list[Path]:
     s_rows = [f"n={n}, σ={_mean([c['sigma'] for c in cells[b]]):.2g}" for b, n in enumerate(cfg["sizes"])]
     code = {r: k for k, r in enumerate(RULES)}
     cats = [LABELS[r] for r in RULES]
-    panels = [("predicted", "(a) smallest Δ error at init (β = 0.5)", "predicted"),
-              ("actual_static", "(b) best target test MSE, β = 0.5", "actual_static"),
+    beta = f"{cfg['beta']:g}"  # (the run's static beta: a title once said 0.5 whatever --beta was)
+    panels = [("predicted", f"(a) smallest Δ error at init (β = {beta})", "predicted"),
+              ("actual_static", f"(b) best target test MSE, β = {beta}", "actual_static"),
               ("actual_auto", "(c) best target test MSE, auto-weighted β", "actual_auto")]
     paths: list[Path] = []
     for key, title, name in panels:
@@ -270,13 +276,15 @@ def write_outputs(result: dict, out: Path, seconds: float, command: str) -> str:
              f"- Trials: {cfg['trials']}, rounds: {cfg['rounds']}, lr {cfg['lr']}, hidden {cfg['hidden']}.",
              "- d_pi at initialisation per source domain: " + ", ".join(
                  f"D{i} {d:.2g}" for i, d in zip(cfg["sources"], d_of)) + ".", "",
-             "![predicted](predicted.png)", "![actual, beta 0.5](actual_static.png)", "![actual, auto](actual_auto.png)", "",
+             "![predicted](predicted.png)", f"![actual, beta {cfg['beta']:g}](actual_static.png)",
+             "![actual, auto](actual_auto.png)", "",
              "| n \\ source | " + " | ".join(f"D{i}" for i in cfg["sources"]) + " |",
              "|---|" + "---|" * len(cfg["sources"])]
     for b, n in enumerate(cfg["sizes"]):
         lines.append(f"| {n} | " + " | ".join(
             f"{LABELS[c['predicted']]} / {LABELS[c['actual_static']]} / {LABELS[c['actual_auto']]}" for c in cells[b]) + " |")
-    lines += ["", "Cells: predicted / actual (beta 0.5) / actual (auto). d_pi and sigma_pi per cell, the Delta error of "
+    lines += ["", f"Cells: predicted / actual (beta {cfg['beta']:g}) / actual (auto). d_pi and sigma_pi per cell, the "
+              "Delta error of "
               "every rule and every test MSE are in grid.json."]
     text = "\n".join(lines) + "\n"
     (out / "summary.md").write_text(text)

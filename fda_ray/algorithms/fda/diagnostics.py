@@ -102,19 +102,30 @@ class Moments:
 
 
 def true_quantities(target_domain: torch.Tensor | Moments, sources: torch.Tensor, n: int,
-                    without_replacement: bool = True) -> Quantities:
+                    without_replacement: bool = True, population: int | None = None) -> Quantities:
     """From the per-sample gradients of the whole target domain (P, M) (or their Moments) and the sources'
     gradients (N, M), at one parameter point: sigma^2 of a uniform n-sample subsample (without replacement:
-    the finite-population factor (P - n)/(P - 1); with replacement, i.i.d. as the papers assume: none)."""
+    the finite-population factor (P - n)/(P - 1); with replacement, i.i.d. as the papers assume: none).
+
+    `population`: the P samples are a uniform subsample of a target domain of this many (diagnose --pool-samples):
+    its per-sample variance is estimated from them (unbiased: x P / (P - 1), then the domain's divisor) and the
+    finite-population factor is the domain's. (The subsample taken as the domain shrank sigma^2 towards 0 as P
+    approached n: 4.50 -> 0.46 at P = 101, n = 100, and the predicted rule flipped.)"""
     mom = target_domain if isinstance(target_domain, Moments) else Moments.of(target_domain)
     if sources.dim() != 2 or sources.shape[1] != mom.mean.shape[0]:
         raise ValueError(f"source gradients (N, M) with M = {mom.mean.shape[0]} are needed, got {tuple(sources.shape)}")
     p = mom.count
-    if not 1 <= n <= p:
-        raise ValueError(f"n={n} is invalid: between 1 and the target domain's {p} samples")
+    domain = p if population is None else population
+    if population is not None and not (isinstance(population, int) and population >= p):
+        raise ValueError(f"population={population!r} is invalid: at least the {p} samples given")
+    if not 1 <= n <= domain:
+        raise ValueError(f"n={n} is invalid: between 1 and the target domain's {domain} samples")
     s, g_t = sources.double(), mom.mean
     # E_z ||grad l(z) - g_T||^2 = E_z ||grad l(z)||^2 - ||g_T||^2 (clamped: rounding can make it slightly < 0)
     per_sample = max(mom.mean_sq - float(g_t @ g_t), 0.0)
+    if domain > p:  # a subsample's variance, unbiased for the domain's (divisor domain - 1), back to divisor domain
+        per_sample *= p / (p - 1) * (domain - 1) / domain if p > 1 else float("nan")
+    p = domain
     fpc = (p - n) / (p - 1) if without_replacement and p > 1 else 1.0
     return Quantities(sigma2=per_sample / n * fpc, d2=((s - g_t) ** 2).sum(1), tau2d2=orthogonal_sq(g_t, s),
                       m=g_t.shape[0], n=n)
