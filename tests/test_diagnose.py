@@ -67,6 +67,9 @@ def test_json_and_text_reports(tiny, fmnist_dir, capsys):
     text = capsys.readouterr().out
     assert "predicted best, static rules:" in text and "FedGP auto beta" in text
     assert f"{out['estimated']['delta2']['fedda']:.4g}" in text  # the same run prints the same numbers
+    # the pool is a subsample of the target domain: said so, and its size is what the true sigma is of
+    assert out["population"] > 64
+    assert f"target domain = the target's {out['population']} training samples, measured on 64 of them" in text
 
 
 @pytest.mark.parametrize("extra, needle", [

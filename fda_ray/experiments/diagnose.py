@@ -162,7 +162,8 @@ def diagnose(cfg: RunConfig, at: str = "warmup", pool_samples: int | None = None
             progress(f"quantities at point {k + 1}/{len(points)} ({time.perf_counter() - t0:.0f} s)")
     weights = source_weights([len(x) for x, _ in s.sources]).double()
     return {"config": cfg.to_dict(), "at": at, "points": len(points), "m": ests[0].m, "labelled": n,
-            "pool": pool[0].shape[0] if has_pool else None, "alpha_i": weights.tolist(), "beta": cfg.beta,
+            "pool": pool[0].shape[0] if has_pool else None, "population": population if has_pool else None,
+            "alpha_i": weights.tolist(), "beta": cfg.beta,
             "true": _report(dg.Quantities.mean(trues), weights, cfg.beta) if trues else None,
             "estimated": _report(dg.Quantities.mean(ests), weights, cfg.beta),
             "seconds": time.perf_counter() - t0}
@@ -188,8 +189,10 @@ def format_report(r: dict[str, Any]) -> str:
     lines = [f"diagnose: {cfg['dataset']}, noise {cfg['noise']:g}, partition {cfg['partition']}, "
              f"{cfg['num_sources']} sources, {r['labelled']} labelled target samples, seed {cfg['seed']}",
              f"pi: {where} ({r['points']} point{'s' if r['points'] > 1 else ''}); M = {r['m']} parameters",
-             "values: true (target domain = the target's " + (f"{r['pool']} training samples)" if r["pool"] else
-                                                                "labelled samples only: no true values)")
+             "values: true (target domain = the target's " + (
+                 "labelled samples only: no true values)" if not r["pool"] else f"{r['pool']} training samples)"
+                 if r.get("population") in (None, r["pool"]) else
+                 f"{r['population']} training samples, measured on {r['pool']} of them)")
              + " / estimated (from the labelled samples)", "",
              f"sigma (target variance at n = {r['labelled']}): {pair('sigma')}", "",
              f"{'source':>8} {'alpha':>6}  {'d_i':>19}  {'tau^2_i':>17}  {'auto beta FedDA':>19}  {'auto beta FedGP':>19}"]
