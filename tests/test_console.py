@@ -190,3 +190,14 @@ def test_a_trial_stopped_on_its_last_round_is_counted_done():
     for key, complete in (("a", True), ("b", False)):
         p.line(Trial(key, "fedgp", 0.2, 0, {}), stopped_line({"round": 3}, complete))
     assert (p.done, p.stopped, p.failed) == (1, 1, 0)
+
+
+def test_two_object_store_outs_with_one_leaf_get_their_own_tune_error_logs():
+    """An --out on an object store keeps Tune's tracebacks in a local file: named by the leaf alone, s3://a/x and
+    s3://b/x (two sweeps at once) wrote one file."""
+    from fda_ray.core.storage import StoragePath
+    from fda_ray.experiments.console import tune_errors_log
+
+    a, b = tune_errors_log(StoragePath("s3://a/x")), tune_errors_log(StoragePath("s3://b/x"))
+    assert a != b and "fda-ray-x-" in a and a == tune_errors_log(StoragePath("s3://a/x"))
+    assert tune_errors_log(StoragePath("/tmp/sweeps/x")) == "/tmp/sweeps/x/tune/errors.log"

@@ -97,9 +97,12 @@ def tune_errors_log(out: Any) -> str:
     StoragePath), or, for an --out on an object store, a local file named after it."""
     if out.is_local:
         return str(out.local / "tune" / "errors.log")
+    import hashlib
     import tempfile
 
-    return os.path.join(tempfile.gettempdir(), f"fda-ray-{out.name}-tune-errors.log")
+    # the leaf and a digest of the whole URI: s3://a/x and s3://b/x wrote one file (two sweeps at once mixed theirs)
+    digest = hashlib.sha256(out.uri.encode()).hexdigest()[:8]
+    return os.path.join(tempfile.gettempdir(), f"fda-ray-{out.name}-{digest}-tune-errors.log")
 
 
 def stopped_line(last: Mapping[str, Any] | None, complete: bool) -> str:
