@@ -47,6 +47,36 @@ def synthetic_agreement(name: str, kind: str) -> str:
     return f"{100 * agreement({'config': result['config'], 'cells': result['cells']})[f'agreement_{kind}']:.0f}"
 
 
+DIAGNOSE_RULES = {"target_only": "Target only", "source_only": "Source only", "fedda": "FedDA", "fedgp": "FedGP",
+                  "fedda_auto": "FedDA auto", "fedgp_auto": "FedGP auto"}
+
+
+@GENERATORS.register("diagnose")
+def diagnose(name: str, file: str, side: str, what: str, digits: str = "3") -> str:
+    """A number or a rule of a `python -m fda_ray.diagnose --json` record, docs/results/<name>/<file>.json, on its
+    `side` (true or estimated): what = best_static or best (the rule, named), sigma, d-mean (the sources' mean d_i),
+    or delta2:<rule> (its Delta^2)."""
+    if side not in ("true", "estimated"):
+        raise ValueError(f"side={side!r} is invalid: true or estimated")
+    path = records.RESULTS / name / f"{file}.json"
+    if not path.is_file():
+        raise ValueError(f"diagnose: {str(path)!r} does not exist")
+    q = json.loads(path.read_text())[side]
+    if q is None:
+        raise ValueError(f"diagnose: {file!r} has no {side} values")
+    if what in ("best_static", "best"):
+        return DIAGNOSE_RULES[q[what]]
+    if what == "sigma":
+        x = q["sigma"]
+    elif what == "d-mean":
+        x = sum(q["d_i"]) / len(q["d_i"])
+    elif what.startswith("delta2:") and what[len("delta2:"):] in q["delta2"]:
+        x = q["delta2"][what[len("delta2:"):]]
+    else:
+        raise ValueError(f"what={what!r} is invalid: best_static, best, sigma, d-mean or delta2:<rule>")
+    return f"{x:.{int(digits)}g}"
+
+
 @GENERATORS.register("bench-sweep")
 def bench_sweep(name: str) -> str:
     """The sweep benchmark's tables (python -m benchmarks.sweep --json) from docs/results/bench-sweep/<name>.json,
