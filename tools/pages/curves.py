@@ -124,10 +124,11 @@ def near_paper_rounds(name: str, row: str, value: str, n: str = "5", within: str
 
 @GENERATORS.register("logged-range")
 def logged_range(name: str, metric: str, row: str, value: str, phase: str = "main", last: str | None = None,
-                 digits: str = "2", seed: str | None = None, grid: str | None = None) -> str:
+                 digits: str = "2", seed: str | None = None, grid: str | None = None,
+                 significant: str | None = None) -> str:
     """The lowest and highest of a logged metric (a per-source list: each of its elements) over one run's rounds of
     `phase` (last=N: its last N such rounds): FedDA_Auto's beta_i "0.08-0.14"; "−0.54 to −0.41" where one end is
-    negative (a cosine)."""
+    negative (a cosine); significant=N: N significant digits instead of `digits` decimals ("8.9e-05-0.00031")."""
     rows = [r for r in _cell_rows(_sweep(name, grid), row, value, seed) if r.get("phase") == phase
             and r.get(metric) is not None]
     if last is not None:
@@ -137,6 +138,9 @@ def logged_range(name: str, metric: str, row: str, value: str, phase: str = "mai
     if not xs:
         raise ValueError(f"logged-range: {name!r} logs no {metric!r} for {row!r} at {value} in phase {phase!r}")
     lo, hi, d = min(xs), max(xs), int(digits)
+    if significant is not None:
+        n = int(significant)
+        return f"{lo:.{n}g} to {hi:.{n}g}"
     return f"{_minus(lo, d)} to {_minus(hi, d)}" if lo < 0 else f"{lo:.{d}f}-{hi:.{d}f}"
 
 
