@@ -251,9 +251,10 @@ def test_a_crafted_batch_under_the_command_line_is_one_line_exit_2_and_runs_noth
 
 def _table(root: Path, sidecar: object) -> Path:
     root.mkdir(parents=True, exist_ok=True)
-    (root / "i.png").write_bytes(b"not read: the sidecar is refused first")
-    rows = ["path,label,domain,aux_sex,aux_age"] + [f"i.png,{label},{dom},M,{age}" for dom in "ab"
-                                                    for label, age in ((1, 30), (0, 40))]
+    rows = ["path,label,domain,aux_sex,aux_age"] + [f"{dom}{label}.png,{label},{dom},M,{age}" for dom in "ab"
+                                                    for label, age in ((1, 30), (0, 40))]  # (each image once)
+    for row in rows[1:]:
+        (root / row.split(",")[0]).write_bytes(b"not read: the sidecar is refused first")
     (root / "table.csv").write_text("\n".join(rows) + "\n")
     (root / "table.json").write_text(json.dumps(sidecar))
     return root
@@ -315,7 +316,7 @@ def test_a_valid_sidecar_still_sets_order_root_and_rules(tmp_path):
     root = _table(tmp_path / "t", {"domains": ["b", "a"], "image_root": str(tmp_path / "images"),
                                    "aux": {"age": {"start": 20, "width": 10.0, "count": 3}, "sex": {"M": 1}}})
     domains, trains, _, aux = read_generic(root / "table.csv")
-    assert domains == ["b", "a"] and trains["a"].paths[0] == str(tmp_path / "images" / "i.png")
+    assert domains == ["b", "a"] and trains["a"].paths[0] == str(tmp_path / "images" / "a1.png")
     assert [(a.name, a.classes) for a in aux] == [("sex", 2), ("age", 3)]
     assert [row[1:] for row in trains["a"].labels] == [[1, 1], [1, 2]]
 
@@ -330,7 +331,7 @@ def test_a_relative_image_root_is_under_the_tables_folder_wherever_the_command_r
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
     _, trains, _, _ = read_generic(root / "table.csv")
-    assert trains["a"].paths[0] == str(root / "images" / "i.png")
+    assert trains["a"].paths[0] == str(root / "images" / "a1.png")
 
 
 def test_a_damaged_sidecar_under_the_command_line_is_one_line_exit_2(tmp_path):
