@@ -38,6 +38,15 @@ def is_uri(where: Any) -> bool:
     return bool(m) and m.group(1).lower() != "file"
 
 
+def s3_location(uri: str) -> tuple[str, str] | None:
+    """(bucket, key) of an s3:// URI that boto3 can address as it is; None for another scheme or a URI carrying
+    pyarrow's options (`?endpoint_override=...`: its endpoint is its own)."""
+    if not uri.lower().startswith("s3://") or "?" in uri:
+        return None
+    bucket, _, key = uri.split("://", 1)[1].partition("/")
+    return bucket, key
+
+
 def sync_hint(where: Any) -> str:
     """For a reader of local folders handed a URI: how to bring it here ("" for a local path)."""
     if not is_uri(str(where)):
@@ -327,13 +336,13 @@ class StoragePath:
         if self.is_local:
             Path(self.uri).unlink(missing_ok=missing_ok)
             return
-        if not marker and self.uri.lower().startswith("s3://") and "?" not in self.uri:
+        if not marker and (where := s3_location(self.uri)) is not None:
             try:
                 import boto3
             except ImportError:
                 pass
             else:
-                bucket, _, key = self.uri.split("://", 1)[1].partition("/")
+                bucket, key = where
                 with asking(self.uri, "delete"):
                     try:
                         boto3.client("s3").delete_object(Bucket=bucket, Key=key)  # (absent: no error, as S3's)

@@ -27,7 +27,7 @@ import threading
 import time
 from typing import Any
 
-from fda_ray.core.storage import StoragePath
+from fda_ray.core.storage import StoragePath, s3_location
 
 LOCK_FILE = ".fda-ray.lock"
 HEARTBEAT_S = 30.0
@@ -62,7 +62,7 @@ class _S3:
         import boto3
         from botocore.config import Config
 
-        bucket, _, prefix = uri.split("://", 1)[1].partition("/")
+        bucket, prefix = s3_location(uri)  # (_backend takes this path only for such a URI)
         self.bucket, self.key = bucket, (prefix.rstrip("/") + "/" if prefix else "") + LOCK_FILE
         # short waits: a store that does not answer is said at once (fda_ray.core.storage says why)
         self.client = boto3.client("s3", config=Config(connect_timeout=10, read_timeout=30,
@@ -158,7 +158,7 @@ def _token(body: bytes) -> str:
 
 def _backend(uri: str) -> tuple[Any, bool]:
     """The lease's store and whether it is exclusive (S3 with boto3)."""
-    if uri.lower().startswith("s3://") and "?" not in uri:  # (a URI with pyarrow's options: its endpoint is its own)
+    if s3_location(uri) is not None:
         try:
             return _S3(uri), True
         except ImportError:
