@@ -194,7 +194,8 @@ CASES = [
     *[Case("fda_ray.synthetic_grid", (*GRID, *a), 2, c) for a, c in [
         (("--lr", "inf"), "lr="), (("--lr", "-1"), "lr="), (("--sources", "0"), "sources="),
         (("--sources", "1,x"), "sources="), (("--sizes", "1"), "sizes="), (("--trials", "0"), "trials="),
-        (("--parts", "1"), "parts="), (("--beta", "2"), "beta="), (("--out", "{file}"), "out="),
+        (("--batch-size", "0"), "batch_size="), (("--sizes", "3"), "sizes="), (("--momentum", "1"), "momentum="),
+        (("--draws", "0"), "draws="), (("--beta", "2"), "beta="), (("--out", "{file}"), "out="),
         (("--replot", "--out", "{tmp}"), "replot="),
     ]],
     Case("fda_ray.synthetic_grid", (*GRID, "--lr", "1e30"), 1, "lr="),

@@ -48,6 +48,14 @@ def test_quantities_are_those_of_the_setting(tiny):
     assert r["true"]["best_static"] == min(dg.STATIC_RULES, key=deltas.get)
     assert r["true"]["best"] == min(dg.RULES, key=deltas.get)
     assert sum(r["alpha_i"]) == pytest.approx(1.0)
+    # the exact several-source Delta^2 beside the bound: FedAvg's ||g_T - sum_i alpha_i g_i||^2, by hand
+    g_t = dg.per_sample_gradients(model, lf, *s.target_pool).double().mean(0)
+    w = torch.tensor(r["alpha_i"], dtype=torch.float64)
+    fedavg = float(((g_t - w @ src) ** 2).sum())
+    exact = r["true"]["delta2_exact"]
+    assert exact["source_only"] == pytest.approx(fedavg, rel=1e-4) and exact["source_only"] <= deltas["source_only"]
+    assert exact["fedda"] <= deltas["fedda"] * (1 + 1e-9)
+    assert exact["target_only"] == pytest.approx(deltas["target_only"], rel=1e-12)  # sigma^2 (the bound: sum_i alpha_i sigma^2)
 
 
 def test_noise_raises_the_target_variance(tiny):
@@ -67,6 +75,7 @@ def test_json_and_text_reports(tiny, fmnist_dir, capsys):
     text = capsys.readouterr().out
     assert "predicted best, static rules:" in text and "FedGP auto beta" in text
     assert f"{out['estimated']['delta2']['fedda']:.4g}" in text  # the same run prints the same numbers
+    assert "true, exact" in text and f"{out['true']['delta2_exact']['fedda']:.4g}" in text
     # the pool is a subsample of the target domain: said so, and its size is what the true sigma is of
     assert out["population"] > 64
     assert f"target domain = the target's {out['population']} training samples, measured on 64 of them" in text

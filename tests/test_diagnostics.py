@@ -91,6 +91,34 @@ def test_several_sources_bound_and_fedavg():
     assert mc["source_only"] == pytest.approx(fedavg_err, rel=1e-9) and fedavg_err <= bound["source_only"]
 
 
+@pytest.mark.parametrize("n_sources", [1, 3])
+def test_exact_deltas_equal_the_expectation_over_every_subsample(n_sources):
+    """exact_deltas against the definition, Delta^2 = E ||g_T - Aggr||^2, taken over every one of the C(8, 3) = 56
+    target subsamples (no sampling error) with the rules themselves: equal to float64 rounding. With several
+    sources and unequal weights the exact value is below eq (9)'s bound (Jensen); with one source it is the bound."""
+    import itertools
+
+    torch.manual_seed(5)
+    domain = torch.randn(8, 6, dtype=torch.float64)  # (P, M) per-sample target gradients
+    sources = torch.randn(n_sources, 6, dtype=torch.float64) + 0.3  # (N, M)
+    w = torch.softmax(torch.randn(n_sources, dtype=torch.float64), 0)
+    g_t = domain.mean(0)
+    q = dg.true_quantities(domain, sources, 3)  # without replacement, as the subsets below
+    b_auto = dg.auto_betas(q)["fedda_auto"]
+    exact = dg.exact_deltas(g_t, q.sigma2, sources, w, 0.4, b_auto)
+    subsets = list(itertools.combinations(range(8), 3))
+    for rule, beta in (("target_only", 0.0), ("source_only", 1.0), ("fedda", 0.4), ("fedda_auto", b_auto)):
+        mean = sum(float(((g_t - dg.aggregate(rule, domain[list(c)].mean(0), sources, w, beta)) ** 2).sum())
+                   for c in subsets) / len(subsets)
+        assert exact[rule] == pytest.approx(mean, rel=1e-10)
+    bound = dg.combined(dg.delta_errors(q, beta=0.4), w)
+    for rule in ("source_only", "fedda"):
+        if n_sources == 1:
+            assert exact[rule] == pytest.approx(bound[rule], rel=1e-10)
+        else:
+            assert exact[rule] < bound[rule]
+
+
 def test_path_average_and_sigma_scaling():
     domain, src, _ = _setting()
     a, b = dg.true_quantities(domain, src, 10), dg.true_quantities(domain * 2, src * 2, 10)

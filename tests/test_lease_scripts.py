@@ -187,13 +187,19 @@ def check_kernels(args: list[str], capsys: pytest.CaptureFixture[str], what: str
 
 
 def check_pytest(args: list[str], capsys: pytest.CaptureFixture[str], what: str) -> None:
-    """Each test file the step names exists and pytest collects at least one `gpu` test from it (the step's own
-    flags, -m gpu among them, plus --collect-only: nothing runs)."""
+    """Each test file the step names exists and the step selects the `gpu` marker (that pytest collects a gpu test
+    from each file, in a subprocess: test_the_pytest_steps_collect_gpu_tests, slow tier)."""
     files = [a for a in args if a.endswith(".py")]
     assert files, f"{what}: names no test file"
     missing = [f for f in files if not (ROOT / f).is_file()]
     assert not missing, f"{what}: no such test file(s): {missing}"
     assert "gpu" in args[args.index("-m") + 1], f"{what}: does not select the gpu marker (-m gpu)"
+
+
+def collect_gpu_tests(args: list[str], what: str) -> None:
+    """pytest collects at least one `gpu` test from each file the step names (the step's own flags, -m gpu among
+    them, plus --collect-only: nothing runs)."""
+    files = [a for a in args if a.endswith(".py")]
     done = subprocess.run([sys.executable, "-m", "pytest", *args, "--collect-only"], cwd=ROOT, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, f"{what}: collection failed ({done.returncode}):\n{done.stdout[-2000:]}" \
@@ -253,6 +259,14 @@ def check_served(args: list[str], capsys: pytest.CaptureFixture[str], what: str)
 
 def check_sweep(args: list[str], capsys: pytest.CaptureFixture[str], what: str) -> None:
     _dry_run(args, capsys, what)
+
+
+@pytest.mark.slow  # a pytest subprocess that imports the suite's modules: about 9 s
+def test_the_pytest_steps_collect_gpu_tests(steps: dict[tuple[str, str], Step]) -> None:
+    runs = [step for step in steps.values() if step.argv[2] == "pytest"]
+    assert runs, "the lease scripts run no GPU tests"
+    for step in runs:
+        collect_gpu_tests(list(step.argv[3:]), f"{step.script} {step.name}")
 
 
 CHECKS: dict[str, Callable[[list[str], pytest.CaptureFixture[str], str], None]] = {

@@ -665,6 +665,37 @@ def test_synthetic_agreement_is_recomputed_from_the_cells():
         assert pages.render(f"synthetic-agreement synthetic-grid {kind}") == f"{100 * share:.0f}"
 
 
+def test_synthetic_numbers_by_hand_from_the_committed_grid():
+    """The `synthetic` generator's numbers against the committed grid.json, counted here from its cells' per-trial
+    winners and test MSEs (not from the summary keys the generator reads)."""
+    import json
+
+    result = json.loads((pages.RESULTS / "synthetic-grid" / "grid.json").read_text())
+    cells = [c for row in result["cells"] for c in row]
+    n_trials = result["config"]["trials"]
+    for kind in ("static", "auto"):
+        stable = sum(len(set(c[f"trials_{kind}"])) == 1 for c in cells)
+        assert pages.render(f"synthetic synthetic-grid stable_{kind}") == f"{stable} of {len(cells)}"
+        shares = [100 * sum(c["trials_predicted"][t] == c[f"trials_{kind}"][t] for c in cells) / len(cells)
+                  for t in range(n_trials)]
+        assert pages.render(f"synthetic synthetic-grid trials_{kind}") == f"{min(shares):.0f}-{max(shares):.0f}"
+        mse = [{r: c["test_mse"][{"fedda": "fedda_auto", "fedgp": "fedgp_auto"}.get(r, r) if kind == "auto" else r]
+                for r in ("target_only", "source_only", "fedda", "fedgp")} for c in cells]
+        near = sum(m[c["predicted"]] <= 1.01 * min(m.values()) for c, m in zip(cells, mse))
+        assert pages.render(f"synthetic synthetic-grid near_{kind}") == f"{100 * near / len(cells):.0f}"
+    won = sum(min(c["test_mse"], key=lambda r: c["test_mse"][r] if r in ("target_only", "source_only", "fedda",
+                                                                            "fedgp") else float("inf")) == "fedgp"
+              for c in cells)
+    assert pages.render("synthetic synthetic-grid wins:actual_static fedgp") == str(won)
+    beta = sum(c["beta"]["fedda_auto"] for c in cells) / len(cells)
+    assert pages.render("synthetic synthetic-grid beta fedda_auto") == f"{beta:.2f}"
+    size, source = result["config"]["sizes"][-1], result["config"]["sources"][-1]
+    assert pages.render(f"synthetic synthetic-grid mse {size}:{source}:fedgp") == \
+        f"{result['cells'][-1][-1]['test_mse']['fedgp']:.3f}"
+    with pytest.raises(ValueError, match="what='nope' is invalid"):
+        pages.render("synthetic synthetic-grid nope")
+
+
 def test_meets_paper_lists_the_rounds_where_the_seeds_mean_curve_is_near_the_papers_number():
     paper = pages.load_sweep("fmnist-noise").grid.paper["fedgp"][0.4]
     runs = [run for (k, v, _), run in _by_run("fmnist-noise").items() if k == "fedgp" and v == 0.4]

@@ -1,5 +1,19 @@
-"""The synthetic regression domains of the FedDA/FedGP paper's Appendix B (D_1 the target, D_2..D_9 sources
-with growing shift), used by the diagnostics experiment (`python -m fda_ray.synthetic_grid`).
+"""The synthetic regression domains of the synthetic experiment (FedGP Sec. 5; Auto-weighted FDA App. B), D_1 the
+target and D_2..D_9 sources with growing shift, used by `python -m fda_ray.synthetic_grid` and by the `synthetic`
+dataset.
+
+As the authors generate them (`synthetic_exp/generate_data.py` of the papers' code), where the papers' text is short:
+  x in R^50 from a mixture of 10 unit-covariance Gaussians with centres ~ U(-0.5, 0.5)^50, N = 5000 samples;
+  y = A phi(x) + b in R^10, A (10, 100) and b (10,) ~ U(-0.5, 0.5), phi_i(x) = exp(-|x - mu_i|^2 / s_i),
+  M = 100 radial basis functions with centres mu_i ~ U(-0.5, 0.5)^50 and widths s_i = 100 U(0, 1).
+Domain shift moves the basis functions, not the inputs: D_k has mu_i + diff_k U(0, 1)^50 and s_i + 100 diff_k U(0, 1)
+(fresh draws per domain) with diff_k = (k - 1) * shift_step, and every domain labels the same x (a concept shift).
+The authors' step is 0.07 (their levels 0, 0.07, ..., 0.98); the nine domains here are their first nine levels.
+
+Two choices of ours, said because they differ from the authors' script: the mixture component of each sample is
+drawn (equal counts, random order) where the script gives consecutive blocks of 500, so that any slice of the
+samples (the grid's held-out test points, the dataset's 80/20 split) covers every component; and one seeded
+numpy generator makes every draw, so a domain set is a function of its seed.
 """
 from __future__ import annotations
 
@@ -9,37 +23,32 @@ import torch
 from fda_ray.data.base import DATASETS, Split
 from fda_ray.data.paper_defaults import PAPER_DEFAULTS
 
-# ---------------------------------------------------------------- synthetic regression (Auto-weighted FDA Appendix B)
+SHIFT_STEP = 0.07  # the authors' spacing of source-target shift levels
+
 
 def synthetic_domains(seed: int = 0, n: int = 5000, dim: int = 50, outputs: int = 10, n_basis: int = 100,
-                      n_domains: int = 9, max_shift: float = 1.0, mixture: int = 10
+                      n_domains: int = 9, shift_step: float = SHIFT_STEP, mixture: int = 10
                       ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """D_1..D_n_domains of Auto-weighted FDA Appendix B: x (n, dim) from a mixture of `mixture` unit-covariance Gaussians
-    with centres ~ U(-0.5, 0.5)^dim; y (n, outputs), y_k = sum of `n_basis` radial basis functions
-    exp(-|x - mu|^2 / (2 s)^2). D_1 is the target domain; D_k moves every basis centre and width by
-    (k - 1) / (n_domains - 1) * max_shift times a fixed random direction, so the shift grows with k.
-
-    Deviation from the paper's text, on purpose: it draws the widths from U(-0.5, 0.5), which in R^50 makes
-    every basis function ~exp(-50) = 0 and the targets constant. Widths here are sqrt(dim) * U(0.5, 1.5) so
-    that the exponent is of order one and the functions vary over the data.
-    """
+    """D_1..D_n_domains (module docstring): [(x (n, dim), y (n, outputs))] float32, the same x in every domain."""
+    if n < mixture:
+        raise ValueError(f"n={n} is invalid: at least one sample per mixture component ({mixture})")
     rng = np.random.default_rng(seed)
+    a = rng.uniform(-0.5, 0.5, size=(outputs, n_basis))
+    b = rng.uniform(-0.5, 0.5, size=outputs)
     centres = rng.uniform(-0.5, 0.5, size=(mixture, dim))
-    mu = rng.uniform(-0.5, 0.5, size=(outputs, n_basis, dim)) * 4.0
-    width = np.sqrt(dim) * rng.uniform(0.5, 1.5, size=(outputs, n_basis))
-    d_mu = rng.normal(size=mu.shape)
-    d_width = rng.uniform(-0.5, 0.5, size=width.shape)
+    comp = rng.permutation(np.arange(n) % mixture)  # equal counts (as the authors' blocks), in random order
+    x = rng.normal(size=(n, dim)) + centres[comp]  # (n, dim)
+    mu = rng.uniform(-0.5, 0.5, size=(n_basis, dim))
+    width = 100.0 * rng.uniform(0.0, 1.0, size=n_basis)  # s_i = sigma_i^2 of the authors' script
+    x_sq = (x**2).sum(1)[:, None]  # (n, 1)
     out = []
     for k in range(n_domains):
-        s = k / max(n_domains - 1, 1) * max_shift
-        comp = rng.integers(0, mixture, size=n)
-        x = centres[comp] + rng.normal(size=(n, dim))  # (n, dim)
-        mu_k = mu + s * d_mu
-        width_k = width * (1.0 + s * d_width)
-        # |x - mu|^2 expanded, so no (n, outputs, n_basis, dim) intermediate is built
-        sq = np.clip((x**2).sum(1)[:, None, None] - 2 * np.einsum("nd,obd->nob", x, mu_k)
-                     + (mu_k**2).sum(-1)[None], 0.0, None)  # (n, outputs, n_basis)
-        y = np.exp(-sq / (2.0 * width_k[None]) ** 2).sum(-1)  # (n, outputs)
+        diff = k * shift_step
+        mu_k = mu + rng.uniform(0.0, 1.0, size=mu.shape) * diff  # (n_basis, dim)
+        width_k = width + 100.0 * rng.uniform(0.0, 1.0, size=n_basis) * diff  # (n_basis,)
+        # |x - mu|^2 expanded: no (n, n_basis, dim) intermediate
+        sq = np.clip(x_sq - 2.0 * x @ mu_k.T + (mu_k**2).sum(1)[None], 0.0, None)  # (n, n_basis)
+        y = np.exp(-sq / width_k[None]) @ a.T + b  # (n, outputs)
         out.append((torch.from_numpy(x.astype(np.float32)), torch.from_numpy(y.astype(np.float32))))
     return out
 

@@ -9,7 +9,9 @@ the parameters pi (fda_ray.algorithms.fda.diagnostics, Auto-weighted FDA Secs. 3
                the auto-weighted beta_i of FedDA and FedGP (Auto-weighted FDA eq (13))
   target       sigma (the target variance at the run's number of labelled samples)
   every rule   its Delta^2 = sum_i alpha_i Delta_i^2 (Auto-weighted FDA eq (9); exact with one source) and the rule with the
-               smallest one: the rule the theory predicts best.
+               smallest one: the rule the theory predicts best. With several sources eq (9) is a bound (Jensen); the
+               true side also gives the exact Delta^2 of the rules linear in the target's gradient (target only,
+               source only = FedAvg, FedDA static and auto: fda_ray.algorithms.fda.diagnostics.exact_deltas).
 Two columns: "true" takes the whole target domain as known (the target client's pool: every target
 training sample with its label, the noise drawn once) and "estimated" only what the target client has,
 its labelled samples (Auto-weighted FDA App. A.2's unbiased estimators, one part per sample). The gap between the two
@@ -84,9 +86,11 @@ def parameter_points(exp: Any, at: str, progress: Callable[[str], None] | None =
 
 
 def _at_point(exp: Any, model: torch.nn.Module, flat: torch.Tensor, k: int, pool: tuple | None,
-              labelled: tuple, population: int | None = None) -> tuple[dg.Quantities | None, dg.Quantities]:
-    """True (None without a pool beyond the labelled samples) and estimated quantities at one point; `population`:
-    the target domain's size when `pool` is a subsample of it (--pool-samples)."""
+              labelled: tuple, population: int | None = None, weights: torch.Tensor | None = None,
+              beta: float = 0.5) -> tuple[dg.Quantities | None, dg.Quantities, dict[str, float] | None]:
+    """True (None without a pool beyond the labelled samples) and estimated quantities at one point, and the true
+    side's exact several-source Delta^2 of the rules linear in g_T (dg.exact_deltas; with the weights given);
+    `population`: the target domain's size when `pool` is a subsample of it (--pool-samples)."""
     s = exp.setting
     exp.layout.load_into(model, flat)
     model.eval()  # gradients of the model as evaluated: BatchNorm on running statistics, no dropout
@@ -105,7 +109,10 @@ def _at_point(exp: Any, model: torch.nn.Module, flat: torch.Tensor, k: int, pool
         gen = generator(exp.cfg.seed, k, t_idx, "diagnose/pool")
         mom = dg.gradient_moments(model, lf, add_noise(pool[0], s.noise, gen), pool[1])
         true = dg.true_quantities(mom, sources, labelled[0].shape[0], population=population)
-    return true, est
+        if weights is not None:  # FedDA's beta_i at this point, from its own true quantities
+            exact = dg.exact_deltas(mom.mean, true.sigma2, sources, weights, beta, dg.auto_betas(true)["fedda_auto"])
+            return true, est, exact
+    return true, est, None
 
 
 def _report(q: dg.Quantities, weights: torch.Tensor, beta: float) -> dict[str, Any]:
@@ -152,19 +159,23 @@ def diagnose(cfg: RunConfig, at: str = "warmup", pool_samples: int | None = None
         warnings.warn_explicit(note.message, note.category, note.filename, note.lineno)
     points = parameter_points(exp, at, progress)
     model = copy.deepcopy(exp.model)
-    trues, ests = [], []
+    weights = source_weights([len(x) for x, _ in s.sources]).double()
+    trues, ests, exacts = [], [], []
     for k, flat in enumerate(points):
-        t, e = _at_point(exp, model, flat, k, pool if has_pool else None, labelled, population)
+        t, e, x = _at_point(exp, model, flat, k, pool if has_pool else None, labelled, population, weights, cfg.beta)
         ests.append(e)
         if t is not None:
             trues.append(t)
+            exacts.append(x)
         if progress:
             progress(f"quantities at point {k + 1}/{len(points)} ({time.perf_counter() - t0:.0f} s)")
-    weights = source_weights([len(x) for x, _ in s.sources]).double()
+    true = _report(dg.Quantities.mean(trues), weights, cfg.beta) if trues else None
+    if true is not None:  # E_pi of each point's exact value (the bound's terms are averaged the same way)
+        true["delta2_exact"] = {r: sum(x[r] for x in exacts) / len(exacts) for r in dg.EXACT_RULES}
     return {"config": cfg.to_dict(), "at": at, "points": len(points), "m": ests[0].m, "labelled": n,
             "pool": pool[0].shape[0] if has_pool else None, "population": population if has_pool else None,
             "alpha_i": weights.tolist(), "beta": cfg.beta,
-            "true": _report(dg.Quantities.mean(trues), weights, cfg.beta) if trues else None,
+            "true": true,
             "estimated": _report(dg.Quantities.mean(ests), weights, cfg.beta),
             "seconds": time.perf_counter() - t0}
 
@@ -200,11 +211,17 @@ def format_report(r: dict[str, Any]) -> str:
         bda = " / ".join("-" if q is None else f"{q['beta_auto_i']['fedda_auto'][i]:.3f}" for q in (true, est))
         bgp = " / ".join("-" if q is None else f"{q['beta_auto_i']['fedgp_auto'][i]:.3f}" for q in (true, est))
         lines.append(f"{i + 1:>8} {a:>6.3f}  {pair('d_i', i):>19}  {pair('tau2_i', i, '{:.3f}'):>17}  {bda:>19}  {bgp:>19}")
+    exact = (true or {}).get("delta2_exact")  # (a record written before it has none)
     lines += ["", f"Delta^2 of each rule (sum_i alpha_i Delta_i^2, Auto-weighted FDA eq (9); smaller is better; "
-                  f"static beta {r['beta']:g}):", f"{'rule':>18}  {'true':>12}  {'estimated':>12}"]
+                  f"static beta {r['beta']:g}):", f"{'rule':>18}  {'true':>12}  {'estimated':>12}"
+              + (f"  {'true, exact':>12}" if exact else "")]
     for rule in dg.RULES:
         t = "-" if true is None else f"{true['delta2'][rule]:.4g}"
-        lines.append(f"{LABELS[rule]:>18}  {t:>12}  {est['delta2'][rule]:>12.4g}")
+        x = f"  {exact[rule]:>12.4g}" if exact and rule in exact else ("  " + f"{'-':>12}" if exact else "")
+        lines.append(f"{LABELS[rule]:>18}  {t:>12}  {est['delta2'][rule]:>12.4g}{x}")
+    if exact and len(r["alpha_i"]) > 1:
+        lines.append("(true, exact: the several-source Delta^2 itself where the rule is linear in the target's gradient; "
+                     "the first columns are eq (9)'s bound. The predictions use the bound, as the paper does.)")
     best = " / ".join("-" if q is None else LABELS[q["best_static"]] for q in (true, est))
     best_all = " / ".join("-" if q is None else LABELS[q["best"]] for q in (true, est))
     lines += ["", f"predicted best, static rules: {best}", f"predicted best, all rules:    {best_all}",

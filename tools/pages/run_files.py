@@ -47,6 +47,37 @@ def synthetic_agreement(name: str, kind: str) -> str:
     return f"{100 * agreement({'config': result['config'], 'cells': result['cells']})[f'agreement_{kind}']:.0f}"
 
 
+@GENERATORS.register("synthetic")
+def synthetic(name: str, what: str, arg: str = "") -> str:
+    """A number of the synthetic grid's docs/results/<name>/grid.json (written by python -m fda_ray.synthetic_grid):
+    what = near_static or near_auto (the share, %, of cells where the predicted rule is within 1 % of the best),
+    stable_static or stable_auto (cells whose winner no trial disputes, "n of N"), trials_static or trials_auto
+    (the per-trial agreement's range, "a-b"), wins:<predicted|actual_static|actual_auto> with arg a rule (cells
+    won), beta with arg fedda_auto or fedgp_auto (the estimated beta's mean over cells, 2 decimals), mse with
+    arg "<size>:<source>:<rule>" (a cell's mean test MSE, 3 decimals), or seconds (the cells' compute, minutes)."""
+    result = json.loads((records.RESULTS / name / "grid.json").read_text())
+    cells = [c for row in result["cells"] for c in row]
+    if what in ("near_static", "near_auto"):
+        return f"{100 * result[what.replace('near', 'near_best')]:.0f}"
+    if what in ("stable_static", "stable_auto"):
+        return f"{round(result[what] * len(cells))} of {len(cells)}"
+    if what in ("trials_static", "trials_auto"):
+        v = result[f"agreement_{what.split('_')[1]}_trials"]
+        return f"{100 * min(v):.0f}-{100 * max(v):.0f}"
+    if what.startswith("wins:"):
+        return str(result[f"wins_{what.split(':', 1)[1]}"][arg])
+    if what == "beta":
+        return f"{sum(c['beta'][arg] for c in cells) / len(cells):.2f}"
+    if what == "mse":
+        size, source, rule = arg.split(":")
+        cfg = result["config"]
+        c = result["cells"][cfg["sizes"].index(int(size))][cfg["sources"].index(int(source))]
+        return f"{c['test_mse'][rule]:.3f}"
+    if what == "seconds":
+        return f"{result['seconds'] / 60:.0f}"
+    raise ValueError(f"what={what!r} is invalid: near_*, stable_*, trials_*, wins:<key>, beta, mse or seconds")
+
+
 DIAGNOSE_RULES = {"target_only": "Target only", "source_only": "Source only", "fedda": "FedDA", "fedgp": "FedGP",
                   "fedda_auto": "FedDA auto", "fedgp_auto": "FedGP auto"}
 

@@ -18,7 +18,8 @@ the rule can lower the target loss (Auto-weighted FDA Thm 3.2): the smaller, the
   auto         the same with b = beta_i*, Auto-weighted FDA eq (13): sigma^2/(sigma^2 + d_i^2) (FedDA),
                sigma^2/(sigma^2 + tau^2 d_i^2) (FedGP)
 With several sources and weights alpha_i the rules' errors are at most sum_i alpha_i Delta_i (Auto-weighted FDA eq (9),
-Jensen); source only is then FedAvg, whose exact error is ||g_T - sum_i alpha_i g_Si||^2.
+Jensen); source only is then FedAvg, whose exact error is ||g_T - sum_i alpha_i g_Si||^2, and `exact_deltas` gives the
+exact error of every rule linear in the target's gradient (FedDA too).
 
 Two ways to the quantities: `true_quantities` where the whole target domain is known (its per-sample
 gradients), and `estimated_quantities` from the labelled target samples only (Auto-weighted FDA App. A.2's unbiased
@@ -195,6 +196,32 @@ def delta_errors(q: Quantities, beta: float = 0.5) -> dict[str, torch.Tensor]:
     auto = auto_betas(q)
     return {"target_only": s, "source_only": q.d2.clone(), "fedda": fedda(beta), "fedgp": fedgp(beta),
             "fedda_auto": fedda(auto["fedda_auto"]), "fedgp_auto": fedgp(auto["fedgp_auto"])}
+
+
+EXACT_RULES = ("target_only", "source_only", "fedda", "fedda_auto")  # the rules linear in the target's gradient
+
+
+def exact_deltas(g_t: torch.Tensor, sigma2: float, sources: torch.Tensor, weights: torch.Tensor, beta: float,
+                 beta_auto: torch.Tensor) -> dict[str, float]:
+    """The exact several-source Delta^2 of the rules whose aggregate is linear in the target's gradient, where
+    `combined` gives Auto-weighted FDA eq (9)'s bound sum_i alpha_i Delta_i^2. With g_hat unbiased for g_T
+    (E g_hat = g_T, E ||g_hat - g_T||^2 = sigma^2) and c = sum_i alpha_i beta_i:
+      g_T - Aggr = (1 - c)(g_T - g_hat) + sum_i alpha_i beta_i (g_T - g_i),   the cross term 0 in expectation, so
+      Delta^2    = (1 - c)^2 sigma^2 + ||sum_i alpha_i beta_i (g_T - g_i)||^2;
+    source only (FedAvg) is beta_i = 1: ||g_T - sum_i alpha_i g_i||^2. FedGP's projection is not linear in g_hat: it
+    has no such form (monte_carlo_deltas measures it). g_t (M,) the whole target domain's gradient; sources (N, M);
+    weights alpha_i (N,); beta_auto: FedDA's beta_i (N,). With one source each equals `combined`'s value."""
+    g, s, w = g_t.double(), sources.double(), weights.double()
+    gap = g.unsqueeze(0) - s  # (N, M): g_T - g_i
+
+    def linear(b: torch.Tensor) -> float:  # b (N,)
+        c = float((w * b).sum())
+        pull = ((w * b).unsqueeze(1) * gap).sum(0)  # (M,)
+        return (1 - c) ** 2 * sigma2 + float(pull @ pull)
+
+    ones = torch.ones_like(w)
+    return {"target_only": sigma2, "source_only": linear(ones), "fedda": linear(ones * beta),
+            "fedda_auto": linear(beta_auto.double())}
 
 
 def combined(per_source: dict[str, torch.Tensor], weights: torch.Tensor) -> dict[str, float]:
