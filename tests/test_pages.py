@@ -692,6 +692,12 @@ def test_synthetic_numbers_by_hand_from_the_committed_grid():
     size, source = result["config"]["sizes"][-1], result["config"]["sources"][-1]
     assert pages.render(f"synthetic synthetic-grid mse {size}:{source}:fedgp") == \
         f"{result['cells'][-1][-1]['test_mse']['fedgp']:.3f}"
+    rules = ("target_only", "source_only", "fedda", "fedgp")
+    eq11 = [min(rules, key=lambda r: c["delta"]["fedgp_eq11" if r == "fedgp" else r]) for c in cells]
+    assert pages.render("synthetic synthetic-grid eq11_changes") == str(sum(p != c["predicted"]
+                                                                             for p, c in zip(eq11, cells)))
+    assert pages.render("synthetic synthetic-grid eq11_agreement") == \
+        f"{100 * sum(p == c['actual_static'] for p, c in zip(eq11, cells)) / len(cells):.0f}"
     with pytest.raises(ValueError, match="what='nope' is invalid"):
         pages.render("synthetic synthetic-grid nope")
 

@@ -365,7 +365,7 @@ def draw_heatmaps(result: dict, out: Path) -> list[Path]:
     for key, title, name in panels:
         grid = np.array([[code[c[key]] for c in row] for row in cells])
         paths += heatmap(grid, s_rows, d_cols, out / name, title=title, categories=cats,
-                         xlabel=r"source domain $D_i$ (distance $d_\pi$ grows →)",
+                         xlabel=r"source domain $D_i$ (shift level $0.07\,(i-1)$ grows →)",
                          ylabel=r"target samples ($\sigma_\pi$ grows ↓)").paths
     return paths
 
@@ -450,7 +450,8 @@ def write_outputs(result: dict, out: Path, seconds: float, command: str) -> str:
                                         for key, what in (("predicted", "predicted"),
                                                           ("actual_static", f"best at beta {cfg['beta']:g}"),
                                                           ("actual_auto", "best auto-weighted"))) + ".",
-             "- d_pi at initialisation per source domain: " + ", ".join(
+             "- d_pi at initialisation per source domain (each level's shift is a fresh random draw, as the "
+             "authors' are, so d_pi need not grow with i): " + ", ".join(
                  f"D{i} {d:.2g}" for i, d in zip(cfg["sources"], d_of)) + ".", "",
              "![predicted](predicted.png)", f"![actual, beta {cfg['beta']:g}](actual_static.png)",
              "![actual, auto](actual_auto.png)", "",

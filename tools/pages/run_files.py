@@ -54,7 +54,9 @@ def synthetic(name: str, what: str, arg: str = "") -> str:
     stable_static or stable_auto (cells whose winner no trial disputes, "n of N"), trials_static or trials_auto
     (the per-trial agreement's range, "a-b"), wins:<predicted|actual_static|actual_auto> with arg a rule (cells
     won), beta with arg fedda_auto or fedgp_auto (the estimated beta's mean over cells, 2 decimals), mse with
-    arg "<size>:<source>:<rule>" (a cell's mean test MSE, 3 decimals), or seconds (the cells' compute, minutes)."""
+    arg "<size>:<source>:<rule>" (a cell's mean test MSE, 3 decimals), seconds (the cells' compute, minutes), or
+    eq11_changes / eq11_agreement (with eq (11)'s approximation of FedGP's Delta for the Monte-Carlo value: the cells
+    whose predicted rule changes, and the agreement share at the static beta, %)."""
     result = json.loads((records.RESULTS / name / "grid.json").read_text())
     cells = [c for row in result["cells"] for c in row]
     if what in ("near_static", "near_auto"):
@@ -75,7 +77,16 @@ def synthetic(name: str, what: str, arg: str = "") -> str:
         return f"{c['test_mse'][rule]:.3f}"
     if what == "seconds":
         return f"{result['seconds'] / 60:.0f}"
-    raise ValueError(f"what={what!r} is invalid: near_*, stable_*, trials_*, wins:<key>, beta, mse or seconds")
+    if what in ("eq11_changes", "eq11_agreement"):
+        # the prediction with eq (11)'s approximation of FedGP's Delta in place of the Monte-Carlo value
+        rules = ("target_only", "source_only", "fedda", "fedgp")
+        pred = [min(rules, key=lambda r: (c["delta"]["fedgp_eq11"] if r == "fedgp" else c["delta"][r], rules.index(r)))
+                for c in cells]
+        if what == "eq11_changes":
+            return str(sum(p != c["predicted"] for p, c in zip(pred, cells)))
+        return f"{100 * sum(p == c['actual_static'] for p, c in zip(pred, cells)) / len(cells):.0f}"
+    raise ValueError(f"what={what!r} is invalid: near_*, stable_*, trials_*, wins:<key>, beta, mse, seconds, "
+                     "eq11_changes or eq11_agreement")
 
 
 DIAGNOSE_RULES = {"target_only": "Target only", "source_only": "Source only", "fedda": "FedDA", "fedgp": "FedGP",
