@@ -323,6 +323,33 @@ def test_a_python_search_calls_summary_says_what_the_call_changed(tmp_path, monk
         "`python -m fda_ray.sweep --search beta --resume`"
 
 
+def test_a_python_search_holds_its_folders_lock(tmp_path, monkeypatch):
+    """search() from Python takes `out`'s lock as the command does: a sweep or a second search() into the same
+    folder is refused in one line while it runs (both ran every trial into one folder before), and the lock is
+    given back when the call ends, however it ends."""
+    from fda_ray.core import locks
+    from fda_ray.experiments import search as search_module
+
+    out = tmp_path / "s"
+    seen = {}
+
+    def ran(search, **kw):  # while the search runs: its lock is this process's, and another writer is refused
+        seen["holder"] = locks.holder(out / locks.LOCK_FILE)
+        with pytest.raises(locks.LockedError, match=r"^out='.*s' is invalid: another sweep writes there now"):
+            with locks.held(out, "out", "python -m fda_ray.sweep --search beta --resume"):
+                pass
+        return 130
+
+    monkeypatch.setattr(search_module, "run_search", ran)
+    with pytest.raises(KeyboardInterrupt):
+        search_module.search("beta", out=out, methods=["fedgp"], rounds=2)
+    assert seen["holder"]["pid"] == os.getpid() and seen["holder"]["command"].startswith("fda_ray.search.search(")
+    assert not (out / locks.LOCK_FILE).exists()  # given back
+    with locks.held(out, "out", "another sweep"):  # and the other way round: a search() into a folder held
+        with pytest.raises(ValueError, match="another sweep writes there now"):
+            search_module.search("beta", out=out, methods=["fedgp"], rounds=2)
+
+
 def test_a_search_without_a_note_summarises():
     """`note` is optional in a search file: the summary opens with the space (it failed on note[0] once every trial
     had run)."""

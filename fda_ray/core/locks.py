@@ -148,7 +148,7 @@ def still_held(folder: "Path | StoragePath | None") -> bool:
     """Whether `folder`'s lock is still this process's: False once the folder was removed, moved or replaced while
     its sweep ran (the workers then write the rest of its records into a new folder of that name, and a summary
     of it would count the trials that stayed in the moved one as never run). An object store: False once another
-    sweep took the lease over. True where this process took no lock (None, the Python search())."""
+    sweep took the lease over. True where this process took no lock (None)."""
     folder = _local(folder)
     if isinstance(folder, StoragePath):
         return store_locks.still_held(folder.uri)

@@ -23,6 +23,7 @@ Resuming (--resume) keeps every finished and stopped trial; ASHA's rungs restart
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import math
@@ -564,12 +565,9 @@ def search(name: str | Search, *, profile: str = "quick", out: str | Path | None
     """
     import dataclasses
 
-    from fda_ray.experiments.arguments import SCHEDULERS, held_by_another, search_chunk
-    from fda_ray.experiments.manifest import Manifest, read as read_manifest, write as write_manifest
-
+    from fda_ray.core import locks
     from fda_ray.core.config import config_names
-    from fda_ray.experiments.arguments import tune_defaults
-    from fda_ray.experiments.console import quiet
+    from fda_ray.experiments.arguments import SCHEDULERS, held_by_another, tune_defaults
 
     s = load_search(name) if isinstance(name, str) else name
     # the arguments checked as the command checks its flags, each in one line (a string was read letter by letter,
@@ -615,6 +613,28 @@ def search(name: str | Search, *, profile: str = "quick", out: str | Path | None
              **fields}
     command = f"fda_ray.search.search({s.name!r}, " + ", ".join(f"{k}={v!r}" for k, v in given.items()
                                                               if v is not None) + ")"
+    existed = out.exists()
+    try:
+        with locks.held(out, "out", command):  # one writer per `out`, as the command (a LockedError: a ValueError)
+            return _search_locked(s, out, command, profile, methods, values, overrides, num_samples, rerun_seeds,
+                                  search_alg, verbose, max_concurrent, max_failures, scheduler, address)
+    except ValueError:
+        # a call refused before any work leaves no folder behind (the lock made it; it holds nothing else then)
+        if not existed and out.local is not None:
+            with contextlib.suppress(OSError):
+                out.local.rmdir()
+        raise
+
+
+def _search_locked(s: Search, out: StoragePath, command: str, profile: str, methods: Sequence[str] | None,
+                   values: Sequence[float] | None, overrides: dict[str, Any], num_samples: int | None,
+                   rerun_seeds: int | None, search_alg: str, verbose: bool, max_concurrent: int | None,
+                   max_failures: int, scheduler: str, address: str | None) -> dict[str, Any]:
+    """search()'s work once it holds `out`'s lock."""
+    from fda_ray.experiments.arguments import search_chunk
+    from fda_ray.experiments.console import quiet
+    from fda_ray.experiments.manifest import Manifest, read as read_manifest, write as write_manifest
+
     # a call again goes on as --resume does: every call's studies (search_chunk), never fewer trials a study
     manifest = search_chunk(read_manifest(out), Manifest(
         kind="search", name=s.name, profile=profile, rows=tuple(methods) if methods else None,
@@ -655,7 +675,7 @@ def run_search(search: Search, *, profile: str, out: StoragePath, num_samples: i
     from fda_ray.experiments.backends import Progress, run_local, run_tune
 
     out = storage_path(out)
-    # (the command's lock or lease; the Python search() takes none)
+    # (the command's lock or lease, or search()'s)
     locked = locks.still_held(out) if out.is_local else store_locks.holding(out.uri)
     records = out / "trials"
     records.mkdir(parents=True, exist_ok=True)
