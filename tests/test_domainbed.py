@@ -239,6 +239,27 @@ def test_augmented_reads_are_seeded_and_evaluation_reads_are_not_augmented(vlcs_
     assert torch.equal(plain, x[[0, 4, 7]]) and not torch.equal(plain, a)
 
 
+def test_class_folders_spelled_in_other_code_points_are_named_apart(tmp_path):
+    """"café" composed (NFC, U+00E9) and decomposed (NFD, e + U+0301) print alike: in one environment they were two
+    classes no table could tell apart, across environments the mismatch line named a class "missing" that the
+    other environment visibly has. Both are now one line that spells each with its code points."""
+    import unicodedata
+
+    nfc, nfd = unicodedata.normalize("NFC", "café"), unicodedata.normalize("NFD", "café")
+    assert nfc != nfd and str(nfc) == "café"
+    _folder_tree(tmp_path / "VLCS", ["Caltech101", "LabelMe", "SUN09", "VOC2007"], ["bird", nfc], per=1)
+    _folder_tree(tmp_path / "VLCS", ["VOC2007"], [nfd], per=1)  # VOC2007 now holds both spellings
+    with pytest.raises(DatasetNotFound, match=r"in environment 'VOC2007' .* class folders 'cafe\\u0301' and "
+                                              r"'caf\\xe9' print alike"):
+        load("vlcs", str(tmp_path))
+    import shutil
+
+    shutil.rmtree(tmp_path / "VLCS" / "VOC2007" / nfc)  # VOC2007: the decomposed spelling only
+    with pytest.raises(DatasetNotFound, match=r"class 'cafe\\u0301' is 'caf\\xe9' in 'Caltech101': they print "
+                                              r"alike .* \(composed and decomposed accents"):
+        load("vlcs", str(tmp_path))
+
+
 def test_folder_loaders_name_what_is_missing(tmp_path):
     _folder_tree(tmp_path / "VLCS", ["Caltech101", "LabelMe", "VOC2007"], ["bird", "car"], per=1)
     with pytest.raises(DatasetNotFound, match=r"vlcs: environment folder 'SUN09' is missing in .*VLCS"):

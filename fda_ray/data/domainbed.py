@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -123,6 +124,18 @@ def _subfolders(d: Path) -> list[str]:
     return sorted(p.name for p in d.iterdir() if p.is_dir() and not _hidden(p.name))
 
 
+def _unicode_twins(names: Sequence[str]) -> tuple[str, str] | None:
+    """Two names equal once normalised (NFC), if any: "café" composed and decomposed print alike but are two
+    folders, two classes."""
+    seen: dict[str, str] = {}
+    for n in names:
+        key = unicodedata.normalize("NFC", n)
+        if key in seen:
+            return seen[key], n
+        seen[key] = n
+    return None
+
+
 def _image_files(d: Path) -> list[str]:
     """torchvision ImageFolder's order: sorted os.walk, sorted file names, known extensions only; hidden files and
     folders left out (torchvision keeps them: a ._x.jpg is drawn as an image, and fails)."""
@@ -161,6 +174,12 @@ def read_environments(root: Path, envs: Sequence[str], dataset: str, size: int =
             raise DatasetNotFound(f"{dataset}: environment folder {env!r} is missing in {root} (found: "
                                   f"{', '.join(found) or 'no folders'})")
         env_classes = _subfolders(d)
+        twins = _unicode_twins(env_classes)
+        if twins:  # two folders that print alike: two classes a user cannot tell apart in any table
+            a, b = twins
+            raise DatasetNotFound(f"{dataset}: in environment {env!r} ({d}) the class folders {ascii(a)} and "
+                                  f"{ascii(b)} print alike ({a!r}) but are spelled with other Unicode code points "
+                                  "(composed and decomposed accents: a copy from macOS?); merge or rename one")
         if not env_classes:
             raise DatasetNotFound(f"{dataset}: environment {env!r} ({d}) has no class folders; expected "
                                   f"{d}/<class>/<image files>")
@@ -170,6 +189,13 @@ def read_environments(root: Path, envs: Sequence[str], dataset: str, size: int =
             missing = sorted(set(classes) - set(env_classes))
             extra = sorted(set(env_classes) - set(classes))
             what = (f"class {missing[0]!r} is missing" if missing else f"class {extra[0]!r} is not in {first!r}")
+            spelled = {unicodedata.normalize("NFC", c): c for c in classes}
+            for c in extra:  # the same name in other code points: the line would name two classes that print alike
+                if unicodedata.normalize("NFC", c) in spelled:
+                    what = (f"class {ascii(c)} is {ascii(spelled[unicodedata.normalize('NFC', c)])} in {first!r}: "
+                            f"they print alike ({c!r}) but are spelled with other Unicode code points (composed and "
+                            "decomposed accents: a copy from macOS?); rename one so both are spelled alike")
+                    break
             raise DatasetNotFound(f"{dataset}: in environment {env!r} ({d}) {what}; every environment needs the "
                                   f"same class folders ({first!r} has {', '.join(classes)})")
         paths: list[str] = []
