@@ -261,7 +261,9 @@ def run_grid(cfg: GridConfig, progress: Callable[[int, int, int], None] | None =
         # Seeds per (grid seed, trial, purpose); the trial takes the round slot of derive_seed.
         init = init_model(x1.shape[1], y1.shape[1], cfg.hidden, derive_seed(cfg.seed, t, 0, "synthetic-init"))
         order = torch.randperm(cfg.pool, generator=torch.Generator().manual_seed(derive_seed(cfg.seed, t, 0, "subsample")))
-        per_sample = dg.per_sample_gradients(init, squared_error, *pool)  # (P, M): the whole target domain at theta_0
+        # (P, M) float64: the whole target domain at theta_0, converted once a trial (monte_carlo_deltas reads it in
+        # float64 in every cell: it copied all P x M values 81 times a trial)
+        per_sample = dg.per_sample_gradients(init, squared_error, *pool).double()
         domain = dg.Moments.of(per_sample)
         for i in cfg.sources:
             for n in cfg.sizes:
