@@ -928,3 +928,26 @@ def test_a_generator_missing_a_key_is_a_line_naming_the_block(tmp_path, monkeypa
     assert pages.main(["--check", str(page)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"error: {page}: cell fmnist-noise fedgp 0.4: the records hold no 2") and "\n" not in err
+
+
+def test_diagnose_reads_the_exact_column_and_ranks_the_linear_rules_by_bound_and_by_exact_value(monkeypatch, tmp_path):
+    """The bound ranks FedDA first among the rules linear in g_T, the exact value FedDA auto; a record written
+    before the exact column (or its estimated side) is a one-line error naming the file."""
+    import json
+
+    bound = {"target_only": 0.6, "source_only": 0.3, "fedda": 0.2, "fedgp": 0.1, "fedda_auto": 0.25, "fedgp_auto": 0.05}
+    exact = {"target_only": 0.6, "source_only": 0.28, "fedda": 0.19, "fedda_auto": 0.125}
+    side = {"best_static": "fedgp", "best": "fedgp_auto", "sigma": 1.0, "d_i": [0.5, 1.5], "delta2": bound}
+    (tmp_path / "dg").mkdir()
+    (tmp_path / "dg" / "new.json").write_text(json.dumps({"true": {**side, "delta2_exact": exact}, "estimated": side}))
+    (tmp_path / "dg" / "old.json").write_text(json.dumps({"true": side, "estimated": side}))
+    monkeypatch.setattr(pages.records, "RESULTS", tmp_path)
+    run = pages.GENERATORS.get("diagnose")
+    assert run("dg", "new", "true", "best-linear") == "FedDA"
+    assert run("dg", "new", "true", "exact-best-linear") == "FedDA auto"
+    assert run("dg", "new", "true", "exact:fedda_auto", digits="2") == "0.12"
+    assert run("dg", "new", "true", "d-mean") == "1"
+    with pytest.raises(ValueError, match="'old' has no exact"):
+        run("dg", "old", "true", "exact:fedda")
+    with pytest.raises(ValueError, match="exact:<rule> for a rule of"):
+        run("dg", "new", "true", "exact:fedgp")

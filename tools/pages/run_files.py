@@ -97,7 +97,9 @@ DIAGNOSE_RULES = {"target_only": "Target only", "source_only": "Source only", "f
 def diagnose(name: str, file: str, side: str, what: str, digits: str = "3") -> str:
     """A number or a rule of a `python -m fda_ray.diagnose --json` record, docs/results/<name>/<file>.json, on its
     `side` (true or estimated): what = best_static or best (the rule, named), sigma, d-mean (the sources' mean d_i),
-    or delta2:<rule> (its Delta^2)."""
+    delta2:<rule> (its Delta^2, eq (9)'s bound), and on the true side of a record that has them (fda_ray.diagnose
+    since the exact column) exact:<rule> (the several-source Delta^2 itself of a rule linear in g_T), best-linear
+    and exact-best-linear (among those rules, the one the bound ranks first and the one the exact value does)."""
     if side not in ("true", "estimated"):
         raise ValueError(f"side={side!r} is invalid: true or estimated")
     path = records.RESULTS / name / f"{file}.json"
@@ -108,6 +110,18 @@ def diagnose(name: str, file: str, side: str, what: str, digits: str = "3") -> s
         raise ValueError(f"diagnose: {file!r} has no {side} values")
     if what in ("best_static", "best"):
         return DIAGNOSE_RULES[q[what]]
+    exact = q.get("delta2_exact")
+    if what in ("best-linear", "exact-best-linear") or what.startswith("exact:"):
+        if not exact:
+            raise ValueError(f"diagnose: {file!r} has no exact Delta^2 on its {side} side (a record written before "
+                             "the exact column, or the estimated side): rerun its command")
+        if what == "best-linear":  # (ties: the order diagnose lists the rules in)
+            return DIAGNOSE_RULES[min(exact, key=lambda r: (q["delta2"][r], list(exact).index(r)))]
+        if what == "exact-best-linear":
+            return DIAGNOSE_RULES[min(exact, key=lambda r: (exact[r], list(exact).index(r)))]
+        if what[len("exact:"):] not in exact:
+            raise ValueError(f"what={what!r} is invalid: exact:<rule> for a rule of {', '.join(exact)}")
+        return f"{exact[what[len('exact:'):]]:.{int(digits)}g}"
     if what == "sigma":
         x = q["sigma"]
     elif what == "d-mean":
@@ -115,7 +129,8 @@ def diagnose(name: str, file: str, side: str, what: str, digits: str = "3") -> s
     elif what.startswith("delta2:") and what[len("delta2:"):] in q["delta2"]:
         x = q["delta2"][what[len("delta2:"):]]
     else:
-        raise ValueError(f"what={what!r} is invalid: best_static, best, sigma, d-mean or delta2:<rule>")
+        raise ValueError(f"what={what!r} is invalid: best_static, best, sigma, d-mean, delta2:<rule>, exact:<rule>, "
+                         "best-linear or exact-best-linear")
     return f"{x:.{int(digits)}g}"
 
 
