@@ -77,8 +77,18 @@ def test_a_fused_group_gives_each_trial_its_numbers_alone(fmnist_dir, tmp_path):
             if "startup" in row:
                 phases[key] = row["startup"]
 
+    import time
+
+    t0 = time.perf_counter()
     outcome = run_group(trials, fused, report=report)
+    wall = time.perf_counter() - t0
     assert outcome == {t.key: None for t in trials}
+    # each member's own run time is its own work and its share of the batches, not the group's wall time it waited
+    # through (each of the 6 was charged about the group's whole time, their sum 6 walls); its wall time is kept
+    own = [read_rows(fused / t.key)["seconds"] for t in trials]
+    assert 0 < sum(own) <= 2 * wall, (own, wall)
+    for t, s in zip(trials, own):
+        assert s < read_rows(fused / t.key)["fused"]["wall_seconds"] <= wall
     for t in trials:
         assert is_done(fused / t.key)
         assert seen[t.key] == [r["round"] for r in read_rows(alone / t.key)["rows"]]  # its own reports
@@ -147,8 +157,10 @@ def test_a_member_resumes_from_its_checkpoint_inside_a_running_group(fmnist_dir,
         _same_numbers(alone, fused, t)
     # the record says how the attempt that finished it ran: its group, the batches it trained in, its first round;
     # nodes.json each attempt's group (the first attempt ran alone)
-    assert read_rows(fused / resumed.key)["fused"] == {"members": 3, "batches": 1, "from_round": 2}
-    assert read_rows(fused / trials[1].key)["fused"] == {"members": 3, "batches": 3, "from_round": 0}
+    got = {t.key: dict(read_rows(fused / t.key)["fused"]) for t in trials}
+    assert all(got[t.key].pop("wall_seconds") > 0 for t in trials)  # (its wall time in the group: own_seconds)
+    assert got[resumed.key] == {"members": 3, "batches": 1, "from_round": 2}
+    assert got[trials[1].key] == {"members": 3, "batches": 3, "from_round": 0}
     attempts = json.loads((fused / resumed.key / "nodes.json").read_text())
     assert [(a["from_round"], a.get("fused_members")) for a in attempts] == [(0, None), (2, 3)]
 
@@ -583,17 +595,29 @@ def test_a_fused_sweep_on_a_cluster_spreads_its_groups_over_the_nodes(tiny_fused
     assert len(nodes) >= 2  # the groups ran on more than one node
 
 
-def test_auto_fuses_on_cpus_only_the_models_with_a_per_row_stacked_forward():
+def test_auto_fuses_on_cpus_only_the_models_with_a_per_row_stacked_forward(fmnist_dir):
     """DomainBed's MNIST CNN trains fused through torch.func.vmap, whose batched convolution sums its gradient in
     another order as the rows change (a held-out probe: a 1e-2 relative weight gap after 2 rounds) and measured
-    slower fused on 2 cores: --fuse auto leaves it alone on CPUs; a group size still fuses it, and a GPU's auto."""
-    from fda_ray.runtime.fusion import AUTO_CPU_MODELS, AUTO_GROUP, group_size
+    slower fused on 2 cores: --fuse auto leaves it alone on CPUs; a group size still fuses it, and a GPU's auto.
+    The rule is each trial's: a sweep that mixes models fuses its simple CNNs whichever row comes first (it took
+    the first trial's model for all: a grid whose first row was the MNIST CNN fused nothing, and one whose first
+    row was the simple CNN fused the MNIST CNN too)."""
+    from fda_ray.runtime.fusion import AUTO_CPU_MODELS, AUTO_GROUP, group_size, plan_groups, why_not_fused
     from fda_ray.train.models import MODELS
 
-    assert group_size("auto", "cpu", model="simple_cnn") == AUTO_GROUP["cpu"] > 1
-    assert group_size("auto", "cpu", model="mnist_cnn") == 1
-    assert group_size("auto", "cuda", model="mnist_cnn") == AUTO_GROUP["cuda"]
-    assert group_size(4, "cpu", model="mnist_cnn") == 4 and group_size("off", "cpu", model="simple_cnn") == 1
+    simple = [_trial(fmnist_dir, "fedgp", noise=0.4, seed=s) for s in range(3)]
+    mnist = [_trial(fmnist_dir, "fedgp", noise=0.4, seed=s, model="mnist_cnn") for s in range(3)]
+    auto = group_size("auto", "cpu")
+    assert auto == AUTO_GROUP["cpu"] > 1
+    for trials in (simple + mnist, mnist + simple):
+        groups = [[t.key for t in g] for g in plan_groups(trials, auto)]
+        assert sorted(groups) == sorted([[t.key for t in simple]] + [[t.key] for t in mnist]), groups
+        assert sorted(len(g) for g in plan_groups(trials, 4)) == [3, 3]  # a group size fuses both
+    assert "mnist_cnn on cpu: --fuse auto fuses it on GPUs only" in why_not_fused(mnist[0], auto)
+    assert why_not_fused(mnist[0], 4) == why_not_fused(simple[0], auto) == "fusible"
+    cuda = [_trial(fmnist_dir, "fedgp", noise=0.4, seed=s, model="mnist_cnn", device="cuda") for s in range(3)]
+    assert [len(g) for g in plan_groups(cuda + simple, group_size("auto", "cuda"))] == [3, 3]
+    assert group_size("auto", "cuda") == AUTO_GROUP["cuda"] and group_size("off", "cpu") == 1
     for name in AUTO_CPU_MODELS:  # each one's class has its own stacked forward (the per-row, bit-for-bit path)
         assert hasattr(type(MODELS.get(name)((1, 28, 28), 10)), "forward_stacked"), name
     assert not hasattr(type(MODELS.get("mnist_cnn")((2, 28, 28), 2)), "forward_stacked")

@@ -172,8 +172,9 @@ def test_a_search_under_a_scheduler_fuses_its_trials_which_it_still_stops_one_by
     search = _served_search(monkeypatch)
     out = tmp_path / "search"
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    args = ["--search", search.name, "--num-samples", "6", "--max-concurrent", "4", "--fuse", "4",
-            "--search-alg", search_alg, "--data-dir", str(fmnist_dir), "--out", str(out)]
+    # (Optuna without --max-concurrent: the study's own default, which let Tune start its trials one at a time)
+    args = ["--search", search.name, "--num-samples", "6", *(["--max-concurrent", "4"] if search_alg == "random" else []),
+            "--fuse", "4", "--search-alg", search_alg, "--data-dir", str(fmnist_dir), "--out", str(out)]
     assert sweep.main(args) == 0
     sel = json.loads((out / "selection.json").read_text())
     table = sel["studies"]["fedgp @ noise 0.4"]
@@ -194,6 +195,27 @@ def test_a_search_under_a_scheduler_fuses_its_trials_which_it_still_stops_one_by
             assert fused["served"] == 1
             most = max(most, fused["members"])
     assert most >= 2  # rounds of several trials ran as one batch
+
+
+def test_an_optuna_studys_default_concurrency_is_what_the_nodes_hold(no_ray, monkeypatch):
+    """Tune keeps one trial of a searcher other than its own pending unless a ConcurrencyLimiter names how many
+    run: the study's default is what the cluster holds at once, a served trial's beside its fusion server."""
+    import ray
+
+    from fda_ray.core.config import RunConfig
+    from fda_ray.experiments import tune as ft
+    from fda_ray.runtime import resources
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    cfg = RunConfig(dataset="fashion-mnist", method="fedgp", vectorise="on").resolved()
+    plain = ft.resources(cfg, ft.driver_placement(False)).bundles
+    served = ft.served_resources(cfg, 4, ft.driver_placement(False)).bundles
+    assert ft.study_concurrency(plain, 10) == 2  # {CPU 1} a trial on 2 CPUs
+    assert ft.study_concurrency(served, 10, served=cfg) == 4  # {CPU 0.25} beside the server's {CPU 1}
+    assert ft.study_concurrency(served, 3, served=cfg) == 3  # never more than the study's trials
+    # an autoscaler that can add nodes: every trial may be pending (its demand is what makes it add them)
+    monkeypatch.setattr(resources, "from_ray", lambda joined=None: resources.Cluster(({"CPU": 2.0},), ({"CPU": 8.0},)))
+    assert ft.study_concurrency(plain, 10) == 10
 
 
 def test_a_served_searchs_dry_run_says_what_a_trial_and_a_server_ask(capsys):

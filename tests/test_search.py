@@ -272,10 +272,17 @@ def test_optuna_search_draws_in_the_space_selects_by_validation_and_resumes(fmni
     out = tmp_path / "optuna"
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     args = ["--search", search.name, "--search-alg", "optuna", "--scheduler", "none", "--max-concurrent", "1",
-            "--data-dir", str(fmnist_dir), "--out", str(out)]
+            "--data-dir", str(fmnist_dir), "--out", str(out), "--track", "tensorboard"]
     assert sweep.main(args + ["--num-samples", "3"]) == 0
     table = json.loads((out / "selection.json").read_text())["studies"]["fedgp @ noise 0.4"]
     assert [e["status"] for e in table["trials"]] == ["finished"] * 3
+    # every study trial's rounds reach the trackers, as a random search's do (an Optuna study's reached none)
+    from test_tracking import tensorboard_scalars
+
+    for e in table["trials"]:
+        rows = read_rows(out / "trials" / e["key"])["rows"]
+        logged = tensorboard_scalars(out / "tensorboard" / e["key"])["accuracy"]
+        assert logged == [(r["round"], pytest.approx(r["accuracy"])) for r in rows], e["key"]
     betas = [e["point"]["beta"] for e in table["trials"]]
     assert len(set(betas)) == 3 and all(0.0 <= b <= 1.0 for b in betas)
     vals = [e["val_accuracy"] for e in table["trials"]]

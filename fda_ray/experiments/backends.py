@@ -17,22 +17,11 @@ from typing import Any
 from fda_ray.core import interrupts
 from fda_ray.core.storage import StoragePath, StoreError, asking, storage_path
 from fda_ray.runtime import preflight
-from fda_ray.experiments.console import (Progress, quiet_worker, stopped_line, trial_name, tune_errors_log,
-                                         tune_errors_to)
+from fda_ray.experiments.console import (Progress, quiet_worker, rounds_of, stopped_line, trial_name,
+                                         tune_errors_log, tune_errors_to)
 from fda_ray.experiments.stranded import StrandedWatch, stranded_in, tune_parts as stranded_tune_parts
 from fda_ray.experiments.records import Trial, is_done
 from fda_ray.experiments.trials import run_trial
-
-
-def rounds_of(t: Trial) -> int | None:
-    """The rounds a trial's rows will number (warm-up and main; a fine-tuning trial's epochs), for the status."""
-    try:
-        cfg = t.config().resolved()
-    except (ValueError, TypeError):
-        return None
-    if t.kind == "finetune":
-        return getattr(cfg, "finetune_epochs", None)
-    return (cfg.rounds or 0) + (getattr(cfg, "warmup_rounds", 0) or 0) or None
 
 
 # ---------------------------------------------------------------- backends
@@ -151,7 +140,7 @@ def run_local(pending: list[Trial], records: StoragePath, workers: int, max_fail
     """A process pool of serial runs (no Ray): each trial in a fresh process, `workers` at once. Returns the
     failures (a trial is retried max_failures times). KeyboardInterrupt propagates after the pool stops.
     fuse > 1: a worker runs up to `fuse` trials of one fusion key as one group (fda_ray.runtime.fusion), each keeping
-    its record; a member that fails is retried like a trial of its own (in a later group, from its last round).
+    its record; a member that fails is retried like a trial of its own (alone, from its last round).
     A pool whose worker was killed (kill -9, the OOM killer) is broken for good: that worker's trial counts a failed
     attempt, and every running trial runs again in a new pool from its record's last round. A trial that could not
     write its record

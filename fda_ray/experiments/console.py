@@ -135,6 +135,18 @@ def fit(lines: list[str], columns: int, rows: int) -> list[str]:
     return [ln if len(ln) <= width else ln[:width - 3] + "..." for ln in lines]
 
 
+def rounds_of(t: Any) -> int | None:
+    """The rounds a trial's rows will number (warm-up and main; a fine-tuning trial's epochs), for the status.
+    `t`: an fda_ray.experiments.records.Trial."""
+    try:
+        cfg = t.config().resolved()
+    except (ValueError, TypeError):
+        return None
+    if t.kind == "finetune":
+        return getattr(cfg, "finetune_epochs", None)
+    return (cfg.rounds or 0) + (getattr(cfg, "warmup_rounds", 0) or 0) or None
+
+
 class Progress:
     """The trials' progress (see the module docstring). `live`: redraw a block in place (default: when the
     stream is a terminal)."""

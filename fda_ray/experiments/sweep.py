@@ -208,7 +208,7 @@ def _execute(a: Any, grid: Grid, trials: list[Trial], out: StoragePath, records:
                         f"and the others' last rounds are in {records}; resume with: {command} --resume")
     try:
         first = trials[0].config().resolved()
-        fuse = group_size(a.fuse, first.device, model=first.model)
+        fuse = group_size(a.fuse, first.device)
         if pending and a.backend == "local":
             if (note := oversubscribed(a.workers, min(a.workers or 1, len(pending)), first)) is not None:
                 print(note, file=sys.stderr)
@@ -458,7 +458,7 @@ def fused_lines(trials: list[Trial], size: int, workers: int | None, what: str) 
         lines.append(f"  group {i + 1} ({len(g)} trials): {rows}")
     reasons: dict[str, int] = {}
     for t in alone:
-        why = why_not_fused(t)
+        why = why_not_fused(t, size)
         why = why if why != "fusible" else "no other trial of its kind to fuse with"
         reasons[why] = reasons.get(why, 0) + 1
     for why, n in reasons.items():
@@ -481,18 +481,20 @@ def oversubscribed(given: int | None, running: int, first: Any, node: Any = None
 
 def dry_run_plan(first: Any, a: Any, trials: list[Trial] | None = None) -> tuple[list[str], str | None]:
     """The resource plan --dry-run prints, and the one-line refusal when the trials can never be placed."""
-    fuse = group_size(getattr(a, "fuse", "off"), first.device, model=first.model)
+    fuse = group_size(getattr(a, "fuse", "off"), first.device)
     if a.backend == "local":
         node = resources.parse_nodes(a.plan_for) if a.plan_for is not None else resources.this_machine()
         workers = a.workers or local_workers(first, node, fuse)
+        grouped = False
         if fuse > 1 and trials:  # (no more at once than there are groups and trials alone)
             from fda_ray.runtime.fusion import plan_groups
 
-            workers = min(workers, len(plan_groups(trials, fuse)))
+            groups = plan_groups(trials, fuse)
+            workers, grouped = min(workers, len(groups)), any(len(g) > 1 for g in groups)
         elif trials:  # (--workers 100000 for 4 trials: 4 at once)
             workers = min(workers, len(trials))
-        line = [f"plan: {workers} {'group(s)' if fuse > 1 else 'trial(s)'} at once (backend local: worker processes, "
-                f"each {'group' if fuse > 1 else 'trial'} serially in one of them; {first.threads} thread(s), device "
+        line = [f"plan: {workers} {'group(s)' if grouped else 'trial(s)'} at once (backend local: worker processes, "
+                f"each {'group' if grouped else 'trial'} serially in one of them; {first.threads} thread(s), device "
                 f"{first.device})"]
         line += fused_lines(trials or [], fuse, workers, f"a worker process, {first.threads} thread(s), "
                                                           f"device {first.device}")
@@ -502,7 +504,7 @@ def dry_run_plan(first: Any, a: Any, trials: list[Trial] | None = None) -> tuple
             return line, f"error: device={first.device!r} is invalid: {node.source} has no GPU; use --device cpu"
         return line, None
     fused_head: list[str] = []
-    serve = group_size(getattr(a, "fuse", "off"), first.device, served=True, model=first.model)
+    serve = group_size(getattr(a, "fuse", "off"), first.device, served=True)
     if fuse > 1 and _served(a, first):
         if serve > 1:
             return _served_plan(first, a, serve)
@@ -754,8 +756,8 @@ def _run_search(a: Any, search: Any, out: Any, num_samples: int, overrides: dict
                       scheduler=a.scheduler, search_alg=a.search_alg, methods=_list(a.methods, str, "methods"),
                       values=_list(a.values, float, "values"), overrides=overrides, address=a.address,
                       command=_command(argv), no_figures=a.no_figures, pin_drivers=a.pin_drivers,
-                      fuse=group_size(a.fuse, first.device, model=first.model),
-                      serve=group_size(a.fuse, first.device, served=True, model=first.model))
+                      fuse=group_size(a.fuse, first.device),
+                      serve=group_size(a.fuse, first.device, served=True))
 
 
 if __name__ == "__main__":

@@ -227,7 +227,11 @@ def run_trial(trial: Trial, records: StoragePath | Path | str, report: Callable[
     # says for each attempt whether it ran in a group: a member retried alone ran its first rounds fused)
     fused = {"fused": {**group.record(trial.key), "from_round": nodes[-1].get("from_round", 0)}} \
         if group is not None else {}
-    _save_json({"config": cfg.to_dict(), "rows": hist.rows, "seconds": hist.seconds,
+    seconds = hist.seconds
+    if hasattr(group, "own_seconds") and trial.kind != "finetune":  # a group in this process: its own part of it
+        seconds = group.own_seconds(trial.key, hist.seconds, executor.waited)
+        fused["fused"]["wall_seconds"] = hist.seconds
+    _save_json({"config": cfg.to_dict(), "rows": hist.rows, "seconds": seconds,
                 "environment": environment(kernels.ran()),
                 "nodes": nodes, "startup": hist.startup, "finished_at": time.time(), **gpu_memory.record(), **fused},
                record / ROWS_FILE)

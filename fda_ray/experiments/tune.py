@@ -418,6 +418,23 @@ def _domain(dim: Any) -> Any:
     return (tune.uniform if dim.kind == "uniform" else tune.loguniform)(dim.low, dim.high)
 
 
+def study_concurrency(bundles: Sequence[dict], num_samples: int, served: Any = None) -> int:
+    """An Optuna study's trials at once when --max-concurrent is not given: as many as the Ray cluster's nodes hold
+    (a served trial's beside its node's fusion server, `served` its resolved config), at least 1; num_samples where
+    an autoscaler can add nodes (its demand then shows). Tune lets a searcher other than its own keep only one trial
+    pending unless a ConcurrencyLimiter says how many may run (ray.tune.execution.tune_controller's
+    _get_max_pending_trials): without one the study's trials started one after another, and on fusion servers each
+    round was fused with no other trial's (a held-out probe: members 1 in every record)."""
+    from fda_ray.runtime import fusion_server
+
+    cluster = plans.from_ray()
+    if cluster.types:
+        return max(1, num_samples)
+    if served is not None:
+        cluster = fusion_server.beside_servers(cluster, served.threads, str(served.device).startswith("cuda"))
+    return max(1, min(num_samples, plans.concurrent(bundles, cluster.nodes)))
+
+
 def run_optuna(space: Sequence[Any], base: dict[str, Any], row: str, variable: str, value: float, num_samples: int,
                metric: str, records: Any, out: Any, address: str | None, max_concurrent: int | None,
                max_failures: int, progress: Any, scheduler: Any, on_stopped: Any, points: list[dict],
@@ -456,18 +473,30 @@ def run_optuna(space: Sequence[Any], base: dict[str, Any], row: str, variable: s
     searcher = OptunaSearch(metric=metric, mode="max", sampler=optuna.samplers.TPESampler(seed=seed),
                             study_name="fda-ray", storage=storage,
                             points_to_evaluate=[flat(p) for p in points] or None, evaluated_rewards=rewards or None)
-    if max_concurrent:
-        searcher = ConcurrencyLimiter(searcher, max_concurrent=max_concurrent)
     stopped: set[str] = set()
 
-    def key_of(config: dict[str, Any]) -> str:
+    def trial_of(config: dict[str, Any]) -> Any:
         from fda_ray.experiments.trials import point_trial
 
         o = config["run"]["optuna"]
         return point_trial(o["base"], o["row"], o["variable"], o["value"],
-                           {n: config["point"][_safe(n)] for n in o["knobs"]}).key
+                           {n: config["point"][_safe(n)] for n in o["knobs"]})
+
+    def key_of(config: dict[str, Any]) -> str:
+        return trial_of(config).key
 
     class Callback(tune.Callback):
+        # (the status and the trackers follow each trial's rounds, as a grid's or a random search's launch tells
+        # them: without these an Optuna study's trials reached no tracker, TensorBoard's included)
+        def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+            from fda_ray.experiments.console import rounds_of
+
+            t = trial_of(trial.config)
+            progress.started(t, rounds_of(t))
+
+        def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+            progress.at_round(key_of(trial.config), result)
+
         def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
             key = key_of(trial.config)
             t = Trial.from_dict({"key": key, "row": row, "value": value, "seed": 0, "params": {}})
@@ -493,6 +522,8 @@ def run_optuna(space: Sequence[Any], base: dict[str, Any], row: str, variable: s
                else resources(cfg, driver_placement(pin_drivers)))
     watch = StrandedWatch(bundles.bundles, **(fusion_server.served_watch(cfg) if served else {}))
     this = Trial.from_dict({"key": row, "row": row, "value": value, "seed": 0, "params": {}})
+    searcher = ConcurrencyLimiter(searcher, max_concurrent=max_concurrent or study_concurrency(
+        bundles.bundles, num_samples, served=cfg if served else None))
 
     def on_stranded(reason: str, waiting: list) -> None:
         progress.note(f"note: {len(waiting)} trial(s) of {trial_name(this, variable)}'s study cannot start: "

@@ -91,17 +91,29 @@ def parse_fuse(value: str | int | None) -> int | str:
 AUTO_SERVED = {"cpu": 1, "cuda": 32}
 
 
-def group_size(fuse: int | str, device: str, served: bool = False, model: str | None = None) -> int:
+class AutoGroup(int):
+    """The group size `--fuse auto` gives (an int: the most trials a group holds on the first trial's device), which
+    plan_groups reads per trial: each kind of trial (fusion_key) gets its own device's AUTO_GROUP size, and on CPUs
+    a model outside AUTO_CPU_MODELS runs alone. (A sweep may mix models: the rule is each trial's, not the first's.)"""
+
+
+def auto_group(key: tuple) -> int:
+    """The group size --fuse auto gives trials of fusion key `key` (their model and device): 1 where they run alone."""
+    model, device = key[1], str(key[2])
+    if device.startswith("cuda"):
+        return AUTO_GROUP["cuda"]
+    return AUTO_GROUP["cpu"] if model in AUTO_CPU_MODELS else 1
+
+
+def group_size(fuse: int | str, device: str, served: bool = False) -> int:
     """The most trials a group holds for --fuse `fuse` on `device` (1: no fusing); `served`: the trials that share
-    a fusion server's share of a device (fda_ray.runtime.fusion_server); `model`: the trials' model (auto on CPUs
-    fuses AUTO_CPU_MODELS only)."""
+    a fusion server's share of a device (fda_ray.runtime.fusion_server). For "auto" (not served) an AutoGroup: the
+    groups then follow each trial's model and device (plan_groups)."""
     if fuse == "off":
         return 1
     if fuse == "auto":
-        cuda = str(device).startswith("cuda")
-        if not cuda and model is not None and model not in AUTO_CPU_MODELS:
-            return 1
-        return (AUTO_SERVED if served else AUTO_GROUP)["cuda" if cuda else "cpu"]
+        kind = "cuda" if str(device).startswith("cuda") else "cpu"
+        return AUTO_SERVED[kind] if served else AutoGroup(AUTO_GROUP[kind])
     return int(fuse)
 
 
@@ -125,8 +137,9 @@ def config_fuses(cfg: Any) -> bool:
     return cfg.vectorise == "on" and bool(getattr(ALGORITHMS.get(cfg.method), "fuses", False))
 
 
-def why_not_fused(trial: Any) -> str:
-    """Why fusion_key(trial) is None, in a few words (--dry-run)."""
+def why_not_fused(trial: Any, size: int = 2) -> str:
+    """Why the trial runs alone under group size `size` (plan_groups), in a few words (--dry-run); "fusible" if
+    it may fuse."""
     from fda_ray.algorithms import ALGORITHMS
 
     if getattr(trial, "kind", "run") == "finetune" or getattr(trial, "weights_from", None):
@@ -136,6 +149,9 @@ def why_not_fused(trial: Any) -> str:
         return "vectorise is off (fused trials train vectorised: --vectorise on)"
     if not getattr(ALGORITHMS.get(cfg.method), "fuses", False):
         return f"method {cfg.method}'s local training is not the vectorised epoch recipe"
+    if isinstance(size, AutoGroup) and auto_group(fusion_key(trial)) <= 1:
+        return (f"model {cfg.model} on {cfg.device}: --fuse auto fuses it on GPUs only (slower fused on CPUs, and "
+                "equal to its run alone to float tolerance only); --fuse N fuses it")
     return "fusible"
 
 
@@ -157,14 +173,14 @@ def plan_groups(trials: Sequence[Any], size: int) -> list[list[Any]]:
     alone: list[tuple[int, list[Any]]] = []
     for i, t in enumerate(trials):
         key = fusion_key(t)
-        if key is None:
+        if key is None or (isinstance(size, AutoGroup) and auto_group(key) <= 1):
             alone.append((i, [t]))
         else:
             buckets.setdefault((key, _trains_sources(t)), []).append((i, t))
     placed = list(alone)
-    for members in buckets.values():
+    for (key, _), members in buckets.items():
         n = len(members)
-        count = -(-n // size)
+        count = -(-n // (auto_group(key) if isinstance(size, AutoGroup) else size))
         bounds = [round(j * n / count) for j in range(count + 1)]
         for j in range(count):
             chunk = members[bounds[j]:bounds[j + 1]]
@@ -189,6 +205,7 @@ class GroupStats:
     jobs: list[int] = field(default_factory=list)
     seconds: float = 0.0
     per_member: dict[str, list[int]] = field(default_factory=dict)
+    share: dict[str, float] = field(default_factory=dict)  # per member, its jobs' share of the batches' seconds
 
 
 class TrialGroup:
@@ -298,6 +315,13 @@ class TrialGroup:
         (in this process: a resumed member's attempt from its first round here, fda_ray.experiments.trials)."""
         return {"members": len(self.members), "batches": self.stats.per_member.get(key, [0, 0])[0]}
 
+    def own_seconds(self, key: str, wall: float, waited: float) -> float:
+        """A member's own run time: its `wall` time less the seconds it `waited` for the group's batches (its own
+        training, the other members' and their lockstep), plus its share of those batches (share: its jobs' part
+        of each batch's seconds). Charged its wall time, each member of a group of T was charged about T trials'
+        training (a held-out probe: a fused sweep's trials "added up to" 5x the unfused sweep's)."""
+        return max(0.0, wall - waited) + self.stats.share.get(key, 0.0)
+
     def _ready(self) -> bool:
         if not self._waiting:
             return False
@@ -344,7 +368,10 @@ class TrialGroup:
                 mine = self.stats.per_member.setdefault(key, [0, 0])
                 mine[0], mine[1] = mine[0] + 1, max(mine[1], len(requests))
             self.stats.jobs.append(len(jobs))
-            self.stats.seconds += time.perf_counter() - t0
+            took = time.perf_counter() - t0
+            self.stats.seconds += took
+            for key, r in batch.items():  # (a member's part of the batch: its jobs' part of all the batch's jobs)
+                self.stats.share[key] = self.stats.share.get(key, 0.0) + took * len(r.jobs) / max(1, len(jobs))
             with self._cond:
                 i = 0
                 for r in requests:
@@ -360,6 +387,7 @@ class GroupMember(SerialExecutor):
     def __init__(self, group: TrialGroup, key: str, clients: Sequence[Any]) -> None:
         super().__init__(clients, group.vectorise)
         self.group, self.key = group, key
+        self.waited = 0.0  # seconds its rounds waited for the group's batches (TrialGroup.own_seconds)
 
     def submit(self, state: Any, tasks: Sequence[Any]) -> _Request:
         from fda_ray.core.contract import input_names
@@ -371,7 +399,11 @@ class GroupMember(SerialExecutor):
         return self.group.submit(self.key, jobs)
 
     def collect(self, pending: _Request) -> list:
-        results = self.group.wait(pending)
+        t0 = time.perf_counter()
+        try:
+            results = self.group.wait(pending)
+        finally:
+            self.waited += time.perf_counter() - t0
         for r in results:
             if isinstance(r, BaseException):
                 raise r
