@@ -505,8 +505,10 @@ def test_a_resume_over_records_of_a_moved_default_says_which_default_moved(tmp_p
     m = mf.read(d)
     cell = next(t for t in plan(GRIDS[m.name], m.profile, seeds=m.seeds, overrides=dict(m.overrides))
                 if t.row == "fedda_auto" and t.value == 0.3)
-    old = next(r for r in (d / "trials").iterdir() if r.name.startswith("fedda_auto-eta0.3-seed0-"))
-    assert old.name != cell.key  # (the key moved)
+    # the old record, kept beside the rerun's under its old key (the key moved with the default)
+    old = next(r for r in (d / "trials").iterdir() if r.name.startswith("fedda_auto-eta0.3-seed0-")
+               and r.name != cell.key)
+    assert (d / "trials" / cell.key).is_dir()  # (the rerun at today's default, beside it)
     shutil.copytree(old, tmp_path / old.name)
     why = changed_settings([cell], tmp_path)
     assert why == "trial fedda_auto at 0.3, seed 0 was recorded before fda-ray's default changed (batch_target 4 " \

@@ -448,6 +448,7 @@ def test_unshuffled_loaders_keep_the_last_partial_batch(colored):
     assert exp.algorithm.src_steps.tolist() == [2.0, 2.0]  # the alignment counts the partial batch
 
 
+@pytest.mark.slow  # (5-26 s: the fast tier stays within 8 minutes on 2 cores)
 def test_vlcs_run_on_generated_images(vlcs_root, tmp_path):
     """One round of FedGP on the generated VLCS tree with a (random) local ResNet-18 file: image files are read,
     the sources' reads augmented, the pretrained BatchNorm statistics unchanged by training."""
@@ -492,6 +493,7 @@ def _every_method(colored, name: str, **kw) -> RunConfig:
                    aux_alpha=0.0 if family == "healthcare" else None, **extra, **kw)
 
 
+@pytest.mark.slow  # (5-26 s: the fast tier stays within 8 minutes on 2 cores)
 def test_every_registered_method_runs_leave_one_domain_out(colored):
     from fda_ray.algorithms import ALGORITHMS
     from fda_ray.runtime.engine import run

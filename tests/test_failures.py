@@ -375,6 +375,7 @@ def _take(folder: str, barrier: Any, out: Any) -> None:
     out.send("held" if locks.still_held(Path(folder)) else "lost")
 
 
+@pytest.mark.slow  # (5-26 s: the fast tier stays within 8 minutes on 2 cores)
 def test_a_stale_lock_is_taken_over_by_one_of_two_resumes_at_once(tmp_path, monkeypatch):
     """Two --resume runs after a crash judge the same stale lock at once: one takes it over, the other is refused
     (before: the slower one deleted the lock the faster one had just made, and both ran the same trials). Judging

@@ -197,6 +197,7 @@ def test_a_search_under_a_scheduler_fuses_its_trials_which_it_still_stops_one_by
     assert most >= 2  # rounds of several trials ran as one batch
 
 
+@pytest.mark.slow  # (5-26 s: the fast tier stays within 8 minutes on 2 cores)
 def test_an_optuna_studys_default_concurrency_is_what_the_nodes_hold(no_ray, monkeypatch):
     """Tune keeps one trial of a searcher other than its own pending unless a ConcurrencyLimiter names how many
     run: the study's default is what the cluster holds at once, a served trial's beside its fusion server."""

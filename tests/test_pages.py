@@ -12,6 +12,7 @@ from tools import pages
 from fda_ray.experiments import tables
 
 
+@pytest.mark.slow  # (5-26 s: the fast tier stays within 8 minutes on 2 cores)
 def test_every_committed_page_matches_its_records(capsys):
     assert pages.main(["--check"]) == 0, capsys.readouterr().out
     found = [p for p in pages.pages() if pages.BLOCK.search(p.read_text())]

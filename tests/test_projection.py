@@ -160,6 +160,7 @@ def page_output() -> str:
     return out.getvalue()
 
 
+@pytest.mark.slow  # (5-26 s: the fast tier stays within 8 minutes on 2 cores)
 def test_the_script_on_the_committed_records_and_the_page(page_output):
     text = page_output
     assert "| grid | trials |" in text and "| all projected grids |" in text
@@ -186,6 +187,7 @@ def _cells(text: str, first: str) -> list[str]:
     return [c.strip() for c in line.strip("|").split("|")]
 
 
+@pytest.mark.slow  # (5-26 s: the fast tier stays within 8 minutes on 2 cores)
 def test_the_facts_are_the_numbers_of_the_projections_own_output(page_output):
     text = page_output
     fact = pages_projection.projection_fact

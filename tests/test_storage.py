@@ -164,6 +164,7 @@ def _refused_endpoint(monkeypatch) -> None:
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
 
 
+@pytest.mark.slow  # (5-26 s: the fast tier stays within 8 minutes on 2 cores)
 def test_a_store_that_stops_answering_is_a_store_error_naming_the_uri(s3_bucket, monkeypatch):
     """pyarrow raises a bare OSError (no errno) for a store that does not answer, which a sweep could not tell
     from a bug: it ended in a traceback. Every call names the object and keeps the store's own reason, the error

@@ -723,6 +723,7 @@ def test_set_aside_damaged_keeps_every_damaged_copy_and_leaves_whole_records(tmp
     assert set_aside_damaged(records) == {}  # nothing left to set aside
 
 
+@pytest.mark.slow  # (5-26 s: the fast tier stays within 8 minutes on 2 cores)
 def test_resume_auto_starts_a_sweep_then_continues_it(tiny_grid, fmnist_dir, tmp_path, capsys, no_ray):
     """--resume auto, a launcher's one command: the first run starts (no records yet), a rerun continues; the
     summary's command names neither --resume nor its value."""

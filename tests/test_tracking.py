@@ -72,6 +72,7 @@ def test_scalars_keep_numbers_and_split_lists():
                     "loss": float("nan")}) == {"accuracy": 0.5, "beta_i/0": 0.1, "beta_i/1": 0.2}
 
 
+@pytest.mark.slow  # (5-26 s: the fast tier stays within 8 minutes on 2 cores)
 def test_every_tracker_holds_the_rounds_it_was_given_offline(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")

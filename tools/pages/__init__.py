@@ -17,8 +17,8 @@ rows and the values) and the generator's own words.
 Run without naming pages, both also keep each results folder's own summary.md tables as today's summariser writes them
 from the folder's records (summary_files).
 
-tests/test_pages.py runs the check on every committed page, so a typed number that disagrees with its records
-fails the suite. The generators are pure functions of the records (GENERATORS, by name); the statistics are
+tests/test_pages.py runs the check on every committed page (slow tier), so a typed number that disagrees with its
+records fails the suite. The generators are pure functions of the records (GENERATORS, by name); the statistics are
 fda_ray.experiments.tables'. A spec word `key=value` is a keyword argument (`cell conditions oracle 0 digits=1`);
 a spec cannot hold ">" (the block pattern stops there), so column labels with arrows are the generators' own.
 
