@@ -13,6 +13,11 @@ runs through fda_ray.train.cohort.run_jobs:
     fused       the T trials' rounds as one group (fda_ray.runtime.fusion): every source of every trial one cohort,
                 every target another
 
+The convolutions' own time in each (torch.profiler's self time of the ATen convolution operators, forward and
+backward: the arithmetic fusing leaves as it is on a CPU, where every layout runs each row's convolutions) bounds what
+fusing can save there: a fused round takes at least its convolutions' time, so its speed-up over the T rounds one
+after another is at most their seconds over the fused round's convolution seconds ("bound").
+
 Counted with torch.profiler (every event, nested ones included) and with
 a TorchDispatchMode (the ATen operators below autograd: the kernels a device runs), per trial-step: a round's
 operators divided by its source steps, and per trial. Each convolution layout is counted (`grouped`, the GPU's;
@@ -76,6 +81,16 @@ def _count(fn: Any) -> tuple[int, int]:
     return events, Count.n
 
 
+def conv_seconds(fn: Any) -> float:
+    """The seconds one call of fn spends in ATen's convolution operators (their self time: the kernels, forward and
+    backward), by torch.profiler."""
+    import torch
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        fn()
+    return sum(e.self_cpu_time_total for e in prof.key_averages() if "convolution" in e.key) / 1e6
+
+
 def measure(n_trials: int, samples: int, repeats: int, data_dir: str | None, device: str = "cpu") -> dict[str, Any]:
     import torch
 
@@ -103,7 +118,10 @@ def measure(n_trials: int, samples: int, repeats: int, data_dir: str | None, dev
             t0 = time.perf_counter()
             run_jobs([j for js in jobs for j in js], vectorise=True)
             times["fused"].append(time.perf_counter() - t0)
+        conv = {"unfused": sum(conv_seconds(lambda js=js: run_jobs(js, vectorise=True)) for js in jobs),
+                "fused": conv_seconds(lambda: run_jobs([j for js in jobs for j in js], vectorise=True))}
         result["layouts"][layout] = {
+            "conv_seconds_unfused": conv["unfused"], "conv_seconds_fused": conv["fused"],
             "unfused_events_per_step": unfused[0] / steps, "unfused_aten_per_step": unfused[1] / steps,
             "fused_events_per_step": fused[0] / steps, "fused_aten_per_step": fused[1] / steps,
             "round_seconds_unfused": min(times["unfused"]), "round_seconds_fused": min(times["fused"]),
@@ -117,15 +135,24 @@ def table(r: dict[str, Any]) -> str:
     t = len(r["trials"])
     lines = [f"| layout | one trial's step: events / ATen ops | {t} trials fused, a step: events / ATen ops | "
              f"fused over one trial (ATen) | per trial fused (ATen) | round, {t} trials one after another (s) | "
-             f"round, fused (s) | speed-up |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+             f"round, fused (s) | speed-up | convolutions in the fused round (s) | bound |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, m in r["layouts"].items():
+        conv = m.get("conv_seconds_fused")  # (a result from before the column: -)
         lines.append(f"| {name} | {m['unfused_events_per_step']:.0f} / {m['unfused_aten_per_step']:.0f} | "
                      f"{m['fused_events_per_step']:.0f} / {m['fused_aten_per_step']:.0f} | "
                      f"{m['fused_aten_per_step'] / m['unfused_aten_per_step']:.2f}x | "
                      f"{m['fused_aten_per_step'] / t:.0f} | {m['round_seconds_unfused']:.2f} | "
                      f"{m['round_seconds_fused']:.2f} | "
-                     f"{m['round_seconds_unfused'] / m['round_seconds_fused']:.2f}x |")
+                     f"{m['round_seconds_unfused'] / m['round_seconds_fused']:.2f}x | "
+                     + (f"{conv:.2f} | {bound(m):.2f}x |" if conv else "- | - |"))
     return "\n".join(lines)
+
+
+def bound(m: dict[str, Any]) -> float:
+    """The most a fused round can gain over one layout's T rounds one after another, its convolutions' time left as
+    it is (the module docstring): their seconds over the fused round's convolution seconds."""
+    return m["round_seconds_unfused"] / m["conv_seconds_fused"]
 
 
 def parser() -> argparse.ArgumentParser:

@@ -952,3 +952,26 @@ def test_diagnose_reads_the_exact_column_and_ranks_the_linear_rules_by_bound_and
         run("dg", "old", "true", "exact:fedda")
     with pytest.raises(ValueError, match="exact:<rule> for a rule of"):
         run("dg", "new", "true", "exact:fedgp")
+
+
+def test_fused_ops_bound_is_the_unfused_round_over_the_fused_rounds_convolutions(monkeypatch, tmp_path):
+    """A fused round on a CPU takes at least its convolutions' time (fusing leaves their arithmetic as it is):
+    the speed-up it can reach is the unfused round's seconds over those; a result from before the column has none."""
+    import json
+
+    from benchmarks.fused_ops import table
+
+    m = {"unfused_events_per_step": 500.0, "unfused_aten_per_step": 180.0, "fused_events_per_step": 2000.0,
+         "fused_aten_per_step": 580.0, "round_seconds_unfused": 3.0, "round_seconds_fused": 2.5}
+    result = {"trials": ["a"] * 8, "layouts": {"per_model": {**m, "conv_seconds_unfused": 1.9,
+                                                             "conv_seconds_fused": 1.6}, "grouped": m}}
+    (tmp_path / "bench-fused").mkdir()
+    (tmp_path / "bench-fused" / "r.json").write_text(json.dumps(result))
+    monkeypatch.setattr(pages.records, "RESULTS", tmp_path)
+    run = pages.GENERATORS.get("fused-ops")
+    assert run("r", "per_model", "bound") == "1.88"  # 3.0 / 1.6
+    assert run("r", "per_model", "conv_seconds") == "1.60" and run("r", "per_model", "conv_share") == "64"
+    with pytest.raises(ValueError, match="field='bound' is invalid"):
+        run("r", "grouped", "bound")
+    lines = table(result).splitlines()
+    assert lines[2].endswith("| 1.20x | 1.60 | 1.88x |") and lines[3].endswith("| 1.20x | - | - |")

@@ -243,7 +243,11 @@ def fused_ops(name: str, layout: str, field: str) -> str:
     """One number of docs/results/bench-fused/<name>.json (python -m benchmarks.fused_ops --json) for one convolution
     layout: `fused` / `unfused` (ATen operators a trial-step dispatches, fused or one trial alone), `ratio` (fused
     over unfused, "1.19"), `speedup` (a round's seconds one trial after another over fused, "1.07"),
-    `unfused_seconds` / `fused_seconds` (those rounds' seconds, "3.09")."""
+    `unfused_seconds` / `fused_seconds` (those rounds' seconds, "3.09"), and in a result that has them
+    `conv_seconds` (the fused round's convolutions' seconds), `conv_share` (their percent of the fused round) and
+    `bound` (the most fusing can gain with them as they are: benchmarks.fused_ops.bound)."""
+    from benchmarks.fused_ops import bound
+
     layouts = _result_file("bench-fused", name, "fused-ops")["layouts"]
     if layout not in layouts:
         raise ValueError(f"fused-ops: layout={layout!r} is invalid: {name!r} has {', '.join(layouts)}")
@@ -252,6 +256,9 @@ def fused_ops(name: str, layout: str, field: str) -> str:
               "ratio": f"{m['fused_aten_per_step'] / m['unfused_aten_per_step']:.2f}",
               "speedup": f"{m['round_seconds_unfused'] / m['round_seconds_fused']:.2f}",
               "unfused_seconds": f"{m['round_seconds_unfused']:.2f}", "fused_seconds": f"{m['round_seconds_fused']:.2f}"}
+    if m.get("conv_seconds_fused"):
+        values.update(conv_seconds=f"{m['conv_seconds_fused']:.2f}", bound=f"{bound(m):.2f}",
+                      conv_share=f"{100 * m['conv_seconds_fused'] / m['round_seconds_fused']:.0f}")
     if field not in values:
         raise ValueError(f"fused-ops: field={field!r} is invalid: one of {', '.join(values)}")
     return values[field]
