@@ -84,9 +84,11 @@ def test_a_fused_group_gives_each_trial_its_numbers_alone(fmnist_dir, tmp_path):
     wall = time.perf_counter() - t0
     assert outcome == {t.key: None for t in trials}
     # each member's own run time is its own work and its share of the batches, not the group's wall time it waited
-    # through (each of the 6 was charged about the group's whole time, their sum 6 walls); its wall time is kept
+    # through (each of the 6 was charged about the group's whole time, their sum about 4-6 walls); its wall time is
+    # kept. (1.4 walls on a quiet 2-core machine: the members' own work overlaps in their threads; 3 leaves room for
+    # a busy one.)
     own = [read_rows(fused / t.key)["seconds"] for t in trials]
-    assert 0 < sum(own) <= 2 * wall, (own, wall)
+    assert 0 < sum(own) <= 3 * wall, (own, wall)
     for t, s in zip(trials, own):
         assert s < read_rows(fused / t.key)["fused"]["wall_seconds"] <= wall
     for t in trials:
