@@ -482,6 +482,13 @@ def run_optuna(space: Sequence[Any], base: dict[str, Any], row: str, variable: s
         return point_trial(o["base"], o["row"], o["variable"], o["value"],
                            {n: config["point"][_safe(n)] for n in o["knobs"]})
 
+    known: dict[str, Any] = {}  # Tune's trial id -> its Trial (planned once, not at every round's result)
+
+    def trial_for(trial: Any) -> Any:
+        if trial.trial_id not in known:
+            known[trial.trial_id] = trial_of(trial.config)
+        return known[trial.trial_id]
+
     def key_of(config: dict[str, Any]) -> str:
         return trial_of(config).key
 
@@ -491,14 +498,14 @@ def run_optuna(space: Sequence[Any], base: dict[str, Any], row: str, variable: s
         def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
             from fda_ray.experiments.console import rounds_of
 
-            t = trial_of(trial.config)
+            t = trial_for(trial)
             progress.started(t, rounds_of(t))
 
         def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
-            progress.at_round(key_of(trial.config), result)
+            progress.at_round(trial_for(trial).key, result)
 
         def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-            key = key_of(trial.config)
+            key = trial_for(trial).key
             t = Trial.from_dict({"key": key, "row": row, "value": value, "seed": 0, "params": {}})
             if not is_done(records / key):
                 complete = on_stopped(records / key)
