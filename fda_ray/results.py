@@ -18,8 +18,9 @@ order:
   like a column some round of the trial logs (FedWCA's `beta` and `alpha`) is `config_<name>` in all its rows;
 - the build: `build_torch`, `build_torchvision`, `build_numpy`, `build_code` (fda-ray's number-changing code
   version), `build_python`, `build_ray`, `build_machine` (None in records made before builds were recorded);
-- `trial_seconds`: the trial's own run time (a trial fused in a group: its own work and its jobs' share of the
-  group's batches, not the group's wall time it waited through, which its record keeps as `fused.wall_seconds`).
+- `trial_seconds`: the trial's own run time (a trial fused in a group or served by a fusion server: its own work
+  and its jobs' share of the batches it trained in, not the wall time it waited through for the other trials'
+  rounds, which its record keeps as `fused.wall_seconds`).
 A trial shared by several grid values (the noise grid's Source Only, evaluated at every noise level) gives one set
 of rows per value, `accuracy` and `noise` its accuracy and the noise level at that value, `trained_noise` the noise it
 trained with. A sweep's results.parquet has these columns too (`seed` and `value` included), and the grid's

@@ -56,7 +56,9 @@ def test_served_trials_give_their_numbers_alone_and_are_fused(local_ray, fmnist_
     names = fusion_server.start_servers(threads=1, device="cpu", window_s=2.0)
     try:
         outcome: dict = {}
+        t0 = time.perf_counter()
         _run_served([*trials, diverges], served, names, outcome)
+        wall = time.perf_counter() - t0
         assert isinstance(outcome.pop(diverges.key), RunFailed) and not is_done(served / diverges.key)
         assert outcome == {t.key: None for t in trials}
         import ray
@@ -70,6 +72,13 @@ def test_served_trials_give_their_numbers_alone_and_are_fused(local_ray, fmnist_
         _same_numbers(alone, served, t)
         fused = read_rows(served / t.key)["fused"]
         assert fused["served"] == 1 and fused["batches"] == len(read_rows(alone / t.key)["rows"])
+        assert set(fused) == {"members", "batches", "served", "from_round", "wall_seconds"}
+        # its own run time: its driver's work and its jobs' share of the server's batches, not the other trials'
+        # rounds it waited through (its wall time, which the record keeps); charged its wall time, the four trials
+        # summed to about 4 walls of the served phase
+        assert read_rows(served / t.key)["seconds"] < fused["wall_seconds"] <= wall
+    own = [read_rows(served / t.key)["seconds"] for t in trials]
+    assert 0 < sum(own) <= 2.5 * wall, (own, wall)
     assert max(stats["members"]) >= 2  # rounds of several trials ran as one batch
     assert stats["hosting"] == []  # every trial left
 

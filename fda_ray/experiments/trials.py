@@ -228,7 +228,9 @@ def run_trial(trial: Trial, records: StoragePath | Path | str, report: Callable[
     fused = {"fused": {**group.record(trial.key), "from_round": nodes[-1].get("from_round", 0)}} \
         if group is not None else {}
     seconds = hist.seconds
-    if hasattr(group, "own_seconds") and trial.kind != "finetune":  # a group in this process: its own part of it
+    # a group's member or a served trial: its own work and its share of the batches, not the rounds of the others it
+    # waited through (fusion.TrialGroup.own_seconds, fusion_server.ServedGroup.own_seconds)
+    if hasattr(group, "own_seconds") and trial.kind != "finetune":
         seconds = group.own_seconds(trial.key, hist.seconds, executor.waited)
         fused["fused"]["wall_seconds"] = hist.seconds
     _save_json({"config": cfg.to_dict(), "rows": hist.rows, "seconds": seconds,

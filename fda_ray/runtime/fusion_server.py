@@ -25,6 +25,7 @@ loads its data too. What it buys: single trials for the scheduler, and trials th
 """
 from __future__ import annotations
 
+import time
 import warnings
 import zlib
 from contextlib import contextmanager
@@ -122,7 +123,8 @@ class FusionServer:
         self.group.leave(key)
         self.clients.pop(key, None)
         mine = self.group.stats.per_member.pop(key, [0, 0])
-        return {"members": mine[1], "batches": mine[0], "served": 1}
+        share = self.group.stats.share.pop(key, 0.0)  # its jobs' part of its batches' seconds (ServedGroup.own_seconds)
+        return {"members": mine[1], "batches": mine[0], "served": 1, "share": share}
 
     def stats(self) -> dict[str, Any]:
         """The batches run so far: how many, the trials and jobs of each, the seconds they took."""
@@ -144,6 +146,8 @@ class ServedExecutor:
         self.indices = [c.index for c in clients]
         self.states = {c.index: c.snapshot() for c in clients}  # after each client's last finished task
         self.fused: dict[str, int] = {}
+        self.share = 0.0  # its jobs' part of the seconds of the server's batches it trained in (told on leaving)
+        self.waited = 0.0  # seconds its rounds waited for the server (shipping, the batch, the other trials' rounds)
         self.pending: list[Any] = []  # rounds submitted and not collected (a trial stopped in the middle of one)
         ray.get(server.load.remote(key, [ray.put(c) for c in clients],
                                    [ray.put(self.states[i]) for i in self.indices]))
@@ -158,11 +162,14 @@ class ServedExecutor:
     def collect(self, pending: Any) -> list[ClientResult]:
         if pending in self.pending:
             self.pending.remove(pending)
+        t0 = time.perf_counter()
         try:
             results, states = ray.get(pending)
         except ray.exceptions.RayTaskError as e:  # the server's error, not Ray's wrapper around it
             cause = e.as_instanceof_cause()
             raise (cause.cause if isinstance(getattr(cause, "cause", None), BaseException) else cause) from None
+        finally:
+            self.waited += time.perf_counter() - t0
         for result, st in zip(results, states):
             self.states[result.client] = st
         return results
@@ -185,6 +192,7 @@ class ServedExecutor:
             self.fused = ray.get(self.server.leave.remote(self.key), timeout=30)
         except Exception:  # the server is gone (its node lost): nothing of this trial is left on it
             self.fused = {"members": 0, "batches": 0, "served": 1}
+        self.share = float(self.fused.pop("share", 0.0))  # (its seconds, not a field of the record's "fused")
         # a round in flight when the trial stopped (ASHA stops a trial mid-round) ends on the server with "left the
         # group": read here, or Ray prints that error's traceback as an unhandled one when the reference goes
         for ref in self.pending:
@@ -210,6 +218,13 @@ class ServedGroup:
     def record(self, key: str) -> dict[str, int]:
         """The most trials one of its rounds was fused with (itself included), its rounds the server ran, served."""
         return dict(self.executors[key].fused)
+
+    def own_seconds(self, key: str, wall: float, waited: float) -> float:
+        """A served trial's own run time, as a group member's (fda_ray.runtime.fusion.TrialGroup.own_seconds): its
+        `wall` time less the seconds it `waited` for the server, plus its jobs' share of the server's batches it
+        trained in. Charged its wall time, a trial served with T others was charged their training too. A server
+        lost under it told no share: its rounds there count as nothing of its own (the record's wall time stays)."""
+        return max(0.0, wall - waited) + self.executors[key].share
 
 
 # ---------------------------------------------------------------------------------------------- the launch's side
