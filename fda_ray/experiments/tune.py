@@ -570,7 +570,7 @@ def run_optuna(space: Sequence[Any], base: dict[str, Any], row: str, variable: s
     # means the study was interrupted
     # (a trial Optuna had drawn but Tune never started has no config: unsettled too)
     unsettled = [r for r in grid if r.error is None and (not r.config or "run" not in r.config or (
-                 not is_done(records / key_of(r.config)) and key_of(r.config) not in stopped))]
+                 (key := key_of(r.config)) not in stopped and not is_done(records / key)))]
     return failures, bool(unsettled) or len(grid) < num_samples
 
 

@@ -316,11 +316,8 @@ class TrialGroup:
         return {"members": len(self.members), "batches": self.stats.per_member.get(key, [0, 0])[0]}
 
     def own_seconds(self, key: str, wall: float, waited: float) -> float:
-        """A member's own run time: its `wall` time less the seconds it `waited` for the group's batches (its own
-        training, the other members' and their lockstep), plus its share of those batches (share: its jobs' part
-        of each batch's seconds). Charged its wall time, each member of a group of T was charged about T trials'
-        training (a held-out probe: a fused sweep's trials "added up to" 5x the unfused sweep's)."""
-        return max(0.0, wall - waited) + self.stats.share.get(key, 0.0)
+        """A member's own run time (own_seconds), its share: its jobs' part of each batch's seconds."""
+        return own_seconds(wall, waited, self.stats.share.get(key, 0.0))
 
     def _ready(self) -> bool:
         if not self._waiting:
@@ -378,6 +375,14 @@ class TrialGroup:
                     r.results, i = out[i:i + len(r.jobs)], i + len(r.jobs)
                     r.done = True
                 self._cond.notify_all()
+
+
+def own_seconds(wall: float, waited: float, share: float) -> float:
+    """A fused or served trial's own run time: its `wall` time less the seconds it `waited` for the batches (its own
+    training, the other trials' and their lockstep), plus its `share` of those batches (its jobs' part of each batch's
+    seconds). Charged its wall time, each trial fused with T-1 others was charged about T trials' training (a held-out
+    probe: a fused sweep's trials "added up to" 5x the unfused sweep's)."""
+    return max(0.0, wall - waited) + share
 
 
 class GroupMember(SerialExecutor):

@@ -39,7 +39,7 @@ import fda_ray.algorithms  # noqa: F401  (registers every family's recipes in th
 from fda_ray.core import plugins
 from fda_ray.core.contract import ClientResult, ClientTask, ServerState, input_names
 from fda_ray.core.interrupts import error_line
-from fda_ray.runtime.fusion import TrialGroup, window_seconds
+from fda_ray.runtime.fusion import TrialGroup, own_seconds, window_seconds
 from fda_ray.runtime.ray_executor import ActorTaskError
 from fda_ray.train.client import Client
 
@@ -220,11 +220,10 @@ class ServedGroup:
         return dict(self.executors[key].fused)
 
     def own_seconds(self, key: str, wall: float, waited: float) -> float:
-        """A served trial's own run time, as a group member's (fda_ray.runtime.fusion.TrialGroup.own_seconds): its
-        `wall` time less the seconds it `waited` for the server, plus its jobs' share of the server's batches it
-        trained in. Charged its wall time, a trial served with T others was charged their training too. A server
-        lost under it told no share: its rounds there count as nothing of its own (the record's wall time stays)."""
-        return max(0.0, wall - waited) + self.executors[key].share
+        """A served trial's own run time (fda_ray.runtime.fusion.own_seconds), its share the one the server told on
+        its leaving. A server lost under it told none: its rounds there count as nothing of its own (the record's
+        wall time stays)."""
+        return own_seconds(wall, waited, self.executors[key].share)
 
 
 # ---------------------------------------------------------------------------------------------- the launch's side
